@@ -1,0 +1,179 @@
+/* cmd_bench.c — `specd bench`: prefill and decode speed of one model on this
+ * machine, against the memory-bandwidth roofline (weight bytes read per decode
+ * step / measured read bandwidth), plus the cost of a (γ+1)-position
+ * verification call relative to a 1-position decode call. All ratios come from
+ * the same run. */
+#include "cli/cmd.h"
+#include "cli/util.h"
+#include "engine/model.h"
+#include "kernels/cpu/membw.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    model *m;
+    kv_pool *pool;
+    kv_seq *seq;
+    float *logits;
+    int32_t *toks;
+    char err[512];
+} bench_ctx;
+
+/* One forward call of n tokens continuing the sequence; returns ms or -1. */
+static double timed_call(bench_ctx *b, int n, int first_tok) {
+    model_seq s = {.kv = b->seq, .n = n, .tokens = b->toks + first_tok, .all_logits = n <= 16};
+    double t0 = now_ms();
+    if (model_forward(b->m, b->pool, &s, 1, b->logits, b->err, sizeof(b->err)) != 0) return -1;
+    return now_ms() - t0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL;
+    int threads = 2, reps = 5, gamma = 4;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
+        else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) reps = (int)arg_long(argc, argv, &i, 1, 1000);
+        else if (!strcmp(a, "--gamma")) gamma = (int)arg_long(argc, argv, &i, 1, 15);
+        else if (!strcmp(a, "--json")) json = true;
+        else {
+            fprintf(stderr, "usage: specd bench -m MODEL.gguf [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n");
+            return 2;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "specd bench: -m MODEL.gguf is required\n");
+        return 2;
+    }
+    bench_ctx b = {0};
+    int rc = 1;
+    backend *be = backend_cpu_create(threads);
+    model_params mp = {.max_batch = 512, .max_ctx = 1024};
+    b.m = model_load(model_path, be, &mp, b.err, sizeof(b.err));
+    if (!b.m) {
+        fprintf(stderr, "specd bench: %s\n", b.err);
+        backend_destroy(be);
+        return 1;
+    }
+    model *m = b.m;
+    b.pool = model_kv_pool(m, 16, 1024 / 16, b.err, sizeof(b.err));
+    b.seq = b.pool ? kv_seq_create(b.pool, 1024) : NULL;
+    b.logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab * 512);
+    b.toks = malloc(sizeof(int32_t) * 1024);
+    if (!b.pool || !b.seq || !b.logits || !b.toks) {
+        fprintf(stderr, "specd bench: %s\n", b.pool ? "out of memory" : b.err);
+        goto done;
+    }
+    for (int i = 0; i < 1024; i++) b.toks[i] = (int32_t)((i * 2654435761u) % (unsigned)m->hp.n_vocab);
+
+    double bw = membw_read_gbs(threads, (size_t)512 << 20, 5);
+    double roof = bw * 1e9 / (double)m->step_bytes;
+
+    /* warm up: fault the weights in and settle the thread pool */
+    if (timed_call(&b, 32, 0) < 0) goto fail;
+    for (int i = 0; i < 8; i++)
+        if (timed_call(&b, 1, 32 + i) < 0) goto fail;
+    kv_seq_truncate(b.pool, b.seq, 0);
+
+    /* decode and prefill at a few lengths */
+    static const int prompts[] = {16, 128, 512}, gens[] = {32, 128};
+    double dec_tps[3][2], pre_tps[3];
+    for (int pi = 0; pi < 3; pi++) {
+        int P = prompts[pi];
+        double best_pre = 0;
+        for (int r = 0; r < (P >= 512 ? 2 : 3); r++) {
+            kv_seq_truncate(b.pool, b.seq, 0);
+            double t = timed_call(&b, P, 0);
+            if (t < 0) goto fail;
+            if (P / (t / 1e3) > best_pre) best_pre = P / (t / 1e3);
+        }
+        pre_tps[pi] = best_pre;
+        for (int gi = 0; gi < 2; gi++) {
+            int G = gens[gi];
+            double best = 0;
+            for (int r = 0; r < (reps < 3 ? reps : 3); r++) {
+                kv_seq_truncate(b.pool, b.seq, P);
+                double t0 = now_ms();
+                for (int g = 0; g < G; g++)
+                    if (timed_call(&b, 1, P + g) < 0) goto fail;
+                double tps = G / ((now_ms() - t0) / 1e3);
+                if (tps > best) best = tps;
+            }
+            dec_tps[pi][gi] = best;
+        }
+    }
+
+    /* (γ+1)-position verification vs 1-position decode at the same context (64) */
+    int ctx = 64, nrep = 20 * reps;
+    double *t1 = malloc(sizeof(double) * (size_t)nrep), *tv = malloc(sizeof(double) * (size_t)nrep);
+    if (!t1 || !tv) goto fail;
+    kv_seq_truncate(b.pool, b.seq, 0);
+    if (timed_call(&b, ctx, 0) < 0) goto fail;
+    for (int r = 0; r < nrep; r++) {
+        t1[r] = timed_call(&b, 1, ctx);
+        kv_seq_truncate(b.pool, b.seq, ctx); /* rollback: a pointer update */
+        tv[r] = timed_call(&b, gamma + 1, ctx);
+        kv_seq_truncate(b.pool, b.seq, ctx);
+        if (t1[r] < 0 || tv[r] < 0) {
+            free(t1);
+            free(tv);
+            goto fail;
+        }
+    }
+    double med1 = median(t1, nrep), medv = median(tv, nrep);
+    free(t1);
+    free(tv);
+    double decode_ref = dec_tps[0][0]; /* 16-token prompt, 32 generated */
+    double roof_pct = 100.0 * decode_ref / roof;
+    double pre_ratio = pre_tps[1] / decode_ref;
+
+    if (json) {
+        printf("{\"model\":");
+        json_write_str(stdout, model_path, strlen(model_path));
+        printf(",\"params\":%llu,\"weight_type\":\"%s\",\"step_bytes\":%llu,\"threads\":%d,\"simd\":\"%s\","
+               "\"read_gbs\":%.2f,\"roofline_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"roofline_pct\":%.1f,"
+               "\"prefill128_tok_s\":%.2f,\"prefill_decode_ratio\":%.2f,\"decode_call_ms\":%.3f,"
+               "\"verify_call_ms\":%.3f,\"verify_positions\":%d,\"verify_decode_ratio\":%.3f}\n",
+               (unsigned long long)m->n_params, ggml_type_name(m->layers[0].wq.type),
+               (unsigned long long)m->step_bytes, threads, backend_cpu_simd(), bw, roof, decode_ref, roof_pct,
+               pre_tps[1], pre_ratio, med1, medv, gamma + 1, medv / med1);
+    } else {
+        printf("model %s: %s, %.1fM params, %s matrices, %.1f MB read per decode step\n", model_path, m->name,
+               m->n_params / 1e6, ggml_type_name(m->layers[0].wq.type), m->step_bytes / 1e6);
+        printf("machine: %d threads, %s kernels, measured read bandwidth %.1f GB/s -> roofline %.1f tok/s\n", threads,
+               backend_cpu_simd(), bw, roof);
+        printf("\n%8s %8s %14s %14s\n", "prompt", "gen", "prefill tok/s", "decode tok/s");
+        for (int pi = 0; pi < 3; pi++)
+            for (int gi = 0; gi < 2; gi++)
+                printf("%8d %8d %14.1f %14.1f\n", prompts[pi], gens[gi], pre_tps[pi], dec_tps[pi][gi]);
+        printf("\ndecode (prompt 16, gen 32): %.1f tok/s = %.1f%% of roofline\n", decode_ref, roof_pct);
+        printf("prefill 128 / decode: %.2fx\n", pre_ratio);
+        printf("verify call (%d positions) / decode call (1 position) at context %d: %.3f ms / %.3f ms = %.2fx\n",
+               gamma + 1, ctx, medv, med1, medv / med1);
+    }
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "specd bench: %s\n", b.err);
+done:
+    free(b.logits);
+    free(b.toks);
+    if (b.pool) kv_seq_destroy(b.pool, b.seq);
+    kv_pool_destroy(b.pool);
+    model_free(b.m);
+    backend_destroy(be);
+    return rc;
+}

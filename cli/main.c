@@ -1,0 +1,35 @@
+/* main.c — the specd binary: dispatches to a subcommand. */
+#include "cli/cmd.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} cmds[] = {
+    {"generate", cmd_generate, "generate text from a prompt, streaming to stdout"},
+    {"bench", cmd_bench, "measure prefill/decode speed against the memory-bandwidth roofline"},
+    {"mkmodel", cmd_mkmodel, "write a llama GGUF with random weights, or widen / re-quantize one"},
+    {"tokenize", cmd_tokenize, "print the token ids of stdin"},
+    {"detokenize", cmd_detokenize, "print the text of the token ids on stdin"},
+    {"eval", cmd_eval, "write the logits of a token sequence to a file (testing)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: specd COMMAND [options]   (specd COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) fprintf(f, "  %-11s %s\n", cmds[i].name, cmds[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "specd: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

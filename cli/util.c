@@ -1,0 +1,98 @@
+/* util.c — CLI helpers (see util.h). */
+#include "cli/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+const char *arg_str(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "specd: %s needs a value\n", argv[*i]);
+        exit(2);
+    }
+    return argv[++*i];
+}
+
+long arg_long(int argc, char **argv, int *i, long lo, long hi) {
+    const char *flag = argv[*i], *s = arg_str(argc, argv, i);
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "specd: bad value for %s: '%s' (expected an integer in [%ld, %ld])\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+double arg_double(int argc, char **argv, int *i, double lo, double hi) {
+    const char *flag = argv[*i], *s = arg_str(argc, argv, i);
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "specd: bad value for %s: '%s' (expected a number in [%g, %g])\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+uint64_t arg_u64(int argc, char **argv, int *i) {
+    const char *flag = argv[*i], *s = arg_str(argc, argv, i);
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-') {
+        fprintf(stderr, "specd: bad value for %s: '%s' (expected an unsigned integer)\n", flag, s);
+        exit(2);
+    }
+    return v;
+}
+
+void json_write_str(FILE *f, const char *s, size_t len) {
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (c < 0x20) fprintf(f, "\\u%04x", c);
+            else fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}
+
+char *read_all_stdin(size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return NULL;
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n - 1, stdin)) > 0) {
+        n += r;
+        if (cap - n - 1 == 0) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}

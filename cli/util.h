@@ -1,0 +1,25 @@
+/* util.h — small helpers shared by the CLI subcommands: argument parsing with
+ * clear errors, wall-clock time, JSON string output. */
+#ifndef SPECD_CLI_UTIL_H
+#define SPECD_CLI_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+double now_ms(void);
+
+/* Parse helpers: on a bad value they print "specd CMD: bad value for FLAG: VAL"
+ * and exit(2). `i` is advanced past the value. */
+const char *arg_str(int argc, char **argv, int *i);
+long arg_long(int argc, char **argv, int *i, long lo, long hi);
+double arg_double(int argc, char **argv, int *i, double lo, double hi);
+uint64_t arg_u64(int argc, char **argv, int *i);
+
+/* Writes s (len bytes) as a JSON string literal, escaping as needed. */
+void json_write_str(FILE *f, const char *s, size_t len);
+
+/* Reads all of stdin into a malloc'd NUL-terminated buffer (caller frees). */
+char *read_all_stdin(size_t *len);
+
+#endif

@@ -1,0 +1,56 @@
+/* kv.h — paged KV cache: one preallocated block pool per model, per-sequence
+ * block tables. Append reserves blocks from a free stack; truncate (rollback)
+ * is a length update plus handing whole blocks back — never a memset, never an
+ * allocation after create.
+ *
+ * Threading: a pool and its sequences belong to the engine thread. */
+#ifndef SPECD_KV_H
+#define SPECD_KV_H
+
+#include "kernels/backend.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kv_pool {
+    int n_layer;
+    int kv_dim;            /* Hkv * E */
+    int block_size;        /* B positions per block */
+    int n_blocks;
+    size_t block_stride;   /* floats per block: n_layer * B * kv_dim */
+    float *k, *v;          /* (n_blocks, n_layer, B, kv_dim) */
+    int32_t *free_stack;   /* (n_blocks) */
+    int n_free;
+} kv_pool;
+
+typedef struct kv_seq {
+    int32_t *blocks;       /* (cap_blocks) block table */
+    int n_blocks;          /* blocks held */
+    int cap_blocks;        /* max_len / B rounded up */
+    int len;               /* valid cached positions */
+} kv_seq;
+
+/* Creates a pool of n_blocks blocks. Returns NULL (err filled) when the memory
+ * cannot be had. Caller owns it; kv_pool_destroy frees. */
+kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, char *err, size_t errlen);
+void kv_pool_destroy(kv_pool *p); /* accepts NULL */
+size_t kv_pool_bytes(const kv_pool *p);
+/* The view of one layer for the backend's attention and kv_write ops. */
+kv_layer_view kv_pool_layer(const kv_pool *p, int layer);
+
+/* Sequence tables are sized for max_len positions at creation (the only
+ * allocation); they hold no blocks until kv_seq_reserve. */
+kv_seq *kv_seq_create(const kv_pool *p, int max_len);
+/* Returns the sequence's blocks to the pool and frees the table (accepts NULL). */
+void kv_seq_destroy(kv_pool *p, kv_seq *s);
+
+/* Makes sure positions [0, len) have blocks. Returns 0, or -1 when the pool is
+ * out of blocks or len exceeds the table (nothing changes then). */
+int kv_seq_reserve(kv_pool *p, kv_seq *s, int len);
+/* Rolls the valid length back to len (<= s->len) and returns whole blocks past
+ * it to the pool. A pointer update only. */
+void kv_seq_truncate(kv_pool *p, kv_seq *s, int len);
+/* Blocks needed to hold len positions. */
+int kv_blocks_for(const kv_pool *p, int len);
+
+#endif

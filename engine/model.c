@@ -1,0 +1,362 @@
+/* model.c — llama model loading (validate metadata and tensor shapes, point
+ * into the mmap) and the batched forward pass (see model.h). */
+#include "engine/model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODEL_MAX_CTX_DEFAULT 4096
+
+static int model_fail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static bool type_supported(int t) {
+    return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_Q8_0;
+}
+
+/* Finds `name` and checks it is a (ne0, ne1) matrix of a supported type. */
+static int get_mat(const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, model_mat *out, bool optional,
+                   char *err, size_t n) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) {
+        if (optional) {
+            out->w = NULL;
+            return 0;
+        }
+        return model_fail(err, n, "missing tensor '%s'", name);
+    }
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return model_fail(err, n, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
+                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                          (unsigned long long)t->ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
+    if (!type_supported(t->type))
+        return model_fail(err, n, "tensor '%s' has type %s, which specd cannot compute with yet (supported: F32, F16, "
+                          "BF16, Q8_0)", name, ggml_type_name(t->type));
+    if (t->type == GGML_TYPE_Q8_0 && ne0 % 32)
+        return model_fail(err, n, "tensor '%s': Q8_0 rows of %llu are not whole blocks", name, (unsigned long long)ne0);
+    out->w = t->data;
+    out->type = t->type;
+    return 0;
+}
+
+static int get_vec(const gguf_file *f, const char *name, uint64_t ne0, const float **out, char *err, size_t n) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) return model_fail(err, n, "missing tensor '%s'", name);
+    if (t->ne[0] != ne0 || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return model_fail(err, n, "tensor '%s' has %llu x %llu elements, expected a vector of %llu", name,
+                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)ne0);
+    if (t->type != GGML_TYPE_F32)
+        return model_fail(err, n, "tensor '%s' must be F32, is %s", name, ggml_type_name(t->type));
+    if ((uintptr_t)t->data % sizeof(float))
+        return model_fail(err, n, "tensor '%s' is not 4-byte aligned in the file", name);
+    *out = t->data;
+    return 0;
+}
+
+static bool arch_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out) {
+    char k[160];
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    return gguf_get_u32(f, k, out);
+}
+
+static bool arch_f32(const gguf_file *f, const char *arch, const char *key, float *out) {
+    char k[160];
+    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    return gguf_get_f32(f, k, out);
+}
+
+/* Reads hyperparameters and checks they are mutually consistent. */
+static int load_hparams(model *m, char *err, size_t n) {
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    if (!gguf_get_cstr(f, "general.architecture", m->arch, sizeof(m->arch)))
+        return model_fail(err, n, "metadata has no general.architecture");
+    if (strcmp(m->arch, "llama") != 0)
+        return model_fail(err, n, "architecture '%s' is not supported yet (supported: llama)", m->arch);
+    if (!gguf_get_cstr(f, "general.name", m->name, sizeof(m->name))) snprintf(m->name, sizeof(m->name), "%s", "unnamed");
+    const char *a = m->arch;
+    uint32_t v;
+    struct { const char *key; int *dst; } req[] = {
+        {"embedding_length", &hp->dim},        {"block_count", &hp->n_layer},
+        {"feed_forward_length", &hp->ff},      {"attention.head_count", &hp->n_head},
+    };
+    for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
+        if (!arch_u32(f, a, req[i].key, &v) || v == 0 || v > (1u << 20))
+            return model_fail(err, n, "metadata %s.%s is missing or out of range", a, req[i].key);
+        *req[i].dst = (int)v;
+    }
+    hp->n_kv_head = arch_u32(f, a, "attention.head_count_kv", &v) ? (int)v : hp->n_head;
+    if (hp->n_kv_head <= 0 || hp->n_head % hp->n_kv_head)
+        return model_fail(err, n, "%d heads are not a multiple of %d kv heads", hp->n_head, hp->n_kv_head);
+    hp->head_dim = arch_u32(f, a, "attention.key_length", &v) ? (int)v : hp->dim / hp->n_head;
+    if (hp->head_dim <= 0 || hp->head_dim > 1024 || hp->head_dim % 2)
+        return model_fail(err, n, "head dimension %d is not supported", hp->head_dim);
+    if (arch_u32(f, a, "attention.value_length", &v) && (int)v != hp->head_dim)
+        return model_fail(err, n, "value_length %u differs from key_length %d (not supported)", v, hp->head_dim);
+    hp->n_rot = arch_u32(f, a, "rope.dimension_count", &v) ? (int)v : hp->head_dim;
+    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return model_fail(err, n, "rope dimension count %d is invalid for head dim %d", hp->n_rot, hp->head_dim);
+    hp->n_ctx_train = arch_u32(f, a, "context_length", &v) ? (int)v : 2048;
+    if (!arch_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->eps)) hp->eps = 1e-5f;
+    if (!arch_f32(f, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
+    if (!(hp->eps > 0) || !(hp->rope_base > 0)) return model_fail(err, n, "rms epsilon or rope base is not positive");
+    const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
+    if (!te) return model_fail(err, n, "missing tensor 'token_embd.weight'");
+    if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return model_fail(err, n, "implausible vocabulary size");
+    hp->n_vocab = (int)te->ne[1];
+    hp->rope_neox = 0;
+    return 0;
+}
+
+/* RoPE frequencies, with Llama-3 style per-frequency factors (rope_freqs.weight
+ * or computed from rope.scaling.* metadata) and linear position scaling. */
+static int load_rope(model *m, char *err, size_t n) {
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    int half = hp->n_rot / 2;
+    m->inv_freq = malloc((size_t)half * sizeof(float));
+    if (!m->inv_freq) return model_fail(err, n, "out of memory");
+    m->rope_pos_scale = 1.0f;
+    for (int i = 0; i < half; i++) m->inv_freq[i] = (float)pow(hp->rope_base, -2.0 * i / hp->n_rot);
+
+    char stype[32] = "";
+    char key[160];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", m->arch);
+    gguf_get_cstr(f, key, stype, sizeof(stype));
+    float factor = 1.0f;
+    arch_f32(f, m->arch, "rope.scaling.factor", &factor);
+
+    const gguf_tensor *rf = gguf_find_tensor(f, "rope_freqs.weight");
+    if (rf) {
+        if (rf->type != GGML_TYPE_F32 || rf->ne[0] != (uint64_t)half || rf->ne[1] != 1)
+            return model_fail(err, n, "rope_freqs.weight must be F32 with %d elements", half);
+        for (int i = 0; i < half; i++) {
+            float fac;
+            memcpy(&fac, (const float *)rf->data + i, 4);
+            if (!(fac > 0)) return model_fail(err, n, "rope_freqs.weight[%d] is not positive", i);
+            m->inv_freq[i] /= fac;
+        }
+    } else if (!strcmp(stype, "llama3")) {
+        float lo = 1.0f, hi = 4.0f;
+        uint32_t orig = 8192;
+        arch_f32(f, m->arch, "rope.scaling.low_freq_factor", &lo);
+        arch_f32(f, m->arch, "rope.scaling.high_freq_factor", &hi);
+        arch_u32(f, m->arch, "rope.scaling.original_context_length", &orig);
+        if (!(factor > 0) || !(lo > 0) || !(hi > lo) || orig == 0)
+            return model_fail(err, n, "llama3 rope scaling parameters are invalid");
+        double lo_wavelen = orig / lo, hi_wavelen = orig / hi;
+        for (int i = 0; i < half; i++) {
+            double fr = m->inv_freq[i], wavelen = 2 * M_PI / fr;
+            if (wavelen < hi_wavelen) continue;
+            if (wavelen > lo_wavelen) {
+                fr /= factor;
+            } else {
+                double smooth = (orig / wavelen - lo) / (hi - lo);
+                fr = (1 - smooth) * fr / factor + smooth * fr;
+            }
+            m->inv_freq[i] = (float)fr;
+        }
+    } else if (!strcmp(stype, "linear")) {
+        if (!(factor > 0)) return model_fail(err, n, "linear rope scaling factor must be positive");
+        m->rope_pos_scale = 1.0f / factor;
+        for (int i = 0; i < half; i++) m->inv_freq[i] *= m->rope_pos_scale;
+    } else if (stype[0] && strcmp(stype, "none") != 0) {
+        return model_fail(err, n, "rope scaling type '%s' is not supported (none, linear, llama3)", stype);
+    }
+    return 0;
+}
+
+static int load_tensors(model *m, char *err, size_t n) {
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    uint64_t D = (uint64_t)hp->dim, QD = (uint64_t)hp->n_head * hp->head_dim;
+    uint64_t KVD = (uint64_t)hp->n_kv_head * hp->head_dim, F = (uint64_t)hp->ff, V = (uint64_t)hp->n_vocab;
+    if (get_mat(f, "token_embd.weight", D, V, &m->tok_embd, false, err, n)) return -1;
+    if (get_vec(f, "output_norm.weight", D, &m->out_norm, err, n)) return -1;
+    if (get_mat(f, "output.weight", D, V, &m->output, true, err, n)) return -1;
+    m->tied = m->output.w == NULL;
+    if (m->tied) m->output = m->tok_embd;
+    m->layers = calloc((size_t)hp->n_layer, sizeof(model_layer));
+    if (!m->layers) return model_fail(err, n, "out of memory");
+    for (int l = 0; l < hp->n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        char nm[96];
+#define LNAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
+        if (get_vec(f, LNAME("attn_norm.weight"), D, &L->attn_norm, err, n) ||
+            get_mat(f, LNAME("attn_q.weight"), D, QD, &L->wq, false, err, n) ||
+            get_mat(f, LNAME("attn_k.weight"), D, KVD, &L->wk, false, err, n) ||
+            get_mat(f, LNAME("attn_v.weight"), D, KVD, &L->wv, false, err, n) ||
+            get_mat(f, LNAME("attn_output.weight"), QD, D, &L->wo, false, err, n) ||
+            get_vec(f, LNAME("ffn_norm.weight"), D, &L->ffn_norm, err, n) ||
+            get_mat(f, LNAME("ffn_gate.weight"), D, F, &L->w_gate, false, err, n) ||
+            get_mat(f, LNAME("ffn_up.weight"), D, F, &L->w_up, false, err, n) ||
+            get_mat(f, LNAME("ffn_down.weight"), F, D, &L->w_down, false, err, n))
+            return -1;
+#undef LNAME
+    }
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        uint64_t elems = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        m->weight_bytes += t->nbytes;
+        m->n_params += elems;
+        if (!gguf_str_eq(t->name, "token_embd.weight") || m->tied) m->step_bytes += t->nbytes;
+    }
+    return 0;
+}
+
+static int alloc_scratch(model *m, char *err, size_t n) {
+    const model_hparams *hp = &m->hp;
+    size_t MB = (size_t)m->mp.max_batch;
+    size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
+    float **bufs[] = {&m->x, &m->xb, &m->q, &m->k, &m->v, &m->att, &m->hb, &m->hb2};
+    size_t widths[] = {hp->dim, hp->dim, QD, KVD, KVD, QD, hp->ff, hp->ff};
+    for (size_t i = 0; i < 8; i++) {
+        *bufs[i] = malloc(MB * widths[i] * sizeof(float));
+        if (!*bufs[i]) return model_fail(err, n, "out of memory for %zu-row scratch", MB);
+    }
+    m->pos = malloc(MB * sizeof(int32_t));
+    m->aseq = malloc(MB * sizeof(attn_seq));
+    if (!m->pos || !m->aseq) return model_fail(err, n, "out of memory");
+    int max_k = hp->dim > hp->ff ? hp->dim : hp->ff;
+    if ((int)QD > max_k) max_k = (int)QD;
+    if (m->be->i->reserve(m->be, max_k, m->mp.max_ctx + m->mp.max_batch) != 0)
+        return model_fail(err, n, "backend cannot reserve scratch");
+    return 0;
+}
+
+model *model_load(const char *path, backend *be, const model_params *mp, char *err, size_t errlen) {
+    model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    m->be = be;
+    char sub[512];
+    m->gguf = gguf_open(path, sub, sizeof(sub));
+    if (!m->gguf) {
+        snprintf(err, errlen, "%s", sub);
+        free(m);
+        return NULL;
+    }
+    if (load_hparams(m, sub, sizeof(sub)) || load_rope(m, sub, sizeof(sub)) || load_tensors(m, sub, sizeof(sub)))
+        goto fail;
+    m->mp.max_batch = mp && mp->max_batch > 0 ? mp->max_batch : 512;
+    m->mp.max_ctx = mp && mp->max_ctx > 0 ? mp->max_ctx
+                                          : (m->hp.n_ctx_train < MODEL_MAX_CTX_DEFAULT ? m->hp.n_ctx_train
+                                                                                       : MODEL_MAX_CTX_DEFAULT);
+    if (alloc_scratch(m, sub, sizeof(sub))) goto fail;
+    return m;
+fail:
+    snprintf(err, errlen, "%s: %s", path, sub);
+    model_free(m);
+    return NULL;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    float *bufs[] = {m->x, m->xb, m->q, m->k, m->v, m->att, m->hb, m->hb2};
+    for (size_t i = 0; i < 8; i++) free(bufs[i]);
+    free(m->pos);
+    free(m->aseq);
+    free(m->layers);
+    free(m->inv_freq);
+    gguf_close(m->gguf);
+    free(m);
+}
+
+kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, char *err, size_t errlen) {
+    return kv_pool_create(m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, block_size, n_blocks, err, errlen);
+}
+
+int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,
+                  size_t errlen) {
+    const model_hparams *hp = &m->hp;
+    backend *be = m->be;
+    const backend_i *op = be->i;
+    int D = hp->dim, H = hp->n_head, Hkv = hp->n_kv_head, E = hp->head_dim, F = hp->ff;
+    int QD = H * E, KVD = Hkv * E;
+
+    /* validate everything before touching any cache */
+    int M = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const model_seq *sq = &seqs[s];
+        if (sq->n <= 0) return model_fail(err, errlen, "sequence %d has no new tokens", s);
+        if (sq->kv->len + sq->n > m->mp.max_ctx)
+            return model_fail(err, errlen, "context full: %d + %d positions exceed the limit of %d", sq->kv->len,
+                              sq->n, m->mp.max_ctx);
+        for (int i = 0; i < sq->n; i++)
+            if (sq->tokens[i] < 0 || sq->tokens[i] >= hp->n_vocab)
+                return model_fail(err, errlen, "token id %d is outside the vocabulary (0..%d)", sq->tokens[i],
+                                  hp->n_vocab - 1);
+        M += sq->n;
+    }
+    if (M > m->mp.max_batch)
+        return model_fail(err, errlen, "batch of %d positions exceeds max_batch %d", M, m->mp.max_batch);
+    int need = 0;
+    for (int s = 0; s < n_seqs; s++)
+        need += kv_blocks_for(pool, seqs[s].kv->len + seqs[s].n) - seqs[s].kv->n_blocks > 0
+                    ? kv_blocks_for(pool, seqs[s].kv->len + seqs[s].n) - seqs[s].kv->n_blocks
+                    : 0;
+    if (need > pool->n_free)
+        return model_fail(err, errlen, "KV cache full: need %d more blocks, %d free", need, pool->n_free);
+    for (int s = 0; s < n_seqs; s++) {
+        if (kv_seq_reserve(pool, seqs[s].kv, seqs[s].kv->len + seqs[s].n) != 0)
+            return model_fail(err, errlen, "sequence %d exceeds its KV block table", s);
+    }
+
+    /* gather tokens and positions; one attention slice per sequence */
+    int row = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const model_seq *sq = &seqs[s];
+        op->get_rows(be, m->x + (size_t)row * D, m->tok_embd.w, m->tok_embd.type, sq->tokens, sq->n, D);
+        for (int i = 0; i < sq->n; i++) m->pos[row + i] = sq->pos ? sq->pos[i] : sq->kv->len + i;
+        m->aseq[s] = (attn_seq){row, sq->n, sq->kv->len, sq->kv->blocks, sq->mask};
+        row += sq->n;
+    }
+
+    for (int l = 0; l < hp->n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        kv_layer_view kv = kv_pool_layer(pool, l);
+        op->rmsnorm(be, m->xb, m->x, L->attn_norm, M, D, hp->eps);
+        op->matmul(be, m->q, m->xb, L->wq.w, L->wq.type, M, D, QD);
+        op->matmul(be, m->k, m->xb, L->wk.w, L->wk.type, M, D, KVD);
+        op->matmul(be, m->v, m->xb, L->wv.w, L->wv.type, M, D, KVD);
+        op->rope(be, m->q, m->pos, m->inv_freq, M, H, E, hp->n_rot, hp->rope_neox);
+        op->rope(be, m->k, m->pos, m->inv_freq, M, Hkv, E, hp->n_rot, hp->rope_neox);
+        for (int s = 0; s < n_seqs; s++)
+            op->kv_write(be, &kv, m->aseq[s].blocks, m->aseq[s].n_past, m->k + (size_t)m->aseq[s].row0 * KVD,
+                         m->v + (size_t)m->aseq[s].row0 * KVD, m->aseq[s].n_new, KVD);
+        op->attention(be, m->att, m->q, &kv, m->aseq, n_seqs, H, Hkv, E);
+        op->matmul(be, m->xb, m->att, L->wo.w, L->wo.type, M, QD, D);
+        op->add(be, m->x, m->xb, M, D);
+        op->rmsnorm(be, m->xb, m->x, L->ffn_norm, M, D, hp->eps);
+        op->matmul(be, m->hb, m->xb, L->w_gate.w, L->w_gate.type, M, D, F);
+        op->matmul(be, m->hb2, m->xb, L->w_up.w, L->w_up.type, M, D, F);
+        op->silu_mul(be, m->hb, m->hb2, M, F);
+        op->matmul(be, m->xb, m->hb, L->w_down.w, L->w_down.type, M, F, D);
+        op->add(be, m->x, m->xb, M, D);
+    }
+
+    /* only the rows whose logits are wanted go through the output head */
+    int n_out = 0;
+    row = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int first = seqs[s].all_logits ? 0 : seqs[s].n - 1;
+        for (int i = first; i < seqs[s].n; i++, n_out++)
+            if (row + i != n_out) memcpy(m->x + (size_t)n_out * D, m->x + (size_t)(row + i) * D, (size_t)D * 4);
+        row += seqs[s].n;
+    }
+    op->rmsnorm(be, m->x, m->x, m->out_norm, n_out, D, hp->eps);
+    op->matmul(be, logits, m->x, m->output.w, m->output.type, n_out, D, hp->n_vocab);
+
+    for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n;
+    return 0;
+}

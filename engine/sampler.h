@@ -1,0 +1,83 @@
+/* sampler.h — turns logits into the processed probability vector (temperature, top-k,
+ * top-p, min-p) and draws tokens from it by inverse CDF; also the residual draw that
+ * speculative decoding needs. Randomness is passed in (see rng.h), never kept here. */
+#ifndef SPECD_SAMPLER_H
+#define SPECD_SAMPLER_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One request's sampling settings. Speculation applies ONE config to both the draft
+ * (q) and the target (p), through sampler_probs, so both are processed identically.
+ *   temperature  0 = greedy (one-hot at the argmax, lowest id on ties); > 0 scales.
+ *   top_k        0 = off; else keep the k most probable tokens.
+ *   top_p        1 = off; else keep the smallest most-probable prefix whose mass
+ *                reaches top_p (nucleus).
+ *   min_p        0 = off; else keep tokens with prob >= min_p * (max prob). */
+typedef struct {
+    float temperature; /* finite, >= 0 */
+    int top_k;         /* >= 0 */
+    float top_p;       /* in (0, 1] */
+    float min_p;       /* in [0, 1) */
+} sampler_config;
+
+/* temperature 1, every filter off: the model's own distribution. */
+sampler_config sampler_config_default(void);
+
+/* Checks a config from a request. Returns true if valid; else false and writes a
+ * one-line message naming the field and the allowed range into err[n] (if err and
+ * n > 0). NaN is rejected everywhere. */
+bool sampler_config_validate(const sampler_config *cfg, char *err, size_t n);
+
+/* Scratch for one vocabulary size: every buffer sampler_probs needs is allocated
+ * here, so no call below allocates. A sampler is used by one thread at a time; keep
+ * one per worker thread. Returns NULL on allocation failure or n_vocab < 1. */
+typedef struct sampler sampler;
+sampler *sampler_create(int n_vocab);
+void sampler_destroy(sampler *s); /* NULL is fine */
+int sampler_n_vocab(const sampler *s);
+
+/* Processing of logits[n_vocab] into probs[n_vocab] (processed distribution: exact
+ * zeros outside the support, sums to 1 up to float rounding). Order, each step on
+ * the renormalised output of the previous one:
+ *   1. temperature: softmax(logits / T)   (T = 0: one-hot argmax; steps 2-4 skipped)
+ *   2. top-k   3. top-p   4. min-p
+ * Ranking and ties: tokens are ranked by probability, descending, and equal
+ * probabilities by token id, ascending. top-k keeps exactly the first k ranks (so of
+ * tokens tied at the boundary the lowest ids are kept); top-p keeps the shortest
+ * ranked prefix whose cumulative mass is >= top_p * (mass before top-p) (ties cut by
+ * the same order; at least one token); min-p keeps every token whose probability is
+ * >= min_p * max (ties at the threshold are kept, all or none).
+ * Logits: NaN counts as -inf; -inf tokens get probability 0. If some logits are +inf
+ * the distribution is uniform over them; if every logit is -inf/NaN the result is
+ * one-hot at token 0. Deterministic: same (cfg, logits) → bitwise-same probs, on any
+ * sampler object of the same n_vocab. Cost: O(V) passes (expf over the vocabulary,
+ * or only over the k candidates when top-k is on) plus a radix select; no sort.
+ * cfg must satisfy sampler_config_validate (aborts otherwise: caller invariant).
+ * probs may not alias logits. */
+void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, float *probs);
+
+/* Inverse-CDF draw from probs[n_vocab] (non-negative weights; they need not sum to 1:
+ * the draw is scaled by their sum) with u in [0, 1): the first token whose cumulative
+ * weight exceeds u * sum. Never returns a zero-weight token (not even when rounding
+ * leaves u * sum beyond the last cumulative value: then the last non-zero token).
+ * Returns -1 only if every weight is zero. Allocates nothing; any thread. */
+int sampler_sample(const float *probs, int n_vocab, double u);
+
+/* Draw from normalize(max(0, p - q)) with u in [0, 1) — the correction after a
+ * rejected draft token — without materialising the residual. If the residual mass
+ * is below 1e-12 (p == q up to rounding: a reject had probability < 1e-12) it draws
+ * from p instead. Allocates nothing; any thread. */
+int sampler_sample_residual(const float *p, const float *q, int n_vocab, double u);
+
+/* Index of the largest logit; the lowest index among equals; NaN is skipped
+ * (0 if all are NaN). */
+int sampler_argmax(const float *logits, int n);
+
+/* Convenience for plain decoding: sampler_probs into probs_out (or into the
+ * sampler's own buffer when probs_out is NULL; valid until the next call), then
+ * sampler_sample with u = rng_uniform(seed, position, RNG_SAMPLE, 0). */
+int sampler_sample_logits(sampler *s, const sampler_config *cfg, const float *logits,
+                          float *probs_out, uint64_t seed, uint64_t position);
+
+#endif

@@ -1,0 +1,860 @@
+/* tokenizer.c — SentencePiece-style (SPM) tokenizer built from GGUF metadata:
+ * load + copy, greedy score-driven bigram merging, byte fallback, decode,
+ * streaming UTF-8-safe decode, identity hash and comparison.
+ * Not here: byte-level BPE (gpt2), which a later issue adds behind tok_kind. */
+#include "engine/tokenizer.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOK_ABORT(...) do { fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); abort(); } while (0)
+#define TOK_MAX_VOCAB (1 << 24)
+#define TOK_MAX_TEXT ((size_t)1 << 30)
+
+static const char SPACE_ESC[3] = {'\xe2', '\x96', '\x81'}; /* U+2581 "▁" */
+static const char UNK_TEXT[3] = {'\xe2', '\x96', '\x85'};  /* U+2585 "▅" */
+
+struct tokenizer {
+    tok_kind kind;
+    int32_t n_vocab;
+    /* vocab strings, each NUL-terminated inside text */
+    char *text;
+    uint32_t *off;      /* (n_vocab) */
+    uint32_t *len;      /* (n_vocab) */
+    /* decoded bytes of each token as they enter the text (tok_piece) */
+    char *dtext;
+    uint32_t *doff;     /* (n_vocab) */
+    uint32_t *dlen;     /* (n_vocab) */
+    float *score;       /* (n_vocab) */
+    uint8_t *type;      /* (n_vocab) tok_type */
+    /* open-addressing hash: vocab string -> id, -1 = empty slot */
+    int32_t *map;       /* (map_mask + 1) */
+    uint32_t map_mask;
+    int32_t byte_id[256];   /* byte fallback for each byte value */
+    /* special tokens matched whole in text (control/unknown/user-defined),
+     * bucketed by first byte, longest first within a bucket */
+    int32_t *special;       /* (n_special) */
+    uint32_t special_start[257];
+    int32_t n_special;
+    int32_t bos, eos, unk, pad, eot, eom;
+    int32_t eog[3];
+    int n_eog;
+    bool add_bos, add_eos, add_space_prefix;
+    size_t max_len;     /* longest vocab string */
+    size_t max_dlen;    /* longest decoded piece */
+    uint64_t hash;
+};
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static void set_err(char *err, size_t n, const char *fmt, ...) {
+    if (!err || n == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const uint8_t *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+#define FNV_INIT 0xcbf29ce484222325ULL
+
+static inline uint32_t str_hash(const char *s, size_t n) {
+    uint64_t h = fnv1a(FNV_INIT, s, n);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+static void check_id(const tokenizer *t, int32_t id, const char *fn) {
+    if (id < 0 || id >= t->n_vocab)
+        TOK_ABORT("%s: token id %" PRId32 " out of range [0, %" PRId32 ")", fn, id, t->n_vocab);
+}
+
+/* Length of the UTF-8 sequence a lead byte announces (continuation and
+ * invalid lead bytes count as 1), as SentencePiece-derived tokenizers split. */
+static inline size_t utf8_len(uint8_t c) {
+    static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lens[c >> 4];
+}
+
+/* Types whose strings can be produced by merging text characters. */
+static inline bool mergeable(uint8_t type) {
+    return type == TOK_TYPE_NORMAL || type == TOK_TYPE_USER_DEFINED || type == TOK_TYPE_UNDEFINED;
+}
+
+static int32_t map_find(const tokenizer *t, const char *s, size_t n) {
+    uint32_t i = str_hash(s, n) & t->map_mask;
+    for (;;) {
+        int32_t id = t->map[i];
+        if (id < 0) return -1;
+        if (t->len[id] == n && memcmp(t->text + t->off[id], s, n) == 0) return id;
+        i = (i + 1) & t->map_mask;
+    }
+}
+
+static void map_insert(tokenizer *t, int32_t id) {
+    const char *s = t->text + t->off[id];
+    size_t n = t->len[id];
+    uint32_t i = str_hash(s, n) & t->map_mask;
+    for (;;) {
+        int32_t cur = t->map[i];
+        if (cur < 0) { t->map[i] = id; return; }
+        if (t->len[cur] == n && memcmp(t->text + t->off[cur], s, n) == 0) {
+            t->map[i] = id; /* duplicate string: the later id wins */
+            return;
+        }
+        i = (i + 1) & t->map_mask;
+    }
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* "<0xNN>" -> NN, else -1. */
+static int parse_byte_token(const char *s, size_t n) {
+    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int hi = hexval(s[3]), lo = hexval(s[4]);
+    if (hi < 0 || lo < 0) return -1;
+    return hi * 16 + lo;
+}
+
+/* ---- load -------------------------------------------------------------- */
+
+/* Reads an optional special id. Absent or the "none" markers (-1, 0xFFFFFFFF)
+ * leave *out = dflt (when in range) or -1; other out-of-range values fail. */
+static bool load_special(const gguf_file *f, const char *key, int32_t dflt, int32_t n_vocab,
+                         int32_t *out, char *err, size_t errlen) {
+    *out = (dflt >= 0 && dflt < n_vocab) ? dflt : -1;
+    const gguf_kv *kv = gguf_find(f, key);
+    if (!kv) return true;
+    int64_t v;
+    if (!gguf_get_i64(f, key, &v)) {
+        set_err(err, errlen, "tokenizer: %s has type %s, expected an integer", key,
+                gguf_vtype_name(kv->type));
+        return false;
+    }
+    if (v == -1 || v == 0xFFFFFFFFLL) { *out = -1; return true; }
+    if (v < 0 || v >= n_vocab) {
+        set_err(err, errlen, "tokenizer: %s = %" PRId64 " is out of range (vocabulary has %" PRId32 " tokens)",
+                key, v, n_vocab);
+        return false;
+    }
+    *out = (int32_t)v;
+    return true;
+}
+
+static bool load_flag(const gguf_file *f, const char *key, bool dflt, bool *out,
+                      char *err, size_t errlen) {
+    *out = dflt;
+    const gguf_kv *kv = gguf_find(f, key);
+    if (!kv) return true;
+    if (!gguf_get_bool(f, key, out)) {
+        set_err(err, errlen, "tokenizer: %s has type %s, expected bool", key, gguf_vtype_name(kv->type));
+        return false;
+    }
+    return true;
+}
+
+static uint64_t compute_hash(const tokenizer *t) {
+    uint64_t h = FNV_INIT;
+    int32_t head[8] = {(int32_t)t->kind, t->n_vocab, t->bos, t->eos, t->unk, t->pad, t->eot, t->eom};
+    h = fnv1a(h, head, sizeof head);
+    uint8_t flags[3] = {t->add_bos, t->add_eos, t->add_space_prefix};
+    h = fnv1a(h, flags, sizeof flags);
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        uint32_t n = t->len[i];
+        h = fnv1a(h, &n, sizeof n);
+        h = fnv1a(h, t->text + t->off[i], n);
+        h = fnv1a(h, &t->score[i], sizeof(float));
+        h = fnv1a(h, &t->type[i], 1);
+    }
+    return h;
+}
+
+static int cmp_special(const void *pa, const void *pb, void *ctx) {
+    const tokenizer *t = ctx;
+    int32_t a = *(const int32_t *)pa, b = *(const int32_t *)pb;
+    uint8_t fa = (uint8_t)t->text[t->off[a]], fb = (uint8_t)t->text[t->off[b]];
+    if (fa != fb) return fa < fb ? -1 : 1;
+    if (t->len[a] != t->len[b]) return t->len[a] > t->len[b] ? -1 : 1;
+    return a < b ? -1 : (a > b);
+}
+
+static bool build_tables(tokenizer *t, const gguf_str *strs, char *err, size_t errlen) {
+    int32_t n = t->n_vocab;
+    /* vocab strings */
+    uint64_t total = 0;
+    for (int32_t i = 0; i < n; i++) total += strs[i].len + 1;
+    if (total > UINT32_MAX) {
+        set_err(err, errlen, "tokenizer: token strings total %" PRIu64 " bytes (limit 4 GiB)", total);
+        return false;
+    }
+    t->text = malloc(total ? total : 1);
+    /* decoded pieces are at most max(len, 3) each */
+    uint64_t dtotal = 0;
+    for (int32_t i = 0; i < n; i++) dtotal += (strs[i].len > 3 ? strs[i].len : 3);
+    if (dtotal > UINT32_MAX) {
+        set_err(err, errlen, "tokenizer: decoded pieces exceed 4 GiB");
+        return false;
+    }
+    t->dtext = malloc(dtotal ? dtotal : 1);
+    if (!t->text || !t->dtext) TOK_ABORT("out of memory");
+    uint32_t pos = 0, dpos = 0;
+    for (int32_t i = 0; i < n; i++) {
+        size_t len = strs[i].len;
+        t->off[i] = pos;
+        t->len[i] = (uint32_t)len;
+        memcpy(t->text + pos, strs[i].ptr, len);
+        t->text[pos + len] = '\0';
+        if (len > t->max_len) t->max_len = len;
+        const char *s = t->text + pos;
+        pos += (uint32_t)len + 1;
+
+        char *d = t->dtext + dpos;
+        uint32_t dn = 0;
+        switch (t->type[i]) {
+        case TOK_TYPE_BYTE: {
+            int b = parse_byte_token(s, len);
+            if (b < 0) {
+                set_err(err, errlen, "tokenizer: token %" PRId32 " has type byte but its text is not <0xNN>", i);
+                return false;
+            }
+            d[dn++] = (char)b;
+            break;
+        }
+        case TOK_TYPE_UNKNOWN:
+            memcpy(d, UNK_TEXT, 3);
+            dn = 3;
+            break;
+        case TOK_TYPE_CONTROL:
+        case TOK_TYPE_UNUSED:
+            break;
+        case TOK_TYPE_USER_DEFINED:
+            memcpy(d, s, len);
+            dn = (uint32_t)len;
+            break;
+        default: /* normal, undefined: "▁" -> ' ' */
+            for (size_t k = 0; k < len;) {
+                if (k + 3 <= len && memcmp(s + k, SPACE_ESC, 3) == 0) { d[dn++] = ' '; k += 3; }
+                else d[dn++] = s[k++];
+            }
+            break;
+        }
+        t->doff[i] = dpos;
+        t->dlen[i] = dn;
+        if (dn > t->max_dlen) t->max_dlen = dn;
+        dpos += dn;
+    }
+
+    /* piece -> id map at load factor <= 1/2 */
+    uint32_t cap = 16;
+    while (cap < 2u * (uint32_t)n) cap <<= 1;
+    t->map = malloc(cap * sizeof *t->map);
+    if (!t->map) TOK_ABORT("out of memory");
+    memset(t->map, 0xff, cap * sizeof *t->map);
+    t->map_mask = cap - 1;
+    for (int32_t i = 0; i < n; i++) map_insert(t, i);
+
+    /* byte fallback */
+    for (int b = 0; b < 256; b++) {
+        char buf[8];
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        int32_t id = map_find(t, buf, 6);
+        if (id < 0 || t->type[id] != TOK_TYPE_BYTE) {
+            char c = (char)b;
+            id = map_find(t, &c, 1);
+            if (id >= 0 && !mergeable(t->type[id])) id = -1;
+        }
+        if (id < 0) id = t->unk;
+        if (id < 0) {
+            set_err(err, errlen, "tokenizer: no token for byte 0x%02X (no <0x%02X> byte token, "
+                    "no single-byte token, no unknown token)", b, b);
+            return false;
+        }
+        t->byte_id[b] = id;
+    }
+
+    /* special tokens matched whole in text */
+    int32_t ns = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t ty = t->type[i];
+        if (t->len[i] > 0 && (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ty == TOK_TYPE_USER_DEFINED))
+            ns++;
+    }
+    t->special = malloc((ns ? ns : 1) * sizeof *t->special);
+    if (!t->special) TOK_ABORT("out of memory");
+    ns = 0;
+    for (int32_t i = 0; i < n; i++) {
+        uint8_t ty = t->type[i];
+        if (t->len[i] > 0 && (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ty == TOK_TYPE_USER_DEFINED))
+            t->special[ns++] = i;
+    }
+    t->n_special = ns;
+    qsort_r(t->special, (size_t)ns, sizeof *t->special, cmp_special, t);
+    int32_t k = 0;
+    for (int c = 0; c < 256; c++) {
+        t->special_start[c] = (uint32_t)k;
+        while (k < ns && (uint8_t)t->text[t->off[t->special[k]]] == c) k++;
+    }
+    t->special_start[256] = (uint32_t)ns;
+    return true;
+}
+
+tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
+    gguf_str model;
+    if (!gguf_get_str(f, "tokenizer.ggml.model", &model)) {
+        set_err(err, errlen, "tokenizer: no tokenizer.ggml.model in the file");
+        return NULL;
+    }
+    char mname[64];
+    snprintf(mname, sizeof mname, "%.*s", (int)(model.len < 48 ? model.len : 48), model.ptr);
+    if (gguf_str_eq(model, "gpt2")) {
+        set_err(err, errlen, "tokenizer model 'gpt2' (byte-level BPE) not supported yet");
+        return NULL;
+    }
+    if (!gguf_str_eq(model, "llama")) {
+        set_err(err, errlen, "tokenizer model '%s' not supported (supported: 'llama')", mname);
+        return NULL;
+    }
+
+    const gguf_kv *ktok = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
+    if (!ktok) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens missing or not a string array");
+        return NULL;
+    }
+    if (ktok->arr_n == 0 || ktok->arr_n > TOK_MAX_VOCAB) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.tokens has %" PRIu64 " entries (need 1..%d)",
+                ktok->arr_n, TOK_MAX_VOCAB);
+        return NULL;
+    }
+    int32_t n = (int32_t)ktok->arr_n;
+
+    const gguf_kv *kscore = gguf_find(f, "tokenizer.ggml.scores");
+    if (kscore && !(kscore->type == GGUF_TYPE_ARRAY && kscore->arr_type == GGUF_TYPE_FLOAT32 &&
+                    kscore->arr_n == (uint64_t)n)) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.scores must be %" PRId32 " float32 values", n);
+        return NULL;
+    }
+    const gguf_kv *ktype = gguf_find(f, "tokenizer.ggml.token_type");
+    if (ktype && !(ktype->type == GGUF_TYPE_ARRAY &&
+                   (ktype->arr_type == GGUF_TYPE_INT32 || ktype->arr_type == GGUF_TYPE_UINT32) &&
+                   ktype->arr_n == (uint64_t)n)) {
+        set_err(err, errlen, "tokenizer: tokenizer.ggml.token_type must be %" PRId32 " int32 values", n);
+        return NULL;
+    }
+
+    tokenizer *t = calloc(1, sizeof *t);
+    if (!t) TOK_ABORT("out of memory");
+    t->kind = TOK_KIND_SPM;
+    t->n_vocab = n;
+    t->off = malloc((size_t)n * sizeof *t->off);
+    t->len = malloc((size_t)n * sizeof *t->len);
+    t->doff = malloc((size_t)n * sizeof *t->doff);
+    t->dlen = malloc((size_t)n * sizeof *t->dlen);
+    t->score = malloc((size_t)n * sizeof *t->score);
+    t->type = malloc((size_t)n);
+    if (!t->off || !t->len || !t->doff || !t->dlen || !t->score || !t->type) TOK_ABORT("out of memory");
+
+    for (int32_t i = 0; i < n; i++) {
+        if (kscore) memcpy(&t->score[i], (const char *)kscore->arr_data + 4 * (size_t)i, 4);
+        else t->score[i] = 0.0f;
+    }
+    if (!load_special(f, "tokenizer.ggml.bos_token_id", 1, n, &t->bos, err, errlen) ||
+        !load_special(f, "tokenizer.ggml.eos_token_id", 2, n, &t->eos, err, errlen) ||
+        !load_special(f, "tokenizer.ggml.unknown_token_id", 0, n, &t->unk, err, errlen) ||
+        !load_special(f, "tokenizer.ggml.padding_token_id", -1, n, &t->pad, err, errlen) ||
+        !load_special(f, "tokenizer.ggml.eot_token_id", -1, n, &t->eot, err, errlen) ||
+        !load_special(f, "tokenizer.ggml.eom_token_id", -1, n, &t->eom, err, errlen) ||
+        !load_flag(f, "tokenizer.ggml.add_bos_token", true, &t->add_bos, err, errlen) ||
+        !load_flag(f, "tokenizer.ggml.add_eos_token", false, &t->add_eos, err, errlen) ||
+        !load_flag(f, "tokenizer.ggml.add_space_prefix", true, &t->add_space_prefix, err, errlen))
+        goto fail;
+
+    for (int32_t i = 0; i < n; i++) {
+        if (ktype) {
+            int32_t v;
+            memcpy(&v, (const char *)ktype->arr_data + 4 * (size_t)i, 4);
+            if (v < TOK_TYPE_UNDEFINED || v > TOK_TYPE_BYTE) {
+                set_err(err, errlen, "tokenizer: token %" PRId32 " has unknown type %" PRId32, i, v);
+                goto fail;
+            }
+            t->type[i] = (uint8_t)v;
+        } else {
+            /* no types stored: infer the ones that change behaviour */
+            const gguf_str *s = &ktok->arr_str[i];
+            if (parse_byte_token(s->ptr, s->len) >= 0) t->type[i] = TOK_TYPE_BYTE;
+            else if (i == t->unk) t->type[i] = TOK_TYPE_UNKNOWN;
+            else if (i == t->bos || i == t->eos) t->type[i] = TOK_TYPE_CONTROL;
+            else t->type[i] = TOK_TYPE_NORMAL;
+        }
+    }
+    if (!build_tables(t, ktok->arr_str, err, errlen)) goto fail;
+
+    int32_t eogs[3] = {t->eos, t->eot, t->eom};
+    for (int i = 0; i < 3; i++) {
+        if (eogs[i] < 0) continue;
+        bool dup = false;
+        for (int j = 0; j < t->n_eog; j++) dup |= t->eog[j] == eogs[i];
+        if (!dup) t->eog[t->n_eog++] = eogs[i];
+    }
+    t->hash = compute_hash(t);
+    return t;
+fail:
+    tok_destroy(t);
+    return NULL;
+}
+
+void tok_destroy(tokenizer *t) {
+    if (!t) return;
+    free(t->text);
+    free(t->off);
+    free(t->len);
+    free(t->dtext);
+    free(t->doff);
+    free(t->dlen);
+    free(t->score);
+    free(t->type);
+    free(t->map);
+    free(t->special);
+    free(t);
+}
+
+/* ---- facts ------------------------------------------------------------- */
+
+tok_kind tok_get_kind(const tokenizer *t) { return t->kind; }
+
+const char *tok_kind_name(tok_kind k) {
+    switch (k) {
+    case TOK_KIND_SPM: return "llama";
+    case TOK_KIND_BPE: return "gpt2";
+    }
+    return "?";
+}
+
+int32_t tok_n_vocab(const tokenizer *t) { return t->n_vocab; }
+bool tok_valid_id(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab; }
+int32_t tok_bos(const tokenizer *t) { return t->bos; }
+int32_t tok_eos(const tokenizer *t) { return t->eos; }
+int32_t tok_unk(const tokenizer *t) { return t->unk; }
+int32_t tok_pad(const tokenizer *t) { return t->pad; }
+bool tok_add_bos(const tokenizer *t) { return t->add_bos; }
+bool tok_add_eos(const tokenizer *t) { return t->add_eos; }
+bool tok_add_space_prefix(const tokenizer *t) { return t->add_space_prefix; }
+size_t tok_max_token_len(const tokenizer *t) { return t->max_len; }
+uint64_t tok_hash(const tokenizer *t) { return t->hash; }
+
+bool tok_is_eog(const tokenizer *t, int32_t id) {
+    for (int i = 0; i < t->n_eog; i++)
+        if (t->eog[i] == id) return true;
+    return false;
+}
+
+const char *tok_token_str(const tokenizer *t, int32_t id, size_t *len) {
+    check_id(t, id, "tok_token_str");
+    if (len) *len = t->len[id];
+    return t->text + t->off[id];
+}
+
+tok_type tok_token_type(const tokenizer *t, int32_t id) {
+    check_id(t, id, "tok_token_type");
+    return (tok_type)t->type[id];
+}
+
+float tok_score(const tokenizer *t, int32_t id) {
+    check_id(t, id, "tok_score");
+    return t->score[id];
+}
+
+int32_t tok_find(const tokenizer *t, const char *piece, size_t len) {
+    return map_find(t, piece, len);
+}
+
+/* ---- compare ----------------------------------------------------------- */
+
+/* Quotes s for a message: printable bytes as is, others as \xNN, max 40 bytes. */
+static void quote(char *dst, size_t cap, const char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        uint8_t c = (uint8_t)s[i];
+        if (i >= 40) { memcpy(dst + o, "...", 3); o += 3; break; }
+        if (c < 0x20 || c == 0x7f || c == '\'' || c == '\\') o += (size_t)snprintf(dst + o, cap - o, "\\x%02X", c);
+        else dst[o++] = (char)c;
+    }
+    dst[o] = '\0';
+}
+
+int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n) {
+    char qa[200], qb[200];
+    if (a->kind != b->kind) {
+        set_err(msg, n, "tokenizer model: target '%s' vs draft '%s'", tok_kind_name(a->kind), tok_kind_name(b->kind));
+        return 1;
+    }
+    if (a->n_vocab != b->n_vocab) {
+        set_err(msg, n, "vocabulary size: target %" PRId32 " vs draft %" PRId32, a->n_vocab, b->n_vocab);
+        return 1;
+    }
+    for (int32_t i = 0; i < a->n_vocab; i++) {
+        const char *sa = a->text + a->off[i], *sb = b->text + b->off[i];
+        quote(qa, sizeof qa, sa, a->len[i]);
+        if (a->len[i] != b->len[i] || memcmp(sa, sb, a->len[i]) != 0) {
+            quote(qb, sizeof qb, sb, b->len[i]);
+            set_err(msg, n, "token %" PRId32 ": target '%s' vs draft '%s'", i, qa, qb);
+            return 1;
+        }
+        if (a->type[i] != b->type[i]) {
+            set_err(msg, n, "token %" PRId32 " '%s': type target %d vs draft %d", i, qa, a->type[i], b->type[i]);
+            return 1;
+        }
+        if (memcmp(&a->score[i], &b->score[i], sizeof(float)) != 0) {
+            set_err(msg, n, "token %" PRId32 " '%s': score target %.9g vs draft %.9g", i, qa,
+                    (double)a->score[i], (double)b->score[i]);
+            return 1;
+        }
+    }
+    static const char *const names[6] = {"bos", "eos", "unknown", "padding", "eot", "eom"};
+    const int32_t ia[6] = {a->bos, a->eos, a->unk, a->pad, a->eot, a->eom};
+    const int32_t ib[6] = {b->bos, b->eos, b->unk, b->pad, b->eot, b->eom};
+    for (int i = 0; i < 6; i++) {
+        if (ia[i] != ib[i]) {
+            set_err(msg, n, "%s token id: target %" PRId32 " vs draft %" PRId32, names[i], ia[i], ib[i]);
+            return 1;
+        }
+    }
+    static const char *const fnames[3] = {"add_bos_token", "add_eos_token", "add_space_prefix"};
+    const bool fa[3] = {a->add_bos, a->add_eos, a->add_space_prefix};
+    const bool fb[3] = {b->add_bos, b->add_eos, b->add_space_prefix};
+    for (int i = 0; i < 3; i++) {
+        if (fa[i] != fb[i]) {
+            set_err(msg, n, "%s: target %s vs draft %s", fnames[i], fa[i] ? "true" : "false", fb[i] ? "true" : "false");
+            return 1;
+        }
+    }
+    set_err(msg, n, "identical");
+    return 0;
+}
+
+/* ---- encode (SPM) ------------------------------------------------------- */
+
+typedef struct {
+    int32_t prev, next; /* neighbouring live symbols, -1 at the ends */
+    uint32_t start, n;  /* bytes in the escaped text; n == 0: merged away */
+} spm_sym;
+
+typedef struct {
+    int32_t left, right;
+    float score;
+    uint32_t size;      /* bytes of the merged piece when the bigram was queued */
+} spm_bigram;
+
+typedef struct {
+    const tokenizer *t;
+    char *esc;          /* escaped text of the current run */
+    spm_sym *sym;
+    spm_bigram *heap;
+    size_t nheap, heap_cap;
+    int32_t *out;
+    int max_out;
+    int count;
+} spm_state;
+
+static inline void emit(spm_state *st, int32_t id) {
+    if (st->count < st->max_out) st->out[st->count] = id;
+    st->count++;
+}
+
+/* heap order: higher score first; equal scores: leftmost first */
+static inline bool bigram_before(const spm_bigram *x, const spm_bigram *y) {
+    return x->score > y->score || (x->score == y->score && x->left < y->left);
+}
+
+static void heap_push(spm_state *st, spm_bigram b) {
+    if (st->nheap == st->heap_cap) TOK_ABORT("spm heap overflow (%zu)", st->nheap);
+    size_t i = st->nheap++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bigram_before(&b, &st->heap[p])) break;
+        st->heap[i] = st->heap[p];
+        i = p;
+    }
+    st->heap[i] = b;
+}
+
+static spm_bigram heap_pop(spm_state *st) {
+    spm_bigram top = st->heap[0];
+    spm_bigram last = st->heap[--st->nheap];
+    size_t i = 0, n = st->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bigram_before(&st->heap[c + 1], &st->heap[c])) c++;
+        if (!bigram_before(&st->heap[c], &last)) break;
+        st->heap[i] = st->heap[c];
+        i = c;
+    }
+    if (n) st->heap[i] = last;
+    return top;
+}
+
+static void try_bigram(spm_state *st, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const spm_sym *l = &st->sym[left], *r = &st->sym[right];
+    uint32_t size = l->n + r->n;
+    int32_t id = map_find(st->t, st->esc + l->start, size);
+    if (id < 0 || !mergeable(st->t->type[id])) return;
+    heap_push(st, (spm_bigram){left, right, st->t->score[id], size});
+}
+
+/* Tokenizes one run of plain text (no special tokens inside). */
+static void spm_run(spm_state *st, const char *text, size_t len, bool prefix) {
+    const tokenizer *t = st->t;
+    size_t n = 0;
+    if (prefix && t->add_space_prefix) { memcpy(st->esc, SPACE_ESC, 3); n = 3; }
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') { memcpy(st->esc + n, SPACE_ESC, 3); n += 3; }
+        else st->esc[n++] = text[i];
+    }
+    if (n == 0) return;
+
+    int32_t nsym = 0;
+    for (size_t i = 0; i < n;) {
+        size_t cl = utf8_len((uint8_t)st->esc[i]);
+        if (cl > n - i) cl = n - i;
+        st->sym[nsym] = (spm_sym){nsym - 1, nsym + 1, (uint32_t)i, (uint32_t)cl};
+        nsym++;
+        i += cl;
+    }
+    st->sym[nsym - 1].next = -1;
+
+    st->nheap = 0;
+    for (int32_t i = 1; i < nsym; i++) try_bigram(st, i - 1, i);
+    while (st->nheap > 0) {
+        spm_bigram b = heap_pop(st);
+        spm_sym *l = &st->sym[b.left], *r = &st->sym[b.right];
+        /* stale: one side already merged elsewhere (sizes only grow or drop to 0) */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) st->sym[r->next].prev = b.left;
+        try_bigram(st, l->prev, b.left);
+        try_bigram(st, b.left, l->next);
+    }
+
+    for (int32_t i = 0; i >= 0; i = st->sym[i].next) {
+        const spm_sym *s = &st->sym[i];
+        int32_t id = map_find(t, st->esc + s->start, s->n);
+        if (id >= 0 && mergeable(t->type[id])) {
+            emit(st, id);
+        } else {
+            for (uint32_t k = 0; k < s->n; k++) emit(st, t->byte_id[(uint8_t)st->esc[s->start + k]]);
+        }
+    }
+}
+
+/* Longest special token starting at text (leftmost-longest). */
+static int32_t match_special(const tokenizer *t, const char *text, size_t len, bool parse_special,
+                             size_t *mlen) {
+    uint8_t c = (uint8_t)text[0];
+    for (uint32_t k = t->special_start[c]; k < t->special_start[c + 1]; k++) {
+        int32_t id = t->special[k];
+        if (!parse_special && t->type[id] != TOK_TYPE_USER_DEFINED) continue;
+        size_t n = t->len[id];
+        if (n <= len && memcmp(text, t->text + t->off[id], n) == 0) {
+            *mlen = n;
+            return id;
+        }
+    }
+    return -1;
+}
+
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
+               bool parse_special, int32_t *out, int max_out) {
+    if (len > TOK_MAX_TEXT) TOK_ABORT("tok_encode: text of %zu bytes (limit %zu)", len, TOK_MAX_TEXT);
+    if (max_out < 0) max_out = 0;
+    if (t->kind != TOK_KIND_SPM) TOK_ABORT("tok_encode: tokenizer kind %d not implemented", (int)t->kind);
+
+    spm_state st = {.t = t, .out = out, .max_out = max_out};
+    if (add_special && t->add_bos && t->bos >= 0) emit(&st, t->bos);
+    if (len > 0) {
+        /* escaped text <= 3 + 3*len bytes; symbols <= that; each merge queues
+         * at most 2 bigrams and there are < nsym merges, plus nsym initial */
+        size_t esc_cap = 3 + 3 * len;
+        st.heap_cap = 3 * (len + 2);
+        size_t bytes = esc_cap + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
+        char *scratch = malloc(bytes);
+        if (!scratch) TOK_ABORT("out of memory (%zu bytes)", bytes);
+        st.sym = (spm_sym *)scratch;
+        st.heap = (spm_bigram *)(scratch + (len + 2) * sizeof(spm_sym));
+        st.esc = scratch + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
+
+        bool prev_special = true; /* the text start gets the space prefix */
+        size_t run = 0;
+        if (t->n_special > 0) {
+            for (size_t i = 0; i < len;) {
+                size_t mlen = 0;
+                int32_t id = match_special(t, text + i, len - i, parse_special, &mlen);
+                if (id < 0) { i++; continue; }
+                if (i > run) spm_run(&st, text + run, i - run, prev_special);
+                emit(&st, id);
+                prev_special = true;
+                i += mlen;
+                run = i;
+            }
+        }
+        if (run < len) spm_run(&st, text + run, len - run, prev_special);
+        free(scratch);
+    }
+    if (add_special && t->add_eos && t->eos >= 0) emit(&st, t->eos);
+    return st.count <= max_out ? st.count : -st.count;
+}
+
+/* ---- decode -------------------------------------------------------------- */
+
+/* The bytes id contributes under flags. Sets *is_special when the token was
+ * matched whole by tok_encode (so a space prefix follows it). */
+static inline void render(const tokenizer *t, int32_t id, unsigned flags, const char **p, size_t *n,
+                          bool *is_special) {
+    uint8_t ty = t->type[id];
+    *is_special = false;
+    if (ty == TOK_TYPE_CONTROL && (flags & TOK_DECODE_SPECIAL)) {
+        *p = t->text + t->off[id];
+        *n = t->len[id];
+        *is_special = true;
+        return;
+    }
+    *p = t->dtext + t->doff[id];
+    *n = t->dlen[id];
+    *is_special = ty == TOK_TYPE_USER_DEFINED;
+}
+
+int tok_piece(const tokenizer *t, int32_t id, char *buf, size_t n) {
+    check_id(t, id, "tok_piece");
+    size_t len = t->dlen[id];
+    if (len > n) return -(int)len;
+    memcpy(buf, t->dtext + t->doff[id], len);
+    return (int)len;
+}
+
+/* Applies the space-prefix rule to one rendered token; advances p and n. */
+static inline void apply_strip(const tokenizer *t, bool *strip, bool is_special, const char **p, size_t *n) {
+    if (is_special) {
+        /* matched whole by the encoder: never stripped, and the text run after
+         * it got a space prefix */
+        *strip = t->add_space_prefix;
+        return;
+    }
+    if (*n == 0 || !*strip) return;
+    *strip = false;
+    if ((*p)[0] == ' ') { (*p)++; (*n)--; }
+}
+
+int tok_decode(const tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap, unsigned flags) {
+    bool strip = t->add_space_prefix && !(flags & TOK_DECODE_CONTINUATION);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        check_id(t, ids[i], "tok_decode");
+        const char *p;
+        size_t len;
+        bool sp;
+        render(t, ids[i], flags, &p, &len, &sp);
+        apply_strip(t, &strip, sp, &p, &len);
+        if (len > 0 && total + len <= cap) memcpy(buf + total, p, len);
+        total += len;
+    }
+    if (total > (size_t)0x7fffffff) TOK_ABORT("tok_decode: %zu bytes of text", total);
+    return total <= cap ? (int)total : -(int)total;
+}
+
+/* ---- streaming decode ------------------------------------------------------ */
+
+void tok_stream_init(tok_stream *s, const tokenizer *t, unsigned flags) {
+    memset(s, 0, sizeof *s);
+    s->flags = flags;
+    s->strip = t->add_space_prefix && !(flags & TOK_DECODE_CONTINUATION);
+}
+
+size_t tok_stream_max_out(const tokenizer *t) {
+    size_t piece = t->max_len > t->max_dlen ? t->max_len : t->max_dlen;
+    if (piece < 3) piece = 3;
+    /* every byte may turn into U+FFFD, plus the replacement of held bytes */
+    return 3 * piece + 3;
+}
+
+static inline size_t put_fffd(char *out, size_t o) {
+    out[o] = '\xef';
+    out[o + 1] = '\xbf';
+    out[o + 2] = '\xbd';
+    return o + 3;
+}
+
+/* Is c a valid byte at position npend of a sequence starting with lead? */
+static inline bool utf8_cont_ok(uint8_t lead, uint8_t npend, uint8_t c) {
+    if (npend == 1) {
+        switch (lead) {
+        case 0xE0: return c >= 0xA0 && c <= 0xBF;
+        case 0xED: return c >= 0x80 && c <= 0x9F;
+        case 0xF0: return c >= 0x90 && c <= 0xBF;
+        case 0xF4: return c >= 0x80 && c <= 0x8F;
+        default: break;
+        }
+    }
+    return c >= 0x80 && c <= 0xBF;
+}
+
+int tok_stream_feed(tok_stream *s, const tokenizer *t, int32_t id, char *out, size_t cap) {
+    check_id(t, id, "tok_stream_feed");
+    size_t need_cap = tok_stream_max_out(t);
+    if (cap < need_cap) return -(int)need_cap;
+    const char *p;
+    size_t len;
+    bool sp;
+    render(t, id, s->flags, &p, &len, &sp);
+    apply_strip(t, &s->strip, sp, &p, &len);
+
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t c = (uint8_t)p[i];
+        if (s->need) {
+            if (utf8_cont_ok(s->pend[0], s->npend, c)) {
+                s->pend[s->npend++] = c;
+                if (s->npend == s->need) {
+                    memcpy(out + o, s->pend, s->npend);
+                    o += s->npend;
+                    s->npend = s->need = 0;
+                }
+                continue;
+            }
+            /* the held prefix can no longer complete: one U+FFFD for it,
+             * then c starts afresh */
+            o = put_fffd(out, o);
+            s->npend = s->need = 0;
+        }
+        if (c < 0x80) out[o++] = (char)c;
+        else if (c >= 0xC2 && c <= 0xDF) { s->pend[0] = c; s->npend = 1; s->need = 2; }
+        else if (c >= 0xE0 && c <= 0xEF) { s->pend[0] = c; s->npend = 1; s->need = 3; }
+        else if (c >= 0xF0 && c <= 0xF4) { s->pend[0] = c; s->npend = 1; s->need = 4; }
+        else o = put_fffd(out, o);
+    }
+    return (int)o;
+}
+
+int tok_stream_flush(tok_stream *s, char *out, size_t cap) {
+    if (!s->need) return 0;
+    if (cap < 3) return -3;
+    s->npend = s->need = 0;
+    put_fffd(out, 0);
+    return 3;
+}

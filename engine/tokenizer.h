@@ -1,0 +1,161 @@
+/* tokenizer.h — text <-> token ids from GGUF tokenizer metadata: SentencePiece-
+ * style (tokenizer.ggml.model = "llama"), streaming UTF-8-safe decode, identity.
+ *
+ * Byte-level BPE ("gpt2") is not implemented yet: tok_create refuses it with a
+ * clear error; the kind enum and the kind-dispatching entry points are where it
+ * slots in.
+ *
+ * Ownership: tok_create COPIES everything it needs (token strings, scores,
+ * types, special ids) and builds its own piece->id hash map, so the gguf_file
+ * may be closed right after. A tokenizer is immutable after creation: every
+ * function taking `const tokenizer *` may be called from any number of threads
+ * at once. tok_encode allocates scratch per call (prompts, not the per-token
+ * path); tok_piece, tok_stream_* and tok_decode never allocate. */
+#ifndef SPECD_TOKENIZER_H
+#define SPECD_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/gguf.h"
+
+typedef enum {
+    TOK_KIND_SPM = 1,  /* "llama": SentencePiece-style score-driven merges + byte fallback */
+    TOK_KIND_BPE = 2,  /* "gpt2": byte-level BPE with merges (later issue) */
+} tok_kind;
+
+/* Token types, as stored in tokenizer.ggml.token_type. */
+typedef enum {
+    TOK_TYPE_UNDEFINED = 0,
+    TOK_TYPE_NORMAL = 1,
+    TOK_TYPE_UNKNOWN = 2,
+    TOK_TYPE_CONTROL = 3,
+    TOK_TYPE_USER_DEFINED = 4,
+    TOK_TYPE_UNUSED = 5,
+    TOK_TYPE_BYTE = 6,
+} tok_type;
+
+typedef struct tokenizer tokenizer;
+
+/* ---- create / destroy ------------------------------------------------- */
+
+/* Builds a tokenizer from f's tokenizer.ggml.* metadata. Returns NULL and a
+ * one-line reason in err on a missing/invalid key, an out-of-range special id,
+ * or an unsupported model kind (e.g. "tokenizer model 'gpt2' (byte-level BPE)
+ * not supported yet"). The caller owns the result; f may be closed after. */
+tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen);
+void tok_destroy(tokenizer *t); /* accepts NULL */
+
+/* ---- facts ------------------------------------------------------------ */
+
+tok_kind tok_get_kind(const tokenizer *t);
+const char *tok_kind_name(tok_kind k);  /* "llama", "gpt2" */
+int32_t tok_n_vocab(const tokenizer *t);
+bool tok_valid_id(const tokenizer *t, int32_t id);
+/* Special ids; -1 when the vocabulary has none. */
+int32_t tok_bos(const tokenizer *t);
+int32_t tok_eos(const tokenizer *t);
+int32_t tok_unk(const tokenizer *t);
+int32_t tok_pad(const tokenizer *t);
+bool tok_add_bos(const tokenizer *t);          /* tokenizer.ggml.add_bos_token (default true for SPM) */
+bool tok_add_eos(const tokenizer *t);          /* tokenizer.ggml.add_eos_token (default false) */
+bool tok_add_space_prefix(const tokenizer *t); /* tokenizer.ggml.add_space_prefix (default true for SPM) */
+/* End of generation: eos, eot_token_id, eom_token_id (those present). */
+bool tok_is_eog(const tokenizer *t, int32_t id);
+/* Token facts; id must be valid (tok_valid_id) or these abort. */
+const char *tok_token_str(const tokenizer *t, int32_t id, size_t *len); /* raw vocab string (with "▁"), NUL-terminated; owned by t */
+tok_type tok_token_type(const tokenizer *t, int32_t id);
+float tok_score(const tokenizer *t, int32_t id);
+/* Longest vocab string in bytes (bounds a piece). */
+size_t tok_max_token_len(const tokenizer *t);
+/* Id of the token whose vocab string is exactly piece[0..len); -1 if none.
+ * When a string occurs more than once the highest id wins. */
+int32_t tok_find(const tokenizer *t, const char *piece, size_t len);
+
+/* ---- identity ----------------------------------------------------------- */
+
+/* 64-bit FNV-1a over everything that determines encode/decode: kind, every
+ * token's string/score/type, special ids and the add_* flags. Computed at load. */
+uint64_t tok_hash(const tokenizer *t);
+
+/* Returns 0 when a and b are identical (kind, vocabulary size, token strings,
+ * scores, types, special ids, add_* flags). Otherwise returns 1 and writes the
+ * first difference to msg, naming a "target" and b "draft" (the speculation
+ * check), e.g. "token 3: target '<0x00>' vs draft 'the'". msg may be NULL. */
+int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n);
+
+/* ---- encode ------------------------------------------------------------- */
+
+/* Tokenizes text[0..len) (any bytes; NUL is ordinary text).
+ * add_special: prepend BOS when the vocabulary's add_bos_token is set and
+ *   append EOS when add_eos_token is set (prompts: true).
+ * parse_special: control and unknown tokens written literally in the text
+ *   (e.g. "</s>") become those tokens; when false they are plain text.
+ *   User-defined tokens are always matched as whole tokens (as llama.cpp does).
+ * SPM: spaces become U+2581 "▁"; with add_space_prefix a "▁" is prepended to
+ * the text and to each text run that follows a special token; merges are
+ * greedy by highest score (ties: leftmost); pieces not in the vocabulary fall
+ * back to <0xNN> byte tokens. Only normal and user-defined tokens are merge
+ * results (control, byte and unused tokens are never produced from text).
+ * Returns the number of ids. If that is more than max_out, writes the first
+ * max_out and returns -(number needed). out may be NULL when max_out is 0. */
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
+               bool parse_special, int32_t *out, int max_out);
+
+/* ---- decode ------------------------------------------------------------- */
+
+/* Bytes of one token, exactly as they enter the text: "▁" -> ' ', a byte token
+ * -> its raw byte (possibly half a UTF-8 sequence), control and unused tokens ->
+ * nothing, unknown -> "▅" (U+2585), user-defined -> its string. No leading
+ * space is removed. Returns the length; if it exceeds n returns -(length) and
+ * writes nothing. No NUL is written. id must be valid. */
+int tok_piece(const tokenizer *t, int32_t id, char *buf, size_t n);
+
+enum {
+    /* Render control tokens as their vocab text (e.g. "<s>") instead of nothing. */
+    TOK_DECODE_SPECIAL = 1u << 0,
+    /* The ids continue an earlier sequence (e.g. generated after a prompt): do
+     * not remove the space that add_space_prefix put at the start of a text. */
+    TOK_DECODE_CONTINUATION = 1u << 1,
+};
+
+/* Decodes ids to text: the exact inverse of tok_encode for any input text
+ * (decode(encode(s)) == s, BOS/EOS render as nothing). With add_space_prefix
+ * the first space of the sequence is removed (unless CONTINUATION), and, when
+ * a user-defined token or (with TOK_DECODE_SPECIAL) a control token is
+ * rendered, the first space after it, mirroring what tok_encode adds.
+ * Bytes are returned raw (no UTF-8 repair; use tok_stream for that).
+ * Returns the length; if it exceeds cap returns -(length) (buf is then
+ * clobbered). Writes no NUL. Every id must be valid (tok_valid_id): an
+ * invalid id aborts — validate ids that come from outside. */
+int tok_decode(const tokenizer *t, const int32_t *ids, int n, char *buf, size_t cap,
+               unsigned flags);
+
+/* ---- streaming decode --------------------------------------------------- */
+
+/* Per-sequence streaming state, caller-allocated (plain struct, no malloc).
+ * Feeds one id at a time and yields only complete, valid UTF-8: bytes of an
+ * incomplete sequence (from byte tokens) are held until complete; a sequence
+ * that can no longer complete becomes U+FFFD (one per maximal invalid
+ * subpart). For valid UTF-8 text the concatenated output equals tok_decode. */
+typedef struct {
+    uint8_t pend[4];  /* bytes of an incomplete UTF-8 sequence */
+    uint8_t npend;    /* bytes in pend */
+    uint8_t need;     /* total length of the sequence being collected (0: none) */
+    bool strip;       /* the next ' ' byte is the added space prefix: drop it */
+    unsigned flags;   /* TOK_DECODE_* */
+} tok_stream;
+
+void tok_stream_init(tok_stream *s, const tokenizer *t, unsigned flags);
+/* Bytes one feed can produce at most; size the output buffer with it. */
+size_t tok_stream_max_out(const tokenizer *t);
+/* Feeds id; writes the bytes that are safe to emit now. Returns their count,
+ * or -(tok_stream_max_out) without consuming id when cap is smaller than that.
+ * id must be valid. */
+int tok_stream_feed(tok_stream *s, const tokenizer *t, int32_t id, char *out, size_t cap);
+/* End of sequence: emits U+FFFD for an unfinished sequence (0 or 3 bytes;
+ * out needs 3 bytes) and resets the UTF-8 state. */
+int tok_stream_flush(tok_stream *s, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,89 @@
+/* backend.h — the compute backend interface: a versioned table of ops that the
+ * llama forward pass calls (ggml-backend style). The CPU backend is always
+ * built and is the reference; the CUDA backend (kernels/cuda) fills the same
+ * table. Nothing here knows about models, requests or speculation.
+ *
+ * Size letters in shape comments: M rows (positions in a batch), K input
+ * features, N output features, D model width, H heads, Hkv kv heads,
+ * E head dim, B KV block size. Outputs come first in every op.
+ *
+ * Threading: a backend instance is used by ONE thread at a time (the engine
+ * thread); ops may fan out internally over the backend's own thread pool. */
+#ifndef SPECD_BACKEND_H
+#define SPECD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define BACKEND_INTERFACE_VERSION 1
+
+typedef struct backend backend;
+
+/* One sequence's slice of a batched attention call. Its new rows are
+ * q[row0 .. row0+n_new) and their keys/values have already been written at
+ * cache positions n_past .. n_past+n_new-1. */
+typedef struct {
+    int row0;                /* first batch row of this sequence */
+    int n_new;               /* new positions in this batch */
+    int n_past;              /* cached positions every new row may attend to */
+    const int32_t *blocks;   /* block table: cache position p lives in block blocks[p / B] */
+    const uint8_t *mask;     /* (n_new, n_new) row i may attend new j iff mask[i*n_new+j]; NULL = causal */
+} attn_seq;
+
+/* The paged KV storage of one layer: block b's keys are
+ * k + b*block_stride, (B, Hkv*E) row-major; same for v. */
+typedef struct {
+    float *k, *v;
+    size_t block_stride;     /* floats between consecutive blocks */
+    int block_size;          /* B */
+} kv_layer_view;
+
+typedef struct backend_i {
+    int version;             /* BACKEND_INTERFACE_VERSION */
+    const char *name;
+    void (*destroy)(backend *be);
+    /* Sizes internal scratch for matmuls with K <= max_k and attention over
+     * <= max_ctx positions, so no op allocates afterwards. Returns 0 or -1. */
+    int (*reserve)(backend *be, int max_k, int max_ctx);
+
+    /* y (M, N) = x (M, K) . W^T, W (N, K) rows of `wtype` (ggml_type). K must be a
+     * multiple of the type's block size. Reads each weight row once for all M. */
+    void (*matmul)(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N);
+    /* y (M, D) = rows ids (M) of table (n, D) of `type`, dequantized. */
+    void (*get_rows)(backend *be, float *y, const void *table, int type, const int32_t *ids, int M, int D);
+    /* y (M, D) = x / sqrt(mean(x^2) + eps) * w (D). y may alias x. */
+    void (*rmsnorm)(backend *be, float *y, const float *x, const float *w, int M, int D, float eps);
+    /* In place on x (M, H*E): rotate pairs of the first n_rot dims of every head
+     * by pos[m] * inv_freq[i]. neox=0: adjacent pairs (2i, 2i+1); neox=1: (i, i+n_rot/2). */
+    void (*rope)(backend *be, float *x, const int32_t *pos, const float *inv_freq, int M, int H, int E, int n_rot, int neox);
+    /* x (M, D) += y (M, D) */
+    void (*add)(backend *be, float *x, const float *y, int M, int D);
+    /* g (M, F) = silu(g) * u (M, F) */
+    void (*silu_mul)(backend *be, float *g, const float *u, int M, int F);
+    /* Writes k, v rows (n, Hkv*E) at cache positions start .. start+n-1 of a sequence. */
+    void (*kv_write)(backend *be, const kv_layer_view *kv, const int32_t *blocks, int start,
+                     const float *k, const float *v, int n, int kv_dim);
+    /* out (M, H*E) = softmax(q k^T / sqrt(E) + mask) v for each sequence, over its
+     * cached positions [0, n_past) plus the allowed new ones. Head h reads kv head
+     * h / (H / Hkv). */
+    void (*attention)(backend *be, float *out, const float *q, const kv_layer_view *kv,
+                      const attn_seq *seqs, int n_seqs, int H, int Hkv, int E);
+} backend_i;
+
+struct backend {
+    const backend_i *i;
+    void *ctx;
+    int n_threads;
+};
+
+/* Creates the CPU backend with n_threads (<= 0: all online CPUs). Aborts on
+ * failure (start-up path). Caller owns it; free with backend_destroy. */
+backend *backend_cpu_create(int n_threads);
+void backend_destroy(backend *be); /* accepts NULL */
+
+/* The SIMD path the CPU kernels picked at run time: "avx512", "avx2" or
+ * "generic". SPECD_SIMD=generic|avx2|avx512 in the environment forces a path
+ * (for tests of the portable fallback); an unsupported request falls back. */
+const char *backend_cpu_simd(void);
+
+#endif

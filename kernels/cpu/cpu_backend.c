@@ -1,0 +1,166 @@
+/* cpu_backend.c — the CPU implementation of the backend table: fans the
+ * kernels of matmul.c and ops.c out over a persistent thread pool. */
+#include "kernels/backend.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/threadpool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct {
+    threadpool *tp;
+    simd_level simd;
+    int n_threads;
+    float **scratch;        /* (n_threads) each scratch_floats */
+    size_t scratch_floats;
+} cpu_ctx;
+
+static cpu_ctx *ctx_of(backend *be) { return be->ctx; }
+
+static void cpu_destroy(backend *be) {
+    cpu_ctx *c = ctx_of(be);
+    tp_destroy(c->tp);
+    for (int i = 0; i < c->n_threads; i++) free(c->scratch[i]);
+    free(c->scratch);
+    free(c);
+    free(be);
+}
+
+static int cpu_reserve(backend *be, int max_k, int max_ctx) {
+    cpu_ctx *c = ctx_of(be);
+    size_t need = (size_t)4 * (size_t)max_k;
+    if ((size_t)max_ctx + 64 > need) need = (size_t)max_ctx + 64;
+    if (need <= c->scratch_floats) return 0;
+    for (int i = 0; i < c->n_threads; i++) {
+        float *p = realloc(c->scratch[i], need * sizeof(float));
+        if (!p) return -1;
+        c->scratch[i] = p;
+    }
+    c->scratch_floats = need;
+    return 0;
+}
+
+/* Makes sure scratch fits; only grows during the first calls of a new shape
+ * when the caller skipped reserve(). Aborts on failure (out of memory). */
+static void cpu_need(backend *be, int max_k, int max_ctx) {
+    if (cpu_reserve(be, max_k, max_ctx) != 0) {
+        fprintf(stderr, "%s:%d: out of memory for CPU scratch\n", __FILE__, __LINE__);
+        abort();
+    }
+}
+
+typedef struct {
+    cpu_ctx *c;
+    float *y;
+    const float *x;
+    const uint8_t *w;
+    int wtype, M, K, N, chunk;
+} mm_job;
+
+static void mm_task(void *arg, int task, int thread) {
+    mm_job *j = arg;
+    int n0 = task * j->chunk;
+    int n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
+    mm_rows(j->c->simd, j->y, j->N, j->x, j->w, j->wtype, j->M, j->K, n0, n1, j->c->scratch[thread]);
+}
+
+static void cpu_matmul(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
+    cpu_ctx *c = ctx_of(be);
+    if (M > 5 && wtype != 0) cpu_need(be, K, 0);
+    /* ~8 tasks per thread balance well; chunks stay multiples of the 4-row tile */
+    int chunk = N / (c->n_threads * 8);
+    chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
+    mm_job j = {c, y, x, w, wtype, M, K, N, chunk};
+    tp_run(c->tp, (N + chunk - 1) / chunk, mm_task, &j);
+}
+
+static void cpu_get_rows(backend *be, float *y, const void *table, int type, const int32_t *ids, int M, int D) {
+    size_t rb = mm_row_bytes(type, D);
+    for (int m = 0; m < M; m++) mm_dequant_row(y + (size_t)m * D, (const uint8_t *)table + rb * ids[m], type, D);
+}
+
+static void cpu_rmsnorm(backend *be, float *y, const float *x, const float *w, int M, int D, float eps) {
+    ops_rmsnorm(y, x, w, M, D, eps);
+}
+
+static void cpu_rope(backend *be, float *x, const int32_t *pos, const float *inv_freq, int M, int H, int E,
+                     int n_rot, int neox) {
+    ops_rope(x, pos, inv_freq, M, H, E, n_rot, neox);
+}
+
+static void cpu_add(backend *be, float *x, const float *y, int M, int D) { ops_add(x, y, M, D); }
+
+static void cpu_silu_mul(backend *be, float *g, const float *u, int M, int F) { ops_silu_mul(g, u, M, F); }
+
+static void cpu_kv_write(backend *be, const kv_layer_view *kv, const int32_t *blocks, int start, const float *k,
+                         const float *v, int n, int kv_dim) {
+    ops_kv_write(kv, blocks, start, k, v, n, kv_dim);
+}
+
+typedef struct {
+    cpu_ctx *c;
+    float *out;
+    const float *q;
+    const kv_layer_view *kv;
+    const attn_seq *seqs;
+    int H, Hkv, E;
+} attn_job;
+
+static void attn_task(void *arg, int task, int thread) {
+    attn_job *j = arg;
+    int s = task / j->H, h = task % j->H;
+    ops_attention_head(j->out, j->q, j->kv, &j->seqs[s], h, j->H, j->Hkv, j->E, j->c->scratch[thread]);
+}
+
+static void cpu_attention(backend *be, float *out, const float *q, const kv_layer_view *kv, const attn_seq *seqs,
+                          int n_seqs, int H, int Hkv, int E) {
+    cpu_ctx *c = ctx_of(be);
+    int max_ctx = 0;
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].n_past + seqs[s].n_new > max_ctx) max_ctx = seqs[s].n_past + seqs[s].n_new;
+    cpu_need(be, 0, max_ctx);
+    attn_job j = {c, out, q, kv, seqs, H, Hkv, E};
+    tp_run(c->tp, n_seqs * H, attn_task, &j);
+}
+
+static const backend_i cpu_iface = {
+    .version = BACKEND_INTERFACE_VERSION,
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .reserve = cpu_reserve,
+    .matmul = cpu_matmul,
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .add = cpu_add,
+    .silu_mul = cpu_silu_mul,
+    .kv_write = cpu_kv_write,
+    .attention = cpu_attention,
+};
+
+backend *backend_cpu_create(int n_threads) {
+    if (n_threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = n > 0 ? (int)n : 1;
+    }
+    backend *be = calloc(1, sizeof(*be));
+    cpu_ctx *c = calloc(1, sizeof(*c));
+    float **scr = calloc((size_t)n_threads, sizeof(float *));
+    if (!be || !c || !scr) {
+        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
+        abort();
+    }
+    c->n_threads = n_threads;
+    c->scratch = scr;
+    c->simd = mm_simd_detect();
+    c->tp = tp_create(n_threads);
+    be->i = &cpu_iface;
+    be->ctx = c;
+    be->n_threads = n_threads;
+    cpu_need(be, 4096, 4096);
+    return be;
+}
+
+const char *backend_cpu_simd(void) { return mm_simd_name(mm_simd_detect()); }

@@ -1,0 +1,325 @@
+/* matmul.c — CPU small-M GEMM (see matmul.h). A register tile of MR input rows
+ * x NR weight rows accumulates dot products over K; the weight tile is loaded
+ * (and dequantized) once per k-step and used by all MR rows. Three code paths
+ * chosen at run time: AVX-512 intrinsics, AVX2 (the portable C compiled for
+ * AVX2+FMA+F16C) and generic portable C. */
+#include "kernels/cpu/matmul.h"
+
+#include "engine/gguf.h"
+#include "kernels/half.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define MM_X86 1
+#endif
+
+#define MR_MAX 5 /* 5 = γ+1 for γ=4: the verification shape fits one tile */
+#define NR 4
+
+typedef struct {
+    uint16_t d;
+    int8_t q[32];
+} __attribute__((packed)) blk_q8_0;
+_Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+size_t mm_row_bytes(int wtype, int K) {
+    switch (wtype) {
+    case GGML_TYPE_F32: return (size_t)K * 4;
+    case GGML_TYPE_F16:
+    case GGML_TYPE_BF16: return (size_t)K * 2;
+    case GGML_TYPE_Q8_0: return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q8_0);
+    default: return 0;
+    }
+}
+
+void mm_dequant_row(float *out, const uint8_t *row, int wtype, int K) {
+    switch (wtype) {
+    case GGML_TYPE_F32: memcpy(out, row, (size_t)K * 4); break;
+    case GGML_TYPE_F16:
+        for (int k = 0; k < K; k++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * k, 2);
+            out[k] = fp16_to_f32(h);
+        }
+        break;
+    case GGML_TYPE_BF16:
+        for (int k = 0; k < K; k++) {
+            uint16_t h;
+            memcpy(&h, row + 2 * k, 2);
+            out[k] = bf16_to_f32(h);
+        }
+        break;
+    case GGML_TYPE_Q8_0: {
+        const blk_q8_0 *b = (const blk_q8_0 *)row;
+        for (int i = 0; i < K / 32; i++) {
+            float d = fp16_to_f32(b[i].d);
+            for (int j = 0; j < 32; j++) out[i * 32 + j] = d * (float)b[i].q[j];
+        }
+        break;
+    }
+    default: abort(); /* the model loader only admits the types above */
+    }
+}
+
+/* ---- portable C path --------------------------------------------------
+ * Written so that gcc vectorizes the inner loops: a k-step of 32 weights is
+ * first widened to floats in a small array, then FMA'd into 16-lane arrays. */
+
+#define GEN_ALWAYS static inline __attribute__((always_inline))
+
+/* Branch-free half -> float for finite values (weights are never inf/nan):
+ * shift the exponent+mantissa into place and let a multiply by 2^112 rebias
+ * it; subnormals come out right because the product is exact. */
+GEN_ALWAYS float gen_h2f(uint16_t h) {
+    uint32_t bits = (uint32_t)(h & 0x7fff) << 13;
+    float f = half_bits_f32(bits) * 0x1p112f;
+    return half_bits_f32(half_f32_bits(f) | ((uint32_t)(h & 0x8000) << 16));
+}
+
+/* Widens weights [k, k+32) of one row into wv (32). */
+GEN_ALWAYS void gen_load32(float *wv, const uint8_t *row, int wtype, int k) {
+    if (wtype == GGML_TYPE_F32) {
+        memcpy(wv, row + (size_t)k * 4, 128);
+    } else if (wtype == GGML_TYPE_F16) {
+        uint16_t h[32];
+        memcpy(h, row + (size_t)k * 2, 64);
+        for (int l = 0; l < 32; l++) wv[l] = gen_h2f(h[l]);
+    } else if (wtype == GGML_TYPE_BF16) {
+        uint16_t h[32];
+        memcpy(h, row + (size_t)k * 2, 64);
+        for (int l = 0; l < 32; l++) wv[l] = half_bits_f32((uint32_t)h[l] << 16);
+    } else {
+        const blk_q8_0 *b = (const blk_q8_0 *)row + k / 32;
+        uint16_t dh;
+        memcpy(&dh, &b->d, 2);
+        float d = gen_h2f(dh);
+        int8_t q[32];
+        memcpy(q, b->q, 32);
+        for (int l = 0; l < 32; l++) wv[l] = d * (float)q[l];
+    }
+}
+
+GEN_ALWAYS float gen_load1(const uint8_t *row, int wtype, int k) {
+    uint16_t h;
+    switch (wtype) {
+    case GGML_TYPE_F32: { float f; memcpy(&f, row + (size_t)k * 4, 4); return f; }
+    case GGML_TYPE_F16: memcpy(&h, row + (size_t)k * 2, 2); return gen_h2f(h);
+    case GGML_TYPE_BF16: memcpy(&h, row + (size_t)k * 2, 2); return bf16_to_f32(h);
+    default: return 0.0f; /* Q8_0 rows are whole blocks: no tail */
+    }
+}
+
+GEN_ALWAYS void gen_tile(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K,
+                         const uint8_t *w, size_t rb) {
+    float acc[MR_MAX][NR][16];
+    memset(acc, 0, sizeof(acc));
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        float wv[NR][32];
+        for (int r = 0; r < nr; r++) gen_load32(wv[r], w + r * rb, wtype, k);
+        for (int m = 0; m < mr; m++) {
+            const float *xm = x + (size_t)m * K + k;
+            for (int r = 0; r < nr; r++)
+                for (int l = 0; l < 16; l++) acc[m][r][l] += wv[r][l] * xm[l] + wv[r][l + 16] * xm[l + 16];
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nr; r++) {
+            float s = 0.0f;
+            for (int l = 0; l < 16; l++) s += acc[m][r][l];
+            for (int kk = k; kk < K; kk++) s += gen_load1(w + r * rb, wtype, kk) * x[(size_t)m * K + kk];
+            y[(size_t)m * ldy + r] = s;
+        }
+}
+
+/* Instantiates the tile for every (mr, nr) with constants so the compiler
+ * unrolls and keeps the accumulators in registers. */
+#define GEN_DISPATCH(FN, TILE)                                                            \
+    GEN_ALWAYS void FN(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K, \
+                       const uint8_t *w, size_t rb) {                                      \
+        if (nr == NR) {                                                                    \
+            switch (mr) {                                                                  \
+            case 1: TILE(wtype, 1, NR, y, ldy, x, K, w, rb); break;                        \
+            case 2: TILE(wtype, 2, NR, y, ldy, x, K, w, rb); break;                        \
+            case 3: TILE(wtype, 3, NR, y, ldy, x, K, w, rb); break;                        \
+            case 4: TILE(wtype, 4, NR, y, ldy, x, K, w, rb); break;                        \
+            default: TILE(wtype, 5, NR, y, ldy, x, K, w, rb); break;                       \
+            }                                                                              \
+        } else {                                                                           \
+            switch (mr) {                                                                  \
+            case 1: TILE(wtype, 1, 1, y, ldy, x, K, w, rb); break;                         \
+            case 2: TILE(wtype, 2, 1, y, ldy, x, K, w, rb); break;                         \
+            case 3: TILE(wtype, 3, 1, y, ldy, x, K, w, rb); break;                         \
+            case 4: TILE(wtype, 4, 1, y, ldy, x, K, w, rb); break;                         \
+            default: TILE(wtype, 5, 1, y, ldy, x, K, w, rb); break;                        \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+#define GEN_TYPED(FN, TILE)                                                                \
+    GEN_ALWAYS void FN(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K, \
+                       const uint8_t *w, size_t rb) {                                      \
+        switch (wtype) {                                                                   \
+        case GGML_TYPE_F32: TILE(GGML_TYPE_F32, mr, nr, y, ldy, x, K, w, rb); break;       \
+        case GGML_TYPE_F16: TILE(GGML_TYPE_F16, mr, nr, y, ldy, x, K, w, rb); break;       \
+        case GGML_TYPE_BF16: TILE(GGML_TYPE_BF16, mr, nr, y, ldy, x, K, w, rb); break;     \
+        default: TILE(GGML_TYPE_Q8_0, mr, nr, y, ldy, x, K, w, rb); break;                 \
+        }                                                                                  \
+    }
+
+GEN_DISPATCH(gen_tile_mn, gen_tile)
+GEN_TYPED(gen_tile_any, gen_tile_mn)
+
+/* The row loop shared by every path: tiles of NR weight rows; for each, the M
+ * input rows in groups of MR_MAX. When M is large the weight tile is first
+ * dequantized into scratch (once) and the F32 tile runs over it. */
+#define MM_ROWS_BODY(TILE_ANY)                                                              \
+    size_t rb = mm_row_bytes(wtype, K);                                                     \
+    for (int n = n0; n < n1; n += NR) {                                                     \
+        int nr = n1 - n >= NR ? NR : 1;                                                     \
+        const uint8_t *wn = w + (size_t)n * rb;                                             \
+        const uint8_t *wt = wn;                                                             \
+        int tt = wtype;                                                                     \
+        size_t trb = rb;                                                                    \
+        if (M > MR_MAX && wtype != GGML_TYPE_F32) {                                         \
+            for (int r = 0; r < nr; r++) mm_dequant_row(scratch + (size_t)r * K, wn + r * rb, wtype, K); \
+            wt = (const uint8_t *)scratch;                                                  \
+            tt = GGML_TYPE_F32;                                                             \
+            trb = (size_t)K * 4;                                                            \
+        }                                                                                   \
+        for (int m = 0; m < M; m += MR_MAX) {                                               \
+            int mr = M - m < MR_MAX ? M - m : MR_MAX;                                       \
+            TILE_ANY(tt, mr, nr, y + (size_t)m * ldy + n, ldy, x + (size_t)m * K, K, wt, trb); \
+        }                                                                                   \
+        if (nr == 1) n -= NR - 1;                                                           \
+    }
+
+static void mm_rows_generic(float *y, int ldy, const float *x, const uint8_t *w, int wtype, int M,
+                            int K, int n0, int n1, float *scratch) {
+    MM_ROWS_BODY(gen_tile_any)
+}
+
+#ifdef MM_X86
+__attribute__((target("avx2,fma,f16c"))) static void mm_rows_avx2(float *y, int ldy, const float *x,
+                                                                  const uint8_t *w, int wtype, int M, int K,
+                                                                  int n0, int n1, float *scratch) {
+    MM_ROWS_BODY(gen_tile_any)
+}
+
+/* ---- AVX-512 path ----------------------------------------------------- */
+
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline))
+
+/* Loads weights [k, k+32) of one row as two 16-lane vectors. */
+static inline AVX512_TARGET void v_load32(__m512 *a, __m512 *b, const uint8_t *row, int wtype, int k) {
+    if (wtype == GGML_TYPE_F32) {
+        const float *p = (const float *)row + k;
+        *a = _mm512_loadu_ps(p);
+        *b = _mm512_loadu_ps(p + 16);
+    } else if (wtype == GGML_TYPE_F16) {
+        const uint8_t *p = row + (size_t)k * 2;
+        *a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        *b = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+    } else if (wtype == GGML_TYPE_BF16) {
+        const uint8_t *p = row + (size_t)k * 2;
+        __m512i ia = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+        __m512i ib = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        *a = _mm512_castsi512_ps(_mm512_slli_epi32(ia, 16));
+        *b = _mm512_castsi512_ps(_mm512_slli_epi32(ib, 16));
+    } else {
+        const blk_q8_0 *bl = (const blk_q8_0 *)row + k / 32;
+        uint16_t dh;
+        memcpy(&dh, &bl->d, 2);
+        __m512 d = _mm512_set1_ps(fp16_to_f32(dh));
+        __m512i qa = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)bl->q));
+        __m512i qb = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(bl->q + 16)));
+        *a = _mm512_mul_ps(d, _mm512_cvtepi32_ps(qa));
+        *b = _mm512_mul_ps(d, _mm512_cvtepi32_ps(qb));
+    }
+}
+
+/* Masked load of weights [k, k+n) (n < 16) for the float types' K tail. */
+static inline AVX512_TARGET __m512 v_load_tail(const uint8_t *row, int wtype, int k, __mmask16 msk) {
+    if (wtype == GGML_TYPE_F32) return _mm512_maskz_loadu_ps(msk, (const float *)row + k);
+    __m256i h = _mm256_maskz_loadu_epi16(msk, row + (size_t)k * 2);
+    if (wtype == GGML_TYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K,
+                                        const uint8_t *w, size_t rb) {
+    __m512 acc[MR_MAX][NR];
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nr; r++) acc[m][r] = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m512 wa[NR], wb[NR];
+        for (int r = 0; r < nr; r++) v_load32(&wa[r], &wb[r], w + r * rb, wtype, k);
+        for (int m = 0; m < mr; m++) {
+            __m512 xa = _mm512_loadu_ps(x + (size_t)m * K + k);
+            __m512 xb = _mm512_loadu_ps(x + (size_t)m * K + k + 16);
+            for (int r = 0; r < nr; r++) {
+                acc[m][r] = _mm512_fmadd_ps(wa[r], xa, acc[m][r]);
+                acc[m][r] = _mm512_fmadd_ps(wb[r], xb, acc[m][r]);
+            }
+        }
+    }
+    for (; k < K; k += 16) { /* float types only: Q8_0 rows are whole blocks */
+        int left = K - k;
+        __mmask16 msk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m512 wa[NR];
+        for (int r = 0; r < nr; r++) wa[r] = v_load_tail(w + r * rb, wtype, k, msk);
+        for (int m = 0; m < mr; m++) {
+            __m512 xa = _mm512_maskz_loadu_ps(msk, x + (size_t)m * K + k);
+            for (int r = 0; r < nr; r++) acc[m][r] = _mm512_fmadd_ps(wa[r], xa, acc[m][r]);
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nr; r++) y[(size_t)m * ldy + r] = _mm512_reduce_add_ps(acc[m][r]);
+}
+
+#undef GEN_ALWAYS
+#define GEN_ALWAYS static inline AVX512_TARGET
+GEN_DISPATCH(v_tile_mn, v_tile)
+GEN_TYPED(v_tile_any, v_tile_mn)
+
+__attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"))) static void
+mm_rows_avx512(float *y, int ldy, const float *x, const uint8_t *w, int wtype, int M, int K, int n0, int n1,
+               float *scratch) {
+    MM_ROWS_BODY(v_tile_any)
+}
+#endif /* MM_X86 */
+
+void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *w, int wtype, int M, int K,
+             int n0, int n1, float *scratch) {
+#ifdef MM_X86
+    if (lvl == SIMD_AVX512) { mm_rows_avx512(y, ldy, x, w, wtype, M, K, n0, n1, scratch); return; }
+    if (lvl == SIMD_AVX2) { mm_rows_avx2(y, ldy, x, w, wtype, M, K, n0, n1, scratch); return; }
+#endif
+    (void)lvl;
+    mm_rows_generic(y, ldy, x, w, wtype, M, K, n0, n1, scratch);
+}
+
+const char *mm_simd_name(simd_level l) {
+    return l == SIMD_AVX512 ? "avx512" : l == SIMD_AVX2 ? "avx2" : "generic";
+}
+
+simd_level mm_simd_detect(void) {
+    simd_level best = SIMD_GENERIC;
+#ifdef MM_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = SIMD_AVX2;
+    if (best == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        best = SIMD_AVX512;
+#endif
+    const char *env = getenv("SPECD_SIMD");
+    if (env && *env) {
+        simd_level want = !strcmp(env, "avx512") ? SIMD_AVX512 : !strcmp(env, "avx2") ? SIMD_AVX2 : SIMD_GENERIC;
+        if (want < best) best = want;
+    }
+    return best;
+}

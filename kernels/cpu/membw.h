@@ -1,0 +1,10 @@
+/* membw.h — measures this machine's memory read bandwidth with the CPU
+ * backend's threads: the denominator of the decode roofline in `specd bench`. */
+#ifndef SPECD_CPU_MEMBW_H
+#define SPECD_CPU_MEMBW_H
+
+/* Reads a buffer of `bytes` (much larger than the caches) `reps` times with
+ * n_threads threads; returns the best GB/s (1e9 bytes/s), or 0 on failure. */
+double membw_read_gbs(int n_threads, size_t bytes, int reps);
+
+#endif

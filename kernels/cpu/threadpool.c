@@ -1,0 +1,133 @@
+/* threadpool.c — persistent fork/join pool (see threadpool.h). Workers wait on a
+ * generation counter: spin for a short while (decode issues ops back to back),
+ * then block on a condition variable so an idle server burns no CPU. */
+#include "kernels/cpu/threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sched.h>
+
+#define TP_SPIN 20000
+
+typedef struct {
+    threadpool *tp;
+    int id;
+    pthread_t th;
+} tp_worker;
+
+struct threadpool {
+    int n_threads;
+    tp_worker *workers;             /* (n_threads - 1) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic unsigned gen;           /* bumped once per tp_run */
+    _Atomic int next;               /* next task index to hand out */
+    _Atomic int pending;            /* workers still inside the current job */
+    _Atomic int sleepers;
+    _Atomic int quit;
+    int n_tasks;
+    tp_fn fn;
+    void *ctx;
+};
+
+static void tp_do_tasks(threadpool *tp, int thread) {
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&tp->next, 1, memory_order_relaxed);
+        if (t >= tp->n_tasks) break;
+        tp->fn(tp->ctx, t, thread);
+    }
+}
+
+static void *tp_main(void *arg) {
+    tp_worker *w = arg;
+    threadpool *tp = w->tp;
+    unsigned seen = 0;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen) {
+            if (++spins < TP_SPIN) {
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+                continue;
+            }
+            pthread_mutex_lock(&tp->mu);
+            atomic_fetch_add(&tp->sleepers, 1);
+            while (atomic_load(&tp->gen) == seen && !atomic_load(&tp->quit))
+                pthread_cond_wait(&tp->cv, &tp->mu);
+            atomic_fetch_sub(&tp->sleepers, 1);
+            pthread_mutex_unlock(&tp->mu);
+            spins = 0;
+        }
+        seen = g;
+        if (atomic_load(&tp->quit)) return NULL;
+        tp_do_tasks(tp, w->id);
+        atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_release);
+    }
+}
+
+threadpool *tp_create(int n_threads) {
+    if (n_threads < 1) n_threads = 1;
+    threadpool *tp = calloc(1, sizeof(*tp));
+    if (!tp) { fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__); abort(); }
+    tp->n_threads = n_threads;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->cv, NULL);
+    if (n_threads > 1) {
+        tp->workers = calloc((size_t)n_threads - 1, sizeof(tp_worker));
+        if (!tp->workers) { fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__); abort(); }
+        for (int i = 0; i < n_threads - 1; i++) {
+            tp->workers[i].tp = tp;
+            tp->workers[i].id = i + 1;
+            if (pthread_create(&tp->workers[i].th, NULL, tp_main, &tp->workers[i]) != 0) {
+                fprintf(stderr, "%s:%d: pthread_create failed\n", __FILE__, __LINE__);
+                abort();
+            }
+        }
+    }
+    return tp;
+}
+
+void tp_destroy(threadpool *tp) {
+    if (!tp) return;
+    pthread_mutex_lock(&tp->mu);
+    atomic_store(&tp->quit, 1);
+    atomic_fetch_add(&tp->gen, 1);
+    pthread_cond_broadcast(&tp->cv);
+    pthread_mutex_unlock(&tp->mu);
+    for (int i = 0; i < tp->n_threads - 1; i++) pthread_join(tp->workers[i].th, NULL);
+    pthread_mutex_destroy(&tp->mu);
+    pthread_cond_destroy(&tp->cv);
+    free(tp->workers);
+    free(tp);
+}
+
+int tp_threads(const threadpool *tp) { return tp->n_threads; }
+
+void tp_run(threadpool *tp, int n_tasks, tp_fn fn, void *ctx) {
+    if (n_tasks <= 0) return;
+    if (tp->n_threads == 1 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+        return;
+    }
+    tp->n_tasks = n_tasks;
+    tp->fn = fn;
+    tp->ctx = ctx;
+    atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->pending, tp->n_threads - 1, memory_order_relaxed);
+    atomic_fetch_add(&tp->gen, 1); /* seq_cst: pairs with the sleepers check below */
+    if (atomic_load(&tp->sleepers) > 0) {
+        pthread_mutex_lock(&tp->mu);
+        pthread_cond_broadcast(&tp->cv);
+        pthread_mutex_unlock(&tp->mu);
+    }
+    tp_do_tasks(tp, 0);
+    while (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+}

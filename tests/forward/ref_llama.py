@@ -1,0 +1,225 @@
+# Independent float64 numpy reference of the llama forward pass, used to check specd's C engine.
+# Not fast and not shared with the engine: it reads the GGUF itself (gguf_reader.py) and dequantizes.
+#
+# Contract relied on (shared contracts, "Llama model conventions"):
+#   x = embd[token]; per layer: h = rmsnorm(x)*attn_norm, rmsnorm(x) = x / sqrt(mean(x^2) + eps);
+#   q = Wq h, k = Wk h, v = Wv h; RoPE "normal" (ggml mode 0): ADJACENT pairs (x[2i], x[2i+1]),
+#   i < n_rot/2, rotated by pos * base^(-2i/n_rot) (dims >= n_rot untouched); llama3 scaling divides
+#   freq_i by rope_freqs.weight[i] (or factors computed from llama.rope.scaling.*); linear scaling
+#   divides positions by the factor. Head h uses kv head h / (n_head/n_kv); scores q.k/sqrt(hd);
+#   causal softmax incl. self; x += Wo concat(heads); h = rmsnorm(x)*ffn_norm;
+#   x += Wdown(silu(Wgate h) * (Wup h)); logits = Woutput(rmsnorm(x)*output_norm),
+#   Woutput = token_embd when output.weight is absent. A matrix with ne=[K, N] computes y[N] = W x[K].
+#
+# Run directly: /usr/bin/python3 ref_llama.py MODEL.gguf [-n 60] [--tokens "1 2 3"]
+# greedily generates from BOS and prints tokens and text (a self-check of this reference).
+
+import argparse
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_reader  # noqa: E402
+
+
+def llama3_factors(n_rot, base, factor, low_freq_factor, high_freq_factor, orig_ctx):
+    """Per-pair divisors of the rotation frequency, as Llama 3.1 computes its scaled frequencies."""
+    low_wavelen = orig_ctx / low_freq_factor
+    high_wavelen = orig_ctx / high_freq_factor
+    out = np.ones(n_rot // 2)
+    for i in range(n_rot // 2):
+        freq = base ** (-2.0 * i / n_rot)
+        wavelen = 2.0 * math.pi / freq
+        if wavelen < high_wavelen:
+            new = freq
+        elif wavelen > low_wavelen:
+            new = freq / factor
+        else:
+            smooth = (orig_ctx / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            new = (1.0 - smooth) * freq / factor + smooth * freq
+        out[i] = freq / new
+    return out
+
+
+class LlamaRef:
+    """A llama model loaded into float64 numpy arrays; single-sequence forward with a KV cache."""
+
+    def __init__(self, path):
+        g = gguf_reader.read(path)
+        self.g = g
+        arch = g.get("general.architecture")
+        if arch != "llama":
+            raise ValueError("%s: architecture %r is not llama" % (path, arch))
+        p = "llama."
+        self.dim = int(g.get(p + "embedding_length"))
+        self.n_layers = int(g.get(p + "block_count"))
+        self.ff = int(g.get(p + "feed_forward_length"))
+        self.n_head = int(g.get(p + "attention.head_count"))
+        self.n_kv = int(g.get(p + "attention.head_count_kv", self.n_head))
+        self.hd = int(g.get(p + "attention.key_length", self.dim // self.n_head))
+        self.n_rot = int(g.get(p + "rope.dimension_count", self.hd))
+        self.eps = float(g.get(p + "attention.layer_norm_rms_epsilon", 1e-5))
+        self.base = float(g.get(p + "rope.freq_base", 10000.0))
+        self.ctx = int(g.get(p + "context_length", 2048))
+
+        t = g.tensor
+        self.embd = t("token_embd.weight")  # [vocab, dim]
+        self.n_vocab = self.embd.shape[0]
+        self.out_norm = t("output_norm.weight")
+        self.output = t("output.weight") if "output.weight" in g.tensors else self.embd
+        self.layers = []
+        for L in range(self.n_layers):
+            b = "blk.%d." % L
+            self.layers.append(dict(
+                attn_norm=t(b + "attn_norm.weight"),
+                wq=t(b + "attn_q.weight"),  # [n_head*hd, dim]
+                wk=t(b + "attn_k.weight"),  # [n_kv*hd, dim]
+                wv=t(b + "attn_v.weight"),  # [n_kv*hd, dim]
+                wo=t(b + "attn_output.weight"),  # [dim, n_head*hd]
+                ffn_norm=t(b + "ffn_norm.weight"),
+                wg=t(b + "ffn_gate.weight"),  # [ff, dim]
+                wu=t(b + "ffn_up.weight"),  # [ff, dim]
+                wd=t(b + "ffn_down.weight"),  # [dim, ff]
+            ))
+
+        # rotation frequencies per pair, and position scale
+        i = np.arange(self.n_rot // 2, dtype=np.float64)
+        self.freqs = self.base ** (-2.0 * i / self.n_rot)
+        self.pos_scale = 1.0
+        stype = g.get(p + "rope.scaling.type")
+        if "rope_freqs.weight" in g.tensors:
+            self.freqs = self.freqs / t("rope_freqs.weight").reshape(-1)[: self.n_rot // 2]
+        elif stype == "llama3":
+            self.freqs = self.freqs / llama3_factors(
+                self.n_rot, self.base,
+                float(g.get(p + "rope.scaling.factor", 8.0)),
+                float(g.get(p + "rope.scaling.low_freq_factor", 1.0)),
+                float(g.get(p + "rope.scaling.high_freq_factor", 4.0)),
+                float(g.get(p + "rope.scaling.original_context_length", 8192)))
+        if stype == "linear":
+            self.pos_scale = 1.0 / float(g.get(p + "rope.scaling.factor", 1.0))
+
+        tokens = g.get("tokenizer.ggml.tokens")
+        self.vocab = tokens if tokens is not None else None
+        self.bos = int(g.get("tokenizer.ggml.bos_token_id", 1))
+        self.eos = int(g.get("tokenizer.ggml.eos_token_id", 2))
+        self.reset()
+
+    def reset(self):
+        self.k_cache = [np.zeros((0, self.n_kv, self.hd)) for _ in range(self.n_layers)]
+        self.v_cache = [np.zeros((0, self.n_kv, self.hd)) for _ in range(self.n_layers)]
+        self.n_past = 0
+
+    def _rmsnorm(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def _rope(self, x, pos):
+        """x: [T, heads, hd]; rotate adjacent pairs of the first n_rot dims; pos: [T]."""
+        ang = (pos[:, None] * self.pos_scale) * self.freqs[None, :]  # [T, n_rot/2]
+        c = np.cos(ang)[:, None, :]
+        s = np.sin(ang)[:, None, :]
+        x = x.copy()
+        x0 = x[:, :, 0:self.n_rot:2].copy()
+        x1 = x[:, :, 1:self.n_rot:2].copy()
+        x[:, :, 0:self.n_rot:2] = x0 * c - x1 * s
+        x[:, :, 1:self.n_rot:2] = x0 * s + x1 * c
+        return x
+
+    def forward(self, tokens):
+        """Evaluate new tokens after the cached ones; returns logits [T, n_vocab] (float64)."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        T = len(tokens)
+        pos = np.arange(self.n_past, self.n_past + T, dtype=np.float64)
+        x = self.embd[tokens]  # [T, dim]
+        group = self.n_head // self.n_kv
+        scale = 1.0 / math.sqrt(self.hd)
+        for L, w in enumerate(self.layers):
+            h = self._rmsnorm(x, w["attn_norm"])
+            q = (h @ w["wq"].T).reshape(T, self.n_head, self.hd)
+            k = (h @ w["wk"].T).reshape(T, self.n_kv, self.hd)
+            v = (h @ w["wv"].T).reshape(T, self.n_kv, self.hd)
+            q = self._rope(q, pos)
+            k = self._rope(k, pos)
+            K = np.concatenate([self.k_cache[L], k], axis=0)  # [S, n_kv, hd]
+            V = np.concatenate([self.v_cache[L], v], axis=0)
+            self.k_cache[L], self.v_cache[L] = K, V
+            S = K.shape[0]
+            out = np.empty((T, self.n_head, self.hd))
+            # causal: query t (absolute n_past+t) sees keys 0..n_past+t
+            mask = np.arange(S)[None, :] > (self.n_past + np.arange(T))[:, None]  # [T, S]
+            for hh in range(self.n_head):
+                kv = hh // group
+                sc = (q[:, hh, :] @ K[:, kv, :].T) * scale  # [T, S]
+                sc = np.where(mask, -np.inf, sc)
+                sc = sc - sc.max(axis=1, keepdims=True)
+                p = np.exp(sc)
+                p /= p.sum(axis=1, keepdims=True)
+                out[:, hh, :] = p @ V[:, kv, :]
+            x = x + out.reshape(T, -1) @ w["wo"].T
+            h = self._rmsnorm(x, w["ffn_norm"])
+            g = h @ w["wg"].T
+            u = h @ w["wu"].T
+            x = x + ((g / (1.0 + np.exp(-g))) * u) @ w["wd"].T
+        self.n_past += T
+        return self._rmsnorm(x, self.out_norm) @ self.output.T
+
+    def logits(self, tokens):
+        """Logits for every position of `tokens` evaluated from an empty cache."""
+        self.reset()
+        return self.forward(tokens)
+
+    def greedy(self, prompt, n):
+        """Greedy generation of n tokens after prompt (list of ids, usually [bos]); returns new ids."""
+        self.reset()
+        lg = self.forward(prompt)[-1]
+        out = []
+        for _ in range(n):
+            t = int(np.argmax(lg))
+            out.append(t)
+            if len(out) == n:
+                break
+            lg = self.forward([t])[-1]
+        return out
+
+    def decode(self, ids):
+        """SentencePiece-style detokenization: '▁' -> ' ', <0xNN> -> byte; control tokens dropped."""
+        if self.vocab is None:
+            raise ValueError("model has no vocabulary")
+        ttype = self.g.get("tokenizer.ggml.token_type")
+        bs = bytearray()
+        for i in ids:
+            piece = self.vocab[i]
+            if ttype is not None and int(ttype[i]) == 3:  # control
+                continue
+            if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+                bs.append(int(piece[3:5], 16))
+            else:
+                bs += piece.replace("\u2581", " ").encode("utf-8", errors="surrogateescape")
+        return bs.decode("utf-8", errors="replace")
+
+
+def main():
+    ap = argparse.ArgumentParser(description="float64 numpy llama reference")
+    ap.add_argument("model")
+    ap.add_argument("-n", type=int, default=60, help="tokens to generate greedily from BOS")
+    ap.add_argument("--tokens", help="space-separated ids: print logits summary instead")
+    args = ap.parse_args()
+    m = LlamaRef(args.model)
+    print("dim %d layers %d heads %d/%d hd %d n_rot %d ff %d vocab %d eps %g base %g"
+          % (m.dim, m.n_layers, m.n_head, m.n_kv, m.hd, m.n_rot, m.ff, m.n_vocab, m.eps, m.base))
+    if args.tokens:
+        ids = [int(s) for s in args.tokens.split()]
+        lg = m.logits(ids)
+        for t, row in enumerate(lg):
+            print("pos %d argmax %d max %.6f" % (t, int(np.argmax(row)), float(row.max())))
+        return
+    ids = m.greedy([m.bos], args.n)
+    print("tokens:", " ".join(map(str, ids)))
+    print("text:", m.decode(ids))
+
+
+if __name__ == "__main__":
+    main()

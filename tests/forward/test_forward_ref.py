@@ -1,0 +1,108 @@
+# Forward pass vs the independent float64 reference: `specd eval` logits must match ref_llama.py
+# within 1e-4 relative (max|c - r| / max|r| per position row) for a real model and random models
+# of several shapes and every weight type (the reference dequantizes the very same stored weights).
+#
+# Contracts: see fwdutil.py (CLI) and ref_llama.py (model conventions).
+
+import os
+import tempfile
+
+import numpy as np
+
+import fwdutil
+from ref_llama import LlamaRef
+
+TOL = 1e-4
+TYPES = ["f32", "f16", "bf16", "q8_0"]
+SHAPES = [
+    # name, mkmodel options
+    ("d64-l2-h4-kv4", dict(dim=64, layers=2, heads=4, kv_heads=4, ff=160, ctx=128)),
+    ("d128-l3-h8-kv2-ff344-v300", dict(dim=128, layers=3, heads=8, kv_heads=2, ff=344, vocab=300, ctx=128)),
+    ("d128-l2-h4-kv1-hd32", dict(dim=128, layers=2, heads=4, kv_heads=1, head_dim=32, ff=256, ctx=128)),
+    ("d96-l2-h4-kv2-hd32", dict(dim=96, layers=2, heads=4, kv_heads=2, head_dim=32, ff=192, ctx=128)),
+]
+
+
+def check_model(ck, path, label, tokens, tmp, threads=None, ref=None):
+    ref = ref or LlamaRef(path)
+    r = ref.logits(tokens)
+    c = fwdutil.eval_logits(path, tokens, ref.n_vocab, tmp, threads=threads, tag=label.replace("/", "_"))
+    ck.compare("%s (%d tokens%s)" % (label, len(tokens), ", -t %d" % threads if threads else ""), c, r, TOL)
+    return c, r
+
+
+def main():
+    ck = fwdutil.Checker("test_forward_ref")
+    rng = np.random.default_rng(1234)
+    with tempfile.TemporaryDirectory() as tmp:
+        # real model: BOS + the start of its own greedy story, plus a few arbitrary tokens
+        stories = fwdutil.model_path("stories260K.gguf")
+        ref = LlamaRef(stories)
+        toks = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 5, 77, 300, 511]
+        c1, _ = check_model(ck, stories, "stories260K", toks, tmp, threads=1, ref=ref)
+        c2, _ = check_model(ck, stories, "stories260K", toks, tmp, threads=2, ref=ref)
+        e12 = float(np.max(fwdutil.rel_err_rows(c1, c2)))
+        ck.check(e12 <= 1e-6, "stories260K -t 1 vs -t 2: %s (max rel diff %.3e)"
+                 % ("identical" if e12 == 0 else "differ", e12))
+
+        # random models, every shape x every weight type
+        for sname, opts in SHAPES:
+            for ty in TYPES:
+                label = "%s/%s" % (sname, ty)
+                path = os.path.join(tmp, "%s-%s.gguf" % (sname, ty))
+                try:
+                    fwdutil.mkmodel(path, type=ty, seed=7, **opts)
+                except RuntimeError as e:
+                    # Q8_0 cannot store rows whose length is not a multiple of 32 (ff 344): a clear
+                    # refusal is acceptable, a silent wrong model is not.
+                    if ty == "q8_0" and opts.get("ff", 0) % 32:
+                        ck.check("q8_0" in str(e).lower() or "32" in str(e),
+                                 "%s: mkmodel refused (ff %% 32 != 0) with a message naming the cause"
+                                 % label)
+                        continue
+                    raise
+                m = LlamaRef(path)
+                toks = rng.integers(0, m.n_vocab, size=20).tolist()
+                if ty == "q8_0" and sname.startswith("d128-l2"):
+                    c1, _ = check_model(ck, path, label, toks, tmp, threads=1, ref=m)
+                    c2, _ = check_model(ck, path, label, toks, tmp, threads=2, ref=m)
+                    e12 = float(np.max(fwdutil.rel_err_rows(c1, c2)))
+                    ck.check(e12 <= 1e-6, "%s -t 1 vs -t 2: %s (max rel diff %.3e)"
+                             % (label, "identical" if e12 == 0 else "differ", e12))
+                else:
+                    check_model(ck, path, label, toks, tmp, ref=m)
+
+        # Llama-3 rope scaling (with a non-default base and eps): the scaling must visibly matter
+        path = os.path.join(tmp, "rope-llama3.gguf")
+        fwdutil.mkmodel(path, dim=128, layers=2, heads=4, kv_heads=2, head_dim=32, ff=256, ctx=256,
+                        rope_scaling="llama3", rope_base=500000, eps=1e-6, seed=11)
+        m = LlamaRef(path)
+        ck.check("rope_freqs.weight" in m.g.tensors or m.g.get("llama.rope.scaling.type") == "llama3",
+                 "rope-llama3: model carries llama3 scaling (rope_freqs.weight or llama.rope.scaling.type)")
+        ck.check(abs(m.base - 500000) < 1e-3 and abs(m.eps - 1e-6) < 1e-12,
+                 "rope-llama3: freq_base %g eps %g written" % (m.base, m.eps))
+        toks = rng.integers(0, m.n_vocab, size=60).tolist()
+        r = m.logits(toks)
+        scaled = m.freqs.copy()
+        m.freqs = m.base ** (-2.0 * np.arange(m.n_rot // 2) / m.n_rot)
+        r_plain = m.logits(toks)
+        m.freqs = scaled
+        sens = float(np.max(fwdutil.rel_err_rows(r_plain, r)))
+        ck.check(sens > 10 * TOL, "rope-llama3: unscaled rope would differ by %.3e (test is sensitive)" % sens)
+        c = fwdutil.eval_logits(path, toks, m.n_vocab, tmp, tag="rope")
+        ck.compare("rope-llama3 (60 tokens)", c, r, TOL)
+
+        # tied output head (no output.weight)
+        for ty in ("f32", "q8_0"):
+            path = os.path.join(tmp, "tied-%s.gguf" % ty)
+            fwdutil.mkmodel(path, dim=64, layers=2, heads=4, kv_heads=2, ff=128, ctx=64, tied=True,
+                            type=ty, seed=5)
+            m = LlamaRef(path)
+            ck.check("output.weight" not in m.g.tensors, "tied-%s: no output.weight tensor" % ty)
+            toks = rng.integers(0, m.n_vocab, size=20).tolist()
+            check_model(ck, path, "tied-%s" % ty, toks, tmp, ref=m)
+    ck.done()
+
+
+if __name__ == "__main__":
+    main()

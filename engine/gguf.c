@@ -403,6 +403,10 @@ static gguf_file *parse(const uint8_t *base, size_t size, const char *name, char
         rfail(&r, 4, "GGUF version 1 is not supported (only versions 2 and 3; re-convert the model)");
         goto bad;
     }
+    if (f->version == 0x02000000u || f->version == 0x03000000u) {
+        rfail(&r, 4, "big-endian GGUF (version %u byte-swapped) is not supported", (unsigned)(f->version >> 24));
+        goto bad;
+    }
     if (f->version != 2 && f->version != 3) {
         rfail(&r, 4, "unsupported GGUF version %" PRIu32 " (only 2 and 3)", f->version);
         goto bad;

@@ -72,12 +72,23 @@ bool mkmodel_row_from_f32(void *dst, int type, const float *src, uint64_t n)
             const float *x = src + 32 * b;
             uint8_t *blk = d + 34 * b;
             float amax = 0.0f;
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+            for (int i = 0; i < 32; i++) {
+                float a = fabsf(x[i]);
+                amax = a > amax ? a : amax; /* not fmaxf: that is a libm call here */
+            }
             float dd = amax / 127.0f;
             float id = dd != 0.0f ? 1.0f / dd : 0.0f;
             uint16_t h = f32_to_fp16(dd);
             memcpy(blk, &h, 2);
-            for (int i = 0; i < 32; i++) blk[2 + i] = (uint8_t)(int8_t)roundf(x[i] * id);
+            for (int i = 0; i < 32; i++) {
+                /* roundf (half away from zero) without the libm call: |v| <= 127.5,
+                 * so the truncation and the difference are exact */
+                float v = x[i] * id;
+                int t = (int)v;
+                float frac = v - (float)t;
+                t += (frac >= 0.5f) - (frac <= -0.5f);
+                blk[2 + i] = (uint8_t)t;
+            }
         }
         return true;
     default:
@@ -638,9 +649,10 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
             return fail(err, errlen, "--tokenizer %s: no usable tokenizer.ggml.tokens array", o->tokenizer_path);
         }
         if (o->vocab && (uint64_t)o->vocab != tk->arr_n) {
+            fail(err, errlen, "--vocab %d differs from the %llu tokens of --tokenizer %s",
+                 o->vocab, (unsigned long long)tk->arr_n, o->tokenizer_path);
             gguf_close(tok);
-            return fail(err, errlen, "--vocab %d differs from the %llu tokens of --tokenizer %s",
-                        o->vocab, (unsigned long long)tk->arr_n, o->tokenizer_path);
+            return -1;
         }
         V = (int)tk->arr_n;
     } else if (V < MK_MIN_VOCAB) {

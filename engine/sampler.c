@@ -21,6 +21,55 @@ struct sampler {
     float *probs;  /* (V) output buffer for sampler_sample_logits(probs_out = NULL) */
 };
 
+/* ---- 4-lane vectors (GCC/Clang vector extensions; SSE2 at the x86-64 baseline) ---
+ * The engine builds at -O2, where GCC does not auto-vectorize these loops, so the
+ * hot passes are written with explicit vectors. Every op is lane-wise, so a value
+ * computed in any lane is bitwise the same as in any other (determinism). */
+
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+static inline v4f v4_load(const float *p) { v4f v; memcpy(&v, p, sizeof v); return v; }
+static inline void v4_store(float *p, v4f v) { memcpy(p, &v, sizeof v); }
+static inline v4f v4_splat(float x) { return (v4f){ x, x, x, x }; }
+static inline v4f v4_and(v4f v, v4i mask) { return (v4f)((v4i)v & mask); }
+static inline float v4_hsum(v4f v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+
+/* exp(x) for x <= 0 in 4 lanes: Cody–Waite reduction x = n ln2 + r, |r| <= ln2/2, and
+ * the degree-7 Taylor polynomial of exp(r) (truncation < 6e-9 relative; a few ulp in
+ * all). exp(0) is exactly 1. Lanes with x < -87 (result < 1.7e-38), -inf or NaN
+ * give 0: probabilities that small relative to the max token are flushed. */
+static inline v4f v4_exp_nonpos(v4f x) {
+    const v4i keep = x >= v4_splat(-87.0f);
+    x = v4_and(x, keep);
+    const v4f magic = v4_splat(12582912.0f); /* 1.5 * 2^23: adding it rounds to integer */
+    v4f k = (x * v4_splat(1.44269504088896341f) + magic) - magic;
+    v4f r = x - k * v4_splat(0.693359375f);   /* ln2 high part (exact in few bits) */
+    r = r - k * v4_splat(-2.12194440e-4f);    /* ln2 low part */
+    v4f p = v4_splat(1.0f / 5040.0f);
+    p = p * r + v4_splat(1.0f / 720.0f);
+    p = p * r + v4_splat(1.0f / 120.0f);
+    p = p * r + v4_splat(1.0f / 24.0f);
+    p = p * r + v4_splat(1.0f / 6.0f);
+    p = p * r + v4_splat(0.5f);
+    p = p * r + v4_splat(1.0f);
+    p = p * r + v4_splat(1.0f);
+    v4i n = __builtin_convertvector(k, v4i);
+    v4f scale = (v4f)((n + 127) << 23);
+    return v4_and(p * scale, keep);
+}
+
+/* Maps logits to unsigned keys of the same order: NaN as -inf, -0 as +0 (so equal
+ * values tie and are ranked by id), negatives bit-flipped, positives sign-set. */
+static inline v4u v4_logit_key(v4f l) {
+    l = (v4f)(((v4i)l & (l == l)) | ((v4i)v4_splat(-INFINITY) & ~(l == l)));
+    l = l + v4_splat(0.0f);                   /* -0 + 0 = +0 */
+    v4i u = (v4i)l;
+    return (v4u)(u ^ ((u >> 31) | (v4i){ INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN }));
+}
+
+
 /* ---- config ---------------------------------------------------------------- */
 
 sampler_config sampler_config_default(void) {
@@ -73,58 +122,58 @@ void sampler_destroy(sampler *s) { free(s); }
 
 int sampler_n_vocab(const sampler *s) { return s->n_vocab; }
 
-/* ---- ranking helpers ------------------------------------------------------- */
-
-/* Maps a logit to an unsigned key with the same order (NaN as -inf, -0 as +0), so a
- * radix select over bytes ranks tokens exactly like comparing floats would. */
-static inline uint32_t logit_key(float x) {
-    if (x != x) x = -INFINITY;
-    if (x == 0.0f) x = 0.0f;
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+/* ---- ranking: radix select over order keys ---------------------------------- */
 
 /* The rank boundary found by radix_cut: a token is kept iff its key > key, or
- * key == key and its id <= id_cut (ties ranked by ascending id). */
+ * key == key and its id <= id_cut (equal keys are ranked by ascending id). */
 typedef struct { uint32_t key; int32_t id_cut; } rank_cut;
 
 static const rank_cut KEEP_ALL = { 0, INT32_MAX };
 
+/* Digits of the 32-bit key, most significant first: 11 + 11 + 10 bits. The first
+ * digit is sign + exponent + 2 mantissa bits of the logit, so typical logits spread
+ * over many buckets at once. */
+enum { RADIX_LEVELS = 3, RADIX_BUCKETS = 2048 };
+static const int radix_shift[RADIX_LEVELS] = { 21, 10, 0 };
+static const uint32_t radix_mask[RADIX_LEVELS] = { 0x7FF, 0x7FF, 0x3FF };
+
 /* Over candidates ids[n] (ascending; NULL = 0..n-1), ranked by (key desc, id asc),
  * finds the first rank at which the cumulative weight (mass[id], or 1 per token when
- * mass is NULL) reaches target. Four passes of an 8-bit radix select, each over the
- * bucket that holds the boundary, then a walk over the equal-key tokens in id order.
- * If rounding keeps the cumulative weight below target, everything is kept. */
+ * mass is NULL) reaches target: per digit, a histogram of the weight, the bucket
+ * holding the boundary, then only that bucket goes on; at the end the tokens with
+ * one equal key are walked in id order. If rounding keeps the cumulative weight
+ * below target, everything is kept. */
 static rank_cut radix_cut(sampler *s, const int32_t *ids, int n, const float *mass, double target) {
     const uint32_t *key = s->key;
     const int32_t *cur = ids;
     int ncur = n;
-    double above = 0.0; /* weight of tokens ranked above the current bucket */
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        double h[256];
-        memset(h, 0, sizeof h);
+    double above = 0.0; /* weight of the tokens ranked above the current bucket */
+    double h[RADIX_BUCKETS];
+    uint32_t cnt[RADIX_BUCKETS];
+    for (int lv = 0; lv < RADIX_LEVELS; lv++) {
+        const int sh = radix_shift[lv];
+        const uint32_t mk = radix_mask[lv];
+        const int nb = (int)mk + 1;
         if (mass) {
-            for (int j = 0; j < ncur; j++) {
-                int id = cur ? cur[j] : j;
-                h[(key[id] >> shift) & 255u] += mass[id];
-            }
+            memset(h, 0, (size_t)nb * sizeof h[0]);
+            if (cur) for (int j = 0; j < ncur; j++) h[(key[cur[j]] >> sh) & mk] += mass[cur[j]];
+            else     for (int j = 0; j < ncur; j++) h[(key[j] >> sh) & mk] += mass[j];
         } else {
-            for (int j = 0; j < ncur; j++) {
-                int id = cur ? cur[j] : j;
-                h[(key[id] >> shift) & 255u] += 1.0;
-            }
+            memset(cnt, 0, (size_t)nb * sizeof cnt[0]);
+            if (cur) for (int j = 0; j < ncur; j++) cnt[(key[cur[j]] >> sh) & mk]++;
+            else     for (int j = 0; j < ncur; j++) cnt[(key[j] >> sh) & mk]++;
+            for (int d = 0; d < nb; d++) h[d] = cnt[d];
         }
-        int d = 255;
+        int d = nb - 1;
         for (; d >= 0; d--) {
             if (above + h[d] >= target) break;
             above += h[d];
         }
         if (d < 0) return KEEP_ALL;
-        int m = 0; /* gather the boundary bucket (in place once cur == tmp) */
+        int m = 0; /* gather the boundary bucket, keeping id order (in place once cur == tmp) */
         for (int j = 0; j < ncur; j++) {
             int id = cur ? cur[j] : j;
-            if (((key[id] >> shift) & 255u) == (uint32_t)d) s->tmp[m++] = id;
+            if (((key[id] >> sh) & mk) == (uint32_t)d) s->tmp[m++] = id;
         }
         cur = s->tmp;
         ncur = m;
@@ -138,151 +187,294 @@ static rank_cut radix_cut(sampler *s, const int32_t *ids, int n, const float *ma
     return c;
 }
 
-/* Keeps the candidates inside cut c; writes them (ascending) to dst, which may be ids. */
-static int gather_cut(int32_t *dst, const int32_t *ids, int n, const uint32_t *key, rank_cut c) {
+/* Keeps the candidates inside cut c, writing them (ascending) to dst, which may be
+ * ids; returns their number and their total weight in *z. */
+static int gather_cut(int32_t *dst, const int32_t *ids, int n, const uint32_t *key, rank_cut c,
+                      const float *w, double *z) {
     int m = 0;
+    double sum = 0.0;
     for (int j = 0; j < n; j++) {
         int id = ids ? ids[j] : j;
         uint32_t k = key[id];
-        if (k > c.key || (k == c.key && id <= c.id_cut)) dst[m++] = id;
+        if (k > c.key || (k == c.key && id <= c.id_cut)) {
+            dst[m++] = id;
+            if (w) sum += w[id];
+        }
     }
+    if (z) *z = sum;
     return m;
 }
 
-static double sum_over(const float *w, const int32_t *ids, int n) {
-    double z = 0.0;
-    for (int j = 0; j < n; j++) z += w[ids[j]];
-    return z;
-}
-
-static void one_hot(float *probs, int n, int id) {
-    memset(probs, 0, (size_t)n * sizeof(float));
-    probs[id] = 1.0f;
-}
 
 /* ---- processing ------------------------------------------------------------ */
 
-int sampler_argmax(const float *logits, int n) {
-    int best = -1;
-    float bv = 0.0f;
-    for (int i = 0; i < n; i++) {
-        float v = logits[i];
-        if (v == v && (best < 0 || v > bv)) { best = i; bv = v; }
+/* largest logit, NaN ignored (-inf if there is none) */
+static float max_logit(const float *l, int n) {
+    v4f m = v4_splat(-INFINITY);
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        v4f v = v4_load(l + i);
+        v4i gt = v > m;                        /* false for NaN */
+        m = (v4f)(((v4i)v & gt) | ((v4i)m & ~gt));
     }
-    return best < 0 ? 0 : best;
+    float mx = -INFINITY;
+    for (int k = 0; k < 4; k++) mx = m[k] > mx ? m[k] : mx;
+    for (; i < n; i++) mx = l[i] > mx ? l[i] : mx;
+    return mx;
 }
+
+int sampler_argmax(const float *logits, int n) {
+    float mx = max_logit(logits, n);
+    for (int i = 0; i < n; i++)
+        if (logits[i] == mx) return i;
+    return 0; /* all NaN */
+}
+
+static int one_hot_argmax(float *probs, const float *logits, int n) {
+    int id = sampler_argmax(logits, n);
+    memset(probs, 0, (size_t)n * sizeof(float));
+    probs[id] = 1.0f;
+    return id;
+}
+
+/* Weights exp((l - mx) / T), computed as (l - mx) * (1/T) when 1/T is finite.
+ * inf_mode (mx = +inf): 1 for +inf logits, 0 for the rest. */
+typedef struct { float mx, inv_t, t; bool inv_ok, inf_mode; } temper;
+
+static inline v4f v4_weight(const temper *tp, v4f l) {
+    if (tp->inf_mode) return v4_and(v4_splat(1.0f), l == v4_splat(INFINITY));
+    v4f d = l - v4_splat(tp->mx);
+    d = tp->inv_ok ? d * v4_splat(tp->inv_t) : d / v4_splat(tp->t);
+    return v4_exp_nonpos(d);
+}
+
+/* w[i] for every token; returns their sum (float lanes per 16, double across). */
+static double weigh_all(sampler *s, const temper *tp, const float *l) {
+    const int V = s->n_vocab;
+    float *w = s->w;
+    double z = 0.0;
+    int i = 0;
+    for (; i + 16 <= V; i += 16) {
+        v4f a = v4_weight(tp, v4_load(l + i)), b = v4_weight(tp, v4_load(l + i + 4));
+        v4f c = v4_weight(tp, v4_load(l + i + 8)), d = v4_weight(tp, v4_load(l + i + 12));
+        v4_store(w + i, a); v4_store(w + i + 4, b); v4_store(w + i + 8, c); v4_store(w + i + 12, d);
+        z += v4_hsum((a + b) + (c + d));
+    }
+    for (; i < V; i += 4) { /* tail through the same lane code, padded with -inf */
+        float tl[4] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY }, tw[4];
+        int m = V - i < 4 ? V - i : 4;
+        memcpy(tl, l + i, (size_t)m * sizeof(float));
+        v4_store(tw, v4_weight(tp, v4_load(tl)));
+        for (int k = 0; k < m; k++) { w[i + k] = tw[k]; z += tw[k]; }
+    }
+    return z;
+}
+
+/* w[id] for the listed tokens only, 4 at a time through the same lane code (so a
+ * token's weight is bitwise the one weigh_all gives). Returns their sum. */
+static double weigh_ids(sampler *s, const temper *tp, const float *l, const int32_t *ids, int n) {
+    double z = 0.0;
+    for (int j = 0; j < n; j += 4) {
+        float tl[4] = { -INFINITY, -INFINITY, -INFINITY, -INFINITY }, tw[4];
+        int m = n - j < 4 ? n - j : 4;
+        for (int k = 0; k < m; k++) tl[k] = l[ids[j + k]];
+        v4_store(tw, v4_weight(tp, v4_load(tl)));
+        for (int k = 0; k < m; k++) { s->w[ids[j + k]] = tw[k]; z += tw[k]; }
+    }
+    return z;
+}
+
+/* rank keys of the listed tokens (NULL = all n) */
+static void keys_for(sampler *s, const float *l, const int32_t *ids, int n) {
+    for (int j = 0; j < n; j += 4) {
+        float tl[4] = { 0, 0, 0, 0 };
+        int m = n - j < 4 ? n - j : 4;
+        for (int k = 0; k < m; k++) tl[k] = l[ids ? ids[j + k] : j + k];
+        v4u key = v4_logit_key(v4_load(tl));
+        for (int k = 0; k < m; k++) s->key[ids ? ids[j + k] : j + k] = key[k];
+    }
+}
+
+/* Appends, in ascending order, the ids i in [0, n) with x[i] >= thr (NaN never) to
+ * dst; adds their mass[i] (if mass) into *sum. Returns how many. */
+static int collect_ge(int32_t *dst, const float *x, int n, float thr, const float *mass, double *sum) {
+    const v4f t = v4_splat(thr);
+    int m = 0, i = 0;
+    double z = 0.0;
+    for (; i + 4 <= n; i += 4) {
+        v4i ge = v4_load(x + i) >= t;
+        uint64_t h[2];
+        memcpy(h, &ge, sizeof h);
+        if (!(h[0] | h[1])) continue;
+        for (int k = 0; k < 4; k++)
+            if (ge[k]) { dst[m++] = i + k; if (mass) z += mass[i + k]; }
+    }
+    for (; i < n; i++)
+        if (x[i] >= thr) { dst[m++] = i; if (mass) z += mass[i]; }
+    if (sum) *sum = z;
+    return m;
+}
+
+/* inverse of the order maps: the float whose rank key (logit_key) or, for weights
+ * (non-negative floats), whose bits are `key` */
+static float float_of_logit_key(uint32_t key) {
+    uint32_t u = (key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static float float_of_bits(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
+
+/* Prefilter for top-k / top-p over a large vocabulary: a 1-in-16 subsample picks a
+ * threshold (the low end of the level-0 bucket where the subsample's count or mass
+ * from the top passes the need, with margin); one vector pass collects the tokens at
+ * or above it. Every token left out ranks below every token collected, so if the
+ * collected ones hold enough (count >= k, mass >= target) the exact selection among
+ * them equals the selection over all; otherwise all are used: a poor estimate costs
+ * time, never correctness. */
+enum { SUB_STRIDE = 16, PREFILTER_MIN_V = 4096 };
 
 void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, float *probs) {
     SAMPLER_ASSERT(s && cfg && logits && probs && probs != logits);
     SAMPLER_ASSERT(sampler_config_validate(cfg, NULL, 0));
     const int V = s->n_vocab;
-    if (cfg->temperature == 0.0f) { one_hot(probs, V, sampler_argmax(logits, V)); return; }
+    if (cfg->temperature == 0.0f) { one_hot_argmax(probs, logits, V); return; }
 
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++) mx = logits[i] > mx ? logits[i] : mx; /* NaN never wins */
-    if (mx == -INFINITY) { one_hot(probs, V, 0); return; }
-    const bool inf_mode = mx == INFINITY; /* uniform over the +inf logits */
-    const float T = cfg->temperature;
+    const float mx = max_logit(logits, V);
+    if (mx == -INFINITY) { one_hot_argmax(probs, logits, V); return; } /* all -inf/NaN: token 0 */
+    temper tp = { .mx = mx, .t = cfg->temperature, .inv_t = 1.0f / cfg->temperature };
+    tp.inv_ok = isfinite(tp.inv_t);
+    tp.inf_mode = mx == INFINITY;
     const bool use_k = cfg->top_k > 0 && cfg->top_k < V;
     const bool use_p = cfg->top_p < 1.0f;
     float *w = s->w;
-    uint32_t *key = s->key;
-
-    /* candidates: NULL = every token; else ascending ids in s->cand */
-    int32_t *cand = NULL;
+    int32_t *cand = NULL; /* NULL = every token; else ascending ids in s->cand */
     int nc = V;
-    if (use_k || use_p)
-        for (int i = 0; i < V; i++) key[i] = logit_key(logits[i]);
+    double z;
 
-    /* top-k by logit: temperature > 0 is monotone, so the ranks are those of step 1 */
+    /* 2. top-k, by logit: temperature > 0 is monotone, so these are the ranks of step 1.
+     * Candidates: the tokens at or above a threshold estimated from a subsample (if
+     * they are at least k), else all; then an exact radix select among them. */
     if (use_k) {
-        rank_cut c = radix_cut(s, NULL, V, NULL, (double)cfg->top_k);
-        nc = gather_cut(s->cand, NULL, V, key, c);
-        cand = s->cand;
-    }
-
-    /* temperature + softmax numerators over the candidates (the max has weight 1) */
-    double z = 0.0;
-    if (cand) {
-        for (int j = 0; j < nc; j++) {
-            int id = cand[j];
-            float l = logits[id];
-            float x = inf_mode ? (l == INFINITY ? 0.0f : -INFINITY) : (l - mx) / T;
-            float e = x == x ? expf(x) : 0.0f;
-            w[id] = e;
-            z += e;
-        }
-    } else {
-        double z4[4] = { 0, 0, 0, 0 };
-        int i = 0;
-        for (; i + 4 <= V; i += 4) {
-            for (int k = 0; k < 4; k++) {
-                float l = logits[i + k];
-                float x = inf_mode ? (l == INFINITY ? 0.0f : -INFINITY) : (l - mx) / T;
-                float e = x == x ? expf(x) : 0.0f;
-                w[i + k] = e;
-                z4[k] += e;
+        const int k = cfg->top_k;
+        bool done = false;
+        if (V >= PREFILTER_MIN_V && k <= V / 64) {
+            uint32_t cnt[RADIX_BUCKETS] = { 0 };
+            for (int i = 0; i < V; i += SUB_STRIDE) {
+                float tl[4] = { logits[i], 0, 0, 0 };
+                cnt[v4_logit_key(v4_load(tl))[0] >> 21]++;
+            }
+            const uint32_t want = 2u * (uint32_t)(k / SUB_STRIDE) + 8u;
+            uint32_t cum = 0;
+            int d = RADIX_BUCKETS - 1;
+            for (; d >= 0 && cum + cnt[d] < want; d--) cum += cnt[d];
+            uint32_t lo_key = (uint32_t)(d < 0 ? 0 : d) << 21;
+            if (d > 0 && lo_key > 0x007FFFFFu) { /* above the key of -inf: a real threshold */
+                nc = collect_ge(s->cand, logits, V, float_of_logit_key(lo_key), NULL, NULL);
+                done = nc >= k;
             }
         }
-        for (; i < V; i++) {
-            float l = logits[i];
-            float x = inf_mode ? (l == INFINITY ? 0.0f : -INFINITY) : (l - mx) / T;
-            float e = x == x ? expf(x) : 0.0f;
-            w[i] = e;
-            z4[0] += e;
-        }
-        z = (z4[0] + z4[1]) + (z4[2] + z4[3]);
-    }
-
-    /* top-p: shortest ranked prefix with mass >= top_p of the current distribution */
-    if (use_p) {
-        rank_cut c = radix_cut(s, cand, nc, w, (double)cfg->top_p * z);
-        nc = gather_cut(s->cand, cand, nc, key, c);
         cand = s->cand;
-        z = sum_over(w, cand, nc);
+        if (!done) { nc = V; cand = NULL; }
+        keys_for(s, logits, cand, nc);
+        rank_cut c = radix_cut(s, cand, nc, NULL, (double)k);
+        nc = gather_cut(s->cand, cand, nc, s->key, c, NULL, NULL);
+        cand = s->cand;
+        z = weigh_ids(s, &tp, logits, cand, nc);
+    } else {
+        z = weigh_all(s, &tp, logits);
     }
 
-    /* min-p: the max token always survives steps 2-3 and has weight exactly 1 */
+    /* 3. top-p: the shortest ranked prefix with mass >= top_p of the distribution so far.
+     * Over the whole vocabulary, candidates are again the tokens at or above a weight
+     * threshold from a subsample, used if they hold at least the target mass. */
+    if (use_p) {
+        const double target = (double)cfg->top_p * z;
+        if (!cand) {
+            bool done = false;
+            if (V >= PREFILTER_MIN_V) {
+                double h[RADIX_BUCKETS] = { 0 }, zs = 0.0;
+                for (int i = 0; i < V; i += SUB_STRIDE) { h[bits_of(w[i]) >> 21] += w[i]; zs += w[i]; }
+                const double want = zs * ((double)cfg->top_p + 0.5 * (1.0 - (double)cfg->top_p));
+                double cum = 0.0;
+                int d = RADIX_BUCKETS - 1;
+                for (; d >= 0 && cum + h[d] < want; d--) cum += h[d];
+                if (d > 0) {
+                    double got;
+                    nc = collect_ge(s->cand, w, V, float_of_bits((uint32_t)d << 21), w, &got);
+                    done = got >= target;
+                }
+            }
+            cand = done ? s->cand : NULL;
+            if (!done) nc = V;
+            keys_for(s, logits, cand, nc);
+        } /* else: keys were made by top-k */
+        rank_cut c = radix_cut(s, cand, nc, w, target);
+        nc = gather_cut(s->cand, cand, nc, s->key, c, w, &z);
+        cand = s->cand;
+    }
+
+    /* 4. min-p: the max token survives steps 2-3 and has weight exactly exp(0) = 1 */
     if (cfg->min_p > 0.0f) {
         const float thr = cfg->min_p;
-        int m = 0;
         if (cand) {
-            for (int j = 0; j < nc; j++) if (w[cand[j]] >= thr) s->cand[m++] = cand[j];
+            int m = 0;
+            z = 0.0;
+            for (int j = 0; j < nc; j++)
+                if (w[cand[j]] >= thr) { s->cand[m++] = cand[j]; z += w[cand[j]]; }
+            nc = m;
         } else {
-            for (int i = 0; i < V; i++) if (w[i] >= thr) s->cand[m++] = i;
+            nc = collect_ge(s->cand, w, V, thr, w, &z);
+            cand = s->cand;
         }
-        cand = s->cand;
-        nc = m;
-        z = sum_over(w, cand, nc);
     }
 
     SAMPLER_ASSERT(z > 0.0);
-    const double inv = 1.0 / z;
+    const float inv = (float)(1.0 / z);
     if (cand) {
         memset(probs, 0, (size_t)V * sizeof(float));
-        for (int j = 0; j < nc; j++) probs[cand[j]] = (float)(w[cand[j]] * inv);
+        for (int j = 0; j < nc; j++) probs[cand[j]] = w[cand[j]] * inv;
     } else {
-        for (int i = 0; i < V; i++) probs[i] = (float)(w[i] * inv);
+        int i = 0;
+        for (; i + 4 <= V; i += 4) v4_store(probs + i, v4_load(w + i) * v4_splat(inv));
+        for (; i < V; i++) probs[i] = w[i] * inv;
     }
 }
 
 /* ---- drawing --------------------------------------------------------------- */
 
-#define CDF_BLOCK 64
+enum { CDF_BLOCK = 64 };
 
-/* weight of token i: p[i], or max(0, p[i] - q[i]) for the residual (q non-NULL) */
+/* weight of token i: max(0, p[i]) or, for the residual (q non-NULL), max(0, p[i] - q[i]) */
 static inline float cdf_weight(const float *p, const float *q, int i) {
     float r = q ? p[i] - q[i] : p[i];
     return r > 0.0f ? r : 0.0f;
 }
 
+/* the same weights, 4 lanes (NaN → 0) */
+static inline v4f cdf_weight4(const float *p, const float *q, int i) {
+    v4f r = q ? v4_load(p + i) - v4_load(q + i) : v4_load(p + i);
+    return v4_and(r, r > v4_splat(0.0f));
+}
+
+/* sum of the weights of [b, e): 16-token groups in float lanes, groups in double */
 static double block_sum(const float *p, const float *q, int b, int e) {
-    double a[4] = { 0, 0, 0, 0 };
+    double z = 0.0;
     int i = b;
-    for (; i + 4 <= e; i += 4)
-        for (int k = 0; k < 4; k++) a[k] += cdf_weight(p, q, i + k);
-    for (; i < e; i++) a[0] += cdf_weight(p, q, i);
-    return (a[0] + a[1]) + (a[2] + a[3]);
+    for (; i + 16 <= e; i += 16) {
+        v4f a = (cdf_weight4(p, q, i) + cdf_weight4(p, q, i + 4)) +
+                (cdf_weight4(p, q, i + 8) + cdf_weight4(p, q, i + 12));
+        z += v4_hsum(a);
+    }
+    for (; i < e; i++) z += cdf_weight(p, q, i);
+    return z;
+}
+
+static double total_weight(const float *p, const float *q, int n) {
+    double z = 0.0;
+    for (int b = 0; b < n; b += CDF_BLOCK) z += block_sum(p, q, b, b + CDF_BLOCK < n ? b + CDF_BLOCK : n);
+    return z;
 }
 
 /* First token whose cumulative weight exceeds target, skipping whole blocks whose
@@ -294,7 +486,7 @@ static int cdf_search(const float *p, const float *q, int n, double target) {
     for (int b = 0; b < n; b += CDF_BLOCK) {
         int e = b + CDF_BLOCK < n ? b + CDF_BLOCK : n;
         double bs = block_sum(p, q, b, e);
-        if (bs <= 0.0) continue;
+        if (!(bs > 0.0)) continue;
         last_block = b;
         if (cum + bs <= target) { cum += bs; continue; }
         for (int i = b; i < e; i++) {
@@ -315,25 +507,23 @@ static int cdf_search(const float *p, const float *q, int n, double target) {
 
 int sampler_sample(const float *probs, int n_vocab, double u) {
     SAMPLER_ASSERT(probs && n_vocab > 0 && u >= 0.0 && u < 1.0);
-    double total = 0.0;
-    for (int b = 0; b < n_vocab; b += CDF_BLOCK)
-        total += block_sum(probs, NULL, b, b + CDF_BLOCK < n_vocab ? b + CDF_BLOCK : n_vocab);
+    double total = total_weight(probs, NULL, n_vocab);
     if (!(total > 0.0)) return -1;
     return cdf_search(probs, NULL, n_vocab, u * total);
 }
 
 int sampler_sample_residual(const float *p, const float *q, int n_vocab, double u) {
     SAMPLER_ASSERT(p && q && n_vocab > 0 && u >= 0.0 && u < 1.0);
-    double total = 0.0;
-    for (int b = 0; b < n_vocab; b += CDF_BLOCK)
-        total += block_sum(p, q, b, b + CDF_BLOCK < n_vocab ? b + CDF_BLOCK : n_vocab);
+    double total = total_weight(p, q, n_vocab);
     if (!(total >= 1e-12)) return sampler_sample(p, n_vocab, u);
     return cdf_search(p, q, n_vocab, u * total);
 }
 
 int sampler_sample_logits(sampler *s, const sampler_config *cfg, const float *logits,
                           float *probs_out, uint64_t seed, uint64_t position) {
+    SAMPLER_ASSERT(s && cfg && logits);
     float *probs = probs_out ? probs_out : s->probs;
+    if (cfg->temperature == 0.0f) return one_hot_argmax(probs, logits, s->n_vocab);
     sampler_probs(s, cfg, logits, probs);
     return sampler_sample(probs, s->n_vocab, rng_uniform(seed, position, RNG_SAMPLE, 0));
 }

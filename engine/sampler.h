@@ -48,11 +48,13 @@ int sampler_n_vocab(const sampler *s);
  * ranked prefix whose cumulative mass is >= top_p * (mass before top-p) (ties cut by
  * the same order; at least one token); min-p keeps every token whose probability is
  * >= min_p * max (ties at the threshold are kept, all or none).
+ * Weights below exp(-87) ≈ 1.6e-38 times the max token's are flushed to 0.
  * Logits: NaN counts as -inf; -inf tokens get probability 0. If some logits are +inf
  * the distribution is uniform over them; if every logit is -inf/NaN the result is
  * one-hot at token 0. Deterministic: same (cfg, logits) → bitwise-same probs, on any
- * sampler object of the same n_vocab. Cost: O(V) passes (expf over the vocabulary,
- * or only over the k candidates when top-k is on) plus a radix select; no sort.
+ * sampler object of the same n_vocab. Cost: O(V) vectorised passes (exp over the
+ * vocabulary, or only over the k candidates when top-k is on) plus a radix select
+ * over 11-bit digits of the logits; no sort.
  * cfg must satisfy sampler_config_validate (aborts otherwise: caller invariant).
  * probs may not alias logits. */
 void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, float *probs);

@@ -31,15 +31,19 @@ struct tokenizer {
     uint32_t *dlen;     /* (n_vocab) */
     float *score;       /* (n_vocab) */
     uint8_t *type;      /* (n_vocab) tok_type */
-    /* open-addressing hash: vocab string -> id, -1 = empty slot */
-    int32_t *map;       /* (map_mask + 1) */
+    /* open-addressing hash: vocab string -> id (id -1 = empty slot) */
+    struct tok_slot { int32_t id; uint32_t h; } *map; /* (map_mask + 1) */
     uint32_t map_mask;
+    /* no mergeable piece holds "▁" right after another character, so merges
+     * never cross the start of a space run: encode may work word by word */
+    bool word_split;
     int32_t byte_id[256];   /* byte fallback for each byte value */
     /* special tokens matched whole in text (control/unknown/user-defined),
      * bucketed by first byte, longest first within a bucket */
     int32_t *special;       /* (n_special) */
     uint32_t special_start[257];
     int32_t n_special;
+    int32_t n_user;         /* user-defined among them */
     int32_t bos, eos, unk, pad, eot, eom;
     int32_t eog[3];
     int n_eog;
@@ -79,11 +83,17 @@ static void check_id(const tokenizer *t, int32_t id, const char *fn) {
         TOK_ABORT("%s: token id %" PRId32 " out of range [0, %" PRId32 ")", fn, id, t->n_vocab);
 }
 
-/* Length of the UTF-8 sequence a lead byte announces (continuation and
- * invalid lead bytes count as 1), as SentencePiece-derived tokenizers split. */
-static inline size_t utf8_len(uint8_t c) {
+/* Bytes of the character starting at s (n > 0 bytes left): the length its
+ * lead byte announces (continuation bytes and 0xF8.. count as 1), cut short
+ * at the first byte that is not a continuation byte, so invalid UTF-8 never
+ * swallows the next character (an escaped space in particular). */
+static inline size_t char_len(const char *s, size_t n) {
     static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
-    return lens[c >> 4];
+    size_t want = lens[(uint8_t)s[0] >> 4];
+    if (want > n) want = n;
+    size_t k = 1;
+    while (k < want && ((uint8_t)s[k] & 0xC0) == 0x80) k++;
+    return k;
 }
 
 /* Types whose strings can be produced by merging text characters. */
@@ -92,28 +102,36 @@ static inline bool mergeable(uint8_t type) {
 }
 
 static int32_t map_find(const tokenizer *t, const char *s, size_t n) {
-    uint32_t i = str_hash(s, n) & t->map_mask;
-    for (;;) {
-        int32_t id = t->map[i];
+    if (n > t->max_len) return -1;
+    uint32_t h = str_hash(s, n);
+    for (uint32_t i = h & t->map_mask;; i = (i + 1) & t->map_mask) {
+        int32_t id = t->map[i].id;
         if (id < 0) return -1;
-        if (t->len[id] == n && memcmp(t->text + t->off[id], s, n) == 0) return id;
-        i = (i + 1) & t->map_mask;
+        if (t->map[i].h == h && t->len[id] == n && memcmp(t->text + t->off[id], s, n) == 0) return id;
     }
 }
 
 static void map_insert(tokenizer *t, int32_t id) {
     const char *s = t->text + t->off[id];
     size_t n = t->len[id];
-    uint32_t i = str_hash(s, n) & t->map_mask;
-    for (;;) {
-        int32_t cur = t->map[i];
-        if (cur < 0) { t->map[i] = id; return; }
-        if (t->len[cur] == n && memcmp(t->text + t->off[cur], s, n) == 0) {
-            t->map[i] = id; /* duplicate string: the later id wins */
+    uint32_t h = str_hash(s, n);
+    for (uint32_t i = h & t->map_mask;; i = (i + 1) & t->map_mask) {
+        int32_t cur = t->map[i].id;
+        if (cur < 0) { t->map[i].id = id; t->map[i].h = h; return; }
+        if (t->map[i].h == h && t->len[cur] == n && memcmp(t->text + t->off[cur], s, n) == 0) {
+            t->map[i].id = id; /* duplicate string: the later id wins */
             return;
         }
-        i = (i + 1) & t->map_mask;
     }
+}
+
+/* Does piece hold a "▁" right after something that is not "▁"? */
+static bool space_inside(const char *s, size_t n) {
+    for (size_t p = 1; p + 3 <= n; p++) {
+        if (memcmp(s + p, SPACE_ESC, 3) != 0) continue;
+        if (p < 3 || memcmp(s + p - 3, SPACE_ESC, 3) != 0) return true;
+    }
+    return false;
 }
 
 static int hexval(char c) {
@@ -267,6 +285,9 @@ static bool build_tables(tokenizer *t, const gguf_str *strs, char *err, size_t e
     memset(t->map, 0xff, cap * sizeof *t->map);
     t->map_mask = cap - 1;
     for (int32_t i = 0; i < n; i++) map_insert(t, i);
+    t->word_split = true;
+    for (int32_t i = 0; i < n && t->word_split; i++)
+        if (mergeable(t->type[i]) && space_inside(t->text + t->off[i], t->len[i])) t->word_split = false;
 
     /* byte fallback */
     for (int b = 0; b < 256; b++) {
@@ -301,6 +322,7 @@ static bool build_tables(tokenizer *t, const gguf_str *strs, char *err, size_t e
         uint8_t ty = t->type[i];
         if (t->len[i] > 0 && (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ty == TOK_TYPE_USER_DEFINED))
             t->special[ns++] = i;
+        if (t->len[i] > 0 && ty == TOK_TYPE_USER_DEFINED) t->n_user++;
     }
     t->n_special = ns;
     qsort_r(t->special, (size_t)ns, sizeof *t->special, cmp_special, t);
@@ -617,11 +639,18 @@ static void try_bigram(spm_state *st, int32_t left, int32_t right) {
     heap_push(st, (spm_bigram){left, right, st->t->score[id], size});
 }
 
+static inline bool is_space(const spm_state *st, int32_t i) {
+    const spm_sym *s = &st->sym[i];
+    return s->n == 3 && memcmp(st->esc + s->start, SPACE_ESC, 3) == 0;
+}
+
+static void spm_chunk(spm_state *st, int32_t c0, int32_t c1);
+
 /* Tokenizes one run of plain text (no special tokens inside). */
-static void spm_run(spm_state *st, const char *text, size_t len, bool prefix) {
+static void spm_run(spm_state *st, const char *text, size_t len) {
     const tokenizer *t = st->t;
     size_t n = 0;
-    if (prefix && t->add_space_prefix) { memcpy(st->esc, SPACE_ESC, 3); n = 3; }
+    if (t->add_space_prefix) { memcpy(st->esc, SPACE_ESC, 3); n = 3; }
     for (size_t i = 0; i < len; i++) {
         if (text[i] == ' ') { memcpy(st->esc + n, SPACE_ESC, 3); n += 3; }
         else st->esc[n++] = text[i];
@@ -630,16 +659,32 @@ static void spm_run(spm_state *st, const char *text, size_t len, bool prefix) {
 
     int32_t nsym = 0;
     for (size_t i = 0; i < n;) {
-        size_t cl = utf8_len((uint8_t)st->esc[i]);
-        if (cl > n - i) cl = n - i;
+        size_t cl = char_len(st->esc + i, n - i);
         st->sym[nsym] = (spm_sym){nsym - 1, nsym + 1, (uint32_t)i, (uint32_t)cl};
         nsym++;
         i += cl;
     }
     st->sym[nsym - 1].next = -1;
 
+    /* merge chunk by chunk: the whole run, or each word (a space run and
+     * what follows it) when no piece can span a word start */
+    for (int32_t c0 = 0, c1; c0 < nsym; c0 = c1) {
+        c1 = c0 + 1;
+        if (t->word_split) {
+            while (c1 < nsym && !(is_space(st, c1) && !is_space(st, c1 - 1))) c1++;
+        } else {
+            c1 = nsym;
+        }
+        st->sym[c0].prev = -1;
+        st->sym[c1 - 1].next = -1;
+        spm_chunk(st, c0, c1);
+    }
+}
+
+static void spm_chunk(spm_state *st, int32_t c0, int32_t c1) {
+    const tokenizer *t = st->t;
     st->nheap = 0;
-    for (int32_t i = 1; i < nsym; i++) try_bigram(st, i - 1, i);
+    for (int32_t i = c0 + 1; i < c1; i++) try_bigram(st, i - 1, i);
     while (st->nheap > 0) {
         spm_bigram b = heap_pop(st);
         spm_sym *l = &st->sym[b.left], *r = &st->sym[b.right];
@@ -653,7 +698,7 @@ static void spm_run(spm_state *st, const char *text, size_t len, bool prefix) {
         try_bigram(st, b.left, l->next);
     }
 
-    for (int32_t i = 0; i >= 0; i = st->sym[i].next) {
+    for (int32_t i = c0; i >= 0; i = st->sym[i].next) {
         const spm_sym *s = &st->sym[i];
         int32_t id = map_find(t, st->esc + s->start, s->n);
         if (id >= 0 && mergeable(t->type[id])) {
@@ -700,21 +745,21 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
         st.heap = (spm_bigram *)(scratch + (len + 2) * sizeof(spm_sym));
         st.esc = scratch + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
 
-        bool prev_special = true; /* the text start gets the space prefix */
+        /* every run starts the text or follows a special token, so each one
+         * gets the space prefix (as llama.cpp and HF's legacy SPM do) */
         size_t run = 0;
-        if (t->n_special > 0) {
+        if (parse_special ? t->n_special > 0 : t->n_user > 0) {
             for (size_t i = 0; i < len;) {
                 size_t mlen = 0;
                 int32_t id = match_special(t, text + i, len - i, parse_special, &mlen);
                 if (id < 0) { i++; continue; }
-                if (i > run) spm_run(&st, text + run, i - run, prev_special);
+                if (i > run) spm_run(&st, text + run, i - run);
                 emit(&st, id);
-                prev_special = true;
                 i += mlen;
                 run = i;
             }
         }
-        if (run < len) spm_run(&st, text + run, len - run, prev_special);
+        if (run < len) spm_run(&st, text + run, len - run);
         free(scratch);
     }
     if (add_special && t->add_eos && t->eos >= 0) emit(&st, t->eos);
@@ -723,13 +768,13 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
 
 /* ---- decode -------------------------------------------------------------- */
 
-/* The bytes id contributes under flags. Sets *is_special when the token was
- * matched whole by tok_encode (so a space prefix follows it). */
+/* The bytes id contributes under flags. Sets *is_special when the rendered
+ * token is one tok_encode matches whole (so a space prefix follows it). */
 static inline void render(const tokenizer *t, int32_t id, unsigned flags, const char **p, size_t *n,
                           bool *is_special) {
     uint8_t ty = t->type[id];
     *is_special = false;
-    if (ty == TOK_TYPE_CONTROL && (flags & TOK_DECODE_SPECIAL)) {
+    if ((ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN) && (flags & TOK_DECODE_SPECIAL)) {
         *p = t->text + t->off[id];
         *n = t->len[id];
         *is_special = true;

@@ -87,7 +87,8 @@ int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n);
 
 /* ---- encode ------------------------------------------------------------- */
 
-/* Tokenizes text[0..len) (any bytes; NUL is ordinary text).
+/* Tokenizes text[0..len) (any bytes; NUL is ordinary text; len < 1 GiB, more
+ * aborts: bound request sizes before calling).
  * add_special: prepend BOS when the vocabulary's add_bos_token is set and
  *   append EOS when add_eos_token is set (prompts: true).
  * parse_special: control and unknown tokens written literally in the text
@@ -113,7 +114,8 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
 int tok_piece(const tokenizer *t, int32_t id, char *buf, size_t n);
 
 enum {
-    /* Render control tokens as their vocab text (e.g. "<s>") instead of nothing. */
+    /* Render control and unknown tokens as their vocab text (e.g. "<s>",
+     * "<unk>") instead of nothing / "▅". */
     TOK_DECODE_SPECIAL = 1u << 0,
     /* The ids continue an earlier sequence (e.g. generated after a prompt): do
      * not remove the space that add_space_prefix put at the start of a text. */
@@ -121,10 +123,12 @@ enum {
 };
 
 /* Decodes ids to text: the exact inverse of tok_encode for any input text
- * (decode(encode(s)) == s, BOS/EOS render as nothing). With add_space_prefix
- * the first space of the sequence is removed (unless CONTINUATION), and, when
- * a user-defined token or (with TOK_DECODE_SPECIAL) a control token is
- * rendered, the first space after it, mirroring what tok_encode adds.
+ * (decode(encode(s)) == s, BOS/EOS render as nothing; with parse_special,
+ * decode with TOK_DECODE_SPECIAL). With add_space_prefix the first space of
+ * the sequence is removed (unless CONTINUATION), and, after a user-defined
+ * token or (with TOK_DECODE_SPECIAL) a control/unknown token, the first space
+ * of the text that follows, mirroring the prefix tok_encode adds there.
+ * Other tokens' spaces are kept (llama.cpp strips only at the start).
  * Bytes are returned raw (no UTF-8 repair; use tok_stream for that).
  * Returns the length; if it exceeds cap returns -(length) (buf is then
  * clobbered). Writes no NUL. Every id must be valid (tok_valid_id): an

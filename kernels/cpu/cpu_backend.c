@@ -73,6 +73,10 @@ static void cpu_matmul(backend *be, float *y, const float *x, const void *w, int
     int chunk = N / (c->n_threads * 8);
     chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
     mm_job j = {c, y, x, w, wtype, M, K, N, chunk};
+    if ((double)M * K * N < 32768.0) { /* too small to be worth waking the pool */
+        mm_rows(c->simd, y, N, x, w, wtype, M, K, 0, N, c->scratch[0]);
+        return;
+    }
     tp_run(c->tp, (N + chunk - 1) / chunk, mm_task, &j);
 }
 
@@ -122,6 +126,10 @@ static void cpu_attention(backend *be, float *out, const float *q, const kv_laye
         if (seqs[s].n_past + seqs[s].n_new > max_ctx) max_ctx = seqs[s].n_past + seqs[s].n_new;
     cpu_need(be, 0, max_ctx);
     attn_job j = {c, out, q, kv, seqs, H, Hkv, E};
+    if ((double)max_ctx * H * E * n_seqs < 16384.0) {
+        for (int t = 0; t < n_seqs * H; t++) attn_task(&j, t, 0);
+        return;
+    }
     tp_run(c->tp, n_seqs * H, attn_task, &j);
 }
 

@@ -54,6 +54,10 @@ static void *tp_main(void *arg) {
 #endif
                 continue;
             }
+            if (spins < TP_SPIN + 16) { /* cheap second chance before sleeping */
+                sched_yield();
+                continue;
+            }
             pthread_mutex_lock(&tp->mu);
             atomic_fetch_add(&tp->sleepers, 1);
             while (atomic_load(&tp->gen) == seen && !atomic_load(&tp->quit))
@@ -125,9 +129,15 @@ void tp_run(threadpool *tp, int n_tasks, tp_fn fn, void *ctx) {
         pthread_mutex_unlock(&tp->mu);
     }
     tp_do_tasks(tp, 0);
-    while (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) {
+    /* spin while the workers finish; if they are not running (more threads than
+     * free cores), give the CPU away instead of burning our time slice */
+    for (int spins = 0; atomic_load_explicit(&tp->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < TP_SPIN) {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+            __builtin_ia32_pause();
 #endif
+        } else {
+            sched_yield();
+        }
     }
 }

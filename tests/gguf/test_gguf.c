@@ -311,6 +311,8 @@ static unsigned walk(const gguf_file *f)
     return acc;
 }
 
+static bool open_copy(const uint8_t *p, size_t n, char *err, size_t errlen);
+
 static void test_round_trip(void)
 {
     char path[512], path2[512], err[512];
@@ -349,6 +351,19 @@ static void test_round_trip(void)
     gguf_file *m = gguf_open_mem(buf, len, err, sizeof err);
     CHECKF(m != NULL, "open_mem: %s", err);
     if (m) { CHECK(!m->mapped); check_contents(m); gguf_close(m); }
+
+    /* every truncation of the header, and a sample in the data, is rejected */
+    uint64_t need = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++)
+        if (f->data_offset + f->tensors[i].offset + f->tensors[i].nbytes > need)
+            need = f->data_offset + f->tensors[i].offset + f->tensors[i].nbytes;
+    int accepted = 0, silent = 0;
+    for (size_t n = 0; buf && n < need; n += (n < f->data_offset + 64 ? 1 : 97)) {
+        err[0] = 0;
+        if (open_copy(buf, n, err, sizeof err)) accepted++;
+        else if (!err[0]) silent++;
+    }
+    CHECKF(accepted == 0 && silent == 0, "round-trip truncations: %d accepted, %d silent", accepted, silent);
 
     /* version 2 layout is identical */
     buf[4] = 2;
@@ -566,6 +581,7 @@ static void test_corrupt(void)
     REJ("version 1", "version 1", {L.version, 4, 1});
     REJ("version 99", "version 99", {L.version, 4, 99});
     REJ("version 0", "version 0", {L.version, 4, 0});
+    REJ("big-endian", "big-endian GGUF", {L.version, 4, 0x03000000u});
     REJ("huge n_kv", "n_kv 1152921504606846976 is implausible", {L.n_kv, 8, 1ull << 60});
     REJ("max n_kv", "n_kv", {L.n_kv, 8, M});
     REJ("huge n_tensors", "n_tensors 1152921504606846976 is implausible", {L.n_tensors, 8, 1ull << 60});

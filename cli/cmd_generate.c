@@ -8,17 +8,20 @@
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
+#include "policy/yamlcfg.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static void generate_usage(void) {
     fprintf(stderr,
-            "usage: specd generate [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
+            "usage: specd generate [-c config.yaml] [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
             "                      [--min-p P] [--seed S] [-t THREADS] [--no-bos] [--json]\n"
-            "  -m MODEL     GGUF model (llama family). Without it, a demo model with RANDOM weights is\n"
-            "               created under demo-models/ (its output is gibberish).\n"
+            "  -c FILE      config file (default: config.yaml when present); models.target names the model\n"
+            "  -m MODEL     GGUF model (llama family); overrides the config. With neither, a demo model\n"
+            "               with RANDOM weights is created under demo-models/ (its output is gibberish).\n"
             "  -p PROMPT    prompt text (default: empty = generate from BOS)\n"
             "  -n N         tokens to generate (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters\n"
@@ -44,7 +47,7 @@ static const char *demo_model(char *err, size_t errlen) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = "";
+    const char *model_path = NULL, *prompt = "", *config_path = NULL;
     int n_gen = 64, threads = 0;
     bool json = false, bos = true;
     uint64_t seed = 42;
@@ -53,6 +56,7 @@ int cmd_generate(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--config")) config_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-n")) n_gen = (int)arg_long(argc, argv, &i, 0, 1 << 20);
         else if (!strcmp(a, "--temp")) sc.temperature = (float)arg_double(argc, argv, &i, 0, 100);
@@ -66,10 +70,23 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { generate_usage(); return 0; }
         else { fprintf(stderr, "specd generate: unknown option '%s'\n", a); generate_usage(); return 2; }
     }
-    char err[768];
+    char err[768] = "";
     if (!sampler_config_validate(&sc, err, sizeof(err))) {
         fprintf(stderr, "specd generate: %s\n", err);
         return 2;
+    }
+    char cfg_model[1024] = "";
+    if (!model_path && (config_path || access("config.yaml", R_OK) == 0)) {
+        pol_yaml *y = pol_yaml_load(config_path ? config_path : "config.yaml", err, sizeof(err));
+        const char *t = y ? pol_yaml_scalar(y, "models.target", err, sizeof(err)) : NULL;
+        if (!y || (!t && err[0])) {
+            fprintf(stderr, "specd generate: %s\n", err);
+            pol_yaml_free(y);
+            return 2;
+        }
+        if (t && *t) snprintf(cfg_model, sizeof(cfg_model), "%s", t);
+        pol_yaml_free(y);
+        if (cfg_model[0]) model_path = cfg_model;
     }
     if (!model_path && !(model_path = demo_model(err, sizeof(err)))) {
         fprintf(stderr, "specd generate: cannot create the demo model: %s\n", err);

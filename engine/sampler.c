@@ -1,5 +1,5 @@
 /* sampler.c — logits → processed distribution (temperature, top-k, top-p, min-p) by
- * O(V) passes and an 8-bit radix select over order keys (no sort of the vocabulary),
+ * O(V) vector passes and a radix select over order keys (no sort of the vocabulary),
  * and allocation-free inverse-CDF and residual draws. Contract in sampler.h. */
 #include "engine/sampler.h"
 #include "engine/rng.h"
@@ -342,7 +342,7 @@ void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, f
     if (cfg->temperature == 0.0f) { one_hot_argmax(probs, logits, V); return; }
 
     const float mx = max_logit(logits, V);
-    if (mx == -INFINITY) { one_hot_argmax(probs, logits, V); return; } /* all -inf/NaN: token 0 */
+    if (mx == -INFINITY) { one_hot_argmax(probs, logits, V); return; } /* all -inf/NaN */
     temper tp = { .mx = mx, .t = cfg->temperature, .inv_t = 1.0f / cfg->temperature };
     tp.inv_ok = isfinite(tp.inv_t);
     tp.inf_mode = mx == INFINITY;

@@ -42,19 +42,21 @@ int sampler_n_vocab(const sampler *s);
  * the renormalised output of the previous one:
  *   1. temperature: softmax(logits / T)   (T = 0: one-hot argmax; steps 2-4 skipped)
  *   2. top-k   3. top-p   4. min-p
- * Ranking and ties: tokens are ranked by probability, descending, and equal
- * probabilities by token id, ascending. top-k keeps exactly the first k ranks (so of
- * tokens tied at the boundary the lowest ids are kept); top-p keeps the shortest
- * ranked prefix whose cumulative mass is >= top_p * (mass before top-p) (ties cut by
- * the same order; at least one token); min-p keeps every token whose probability is
- * >= min_p * max (ties at the threshold are kept, all or none).
+ * Ranking and ties: tokens are ranked by logit, descending (the order of their
+ * probabilities), and equal logits by token id, ascending. top-k keeps exactly the
+ * first k ranks (of tokens tied at the boundary, the lowest ids); top-p keeps the
+ * shortest ranked prefix whose cumulative mass is >= top_p * (the mass left after
+ * top-k) (ties cut by the same order; at least one token); min-p keeps every token
+ * whose probability is >= min_p * max (tokens tied at the threshold: all or none).
  * Weights below exp(-87) ≈ 1.6e-38 times the max token's are flushed to 0.
- * Logits: NaN counts as -inf; -inf tokens get probability 0. If some logits are +inf
- * the distribution is uniform over them; if every logit is -inf/NaN the result is
- * one-hot at token 0. Deterministic: same (cfg, logits) → bitwise-same probs, on any
- * sampler object of the same n_vocab. Cost: O(V) vectorised passes (exp over the
- * vocabulary, or only over the k candidates when top-k is on) plus a radix select
- * over 11-bit digits of the logits; no sort.
+ * Logits: NaN counts as -inf; -inf tokens get probability 0. If some logits are
+ * +inf the distribution is uniform over them; if every logit is -inf/NaN the result
+ * is one-hot at sampler_argmax(logits) (the first -inf; token 0 if all are NaN).
+ * Deterministic: same (cfg, logits) → bitwise-same probs, on any sampler object of
+ * the same n_vocab. Cost: O(V) vectorised passes (exp over the vocabulary, or only
+ * over the candidates when top-k is on) plus a radix select over 11-bit digits of
+ * the logits, restricted by a subsampled threshold when the vocabulary is large;
+ * no sort. Measured by tests/sampler/bench_sampler (`meson test --benchmark`).
  * cfg must satisfy sampler_config_validate (aborts otherwise: caller invariant).
  * probs may not alias logits. */
 void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, float *probs);

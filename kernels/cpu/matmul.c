@@ -18,6 +18,9 @@
 
 #define MR_MAX 5 /* 5 = γ+1 for γ=4: the verification shape fits one tile */
 #define NR 4
+/* Above this many input rows a weight tile is dequantized once into scratch and
+ * the F32 tile runs over it; below, tiles dequantize on the fly. */
+#define MM_DEQUANT_M 16
 
 typedef struct {
     uint16_t d;
@@ -184,7 +187,7 @@ GEN_TYPED(gen_tile_any, gen_tile_mn)
         const uint8_t *wt = wn;                                                             \
         int tt = wtype;                                                                     \
         size_t trb = rb;                                                                    \
-        if (M > MR_MAX && wtype != GGML_TYPE_F32) {                                         \
+        if (M > MM_DEQUANT_M && wtype != GGML_TYPE_F32) {                                         \
             for (int r = 0; r < nr; r++) mm_dequant_row(scratch + (size_t)r * K, wn + r * rb, wtype, K); \
             wt = (const uint8_t *)scratch;                                                  \
             tt = GGML_TYPE_F32;                                                             \
@@ -233,12 +236,19 @@ static inline AVX512_TARGET void v_load32(__m512 *a, __m512 *b, const uint8_t *r
         const blk_q8_0 *bl = (const blk_q8_0 *)row + k / 32;
         uint16_t dh;
         memcpy(&dh, &bl->d, 2);
-        __m512 d = _mm512_set1_ps(fp16_to_f32(dh));
+        __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
         __m512i qa = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)bl->q));
         __m512i qb = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(bl->q + 16)));
         *a = _mm512_mul_ps(d, _mm512_cvtepi32_ps(qa));
         *b = _mm512_mul_ps(d, _mm512_cvtepi32_ps(qb));
     }
+}
+
+/* Byte offset of weight k in a row (k a multiple of 32). */
+static inline AVX512_TARGET size_t v_bytes(int wtype, int k) {
+    return wtype == GGML_TYPE_F32 ? (size_t)k * 4
+         : wtype == GGML_TYPE_Q8_0 ? (size_t)(k / 32) * sizeof(blk_q8_0)
+                                   : (size_t)k * 2;
 }
 
 /* Masked load of weights [k, k+n) (n < 16) for the float types' K tail. */
@@ -257,7 +267,15 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
     int k = 0;
     for (; k + 32 <= K; k += 32) {
         __m512 wa[NR], wb[NR];
-        for (int r = 0; r < nr; r++) v_load32(&wa[r], &wb[r], w + r * rb, wtype, k);
+        for (int r = 0; r < nr; r++) {
+            /* the same columns of the next tile: short quantized rows end before
+             * the hardware prefetcher gets ahead, and several input rows' FMAs
+             * slow the loop; this keeps DRAM reads in flight */
+            const char *pf = (const char *)(w + (r + NR) * rb) + v_bytes(wtype, k);
+            _mm_prefetch(pf, _MM_HINT_T0);
+            if (wtype == GGML_TYPE_F32) _mm_prefetch(pf + 64, _MM_HINT_T0); /* 128 bytes per step */
+            v_load32(&wa[r], &wb[r], w + r * rb, wtype, k);
+        }
         for (int m = 0; m < mr; m++) {
             __m512 xa = _mm512_loadu_ps(x + (size_t)m * K + k);
             __m512 xb = _mm512_loadu_ps(x + (size_t)m * K + k + 16);

@@ -137,6 +137,18 @@ static void test_temperature(void) {
             CHECKF(fabs(p[i] - r[i] / z) < 1e-6, "T=%g token %d: %.9g vs softmax %.9g", temps[t], i,
                    p[i], r[i] / z);
     }
+    /* relative accuracy of every weight down to the flush point: logits {0, -x} give
+     * p1 / p0 = exp(-x) for x over (0, 87) */
+    double worst = 0.0, worst_x = 0.0;
+    for (int i = 1; i < 20000; i++) {
+        float x = (float)(87.0 * i / 20000.0), two[2] = { 0.0f, -x }, p2[2];
+        sampler_config c1 = cfg_make(1.0f, 0, 1.0f, 0.0f);
+        run_probs(&c1, two, 2, p2);
+        double rel = fabs((double)p2[1] / (double)p2[0] / exp(-(double)x) - 1.0);
+        if (rel > worst) { worst = rel; worst_x = x; }
+    }
+    fprintf(stderr, "exp accuracy: worst relative error %.3g at x = -%g\n", worst, worst_x);
+    CHECKF(worst < 1e-6, "weight exp(-%g) off by %.3g relative", worst_x, worst);
     /* a tiny temperature is effectively greedy but not NaN (ties at the max split) */
     sampler_config c = cfg_make(1e-30f, 0, 1.0f, 0.0f);
     SUPPORT("T=1e-30", &c, l, 5, 6);
@@ -248,6 +260,11 @@ static void test_special_values(void) {
     const float n[3] = { NAN, 0.0f, 0.0f };
     SUPPORT("NaN as -inf", &c, n, 1, 2);
     c.top_p = 0.5f; SUPPORT("NaN as -inf, top_p", &c, n, 1);
+    const float nk[5] = { NAN, 0.0f, 1.0f, -NAN, -1.0f }; /* both NaN signs rank last */
+    c = cfg_make(1.0f, 1, 1.0f, 0.0f);
+    SUPPORT("NaN as -inf, top_k=1", &c, nk, 2);
+    c.top_k = 3; SUPPORT("NaN as -inf, top_k=3", &c, nk, 1, 2, 4);
+    c.top_k = 4; SUPPORT("NaN as -inf, top_k=4", &c, nk, 1, 2, 4);
     float p[4];
     const float all[4] = { -INFINITY, NAN, -INFINITY, -INFINITY };
     c = cfg_make(0.8f, 2, 0.9f, 0.1f);

@@ -1,13 +1,13 @@
-/* cmd_generate.c — `specd generate`: prefill a prompt, then decode one token
- * per target pass, streaming text to stdout (or one JSON object with --json).
- * Without -m it runs on a demo model with random weights and says so. */
+/* cmd_generate.c — `specd generate`: prefill a prompt, then decode with
+ * speculation (a draft model proposes, the target verifies γ+1 positions per
+ * call) or plainly, streaming text to stdout (or one JSON object with --json).
+ * --compare-plain runs plain decoding first in the same process and reports
+ * the measured speedup next to the cost model's prediction.
+ * Without a model it runs on a demo pair with random weights and says so. */
 #include "cli/cmd.h"
 #include "cli/util.h"
 #include "engine/mkmodel.h"
-#include "engine/model.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/spec.h"
 #include "policy/yamlcfg.h"
 
 #include <stdlib.h>
@@ -17,49 +17,168 @@
 
 static void generate_usage(void) {
     fprintf(stderr,
-            "usage: specd generate [-c config.yaml] [-m MODEL.gguf] [-p PROMPT] [-n N] [--temp T] [--top-k K] [--top-p P]\n"
-            "                      [--min-p P] [--seed S] [-t THREADS] [--no-bos] [--json]\n"
-            "  -c FILE      config file (default: config.yaml when present); models.target names the model\n"
-            "  -m MODEL     GGUF model (llama family); overrides the config. With neither, a demo model\n"
+            "usage: specd generate [-c config.yaml] [-m TARGET.gguf] [--draft DRAFT.gguf] [-p PROMPT] [-n N]\n"
+            "                      [--gamma G | --adaptive] [--gamma-min G] [--gamma-max G] [--no-spec]\n"
+            "                      [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
+            "                      [--no-bos] [--json] [--compare-plain] [--quiet]\n"
+            "  -c FILE      config file (default: config.yaml when present): models.target, models.draft\n"
+            "  -m MODEL     target GGUF (llama family); overrides the config. With neither, a demo pair\n"
             "               with RANDOM weights is created under demo-models/ (its output is gibberish).\n"
-            "  -p PROMPT    prompt text (default: empty = generate from BOS)\n"
-            "  -n N         tokens to generate (default 64)\n"
-            "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters\n"
-            "  --seed S     seed of the counter-based sampler (default 42): same seed, same output\n"
-            "  --json       print one JSON object (prompt_tokens, tokens, text, timings) instead\n");
+            "  --draft D    draft GGUF sharing the target's tokenizer: enables speculative decoding\n"
+            "  --gamma G    fixed speculation depth (1..16); --adaptive picks γ per step (default when\n"
+            "               a draft is given) within [--gamma-min, --gamma-max] (default 2..8)\n"
+            "  --no-spec    plain decoding even with a draft\n"
+            "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
+            "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
+            "               identically to draft and target\n"
+            "  --seed S     seed of the counter-based sampler (default 42)\n"
+            "  --compare-plain  also run plain decoding in the same process and print the speedup\n"
+            "  --json       print one JSON object (prompt_tokens, tokens, text, timings, speculation)\n");
 }
 
-/* Creates (once) and returns the demo model path. */
-static const char *demo_model(char *err, size_t errlen) {
-    static const char *path = "demo-models/demo-target.gguf";
+/* Creates (once) the demo pair; returns 0 and the paths. */
+static int demo_models(const char **target, const char **draft, char *err, size_t errlen) {
+    static const char *tpath = "demo-models/demo-target.gguf", *dpath = "demo-models/demo-draft.gguf";
     struct stat st;
-    if (stat(path, &st) == 0) return path;
     mkdir("demo-models", 0755);
-    mkmodel_opts o;
-    mkmodel_opts_init(&o);
-    o.n_layers = 4, o.dim = 256, o.n_heads = 8, o.n_kv_heads = 4, o.ff = 688, o.vocab = 512, o.ctx = 2048;
-    o.seed = 1, o.name = "specd-demo-target";
     mkmodel_info info;
-    if (mkmodel_random(path, &o, &info, err, errlen) != 0) return NULL;
-    fprintf(stderr, "specd: no model given: created %s with RANDOM weights (not a trained model: its output is "
-                    "gibberish). Pass -m MODEL.gguf for real text.\n", path);
-    return path;
+    mkmodel_opts o;
+    if (stat(tpath, &st) != 0) {
+        mkmodel_opts_init(&o);
+        o.n_layers = 6, o.dim = 256, o.n_heads = 8, o.n_kv_heads = 4, o.ff = 704, o.vocab = 512, o.ctx = 2048;
+        o.seed = 1, o.name = "specd-demo-target";
+        if (mkmodel_random(tpath, &o, &info, err, errlen) != 0) return -1;
+    }
+    if (stat(dpath, &st) != 0) {
+        mkmodel_opts_init(&o);
+        o.n_layers = 2, o.dim = 64, o.n_heads = 4, o.n_kv_heads = 2, o.ff = 160, o.ctx = 2048;
+        o.seed = 2, o.name = "specd-demo-draft", o.tokenizer_path = tpath;
+        if (mkmodel_random(dpath, &o, &info, err, errlen) != 0) return -1;
+    }
+    fprintf(stderr, "specd: no model given: using the demo pair %s + %s with RANDOM weights (not trained models: the "
+                    "output is gibberish and the draft is rarely accepted). Pass -m MODEL.gguf [--draft DRAFT.gguf] "
+                    "or set models.target in config.yaml for real text.\n", tpath, dpath);
+    *target = tpath;
+    *draft = dpath;
+    return 0;
+}
+
+typedef struct {
+    int32_t *out;     /* generated ids */
+    int n_out;
+    char *text;
+    size_t text_len;
+    const char *finish;
+    double prefill_ms, decode_ms;
+    spec_stats st;
+    int gamma_hist[GAMMA_MAX + 1];
+} gen_result;
+
+/* Runs one generation; streams text to `stream` when non-NULL. */
+static int run_generation(spec_pair *sp, const int32_t *prompt, int n_prompt, int n_gen, const spec_seq_params *prm,
+                          bool from_bos, FILE *stream, gen_result *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof(*r));
+    r->out = malloc(sizeof(int32_t) * (size_t)(n_gen + GAMMA_MAX + 2));
+    r->text = malloc(tok_stream_max_out(sp->tok) * (size_t)(n_gen + GAMMA_MAX + 2) + 16);
+    if (!r->out || !r->text) return snprintf(err, errlen, "out of memory"), -1;
+    r->finish = "length";
+    tok_stream ts;
+    tok_stream_init(&ts, sp->tok, from_bos ? 0 : TOK_DECODE_CONTINUATION);
+    double t0 = now_ms();
+    spec_seq *s = spec_seq_start(sp, prompt, n_prompt, prm, err, errlen);
+    if (!s) return -1;
+    double t1 = now_ms();
+    r->prefill_ms = t1 - t0;
+    int emitted = 0; /* tokens of s->tokens already streamed */
+    int rc = 0;
+    for (;;) {
+        /* stream what is new */
+        for (; emitted < s->n_tokens - n_prompt && r->n_out < n_gen; emitted++) {
+            int32_t t = s->tokens[n_prompt + emitted];
+            r->out[r->n_out++] = t;
+            if (tok_is_eog(sp->tok, t)) {
+                r->finish = "stop";
+                break;
+            }
+            int k = tok_stream_feed(&ts, sp->tok, t, r->text + r->text_len, tok_stream_max_out(sp->tok));
+            if (k > 0) {
+                if (stream) fwrite(r->text + r->text_len, 1, (size_t)k, stream), fflush(stream);
+                r->text_len += (size_t)k;
+            }
+        }
+        if (!strcmp(r->finish, "stop") || r->n_out >= n_gen) break;
+        spec_step_info info;
+        if (spec_seq_step(s, n_gen - r->n_out, &info, err, errlen) != 0) {
+            if (strstr(err, "context full")) {
+                r->finish = "length";
+                break;
+            }
+            rc = -1;
+            break;
+        }
+        r->gamma_hist[info.gamma]++;
+    }
+    int k = tok_stream_flush(&ts, r->text + r->text_len, tok_stream_max_out(sp->tok));
+    if (k > 0) {
+        if (stream) fwrite(r->text + r->text_len, 1, (size_t)k, stream);
+        r->text_len += (size_t)k;
+    }
+    r->decode_ms = now_ms() - t1;
+    r->st = s->st;
+    spec_seq_free(s);
+    return rc;
+}
+
+static void print_stats(FILE *f, const char *label, const gen_result *r, int n_prompt) {
+    const spec_stats *st = &r->st;
+    double dec_tps = r->n_out > 1 && r->decode_ms > 0 ? (r->n_out - 1) / (r->decode_ms / 1e3) : 0;
+    fprintf(f, "%s: prompt tokens %d, generated %d (%s), prefill %.1f tok/s, decode %.1f tok/s\n", label, n_prompt,
+            r->n_out, r->finish, r->prefill_ms > 0 ? n_prompt / (r->prefill_ms / 1e3) : 0, dec_tps);
+    if (st->verify_steps) {
+        fprintf(f, "  speculation: %llu verify + %llu plain target passes, drafted %llu, accepted %llu, alpha %.3f, "
+                   "mean accepted %.2f per verify, %.2f tokens per target pass\n",
+                (unsigned long long)st->verify_steps, (unsigned long long)st->plain_steps,
+                (unsigned long long)st->drafted, (unsigned long long)st->accepted, spec_stats_alpha(st),
+                spec_stats_mean_accepted(st), spec_stats_tokens_per_pass(st));
+        fprintf(f, "  per-position acceptance:");
+        for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
+            fprintf(f, " %d:%.2f", i + 1, (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
+        fprintf(f, "\n  gamma used:");
+        for (int g = 0; g <= GAMMA_MAX; g++)
+            if (r->gamma_hist[g]) fprintf(f, " %d x%d", g, r->gamma_hist[g]);
+        fprintf(f, "\n  draft %.1f ms, target %.1f ms; fallbacks %llu, probes %llu, draft failures %llu, kv resets %llu\n",
+                st->draft_ms, st->target_ms, (unsigned long long)st->fallbacks, (unsigned long long)st->probes,
+                (unsigned long long)st->draft_failures, (unsigned long long)st->kv_resets);
+    }
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = "", *config_path = NULL;
-    int n_gen = 64, threads = 0;
-    bool json = false, bos = true;
+    const char *model_path = NULL, *draft_path = NULL, *prompt = "", *config_path = NULL;
+    int n_gen = 64, threads = 0, gamma_fixed = 0;
+    bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
     sampler_config sc = sampler_config_default();
     sc.temperature = 0.8f;
+    gamma_params gp = gamma_params_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--draft")) draft_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-c") || !strcmp(a, "--config")) config_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-n")) n_gen = (int)arg_long(argc, argv, &i, 0, 1 << 20);
+        else if (!strcmp(a, "--gamma")) gamma_fixed = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
+        else if (!strcmp(a, "--gamma-min")) gp.gamma_min = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
+        else if (!strcmp(a, "--gamma-max")) gp.gamma_max = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
+        else if (!strcmp(a, "--adaptive")) adaptive = true;
+        else if (!strcmp(a, "--no-spec")) no_spec = true;
+        else if (!strcmp(a, "--compare-plain")) compare = true;
         else if (!strcmp(a, "--temp")) sc.temperature = (float)arg_double(argc, argv, &i, 0, 100);
+        else if (!strcmp(a, "--draft-temp") || !strcmp(a, "--target-temp")) {
+            fprintf(stderr, "specd generate: %s: draft and target always share ONE sampling config (--temp); "
+                            "different temperatures would break the lossless guarantee\n", a);
+            return 2;
+        }
         else if (!strcmp(a, "--top-k")) sc.top_k = (int)arg_long(argc, argv, &i, 0, 1 << 24);
         else if (!strcmp(a, "--top-p")) sc.top_p = (float)arg_double(argc, argv, &i, 0, 1);
         else if (!strcmp(a, "--min-p")) sc.min_p = (float)arg_double(argc, argv, &i, 0, 1);
@@ -67,165 +186,152 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--no-bos")) bos = false;
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { generate_usage(); return 0; }
         else { fprintf(stderr, "specd generate: unknown option '%s'\n", a); generate_usage(); return 2; }
     }
-    char err[768] = "";
+    char err[1024] = "";
     if (!sampler_config_validate(&sc, err, sizeof(err))) {
         fprintf(stderr, "specd generate: %s\n", err);
         return 2;
     }
-    char cfg_model[1024] = "";
+    if (gamma_fixed) {
+        if (adaptive) {
+            fprintf(stderr, "specd generate: --gamma (fixed) and --adaptive exclude each other\n");
+            return 2;
+        }
+        gp.adaptive = false;
+        gp.gamma_default = gamma_fixed;
+        if (gp.gamma_min > gamma_fixed) gp.gamma_min = gamma_fixed;
+        if (gp.gamma_max < gamma_fixed) gp.gamma_max = gamma_fixed;
+    }
+    if (!gamma_params_validate(&gp, err, sizeof(err))) {
+        fprintf(stderr, "specd generate: %s\n", err);
+        return 2;
+    }
+    char cfg_model[1024] = "", cfg_draft[1024] = "";
     if (!model_path && (config_path || access("config.yaml", R_OK) == 0)) {
         pol_yaml *y = pol_yaml_load(config_path ? config_path : "config.yaml", err, sizeof(err));
         const char *t = y ? pol_yaml_scalar(y, "models.target", err, sizeof(err)) : NULL;
-        if (!y || (!t && err[0])) {
+        const char *d = y && !err[0] ? pol_yaml_scalar(y, "models.draft", err, sizeof(err)) : NULL;
+        if (!y || err[0]) {
             fprintf(stderr, "specd generate: %s\n", err);
             pol_yaml_free(y);
             return 2;
         }
         if (t && *t) snprintf(cfg_model, sizeof(cfg_model), "%s", t);
+        if (d && *d) snprintf(cfg_draft, sizeof(cfg_draft), "%s", d);
         pol_yaml_free(y);
         if (cfg_model[0]) model_path = cfg_model;
+        if (cfg_model[0] && cfg_draft[0] && !draft_path) draft_path = cfg_draft;
     }
-    if (!model_path && !(model_path = demo_model(err, sizeof(err)))) {
-        fprintf(stderr, "specd generate: cannot create the demo model: %s\n", err);
+    if (!model_path && demo_models(&model_path, &draft_path, err, sizeof(err)) != 0) {
+        fprintf(stderr, "specd generate: cannot create the demo models: %s\n", err);
         return 1;
     }
+    if (no_spec) draft_path = NULL;
 
     int rc = 1;
     backend *be = backend_cpu_create(threads);
-    model *m = model_load(model_path, be, NULL, err, sizeof(err));
-    tokenizer *tok = NULL;
-    kv_pool *pool = NULL;
-    kv_seq *seq = NULL;
-    sampler *smp = NULL;
+    spec_pair *sp = spec_pair_load(model_path, draft_path, be, NULL, quiet ? NULL : stderr, err, sizeof(err));
     int32_t *ids = NULL;
-    float *logits = NULL, *probs = NULL;
-    char *text = NULL;
-    size_t text_len = 0;
-    if (!m) {
+    gen_result plain = {0}, spec = {0};
+    if (!sp) {
         fprintf(stderr, "specd generate: %s\n", err);
         goto done;
     }
-    if (!(tok = tok_create(m->gguf, err, sizeof(err)))) {
-        fprintf(stderr, "specd generate: %s: %s\n", model_path, err);
-        goto done;
-    }
-    if (tok_n_vocab(tok) != m->hp.n_vocab) {
-        fprintf(stderr, "specd generate: tokenizer has %d tokens but the model's vocabulary is %d\n", tok_n_vocab(tok),
-                m->hp.n_vocab);
-        goto done;
-    }
-    int max_ctx = m->mp.max_ctx;
     size_t plen = strlen(prompt);
     int cap = (int)plen + 8;
-    ids = malloc(sizeof(int32_t) * (size_t)(cap + n_gen + 1));
-    int n_prompt = tok_encode(tok, prompt, plen, bos, false, ids, cap);
-    if (n_prompt < 0) {
-        fprintf(stderr, "specd generate: cannot tokenize the prompt\n");
+    ids = malloc(sizeof(int32_t) * (size_t)cap);
+    int n_prompt = ids ? tok_encode(sp->tok, prompt, plen, bos, false, ids, cap) : -1;
+    if (n_prompt <= 0) {
+        fprintf(stderr, "specd generate: %s\n", n_prompt == 0 ? "empty prompt and --no-bos: nothing to condition on"
+                                                              : "cannot tokenize the prompt");
         goto done;
     }
-    if (n_prompt == 0) {
-        fprintf(stderr, "specd generate: empty prompt and --no-bos: nothing to condition on\n");
-        goto done;
-    }
-    if (n_prompt + n_gen > max_ctx) {
-        fprintf(stderr, "specd generate: prompt (%d tokens) + %d new tokens exceed the context of %d\n", n_prompt, n_gen,
-                max_ctx);
-        goto done;
-    }
-    pool = model_kv_pool(m, 16, kv_blocks_for(&(kv_pool){.block_size = 16}, max_ctx), err, sizeof(err));
-    seq = pool ? kv_seq_create(pool, max_ctx) : NULL;
-    smp = sampler_create(m->hp.n_vocab);
-    logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-    probs = malloc(sizeof(float) * (size_t)m->hp.n_vocab);
-    text = malloc(tok_stream_max_out(tok) * (size_t)(n_gen + 1) + 16);
-    if (!pool || !seq || !smp || !logits || !probs || !text) {
-        fprintf(stderr, "specd generate: %s\n", pool ? "out of memory" : err);
-        goto done;
-    }
-
-    double t0 = now_ms();
-    for (int p = 0; p < n_prompt; p += m->mp.max_batch) {
-        int n = n_prompt - p < m->mp.max_batch ? n_prompt - p : m->mp.max_batch;
-        model_seq s = {.kv = seq, .n = n, .tokens = ids + p};
-        if (model_forward(m, pool, &s, 1, logits, err, sizeof(err)) != 0) {
+    bool from_bos = n_prompt == (bos ? 1 : 0);
+    if (sp->draft) spec_pair_calibrate(sp);
+    spec_seq_params prm = {.sc = sc, .seed = seed, .gp = gp, .speculate = sp->draft != NULL};
+    if (compare && sp->draft) {
+        spec_seq_params pp = prm;
+        pp.speculate = false;
+        if (run_generation(sp, ids, n_prompt, n_gen, &pp, from_bos, NULL, &plain, err, sizeof(err)) != 0) {
             fprintf(stderr, "specd generate: %s\n", err);
             goto done;
         }
     }
-    double t1 = now_ms();
-    tok_stream ts;
-    /* after a text prompt the output continues it (keep its leading space); from
-     * BOS alone it starts a text (drop the space prefix, as a decode would) */
-    tok_stream_init(&ts, tok, n_prompt > (bos ? 1 : 0) ? TOK_DECODE_CONTINUATION : 0);
-    int n_out = 0;
-    const char *finish = "length";
-    for (; n_out < n_gen; n_out++) {
-        int pos = n_prompt + n_out;
-        int32_t t = sampler_sample_logits(smp, &sc, logits, probs, seed, (uint64_t)pos);
-        ids[pos] = t;
-        if (tok_is_eog(tok, t)) {
-            finish = "stop";
-            break;
-        }
-        int k = tok_stream_feed(&ts, tok, t, text + text_len, tok_stream_max_out(tok));
-        if (k > 0) {
-            if (!json) {
-                fwrite(text + text_len, 1, (size_t)k, stdout);
-                fflush(stdout);
-            }
-            text_len += (size_t)k;
-        }
-        if (n_out + 1 == n_gen) {
-            n_out++;
-            break;
-        }
-        model_seq s = {.kv = seq, .n = 1, .tokens = &ids[pos]};
-        if (model_forward(m, pool, &s, 1, logits, err, sizeof(err)) != 0) {
-            fprintf(stderr, "\nspecd generate: %s\n", err);
-            goto done;
-        }
+    if (run_generation(sp, ids, n_prompt, n_gen, &prm, from_bos, json ? NULL : stdout, &spec, err, sizeof(err)) != 0) {
+        fprintf(stderr, "\nspecd generate: %s\n", err);
+        goto done;
     }
-    int k = tok_stream_flush(&ts, text + text_len, tok_stream_max_out(tok));
-    if (k > 0) {
-        if (!json) fwrite(text + text_len, 1, (size_t)k, stdout);
-        text_len += (size_t)k;
+    double dec_tps = spec.n_out > 1 && spec.decode_ms > 0 ? (spec.n_out - 1) / (spec.decode_ms / 1e3) : 0;
+    double plain_tps = plain.n_out > 1 && plain.decode_ms > 0 ? (plain.n_out - 1) / (plain.decode_ms / 1e3) : 0;
+    /* the cost model's prediction at the measured α and costs, for the γ mix used */
+    double pred = 0;
+    if (spec.st.verify_steps && sp->costs.target_ms > 0) {
+        double a = spec_stats_alpha(&spec.st), num = 0, den = 0;
+        for (int g = 0; g <= GAMMA_MAX; g++) {
+            if (!spec.gamma_hist[g]) continue;
+            num += spec.gamma_hist[g] * gamma_expected_tokens(a, g);
+            den += spec.gamma_hist[g] * (sp->costs.target_ms + sp->costs.target_ms_per_pos * g + sp->costs.draft_ms * g);
+        }
+        pred = den > 0 ? (num / den) * sp->costs.target_ms : 0;
     }
-    double t2 = now_ms();
-    double prefill_ms = t1 - t0, decode_ms = t2 - t1;
-    int n_decode_calls = n_out > 0 ? n_out - (strcmp(finish, "stop") ? 1 : 0) : 0;
-    double prefill_tps = prefill_ms > 0 ? n_prompt / (prefill_ms / 1e3) : 0;
-    double decode_tps = decode_ms > 0 && n_decode_calls > 0 ? n_decode_calls / (decode_ms / 1e3) : 0;
     if (json) {
         printf("{\"model\":");
         json_write_str(stdout, model_path, strlen(model_path));
+        printf(",\"target_id\":\"%s\"", sp->target_id.id);
+        if (sp->draft) {
+            printf(",\"draft\":");
+            json_write_str(stdout, draft_path, strlen(draft_path));
+            printf(",\"draft_id\":\"%s\",\"draft_mem_pct\":%.2f", sp->draft_id.id, sp->draft_mem_pct);
+        }
         printf(",\"prompt_tokens\":[");
         for (int i = 0; i < n_prompt; i++) printf("%s%d", i ? "," : "", ids[i]);
         printf("],\"tokens\":[");
-        for (int i = 0; i < n_out; i++) printf("%s%d", i ? "," : "", ids[n_prompt + i]);
+        for (int i = 0; i < spec.n_out; i++) printf("%s%d", i ? "," : "", spec.out[i]);
         printf("],\"text\":");
-        json_write_str(stdout, text, text_len);
+        json_write_str(stdout, spec.text, spec.text_len);
         printf(",\"finish_reason\":\"%s\",\"timings\":{\"prefill_ms\":%.3f,\"decode_ms\":%.3f,"
-               "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}}\n",
-               finish, prefill_ms, decode_ms, prefill_tps, decode_tps);
+               "\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.2f}",
+               spec.finish, spec.prefill_ms, spec.decode_ms,
+               spec.prefill_ms > 0 ? n_prompt / (spec.prefill_ms / 1e3) : 0, dec_tps);
+        const spec_stats *st = &spec.st;
+        printf(",\"speculation\":{\"verify_steps\":%llu,\"plain_steps\":%llu,\"drafted\":%llu,\"accepted\":%llu,"
+               "\"alpha\":%.4f,\"mean_accepted\":%.4f,\"tokens_per_pass\":%.4f,\"draft_ms\":%.3f,\"target_ms\":%.3f,"
+               "\"fallbacks\":%llu,\"probes\":%llu,\"draft_failures\":%llu,\"kv_resets\":%llu,\"per_position\":[",
+               (unsigned long long)st->verify_steps, (unsigned long long)st->plain_steps,
+               (unsigned long long)st->drafted, (unsigned long long)st->accepted, spec_stats_alpha(st),
+               spec_stats_mean_accepted(st), spec_stats_tokens_per_pass(st), st->draft_ms, st->target_ms,
+               (unsigned long long)st->fallbacks, (unsigned long long)st->probes,
+               (unsigned long long)st->draft_failures, (unsigned long long)st->kv_resets);
+        for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
+            printf("%s%.4f", i ? "," : "", (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
+        printf("]}");
+        if (plain.n_out) {
+            printf(",\"plain\":{\"tokens\":[");
+            for (int i = 0; i < plain.n_out; i++) printf("%s%d", i ? "," : "", plain.out[i]);
+            printf("],\"decode_tok_s\":%.2f},\"speedup\":%.3f,\"predicted_speedup\":%.3f", plain_tps,
+                   plain_tps > 0 ? dec_tps / plain_tps : 0, pred);
+        }
+        printf("}\n");
     } else {
         printf("\n");
     }
-    fprintf(stderr, "prompt tokens: %d, generated tokens: %d (%s), prefill: %.1f tok/s, decode: %.1f tok/s [%s, %d threads]\n",
-            n_prompt, n_out, finish, prefill_tps, decode_tps, backend_cpu_simd(), be->n_threads);
+    if (!quiet) {
+        if (plain.n_out) print_stats(stderr, "plain", &plain, n_prompt);
+        print_stats(stderr, sp->draft ? "speculative" : "plain", &spec, n_prompt);
+        if (plain.n_out && plain_tps > 0)
+            fprintf(stderr, "speedup over plain decoding: %.2fx measured, %.2fx predicted by the cost model "
+                            "(draft %.3f ms/token, target %.3f ms + %.3f ms per extra position)\n",
+                    dec_tps / plain_tps, pred, sp->costs.draft_ms, sp->costs.target_ms, sp->costs.target_ms_per_pos);
+        fprintf(stderr, "[%s kernels, %d threads]\n", backend_cpu_simd(), be->n_threads);
+    }
     rc = 0;
 done:
     free(ids);
-    free(logits);
-    free(probs);
-    free(text);
-    sampler_destroy(smp);
-    if (pool) kv_seq_destroy(pool, seq);
-    kv_pool_destroy(pool);
-    tok_destroy(tok);
-    model_free(m);
+    free(plain.out), free(plain.text), free(spec.out), free(spec.text);
+    spec_pair_free(sp);
     backend_destroy(be);
     return rc;
 }

@@ -1,0 +1,48 @@
+/* accept.h — the lossless accept/reject rule of speculative decoding, as pure
+ * functions over probability vectors (no models, no caches), so it can be
+ * checked exactly by enumeration and statistically by sampling.
+ *
+ * For draft token d with draft probability q[d] and target probability p[d]
+ * (both processed by the SAME sampler config): accept with probability
+ * min(1, p[d]/q[d]); on rejection sample from normalize(max(0, p - q)); if
+ * all γ drafts are accepted, sample a bonus token from the target's (γ+1)-th
+ * distribution. The marginal of every output token is exactly p.
+ * Greedy (temperature 0): accept iff d == argmax p; the correction is argmax p. */
+#ifndef SPECD_ACCEPT_H
+#define SPECD_ACCEPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Test-only deliberately wrong variants, to prove the statistical tests can
+ * fail. Never set outside tests and `specd verify --broken`. */
+typedef enum {
+    ACCEPT_CORRECT = 0,
+    ACCEPT_BROKEN_RESIDUAL_ABS = 1, /* residual normalize(|p - q|) instead of max(0, p - q) */
+} accept_variant;
+
+/* Randomness for one step: counter-based, keyed by (seed, absolute position of
+ * the token being decided, purpose), so results never depend on scheduling. */
+typedef struct {
+    uint64_t seed;
+    uint64_t pos0;           /* absolute position of the first drafted token */
+    accept_variant variant;
+} accept_rng;
+
+/* The acceptance probability min(1, p/q); 1 when q == 0 and p > 0 cannot
+ * happen for a sampled d (q[d] > 0), but is defined as 1 when p >= q. */
+double accept_prob(double p, double q);
+
+/* Writes the residual distribution normalize(max(0, p - q)) into out (V).
+ * When its mass is zero (p == q), out = p. Returns the residual mass. */
+double accept_residual(float *out, const float *p, const float *q, int V, accept_variant variant);
+
+/* One speculative decision. p: (gamma+1, V) target distributions, q: (gamma, V)
+ * draft distributions, draft: (gamma) drafted ids. Writes the accepted drafts
+ * followed by one correction or bonus token into out (gamma+1) and returns the
+ * number of accepted drafts k (0..gamma); out holds k+1 tokens.
+ * scratch: V floats. greedy: temperature 0 (p and q are one-hot). */
+int accept_step(int32_t *out, const float *p, const float *q, const int32_t *draft, int gamma, int V, bool greedy,
+                const accept_rng *rng, float *scratch);
+
+#endif

@@ -1,0 +1,126 @@
+/* gamma.c — speculation depth controller and cost model (see gamma.h). */
+#include "engine/gamma.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define COST_EMA 0.1 /* weight of a new measurement */
+
+gamma_params gamma_params_default(void) {
+    return (gamma_params){.gamma_min = 2, .gamma_max = 8, .gamma_default = 4, .adaptive = true, .window = 20,
+                          .warmup = 5, .fallback_alpha = 0.4f, .fallback_steps = 10, .probe_interval = 32};
+}
+
+bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n) {
+    if (g->gamma_min < 1 || g->gamma_max > GAMMA_MAX || g->gamma_min > g->gamma_max)
+        return snprintf(err, n, "gamma bounds [%d, %d] must satisfy 1 <= gamma_min <= gamma_max <= %d", g->gamma_min,
+                        g->gamma_max, GAMMA_MAX), false;
+    if (g->gamma_default < g->gamma_min || g->gamma_default > g->gamma_max)
+        return snprintf(err, n, "gamma_default %d is outside [%d, %d]", g->gamma_default, g->gamma_min, g->gamma_max),
+               false;
+    if (g->window < 1 || g->window > GAMMA_WINDOW_MAX)
+        return snprintf(err, n, "window %d must be in 1..%d", g->window, GAMMA_WINDOW_MAX), false;
+    if (g->warmup < 0 || g->fallback_steps < 1 || g->probe_interval < 1)
+        return snprintf(err, n, "warmup, fallback_steps and probe_interval must be positive"), false;
+    if (!(g->fallback_alpha >= 0 && g->fallback_alpha <= 1))
+        return snprintf(err, n, "fallback alpha %g must be in [0, 1]", (double)g->fallback_alpha), false;
+    return true;
+}
+
+void gamma_costs_observe_draft(gamma_costs *c, double ms) {
+    if (ms > 0) c->draft_ms = c->draft_ms > 0 ? (1 - COST_EMA) * c->draft_ms + COST_EMA * ms : ms;
+}
+
+void gamma_costs_observe_target(gamma_costs *c, int positions, double ms) {
+    if (!(ms > 0)) return;
+    /* attribute the measurement to the base cost, holding the per-position slope */
+    double base = ms - c->target_ms_per_pos * (positions - 1);
+    if (base <= 0) base = ms / positions;
+    c->target_ms = c->target_ms > 0 ? (1 - COST_EMA) * c->target_ms + COST_EMA * base : base;
+}
+
+double gamma_expected_tokens(double a, int g) {
+    if (g <= 0) return 1.0;
+    if (a >= 1.0) return g + 1.0;
+    if (a <= 0.0) return 1.0;
+    return (1.0 - pow(a, g + 1)) / (1.0 - a);
+}
+
+double gamma_rate(const gamma_costs *c, double a, int g) {
+    double t = c->target_ms + c->target_ms_per_pos * g + c->draft_ms * g;
+    return t > 0 ? gamma_expected_tokens(a, g) / t : 0.0;
+}
+
+void gamma_ctl_init(gamma_ctl *g, const gamma_params *p) {
+    memset(g, 0, sizeof(*g));
+    g->prm = *p;
+    g->gamma = p->gamma_default;
+}
+
+void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p) {
+    g->prm = *p;
+    if (g->gamma > p->gamma_max) g->gamma = p->gamma_max;
+    if (g->gamma < p->gamma_min) g->gamma = p->gamma_min;
+}
+
+double gamma_ctl_alpha(const gamma_ctl *g) {
+    int acc = 0, rej = 0;
+    for (int i = 0; i < g->n; i++) {
+        acc += g->acc[i];
+        rej += g->rej[i];
+    }
+    if (acc + rej == 0) return -1.0;
+    return (double)acc / (acc + rej);
+}
+
+static void window_reset(gamma_ctl *g) {
+    g->n = g->head = g->steps = g->low_streak = 0;
+}
+
+int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c) {
+    if (g->plain_left > 0) return 0;
+    if (!g->prm.adaptive || g->steps < g->prm.warmup) return g->gamma = g->prm.adaptive ? g->prm.gamma_default : g->gamma;
+    double a = gamma_ctl_alpha(g);
+    if (a < 0) return g->gamma;
+    int best = g->prm.gamma_min;
+    double best_rate = -1;
+    for (int k = g->prm.gamma_min; k <= g->prm.gamma_max; k++) {
+        double r = gamma_rate(c, a, k);
+        if (r > best_rate) best_rate = r, best = k;
+    }
+    return g->gamma = best;
+}
+
+void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted) {
+    int w = g->prm.window;
+    int slot = g->n < w ? g->n++ : g->head;
+    if (g->n == w && slot == g->head) g->head = (g->head + 1) % w;
+    g->acc[slot] = (uint8_t)accepted;
+    g->rej[slot] = accepted < gamma;
+    g->steps++;
+    double a = gamma_ctl_alpha(g);
+    bool decided = g->steps >= g->prm.warmup && a >= 0;
+    if (decided && a < g->prm.fallback_alpha) g->low_streak++;
+    else g->low_streak = 0;
+    if (decided && a >= g->prm.fallback_alpha) g->probing = false; /* the probe found α recovered */
+    if (g->low_streak >= (g->probing ? 1 : g->prm.fallback_steps)) {
+        g->plain_left = g->prm.probe_interval;
+        g->fallbacks++;
+        window_reset(g);
+    }
+}
+
+void gamma_ctl_observe_plain(gamma_ctl *g) {
+    if (g->plain_left > 0 && --g->plain_left == 0) {
+        g->probes++;
+        g->probing = true;
+        window_reset(g);
+    }
+}
+
+void gamma_ctl_fail(gamma_ctl *g) {
+    g->plain_left = g->prm.probe_interval;
+    g->fallbacks++;
+    window_reset(g);
+}

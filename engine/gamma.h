@@ -1,0 +1,78 @@
+/* gamma.h — per-sequence speculation depth controller and the cost model it
+ * uses. Keeps a rolling window of verify steps (accepted drafts, whether the
+ * chain ended in a rejection), estimates the per-token acceptance rate α, and
+ * picks the γ that maximises expected tokens per second
+ *     E(α, γ) = (1 − α^(γ+1)) / (1 − α)   over   γ·draft_cost + target_cost(γ+1).
+ * Falls back to plain decoding (γ = 0) when α stays below the policy threshold
+ * and probes speculation again after a number of plain steps.
+ * Threading: engine thread only. */
+#ifndef SPECD_GAMMA_H
+#define SPECD_GAMMA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GAMMA_MAX 16
+#define GAMMA_WINDOW_MAX 64
+
+typedef struct {
+    int gamma_min, gamma_max, gamma_default; /* 2..8 by policy; per-request override within bounds */
+    bool adaptive;
+    int window;             /* rolling window of verify steps (20) */
+    int warmup;             /* steps of data before the controller decides (5) */
+    float fallback_alpha;   /* rolling α below this ... (0.4) */
+    int fallback_steps;     /* ... for this many consecutive steps drops to plain decoding (10) */
+    int probe_interval;     /* plain steps before speculation is probed again (32) */
+} gamma_params;
+
+gamma_params gamma_params_default(void);
+/* false with a message when bounds are inconsistent (min > max, outside 1..GAMMA_MAX, ...). */
+bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n);
+
+/* Cost model of one draft/target pair, in milliseconds: a draft forward of one
+ * new position costs draft_ms; a target forward of m new positions costs
+ * target_ms + target_ms_per_pos * (m − 1). Calibrated at load, then updated
+ * online (exponential moving average) from measured step times. */
+typedef struct {
+    double draft_ms;
+    double target_ms;
+    double target_ms_per_pos;
+} gamma_costs;
+
+void gamma_costs_observe_draft(gamma_costs *c, double ms_per_token);
+void gamma_costs_observe_target(gamma_costs *c, int positions, double ms);
+
+/* Expected tokens per verify pass for per-token acceptance α and depth γ. */
+double gamma_expected_tokens(double alpha, int gamma);
+/* Expected tokens per millisecond of speculation at (α, γ); γ = 0 is plain decoding. */
+double gamma_rate(const gamma_costs *c, double alpha, int gamma);
+
+typedef struct {
+    gamma_params prm;
+    uint8_t acc[GAMMA_WINDOW_MAX];   /* accepted drafts per step (ring) */
+    uint8_t rej[GAMMA_WINDOW_MAX];   /* 1 if the step ended in a rejection */
+    int n, head;
+    int steps;                       /* verify steps since (re)start of speculation */
+    int low_streak;                  /* consecutive steps with α below the threshold */
+    int plain_left;                  /* > 0: in fallback, plain steps until the next probe */
+    bool probing;                    /* speculating again after a fallback: one low verdict ends it */
+    int gamma;                       /* last choice */
+    uint64_t fallbacks, probes;
+} gamma_ctl;
+
+void gamma_ctl_init(gamma_ctl *g, const gamma_params *p);
+/* Replaces the bounds (policy reload, per-request override); keeps history. */
+void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p);
+/* The γ for the next step: 0 = plain decoding (fallback), else within bounds. */
+int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c);
+/* Records a verify step that drafted gamma tokens and accepted `accepted`. */
+void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted);
+/* Records a plain step (counts down to the next probe). */
+void gamma_ctl_observe_plain(gamma_ctl *g);
+/* Forces plain decoding for one probe interval (draft failure). */
+void gamma_ctl_fail(gamma_ctl *g);
+/* Rolling α: accepted / (accepted + rejections) over the window (maximum
+ * likelihood for the truncated geometric run); -1 before any data. */
+double gamma_ctl_alpha(const gamma_ctl *g);
+
+#endif

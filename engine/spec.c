@@ -1,0 +1,399 @@
+/* spec.c — draft/target pairing and the per-sequence speculation step
+ * (see spec.h for the cache invariant). */
+#include "engine/spec.h"
+
+#include "engine/rng.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double spec_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int spec_fail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- statistics ---------------------------------------------------------- */
+
+double spec_stats_alpha(const spec_stats *s) {
+    uint64_t d = s->accepted + s->rejections;
+    return d ? (double)s->accepted / (double)d : 0.0;
+}
+
+double spec_stats_mean_accepted(const spec_stats *s) {
+    return s->verify_steps ? (double)s->accepted / (double)s->verify_steps : 0.0;
+}
+
+double spec_stats_tokens_per_pass(const spec_stats *s) {
+    uint64_t passes = s->verify_steps + s->plain_steps;
+    return passes ? (double)s->tokens / (double)passes : 0.0;
+}
+
+void spec_stats_add(spec_stats *a, const spec_stats *s) {
+    a->verify_steps += s->verify_steps, a->plain_steps += s->plain_steps, a->drafted += s->drafted;
+    a->accepted += s->accepted, a->rejections += s->rejections, a->tokens += s->tokens;
+    for (int i = 0; i < GAMMA_MAX; i++) a->pos_reached[i] += s->pos_reached[i], a->pos_accepted[i] += s->pos_accepted[i];
+    a->fallbacks += s->fallbacks, a->probes += s->probes, a->draft_failures += s->draft_failures;
+    a->kv_resets += s->kv_resets, a->draft_ms += s->draft_ms, a->target_ms += s->target_ms;
+}
+
+/* ---- identity ------------------------------------------------------------- */
+
+void spec_model_identity(const model *m, const tokenizer *t, spec_model_id *out) {
+    memset(out, 0, sizeof(*out));
+    snprintf(out->arch, sizeof(out->arch), "%s", m->arch);
+    out->n_layer = m->hp.n_layer, out->dim = m->hp.dim, out->n_head = m->hp.n_head;
+    out->n_kv_head = m->hp.n_kv_head, out->ff = m->hp.ff, out->n_vocab = m->hp.n_vocab;
+    snprintf(out->weight_type, sizeof(out->weight_type), "%s", ggml_type_name(m->layers[0].wq.type));
+    /* the header holds every metadata value and tensor name/shape/type/offset;
+     * with the file size it identifies the file without reading gigabytes */
+    uint64_t h = 1469598103934665603ull;
+    const uint8_t *b = m->gguf->base;
+    size_t hdr = m->gguf->data_offset < m->gguf->size ? (size_t)m->gguf->data_offset : m->gguf->size;
+    for (size_t i = 0; i < hdr; i++) h = (h ^ b[i]) * 1099511628211ull;
+    uint64_t sz = m->gguf->size;
+    for (int i = 0; i < 8; i++) h = (h ^ ((sz >> (8 * i)) & 0xff)) * 1099511628211ull;
+    out->header_hash = h;
+    out->tokenizer_hash = tok_hash(t);
+    snprintf(out->id, sizeof(out->id), "%s-%016llx", m->arch, (unsigned long long)h);
+}
+
+/* ---- the pair ------------------------------------------------------------- */
+
+void spec_pair_free(spec_pair *sp) {
+    if (!sp) return;
+    kv_pool_destroy(sp->tpool);
+    kv_pool_destroy(sp->dpool);
+    model_free(sp->target);
+    model_free(sp->draft);
+    tok_destroy(sp->tok);
+    sampler_destroy(sp->smp);
+    free(sp->p);
+    free(sp->q);
+    free(sp->logits);
+    free(sp->scratch);
+    free(sp);
+}
+
+spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be, const spec_pair_params *pp,
+                          FILE *log, char *err, size_t errlen) {
+    spec_pair_params prm = pp ? *pp : (spec_pair_params){0};
+    if (prm.block_size <= 0) prm.block_size = 16;
+    if (prm.draft_mem_warn_pct <= 0) prm.draft_mem_warn_pct = 20.0f;
+    char sub[640];
+    spec_pair *sp = calloc(1, sizeof(*sp));
+    if (!sp) return spec_fail(err, errlen, "out of memory"), NULL;
+    model_params mp = {.max_batch = 512, .max_ctx = prm.max_ctx};
+    if (!(sp->target = model_load(target_path, be, &mp, err, errlen))) goto fail_quiet;
+    if (!(sp->tok = tok_create(sp->target->gguf, sub, sizeof(sub)))) {
+        spec_fail(err, errlen, "%s: %s", target_path, sub);
+        goto fail_quiet;
+    }
+    sp->n_vocab = sp->target->hp.n_vocab;
+    if (tok_n_vocab(sp->tok) != sp->n_vocab) {
+        spec_fail(err, errlen, "%s: tokenizer has %d tokens but the model's vocabulary is %d", target_path,
+                  tok_n_vocab(sp->tok), sp->n_vocab);
+        goto fail_quiet;
+    }
+    int max_ctx = sp->target->mp.max_ctx;
+    if (draft_path) {
+        mp.max_ctx = max_ctx;
+        if (!(sp->draft = model_load(draft_path, be, &mp, err, errlen))) goto fail_quiet;
+        tokenizer *dt = tok_create(sp->draft->gguf, sub, sizeof(sub));
+        if (!dt) {
+            spec_fail(err, errlen, "draft %s: %s", draft_path, sub);
+            goto fail_quiet;
+        }
+        int diff = tok_compare(sp->tok, dt, sub, sizeof(sub));
+        spec_model_identity(sp->draft, dt, &sp->draft_id);
+        tok_destroy(dt);
+        if (diff != 0) {
+            spec_fail(err, errlen, "draft %s refused: its tokenizer differs from the target's (%s); draft and target "
+                      "must share one vocabulary", draft_path, sub);
+            goto fail_quiet;
+        }
+        if (sp->draft->hp.n_vocab != sp->n_vocab) {
+            spec_fail(err, errlen, "draft %s refused: vocabulary %d vs target %d", draft_path, sp->draft->hp.n_vocab,
+                      sp->n_vocab);
+            goto fail_quiet;
+        }
+        if (sp->draft->mp.max_ctx < max_ctx) max_ctx = sp->draft->mp.max_ctx;
+    }
+    spec_model_identity(sp->target, sp->tok, &sp->target_id);
+    /* one full-context sequence, the γ+1 verify overhang, and calibration */
+    int blocks = prm.kv_blocks > 0 ? prm.kv_blocks : (max_ctx + GAMMA_MAX + 2) / prm.block_size + 4;
+    if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, err, errlen))) goto fail_quiet;
+    if (sp->draft && !(sp->dpool = model_kv_pool(sp->draft, prm.block_size, blocks, err, errlen))) goto fail_quiet;
+    size_t V = (size_t)sp->n_vocab;
+    sp->smp = sampler_create(sp->n_vocab);
+    sp->p = malloc(sizeof(float) * V * (GAMMA_MAX + 1));
+    sp->q = malloc(sizeof(float) * V * GAMMA_MAX);
+    sp->logits = malloc(sizeof(float) * V * (GAMMA_MAX + 1));
+    sp->scratch = malloc(sizeof(float) * V);
+    if (!sp->smp || !sp->p || !sp->q || !sp->logits || !sp->scratch) {
+        spec_fail(err, errlen, "out of memory");
+        goto fail_quiet;
+    }
+    if (sp->draft) {
+        double tmem = (double)sp->target->weight_bytes + (double)kv_pool_bytes(sp->tpool);
+        double dmem = (double)sp->draft->weight_bytes + (double)kv_pool_bytes(sp->dpool);
+        sp->draft_mem_pct = 100.0 * dmem / tmem;
+        if (log) {
+            fprintf(log, "specd: draft %s: %.1f MB weights + %.1f MB KV = %.1f%% of the target's %.1f MB%s\n",
+                    draft_path, sp->draft->weight_bytes / 1e6, kv_pool_bytes(sp->dpool) / 1e6, sp->draft_mem_pct,
+                    tmem / 1e6,
+                    sp->draft_mem_pct > prm.draft_mem_warn_pct ? " — WARNING: above the limit; speculation pays "
+                                                                 "best with a much smaller draft" : "");
+        }
+    }
+    return sp;
+fail_quiet:
+    spec_pair_free(sp);
+    return NULL;
+}
+
+/* Median-of-5 time of a forward call of n tokens at context 8, rolled back after. */
+static double time_call(model *m, kv_pool *pool, int n, float *logits) {
+    kv_seq *s = kv_seq_create(pool, 32);
+    if (!s) return 0;
+    int32_t toks[16] = {0};
+    char err[256];
+    model_seq ms = {.kv = s, .n = 8, .tokens = toks};
+    double t[5] = {0};
+    if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) goto out;
+    for (int r = 0; r < 5; r++) {
+        ms = (model_seq){.kv = s, .n = n, .tokens = toks, .all_logits = true};
+        double t0 = spec_now_ms();
+        if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) goto out;
+        t[r] = spec_now_ms() - t0;
+        kv_seq_truncate(pool, s, 8);
+    }
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++)
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j], t[j] = x;
+            }
+out:
+    kv_seq_destroy(pool, s);
+    return t[2];
+}
+
+void spec_pair_calibrate(spec_pair *sp) {
+    double t1 = time_call(sp->target, sp->tpool, 1, sp->logits);
+    double t5 = time_call(sp->target, sp->tpool, 5, sp->logits);
+    sp->costs.target_ms = t1 > 0 ? t1 : 1.0;
+    sp->costs.target_ms_per_pos = t5 > t1 ? (t5 - t1) / 4 : 0.0;
+    sp->costs.draft_ms = sp->draft ? time_call(sp->draft, sp->dpool, 1, sp->logits) : 0.0;
+}
+
+/* ---- sequences -------------------------------------------------------------- */
+
+void spec_seq_free(spec_seq *s) {
+    if (!s) return;
+    if (s->tkv) kv_seq_destroy(s->sp->tpool, s->tkv);
+    if (s->dkv) kv_seq_destroy(s->sp->dpool, s->dkv);
+    free(s->tokens);
+    free(s);
+}
+
+/* Feeds tokens [from, to) to a model in max_batch chunks; the last row's logits
+ * land in `logits`. */
+static int feed(model *m, kv_pool *pool, kv_seq *kv, const int32_t *tokens, int from, int to, float *logits, char *err,
+                size_t errlen) {
+    for (int p = from; p < to;) {
+        int n = to - p < m->mp.max_batch ? to - p : m->mp.max_batch;
+        model_seq ms = {.kv = kv, .n = n, .tokens = tokens + p};
+        if (model_forward(m, pool, &ms, 1, logits, err, errlen) != 0) return -1;
+        p += n;
+    }
+    return 0;
+}
+
+static bool greedy(const spec_seq *s) { return s->prm.sc.temperature == 0.0f; }
+
+/* Turns logits into the processed distribution and draws a token from it. */
+static int32_t draw(spec_seq *s, const float *logits, float *probs, uint64_t pos, uint32_t purpose) {
+    sampler_probs(s->sp->smp, &s->prm.sc, logits, probs);
+    if (greedy(s)) return sampler_sample(probs, s->sp->n_vocab, 0.0);
+    return sampler_sample(probs, s->sp->n_vocab, rng_uniform(s->prm.seed, pos, purpose, 0));
+}
+
+spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
+                         size_t errlen) {
+    int max_ctx = sp->target->mp.max_ctx;
+    if (sp->draft && sp->draft->mp.max_ctx < max_ctx) max_ctx = sp->draft->mp.max_ctx;
+    if (n_prompt <= 0) return spec_fail(err, errlen, "empty prompt"), NULL;
+    if (n_prompt >= max_ctx)
+        return spec_fail(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, max_ctx), NULL;
+    if (!sampler_config_validate(&p->sc, err, errlen)) return NULL;
+    spec_seq *s = calloc(1, sizeof(*s));
+    if (!s) return spec_fail(err, errlen, "out of memory"), NULL;
+    s->sp = sp;
+    s->prm = *p;
+    if (!sp->draft) s->prm.speculate = false;
+    if (s->prm.speculate && !gamma_params_validate(&s->prm.gp, err, errlen)) goto fail;
+    gamma_ctl_init(&s->ctl, &s->prm.gp);
+    s->cap = max_ctx + GAMMA_MAX + 2;
+    s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap);
+    s->tkv = kv_seq_create(sp->tpool, max_ctx + GAMMA_MAX + 1);
+    s->dkv = sp->draft ? kv_seq_create(sp->dpool, max_ctx + GAMMA_MAX + 1) : NULL;
+    if (!s->tokens || !s->tkv || (sp->draft && !s->dkv)) {
+        spec_fail(err, errlen, "out of memory");
+        goto fail;
+    }
+    memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    s->n_tokens = s->n_prompt = n_prompt;
+    double t0 = spec_now_ms();
+    if (feed(sp->target, sp->tpool, s->tkv, s->tokens, 0, n_prompt, sp->logits, err, errlen) != 0) goto fail;
+    s->st.target_ms += spec_now_ms() - t0;
+    s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)n_prompt, RNG_SAMPLE);
+    s->n_tokens++;
+    s->st.tokens++;
+    return s;
+fail:
+    spec_seq_free(s);
+    return NULL;
+}
+
+int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
+    spec_pair *sp = s->sp;
+    int want = s->n_tokens - 1;
+    bool ok = s->tkv->len == want && (!s->dkv || s->dkv->len <= want);
+    if (ok) return 0;
+    /* a desynchronised cache would attend over a stale context: rebuild both */
+    s->st.kv_resets++;
+    kv_seq_truncate(sp->tpool, s->tkv, 0);
+    if (s->dkv) kv_seq_truncate(sp->dpool, s->dkv, 0);
+    if (feed(sp->target, sp->tpool, s->tkv, s->tokens, 0, want, sp->logits, err, errlen) != 0) return -1;
+    return 1;
+}
+
+/* The draft proposes gamma tokens into draft[] with distributions in sp->q.
+ * Returns 0, or -1 on a draft failure (the draft cache is rolled back). */
+static int draft_phase(spec_seq *s, int gamma, int32_t *draft, char *err, size_t errlen) {
+    spec_pair *sp = s->sp;
+    int N = s->n_tokens;
+    size_t V = (size_t)sp->n_vocab;
+    if (sp->fail_draft_after > 0 && ++sp->draft_calls >= sp->fail_draft_after) {
+        spec_fail(err, errlen, "injected draft failure");
+        return -1;
+    }
+    /* catch up: everything the draft has not seen, up to and including the last token */
+    if (feed(sp->draft, sp->dpool, s->dkv, s->tokens, s->dkv->len, N, sp->logits, err, errlen) != 0) goto fail;
+    for (int j = 0; j < gamma; j++) {
+        draft[j] = draw(s, sp->logits, sp->q + (size_t)j * V, (uint64_t)(N + j), RNG_DRAFT);
+        if (j + 1 == gamma) break;
+        model_seq ms = {.kv = s->dkv, .n = 1, .tokens = &draft[j]};
+        if (model_forward(sp->draft, sp->dpool, &ms, 1, sp->logits, err, errlen) != 0) goto fail;
+    }
+    return 0;
+fail:
+    kv_seq_truncate(sp->dpool, s->dkv, N - 1 < s->dkv->len ? N - 1 : s->dkv->len);
+    return -1;
+}
+
+int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen) {
+    spec_pair *sp = s->sp;
+    memset(info, 0, sizeof(*info));
+    if (spec_seq_check_kv(s, err, errlen) < 0) return -1;
+    int N = s->n_tokens;
+    int max_ctx = s->tkv->cap_blocks * sp->tpool->block_size - GAMMA_MAX - 1;
+    if (N > max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", N);
+    if (max_new < 1) return spec_fail(err, errlen, "max_new must be >= 1");
+    size_t V = (size_t)sp->n_vocab;
+
+    int gamma = s->prm.speculate ? gamma_ctl_next(&s->ctl, &sp->costs) : 0;
+    if (gamma > max_new - 1) gamma = max_new - 1;
+    if (gamma > max_ctx - N) gamma = max_ctx - N;
+    if (gamma < 0) gamma = 0;
+
+    int32_t draft[GAMMA_MAX], out[GAMMA_MAX + 1];
+    if (gamma > 0) {
+        double t0 = spec_now_ms();
+        char derr[256];
+        int rc = draft_phase(s, gamma, draft, derr, sizeof(derr));
+        double dt = spec_now_ms() - t0;
+        s->st.draft_ms += dt;
+        info->draft_ms = dt;
+        if (rc != 0) { /* no output gap: this step simply becomes a plain step */
+            s->st.draft_failures++;
+            gamma_ctl_fail(&s->ctl);
+            gamma = 0;
+        } else {
+            gamma_costs_observe_draft(&sp->costs, dt / gamma);
+        }
+    }
+
+    /* verify: ONE target call over the last accepted token and the drafts */
+    int32_t feed_toks[GAMMA_MAX + 1];
+    feed_toks[0] = s->tokens[N - 1];
+    memcpy(feed_toks + 1, draft, sizeof(int32_t) * (size_t)gamma);
+    model_seq ms = {.kv = s->tkv, .n = gamma + 1, .tokens = feed_toks, .all_logits = true};
+    double t0 = spec_now_ms();
+    if (model_forward(sp->target, sp->tpool, &ms, 1, sp->logits, err, errlen) != 0) {
+        if (s->dkv && s->dkv->len > N - 1) kv_seq_truncate(sp->dpool, s->dkv, N - 1);
+        return -1;
+    }
+    double tt = spec_now_ms() - t0;
+    s->st.target_ms += tt;
+    info->target_ms = tt;
+    gamma_costs_observe_target(&sp->costs, gamma + 1, tt);
+
+    int k, n_new;
+    if (gamma == 0) {
+        out[0] = draw(s, sp->logits, sp->p, (uint64_t)N, RNG_SAMPLE);
+        k = 0;
+        n_new = 1;
+        s->st.plain_steps++;
+        if (s->prm.speculate) gamma_ctl_observe_plain(&s->ctl);
+    } else {
+        for (int j = 0; j <= gamma; j++)
+            sampler_probs(sp->smp, &s->prm.sc, sp->logits + (size_t)j * V, sp->p + (size_t)j * V);
+        accept_rng rng = {s->prm.seed, (uint64_t)N, sp->variant};
+        k = accept_step(out, sp->p, sp->q, draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
+        n_new = k + 1;
+        s->st.verify_steps++;
+        s->st.drafted += (uint64_t)gamma;
+        s->st.accepted += (uint64_t)k;
+        s->st.rejections += k < gamma;
+        for (int j = 0; j < gamma; j++) s->st.pos_reached[j]++;
+        for (int j = 0; j < k; j++) s->st.pos_accepted[j]++;
+        gamma_ctl_observe(&s->ctl, gamma, k);
+    }
+    for (int i = 0; i < n_new; i++)
+        if (tok_is_eog(sp->tok, out[i])) {
+            n_new = i + 1;
+            info->stopped = true;
+            break;
+        }
+
+    /* commit the accepted prefix in both caches together: length updates only */
+    memcpy(s->tokens + N, out, sizeof(int32_t) * (size_t)n_new);
+    s->n_tokens = N + n_new;
+    kv_seq_truncate(sp->tpool, s->tkv, s->n_tokens - 1);
+    if (s->dkv) {
+        int dvalid = gamma > 0 ? N + (k < gamma - 1 ? k : gamma - 1) : s->dkv->len;
+        if (dvalid > s->n_tokens - 1) dvalid = s->n_tokens - 1;
+        kv_seq_truncate(sp->dpool, s->dkv, dvalid);
+    }
+    s->st.tokens += (uint64_t)n_new;
+    s->st.fallbacks = s->ctl.fallbacks;
+    s->st.probes = s->ctl.probes;
+    info->n_new = n_new;
+    info->gamma = gamma;
+    info->accepted = k < n_new ? k : n_new;
+    info->bonus = gamma > 0 && k == gamma && n_new == gamma + 1;
+    return 0;
+}

@@ -1,0 +1,144 @@
+/* spec.h — speculative decoding of one sequence over a draft/target pair:
+ * pairing checks (tokenizer identity, model identity, draft memory share),
+ * the linear speculation step (draft γ → verify γ+1 in ONE target call →
+ * accept/reject → commit/rollback both KV caches together), plain decoding as
+ * the γ = 0 case and the fallback path, and per-sequence statistics.
+ *
+ * Cache invariant between steps, for a sequence of n accepted tokens
+ * (prompt + output): the target cache holds positions [0, n−1) — every token
+ * but the last, which the next step feeds — and the draft cache holds
+ * [0, n−1−lag) where lag is the number of accepted tokens the draft has not
+ * yet seen (1 after an all-accepted step, more after plain steps); the draft
+ * catches up in one call before it drafts again.
+ *
+ * Threading: a spec_pair and its sequences belong to one thread (the engine
+ * thread); nothing here locks. */
+#ifndef SPECD_SPEC_H
+#define SPECD_SPEC_H
+
+#include "engine/accept.h"
+#include "engine/gamma.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    uint64_t verify_steps;      /* target passes that verified drafts */
+    uint64_t plain_steps;       /* target passes without drafts */
+    uint64_t drafted;           /* draft tokens proposed */
+    uint64_t accepted;          /* draft tokens accepted */
+    uint64_t rejections;        /* verify steps that ended in a rejection */
+    uint64_t tokens;            /* tokens emitted by steps */
+    uint64_t pos_reached[GAMMA_MAX]; /* verify steps that drafted a token at position i+1 */
+    uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
+    uint64_t fallbacks, probes, draft_failures, kv_resets;
+    double draft_ms, target_ms; /* time spent in the draft and target models */
+} spec_stats;
+
+/* Derived figures (0 when undefined). */
+double spec_stats_alpha(const spec_stats *s);          /* accepted / (accepted + rejections) */
+double spec_stats_mean_accepted(const spec_stats *s);  /* accepted drafts per verify step */
+double spec_stats_tokens_per_pass(const spec_stats *s);/* tokens emitted per target pass */
+void spec_stats_add(spec_stats *into, const spec_stats *s);
+
+typedef struct {
+    char arch[32];
+    int n_layer, dim, n_head, n_kv_head, ff, n_vocab;
+    char weight_type[16];
+    uint64_t header_hash;       /* FNV-1a of the GGUF header (metadata + tensor infos) and file size */
+    uint64_t tokenizer_hash;
+    char id[64];                /* "arch-<hash16>": ties a session to the exact model */
+} spec_model_id;
+
+void spec_model_identity(const model *m, const tokenizer *t, spec_model_id *out);
+
+typedef struct {
+    int max_ctx;                /* per sequence */
+    int kv_blocks;              /* per model pool; 0 = enough for one max_ctx sequence */
+    int block_size;             /* 16 */
+    float draft_mem_warn_pct;   /* warn when draft memory > this % of the target's (20) */
+} spec_pair_params;
+
+/* A loaded target (and optional draft) with their KV pools, one tokenizer and
+ * the scratch for one step. */
+typedef struct spec_pair {
+    model *target, *draft;      /* owned; draft may be NULL (plain decoding only) */
+    tokenizer *tok;             /* the target's (identical to the draft's) */
+    kv_pool *tpool, *dpool;
+    spec_model_id target_id, draft_id;
+    double draft_mem_pct;       /* draft weights + KV as % of the target's */
+    gamma_costs costs;
+    sampler *smp;
+    int n_vocab;
+    float *p, *q;               /* (GAMMA_MAX+1, V) target and (GAMMA_MAX, V) draft distributions */
+    float *logits;              /* (GAMMA_MAX+1, V) */
+    float *scratch;             /* (V) */
+    accept_variant variant;     /* tests only */
+    int fail_draft_after;       /* tests only: > 0 makes the draft fail on that call (fault injection) */
+    int draft_calls;
+} spec_pair;
+
+/* Loads the pair. draft_path may be NULL. Refuses a draft whose tokenizer
+ * differs from the target's, naming the first differing token. Prints the
+ * draft memory share to `log` (NULL: quiet) with a warning above the limit.
+ * Returns NULL with err filled. be must outlive the pair. */
+spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be,
+                          const spec_pair_params *pp, FILE *log, char *err, size_t errlen);
+void spec_pair_free(spec_pair *sp); /* accepts NULL */
+
+/* Measures the cost model (draft 1-position call, target 1- and 5-position
+ * calls) on scratch sequences; the pair's pools must have a few free blocks. */
+void spec_pair_calibrate(spec_pair *sp);
+
+typedef struct {
+    sampler_config sc;          /* ONE config for both draft and target */
+    uint64_t seed;
+    gamma_params gp;            /* gamma_max = 0 or no draft: plain decoding */
+    bool speculate;             /* false: plain decoding always */
+} spec_seq_params;
+
+typedef struct spec_seq {
+    spec_pair *sp;
+    kv_seq *tkv, *dkv;
+    int32_t *tokens;            /* (cap) accepted tokens: prompt then output */
+    int n_tokens, n_prompt, cap;
+    spec_seq_params prm;
+    gamma_ctl ctl;
+    spec_stats st;
+} spec_seq;
+
+/* Creates a sequence and prefills the prompt into the target (the draft
+ * catches up at its first draft). The first output token is sampled from the
+ * prefill's logits and appended. Returns NULL with err filled (prompt too long
+ * for the context, KV full, ...). */
+spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
+                         size_t errlen);
+void spec_seq_free(spec_seq *s); /* accepts NULL; returns KV blocks */
+
+/* What one step produced. */
+typedef struct {
+    int n_new;                  /* tokens appended (accepted drafts + correction/bonus) */
+    int gamma;                  /* drafts proposed this step (0 = plain step) */
+    int accepted;               /* drafts accepted */
+    bool bonus;                 /* all accepted: the last token is the bonus */
+    bool stopped;               /* an end-of-generation token was appended (output ends there) */
+    double draft_ms, target_ms;
+} spec_step_info;
+
+/* One step: plain or speculative as the controller decides. At most max_new
+ * tokens are appended (γ is capped so that never overflows, and by the
+ * context). Stops after an end-of-generation token. Returns 0, or -1 with err
+ * (target failure: the sequence is unchanged). Draft failures never fail the
+ * step: they fall back to plain decoding and are counted. */
+int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen);
+
+/* Cache-invariant check (also run by every step): on mismatch the caches are
+ * reset and re-prefilled from the tokens, counted in kv_resets. Returns 0 if
+ * the caches were consistent, 1 after a successful reset, -1 if re-prefill failed. */
+int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen);
+
+#endif

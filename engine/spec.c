@@ -80,9 +80,11 @@ void spec_pair_free(spec_pair *sp) {
     tok_destroy(sp->tok);
     sampler_destroy(sp->smp);
     free(sp->p);
-    free(sp->q);
     free(sp->logits);
     free(sp->scratch);
+    free(sp->ms);
+    free(sp->row_of);
+    free(sp->gam);
     free(sp);
 }
 
@@ -137,11 +139,16 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     if (sp->draft && !(sp->dpool = model_kv_pool(sp->draft, prm.block_size, blocks, err, errlen))) goto fail_quiet;
     size_t V = (size_t)sp->n_vocab;
     sp->smp = sampler_create(sp->n_vocab);
-    sp->p = malloc(sizeof(float) * V * (GAMMA_MAX + 1));
-    sp->q = malloc(sizeof(float) * V * GAMMA_MAX);
-    sp->logits = malloc(sizeof(float) * V * (GAMMA_MAX + 1));
+    sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;
+    sp->max_gamma = prm.max_gamma > 0 && prm.max_gamma <= GAMMA_MAX ? prm.max_gamma : 8;
+    size_t rows = (size_t)sp->max_seqs * (size_t)(sp->max_gamma + 1);
+    sp->p = malloc(sizeof(float) * V * (size_t)(sp->max_gamma + 1));
+    sp->logits = malloc(sizeof(float) * V * rows);
     sp->scratch = malloc(sizeof(float) * V);
-    if (!sp->smp || !sp->p || !sp->q || !sp->logits || !sp->scratch) {
+    sp->ms = malloc(sizeof(model_seq) * (size_t)sp->max_seqs);
+    sp->row_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
+    sp->gam = malloc(sizeof(int) * (size_t)sp->max_seqs);
+    if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->ms || !sp->row_of || !sp->gam) {
         spec_fail(err, errlen, "out of memory");
         goto fail_quiet;
     }
@@ -205,6 +212,7 @@ void spec_seq_free(spec_seq *s) {
     if (s->tkv) kv_seq_destroy(s->sp->tpool, s->tkv);
     if (s->dkv) kv_seq_destroy(s->sp->dpool, s->dkv);
     free(s->tokens);
+    free(s->q);
     free(s);
 }
 
@@ -246,7 +254,16 @@ spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, con
     if (s->prm.speculate && !gamma_params_validate(&s->prm.gp, err, errlen)) goto fail;
     gamma_ctl_init(&s->ctl, &s->prm.gp);
     s->cap = max_ctx + GAMMA_MAX + 2;
+    if (s->prm.speculate && s->prm.gp.gamma_max > sp->max_gamma) {
+        spec_fail(err, errlen, "gamma_max %d exceeds the pair's limit of %d", s->prm.gp.gamma_max, sp->max_gamma);
+        goto fail;
+    }
     s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap);
+    s->q = s->prm.speculate ? malloc(sizeof(float) * (size_t)sp->n_vocab * (size_t)sp->max_gamma) : NULL;
+    if (s->prm.speculate && !s->q) {
+        spec_fail(err, errlen, "out of memory");
+        goto fail;
+    }
     s->tkv = kv_seq_create(sp->tpool, max_ctx + GAMMA_MAX + 1);
     s->dkv = sp->draft ? kv_seq_create(sp->dpool, max_ctx + GAMMA_MAX + 1) : NULL;
     if (!s->tokens || !s->tkv || (sp->draft && !s->dkv)) {
@@ -280,89 +297,77 @@ int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
     return 1;
 }
 
-/* The draft proposes gamma tokens into draft[] with distributions in sp->q.
- * Returns 0, or -1 on a draft failure (the draft cache is rolled back). */
-static int draft_phase(spec_seq *s, int gamma, int32_t *draft, char *err, size_t errlen) {
-    spec_pair *sp = s->sp;
-    int N = s->n_tokens;
+/* Plans one sequence's γ for this step: the controller's choice capped by the
+ * tokens still wanted and the context. */
+static int plan_gamma(spec_seq *s, int max_new) {
+    int max_ctx = s->tkv->cap_blocks * s->sp->tpool->block_size - GAMMA_MAX - 1;
+    int g = s->prm.speculate ? gamma_ctl_next(&s->ctl, &s->sp->costs) : 0;
+    if (g > max_new - 1) g = max_new - 1;
+    if (g > max_ctx - s->n_tokens) g = max_ctx - s->n_tokens;
+    if (g > s->sp->max_gamma) g = s->sp->max_gamma;
+    return g < 0 ? 0 : g;
+}
+
+/* Draft phase for every sequence with γ > 0: catch-up, then one batched call
+ * per draft position over the sequences still drafting. Distributions go to
+ * each sequence's q, tokens to its draft[]. Returns 0, or -1 on a draft
+ * failure (every drafting sequence's draft cache is rolled back). */
+static int draft_phase(spec_pair *sp, spec_seq **S, int n, const int *gam, char *err, size_t errlen) {
     size_t V = (size_t)sp->n_vocab;
+    model_seq *ms = sp->ms;
+    int *row_of = sp->row_of;
     if (sp->fail_draft_after > 0 && ++sp->draft_calls >= sp->fail_draft_after) {
         spec_fail(err, errlen, "injected draft failure");
-        return -1;
+        goto fail;
     }
-    /* catch up: everything the draft has not seen, up to and including the last token */
-    if (feed(sp->draft, sp->dpool, s->dkv, s->tokens, s->dkv->len, N, sp->logits, err, errlen) != 0) goto fail;
-    for (int j = 0; j < gamma; j++) {
-        draft[j] = draw(s, sp->logits, sp->q + (size_t)j * V, (uint64_t)(N + j), RNG_DRAFT);
-        if (j + 1 == gamma) break;
-        model_seq ms = {.kv = s->dkv, .n = 1, .tokens = &draft[j]};
-        if (model_forward(sp->draft, sp->dpool, &ms, 1, sp->logits, err, errlen) != 0) goto fail;
+    /* long catch-ups (after plain steps) go alone; the last token joins the batch */
+    for (int i = 0; i < n; i++)
+        if (gam[i] > 0 && S[i]->dkv->len < S[i]->n_tokens - 1 &&
+            feed(sp->draft, sp->dpool, S[i]->dkv, S[i]->tokens, S[i]->dkv->len, S[i]->n_tokens - 1, sp->logits, err,
+                 errlen) != 0)
+            goto fail;
+    int gmax = 0;
+    for (int i = 0; i < n; i++) gmax = gam[i] > gmax ? gam[i] : gmax;
+    for (int j = 0; j < gmax; j++) {
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            if (gam[i] <= j) continue;
+            const int32_t *t = j == 0 ? &S[i]->tokens[S[i]->n_tokens - 1] : &S[i]->draft[j - 1];
+            ms[m] = (model_seq){.kv = S[i]->dkv, .n = 1, .tokens = t};
+            row_of[m++] = i;
+        }
+        if (model_forward(sp->draft, sp->dpool, ms, m, sp->logits, err, errlen) != 0) goto fail;
+        for (int r = 0; r < m; r++) {
+            spec_seq *s = S[row_of[r]];
+            s->draft[j] = draw(s, sp->logits + (size_t)r * V, s->q + (size_t)j * V, (uint64_t)(s->n_tokens + j),
+                               RNG_DRAFT);
+        }
     }
     return 0;
 fail:
-    kv_seq_truncate(sp->dpool, s->dkv, N - 1 < s->dkv->len ? N - 1 : s->dkv->len);
+    for (int i = 0; i < n; i++)
+        if (gam[i] > 0 && S[i]->dkv->len > S[i]->n_tokens - 1) kv_seq_truncate(sp->dpool, S[i]->dkv, S[i]->n_tokens - 1);
     return -1;
 }
 
-int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen) {
+/* Accept/reject and commit for one sequence after the verify call; logits are
+ * its gamma+1 rows. */
+static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step_info *info) {
     spec_pair *sp = s->sp;
-    memset(info, 0, sizeof(*info));
-    if (spec_seq_check_kv(s, err, errlen) < 0) return -1;
-    int N = s->n_tokens;
-    int max_ctx = s->tkv->cap_blocks * sp->tpool->block_size - GAMMA_MAX - 1;
-    if (N > max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", N);
-    if (max_new < 1) return spec_fail(err, errlen, "max_new must be >= 1");
     size_t V = (size_t)sp->n_vocab;
-
-    int gamma = s->prm.speculate ? gamma_ctl_next(&s->ctl, &sp->costs) : 0;
-    if (gamma > max_new - 1) gamma = max_new - 1;
-    if (gamma > max_ctx - N) gamma = max_ctx - N;
-    if (gamma < 0) gamma = 0;
-
-    int32_t draft[GAMMA_MAX], out[GAMMA_MAX + 1];
-    if (gamma > 0) {
-        double t0 = spec_now_ms();
-        char derr[256];
-        int rc = draft_phase(s, gamma, draft, derr, sizeof(derr));
-        double dt = spec_now_ms() - t0;
-        s->st.draft_ms += dt;
-        info->draft_ms = dt;
-        if (rc != 0) { /* no output gap: this step simply becomes a plain step */
-            s->st.draft_failures++;
-            gamma_ctl_fail(&s->ctl);
-            gamma = 0;
-        } else {
-            gamma_costs_observe_draft(&sp->costs, dt / gamma);
-        }
-    }
-
-    /* verify: ONE target call over the last accepted token and the drafts */
-    int32_t feed_toks[GAMMA_MAX + 1];
-    feed_toks[0] = s->tokens[N - 1];
-    memcpy(feed_toks + 1, draft, sizeof(int32_t) * (size_t)gamma);
-    model_seq ms = {.kv = s->tkv, .n = gamma + 1, .tokens = feed_toks, .all_logits = true};
-    double t0 = spec_now_ms();
-    if (model_forward(sp->target, sp->tpool, &ms, 1, sp->logits, err, errlen) != 0) {
-        if (s->dkv && s->dkv->len > N - 1) kv_seq_truncate(sp->dpool, s->dkv, N - 1);
-        return -1;
-    }
-    double tt = spec_now_ms() - t0;
-    s->st.target_ms += tt;
-    info->target_ms = tt;
-    gamma_costs_observe_target(&sp->costs, gamma + 1, tt);
-
+    int N = s->n_tokens;
+    int32_t out[GAMMA_MAX + 1];
     int k, n_new;
     if (gamma == 0) {
-        out[0] = draw(s, sp->logits, sp->p, (uint64_t)N, RNG_SAMPLE);
+        out[0] = draw(s, logits, sp->p, (uint64_t)N, RNG_SAMPLE);
         k = 0;
         n_new = 1;
         s->st.plain_steps++;
         if (s->prm.speculate) gamma_ctl_observe_plain(&s->ctl);
     } else {
-        for (int j = 0; j <= gamma; j++)
-            sampler_probs(sp->smp, &s->prm.sc, sp->logits + (size_t)j * V, sp->p + (size_t)j * V);
+        for (int j = 0; j <= gamma; j++) sampler_probs(sp->smp, &s->prm.sc, logits + (size_t)j * V, sp->p + (size_t)j * V);
         accept_rng rng = {s->prm.seed, (uint64_t)N, sp->variant};
-        k = accept_step(out, sp->p, sp->q, draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
+        k = accept_step(out, sp->p, s->q, s->draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
         n_new = k + 1;
         s->st.verify_steps++;
         s->st.drafted += (uint64_t)gamma;
@@ -378,7 +383,6 @@ int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, siz
             info->stopped = true;
             break;
         }
-
     /* commit the accepted prefix in both caches together: length updates only */
     memcpy(s->tokens + N, out, sizeof(int32_t) * (size_t)n_new);
     s->n_tokens = N + n_new;
@@ -395,5 +399,70 @@ int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, siz
     info->gamma = gamma;
     info->accepted = k < n_new ? k : n_new;
     info->bonus = gamma > 0 && k == gamma && n_new == gamma + 1;
+}
+
+int spec_step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, spec_step_info *info, char *err,
+                    size_t errlen) {
+    if (n < 1 || n > sp->max_seqs) return spec_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
+    int *gam = sp->gam;
+    int nd = 0, rows = 0;
+    for (int i = 0; i < n; i++) {
+        memset(&info[i], 0, sizeof(info[i]));
+        if (max_new[i] < 1) return spec_fail(err, errlen, "max_new must be >= 1");
+        if (spec_seq_check_kv(S[i], err, errlen) < 0) return -1;
+        int max_ctx = S[i]->tkv->cap_blocks * sp->tpool->block_size - GAMMA_MAX - 1;
+        if (S[i]->n_tokens > max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
+        gam[i] = plan_gamma(S[i], max_new[i]);
+        nd += gam[i] > 0;
+    }
+    if (nd) {
+        double t0 = spec_now_ms();
+        char derr[256];
+        int rc = draft_phase(sp, S, n, gam, derr, sizeof(derr));
+        double dt = spec_now_ms() - t0;
+        int drafted = 0;
+        for (int i = 0; i < n; i++) drafted = gam[i] > drafted ? gam[i] : drafted;
+        for (int i = 0; i < n; i++) {
+            if (gam[i] == 0) continue;
+            S[i]->st.draft_ms += dt;
+            info[i].draft_ms = dt;
+            if (rc != 0) { /* no output gap: the step becomes a plain step */
+                S[i]->st.draft_failures++;
+                gamma_ctl_fail(&S[i]->ctl);
+                gam[i] = 0;
+            }
+        }
+        if (rc == 0) gamma_costs_observe_draft(&sp->costs, dt / drafted);
+    }
+
+    /* verify: ONE target call over every sequence's last token and drafts */
+    model_seq *ms = sp->ms;
+    for (int i = 0; i < n; i++) {
+        spec_seq *s = S[i];
+        s->vtoks[0] = s->tokens[s->n_tokens - 1];
+        memcpy(s->vtoks + 1, s->draft, sizeof(int32_t) * (size_t)gam[i]);
+        ms[i] = (model_seq){.kv = s->tkv, .n = gam[i] + 1, .tokens = s->vtoks, .all_logits = true};
+        rows += gam[i] + 1;
+    }
+    double t0 = spec_now_ms();
+    if (model_forward(sp->target, sp->tpool, ms, n, sp->logits, err, errlen) != 0) {
+        for (int i = 0; i < n; i++)
+            if (S[i]->dkv && S[i]->dkv->len > S[i]->n_tokens - 1)
+                kv_seq_truncate(sp->dpool, S[i]->dkv, S[i]->n_tokens - 1);
+        return -1;
+    }
+    double tt = spec_now_ms() - t0;
+    gamma_costs_observe_target(&sp->costs, rows, tt);
+    size_t row = 0;
+    for (int i = 0; i < n; i++) {
+        S[i]->st.target_ms += tt;
+        info[i].target_ms = tt;
+        accept_commit(S[i], gam[i], sp->logits + row * (size_t)sp->n_vocab, &info[i]);
+        row += (size_t)gam[i] + 1;
+    }
     return 0;
+}
+
+int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen) {
+    return spec_step_batch(s->sp, &s, 1, &max_new, info, err, errlen);
 }

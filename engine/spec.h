@@ -61,6 +61,8 @@ typedef struct {
     int kv_blocks;              /* per model pool; 0 = enough for one max_ctx sequence */
     int block_size;             /* 16 */
     float draft_mem_warn_pct;   /* warn when draft memory > this % of the target's (20) */
+    int max_seqs;               /* most sequences in one batched step (32) */
+    int max_gamma;              /* largest γ any sequence may use (8, at most GAMMA_MAX) */
 } spec_pair_params;
 
 /* A loaded target (and optional draft) with their KV pools, one tokenizer and
@@ -74,9 +76,12 @@ typedef struct spec_pair {
     gamma_costs costs;
     sampler *smp;
     int n_vocab;
-    float *p, *q;               /* (GAMMA_MAX+1, V) target and (GAMMA_MAX, V) draft distributions */
-    float *logits;              /* (GAMMA_MAX+1, V) */
+    int max_seqs, max_gamma;
+    float *p;                   /* (max_gamma+1, V) target distributions of the sequence being accepted */
+    float *logits;              /* (max_seqs * (max_gamma+1), V) rows of a batched call */
     float *scratch;             /* (V) */
+    model_seq *ms;              /* (max_seqs) */
+    int *row_of, *gam;          /* (max_seqs) */
     accept_variant variant;     /* tests only */
     int fail_draft_after;       /* tests only: > 0 makes the draft fail on that call (fault injection) */
     int draft_calls;
@@ -109,6 +114,9 @@ typedef struct spec_seq {
     spec_seq_params prm;
     gamma_ctl ctl;
     spec_stats st;
+    float *q;                   /* (max_gamma, V) draft distributions of the current step */
+    int32_t draft[GAMMA_MAX];   /* drafted tokens of the current step */
+    int32_t vtoks[GAMMA_MAX + 1];/* tokens fed to the verify call */
 } spec_seq;
 
 /* Creates a sequence and prefills the prompt into the target (the draft
@@ -135,6 +143,14 @@ typedef struct {
  * (target failure: the sequence is unchanged). Draft failures never fail the
  * step: they fall back to plain decoding and are counted. */
 int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen);
+
+/* The same step for n sequences of one pair at once (n <= max_seqs): each
+ * draft position is one batched draft call over the sequences still drafting,
+ * and the verify is ONE target call over all sequences' γ+1 positions; accept
+ * and commit run per sequence exactly as for one. Per-row results do not
+ * depend on the other rows, so outputs equal those of single steps. */
+int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, spec_step_info *info, char *err,
+                    size_t errlen);
 
 /* Cache-invariant check (also run by every step): on mismatch the caches are
  * reset and re-prefilled from the tokens, counted in kv_resets. Returns 0 if

@@ -238,8 +238,8 @@ static int32_t draw(spec_seq *s, const float *logits, float *probs, uint64_t pos
     return sampler_sample(probs, s->sp->n_vocab, rng_uniform(s->prm.seed, pos, purpose, 0));
 }
 
-spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
-                         size_t errlen) {
+spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
+                          size_t errlen) {
     int max_ctx = sp->target->mp.max_ctx;
     if (sp->draft && sp->draft->mp.max_ctx < max_ctx) max_ctx = sp->draft->mp.max_ctx;
     if (n_prompt <= 0) return spec_fail(err, errlen, "empty prompt"), NULL;
@@ -272,17 +272,38 @@ spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, con
     }
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s->n_tokens = s->n_prompt = n_prompt;
-    double t0 = spec_now_ms();
-    if (feed(sp->target, sp->tpool, s->tkv, s->tokens, 0, n_prompt, sp->logits, err, errlen) != 0) goto fail;
-    s->st.target_ms += spec_now_ms() - t0;
-    s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)n_prompt, RNG_SAMPLE);
-    s->n_tokens++;
-    s->st.tokens++;
     return s;
 fail:
     spec_seq_free(s);
     return NULL;
 }
+
+int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
+    spec_pair *sp = s->sp;
+    if (s->prefilled) return 1;
+    int from = s->tkv->len, to = s->n_prompt;
+    if (max_tokens > 0 && to - from > max_tokens) to = from + max_tokens;
+    double t0 = spec_now_ms();
+    if (feed(sp->target, sp->tpool, s->tkv, s->tokens, from, to, sp->logits, err, errlen) != 0) return -1;
+    s->st.target_ms += spec_now_ms() - t0;
+    if (to < s->n_prompt) return 0;
+    s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)s->n_prompt, RNG_SAMPLE);
+    s->n_tokens++;
+    s->st.tokens++;
+    s->prefilled = true;
+    return 1;
+}
+
+spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
+                         size_t errlen) {
+    spec_seq *s = spec_seq_create(sp, prompt, n_prompt, p, err, errlen);
+    if (s && spec_seq_prefill(s, 0, err, errlen) != 1) {
+        spec_seq_free(s);
+        return NULL;
+    }
+    return s;
+}
+
 
 int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
     spec_pair *sp = s->sp;
@@ -401,9 +422,26 @@ static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step
     info->bonus = gamma > 0 && k == gamma && n_new == gamma + 1;
 }
 
+int spec_seq_plan(spec_seq *s, int max_new) { return plan_gamma(s, max_new < 1 ? 1 : max_new); }
+
+static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
+                      spec_step_info *info, char *err, size_t errlen);
+
 int spec_step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, spec_step_info *info, char *err,
                     size_t errlen) {
+    return step_batch(sp, S, n, max_new, NULL, info, err, errlen);
+}
+
+int spec_step_batch_planned(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *gamma,
+                            spec_step_info *info, char *err, size_t errlen) {
+    return step_batch(sp, S, n, max_new, gamma, info, err, errlen);
+}
+
+static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
+                      spec_step_info *info, char *err, size_t errlen) {
     if (n < 1 || n > sp->max_seqs) return spec_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
+    for (int i = 0; i < n; i++)
+        if (!S[i]->prefilled) return spec_fail(err, errlen, "sequence %d is still prefilling", i);
     int *gam = sp->gam;
     int nd = 0, rows = 0;
     for (int i = 0; i < n; i++) {
@@ -412,7 +450,11 @@ int spec_step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, spec
         if (spec_seq_check_kv(S[i], err, errlen) < 0) return -1;
         int max_ctx = S[i]->tkv->cap_blocks * sp->tpool->block_size - GAMMA_MAX - 1;
         if (S[i]->n_tokens > max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
-        gam[i] = plan_gamma(S[i], max_new[i]);
+        gam[i] = planned ? planned[i] : plan_gamma(S[i], max_new[i]);
+        if (gam[i] > max_new[i] - 1) gam[i] = max_new[i] - 1;
+        if (gam[i] > max_ctx - S[i]->n_tokens) gam[i] = max_ctx - S[i]->n_tokens;
+        if (gam[i] > sp->max_gamma) gam[i] = sp->max_gamma;
+        if (gam[i] < 0 || !S[i]->prm.speculate) gam[i] = 0;
         nd += gam[i] > 0;
     }
     if (nd) {

@@ -111,6 +111,7 @@ typedef struct spec_seq {
     kv_seq *tkv, *dkv;
     int32_t *tokens;            /* (cap) accepted tokens: prompt then output */
     int n_tokens, n_prompt, cap;
+    bool prefilled;             /* the prompt is in the target cache and the first token sampled */
     spec_seq_params prm;
     gamma_ctl ctl;
     spec_stats st;
@@ -126,6 +127,14 @@ typedef struct spec_seq {
 spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
                          size_t errlen);
 void spec_seq_free(spec_seq *s); /* accepts NULL; returns KV blocks */
+
+/* The same in two parts, for chunked prefill interleaved with decode steps:
+ * create (validates, allocates, no model work), then prefill up to max_tokens
+ * prompt tokens per call (0 = all). spec_seq_prefill returns 1 when the prompt
+ * is done and the first token sampled, 0 when more remains, -1 on error. */
+spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
+                          size_t errlen);
+int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen);
 
 /* What one step produced. */
 typedef struct {
@@ -151,6 +160,14 @@ int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, siz
  * depend on the other rows, so outputs equal those of single steps. */
 int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, spec_step_info *info, char *err,
                     size_t errlen);
+
+/* For a scheduler that bins sequences by draft length before stepping them:
+ * spec_seq_plan asks the sequence's controller for this step's γ (call once
+ * per step), and spec_step_batch_planned steps with the given γ per sequence
+ * (re-capped by max_new, the context and the pair's max_gamma). */
+int spec_seq_plan(spec_seq *s, int max_new);
+int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
+                            spec_step_info *info, char *err, size_t errlen);
 
 /* Cache-invariant check (also run by every step): on mismatch the caches are
  * reset and re-prefilled from the tokens, counted in kv_resets. Returns 0 if

@@ -1,0 +1,645 @@
+/* engine.c — the engine thread: admission by KV reservation, chunked prefill
+ * interleaved with decode, binned speculative steps, per-request event rings
+ * with backpressure (see engine.h). One mutex guards the request table, the
+ * waiting FIFO, cancel flags and the rings; model work runs without it. */
+#include "engine/engine.h"
+
+#include "engine/plan.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { RQ_WAITING = 0, RQ_PREFILL, RQ_RUNNING, RQ_DONE } rq_state;
+
+typedef struct req {
+    uint64_t id;
+    rq_state state;
+    int32_t *prompt;
+    int n_prompt;
+    spec_seq_params prm;
+    int max_tokens;
+    char stop[ENGINE_MAX_STOP][ENGINE_STOP_LEN];
+    int n_stop;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    bool adaptive;
+    engine_notify_fn notify;
+    void *user;
+    bool cancel;                  /* requested by a client */
+    bool final_pushed;            /* finished/error is in the ring: nothing more */
+    int reserved;                 /* KV blocks reserved per pool */
+    spec_seq *seq;
+    tok_stream ts;
+    char hold[ENGINE_STOP_LEN * 2];/* text held back: may be the start of a stop string */
+    int hold_len;
+    int n_out;
+    double t_submit, t_admit, t_first, t_last;
+    engine_event *ring;           /* (ring_cap) */
+    int head, count;
+    struct req *next_wait;
+} req;
+
+struct engine {
+    engine_config cfg;
+    backend *be;
+    spec_pair *sp;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool quit;
+    req **slots;                  /* (n_slots) id & 0xffff -> request */
+    int n_slots;
+    uint64_t gen;
+    req *wait_head, *wait_tail;
+    int n_waiting;
+    req **active;                 /* (max_running) prefilling or running, engine thread */
+    int n_active;
+    int reserved_blocks;          /* per pool */
+    plan_history hist;
+    /* step scratch (engine thread) */
+    spec_seq **bseq, **mseq;
+    int *bmax, *bgam, *order, *gam_all, *mmax;
+    spec_step_info *binfo;
+    plan_bin *bins;
+    /* counters (under mu) */
+    uint64_t steps, tokens, done, microbatches;
+    double pad_sum;
+    spec_stats st;
+};
+
+static double eng_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+engine_config engine_config_default(void) {
+    return (engine_config){.block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
+                           .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),
+                           .draft_mem_warn_pct = 20.0f, .calibrate = true};
+}
+
+const char *engine_finish_name(engine_finish f) {
+    static const char *names[] = {"length", "stop", "cancelled", "error"};
+    return f <= FINISH_ERROR ? names[f] : "?";
+}
+
+const tokenizer *engine_tokenizer(const engine *e) { return e->sp->tok; }
+
+/* ---- rings (caller holds mu) ------------------------------------------------ */
+
+static engine_event *ring_push(engine *e, req *r) {
+    if (r->count == e->cfg.ring_events) return NULL;
+    engine_event *ev = &r->ring[(r->head + r->count++) % e->cfg.ring_events];
+    memset(ev, 0, offsetof(engine_event, text));
+    ev->text_len = 0;
+    ev->id = r->id;
+    return ev;
+}
+
+static int ring_free(const engine *e, const req *r) { return e->cfg.ring_events - r->count; }
+
+static void req_free(req *r) {
+    if (!r) return;
+    spec_seq_free(r->seq);
+    free(r->prompt);
+    free(r->stop_ids);
+    free(r->ring);
+    free(r);
+}
+
+/* Ends a request: frees its sequence (KV) and reservation at once and pushes
+ * the final event. Caller holds mu; the ring always has room for it because
+ * requests are only stepped with two free slots. */
+static void finish(engine *e, req *r, engine_finish why, const char *msg) {
+    if (r->final_pushed) return;
+    spec_stats st = r->seq ? r->seq->st : (spec_stats){0};
+    spec_seq_free(r->seq);
+    r->seq = NULL;
+    e->reserved_blocks -= r->reserved;
+    r->reserved = 0;
+    if (r->count == e->cfg.ring_events) r->count--; /* never lose the final event: drop the oldest unread */
+    engine_event *ev = ring_push(e, r);
+    ev->type = msg ? ENGINE_EV_ERROR : ENGINE_EV_FINISHED;
+    ev->reason = msg ? FINISH_ERROR : why;
+    if (msg) snprintf(ev->message, sizeof(ev->message), "%s", msg);
+    ev->completion_tokens = r->n_out;
+    ev->ttft_ms = r->t_first > 0 ? r->t_first - r->t_submit : 0;
+    ev->tpot_ms = r->n_out > 1 ? (r->t_last - r->t_first) / (r->n_out - 1) : 0;
+    ev->st = st;
+    r->final_pushed = true;
+    r->state = RQ_DONE;
+    e->done++;
+    spec_stats_add(&e->st, &st);
+}
+
+/* ---- public API ------------------------------------------------------------- */
+
+static int eng_fail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t errlen) {
+    if (!sampler_config_validate(&rq->sc, err, errlen)) return 0;
+    if (rq->max_tokens < 1) return eng_fail(err, errlen, "max_tokens must be at least 1"), 0;
+    if (rq->mode == SPEC_MODE_DRAFT && !e->sp->draft)
+        return eng_fail(err, errlen, "speculation mode 'draft' needs a draft model, and none is loaded"), 0;
+    gamma_params gp = e->cfg.gamma;
+    if (rq->gamma) {
+        if (rq->gamma < gp.gamma_min || rq->gamma > gp.gamma_max)
+            return eng_fail(err, errlen, "gamma %d is outside the policy bounds [%d, %d]", rq->gamma, gp.gamma_min,
+                            gp.gamma_max), 0;
+        gp.gamma_default = rq->gamma;
+        gp.adaptive = rq->adaptive_set ? rq->adaptive : false;
+    } else if (rq->adaptive_set) {
+        gp.adaptive = rq->adaptive;
+    }
+    req *r = calloc(1, sizeof(*r));
+    if (!r) return eng_fail(err, errlen, "out of memory"), 0;
+    r->ring = malloc(sizeof(engine_event) * (size_t)e->cfg.ring_events);
+    if (rq->prompt) {
+        r->n_prompt = rq->n_prompt;
+        r->prompt = malloc(sizeof(int32_t) * (size_t)(rq->n_prompt > 0 ? rq->n_prompt : 1));
+        if (r->prompt && rq->n_prompt > 0) memcpy(r->prompt, rq->prompt, sizeof(int32_t) * (size_t)rq->n_prompt);
+    } else {
+        const char *text = rq->prompt_text ? rq->prompt_text : "";
+        size_t len = strlen(text);
+        int cap = (int)len + 8;
+        r->prompt = malloc(sizeof(int32_t) * (size_t)cap);
+        r->n_prompt = r->prompt ? tok_encode(e->sp->tok, text, len, true, false, r->prompt, cap) : -1;
+    }
+    if (!r->ring || !r->prompt) {
+        req_free(r);
+        return eng_fail(err, errlen, "out of memory"), 0;
+    }
+    if (r->n_prompt <= 0) {
+        req_free(r);
+        return eng_fail(err, errlen, "empty prompt"), 0;
+    }
+    for (int i = 0; i < r->n_prompt; i++)
+        if (!tok_valid_id(e->sp->tok, r->prompt[i])) {
+            int bad = r->prompt[i];
+            req_free(r);
+            return eng_fail(err, errlen, "prompt token id %d is outside the vocabulary", bad), 0;
+        }
+    for (int i = 0; i < ENGINE_MAX_STOP && rq->stop[i]; i++) {
+        if (strlen(rq->stop[i]) == 0 || strlen(rq->stop[i]) >= ENGINE_STOP_LEN) {
+            req_free(r);
+            return eng_fail(err, errlen, "stop strings must be 1..%d bytes", ENGINE_STOP_LEN - 1), 0;
+        }
+        snprintf(r->stop[r->n_stop++], ENGINE_STOP_LEN, "%s", rq->stop[i]);
+    }
+    if (rq->n_stop_ids > 0) {
+        r->stop_ids = malloc(sizeof(int32_t) * (size_t)rq->n_stop_ids);
+        if (!r->stop_ids) {
+            req_free(r);
+            return eng_fail(err, errlen, "out of memory"), 0;
+        }
+        memcpy(r->stop_ids, rq->stop_ids, sizeof(int32_t) * (size_t)rq->n_stop_ids);
+        r->n_stop_ids = rq->n_stop_ids;
+    }
+    r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
+                               .speculate = rq->mode != SPEC_MODE_OFF && e->sp->draft != NULL};
+    if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
+        req_free(r);
+        return 0;
+    }
+    r->adaptive = gp.adaptive;
+    r->max_tokens = rq->max_tokens;
+    r->notify = rq->notify;
+    r->user = rq->user;
+    r->t_submit = eng_now_ms();
+    tok_stream_init(&r->ts, e->sp->tok, TOK_DECODE_CONTINUATION * (r->n_prompt > 1));
+
+    pthread_mutex_lock(&e->mu);
+    int slot = -1;
+    if (e->n_waiting < e->cfg.max_waiting)
+        for (int i = 0; i < e->n_slots; i++)
+            if (!e->slots[i]) {
+                slot = i;
+                break;
+            }
+    if (slot < 0) {
+        pthread_mutex_unlock(&e->mu);
+        req_free(r);
+        return eng_fail(err, errlen, "the engine's queue is full (%d waiting); try again later", e->cfg.max_waiting), 0;
+    }
+    r->id = (++e->gen << 16) | (uint64_t)slot;
+    e->slots[slot] = r;
+    if (e->wait_tail) e->wait_tail->next_wait = r;
+    else e->wait_head = r;
+    e->wait_tail = r;
+    e->n_waiting++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return r->id;
+}
+
+static req *lookup(engine *e, uint64_t id) {
+    int slot = (int)(id & 0xffff);
+    if (slot >= e->n_slots) return NULL;
+    req *r = e->slots[slot];
+    return r && r->id == id ? r : NULL;
+}
+
+int engine_cancel(engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    req *r = lookup(e, id);
+    int rc = -1;
+    if (r && !r->final_pushed && !r->cancel) {
+        r->cancel = true;
+        rc = 0;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int engine_poll(engine *e, uint64_t id, engine_event *ev) {
+    pthread_mutex_lock(&e->mu);
+    req *r = lookup(e, id);
+    int rc = -1;
+    bool wake = false;
+    if (r) {
+        rc = 0;
+        if (r->count > 0) {
+            *ev = r->ring[r->head];
+            r->head = (r->head + 1) % e->cfg.ring_events;
+            r->count--;
+            rc = 1;
+            wake = r->count == e->cfg.ring_events - 2; /* a paused request may run again */
+            if (r->count == 0 && r->final_pushed) {
+                e->slots[id & 0xffff] = NULL; /* released: the engine no longer references it */
+                req_free(r);
+            }
+        }
+    }
+    if (wake) pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+void engine_get_stats(engine *e, engine_stats *out) {
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&e->mu);
+    out->waiting = e->n_waiting;
+    for (int i = 0; i < e->n_active; i++) {
+        if (e->active[i]->state == RQ_PREFILL) out->prefilling++;
+        else out->running++;
+    }
+    out->kv_free_target = e->sp->tpool->n_free;
+    out->kv_free_draft = e->sp->dpool ? e->sp->dpool->n_free : 0;
+    out->kv_total = e->sp->tpool->n_blocks;
+    out->steps = e->steps, out->tokens = e->tokens, out->requests_done = e->done;
+    out->mean_microbatches = e->steps ? (double)e->microbatches / (double)e->steps : 0;
+    out->padding_ratio = e->steps ? e->pad_sum / (double)e->steps : 0;
+    out->st = e->st;
+    out->costs = e->sp->costs;
+    out->draft_mem_pct = e->sp->draft_mem_pct;
+    snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
+    snprintf(out->draft_id, sizeof(out->draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- the engine thread ------------------------------------------------------ */
+
+/* Appends text to the request's held-back buffer and moves to `out` everything
+ * that can no longer be part of a stop string. Returns true when a stop string
+ * completed (out then ends before it). */
+static bool take_text(req *r, const char *s, int n, char *out, int *out_len, int out_cap) {
+    for (int i = 0; i < n; i++) {
+        if (r->hold_len == (int)sizeof(r->hold)) { /* cannot happen: hold < longest stop */
+            if (*out_len < out_cap) out[(*out_len)++] = r->hold[0];
+            memmove(r->hold, r->hold + 1, (size_t)--r->hold_len);
+        }
+        r->hold[r->hold_len++] = s[i];
+        for (int k = 0; k < r->n_stop; k++) {
+            int L = (int)strlen(r->stop[k]);
+            if (r->hold_len >= L && !memcmp(r->hold + r->hold_len - L, r->stop[k], (size_t)L)) {
+                int keep = r->hold_len - L;
+                memcpy(out + *out_len, r->hold, (size_t)(keep < out_cap - *out_len ? keep : out_cap - *out_len));
+                *out_len += keep < out_cap - *out_len ? keep : out_cap - *out_len;
+                r->hold_len = 0;
+                return true;
+            }
+        }
+        /* release the longest prefix of hold that no stop string can still complete */
+        int rel = 0;
+        for (; rel < r->hold_len; rel++) {
+            bool maybe = false;
+            for (int k = 0; k < r->n_stop && !maybe; k++) {
+                int L = (int)strlen(r->stop[k]), m = r->hold_len - rel;
+                if (m < L && !memcmp(r->hold + rel, r->stop[k], (size_t)m)) maybe = true;
+            }
+            if (maybe) break;
+        }
+        int take = rel < out_cap - *out_len ? rel : out_cap - *out_len;
+        memcpy(out + *out_len, r->hold, (size_t)take);
+        *out_len += take;
+        memmove(r->hold, r->hold + rel, (size_t)(r->hold_len - rel));
+        r->hold_len -= rel;
+    }
+    return false;
+}
+
+/* Emits the tokens a step appended (mu held). */
+static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
+    spec_seq *s = r->seq;
+    int n_new = info->n_new;
+    const int32_t *toks = s->tokens + s->n_tokens - n_new;
+    engine_event *ev = ring_push(e, r);
+    ev->type = ENGINE_EV_TOKENS;
+    ev->n_accepted = info->accepted;
+    ev->last_is_bonus = info->bonus;
+    ev->last_is_correction = info->gamma > 0 && !info->bonus;
+    double now = eng_now_ms();
+    if (r->t_first == 0) r->t_first = now;
+    r->t_last = now;
+    bool stop = false;
+    engine_finish why = FINISH_LENGTH;
+    char piece[512];
+    for (int i = 0; i < n_new && !stop; i++) {
+        int32_t t = toks[i];
+        ev->tokens[ev->n_tokens++] = t;
+        r->n_out++;
+        bool eog = tok_is_eog(e->sp->tok, t);
+        for (int k = 0; k < r->n_stop_ids; k++) eog |= r->stop_ids[k] == t;
+        if (eog) {
+            stop = true, why = FINISH_STOP;
+            break;
+        }
+        int k = tok_stream_feed(&r->ts, e->sp->tok, t, piece, sizeof(piece));
+        if (k > 0 && take_text(r, piece, k, ev->text, &ev->text_len, ENGINE_TEXT_MAX)) stop = true, why = FINISH_STOP;
+        if (!stop && r->n_out >= r->max_tokens) stop = true, why = FINISH_LENGTH;
+    }
+    if (ev->n_accepted > ev->n_tokens) ev->n_accepted = ev->n_tokens;
+    e->tokens += (uint64_t)ev->n_tokens;
+    if (stop) {
+        if (why == FINISH_LENGTH) { /* flush what was held back and any partial UTF-8 */
+            int k = tok_stream_flush(&r->ts, piece, sizeof(piece));
+            if (k > 0) take_text(r, piece, k, ev->text, &ev->text_len, ENGINE_TEXT_MAX);
+            int room = ENGINE_TEXT_MAX - ev->text_len;
+            int take = r->hold_len < room ? r->hold_len : room;
+            memcpy(ev->text + ev->text_len, r->hold, (size_t)take);
+            ev->text_len += take;
+            r->hold_len = 0;
+        }
+        finish(e, r, why, NULL);
+    }
+}
+
+/* Engine-thread helper: remove active[i] (swap with the last). */
+static void drop_active(engine *e, int i) { e->active[i] = e->active[--e->n_active]; }
+
+static int blocks_needed(const engine *e, const req *r) {
+    int len = r->n_prompt + r->max_tokens + e->sp->max_gamma + 2;
+    return kv_blocks_for(e->sp->tpool, len);
+}
+
+static void *engine_main(void *arg) {
+    engine *e = arg;
+    char err[512];
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        /* 1. cancellations and finished requests leave the active set */
+        for (int i = 0; i < e->n_active;) {
+            req *r = e->active[i];
+            if (r->cancel && !r->final_pushed) finish(e, r, FINISH_CANCELLED, NULL);
+            if (r->final_pushed) {
+                drop_active(e, i);
+                if (r->notify) r->notify(r->user);
+                continue;
+            }
+            i++;
+        }
+        /* cancelled while waiting */
+        for (req **pp = &e->wait_head; *pp;) {
+            req *r = *pp;
+            if (r->cancel) {
+                *pp = r->next_wait;
+                if (e->wait_tail == r) {
+                    e->wait_tail = NULL;
+                    for (req *q = e->wait_head; q; q = q->next_wait) e->wait_tail = q;
+                }
+                e->n_waiting--;
+                finish(e, r, FINISH_CANCELLED, NULL);
+                if (r->notify) r->notify(r->user);
+                continue;
+            }
+            pp = &r->next_wait;
+        }
+        if (e->quit) break;
+        /* 2. admission in FIFO order: a request enters when its prompt plus a
+         * reservation for its output fits in both pools */
+        int pool_blocks = e->sp->tpool->n_blocks;
+        if (e->sp->dpool && e->sp->dpool->n_blocks < pool_blocks) pool_blocks = e->sp->dpool->n_blocks;
+        while (e->wait_head && e->n_active < e->cfg.max_running) {
+            req *r = e->wait_head;
+            int need = blocks_needed(e, r);
+            int max_ctx = e->sp->target->mp.max_ctx;
+            bool never = need > pool_blocks || r->n_prompt + 1 > max_ctx;
+            if (!never && e->reserved_blocks + need > pool_blocks) break;
+            e->wait_head = r->next_wait;
+            if (!e->wait_head) e->wait_tail = NULL;
+            e->n_waiting--;
+            if (never) {
+                char msg[200];
+                snprintf(msg, sizeof(msg), "prompt of %d tokens + max_tokens %d cannot fit (context %d, KV pool %d "
+                         "blocks of %d)", r->n_prompt, r->max_tokens, max_ctx, pool_blocks, e->sp->tpool->block_size);
+                finish(e, r, FINISH_ERROR, msg);
+                if (r->notify) r->notify(r->user);
+                continue;
+            }
+            r->seq = spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, sizeof(err));
+            if (!r->seq) {
+                finish(e, r, FINISH_ERROR, err);
+                if (r->notify) r->notify(r->user);
+                continue;
+            }
+            r->reserved = need;
+            e->reserved_blocks += need;
+            r->state = RQ_PREFILL;
+            r->t_admit = eng_now_ms();
+            engine_event *ev = ring_push(e, r);
+            ev->type = ENGINE_EV_STARTED;
+            ev->prompt_tokens = r->n_prompt;
+            ev->queue_ms = r->t_admit - r->t_submit;
+            e->active[e->n_active++] = r;
+            if (r->notify) r->notify(r->user);
+        }
+        /* 3. work: one prefill chunk, then one step over the running requests */
+        req *pre = NULL;
+        int n_run = 0;
+        for (int i = 0; i < e->n_active; i++) {
+            req *r = e->active[i];
+            if (ring_free(e, r) < 2) continue; /* backpressure: this request waits for its reader */
+            if (r->state == RQ_PREFILL && !pre) pre = r;
+            else if (r->state == RQ_RUNNING) e->bseq[n_run++] = r->seq;
+        }
+        if (!pre && n_run == 0) {
+            pthread_cond_wait(&e->cv, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+
+        int pre_rc = 0;
+        if (pre) pre_rc = spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, err, sizeof(err));
+        int nb = 0;
+        double pad = 1.0;
+        int step_rc = 0;
+        char step_err[512] = "";
+        if (n_run > 0) {
+            for (int i = 0; i < n_run; i++) {
+                req *r = NULL;
+                for (int j = 0; j < e->n_active; j++)
+                    if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
+                e->bmax[i] = r->max_tokens - r->n_out;
+                int g = spec_seq_plan(e->bseq[i], e->bmax[i]);
+                if (r->adaptive) g = plan_cap_gamma(g, &e->hist);
+                e->gam_all[i] = g;
+            }
+            nb = plan_bins(e->gam_all, n_run, e->cfg.padding_cap, e->bins, e->order, &pad);
+            /* each micro-batch: its draft calls and ONE verify call */
+            spec_seq **mseq = e->mseq;
+            int *mmax = e->mmax, *mg = e->bgam;
+            for (int b = 0; b < nb && step_rc == 0; b++) {
+                int m = e->bins[b].n;
+                for (int k = 0; k < m; k++) {
+                    int i = e->order[e->bins[b].first + k];
+                    mseq[k] = e->bseq[i];
+                    mmax[k] = e->bmax[i];
+                    mg[k] = e->gam_all[i];
+                }
+                step_rc = spec_step_batch_planned(e->sp, mseq, m, mmax, mg, e->binfo + e->bins[b].first, step_err,
+                                                  sizeof(step_err));
+                for (int k = 0; k < m && step_rc == 0; k++)
+                    if (e->binfo[e->bins[b].first + k].gamma > 0)
+                        plan_history_add(&e->hist, e->binfo[e->bins[b].first + k].accepted);
+            }
+        }
+
+        pthread_mutex_lock(&e->mu);
+        if (pre) {
+            if (pre_rc < 0) {
+                finish(e, pre, FINISH_ERROR, err);
+            } else if (pre_rc == 1) {
+                pre->state = RQ_RUNNING;
+                spec_step_info first = {.n_new = 1};
+                emit_tokens(e, pre, &first); /* the first token, sampled from the prefill */
+            }
+            if (pre->notify) pre->notify(pre->user);
+        }
+        if (n_run > 0) {
+            e->steps++;
+            e->microbatches += (uint64_t)nb;
+            e->pad_sum += pad;
+            for (int b = 0; b < nb; b++)
+                for (int k = 0; k < e->bins[b].n; k++) {
+                    int i = e->order[e->bins[b].first + k];
+                    req *r = NULL;
+                    for (int j = 0; j < e->n_active; j++)
+                        if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
+                    if (!r) continue;
+                    if (step_rc != 0) finish(e, r, FINISH_ERROR, step_err);
+                    else if (e->binfo[e->bins[b].first + k].n_new > 0) emit_tokens(e, r, &e->binfo[e->bins[b].first + k]);
+                    if (r->notify) r->notify(r->user);
+                }
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
+    engine *e = calloc(1, sizeof(*e));
+    if (!e) return eng_fail(err, errlen, "out of memory"), NULL;
+    e->cfg = cfg ? *cfg : engine_config_default();
+    engine_config *c = &e->cfg;
+    if (c->block_size <= 0) c->block_size = 16;
+    if (c->max_running <= 0) c->max_running = 32;
+    if (c->max_running > 1024) c->max_running = 1024;
+    if (c->max_waiting <= 0) c->max_waiting = 1024;
+    if (c->prefill_chunk <= 0) c->prefill_chunk = 256;
+    if (c->ring_events < 4) c->ring_events = 64;
+    if (c->padding_cap < 1.0f) c->padding_cap = 1.5f;
+    if (!gamma_params_validate(&c->gamma, err, errlen)) {
+        free(e);
+        return NULL;
+    }
+    e->be = backend_cpu_create(c->threads);
+    spec_pair_params pp = {.max_ctx = c->max_ctx, .kv_blocks = c->kv_blocks, .block_size = c->block_size,
+                           .draft_mem_warn_pct = c->draft_mem_warn_pct, .max_seqs = c->max_running,
+                           .max_gamma = c->gamma.gamma_max};
+    if (!c->kv_blocks) {
+        /* room for every running sequence at a modest context; admission queues the rest */
+        int ctx = c->max_ctx > 0 ? c->max_ctx : 2048;
+        pp.kv_blocks = c->max_running * ((ctx + GAMMA_MAX + 2) / c->block_size + 1);
+        if (pp.kv_blocks > 65536) pp.kv_blocks = 65536;
+    }
+    e->sp = spec_pair_load(c->target_path, c->draft_path, e->be, &pp, stderr, err, errlen);
+    if (!e->sp) {
+        backend_destroy(e->be);
+        free(e);
+        return NULL;
+    }
+    if (c->calibrate) spec_pair_calibrate(e->sp);
+    e->n_slots = c->max_waiting + c->max_running;
+    if (e->n_slots > 65535) e->n_slots = 65535;
+    int R = c->max_running;
+    e->slots = calloc((size_t)e->n_slots, sizeof(req *));
+    e->active = calloc((size_t)R, sizeof(req *));
+    e->bseq = calloc((size_t)R, sizeof(spec_seq *));
+    e->mseq = calloc((size_t)R, sizeof(spec_seq *));
+    e->mmax = calloc((size_t)R, sizeof(int));
+    e->bmax = calloc((size_t)R, sizeof(int));
+    e->bgam = calloc((size_t)R, sizeof(int));
+    e->order = calloc((size_t)R, sizeof(int));
+    e->gam_all = calloc((size_t)R, sizeof(int));
+    e->binfo = calloc((size_t)R, sizeof(spec_step_info));
+    e->bins = calloc((size_t)R + 1, sizeof(plan_bin));
+    if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
+        !e->bins) {
+        engine_destroy(e);
+        return eng_fail(err, errlen, "out of memory"), NULL;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (pthread_create(&e->th, NULL, engine_main, e) != 0) {
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
+        spec_pair_free(e->sp);
+        backend_destroy(e->be);
+        free(e);
+        return eng_fail(err, errlen, "cannot start the engine thread"), NULL;
+    }
+    return e;
+}
+
+void engine_destroy(engine *e) {
+    if (!e) return;
+    if (e->sp && e->th) {
+        pthread_mutex_lock(&e->mu);
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->slots[i]) e->slots[i]->cancel = true;
+        e->quit = true;
+        pthread_cond_signal(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->th, NULL);
+        pthread_mutex_destroy(&e->mu);
+        pthread_cond_destroy(&e->cv);
+    }
+    for (int i = 0; e->slots && i < e->n_slots; i++) req_free(e->slots[i]);
+    free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
+    free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
+    spec_pair_free(e->sp);
+    backend_destroy(e->be);
+    free(e);
+}

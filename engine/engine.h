@@ -1,0 +1,141 @@
+/* engine.h — the batch-level speculation engine and its thread-safe API.
+ *
+ * The engine runs on its own thread: admit requests → prefill (in chunks,
+ * interleaved with decode) → per step: plan γ per sequence and bin them into
+ * micro-batches → draft → ONE verify call per micro-batch → accept/reject →
+ * commit/rollback → emit events. Other threads (the gateway, the CLI, tests)
+ * only call the functions below.
+ *
+ * Events: each request has a bounded ring of events that the engine fills and
+ * the consumer drains with engine_poll. When a request's ring is full the
+ * engine pauses THAT request (backpressure) and keeps stepping the others.
+ * The submitter's notify callback is called (on the engine thread) after new
+ * events were pushed; it must be cheap and must not call back into the engine
+ * with a lock held (the gateway passes one that calls lws_cancel_service).
+ *
+ * Ordering: per request, `started` comes first and `finished` (or `error`) is
+ * the last event; nothing follows it. After the consumer has polled the final
+ * event the request id is released (engine_poll returns -1 for it). */
+#ifndef SPECD_ENGINE_H
+#define SPECD_ENGINE_H
+
+#include "engine/sampler.h"
+#include "engine/spec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENGINE_MAX_STOP 4          /* stop strings per request */
+#define ENGINE_STOP_LEN 64         /* bytes per stop string */
+#define ENGINE_TEXT_MAX 1024       /* text bytes per tokens event */
+
+typedef struct {
+    const char *target_path;
+    const char *draft_path;        /* NULL: plain decoding only */
+    int threads;                   /* kernel threads (0 = all CPUs) */
+    int max_ctx;                   /* per sequence (0 = model's, capped) */
+    int kv_blocks;                 /* per model pool (0 = room for max_running full contexts) */
+    int block_size;                /* 16 */
+    int max_running;               /* sequences stepped together (32) */
+    int max_waiting;               /* queued requests before submit refuses (1024) */
+    int prefill_chunk;             /* prompt tokens prefilled per loop iteration (256) */
+    int ring_events;               /* per-request event ring capacity (64) */
+    float padding_cap;             /* micro-batch merge limit (1.5) */
+    gamma_params gamma;            /* defaults and bounds for requests */
+    float draft_mem_warn_pct;      /* 20 */
+    bool calibrate;                /* measure the cost model at start (true) */
+} engine_config;
+
+engine_config engine_config_default(void);
+
+typedef enum { SPEC_MODE_AUTO = 0, SPEC_MODE_DRAFT = 1, SPEC_MODE_OFF = 2 } spec_mode;
+
+typedef void (*engine_notify_fn)(void *user);
+
+typedef struct {
+    const int32_t *prompt;         /* token ids, or NULL to tokenize prompt_text */
+    int n_prompt;
+    const char *prompt_text;       /* used when prompt is NULL; BOS added per the vocabulary */
+    sampler_config sc;             /* ONE config for draft and target */
+    uint64_t seed;
+    int max_tokens;
+    const char *stop[ENGINE_MAX_STOP]; /* stop strings (NULL-terminated list, may be NULL) */
+    const int32_t *stop_ids;       /* extra stop token ids */
+    int n_stop_ids;
+    spec_mode mode;                /* auto: speculate when a draft is loaded; off: plain */
+    int gamma;                     /* 0: the engine's default; else fixed γ within bounds (adaptive=false) */
+    bool adaptive;                 /* adaptive γ (default true in auto mode) */
+    bool adaptive_set;             /* whether `adaptive` was given explicitly */
+    const char *content_type;      /* "chat", "code", ... (policy hook; may be NULL) */
+    engine_notify_fn notify;
+    void *user;
+} engine_request;
+
+typedef enum { ENGINE_EV_STARTED = 1, ENGINE_EV_TOKENS, ENGINE_EV_FINISHED, ENGINE_EV_ERROR } engine_ev_type;
+typedef enum { FINISH_LENGTH = 0, FINISH_STOP, FINISH_CANCELLED, FINISH_ERROR } engine_finish;
+
+const char *engine_finish_name(engine_finish f); /* "length", "stop", "cancelled", "error" */
+
+typedef struct {
+    engine_ev_type type;
+    uint64_t id;
+    /* started */
+    int prompt_tokens;
+    double queue_ms;               /* time waiting for admission */
+    /* tokens: ids and text of one step */
+    int n_tokens;
+    int32_t tokens[GAMMA_MAX + 1];
+    int n_accepted;                /* leading tokens that were accepted draft tokens */
+    bool last_is_correction;       /* the last token corrected a rejected draft */
+    bool last_is_bonus;            /* all drafts accepted: the last token is the bonus */
+    int text_len;
+    char text[ENGINE_TEXT_MAX];
+    /* finished */
+    engine_finish reason;
+    int completion_tokens;
+    double ttft_ms, tpot_ms;       /* time to first token; mean time per output token after it */
+    spec_stats st;                 /* this request's speculation statistics */
+    /* error */
+    char message[256];
+} engine_event;
+
+typedef struct engine engine;
+
+/* Loads the models, calibrates, starts the engine thread. Returns NULL with
+ * err filled. Call from any thread; the caller owns the engine. */
+engine *engine_create(const engine_config *cfg, char *err, size_t errlen);
+/* Cancels everything still running, stops the thread, frees (accepts NULL). */
+void engine_destroy(engine *e);
+
+/* Queues a request; returns its id (> 0), or 0 with err filled for a request
+ * that is invalid (bad sampler config, γ outside bounds, empty prompt, queue
+ * full). A prompt too long for the context or the KV pools is accepted here
+ * and answered with an error event. Any thread. */
+uint64_t engine_submit(engine *e, const engine_request *r, char *err, size_t errlen);
+/* Cancels a request (queued, prefilling or running). Returns 0, or -1 for an
+ * unknown or already finished id. Its KV blocks are freed at once; a
+ * `finished` event with reason cancelled follows. Any thread. */
+int engine_cancel(engine *e, uint64_t id);
+/* Pops the next event of request id without blocking. Returns 1 with *ev
+ * filled, 0 when none is ready, -1 for an unknown or released id. Any thread
+ * (one consumer per request). */
+int engine_poll(engine *e, uint64_t id, engine_event *ev);
+
+/* A snapshot of engine-wide counters (cheap; any thread). */
+typedef struct {
+    int running, waiting, prefilling;
+    int kv_free_target, kv_free_draft, kv_total;
+    uint64_t steps, tokens, requests_done;
+    double mean_microbatches, padding_ratio;
+    spec_stats st;                 /* totals over finished requests */
+    gamma_costs costs;
+    double draft_mem_pct;
+    char target_id[64], draft_id[64];
+} engine_stats;
+
+void engine_get_stats(engine *e, engine_stats *out);
+/* The tokenizer of the loaded pair (immutable; any thread). */
+const tokenizer *engine_tokenizer(const engine *e);
+
+#endif

@@ -502,7 +502,7 @@ static void *engine_main(void *arg) {
                 for (int j = 0; j < e->n_active; j++)
                     if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
                 e->bmax[i] = r->max_tokens - r->n_out;
-                int g = spec_seq_plan(e->bseq[i], e->bmax[i]);
+                int g = spec_seq_plan(e->bseq[i], e->bmax[i], n_run);
                 if (r->adaptive) g = plan_cap_gamma(g, &e->hist);
                 e->gam_all[i] = g;
             }

@@ -52,6 +52,13 @@ double gamma_rate(const gamma_costs *c, double a, int g) {
     return t > 0 ? gamma_expected_tokens(a, g) / t : 0.0;
 }
 
+double gamma_rate_batch(const gamma_costs *c, double a, int g, int batch) {
+    if (batch < 1) batch = 1;
+    double t = (c->target_ms + (g > 0 ? c->draft_ms * g : 0.0)) / batch + c->target_ms_per_pos * (g + 1) +
+               c->draft_ms_per_row * g;
+    return t > 0 ? gamma_expected_tokens(a, g) / t : 0.0;
+}
+
 void gamma_ctl_init(gamma_ctl *g, const gamma_params *p) {
     memset(g, 0, sizeof(*g));
     g->prm = *p;
@@ -78,7 +85,9 @@ static void window_reset(gamma_ctl *g) {
     g->n = g->head = g->steps = g->low_streak = 0;
 }
 
-int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c) {
+int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c) { return gamma_ctl_next_batch(g, c, 1); }
+
+int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch) {
     if (g->plain_left > 0) return 0;
     if (!g->prm.adaptive || g->steps < g->prm.warmup) return g->gamma = g->prm.adaptive ? g->prm.gamma_default : g->gamma;
     double a = gamma_ctl_alpha(g);
@@ -86,10 +95,14 @@ int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c) {
     int best = g->prm.gamma_min;
     double best_rate = -1;
     for (int k = g->prm.gamma_min; k <= g->prm.gamma_max; k++) {
-        double r = gamma_rate(c, a, k);
+        double r = gamma_rate_batch(c, a, k, batch);
         if (r > best_rate) best_rate = r, best = k;
     }
-    return g->gamma = best;
+    g->gamma = best;
+    /* plain decoding is faster at this batch size: skip drafting this step,
+     * but keep the window so speculation returns when the batch shrinks */
+    if (batch > 1 && gamma_rate_batch(c, a, 0, batch) > best_rate) return 0;
+    return best;
 }
 
 void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted) {

@@ -37,6 +37,7 @@ typedef struct {
     double draft_ms;
     double target_ms;
     double target_ms_per_pos;
+    double draft_ms_per_row;    /* extra draft cost per additional sequence in a batched draft call */
 } gamma_costs;
 
 void gamma_costs_observe_draft(gamma_costs *c, double ms_per_token);
@@ -46,6 +47,11 @@ void gamma_costs_observe_target(gamma_costs *c, int positions, double ms);
 double gamma_expected_tokens(double alpha, int gamma);
 /* Expected tokens per millisecond of speculation at (α, γ); γ = 0 is plain decoding. */
 double gamma_rate(const gamma_costs *c, double alpha, int gamma);
+/* The same for one of `batch` sequences stepped together: the base cost of a
+ * call is shared by the batch, each sequence pays for its own positions. When
+ * a big batch makes the target pass compute-bound (large per-position cost),
+ * drafting stops paying and the best γ drops, down to 0. */
+double gamma_rate_batch(const gamma_costs *c, double alpha, int gamma, int batch);
 
 typedef struct {
     gamma_params prm;
@@ -65,6 +71,10 @@ void gamma_ctl_init(gamma_ctl *g, const gamma_params *p);
 void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p);
 /* The γ for the next step: 0 = plain decoding (fallback), else within bounds. */
 int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c);
+/* The same when the sequence is stepped in a batch of `batch` sequences: an
+ * adaptive sequence may also get 0 when plain decoding is faster at that batch
+ * size (not counted as a fallback). */
+int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch);
 /* Records a verify step that drafted gamma tokens and accepted `accepted`. */
 void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted);
 /* Records a plain step (counts down to the next probe). */

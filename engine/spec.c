@@ -198,11 +198,20 @@ out:
 }
 
 void spec_pair_calibrate(spec_pair *sp) {
+    /* 1 and 5 positions: the verify shape of one sequence; 5 and 21: the slope
+     * once many rows make the pass compute-bound (batched verification) */
     double t1 = time_call(sp->target, sp->tpool, 1, sp->logits);
     double t5 = time_call(sp->target, sp->tpool, 5, sp->logits);
+    double t21 = time_call(sp->target, sp->tpool, 21, sp->logits);
     sp->costs.target_ms = t1 > 0 ? t1 : 1.0;
-    sp->costs.target_ms_per_pos = t5 > t1 ? (t5 - t1) / 4 : 0.0;
-    sp->costs.draft_ms = sp->draft ? time_call(sp->draft, sp->dpool, 1, sp->logits) : 0.0;
+    double slope_small = t5 > t1 ? (t5 - t1) / 4 : 0.0, slope_big = t21 > t5 ? (t21 - t5) / 16 : 0.0;
+    sp->costs.target_ms_per_pos = slope_big > slope_small ? slope_big : slope_small;
+    if (sp->draft) {
+        double d1 = time_call(sp->draft, sp->dpool, 1, sp->logits);
+        double d9 = time_call(sp->draft, sp->dpool, 9, sp->logits);
+        sp->costs.draft_ms = d1;
+        sp->costs.draft_ms_per_row = d9 > d1 ? (d9 - d1) / 8 : 0.0;
+    }
 }
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -320,9 +329,9 @@ int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
 
 /* Plans one sequence's γ for this step: the controller's choice capped by the
  * tokens still wanted and the context. */
-static int plan_gamma(spec_seq *s, int max_new) {
+static int plan_gamma(spec_seq *s, int max_new, int batch) {
     int max_ctx = s->tkv->cap_blocks * s->sp->tpool->block_size - GAMMA_MAX - 1;
-    int g = s->prm.speculate ? gamma_ctl_next(&s->ctl, &s->sp->costs) : 0;
+    int g = s->prm.speculate ? gamma_ctl_next_batch(&s->ctl, &s->sp->costs, batch) : 0;
     if (g > max_new - 1) g = max_new - 1;
     if (g > max_ctx - s->n_tokens) g = max_ctx - s->n_tokens;
     if (g > s->sp->max_gamma) g = s->sp->max_gamma;
@@ -422,7 +431,7 @@ static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step
     info->bonus = gamma > 0 && k == gamma && n_new == gamma + 1;
 }
 
-int spec_seq_plan(spec_seq *s, int max_new) { return plan_gamma(s, max_new < 1 ? 1 : max_new); }
+int spec_seq_plan(spec_seq *s, int max_new, int batch) { return plan_gamma(s, max_new < 1 ? 1 : max_new, batch); }
 
 static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
                       spec_step_info *info, char *err, size_t errlen);
@@ -450,7 +459,7 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
         if (spec_seq_check_kv(S[i], err, errlen) < 0) return -1;
         int max_ctx = S[i]->tkv->cap_blocks * sp->tpool->block_size - GAMMA_MAX - 1;
         if (S[i]->n_tokens > max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
-        gam[i] = planned ? planned[i] : plan_gamma(S[i], max_new[i]);
+        gam[i] = planned ? planned[i] : plan_gamma(S[i], max_new[i], n);
         if (gam[i] > max_new[i] - 1) gam[i] = max_new[i] - 1;
         if (gam[i] > max_ctx - S[i]->n_tokens) gam[i] = max_ctx - S[i]->n_tokens;
         if (gam[i] > sp->max_gamma) gam[i] = sp->max_gamma;

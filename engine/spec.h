@@ -162,10 +162,10 @@ int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, s
                     size_t errlen);
 
 /* For a scheduler that bins sequences by draft length before stepping them:
- * spec_seq_plan asks the sequence's controller for this step's γ (call once
- * per step), and spec_step_batch_planned steps with the given γ per sequence
+ * spec_seq_plan asks the sequence's controller for this step's γ given the
+ * number of sequences stepped together (call once per step), and spec_step_batch_planned steps with the given γ per sequence
  * (re-capped by max_new, the context and the pair's max_gamma). */
-int spec_seq_plan(spec_seq *s, int max_new);
+int spec_seq_plan(spec_seq *s, int max_new, int batch);
 int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
                             spec_step_info *info, char *err, size_t errlen);
 

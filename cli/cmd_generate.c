@@ -7,7 +7,10 @@
 #include "cli/cmd.h"
 #include "cli/util.h"
 #include "engine/mkmodel.h"
+#include "engine/engine.h"
 #include "engine/spec.h"
+
+#include <pthread.h>
 #include "policy/yamlcfg.h"
 
 #include <stdlib.h>
@@ -74,59 +77,71 @@ typedef struct {
     int gamma_hist[GAMMA_MAX + 1];
 } gen_result;
 
-/* Runs one generation; streams text to `stream` when non-NULL. */
-static int run_generation(spec_pair *sp, const int32_t *prompt, int n_prompt, int n_gen, const spec_seq_params *prm,
-                          bool from_bos, FILE *stream, gen_result *r, char *err, size_t errlen) {
+/* Wakes the CLI thread when the engine has pushed events. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool ready;
+} waker;
+
+static void wake(void *user) {
+    waker *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->ready = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Runs one generation through the engine API; streams text to `stream` when
+ * non-NULL. */
+static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_gen, spec_mode mode,
+                          const sampler_config *sc, uint64_t seed, FILE *stream, gen_result *r, char *err,
+                          size_t errlen) {
     memset(r, 0, sizeof(*r));
     r->out = malloc(sizeof(int32_t) * (size_t)(n_gen + GAMMA_MAX + 2));
-    r->text = malloc(tok_stream_max_out(sp->tok) * (size_t)(n_gen + GAMMA_MAX + 2) + 16);
+    r->text = malloc((size_t)ENGINE_TEXT_MAX * (size_t)(n_gen + 2));
     if (!r->out || !r->text) return snprintf(err, errlen, "out of memory"), -1;
     r->finish = "length";
-    tok_stream ts;
-    tok_stream_init(&ts, sp->tok, from_bos ? 0 : TOK_DECODE_CONTINUATION);
-    double t0 = now_ms();
-    spec_seq *s = spec_seq_start(sp, prompt, n_prompt, prm, err, errlen);
-    if (!s) return -1;
-    double t1 = now_ms();
-    r->prefill_ms = t1 - t0;
-    int emitted = 0; /* tokens of s->tokens already streamed */
-    int rc = 0;
-    for (;;) {
-        /* stream what is new */
-        for (; emitted < s->n_tokens - n_prompt && r->n_out < n_gen; emitted++) {
-            int32_t t = s->tokens[n_prompt + emitted];
-            r->out[r->n_out++] = t;
-            if (tok_is_eog(sp->tok, t)) {
-                r->finish = "stop";
-                break;
-            }
-            int k = tok_stream_feed(&ts, sp->tok, t, r->text + r->text_len, tok_stream_max_out(sp->tok));
-            if (k > 0) {
-                if (stream) fwrite(r->text + r->text_len, 1, (size_t)k, stream), fflush(stream);
-                r->text_len += (size_t)k;
-            }
+    waker w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    engine_request rq = {.prompt = prompt, .n_prompt = n_prompt, .sc = *sc, .seed = seed, .max_tokens = n_gen,
+                         .mode = mode, .notify = wake, .user = &w};
+    uint64_t id = engine_submit(e, &rq, err, errlen);
+    if (!id) return -1;
+    for (bool done = false; !done;) {
+        engine_event ev;
+        int got = engine_poll(e, id, &ev);
+        if (got < 0) break;
+        if (got == 0) {
+            pthread_mutex_lock(&w.mu);
+            while (!w.ready) pthread_cond_wait(&w.cv, &w.mu);
+            w.ready = false;
+            pthread_mutex_unlock(&w.mu);
+            continue;
         }
-        if (!strcmp(r->finish, "stop") || r->n_out >= n_gen) break;
-        spec_step_info info;
-        if (spec_seq_step(s, n_gen - r->n_out, &info, err, errlen) != 0) {
-            if (strstr(err, "context full")) {
-                r->finish = "length";
-                break;
-            }
-            rc = -1;
+        switch (ev.type) {
+        case ENGINE_EV_TOKENS:
+            for (int i = 0; i < ev.n_tokens && r->n_out < n_gen + GAMMA_MAX + 1; i++) r->out[r->n_out++] = ev.tokens[i];
+            if (r->n_out > 1 || ev.gamma > 0) r->gamma_hist[ev.gamma]++;
+            memcpy(r->text + r->text_len, ev.text, (size_t)ev.text_len);
+            r->text_len += (size_t)ev.text_len;
+            if (stream && ev.text_len) fwrite(ev.text, 1, (size_t)ev.text_len, stream), fflush(stream);
             break;
+        case ENGINE_EV_FINISHED:
+            r->finish = engine_finish_name(ev.reason);
+            r->st = ev.st;
+            r->prefill_ms = ev.ttft_ms;
+            r->decode_ms = ev.tpot_ms * (ev.completion_tokens > 1 ? ev.completion_tokens - 1 : 0);
+            done = true;
+            break;
+        case ENGINE_EV_ERROR:
+            snprintf(err, errlen, "%s", ev.message);
+            return -1;
+        default: break;
         }
-        r->gamma_hist[info.gamma]++;
     }
-    int k = tok_stream_flush(&ts, r->text + r->text_len, tok_stream_max_out(sp->tok));
-    if (k > 0) {
-        if (stream) fwrite(r->text + r->text_len, 1, (size_t)k, stream);
-        r->text_len += (size_t)k;
-    }
-    r->decode_ms = now_ms() - t1;
-    r->st = s->st;
-    spec_seq_free(s);
-    return rc;
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return 0;
 }
 
 static void print_stats(FILE *f, const char *label, const gen_result *r, int n_prompt) {
@@ -232,59 +247,70 @@ int cmd_generate(int argc, char **argv) {
     if (no_spec) draft_path = NULL;
 
     int rc = 1;
-    backend *be = backend_cpu_create(threads);
-    spec_pair *sp = spec_pair_load(model_path, draft_path, be, NULL, quiet ? NULL : stderr, err, sizeof(err));
+    engine_config ec = engine_config_default();
+    ec.target_path = model_path;
+    ec.draft_path = draft_path;
+    ec.threads = threads;
+    ec.max_running = 2;
+    ec.gamma = gp;
+    ec.calibrate = draft_path != NULL;
+    if (quiet) ec.draft_mem_warn_pct = 1e9f;
+    engine *e = engine_create(&ec, err, sizeof(err));
     int32_t *ids = NULL;
     gen_result plain = {0}, spec = {0};
-    if (!sp) {
+    engine_stats es = {0};
+    if (!e) {
         fprintf(stderr, "specd generate: %s\n", err);
         goto done;
     }
+    const tokenizer *tok = engine_tokenizer(e);
     size_t plen = strlen(prompt);
     int cap = (int)plen + 8;
     ids = malloc(sizeof(int32_t) * (size_t)cap);
-    int n_prompt = ids ? tok_encode(sp->tok, prompt, plen, bos, false, ids, cap) : -1;
+    int n_prompt = ids ? tok_encode(tok, prompt, plen, bos, false, ids, cap) : -1;
     if (n_prompt <= 0) {
         fprintf(stderr, "specd generate: %s\n", n_prompt == 0 ? "empty prompt and --no-bos: nothing to condition on"
                                                               : "cannot tokenize the prompt");
         goto done;
     }
-    bool from_bos = n_prompt == (bos ? 1 : 0);
-    if (sp->draft) spec_pair_calibrate(sp);
-    spec_seq_params prm = {.sc = sc, .seed = seed, .gp = gp, .speculate = sp->draft != NULL};
-    if (compare && sp->draft) {
-        spec_seq_params pp = prm;
-        pp.speculate = false;
-        if (run_generation(sp, ids, n_prompt, n_gen, &pp, from_bos, NULL, &plain, err, sizeof(err)) != 0) {
-            fprintf(stderr, "specd generate: %s\n", err);
-            goto done;
-        }
+    if (n_gen < 1) {
+        rc = 0;
+        goto done;
     }
-    if (run_generation(sp, ids, n_prompt, n_gen, &prm, from_bos, json ? NULL : stdout, &spec, err, sizeof(err)) != 0) {
+    bool has_draft = draft_path != NULL;
+    if (compare && has_draft &&
+        run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_OFF, &sc, seed, NULL, &plain, err, sizeof(err)) != 0) {
+        fprintf(stderr, "specd generate: %s\n", err);
+        goto done;
+    }
+    if (run_generation(e, ids, n_prompt, n_gen, has_draft ? SPEC_MODE_AUTO : SPEC_MODE_OFF, &sc, seed,
+                       json ? NULL : stdout, &spec, err, sizeof(err)) != 0) {
         fprintf(stderr, "\nspecd generate: %s\n", err);
         goto done;
     }
+    engine_get_stats(e, &es);
     double dec_tps = spec.n_out > 1 && spec.decode_ms > 0 ? (spec.n_out - 1) / (spec.decode_ms / 1e3) : 0;
     double plain_tps = plain.n_out > 1 && plain.decode_ms > 0 ? (plain.n_out - 1) / (plain.decode_ms / 1e3) : 0;
     /* the cost model's prediction at the measured α and costs, for the γ mix used */
     double pred = 0;
-    if (spec.st.verify_steps && sp->costs.target_ms > 0) {
+    const gamma_costs *costs = &es.costs;
+    if (spec.st.verify_steps && costs->target_ms > 0) {
         double a = spec_stats_alpha(&spec.st), num = 0, den = 0;
         for (int g = 0; g <= GAMMA_MAX; g++) {
             if (!spec.gamma_hist[g]) continue;
             num += spec.gamma_hist[g] * gamma_expected_tokens(a, g);
-            den += spec.gamma_hist[g] * (sp->costs.target_ms + sp->costs.target_ms_per_pos * g + sp->costs.draft_ms * g);
+            den += spec.gamma_hist[g] * (costs->target_ms + costs->target_ms_per_pos * g + costs->draft_ms * g);
         }
-        pred = den > 0 ? (num / den) * sp->costs.target_ms : 0;
+        pred = den > 0 ? (num / den) * costs->target_ms : 0;
     }
     if (json) {
         printf("{\"model\":");
         json_write_str(stdout, model_path, strlen(model_path));
-        printf(",\"target_id\":\"%s\"", sp->target_id.id);
-        if (sp->draft) {
+        printf(",\"target_id\":\"%s\"", es.target_id);
+        if (has_draft) {
             printf(",\"draft\":");
             json_write_str(stdout, draft_path, strlen(draft_path));
-            printf(",\"draft_id\":\"%s\",\"draft_mem_pct\":%.2f", sp->draft_id.id, sp->draft_mem_pct);
+            printf(",\"draft_id\":\"%s\",\"draft_mem_pct\":%.2f", es.draft_id, es.draft_mem_pct);
         }
         printf(",\"prompt_tokens\":[");
         for (int i = 0; i < n_prompt; i++) printf("%s%d", i ? "," : "", ids[i]);
@@ -320,18 +346,17 @@ int cmd_generate(int argc, char **argv) {
     }
     if (!quiet) {
         if (plain.n_out) print_stats(stderr, "plain", &plain, n_prompt);
-        print_stats(stderr, sp->draft ? "speculative" : "plain", &spec, n_prompt);
+        print_stats(stderr, has_draft ? "speculative" : "plain", &spec, n_prompt);
         if (plain.n_out && plain_tps > 0)
             fprintf(stderr, "speedup over plain decoding: %.2fx measured, %.2fx predicted by the cost model "
                             "(draft %.3f ms/token, target %.3f ms + %.3f ms per extra position)\n",
-                    dec_tps / plain_tps, pred, sp->costs.draft_ms, sp->costs.target_ms, sp->costs.target_ms_per_pos);
-        fprintf(stderr, "[%s kernels, %d threads]\n", backend_cpu_simd(), be->n_threads);
+                    dec_tps / plain_tps, pred, costs->draft_ms, costs->target_ms, costs->target_ms_per_pos);
+        fprintf(stderr, "[%s kernels]\n", backend_cpu_simd());
     }
     rc = 0;
 done:
     free(ids);
     free(plain.out), free(plain.text), free(spec.out), free(spec.text);
-    spec_pair_free(sp);
-    backend_destroy(be);
+    engine_destroy(e);
     return rc;
 }

@@ -358,6 +358,7 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
     engine_event *ev = ring_push(e, r);
     ev->type = ENGINE_EV_TOKENS;
     ev->n_accepted = info->accepted;
+    ev->gamma = info->gamma;
     ev->last_is_bonus = info->bonus;
     ev->last_is_correction = info->gamma > 0 && !info->bonus;
     double now = eng_now_ms();

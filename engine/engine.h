@@ -87,6 +87,7 @@ typedef struct {
     int n_tokens;
     int32_t tokens[GAMMA_MAX + 1];
     int n_accepted;                /* leading tokens that were accepted draft tokens */
+    int gamma;                     /* drafts proposed this step (0: plain step or the first token) */
     bool last_is_correction;       /* the last token corrected a rejected draft */
     bool last_is_bonus;            /* all drafts accepted: the last token is the bonus */
     int text_len;

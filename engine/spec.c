@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#define SPEC_CALIBRATE_ROWS 21
+
 static double spec_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -142,6 +144,7 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;
     sp->max_gamma = prm.max_gamma > 0 && prm.max_gamma <= GAMMA_MAX ? prm.max_gamma : 8;
     size_t rows = (size_t)sp->max_seqs * (size_t)(sp->max_gamma + 1);
+    if (rows < SPEC_CALIBRATE_ROWS) rows = SPEC_CALIBRATE_ROWS; /* calibration's widest call */
     sp->p = malloc(sizeof(float) * V * (size_t)(sp->max_gamma + 1));
     sp->logits = malloc(sizeof(float) * V * rows);
     sp->scratch = malloc(sizeof(float) * V);
@@ -202,9 +205,10 @@ void spec_pair_calibrate(spec_pair *sp) {
      * once many rows make the pass compute-bound (batched verification) */
     double t1 = time_call(sp->target, sp->tpool, 1, sp->logits);
     double t5 = time_call(sp->target, sp->tpool, 5, sp->logits);
-    double t21 = time_call(sp->target, sp->tpool, 21, sp->logits);
+    double t21 = time_call(sp->target, sp->tpool, SPEC_CALIBRATE_ROWS, sp->logits);
     sp->costs.target_ms = t1 > 0 ? t1 : 1.0;
-    double slope_small = t5 > t1 ? (t5 - t1) / 4 : 0.0, slope_big = t21 > t5 ? (t21 - t5) / 16 : 0.0;
+    double slope_small = t5 > t1 ? (t5 - t1) / 4 : 0.0;
+    double slope_big = t21 > t5 ? (t21 - t5) / (SPEC_CALIBRATE_ROWS - 5) : 0.0;
     sp->costs.target_ms_per_pos = slope_big > slope_small ? slope_big : slope_small;
     if (sp->draft) {
         double d1 = time_call(sp->draft, sp->dpool, 1, sp->logits);

@@ -445,7 +445,7 @@ static void *engine_main(void *arg) {
         while (e->wait_head && e->n_active < e->cfg.max_running) {
             req *r = e->wait_head;
             int need = blocks_needed(e, r);
-            int max_ctx = e->sp->target->mp.max_ctx;
+            int max_ctx = e->sp->max_ctx;
             bool never = need > pool_blocks || r->n_prompt + 1 > max_ctx;
             if (!never && e->reserved_blocks + need > pool_blocks) break;
             e->wait_head = r->next_wait;

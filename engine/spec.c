@@ -136,6 +136,7 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     }
     spec_model_identity(sp->target, sp->tok, &sp->target_id);
     /* one full-context sequence, the γ+1 verify overhang, and calibration */
+    sp->max_ctx = max_ctx;
     int blocks = prm.kv_blocks > 0 ? prm.kv_blocks : (max_ctx + GAMMA_MAX + 2) / prm.block_size + 4;
     if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, err, errlen))) goto fail_quiet;
     if (sp->draft && !(sp->dpool = model_kv_pool(sp->draft, prm.block_size, blocks, err, errlen))) goto fail_quiet;
@@ -253,8 +254,7 @@ static int32_t draw(spec_seq *s, const float *logits, float *probs, uint64_t pos
 
 spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
                           size_t errlen) {
-    int max_ctx = sp->target->mp.max_ctx;
-    if (sp->draft && sp->draft->mp.max_ctx < max_ctx) max_ctx = sp->draft->mp.max_ctx;
+    int max_ctx = sp->max_ctx;
     if (n_prompt <= 0) return spec_fail(err, errlen, "empty prompt"), NULL;
     if (n_prompt >= max_ctx)
         return spec_fail(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, max_ctx), NULL;
@@ -334,7 +334,7 @@ int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
 /* Plans one sequence's γ for this step: the controller's choice capped by the
  * tokens still wanted and the context. */
 static int plan_gamma(spec_seq *s, int max_new, int batch) {
-    int max_ctx = s->tkv->cap_blocks * s->sp->tpool->block_size - GAMMA_MAX - 1;
+    int max_ctx = s->sp->max_ctx; /* the verify call fills positions up to n_tokens + γ */
     int g = s->prm.speculate ? gamma_ctl_next_batch(&s->ctl, &s->sp->costs, batch) : 0;
     if (g > max_new - 1) g = max_new - 1;
     if (g > max_ctx - s->n_tokens) g = max_ctx - s->n_tokens;
@@ -461,7 +461,7 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
         memset(&info[i], 0, sizeof(info[i]));
         if (max_new[i] < 1) return spec_fail(err, errlen, "max_new must be >= 1");
         if (spec_seq_check_kv(S[i], err, errlen) < 0) return -1;
-        int max_ctx = S[i]->tkv->cap_blocks * sp->tpool->block_size - GAMMA_MAX - 1;
+        int max_ctx = sp->max_ctx;
         if (S[i]->n_tokens > max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
         gam[i] = planned ? planned[i] : plan_gamma(S[i], max_new[i], n);
         if (gam[i] > max_new[i] - 1) gam[i] = max_new[i] - 1;

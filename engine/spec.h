@@ -77,6 +77,7 @@ typedef struct spec_pair {
     sampler *smp;
     int n_vocab;
     int max_seqs, max_gamma;
+    int max_ctx;                /* positions per sequence: the smaller model's limit */
     float *p;                   /* (max_gamma+1, V) target distributions of the sequence being accepted */
     float *logits;              /* (max_seqs * (max_gamma+1), V) rows of a batched call */
     float *scratch;             /* (V) */

@@ -4,6 +4,7 @@
 #define SPECD_CMD_H
 
 int cmd_generate(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);

@@ -10,6 +10,7 @@ static const struct {
     const char *help;
 } cmds[] = {
     {"generate", cmd_generate, "generate text from a prompt, streaming to stdout"},
+    {"verify", cmd_verify, "test that speculative decoding samples the target's distribution (chi-square)"},
     {"bench", cmd_bench, "measure prefill/decode speed against the memory-bandwidth roofline"},
     {"mkmodel", cmd_mkmodel, "write a llama GGUF with random weights, or widen / re-quantize one"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},

@@ -176,9 +176,9 @@ fail_quiet:
 
 /* Median-of-5 time of a forward call of n tokens at context 8, rolled back after. */
 static double time_call(model *m, kv_pool *pool, int n, float *logits) {
-    kv_seq *s = kv_seq_create(pool, 32);
+    kv_seq *s = kv_seq_create(pool, SPEC_CALIBRATE_ROWS + 16);
     if (!s) return 0;
-    int32_t toks[16] = {0};
+    int32_t toks[SPEC_CALIBRATE_ROWS + 8] = {0};
     char err[256];
     model_seq ms = {.kv = s, .n = 8, .tokens = toks};
     double t[5] = {0};

@@ -1,0 +1,277 @@
+/* cmd_verify.c — `specd verify`: the distribution-equivalence harness. Draws N
+ * sequences with plain decoding and N with speculation from one prompt and
+ * tests, position by position, that the two token distributions agree (χ²
+ * homogeneity, Bonferroni-corrected); the two-sample KS statistic is printed
+ * beside it for comparison only. Exit 0: equivalent, 1: they differ, 2: usage
+ * or setup error, or nothing testable. */
+#include "cli/cmd.h"
+#include "cli/util.h"
+#include "engine/rng.h"
+#include "engine/spec.h"
+#include "engine/stattest.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void verify_usage(void) {
+    fprintf(stderr,
+            "usage: specd verify -m TARGET.gguf --draft DRAFT.gguf [--samples N] [--positions K] [--temp T]\n"
+            "                    [--top-k K] [--top-p P] [--min-p P] [--gamma G | --adaptive] [-p PROMPT]\n"
+            "                    [--seed S] [--alpha A] [-t THREADS] [--quiet] [--broken]\n"
+            "  Draws N sequences with plain decoding and N with speculation (independent seeds) for the\n"
+            "  same prompt, K tokens each, and tests per position that the token distributions agree:\n"
+            "  chi-square homogeneity on the two token histograms (tokens with expected count < 5 merged),\n"
+            "  Bonferroni-corrected over the K positions at level --alpha. End-of-generation is a token\n"
+            "  category; a sequence that ended contributes nothing to later positions.\n"
+            "  -m, --draft  target and draft GGUF (they must share the tokenizer)\n"
+            "  --samples N  sequences per decoding mode (default 5000); --positions K (default 8)\n"
+            "  --temp T     temperature (default 1.0); --top-k/--top-p/--min-p filters as in generate\n"
+            "  --gamma G    fixed speculation depth (default 4); --adaptive lets the controller choose\n"
+            "               (timing-dependent: not reproducible run to run)\n"
+            "  -p PROMPT    prompt text after BOS (default: empty = BOS only)\n"
+            "  --seed S     base seed (default 1); each sample's seed is a hash of (S, mode, i), so the\n"
+            "               plain and speculative sets, and runs with different S, are independent\n"
+            "  --alpha A    family-wise significance level (default 0.01)\n"
+            "  -t THREADS   CPU threads (default 1: tiny models gain nothing from more)\n"
+            "  --broken     testing only: use a deliberately wrong residual (|p-q| instead of\n"
+            "               max(0, p-q)) to prove the harness detects a lossy algorithm\n"
+            "  exit status: 0 distributions agree, 1 they differ, 2 usage or setup error, or nothing to\n"
+            "               test (every position near-deterministic: verdict INCONCLUSIVE)\n");
+}
+
+/* Per-mode histograms: hist[(pos * V) + token], positions 0..K-1 after the prompt. */
+typedef struct {
+    uint64_t *hist; /* (K, V) */
+    spec_stats st;
+    uint64_t stopped; /* sequences that ended (EOG) before K tokens */
+    double ms;
+} verify_set;
+
+/* Seed streams of the two sample sets: arbitrary constants, distinct so that
+ * the plain and speculative samples are independent. */
+#define VERIFY_STREAM_PLAIN 0x56504c4eu
+#define VERIFY_STREAM_SPEC 0x56535043u
+
+/* Draws n sequences of up to K tokens into vs; sample i is seeded with
+ * rng_u64(seed, i, stream, 0), a Philox hash, so different --seed values give
+ * independent sample sets (consecutive raw seeds would share most samples). */
+static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *base, uint64_t seed,
+                    uint32_t stream, int n, int K, verify_set *vs, char *err, size_t errlen) {
+    size_t V = (size_t)sp->n_vocab;
+    double t0 = now_ms();
+    for (int i = 0; i < n; i++) {
+        spec_seq_params prm = *base;
+        prm.seed = rng_u64(seed, (uint64_t)i, stream, 0);
+        spec_seq *s = spec_seq_start(sp, prompt, n_prompt, &prm, err, errlen);
+        if (!s) return -1;
+        int got = 0; /* output tokens recorded */
+        bool done = false;
+        for (;;) {
+            for (; got < s->n_tokens - n_prompt && got < K; got++) {
+                int32_t t = s->tokens[n_prompt + got];
+                vs->hist[(size_t)got * V + (size_t)t]++;
+                if (tok_is_eog(sp->tok, t)) {
+                    done = true;
+                    got++;
+                    break;
+                }
+            }
+            if (done || got >= K) break;
+            spec_step_info info;
+            if (spec_seq_step(s, K - got, &info, err, errlen) != 0) {
+                spec_seq_free(s);
+                return -1;
+            }
+        }
+        if (done && got < K) vs->stopped++;
+        spec_stats_add(&vs->st, &s->st);
+        spec_seq_free(s);
+    }
+    vs->ms = now_ms() - t0;
+    return 0;
+}
+
+/* The token whose share differs most between the two histograms (for a
+ * failing position's diagnosis). */
+static int largest_gap(const uint64_t *a, const uint64_t *b, int V, double *fa, double *fb) {
+    uint64_t n1 = 0, n2 = 0;
+    for (int j = 0; j < V; j++) n1 += a[j], n2 += b[j];
+    int best = 0;
+    double gap = -1;
+    for (int j = 0; j < V; j++) {
+        double x = n1 ? (double)a[j] / (double)n1 : 0, y = n2 ? (double)b[j] / (double)n2 : 0;
+        if (fabs(x - y) > gap) gap = fabs(x - y), best = j, *fa = x, *fb = y;
+    }
+    return best;
+}
+
+int cmd_verify(int argc, char **argv) {
+    const char *model_path = NULL, *draft_path = NULL, *prompt = "";
+    int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0;
+    bool adaptive = false, broken = false, quiet = false;
+    uint64_t seed = 1;
+    double alpha = 0.01;
+    sampler_config sc = sampler_config_default();
+    sc.temperature = 1.0f;
+    gamma_params gp = gamma_params_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--draft")) draft_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--samples")) n_samples = (int)arg_long(argc, argv, &i, 1, 100000000);
+        else if (!strcmp(a, "--positions")) K = (int)arg_long(argc, argv, &i, 1, 4096);
+        else if (!strcmp(a, "--temp")) sc.temperature = (float)arg_double(argc, argv, &i, 0, 100);
+        else if (!strcmp(a, "--top-k")) sc.top_k = (int)arg_long(argc, argv, &i, 0, 1 << 24);
+        else if (!strcmp(a, "--top-p")) sc.top_p = (float)arg_double(argc, argv, &i, 0, 1);
+        else if (!strcmp(a, "--min-p")) sc.min_p = (float)arg_double(argc, argv, &i, 0, 1);
+        else if (!strcmp(a, "--gamma")) gamma_fixed = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
+        else if (!strcmp(a, "--adaptive")) adaptive = true;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--seed")) seed = arg_u64(argc, argv, &i);
+        else if (!strcmp(a, "--alpha")) alpha = arg_double(argc, argv, &i, 1e-12, 0.5);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
+        else if (!strcmp(a, "--broken")) broken = true;
+        else if (!strcmp(a, "--quiet")) quiet = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { verify_usage(); return 0; }
+        else { fprintf(stderr, "specd verify: unknown option '%s'\n", a); verify_usage(); return 2; }
+    }
+    char err[1024] = "";
+    if (!model_path || !draft_path) {
+        fprintf(stderr, "specd verify: both -m TARGET and --draft DRAFT are required\n");
+        verify_usage();
+        return 2;
+    }
+    if (!sampler_config_validate(&sc, err, sizeof(err))) {
+        fprintf(stderr, "specd verify: %s\n", err);
+        return 2;
+    }
+    if (gamma_fixed && adaptive) {
+        fprintf(stderr, "specd verify: --gamma (fixed) and --adaptive exclude each other\n");
+        return 2;
+    }
+    if (!adaptive) {
+        int g = gamma_fixed ? gamma_fixed : 4;
+        gp.adaptive = false;
+        gp.gamma_default = g;
+        if (gp.gamma_min > g) gp.gamma_min = g;
+        if (gp.gamma_max < g) gp.gamma_max = g;
+    }
+    if (!gamma_params_validate(&gp, err, sizeof(err))) {
+        fprintf(stderr, "specd verify: %s\n", err);
+        return 2;
+    }
+
+    int rc = 2;
+    backend *be = backend_cpu_create(threads);
+    spec_pair *sp = spec_pair_load(model_path, draft_path, be, NULL, quiet ? NULL : stderr, err, sizeof(err));
+    int32_t *ids = NULL;
+    verify_set plain = {0}, spec = {0};
+    int *scratch = NULL;
+    if (!sp) {
+        fprintf(stderr, "specd verify: %s\n", err);
+        goto done;
+    }
+    size_t V = (size_t)sp->n_vocab;
+    size_t plen = strlen(prompt);
+    int cap = (int)plen + 8;
+    ids = malloc(sizeof(int32_t) * (size_t)cap);
+    int n_prompt = ids ? tok_encode(sp->tok, prompt, plen, true, false, ids, cap) : -1;
+    if (n_prompt <= 0) {
+        fprintf(stderr, "specd verify: cannot tokenize the prompt\n");
+        goto done;
+    }
+    int max_ctx = sp->target->mp.max_ctx < sp->draft->mp.max_ctx ? sp->target->mp.max_ctx : sp->draft->mp.max_ctx;
+    if (n_prompt + K + GAMMA_MAX + 1 > max_ctx) {
+        fprintf(stderr, "specd verify: prompt (%d tokens) + %d positions do not fit the context of %d\n", n_prompt,
+                K, max_ctx);
+        goto done;
+    }
+    plain.hist = calloc((size_t)K * V, sizeof(uint64_t));
+    spec.hist = calloc((size_t)K * V, sizeof(uint64_t));
+    scratch = malloc(sizeof(int) * V);
+    if (!plain.hist || !spec.hist || !scratch) {
+        fprintf(stderr, "specd verify: out of memory\n");
+        goto done;
+    }
+    if (broken) sp->variant = ACCEPT_BROKEN_RESIDUAL_ABS;
+    if (adaptive) spec_pair_calibrate(sp);
+
+    spec_seq_params prm = {.sc = sc, .gp = gp, .speculate = false};
+    if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_PLAIN, n_samples, K, &plain, err, sizeof(err)) != 0) {
+        fprintf(stderr, "specd verify: plain decoding failed: %s\n", err);
+        goto done;
+    }
+    prm.speculate = true;
+    if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_SPEC, n_samples, K, &spec, err, sizeof(err)) != 0) {
+        fprintf(stderr, "specd verify: speculative decoding failed: %s\n", err);
+        goto done;
+    }
+
+    double alpha_pos = alpha / K, min_p = 1.0;
+    int failed = 0, untestable = 0;
+    printf("specd verify: %d plain vs %d speculative samples, %d positions, prompt %d tokens, temp %g top-k %d "
+           "top-p %g min-p %g, ",
+           n_samples, n_samples, K, n_prompt, (double)sc.temperature, sc.top_k, (double)sc.top_p, (double)sc.min_p);
+    if (adaptive) printf("adaptive gamma %d..%d, seed %llu\n", gp.gamma_min, gp.gamma_max, (unsigned long long)seed);
+    else printf("gamma %d, seed %llu\n", gp.gamma_default, (unsigned long long)seed);
+    if (broken) printf("  TESTING ONLY: --broken residual |p-q| in use: this run is expected to FAIL\n");
+    printf("%4s %7s %7s %5s %6s %10s %4s %10s  %7s %10s  %s\n", "pos", "n_plain", "n_spec", "bins", "merged", "chi2",
+           "dof", "p", "KS_D", "KS_p", "result");
+    for (int k = 0; k < K; k++) {
+        const uint64_t *a = plain.hist + (size_t)k * V, *b = spec.hist + (size_t)k * V;
+        stattest_chi2_result r;
+        stattest_chi2_homogeneity(a, b, (int)V, 5.0, scratch, &r);
+        double ks_p;
+        double D = stattest_ks_2samp_hist(a, b, (int)V, &ks_p);
+        const char *res;
+        if (r.dof == 0) res = "n/a", untestable++;
+        else if (r.p < alpha_pos) res = "FAIL", failed++;
+        else res = "pass";
+        if (r.p < min_p) min_p = r.p;
+        printf("%4d %7llu %7llu %5d %6d %10.2f %4d %10.3g  %7.4f %10.3g  %s\n", k + 1, (unsigned long long)r.n1,
+               (unsigned long long)r.n2, r.bins, r.merged, r.stat, r.dof, r.p, D, ks_p, res);
+        if (r.dof > 0 && r.p < alpha_pos) {
+            double fa = 0, fb = 0;
+            int t = largest_gap(a, b, (int)V, &fa, &fb);
+            size_t len;
+            printf("       largest gap: token %d '%s': plain %.2f%%, speculative %.2f%%\n", t,
+                   tok_token_str(sp->tok, t, &len), 100 * fa, 100 * fb);
+        }
+    }
+    printf("note: chi-square homogeneity is the right test for categorical tokens and alone decides the verdict;\n"
+           "      KS treats token ids as ordinal values (their order means nothing) and is shown for comparison only.\n");
+    if (untestable)
+        printf("note: %d position(s) had fewer than 2 bins (a near-deterministic token): nothing to test there\n",
+               untestable);
+    const spec_stats *st = &spec.st;
+    printf("speculation: %llu verify + %llu plain target passes, drafted %llu, accepted %llu, alpha %.3f, "
+           "mean accepted %.2f per verify, %.2f tokens per target pass\n",
+           (unsigned long long)st->verify_steps, (unsigned long long)st->plain_steps, (unsigned long long)st->drafted,
+           (unsigned long long)st->accepted, spec_stats_alpha(st), spec_stats_mean_accepted(st),
+           spec_stats_tokens_per_pass(st));
+    printf("  per-position acceptance:");
+    for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
+        printf(" %d:%.3f", i + 1, (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
+    printf("\n  ended early (EOG): plain %llu, speculative %llu; time: plain %.2f s, speculative %.2f s\n",
+           (unsigned long long)plain.stopped, (unsigned long long)spec.stopped, plain.ms / 1e3, spec.ms / 1e3);
+    if (untestable == K && !failed) {
+        /* every position was (near-)deterministic: passing would prove nothing */
+        printf("verdict: INCONCLUSIVE (no position had 2 or more token categories with enough samples: raise the "
+               "temperature, relax top-p/top-k or pick a prompt with an uncertain continuation)\n");
+        rc = 2;
+        goto done;
+    }
+    printf("verdict: %s (%d positions, Bonferroni alpha %.3g, min p %.3g)\n", failed ? "FAIL" : "PASS", K,
+           alpha_pos, min_p);
+    if (failed) printf("  %d of %d positions differ: the speculative output distribution is NOT the target's\n",
+                       failed, K);
+    rc = failed ? 1 : 0;
+done:
+    free(ids);
+    free(scratch);
+    free(plain.hist), free(spec.hist);
+    spec_pair_free(sp);
+    backend_destroy(be);
+    return rc;
+}

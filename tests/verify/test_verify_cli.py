@@ -1,0 +1,154 @@
+"""test_verify_cli.py — `specd verify` end to end: it passes on the real pair
+stories260K (target) + llama2xs-281K (draft) for the lossless algorithm and
+FAILS, with an overwhelming statistic, for the deliberately broken residual
+(--broken), so the harness is shown to detect a lossy algorithm.
+
+Usage: test_verify_cli.py CASE   (CASE: real_t1 | real_t07 | random_pair |
+adaptive | usage); env SPECD (binary), SPECD_MODELS (shared models dir).
+
+Seeds are fixed, so each case is deterministic on a given build; under a
+correct algorithm a run passes with probability >= 1 - alpha (alpha 0.01,
+Bonferroni over the positions) for any seed.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+SPECD = os.environ.get("SPECD")
+MODELS = os.environ.get("SPECD_MODELS")
+ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\S+)\s+([0-9.]+)\s+(\S+)\s+(pass|FAIL|n/a)$")
+
+
+def run(args, expect_rc):
+    p = subprocess.run([SPECD, "verify", *args], capture_output=True, text=True, timeout=300)
+    out = p.stdout
+    if p.returncode != expect_rc:
+        sys.stderr.write(out + p.stderr)
+        raise SystemExit(f"FAIL: specd verify {' '.join(args)}: exit {p.returncode}, expected {expect_rc}")
+    rows = []
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if m:
+            rows.append(dict(pos=int(m[1]), n1=int(m[2]), n2=int(m[3]), bins=int(m[4]), merged=int(m[5]),
+                             stat=float(m[6]), dof=int(m[7]), p=float(m[8]), ks_d=float(m[9]), ks_p=float(m[10]),
+                             result=m[11]))
+    verdict = [l for l in out.splitlines() if l.startswith("verdict:")]
+    return out, rows, (verdict[0] if verdict else "")
+
+
+def check(cond, msg, out=""):
+    if not cond:
+        sys.stderr.write(out)
+        raise SystemExit("FAIL: " + msg)
+
+
+def pair_args(target, draft, extra):
+    return ["-m", target, "--draft", draft, "--quiet", *extra]
+
+
+def expect_pass(args, K):
+    out, rows, verdict = run(args, 0)
+    check(len(rows) == K, f"expected {K} table rows, got {len(rows)}", out)
+    check(verdict.startswith("verdict: PASS"), "no PASS verdict", out)
+    tested = [r for r in rows if r["dof"] > 0]
+    check(len(tested) >= K // 2, f"only {len(tested)} of {K} positions were testable: the check would be vacuous", out)
+    check(all(r["result"] != "FAIL" for r in rows), "a position failed but the verdict passed", out)
+    check("KS" in out and "comparison only" in out, "KS note missing", out)
+    check(re.search(r"speculation: \d+ verify .* alpha [0-9.]+, mean accepted [0-9.]+", out), "speculation stats missing", out)
+    print(verdict, *re.findall(r"time: .*", out))
+    return out, rows
+
+
+def expect_broken_fails(args, K, max_p):
+    """The broken residual must fail clearly: most positions after the first,
+    the strongest far beyond any threshold (not a borderline rejection)."""
+    out, rows, verdict = run(args + ["--broken"], 1)
+    check(verdict.startswith("verdict: FAIL"), "no FAIL verdict", out)
+    fails = [r for r in rows if r["result"] == "FAIL"]
+    check(len(fails) >= K // 2, f"only {len(fails)} of {K} positions failed with --broken", out)
+    best = min(r["p"] for r in rows)
+    check(best <= max_p, f"broken variant detected only weakly: min p {best:g} > {max_p:g}", out)
+    # position 1 comes from the prefill (no speculation): identical in both runs, so it must pass
+    check(rows[0]["result"] != "FAIL", "position 1 (sampled before any speculation) failed", out)
+    print(verdict, f"[{len(fails)}/{K} positions, max chi2 {max(r['stat'] for r in fails):.0f}]")
+
+
+def real_pair():
+    t = os.path.join(MODELS, "stories260K.gguf")
+    d = os.path.join(MODELS, "llama2xs-281K.gguf")
+    if not (os.path.exists(t) and os.path.exists(d)):
+        print("SKIP: real models not found in SPECD_MODELS")
+        sys.exit(77)
+    return t, d
+
+
+def case_real(temp_args):
+    t, d = real_pair()
+    base = pair_args(t, d, ["--samples", "5000", "--positions", "8", "-p", "The", "--seed", "1", *temp_args])
+    expect_pass(base, 8)
+    expect_broken_fails(base, 8, 1e-20)
+
+
+def case_random_pair():
+    """A random-weights pair emits end-of-generation now and then: the EOG
+    bookkeeping (shrinking per-position counts) is exercised here."""
+    t0 = os.path.join(MODELS, "stories260K.gguf")
+    if not os.path.exists(t0):
+        print("SKIP: stories260K.gguf not found")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as tmp:
+        t, d = os.path.join(tmp, "t.gguf"), os.path.join(tmp, "d.gguf")
+        for path, shape, seed in ((t, ["--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ff", "128"], "5"),
+                                  (d, ["--layers", "1", "--dim", "32", "--heads", "2", "--kv-heads", "1", "--ff", "64"], "6")):
+            subprocess.run([SPECD, "mkmodel", "-o", path, *shape, "--vocab", "512", "--ctx", "256", "--seed", seed,
+                            "--tokenizer", t0], check=True, capture_output=True, timeout=120)
+        base = pair_args(t, d, ["--samples", "5000", "--positions", "8", "--temp", "1.0", "--seed", "1"])
+        out, rows = expect_pass(base, 8)
+        m = re.search(r"ended early \(EOG\): plain (\d+), speculative (\d+)", out)
+        check(m and int(m[1]) > 0 and int(m[2]) > 0, "expected some sequences to end at EOG", out)
+        check(rows[-1]["n1"] == 5000 - int(m[1]) and rows[-1]["n2"] == 5000 - int(m[2]),
+              "position K counts must equal the samples minus the sequences that ended earlier", out)
+        check(all(a["n1"] >= b["n1"] and a["n2"] >= b["n2"] for a, b in zip(rows, rows[1:])),
+              "per-position counts must not grow", out)
+        expect_broken_fails(base, 8, 1e-8)
+
+
+def case_adaptive():
+    """Adaptive γ: choices depend on measured timings, so samples differ run to
+    run; alpha 0.001 keeps the false-failure rate of a correct engine at 0.1%."""
+    t, d = real_pair()
+    expect_pass(pair_args(t, d, ["--samples", "5000", "--positions", "12", "-p", "The", "--temp", "1.0",
+                                 "--adaptive", "--alpha", "0.001", "--seed", "11"]), 12)
+
+
+def case_usage():
+    t, d = real_pair()
+    run(["-m", t], 2)                                                     # no draft
+    run(pair_args(t, d, ["--gamma", "3", "--adaptive"]), 2)               # exclusive
+    run(pair_args(t, d, ["--bogus"]), 2)                                  # unknown option
+    run(pair_args(t, d, ["--samples", "0"]), 2)                           # out of range
+    run(pair_args(t, d, ["--top-p", "0"]), 2)                             # invalid sampler config
+    run(pair_args(t, os.path.join(MODELS, "aidreams260K.gguf"), []), 2)   # tokenizer mismatch
+    # a deterministic continuation gives nothing to test: INCONCLUSIVE, not PASS
+    out, _, verdict = run(pair_args(t, d, ["--samples", "300", "--temp", "0.7", "--top-p", "0.9"]), 2)
+    check(verdict.startswith("verdict: INCONCLUSIVE"), "expected INCONCLUSIVE", out)
+    p = subprocess.run([SPECD, "verify", "--help"], capture_output=True, text=True)
+    check(p.returncode == 0 and "--broken" in p.stderr and "testing only" in p.stderr, "--help must list --broken as testing only")
+    print("usage errors: exit 2 as documented")
+
+
+if __name__ == "__main__":
+    if not SPECD or not MODELS:
+        print("SKIP: SPECD / SPECD_MODELS not set")
+        sys.exit(77)
+    cases = {
+        "real_t1": lambda: case_real(["--temp", "1.0"]),
+        "real_t07": lambda: case_real(["--temp", "0.7", "--top-p", "0.9"]),
+        "random_pair": case_random_pair,
+        "adaptive": case_adaptive,
+        "usage": case_usage,
+    }
+    cases[sys.argv[1]]()
+    print("ok")

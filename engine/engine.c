@@ -174,7 +174,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         size_t len = strlen(text);
         int cap = (int)len + 8;
         r->prompt = malloc(sizeof(int32_t) * (size_t)cap);
-        r->n_prompt = r->prompt ? tok_encode(e->sp->tok, text, len, true, false, r->prompt, cap) : -1;
+        r->n_prompt = r->prompt ? tok_encode(e->sp->tok, text, len, true, rq->parse_special, r->prompt, cap) : -1;
     }
     if (!r->ring || !r->prompt) {
         req_free(r);

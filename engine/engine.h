@@ -57,6 +57,7 @@ typedef struct {
     const int32_t *prompt;         /* token ids, or NULL to tokenize prompt_text */
     int n_prompt;
     const char *prompt_text;       /* used when prompt is NULL; BOS added per the vocabulary */
+    bool parse_special;            /* special tokens written in prompt_text are tokens (chat templates) */
     sampler_config sc;             /* ONE config for draft and target */
     uint64_t seed;
     int max_tokens;

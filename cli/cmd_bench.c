@@ -38,7 +38,11 @@ static double timed_call(bench_ctx *b, int n, int first_tok) {
     return now_ms() - t0;
 }
 
+int bench_engine(int argc, char **argv); /* bench_engine.c: the --concurrency mode */
+
 int cmd_bench(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--concurrency")) return bench_engine(argc, argv);
     const char *model_path = NULL;
     int threads = 2, reps = 5, gamma = 4;
     bool json = false;

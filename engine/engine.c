@@ -65,6 +65,9 @@ struct engine {
     int *bmax, *bgam, *order, *gam_all, *mmax;
     spec_step_info *binfo;
     plan_bin *bins;
+    /* copies of engine-thread state for engine_get_stats (under mu) */
+    int kv_free_t, kv_free_d;
+    gamma_costs costs_pub;
     /* counters (under mu) */
     uint64_t steps, tokens, done, microbatches;
     double pad_sum;
@@ -78,7 +81,7 @@ static double eng_now_ms(void) {
 }
 
 engine_config engine_config_default(void) {
-    return (engine_config){.block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
+    return (engine_config){.ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
                            .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),
                            .draft_mem_warn_pct = 20.0f, .calibrate = true};
 }
@@ -295,14 +298,14 @@ void engine_get_stats(engine *e, engine_stats *out) {
         if (e->active[i]->state == RQ_PREFILL) out->prefilling++;
         else out->running++;
     }
-    out->kv_free_target = e->sp->tpool->n_free;
-    out->kv_free_draft = e->sp->dpool ? e->sp->dpool->n_free : 0;
+    out->kv_free_target = e->kv_free_t;
+    out->kv_free_draft = e->kv_free_d;
     out->kv_total = e->sp->tpool->n_blocks;
     out->steps = e->steps, out->tokens = e->tokens, out->requests_done = e->done;
     out->mean_microbatches = e->steps ? (double)e->microbatches / (double)e->steps : 0;
     out->padding_ratio = e->steps ? e->pad_sum / (double)e->steps : 0;
     out->st = e->st;
-    out->costs = e->sp->costs;
+    out->costs = e->costs_pub;
     out->draft_mem_pct = e->sp->draft_mem_pct;
     snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
     snprintf(out->draft_id, sizeof(out->draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
@@ -410,6 +413,11 @@ static void *engine_main(void *arg) {
     char err[512];
     pthread_mutex_lock(&e->mu);
     for (;;) {
+        /* publish what engine_get_stats reports (the pools and costs change
+         * during model work, outside the lock) */
+        e->kv_free_t = e->sp->tpool->n_free;
+        e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
+        e->costs_pub = e->sp->costs;
         /* 1. cancellations and finished requests leave the active set */
         for (int i = 0; i < e->n_active;) {
             req *r = e->active[i];
@@ -421,17 +429,28 @@ static void *engine_main(void *arg) {
             }
             i++;
         }
-        /* cancelled while waiting */
+        /* cancelled while waiting, or never able to fit: answered at once */
+        int pool_blocks = e->sp->tpool->n_blocks;
+        if (e->sp->dpool && e->sp->dpool->n_blocks < pool_blocks) pool_blocks = e->sp->dpool->n_blocks;
         for (req **pp = &e->wait_head; *pp;) {
             req *r = *pp;
-            if (r->cancel) {
+            bool never = blocks_needed(e, r) > pool_blocks || r->n_prompt + 1 > e->sp->max_ctx;
+            if (r->cancel || never) {
                 *pp = r->next_wait;
                 if (e->wait_tail == r) {
                     e->wait_tail = NULL;
                     for (req *q = e->wait_head; q; q = q->next_wait) e->wait_tail = q;
                 }
                 e->n_waiting--;
-                finish(e, r, FINISH_CANCELLED, NULL);
+                if (never && !r->cancel) {
+                    char msg[200];
+                    snprintf(msg, sizeof(msg), "prompt of %d tokens + max_tokens %d cannot fit (context %d, KV pool "
+                             "%d blocks of %d)", r->n_prompt, r->max_tokens, e->sp->max_ctx, pool_blocks,
+                             e->sp->tpool->block_size);
+                    finish(e, r, FINISH_ERROR, msg);
+                } else {
+                    finish(e, r, FINISH_CANCELLED, NULL);
+                }
                 if (r->notify) r->notify(r->user);
                 continue;
             }
@@ -440,25 +459,13 @@ static void *engine_main(void *arg) {
         if (e->quit) break;
         /* 2. admission in FIFO order: a request enters when its prompt plus a
          * reservation for its output fits in both pools */
-        int pool_blocks = e->sp->tpool->n_blocks;
-        if (e->sp->dpool && e->sp->dpool->n_blocks < pool_blocks) pool_blocks = e->sp->dpool->n_blocks;
         while (e->wait_head && e->n_active < e->cfg.max_running) {
             req *r = e->wait_head;
             int need = blocks_needed(e, r);
-            int max_ctx = e->sp->max_ctx;
-            bool never = need > pool_blocks || r->n_prompt + 1 > max_ctx;
-            if (!never && e->reserved_blocks + need > pool_blocks) break;
+            if (e->reserved_blocks + need > pool_blocks) break;
             e->wait_head = r->next_wait;
             if (!e->wait_head) e->wait_tail = NULL;
             e->n_waiting--;
-            if (never) {
-                char msg[200];
-                snprintf(msg, sizeof(msg), "prompt of %d tokens + max_tokens %d cannot fit (context %d, KV pool %d "
-                         "blocks of %d)", r->n_prompt, r->max_tokens, max_ctx, pool_blocks, e->sp->tpool->block_size);
-                finish(e, r, FINISH_ERROR, msg);
-                if (r->notify) r->notify(r->user);
-                continue;
-            }
             r->seq = spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, sizeof(err));
             if (!r->seq) {
                 finish(e, r, FINISH_ERROR, err);
@@ -486,6 +493,8 @@ static void *engine_main(void *arg) {
             else if (r->state == RQ_RUNNING) e->bseq[n_run++] = r->seq;
         }
         if (!pre && n_run == 0) {
+            e->kv_free_t = e->sp->tpool->n_free;
+            e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
@@ -508,6 +517,13 @@ static void *engine_main(void *arg) {
                 e->gam_all[i] = g;
             }
             nb = plan_bins(e->gam_all, n_run, e->cfg.padding_cap, e->bins, e->order, &pad);
+            if (e->cfg.ragged && nb > 1) {
+                /* the backend takes ragged batches: every bin shares ONE verify
+                 * call (weights read once); the bins are what a rectangular
+                 * backend would launch, and their padding is reported */
+                e->bins[0] = (plan_bin){.gamma = e->bins[nb - 1].gamma, .n = n_run, .first = 0};
+                nb = 1;
+            }
             /* each micro-batch: its draft calls and ONE verify call */
             spec_seq **mseq = e->mseq;
             int *mmax = e->mmax, *mg = e->bgam;
@@ -611,6 +627,9 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         engine_destroy(e);
         return eng_fail(err, errlen, "out of memory"), NULL;
     }
+    e->kv_free_t = e->sp->tpool->n_free;
+    e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
+    e->costs_pub = e->sp->costs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (pthread_create(&e->th, NULL, engine_main, e) != 0) {

@@ -42,6 +42,8 @@ typedef struct {
     int prefill_chunk;             /* prompt tokens prefilled per loop iteration (256) */
     int ring_events;               /* per-request event ring capacity (64) */
     float padding_cap;             /* micro-batch merge limit (1.5) */
+    bool ragged;                   /* the backend takes ragged batches (CPU: true): all micro-batches share
+                                    * one verify call; bins and padding are still planned and reported */
     gamma_params gamma;            /* defaults and bounds for requests */
     float draft_mem_warn_pct;      /* 20 */
     bool calibrate;                /* measure the cost model at start (true) */

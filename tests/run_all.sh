@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_all.sh — installs dependencies, builds specd and runs every test (unit,
-# reference, statistical, sanitizer, bounded fuzzing). Ends with one line
+# reference, statistical, sanitizer, bounded fuzzing), then the engine suite
+# again under ThreadSanitizer. Ends with one line
 # "N passed, N failed[, N skipped]" and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -12,14 +13,41 @@ fi
 ninja -C "$BUILD" || { echo "0 passed, 1 failed"; exit 1; }
 meson test -C "$BUILD" --num-processes "${SPECD_TEST_JOBS:-2}" --print-errorlogs "$@"
 rc=$?
-/usr/bin/python3 - "$BUILD/meson-logs/testlog.json" <<'PY'
+# ThreadSanitizer: the engine suite (engine thread + API under concurrent
+# readers) in its own build dir; only its test binaries are built. Any TSan
+# report fails the test (exit 66). SPECD_TSAN=0 skips this step.
+TSAN=${SPECD_TSAN_BUILD:-build-tsan}
+tsan_log=""
+if [ "${SPECD_TSAN:-1}" != 0 ]; then
+  tsan_log="$TSAN/meson-logs/testlog.json"
+  rm -f "$tsan_log"
+  tsan_ok=1
+  if [ ! -f "$TSAN/build.ninja" ]; then
+    meson setup "$TSAN" -Db_sanitize=thread --buildtype=debugoptimized >/dev/null || tsan_ok=0
+  fi
+  if [ $tsan_ok = 1 ]; then
+    tsan_targets=$(cd tests/engine && ls test_engine_*.c | sed 's|^|tests/engine/|; s|\.c$||')
+    ninja -C "$TSAN" $tsan_targets || tsan_ok=0
+  fi
+  if [ $tsan_ok = 1 ]; then
+    TSAN_OPTIONS="exitcode=66 second_deadlock_stack=1 ${TSAN_OPTIONS:-}" \
+      meson test -C "$TSAN" --no-rebuild --suite engine --num-processes "${SPECD_TEST_JOBS:-2}" \
+      --timeout-multiplier 3 --print-errorlogs
+  fi
+  [ -f "$tsan_log" ] || tsan_log="BUILD-FAILED"
+fi
+/usr/bin/python3 - "$BUILD/meson-logs/testlog.json" $tsan_log <<'PY'
 import json, sys
 p = f = s = 0
-for line in open(sys.argv[1]):
-    r = json.loads(line)["result"]
-    if r in ("OK", "EXPECTEDFAIL"): p += 1
-    elif r == "SKIP": s += 1
-    else: f += 1
+for path in sys.argv[1:]:
+    if path == "BUILD-FAILED":  # the TSan build itself failed
+        f += 1
+        continue
+    for line in open(path):
+        r = json.loads(line)["result"]
+        if r in ("OK", "EXPECTEDFAIL"): p += 1
+        elif r == "SKIP": s += 1
+        else: f += 1
 print(f"{p} passed, {f} failed" + (f", {s} skipped" if s else ""))
 sys.exit(1 if f else 0)
 PY

@@ -4,6 +4,11 @@
 #define SPECD_CMD_H
 
 int cmd_generate(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+#include <stddef.h>
+/* Creates (once) the demo pair with random weights under demo-models/ and
+ * returns their paths; says so on stderr. */
+int cmd_demo_models(const char **target, const char **draft, char *err, size_t errlen);
 int cmd_verify(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

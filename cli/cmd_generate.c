@@ -40,7 +40,7 @@ static void generate_usage(void) {
 }
 
 /* Creates (once) the demo pair; returns 0 and the paths. */
-static int demo_models(const char **target, const char **draft, char *err, size_t errlen) {
+int cmd_demo_models(const char **target, const char **draft, char *err, size_t errlen) {
     static const char *tpath = "demo-models/demo-target.gguf", *dpath = "demo-models/demo-draft.gguf";
     struct stat st;
     mkdir("demo-models", 0755);
@@ -240,7 +240,7 @@ int cmd_generate(int argc, char **argv) {
         if (cfg_model[0]) model_path = cfg_model;
         if (cfg_model[0] && cfg_draft[0] && !draft_path) draft_path = cfg_draft;
     }
-    if (!model_path && demo_models(&model_path, &draft_path, err, sizeof(err)) != 0) {
+    if (!model_path && cmd_demo_models(&model_path, &draft_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd generate: cannot create the demo models: %s\n", err);
         return 1;
     }

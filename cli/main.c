@@ -9,6 +9,7 @@ static const struct {
     int (*fn)(int, char **);
     const char *help;
 } cmds[] = {
+    {"serve", cmd_serve, "run the server: WebSocket streaming, OpenAI-compatible HTTP, metrics, web pages"},
     {"generate", cmd_generate, "generate text from a prompt, streaming to stdout"},
     {"verify", cmd_verify, "test that speculative decoding samples the target's distribution (chi-square)"},
     {"bench", cmd_bench, "measure prefill/decode speed against the memory-bandwidth roofline"},

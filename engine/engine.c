@@ -4,6 +4,7 @@
  * waiting FIFO, cancel flags and the rings; model work runs without it. */
 #include "engine/engine.h"
 
+#include "engine/chat.h"
 #include "engine/plan.h"
 
 #include <pthread.h>
@@ -92,6 +93,17 @@ const char *engine_finish_name(engine_finish f) {
 }
 
 const tokenizer *engine_tokenizer(const engine *e) { return e->sp->tok; }
+
+void engine_get_info(const engine *e, engine_info *out) {
+    memset(out, 0, sizeof(*out));
+    out->gamma = e->cfg.gamma;
+    out->max_ctx = e->sp->max_ctx;
+    out->has_draft = e->sp->draft != NULL;
+    out->chat_template = (int)chat_template_detect(e->sp->target->gguf, e->sp->tok);
+    size_t n = 0;
+    const char *b = tok_bos(e->sp->tok) >= 0 ? tok_token_str(e->sp->tok, tok_bos(e->sp->tok), &n) : "";
+    snprintf(out->bos_text, sizeof(out->bos_text), "%.*s", (int)n, b ? b : "");
+}
 
 /* ---- rings (caller holds mu) ------------------------------------------------ */
 

@@ -142,4 +142,15 @@ void engine_get_stats(engine *e, engine_stats *out);
 /* The tokenizer of the loaded pair (immutable; any thread). */
 const tokenizer *engine_tokenizer(const engine *e);
 
+/* Fixed facts of the loaded engine (immutable; any thread). */
+typedef struct {
+    gamma_params gamma;            /* request bounds and defaults */
+    int max_ctx;                   /* positions per sequence */
+    bool has_draft;
+    int chat_template;             /* chat_template_kind detected from the target's metadata */
+    char bos_text[32];             /* the BOS token's text (chat templates that spell it out) */
+} engine_info;
+
+void engine_get_info(const engine *e, engine_info *out);
+
 #endif

@@ -1,0 +1,220 @@
+/* chat.c — chat template detection and rendering (see chat.h). Each family's
+ * renderer mirrors its reference Jinja template as published with the models
+ * (Hugging Face tokenizer_config.json, rendered with trim_blocks/lstrip_blocks). */
+#include "engine/chat.h"
+
+#include <ctype.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- output ---------------------------------------------------------------- */
+
+typedef struct {
+    char *out;
+    size_t cap, len; /* len counts every byte, written or not */
+} chat_buf;
+
+static void put(chat_buf *b, const char *s, size_t n) {
+    if (b->len < b->cap) {
+        size_t room = b->cap - b->len;
+        memcpy(b->out + b->len, s, n < room ? n : room);
+    }
+    b->len += n;
+}
+
+static void puts_(chat_buf *b, const char *s) { put(b, s, strlen(s)); }
+
+static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+/* Python str.strip() / Jinja |trim for ASCII whitespace. */
+static void put_stripped(chat_buf *b, const char *s) {
+    size_t n = strlen(s), a = 0;
+    while (a < n && is_space(s[a])) a++;
+    while (n > a && is_space(s[n - 1])) n--;
+    put(b, s + a, n - a);
+}
+
+static const char *text(const char *s) { return s ? s : ""; }
+static bool role_is(const chat_msg *m, const char *r) { return m->role && strcmp(m->role, r) == 0; }
+
+/* ---- families ------------------------------------------------------------ */
+
+/* Llama 2: the first message, when it is a system message, is folded into the
+ * first turn as "<<SYS>>\n...\n<</SYS>>\n\n"; each user turn is
+ * bos "[INST] " strip(text) " [/INST]", each assistant turn " " strip(text) " </s>". */
+static void render_llama2(chat_buf *b, const chat_msg *m, int n, const char *bos) {
+    int start = 0;
+    const char *sys = NULL;
+    if (n > 0 && role_is(&m[0], "system")) {
+        sys = text(m[0].content);
+        start = 1;
+    }
+    if (sys && start == n) { /* only a system message: the template would drop it; keep it as a turn */
+        puts_(b, "[INST] <<SYS>>\n");
+        puts_(b, sys);
+        puts_(b, "\n<</SYS>> [/INST]");
+        return;
+    }
+    for (int i = start; i < n; i++) {
+        bool user = !role_is(&m[i], "assistant");
+        if (user) {
+            if (i > start) puts_(b, bos);
+            puts_(b, "[INST] ");
+        } else {
+            puts_(b, " ");
+        }
+        if (i == start && sys) {
+            /* strip() applies to the whole folded text: leading space of the
+             * system prompt after "<<SYS>>\n" survives, the user text's tail not */
+            const char *c = text(m[i].content);
+            size_t len = strlen(c);
+            while (len > 0 && is_space(c[len - 1])) len--;
+            puts_(b, "<<SYS>>\n");
+            puts_(b, sys);
+            puts_(b, len ? "\n<</SYS>>\n\n" : "\n<</SYS>>"); /* empty text: strip eats the "\n\n" */
+            put(b, c, len);
+        } else {
+            put_stripped(b, text(m[i].content));
+        }
+        puts_(b, user ? " [/INST]" : " </s>");
+    }
+}
+
+static void render_llama3(chat_buf *b, const chat_msg *m, int n, bool gen) {
+    for (int i = 0; i < n; i++) {
+        puts_(b, "<|start_header_id|>");
+        puts_(b, text(m[i].role));
+        puts_(b, "<|end_header_id|>\n\n");
+        put_stripped(b, text(m[i].content));
+        puts_(b, "<|eot_id|>");
+    }
+    if (gen) puts_(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+static void render_chatml(chat_buf *b, const chat_msg *m, int n, bool gen) {
+    for (int i = 0; i < n; i++) {
+        puts_(b, "<|im_start|>");
+        puts_(b, text(m[i].role));
+        puts_(b, "\n");
+        puts_(b, text(m[i].content));
+        puts_(b, "<|im_end|>\n");
+    }
+    if (gen) puts_(b, "<|im_start|>assistant\n");
+}
+
+/* Mistral-7B-Instruct v0.1: "[INST] " u " [/INST]" then a "</s>". The original
+ * template refuses a system message; like the later revisions we fold a
+ * leading one into the first user turn as "s\n\nu". */
+static void render_mistral(chat_buf *b, const chat_msg *m, int n) {
+    int start = 0;
+    const char *sys = NULL;
+    if (n > 0 && role_is(&m[0], "system")) {
+        sys = text(m[0].content);
+        start = 1;
+    }
+    if (sys && (start == n || role_is(&m[start], "assistant"))) {
+        puts_(b, "[INST] ");
+        puts_(b, sys);
+        puts_(b, " [/INST]");
+        sys = NULL;
+    }
+    for (int i = start; i < n; i++) {
+        if (role_is(&m[i], "assistant")) {
+            puts_(b, text(m[i].content));
+            puts_(b, "</s>");
+            continue;
+        }
+        puts_(b, "[INST] ");
+        if (sys) {
+            puts_(b, sys);
+            puts_(b, "\n\n");
+            sys = NULL;
+        }
+        puts_(b, text(m[i].content));
+        puts_(b, " [/INST]");
+    }
+}
+
+static void render_zephyr(chat_buf *b, const chat_msg *m, int n, bool gen) {
+    for (int i = 0; i < n; i++) {
+        puts_(b, "<|");
+        puts_(b, text(m[i].role));
+        puts_(b, "|>\n");
+        puts_(b, text(m[i].content));
+        puts_(b, "</s>\n");
+    }
+    if (gen) puts_(b, "<|assistant|>\n");
+}
+
+static void render_plain(chat_buf *b, const chat_msg *m, int n, bool gen) {
+    for (int i = 0; i < n; i++) {
+        const char *r = text(m[i].role);
+        if (!strcmp(r, "system")) puts_(b, "System");
+        else if (!strcmp(r, "user")) puts_(b, "User");
+        else if (!strcmp(r, "assistant")) puts_(b, "Assistant");
+        else if (r[0]) {
+            char c = (char)toupper((unsigned char)r[0]);
+            put(b, &c, 1);
+            puts_(b, r + 1);
+        } else {
+            puts_(b, "User");
+        }
+        puts_(b, ": ");
+        puts_(b, text(m[i].content));
+        puts_(b, "\n");
+    }
+    if (gen) puts_(b, "Assistant:");
+}
+
+int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt, const char *bos_text,
+                char *out, size_t cap) {
+    chat_buf b = {out, cap ? cap - 1 : 0, 0};
+    if (n < 0) n = 0;
+    const char *bos = bos_text ? bos_text : "<s>";
+    switch (k) {
+    case CHAT_TEMPLATE_LLAMA2: render_llama2(&b, msgs, n, bos); break;
+    case CHAT_TEMPLATE_LLAMA3: render_llama3(&b, msgs, n, add_generation_prompt); break;
+    case CHAT_TEMPLATE_CHATML: render_chatml(&b, msgs, n, add_generation_prompt); break;
+    case CHAT_TEMPLATE_MISTRAL: render_mistral(&b, msgs, n); break;
+    case CHAT_TEMPLATE_ZEPHYR: render_zephyr(&b, msgs, n, add_generation_prompt); break;
+    default: render_plain(&b, msgs, n, add_generation_prompt); break;
+    }
+    if (cap) out[b.len < cap - 1 ? b.len : cap - 1] = '\0';
+    return b.len > (size_t)2147483647 ? 2147483647 : (int)b.len;
+}
+
+/* ---- detection and names ----------------------------------------------------- */
+
+static bool has(const char *s, size_t n, const char *needle) { return memmem(s, n, needle, strlen(needle)) != NULL; }
+
+chat_template_kind chat_template_detect(const gguf_file *f, const tokenizer *t) {
+    gguf_str s;
+    if (f && gguf_get_str(f, "tokenizer.chat_template", &s) && s.len > 0) {
+        const char *p = s.ptr;
+        size_t n = (size_t)s.len;
+        if (has(p, n, "<|im_start|>")) return CHAT_TEMPLATE_CHATML;
+        if (has(p, n, "<|start_header_id|>")) return CHAT_TEMPLATE_LLAMA3;
+        if (has(p, n, "[INST]")) return has(p, n, "<<SYS>>") ? CHAT_TEMPLATE_LLAMA2 : CHAT_TEMPLATE_MISTRAL;
+        if (has(p, n, "<|user|>")) return CHAT_TEMPLATE_ZEPHYR;
+    }
+    if (t) {
+        if (tok_find(t, "<|im_start|>", 12) >= 0) return CHAT_TEMPLATE_CHATML;
+        if (tok_find(t, "<|start_header_id|>", 19) >= 0) return CHAT_TEMPLATE_LLAMA3;
+    }
+    return CHAT_TEMPLATE_PLAIN;
+}
+
+static const char *const chat_names[CHAT_TEMPLATE_COUNT] = {"plain", "llama2", "llama3", "chatml", "mistral", "zephyr"};
+
+chat_template_kind chat_template_from_name(const char *name) {
+    if (!name) return (chat_template_kind)-1;
+    for (int k = 0; k < CHAT_TEMPLATE_COUNT; k++)
+        if (!strcasecmp(name, chat_names[k])) return (chat_template_kind)k;
+    if (!strcasecmp(name, "tinyllama")) return CHAT_TEMPLATE_ZEPHYR;
+    if (!strcasecmp(name, "qwen")) return CHAT_TEMPLATE_CHATML;
+    return (chat_template_kind)-1;
+}
+
+const char *chat_template_name(chat_template_kind k) {
+    return (int)k >= 0 && k < CHAT_TEMPLATE_COUNT ? chat_names[k] : "?";
+}

@@ -1,0 +1,69 @@
+/* chat.h — chat templates without Jinja: recognises the common template
+ * families from a GGUF's tokenizer.chat_template and renders a conversation
+ * exactly as those templates would (Llama 2, Llama 3, ChatML, Mistral,
+ * Zephyr/TinyLlama), with a plain "Role: text" fallback for models without one.
+ *
+ * Not a template engine: an unrecognised template falls back to PLAIN (or to a
+ * family guessed from the vocabulary's special tokens). Pure functions; any
+ * thread. Nothing allocates. */
+#ifndef SPECD_CHAT_H
+#define SPECD_CHAT_H
+
+#include "engine/gguf.h"
+#include "engine/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum {
+    CHAT_TEMPLATE_PLAIN = 0,   /* "System: s\nUser: u\nAssistant: a\n" ... "Assistant:" */
+    CHAT_TEMPLATE_LLAMA2,      /* [INST] <<SYS>>\ns\n<</SYS>>\n\nu [/INST] a </s><s>[INST] ... */
+    CHAT_TEMPLATE_LLAMA3,      /* <|start_header_id|>role<|end_header_id|>\n\ntext<|eot_id|> */
+    CHAT_TEMPLATE_CHATML,      /* <|im_start|>role\ntext<|im_end|>\n (Qwen, SmolLM) */
+    CHAT_TEMPLATE_MISTRAL,     /* [INST] u [/INST]a</s>[INST] ... (Mistral-7B-Instruct v0.1) */
+    CHAT_TEMPLATE_ZEPHYR,      /* <|role|>\ntext</s>\n (Zephyr, TinyLlama-Chat) */
+    CHAT_TEMPLATE_COUNT
+} chat_template_kind;
+
+/* One message. Strings are borrowed, NUL-terminated. Roles other than
+ * "system", "user" and "assistant" are rendered as user turns by the families
+ * that have no slot for them (Llama 2, Mistral) and under their own name by
+ * the others. */
+typedef struct {
+    const char *role;
+    const char *content;
+} chat_msg;
+
+/* Family of f's tokenizer.chat_template, by distinctive substrings, checked in
+ * this order: "<|im_start|>" ChatML; "<|start_header_id|>" Llama 3; "[INST]"
+ * with "<<SYS>>" Llama 2; "[INST]" Mistral; "<|user|>" Zephyr. With no
+ * template string (or an unrecognised one) the vocabulary decides when t is
+ * given: a "<|im_start|>" token means ChatML, "<|start_header_id|>" Llama 3;
+ * otherwise PLAIN. f and t may be NULL. */
+chat_template_kind chat_template_detect(const gguf_file *f, const tokenizer *t);
+
+/* Config override: "llama2", "llama3", "chatml", "mistral", "zephyr", "plain"
+ * (case-insensitive; "tinyllama" = zephyr, "qwen" = chatml). Returns -1 for any
+ * other name (including NULL); callers treat that as a configuration error. */
+chat_template_kind chat_template_from_name(const char *name);
+/* The canonical name of k (those above), or "?" when out of range. */
+const char *chat_template_name(chat_template_kind k);
+
+/* Renders msgs[0..n) in family k, as the family's reference template does,
+ * except that the BOS text the template puts at the very start is NOT written
+ * (the engine's tokenizer adds BOS itself). Later BOS texts (Llama 2 writes one
+ * before every user turn after the first) are written as bos_text (NULL:
+ * "<s>"). The end-of-turn text of the Llama 2, Mistral and Zephyr families is
+ * "</s>". add_generation_prompt appends the assistant header where the family
+ * has one (Llama 3, ChatML, Zephyr, PLAIN; Llama 2 and Mistral end a user turn
+ * with [/INST] anyway). The rendered text must be tokenized with special
+ * tokens parsed (engine_request.parse_special).
+ *
+ * Like snprintf: returns the length of the full rendering (excluding the NUL);
+ * writes at most cap bytes including a terminating NUL (when cap > 0). The
+ * output is complete iff the return value < cap. out may be NULL when cap is 0.
+ * Message strings must be non-NULL (NULL content renders as ""). */
+int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
+                const char *bos_text, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,101 @@
+/* gw.h — the gateway's internal shared state: connections, their output
+ * queues and requests, and the server. Everything here belongs to the event
+ * loop thread; nothing is locked. Not a public header. */
+#ifndef SPECD_GW_INTERNAL_H
+#define SPECD_GW_INTERNAL_H
+
+#include "engine/engine.h"
+#include "gateway/metrics.h"
+#include "gateway/protocol.h"
+#include "gateway/server.h"
+
+#include <libwebsockets.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GW_PUMP_HIGH_WATER (256 * 1024) /* stop pulling engine events above this many queued bytes */
+
+enum { GW_OUT_TEXT = 1, GW_OUT_HTTP = 2, GW_OUT_HTTP_FINAL = 3 };
+enum { GW_CONN_WS = 1, GW_CONN_HTTP = 2 };
+enum { GW_HTTP_COMPLETIONS = 1, GW_HTTP_CHAT = 2 };
+
+typedef struct gw_out {
+    struct gw_out *next;
+    size_t len;
+    int flags;
+    unsigned char data[]; /* LWS_PRE bytes of headroom, then the payload */
+} gw_out;
+
+typedef struct gw_req {
+    struct gw_req *next, *orphan_next;
+    uint64_t eid;                 /* engine request id */
+    struct gw_conn *conn;
+    char cid[128];                /* the client's id as JSON text */
+    char session[40];             /* uuid */
+    /* HTTP requests */
+    int api;                      /* GW_HTTP_COMPLETIONS / GW_HTTP_CHAT */
+    bool stream;
+    char *acc;                    /* accumulated text (non-streaming) */
+    size_t acc_len, acc_cap;
+    int prompt_tokens;
+} gw_req;
+
+typedef struct gw_conn {
+    struct gw_conn *next;
+    struct lws *wsi;
+    int kind;
+    gw_out *out_head, *out_tail;
+    size_t out_bytes;
+    gw_req *reqs;
+    int n_reqs;
+    bool closing;
+    /* receive buffer (WS message or HTTP body) */
+    char *body;
+    size_t rx_len, rx_cap;
+    bool rx_binary, rx_too_big;
+    /* HTTP */
+    char path[256];
+    bool is_post, headers_sent, finished;
+    int status;
+} gw_conn;
+
+typedef struct {
+    struct lws_context *ctx;
+    engine *eng;
+    gw_config cfg;
+    gw_limits limits;
+    char web_root_real[PATH_MAX];
+    int port;
+    gw_conn *conns;
+    int n_conns, n_reqs;
+    gw_req *orphans;
+    bool draining, cancelled_rest;
+    uint64_t connections, requests, tokens_out, slow_disconnects;
+} gw_server;
+
+extern gw_server *gw_srv;
+
+double gw_now_ms(void);
+uint64_t gw_random_seed(void);
+int gw_queue(gw_conn *c, const char *data, size_t len, int flags);
+int gw_queue_json(gw_conn *c, char *json);
+void gw_queue_free(gw_conn *c);
+gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid);
+void gw_req_remove(gw_conn *c, gw_req *r);
+gw_req *gw_req_find(gw_conn *c, const char *cid);
+void gw_conn_link(gw_conn *c, struct lws *wsi, int kind);
+void gw_conn_unlink(gw_conn *c);
+void gw_engine_notify(void *user);
+
+/* http.c */
+int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+void gw_http_pump(gw_conn *c);
+int gw_pick_port(const char *host);
+int gw_origin_allowed(struct lws *wsi);
+
+/* prompt.c: messages -> prompt text with the model's chat template */
+int gw_prepare_prompt(gw_msg *m, char *err, size_t errlen);
+void gw_limits_from_engine(gw_limits *lim, engine *e);
+
+
+#endif

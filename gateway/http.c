@@ -1,0 +1,336 @@
+/* http.c — the gateway's HTTP side: OpenAI-compatible completions (plain and
+ * server-sent events), /v1/models, /healthz, /metrics, and static files from
+ * the web root (no path escapes it). Runs on the event loop thread only. */
+#include "gateway/gw.h"
+#include "gateway/metrics.h"
+#include "gateway/openai.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int gw_pick_port(const char *host) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Same host (the Origin's host:port equals the Host header) or listed in
+ * allowed_origins; no Origin header (non-browser clients) is allowed. */
+int gw_origin_allowed(struct lws *wsi) {
+    char origin[256] = "", host[256] = "";
+    if (lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) <= 0) return 1;
+    lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST);
+    const char *o = strstr(origin, "://");
+    o = o ? o + 3 : origin;
+    if (host[0] && !strcmp(o, host)) return 1;
+    const char *list = gw_srv->cfg.allowed_origins;
+    size_t ol = strlen(origin);
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        while (n && p[n - 1] == ' ') n--;
+        if ((n == ol && !strncmp(p, origin, n)) || (n == 1 && *p == '*')) return 1;
+        p += strcspn(p, ",");
+        while (*p == ',' || *p == ' ') p++;
+    }
+    return 0;
+}
+
+static const char *mime_of(const char *path) {
+    const char *dot = strrchr(path, '.');
+    if (!dot) return "application/octet-stream";
+    static const struct { const char *ext, *mime; } t[] = {
+        {".html", "text/html; charset=utf-8"}, {".js", "text/javascript; charset=utf-8"},
+        {".mjs", "text/javascript; charset=utf-8"}, {".css", "text/css; charset=utf-8"},
+        {".json", "application/json"}, {".svg", "image/svg+xml"}, {".png", "image/png"},
+        {".ico", "image/x-icon"}, {".txt", "text/plain; charset=utf-8"}, {".map", "application/json"},
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+        if (!strcmp(dot, t[i].ext)) return t[i].mime;
+    return "application/octet-stream";
+}
+
+/* Sends headers for a response whose body is queued as one HTTP_FINAL chunk. */
+static int respond(gw_conn *c, int status, const char *ctype, const char *body, size_t len) {
+    unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+    if (lws_add_http_common_headers(c->wsi, (unsigned int)status, ctype, (lws_filepos_t)len, &p, end)) return -1;
+    if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-store",
+                                    8, &p, end))
+        return -1;
+    if (lws_finalize_write_http_header(c->wsi, start, &p, end)) return -1;
+    c->headers_sent = true;
+    c->status = status;
+    return gw_queue(c, body, len, GW_OUT_HTTP_FINAL);
+}
+
+static int respond_json(gw_conn *c, int status, char *json) {
+    if (!json) return respond(c, 500, "application/json", "{}", 2);
+    int rc = respond(c, status, "application/json", json, strlen(json));
+    free(json);
+    return rc;
+}
+
+/* Static file under the web root; refuses anything that resolves outside it. */
+static int serve_static(gw_conn *c, const char *uri) {
+    if (!gw_srv->web_root_real[0]) return respond(c, 404, "text/plain", "not found\n", 10);
+    char rel[300], full[PATH_MAX + 300], real[PATH_MAX];
+    snprintf(rel, sizeof(rel), "%s", !strcmp(uri, "/") ? "/index.html" : uri);
+    if (strstr(rel, "..") || strchr(rel, '\\')) return respond(c, 403, "text/plain", "forbidden\n", 10);
+    snprintf(full, sizeof(full), "%s%s", gw_srv->web_root_real, rel);
+    struct stat st;
+    size_t rl = strlen(gw_srv->web_root_real);
+    if (!realpath(full, real) || strncmp(real, gw_srv->web_root_real, rl) != 0 || (real[rl] != '/' && real[rl]) ||
+        stat(real, &st) != 0 || !S_ISREG(st.st_mode))
+        return respond(c, 404, "text/plain", "not found\n", 10);
+    int n = lws_serve_http_file(c->wsi, real, mime_of(real), NULL, 0);
+    if (n < 0) return -1;
+    c->finished = true;
+    return 0;
+}
+
+/* ---- completions ------------------------------------------------------------------ */
+
+static int render_chat(oa_request *oq, char *err, size_t errlen) {
+    engine_info info;
+    engine_get_info(gw_srv->eng, &info);
+    return oa_render_prompt(oq, (chat_template_kind)info.chat_template, info.bos_text, err, errlen);
+}
+
+static int start_completion(gw_conn *c, int api) {
+    oa_request oq;
+    oa_error oe;
+    c->body[c->rx_len] = 0;
+    if (oa_parse(api == GW_HTTP_CHAT, c->body, c->rx_len, &gw_srv->limits, &oq, &oe) != 0) {
+        gw_metrics_error(oe.code);
+        return respond_json(c, oe.status, oa_error_json(&oe));
+    }
+    char perr[300];
+    int rc = 0;
+    if (gw_srv->draining) {
+        oe = (oa_error){.status = 503, .code = "shutting_down", .type = "server_error"};
+        snprintf(oe.message, sizeof(oe.message), "the server is shutting down");
+        rc = respond_json(c, 503, oa_error_json(&oe));
+    } else if (gw_srv->n_reqs >= gw_srv->cfg.max_requests_total) {
+        oe = (oa_error){.status = 429, .code = "overloaded", .type = "server_error"};
+        snprintf(oe.message, sizeof(oe.message), "the server is at its concurrent request limit; retry later");
+        rc = respond_json(c, 429, oa_error_json(&oe));
+    } else if (render_chat(&oq, perr, sizeof(perr)) != 0) {
+        oe = (oa_error){.status = 400, .code = "invalid_request", .type = "invalid_request_error"};
+        snprintf(oe.message, sizeof(oe.message), "%.250s", perr);
+        rc = respond_json(c, 400, oa_error_json(&oe));
+    } else {
+        engine_request rq = oq.req;
+        rq.notify = gw_engine_notify;
+        if (!oq.seed_set) rq.seed = gw_random_seed();
+        char eerr[300];
+        uint64_t eid = engine_submit(gw_srv->eng, &rq, eerr, sizeof(eerr));
+        if (!eid) {
+            bool full = strstr(eerr, "queue is full") != NULL;
+            oe = (oa_error){.status = full ? 429 : 400, .code = full ? "overloaded" : "invalid_request",
+                            .type = full ? "server_error" : "invalid_request_error"};
+            snprintf(oe.message, sizeof(oe.message), "%.250s", eerr);
+            rc = respond_json(c, oe.status, oa_error_json(&oe));
+        } else {
+            gw_req *r = gw_req_add(c, eid, "");
+            if (!r) {
+                engine_cancel(gw_srv->eng, eid);
+                rc = -1;
+            } else {
+                r->api = api;
+                r->stream = oq.stream;
+                gw_uuid4(r->session);
+                gw_srv->requests++;
+                if (r->stream) {
+                    unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+                    if (lws_add_http_common_headers(c->wsi, 200, "text/event-stream", LWS_ILLEGAL_HTTP_CONTENT_LEN, &p,
+                                                    end) ||
+                        lws_finalize_write_http_header(c->wsi, start, &p, end))
+                        rc = -1;
+                    c->headers_sent = true;
+                }
+                gw_http_pump(c);
+            }
+        }
+    }
+    oa_request_free(&oq);
+    return rc;
+}
+
+/* Moves engine events of this connection's request into HTTP output. */
+void gw_http_pump(gw_conn *c) {
+    gw_req *r = c->reqs;
+    if (!r) return;
+    engine_event ev;
+    while (c->out_bytes < GW_PUMP_HIGH_WATER && engine_poll(gw_srv->eng, r->eid, &ev) == 1) {
+        if (ev.type == ENGINE_EV_STARTED) {
+            r->prompt_tokens = ev.prompt_tokens;
+        } else if (ev.type == ENGINE_EV_TOKENS) {
+            gw_srv->tokens_out += (uint64_t)ev.n_tokens;
+            if (r->stream) {
+                char *chunk = oa_stream_chunk(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name, ev.text,
+                                              (size_t)ev.text_len, NULL);
+                if (chunk) gw_queue(c, chunk, strlen(chunk), GW_OUT_HTTP), free(chunk);
+            } else if (ev.text_len) {
+                if (r->acc_len + (size_t)ev.text_len + 1 > r->acc_cap) {
+                    size_t cap = r->acc_cap ? r->acc_cap * 2 : 4096;
+                    while (cap < r->acc_len + (size_t)ev.text_len + 1) cap *= 2;
+                    char *nb = realloc(r->acc, cap);
+                    if (!nb) continue;
+                    r->acc = nb, r->acc_cap = cap;
+                }
+                memcpy(r->acc + r->acc_len, ev.text, (size_t)ev.text_len);
+                r->acc_len += (size_t)ev.text_len;
+            }
+        } else {
+            bool err = ev.type == ENGINE_EV_ERROR;
+            if (err) gw_metrics_error("engine_error");
+            else gw_metrics_finished(&ev);
+            if (r->stream) {
+                char *fin = err ? oa_stream_error(ev.message)
+                                : oa_stream_final(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name, &ev,
+                                                  r->prompt_tokens);
+                if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
+            } else if (err) {
+                oa_error oe = {.status = 500, .code = "engine_error", .type = "server_error"};
+                snprintf(oe.message, sizeof(oe.message), "%s", ev.message);
+                respond_json(c, 500, oa_error_json(&oe));
+            } else {
+                respond_json(c, 200, oa_response_json(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name,
+                                                      r->acc ? r->acc : "", r->acc_len, &ev, r->prompt_tokens));
+            }
+            gw_req_remove(c, r);
+            return;
+        }
+    }
+}
+
+static int route(gw_conn *c) {
+    const char *u = c->path;
+    if (c->is_post) {
+        if (!strcmp(u, "/v1/completions")) return 1;
+        if (!strcmp(u, "/v1/chat/completions")) return 2;
+        return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
+    }
+    if (!strcmp(u, "/healthz")) {
+        const char *b = gw_srv->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}";
+        return respond(c, gw_srv->draining ? 503 : 200, "application/json", b, strlen(b));
+    }
+    if (!strcmp(u, "/metrics")) {
+        engine_stats es;
+        engine_get_stats(gw_srv->eng, &es);
+        gw_counters gc = {.connections_open = (uint64_t)gw_srv->n_conns, .connections_total = gw_srv->connections,
+                          .requests_total = gw_srv->requests, .slow_disconnects = gw_srv->slow_disconnects};
+        char *text = metrics_render(&es, &gc);
+        if (!text) return respond(c, 500, "text/plain", "error\n", 6);
+        int rc = respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
+        free(text);
+        return rc;
+    }
+    if (!strcmp(u, "/v1/models")) return respond_json(c, 200, oa_models_json(gw_srv->cfg.model_name));
+    if (!strncmp(u, "/v1/", 4)) return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
+    return serve_static(c, u);
+}
+
+int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    gw_conn *c = user;
+    switch (reason) {
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
+        /* WebSocket upgrades: only /v1/stream with specd.v1, from an allowed origin */
+        char uri[128] = "";
+        lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+        if (strcmp(uri, "/v1/stream") != 0) return 1;
+        return gw_origin_allowed(wsi) ? 0 : 1;
+    }
+    case LWS_CALLBACK_HTTP: {
+        if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c); /* keep-alive: a new transaction */
+        gw_conn_link(c, wsi, GW_CONN_HTTP);
+        snprintf(c->path, sizeof(c->path), "%s", (const char *)in);
+        c->is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
+        int r = route(c);
+        if (r == 1 || r == 2) {
+            c->status = r; /* which API: the body follows */
+            return 0;
+        }
+        if (r < 0) return -1;
+        if (c->finished) return 0; /* static file: lws writes it */
+        return 0;
+    }
+    case LWS_CALLBACK_HTTP_BODY:
+        if (c->rx_len + len > (size_t)gw_srv->cfg.max_message_bytes) {
+            c->rx_too_big = true;
+            return 0;
+        }
+        if (c->rx_len + len + 1 > c->rx_cap) {
+            size_t cap = c->rx_cap ? c->rx_cap : 4096;
+            while (cap < c->rx_len + len + 1) cap *= 2;
+            char *nb = realloc(c->body, cap);
+            if (!nb) return -1;
+            c->body = nb, c->rx_cap = cap;
+        }
+        memcpy(c->body + c->rx_len, in, len);
+        c->rx_len += len;
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (c->rx_too_big) {
+            gw_metrics_error("message_too_large");
+            return respond_json(c, 413, oa_simple_error(413, "message_too_large", "request body too large")) < 0 ? -1 : 0;
+        }
+        if (!c->body) {
+            c->body = malloc(1);
+            if (!c->body) return -1;
+            c->rx_cap = 1;
+        }
+        return start_completion(c, c->status == 2 ? GW_HTTP_CHAT : GW_HTTP_COMPLETIONS) < 0 ? -1 : 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE: {
+        gw_out *o = c->out_head;
+        if (!o) return 0;
+        int flag = o->flags == GW_OUT_HTTP_FINAL ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP;
+        if (lws_write(wsi, o->data + LWS_PRE, o->len, (enum lws_write_protocol)flag) < (int)o->len) return -1;
+        c->out_head = o->next;
+        if (!c->out_head) c->out_tail = NULL;
+        c->out_bytes -= o->len;
+        free(o);
+        if (flag == LWS_WRITE_HTTP_FINAL) {
+            /* lws may free this connection's session data when the transaction
+             * completes: leave the server's lists first */
+            gw_conn_unlink(c);
+            c->wsi = NULL;
+            c->kind = 0;
+            if (lws_http_transaction_completed(wsi)) return -1;
+            return 0;
+        }
+        gw_http_pump(c);
+        if (c->out_head) lws_callback_on_writable(wsi);
+        return 0;
+    }
+    case LWS_CALLBACK_HTTP_FILE_COMPLETION:
+        if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c);
+        c->wsi = NULL;
+        c->kind = 0;
+        if (lws_http_transaction_completed(wsi)) return -1;
+        return 0;
+    case LWS_CALLBACK_CLOSED_HTTP:
+        if (c && c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c);
+        if (c) c->wsi = NULL, c->kind = 0;
+        return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        return 0; /* the WebSocket protocol's handler pumps every connection */
+    default:
+        break;
+    }
+    return lws_callback_http_dummy(wsi, reason, user, in, len);
+}

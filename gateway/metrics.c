@@ -1,0 +1,263 @@
+/* metrics.c — Prometheus text exposition of engine and gateway metrics (see
+ * metrics.h). The render path allocates (a scrape is not a per-token path);
+ * observations never do. */
+#include "gateway/metrics.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define METRICS_CHECK(c)                                                                                          \
+    do {                                                                                                          \
+        if (!(c)) {                                                                                               \
+            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);                             \
+            abort();                                                                                              \
+        }                                                                                                         \
+    } while (0)
+
+/* ---- histogram ----------------------------------------------------------------------- */
+
+void metrics_hist_init(metrics_hist *h, const double *bounds, int n) {
+    METRICS_CHECK(n >= 1 && n <= METRICS_HIST_MAX);
+    for (int i = 1; i < n; i++) METRICS_CHECK(bounds[i] > bounds[i - 1]);
+    h->bounds = bounds;
+    h->n = n;
+    for (int i = 0; i <= METRICS_HIST_MAX; i++) atomic_store_explicit(&h->counts[i], 0, memory_order_relaxed);
+    atomic_store_explicit(&h->sum_ns, 0, memory_order_relaxed);
+}
+
+void metrics_hist_observe(metrics_hist *h, double seconds) {
+    if (!(seconds > 0)) seconds = 0; /* NaN too */
+    int b = 0;
+    while (b < h->n && seconds > h->bounds[b]) b++; /* le: a value equal to a bound falls in it */
+    atomic_fetch_add_explicit(&h->counts[b], 1, memory_order_relaxed);
+    double ns = seconds * 1e9;
+    atomic_fetch_add_explicit(&h->sum_ns, ns < 1.8e19 ? (uint64_t)ns : UINT64_MAX / 2, memory_order_relaxed);
+}
+
+/* ---- process-wide state ------------------------------------------------------------------ */
+
+/* TTFT spans queueing and prefill (ms to seconds); TPOT is per token, so its
+ * buckets reach down to 50 µs for small models on fast hardware. */
+static const double ttft_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25,
+                                     0.5,   0.75,   1.0,   2.5,  5.0,   10.0, 20.0,  40.0};
+static const double tpot_bounds[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                     0.025,   0.05,   0.075,   0.1,    0.15,  0.25,   0.5,   1.0, 2.5};
+
+#define N_ERR_CODES 32
+
+static struct {
+    metrics_hist ttft, tpot;
+    _Atomic uint64_t finished[4]; /* by engine_finish */
+    pthread_mutex_t err_lock;
+    char err_code[N_ERR_CODES][32];
+    uint64_t err_count[N_ERR_CODES];
+    int n_err;
+    uint64_t err_other;
+} g = {
+    .ttft = {.bounds = ttft_bounds, .n = (int)(sizeof ttft_bounds / sizeof ttft_bounds[0])},
+    .tpot = {.bounds = tpot_bounds, .n = (int)(sizeof tpot_bounds / sizeof tpot_bounds[0])},
+    .err_lock = PTHREAD_MUTEX_INITIALIZER,
+};
+
+void metrics_reset(void) {
+    metrics_hist_init(&g.ttft, ttft_bounds, (int)(sizeof ttft_bounds / sizeof ttft_bounds[0]));
+    metrics_hist_init(&g.tpot, tpot_bounds, (int)(sizeof tpot_bounds / sizeof tpot_bounds[0]));
+    for (int i = 0; i < 4; i++) atomic_store_explicit(&g.finished[i], 0, memory_order_relaxed);
+    pthread_mutex_lock(&g.err_lock);
+    g.n_err = 0;
+    g.err_other = 0;
+    pthread_mutex_unlock(&g.err_lock);
+}
+
+void metrics_observe_ttft(double ms) { metrics_hist_observe(&g.ttft, ms / 1000.0); }
+void metrics_observe_tpot(double ms) { metrics_hist_observe(&g.tpot, ms / 1000.0); }
+
+void metrics_count_finished(engine_finish reason) {
+    int r = (int)reason;
+    if (r < 0 || r > 3) r = FINISH_ERROR;
+    atomic_fetch_add_explicit(&g.finished[r], 1, memory_order_relaxed);
+}
+
+void metrics_count_error(const char *code) {
+    char c[32];
+    /* label values are escaped at render time; keep the stored code printable */
+    snprintf(c, sizeof c, "%s", code && code[0] ? code : "unknown");
+    pthread_mutex_lock(&g.err_lock);
+    int i = 0;
+    while (i < g.n_err && strcmp(g.err_code[i], c) != 0) i++;
+    if (i < g.n_err) {
+        g.err_count[i]++;
+    } else if (g.n_err < N_ERR_CODES) {
+        memcpy(g.err_code[i], c, sizeof c);
+        g.err_count[i] = 1;
+        g.n_err++;
+    } else {
+        g.err_other++;
+    }
+    pthread_mutex_unlock(&g.err_lock);
+}
+
+void gw_metrics_init(void) { metrics_reset(); }
+
+void gw_metrics_finished(const engine_event *ev) {
+    if (ev->completion_tokens > 0 && ev->reason != FINISH_ERROR) metrics_observe_ttft(ev->ttft_ms);
+    if (ev->completion_tokens > 1 && ev->reason != FINISH_ERROR) metrics_observe_tpot(ev->tpot_ms);
+    metrics_count_finished(ev->reason);
+}
+
+void gw_metrics_error(const char *code) { metrics_count_error(code); }
+
+/* ---- text ---------------------------------------------------------------------------- */
+
+typedef struct {
+    char *s;
+    size_t len, cap;
+    bool oom;
+} tbuf;
+
+static void tb_printf(tbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = true;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)n;
+        char *ns = realloc(b->s, cap);
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->s = ns, b->cap = cap;
+    }
+}
+
+static void family(tbuf *b, const char *name, const char *type, const char *help) {
+    tb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample_u(tbuf *b, const char *name, uint64_t v) { tb_printf(b, "%s %llu\n", name, (unsigned long long)v); }
+
+static void counter(tbuf *b, const char *name, const char *help, uint64_t v) {
+    family(b, name, "counter", help);
+    sample_u(b, name, v);
+}
+
+static void gauge(tbuf *b, const char *name, const char *help, double v) {
+    family(b, name, "gauge", help);
+    tb_printf(b, "%s %.17g\n", name, v);
+}
+
+/* A label value with \\, \" and \n escaped, as the text format wants. */
+static void label_value(char *out, size_t cap, const char *v) {
+    size_t o = 0;
+    for (; *v && o + 3 < cap; v++) {
+        if (*v == '\\' || *v == '"') out[o++] = '\\', out[o++] = *v;
+        else if (*v == '\n') out[o++] = '\\', out[o++] = 'n';
+        else out[o++] = *v;
+    }
+    out[o] = '\0';
+}
+
+static void histogram(tbuf *b, const char *name, const char *help, metrics_hist *h) {
+    family(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; i <= h->n; i++) {
+        cum += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
+        if (i < h->n) tb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+        else tb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+    }
+    tb_printf(b, "%s_sum %.9f\n", name, (double)atomic_load_explicit(&h->sum_ns, memory_order_relaxed) * 1e-9);
+    /* _count from the same bucket reads, so +Inf == _count even under concurrent observes */
+    tb_printf(b, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+char *metrics_render(const engine_stats *es, const gw_counters *gc) {
+    tbuf b = {malloc(8192), 0, 8192, false};
+    if (!b.s) return NULL;
+    b.s[0] = '\0';
+    gw_counters zero = {0};
+    if (!gc) gc = &zero;
+
+    if (es) {
+        const spec_stats *st = &es->st;
+        counter(&b, "specd:spec_decode_num_drafts_total", "Verify steps that checked drafted tokens (finished requests).",
+                st->verify_steps);
+        counter(&b, "specd:spec_decode_num_draft_tokens_total", "Draft tokens proposed (finished requests).",
+                st->drafted);
+        counter(&b, "specd:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (finished requests).",
+                st->accepted);
+        family(&b, "specd:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+               "Draft tokens accepted at each draft position (1 = first drafted token).");
+        int last = 1;
+        for (int i = 0; i < GAMMA_MAX; i++)
+            if (st->pos_reached[i]) last = i + 1;
+        for (int i = 0; i < last; i++)
+            tb_printf(&b, "specd:spec_decode_num_accepted_tokens_per_pos_total{position=\"%d\"} %llu\n", i + 1,
+                      (unsigned long long)st->pos_accepted[i]);
+        family(&b, "specd:spec_decode_num_drafted_tokens_per_pos_total", "counter",
+               "Draft tokens proposed at each draft position (denominator of the per-position acceptance rate).");
+        for (int i = 0; i < last; i++)
+            tb_printf(&b, "specd:spec_decode_num_drafted_tokens_per_pos_total{position=\"%d\"} %llu\n", i + 1,
+                      (unsigned long long)st->pos_reached[i]);
+        counter(&b, "specd:spec_decode_fallbacks_total", "Times a sequence dropped to plain decoding for low acceptance.",
+                st->fallbacks);
+        counter(&b, "specd:kv_resets_total", "KV cache resets after a failed draft or verify.", st->kv_resets);
+        counter(&b, "specd:generation_tokens_total", "Tokens generated by the engine.", es->tokens);
+        counter(&b, "specd:engine_steps_total", "Engine decode steps.", es->steps);
+        counter(&b, "specd:requests_finished_total", "Requests the engine finished (any reason).", es->requests_done);
+        gauge(&b, "specd:num_requests_running", "Requests being decoded.", es->running);
+        gauge(&b, "specd:num_requests_waiting", "Requests queued for admission.", es->waiting);
+        gauge(&b, "specd:num_requests_prefilling", "Requests whose prompt is being prefilled.", es->prefilling);
+        bool draft = es->draft_id[0] != '\0';
+        family(&b, "specd:kv_blocks_used", "gauge", "KV cache blocks in use, per model.");
+        tb_printf(&b, "specd:kv_blocks_used{model=\"target\"} %d\n", es->kv_total - es->kv_free_target);
+        if (draft) tb_printf(&b, "specd:kv_blocks_used{model=\"draft\"} %d\n", es->kv_total - es->kv_free_draft);
+        family(&b, "specd:kv_blocks_free", "gauge", "KV cache blocks free, per model.");
+        tb_printf(&b, "specd:kv_blocks_free{model=\"target\"} %d\n", es->kv_free_target);
+        if (draft) tb_printf(&b, "specd:kv_blocks_free{model=\"draft\"} %d\n", es->kv_free_draft);
+    }
+
+    histogram(&b, "specd:time_to_first_token_seconds", "Time from request arrival to its first token.", &g.ttft);
+    histogram(&b, "specd:time_per_output_token_seconds", "Mean time per output token after the first, per request.",
+              &g.tpot);
+    static const char *const reasons[4] = {"length", "stop", "cancelled", "error"};
+    family(&b, "specd:request_success_total", "counter", "Finished requests by finish reason.");
+    for (int i = 0; i < 4; i++)
+        tb_printf(&b, "specd:request_success_total{finished_reason=\"%s\"} %llu\n", reasons[i],
+                  (unsigned long long)atomic_load_explicit(&g.finished[i], memory_order_relaxed));
+
+    counter(&b, "specd:requests_total", "Generation requests the gateway submitted to the engine.", gc->requests_total);
+    gauge(&b, "specd:connections_open", "Open client connections.", (double)gc->connections_open);
+    counter(&b, "specd:connections_total", "Client connections accepted.", gc->connections_total);
+    counter(&b, "specd:slow_disconnects_total", "Clients disconnected for not reading their output.",
+            gc->slow_disconnects);
+
+    family(&b, "specd:errors_total", "counter", "Requests refused or failed, by error code.");
+    pthread_mutex_lock(&g.err_lock);
+    for (int i = 0; i < g.n_err; i++) {
+        char lv[80];
+        label_value(lv, sizeof lv, g.err_code[i]);
+        tb_printf(&b, "specd:errors_total{code=\"%s\"} %llu\n", lv, (unsigned long long)g.err_count[i]);
+    }
+    if (g.err_other) tb_printf(&b, "specd:errors_total{code=\"other\"} %llu\n", (unsigned long long)g.err_other);
+    pthread_mutex_unlock(&g.err_lock);
+
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

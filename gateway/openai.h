@@ -1,0 +1,144 @@
+/* openai.h — the OpenAI-compatible HTTP API as JSON, without sockets: parses
+ * and validates POST /v1/completions and /v1/chat/completions bodies into an
+ * engine_request, renders chat messages with a chat template, and builds the
+ * non-streaming responses, the server-sent-event chunks, GET /v1/models and
+ * the OpenAI error body. The server (http.c) moves the bytes.
+ *
+ * Threads: every function is reentrant; an oa_request belongs to one thread at
+ * a time. Builders return malloc'd, NUL-terminated text the caller frees with
+ * free() (NULL only when out of memory). Text that goes into JSON is made
+ * valid UTF-8 first (invalid bytes become U+FFFD), so a model emitting half a
+ * character never breaks a response. Error codes are the WebSocket protocol's
+ * (GW_ERR_*) so both APIs name the same failure the same way. */
+#ifndef SPECD_OPENAI_H
+#define SPECD_OPENAI_H
+
+#include "engine/chat.h"
+#include "engine/engine.h"
+#include "gateway/protocol.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OA_ERR_UNSUPPORTED "unsupported" /* a field specd cannot honour (n > 1, logprobs, tools, ...) */
+
+/* A refused request. code: a static string (GW_ERR_* or OA_ERR_UNSUPPORTED);
+ * type: NULL = derived from status ("invalid_request_error" for 4xx,
+ * "authentication_error" 401, "rate_limit_error" 429, "server_error" 5xx);
+ * param: the offending field ("" = null). */
+typedef struct {
+    int status;
+    const char *code;
+    const char *type;
+    char message[256];
+    char param[64];
+} oa_error;
+
+/* A parsed request. Owns every string it points to; free with
+ * oa_request_free. req is ready for engine_submit once the caller has set
+ * notify/user and, for chat, rendered the messages (oa_render_prompt):
+ *   prompt_text (completions: the prompt; chat: NULL until rendered),
+ *   parse_special (false; true once rendered), sc, seed (0 unless seed_set),
+ *   max_tokens (default applied), stop[] → stop_owned, mode, gamma (0 =
+ *   engine default), adaptive/adaptive_set, content_type. */
+typedef struct {
+    bool chat;
+    engine_request req;
+    bool stream;
+    bool include_usage;         /* stream_options.include_usage */
+    bool seed_set;              /* false: the server should pick a seed */
+    char *model;                /* as sent ("" when absent) */
+    char *prompt;               /* completions (a 1-element array is unwrapped) */
+    chat_msg *messages;         /* chat: (n_messages) roles "system" | "user" | "assistant"
+                                   ("developer" becomes "system"); text parts are joined with "\n" */
+    int n_messages;
+    char *rendered;             /* chat: the rendered prompt (oa_render_prompt) */
+    char *stop_owned[ENGINE_MAX_STOP];
+    char *content_type;
+} oa_request;
+
+/* Parses and validates body[0..len) (need not be NUL-terminated) of
+ * /v1/chat/completions (chat) or /v1/completions. Returns 0 with *out filled
+ * (free with oa_request_free), or -1 with *err filled (400; 413 for a body
+ * over lim->max_message_bytes) and *out zeroed. Never aborts on any input.
+ * Fields: model (string), prompt (string or [string]) | messages (non-empty
+ * array of {role, content: string | [{"type":"text","text"}] | null for
+ * assistant}), max_tokens | max_completion_tokens (1..lim->max_tokens_limit
+ * and < lim->max_ctx when that is > 0), temperature (0..2), top_p (0..1],
+ * top_k (>= 0), min_p [0..1), seed (integer), stop (string or up to
+ * ENGINE_MAX_STOP strings of 1..ENGINE_STOP_LEN-1 bytes), stream (bool),
+ * stream_options {include_usage}, speculation {mode: auto|draft|off, gamma
+ * in [lim->gamma_min, lim->gamma_max], adaptive: bool}, content_type (string).
+ * null means absent; unknown fields are ignored; n != 1, best_of > 1, echo,
+ * logprobs, suffix, tools, logit_bias, non-zero presence/frequency penalties
+ * and a response_format other than text are refused (unsupported).
+ * Integers may be written as integral reals. */
+int oa_parse(bool chat, const char *body, size_t len, const gw_limits *lim, oa_request *out, oa_error *err);
+void oa_request_free(oa_request *r); /* accepts NULL and a zeroed request; zeroes it */
+
+/* Chat: renders r->messages with template k (see chat_render; bos_text may be
+ * NULL) into r->rendered, with the generation prompt, and points
+ * r->req.prompt_text at it with parse_special = true. Completions: nothing to
+ * do. Returns 0, or -1 with err filled when out of memory. */
+int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, char *err, size_t errlen);
+
+/* The OpenAI error body {"error":{"message","type","param","code"}}. */
+char *oa_error_json(const oa_error *e);
+/* Same from parts (param null). */
+char *oa_simple_error(int status, const char *code, const char *message);
+
+/* ---- responses ------------------------------------------------------------------
+ * id: a unique string of the caller's (e.g. a uuid); the response id is
+ * "cmpl-<id>" or "chatcmpl-<id>". model: echoed. created: time(NULL).
+ * ev: the request's ENGINE_EV_FINISHED event; prompt_tokens: from its
+ * started event. */
+
+/* "length", "stop"; cancelled and error requests say "cancelled" / "error". */
+const char *oa_finish_reason(engine_finish f);
+
+/* Speculation statistics of a finished request, the same figures as the
+ * WebSocket `done` message: {"alpha","mean_accepted","gamma_used",
+ * "tokens_per_pass","verify_steps","plain_steps","drafted","accepted",
+ * "rejections","per_position":[{"position":1,"drafted":n,"accepted":m},...],
+ * "fallbacks","kv_resets","ttft_ms","tpot_ms"} (non-finite numbers: null).
+ * Returns a new jansson object (json_t *; the caller owns the reference),
+ * typed void * to keep jansson out of this header. */
+void *oa_speculation_object(const engine_event *ev);
+
+/* Non-streaming: {"id","object":"text_completion"|"chat.completion","created",
+ * "model","choices":[{"index":0,"text" | "message":{"role":"assistant",
+ * "content"},"logprobs":null,"finish_reason"}],"usage":{"prompt_tokens",
+ * "completion_tokens","total_tokens"},"speculation":{...}}. */
+char *oa_response_json(bool chat, const char *id, const char *model, const char *text, size_t len,
+                       const engine_event *ev, int prompt_tokens);
+
+/* One server-sent event carrying text: "data: {json}\n\n" where json is
+ * {"id","object":"text_completion","created","model","choices":[{"index":0,
+ * "text","logprobs":null,"finish_reason":null}]} or, for chat,
+ * {"id","object":"chat.completion.chunk",...,"choices":[{"index":0,"delta":
+ * {"role":"assistant","content"},"logprobs":null,"finish_reason":null}]}.
+ * *out_len (may be NULL) receives the length. */
+char *oa_stream_chunk(bool chat, const char *id, const char *model, const char *text, size_t len, size_t *out_len);
+/* The end of a stream: the final chunk (empty text / empty delta,
+ * finish_reason, "usage" and "speculation"), then "data: [DONE]\n\n", in one
+ * string. */
+char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens);
+/* A stream that failed after its headers were sent: "data: {"error":{...}}\n\n"
+ * (server_error, code engine_error) then "data: [DONE]\n\n". */
+char *oa_stream_error(const char *message);
+#define OA_SSE_DONE "data: [DONE]\n\n"
+
+/* GET /v1/models: {"object":"list","data":[{"id","object":"model","created",
+ * "owned_by":"specd"}]} for each of the n ids (NULL / "" entries skipped). */
+char *oa_models_list_json(const char *const *ids, int n);
+/* The same for one model. */
+char *oa_models_json(const char *model_name);
+
+/* Copies in[0..len) to out as valid UTF-8: each maximal invalid subpart (a
+ * stray continuation byte, a truncated sequence, an overlong form, an encoded
+ * surrogate, a code point > U+10FFFF) becomes U+FFFD. out needs 3 * len bytes
+ * at most; returns the bytes written (no NUL). */
+size_t oa_utf8_sanitize(char *out, const char *in, size_t len);
+
+#endif

@@ -1,0 +1,454 @@
+/* server.c — the gateway's event loop (see server.h): context and vhost setup,
+ * signals and graceful shutdown, the engine wake-up, per-connection output
+ * queues written only from WRITEABLE callbacks, and the WebSocket protocol
+ * specd.v1 on /v1/stream. HTTP routes live in http.c. */
+#include "gateway/server.h"
+
+#include "gateway/gw.h"
+#include "gateway/metrics.h"
+#include "gateway/protocol.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+gw_server *gw_srv; /* the one server of this process (signal handlers and the engine notify need it) */
+
+gw_config gw_config_default(void) {
+    gw_config c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.host, sizeof(c.host), "127.0.0.1");
+    c.port = 8080;
+    c.max_message_bytes = 1 << 20;
+    c.max_requests_per_conn = 64;
+    c.max_requests_total = 1024;
+    c.max_connections = 1024;
+    c.max_tokens_limit = 4096;
+    c.default_max_tokens = 256;
+    c.out_limit_bytes = (size_t)8 << 20;
+    c.grace_ms = 10000;
+    snprintf(c.model_name, sizeof(c.model_name), "specd");
+    return c;
+}
+
+uint64_t gw_random_seed(void) {
+    char u[37];
+    gw_uuid4(u);
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; u[i]; i++) h = (h ^ (uint8_t)u[i]) * 1099511628211ull;
+    return h >> 1;
+}
+
+double gw_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* ---- output queues ------------------------------------------------------------ */
+
+int gw_queue(gw_conn *c, const char *data, size_t len, int flags) {
+    gw_out *o = malloc(sizeof(gw_out) + LWS_PRE + len);
+    if (!o) return -1;
+    o->next = NULL;
+    o->len = len;
+    o->flags = flags;
+    memcpy(o->data + LWS_PRE, data, len);
+    if (c->out_tail) c->out_tail->next = o;
+    else c->out_head = o;
+    c->out_tail = o;
+    c->out_bytes += len;
+    lws_callback_on_writable(c->wsi);
+    return 0;
+}
+
+/* Queues a JSON text message on a WebSocket connection and frees it. */
+int gw_queue_json(gw_conn *c, char *json) {
+    if (!json) return -1;
+    int rc = gw_queue(c, json, strlen(json), GW_OUT_TEXT);
+    free(json);
+    return rc;
+}
+
+void gw_queue_free(gw_conn *c) {
+    for (gw_out *o = c->out_head, *n; o; o = n) {
+        n = o->next;
+        free(o);
+    }
+    c->out_head = c->out_tail = NULL;
+    c->out_bytes = 0;
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid) {
+    gw_req *r = calloc(1, sizeof(*r));
+    if (!r) return NULL;
+    r->eid = eid;
+    r->conn = c;
+    snprintf(r->cid, sizeof(r->cid), "%s", cid ? cid : "");
+    r->next = c->reqs;
+    c->reqs = r;
+    c->n_reqs++;
+    gw_srv->n_reqs++;
+    return r;
+}
+
+void gw_req_remove(gw_conn *c, gw_req *r) {
+    for (gw_req **pp = &c->reqs; *pp; pp = &(*pp)->next)
+        if (*pp == r) {
+            *pp = r->next;
+            c->n_reqs--;
+            gw_srv->n_reqs--;
+            free(r->acc);
+            free(r);
+            return;
+        }
+}
+
+gw_req *gw_req_find(gw_conn *c, const char *cid) {
+    for (gw_req *r = c->reqs; r; r = r->next)
+        if (!strcmp(r->cid, cid)) return r;
+    return NULL;
+}
+
+/* Cancels every request of a vanished client and drains their events so the
+ * engine can release them; their KV is freed by the engine at once. */
+void gw_conn_drop_requests(gw_conn *c) {
+    for (gw_req *r = c->reqs; r; r = r->next) engine_cancel(gw_srv->eng, r->eid);
+    for (gw_req *r = c->reqs; r; r = r->next) {
+        r->conn = NULL;
+        r->orphan_next = gw_srv->orphans;
+        gw_srv->orphans = r;
+    }
+    gw_srv->n_reqs -= c->n_reqs;
+    c->reqs = NULL;
+    c->n_reqs = 0;
+}
+
+/* Orphans (requests of closed connections) are polled until their final
+ * event so the engine can release their slots. */
+static void drain_orphans(void) {
+    for (gw_req **pp = &gw_srv->orphans; *pp;) {
+        gw_req *r = *pp;
+        engine_event ev;
+        int got;
+        bool gone = false;
+        while ((got = engine_poll(gw_srv->eng, r->eid, &ev)) == 1)
+            if (ev.type == ENGINE_EV_FINISHED || ev.type == ENGINE_EV_ERROR) {
+                gone = true;
+                break;
+            }
+        if (got < 0) gone = true;
+        if (gone) {
+            *pp = r->orphan_next;
+            free(r->acc);
+            free(r);
+            continue;
+        }
+        pp = &r->orphan_next;
+    }
+}
+
+void gw_conn_link(gw_conn *c, struct lws *wsi, int kind) {
+    memset(c, 0, sizeof(*c));
+    c->wsi = wsi;
+    c->kind = kind;
+    c->next = gw_srv->conns;
+    gw_srv->conns = c;
+    gw_srv->n_conns++;
+}
+
+void gw_conn_unlink(gw_conn *c) {
+    for (gw_conn **pp = &gw_srv->conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            gw_srv->n_conns--;
+            break;
+        }
+    gw_conn_drop_requests(c);
+    gw_queue_free(c);
+    free(c->body);
+    c->body = NULL;
+}
+
+/* ---- engine events -> client messages ----------------------------------------- */
+
+static void ws_pump(gw_conn *c) {
+    for (gw_req *r = c->reqs, *next; r; r = next) {
+        next = r->next;
+        engine_event ev;
+        /* backpressure: stop pulling while this client's queue is long; the
+         * engine then pauses only this request */
+        while (c->out_bytes < GW_PUMP_HIGH_WATER && engine_poll(gw_srv->eng, r->eid, &ev) == 1) {
+            char *json = NULL;
+            bool last = false;
+            switch (ev.type) {
+            case ENGINE_EV_STARTED:
+                r->prompt_tokens = ev.prompt_tokens;
+                json = gw_json_start(r->cid, r->session, ev.prompt_tokens, ev.queue_ms);
+                break;
+            case ENGINE_EV_TOKENS:
+                json = gw_json_tokens(r->cid, &ev);
+                gw_srv->tokens_out += (uint64_t)ev.n_tokens;
+                break;
+            case ENGINE_EV_FINISHED:
+                json = gw_json_done(r->cid, r->prompt_tokens, &ev);
+                gw_metrics_finished(&ev);
+                last = true;
+                break;
+            case ENGINE_EV_ERROR:
+                json = gw_json_error(r->cid, "engine_error", ev.message);
+                gw_metrics_error("engine_error");
+                last = true;
+                break;
+            }
+            gw_queue_json(c, json);
+            if (last) {
+                gw_req_remove(c, r);
+                break;
+            }
+        }
+    }
+}
+
+static void pump_all(void) {
+    for (gw_conn *c = gw_srv->conns; c; c = c->next) {
+        if (c->kind == GW_CONN_WS) ws_pump(c);
+        else gw_http_pump(c);
+    }
+    drain_orphans();
+}
+
+void gw_engine_notify(void *user) {
+    (void)user;
+    lws_cancel_service(gw_srv->ctx);
+}
+
+/* ---- WebSocket protocol specd.v1 ---------------------------------------------- */
+
+static void ws_error(gw_conn *c, const char *cid, const char *code, const char *msg) {
+    gw_metrics_error(code);
+    gw_queue_json(c, gw_json_error(cid, code, msg));
+}
+
+static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
+    gw_limits lim = gw_srv->limits;
+    gw_msg m;
+    gw_error er;
+    if (gw_parse(buf, len, &lim, &m, &er) != 0) {
+        ws_error(c, er.id[0] ? er.id : NULL, er.code, er.message);
+        return;
+    }
+    if (m.type == GW_MSG_PING) {
+        gw_queue_json(c, gw_json_pong(m.id));
+    } else if (m.type == GW_MSG_CANCEL) {
+        gw_req *r = gw_req_find(c, m.id);
+        if (!r) ws_error(c, m.id, "unknown_id", "no active request with this id on this connection");
+        else engine_cancel(gw_srv->eng, r->eid);
+    } else if (gw_req_find(c, m.id)) {
+        ws_error(c, m.id, "duplicate_id", "a request with this id is still active on this connection");
+    } else if (c->n_reqs >= gw_srv->cfg.max_requests_per_conn) {
+        ws_error(c, m.id, "too_many_requests", "too many concurrent requests on this connection");
+    } else if (gw_srv->n_reqs >= gw_srv->cfg.max_requests_total) {
+        ws_error(c, m.id, "overloaded", "the server is at its concurrent request limit; retry later");
+    } else if (gw_srv->draining) {
+        ws_error(c, m.id, "shutting_down", "the server is shutting down");
+    } else {
+        char perr[300];
+        if (gw_prepare_prompt(&m, perr, sizeof(perr)) != 0) {
+            ws_error(c, m.id, "invalid_request", perr);
+        } else {
+            engine_request rq = m.req;
+            rq.notify = gw_engine_notify;
+            rq.user = NULL;
+            if (!m.seed_set) rq.seed = gw_random_seed();
+            char eerr[300];
+            uint64_t eid = engine_submit(gw_srv->eng, &rq, eerr, sizeof(eerr));
+            if (!eid) {
+                ws_error(c, m.id, strstr(eerr, "queue is full") ? "overloaded" : "invalid_request", eerr);
+            } else {
+                gw_req *r = gw_req_add(c, eid, m.id);
+                if (!r) {
+                    engine_cancel(gw_srv->eng, eid);
+                    ws_error(c, m.id, "internal", "out of memory");
+                } else {
+                    gw_uuid4(r->session);
+                    gw_srv->requests++;
+                }
+            }
+        }
+    }
+    gw_msg_free(&m);
+}
+
+static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    gw_conn *c = user;
+    switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED:
+        gw_conn_link(c, wsi, GW_CONN_WS);
+        gw_srv->connections++;
+        break;
+    case LWS_CALLBACK_RECEIVE: {
+        if (lws_frame_is_binary(wsi)) {
+            c->rx_binary = true;
+        }
+        if (c->rx_len + len > (size_t)gw_srv->cfg.max_message_bytes) {
+            c->rx_too_big = true;
+        } else {
+            if (c->rx_len + len > c->rx_cap) {
+                size_t cap = c->rx_cap ? c->rx_cap : 4096;
+                while (cap < c->rx_len + len) cap *= 2;
+                char *nb = realloc(c->body, cap + 1);
+                if (!nb) return -1;
+                c->body = nb;
+                c->rx_cap = cap;
+            }
+            memcpy(c->body + c->rx_len, in, len);
+            c->rx_len += len;
+        }
+        if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) break;
+        if (c->rx_binary) ws_error(c, NULL, "binary_frame", "binary frames are not part of specd.v1; send JSON text");
+        else if (c->rx_too_big) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "message larger than the limit of %d bytes", gw_srv->cfg.max_message_bytes);
+            ws_error(c, NULL, "message_too_large", msg);
+        } else {
+            c->body[c->rx_len] = 0;
+            ws_handle_message(c, c->body, c->rx_len);
+        }
+        c->rx_len = 0;
+        c->rx_binary = c->rx_too_big = false;
+        ws_pump(c);
+        break;
+    }
+    case LWS_CALLBACK_SERVER_WRITEABLE: {
+        if (c->out_bytes > gw_srv->cfg.out_limit_bytes) {
+            static const char why[] = "client too slow: output limit exceeded";
+            lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why, sizeof(why) - 1);
+            gw_srv->slow_disconnects++;
+            return -1;
+        }
+        gw_out *o = c->out_head;
+        if (!o) {
+            if (c->closing) return -1;
+            break;
+        }
+        if (lws_write(wsi, o->data + LWS_PRE, o->len, LWS_WRITE_TEXT) < (int)o->len) return -1;
+        c->out_head = o->next;
+        if (!c->out_head) c->out_tail = NULL;
+        c->out_bytes -= o->len;
+        free(o);
+        ws_pump(c);
+        if (c->out_head) lws_callback_on_writable(wsi);
+        break;
+    }
+    case LWS_CALLBACK_CLOSED:
+        gw_conn_unlink(c);
+        break;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        pump_all();
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_signal(int sig) {
+    stop_signal = sig;
+    if (gw_srv && gw_srv->ctx) lws_cancel_service(gw_srv->ctx);
+}
+
+static struct lws_protocols protocols[] = {
+    {"http", gw_cb_http, sizeof(gw_conn), 0, 0, NULL, 0},
+    {"specd.v1", cb_stream, sizeof(gw_conn), 4096, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
+    static gw_server srv;
+    memset(&srv, 0, sizeof(srv));
+    srv.eng = e;
+    srv.cfg = *cfg;
+    gw_srv = &srv;
+    engine_stats es;
+    engine_get_stats(e, &es);
+    srv.limits = gw_limits_default();
+    srv.limits.max_message_bytes = cfg->max_message_bytes;
+    srv.limits.max_tokens_limit = cfg->max_tokens_limit;
+    srv.limits.default_max_tokens = cfg->default_max_tokens;
+    gw_limits_from_engine(&srv.limits, e);
+    if (cfg->web_root[0] && !realpath(cfg->web_root, srv.web_root_real)) {
+        snprintf(err, errlen, "web root %s: %s", cfg->web_root, strerror(errno));
+        return -1;
+    }
+    gw_metrics_init();
+    lws_set_log_level(LLL_ERR, NULL);
+
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof(info));
+    info.port = cfg->port == 0 ? CONTEXT_PORT_NO_LISTEN_SERVER : cfg->port;
+    info.iface = cfg->host;
+    info.protocols = protocols;
+    info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE * 0 |
+                   LWS_SERVER_OPTION_VALIDATE_UTF8;
+    info.count_threads = 1;
+    info.fd_limit_per_thread = (unsigned int)(cfg->max_connections + 64);
+    info.ka_time = 0;
+    info.timeout_secs = 30;
+    if (cfg->port == 0) info.port = gw_pick_port(cfg->host);
+    if (info.port <= 0) {
+        snprintf(err, errlen, "cannot find a free port on %s", cfg->host);
+        return -1;
+    }
+    srv.port = info.port;
+    srv.ctx = lws_create_context(&info);
+    if (!srv.ctx) {
+        snprintf(err, errlen, "cannot listen on %s:%d (in use or not permitted)", cfg->host, info.port);
+        return -1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    printf("specd: serving on http://%s:%d/ (WebSocket ws://%s:%d/v1/stream)\n", cfg->host, srv.port, cfg->host,
+           srv.port);
+    fflush(stdout);
+
+    double drain_deadline = 0;
+    while (lws_service(srv.ctx, 0) >= 0) {
+        if (stop_signal && !srv.draining) {
+            srv.draining = true;
+            drain_deadline = gw_now_ms() + cfg->grace_ms;
+            fprintf(stderr, "specd: %s: finishing %d running requests (grace %d ms)\n",
+                    stop_signal == SIGINT ? "SIGINT" : "SIGTERM", srv.n_reqs, cfg->grace_ms);
+        }
+        if (srv.draining) {
+            pump_all();
+            bool idle = srv.n_reqs == 0;
+            for (gw_conn *c = srv.conns; c && idle; c = c->next) idle = c->out_head == NULL;
+            if (gw_now_ms() > drain_deadline && !srv.cancelled_rest) {
+                for (gw_conn *c = srv.conns; c; c = c->next)
+                    for (gw_req *r = c->reqs; r; r = r->next) engine_cancel(e, r->eid);
+                srv.cancelled_rest = true;
+            }
+            if (idle || gw_now_ms() > drain_deadline + 2000) break;
+        }
+    }
+    lws_context_destroy(srv.ctx);
+    srv.ctx = NULL;
+    drain_orphans();
+    fprintf(stderr, "specd: stopped\n");
+    return 0;
+}

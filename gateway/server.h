@@ -1,0 +1,40 @@
+/* server.h — the specd gateway: ONE libwebsockets event-loop thread serving the
+ * WebSocket streaming protocol (/v1/stream, subprotocol specd.v1), the
+ * OpenAI-compatible HTTP API (with server-sent events), /metrics, /healthz and
+ * the static web pages, in front of the engine thread.
+ *
+ * Threading: gw_run runs the loop on the calling thread. Only that thread
+ * touches connections and writes, and only from WRITEABLE callbacks; the
+ * engine wakes it with lws_cancel_service (its notify callback). */
+#ifndef SPECD_GW_SERVER_H
+#define SPECD_GW_SERVER_H
+
+#include "engine/engine.h"
+
+#include <stddef.h>
+
+typedef struct {
+    char host[128];             /* bind address (127.0.0.1) */
+    int port;                   /* 0 = pick a free port */
+    char web_root[512];         /* static files; "" = none */
+    char allowed_origins[512];  /* comma-separated; "" = same host only */
+    int max_message_bytes;      /* largest client WebSocket message / HTTP body (1 MiB) */
+    int max_requests_per_conn;  /* concurrent requests per connection (64) */
+    int max_requests_total;     /* concurrent requests in the whole server (1024) */
+    int max_connections;        /* open connections (1024) */
+    int max_tokens_limit;       /* largest max_tokens a client may ask for (4096) */
+    int default_max_tokens;     /* when the client gives none (256) */
+    size_t out_limit_bytes;     /* a client that lets this much output pile up is disconnected (8 MiB) */
+    int grace_ms;               /* on SIGINT/SIGTERM: time running requests get to finish (10000) */
+    char model_name[128];       /* reported by /v1/models and responses */
+} gw_config;
+
+gw_config gw_config_default(void);
+
+/* Serves until SIGINT or SIGTERM, then stops accepting, lets running requests
+ * finish up to grace_ms, cancels the rest and returns 0 (or -1 when the
+ * server cannot start, with err filled). Prints one line with the URL when
+ * ready. e must outlive the call. */
+int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen);
+
+#endif

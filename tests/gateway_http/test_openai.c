@@ -1,0 +1,479 @@
+/* test_openai.c — the OpenAI-compatible JSON layer without sockets: valid and
+ * invalid request bodies (every refusal is a 400 in OpenAI's error shape with
+ * the right param and code), the builders' output parsed back by jansson field
+ * by field, SSE framing, /v1/models, and UTF-8 repair. */
+#include "gateway/openai.h"
+#include "tests/testutil.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static gw_limits lim(void) {
+    return (gw_limits){.max_message_bytes = 4096, .max_tokens_limit = 1000, .default_max_tokens = 256,
+                       .gamma_min = 2, .gamma_max = 8, .max_ctx = 0, .has_draft = true};
+}
+
+static json_t *load(const char *s) {
+    json_error_t je;
+    json_t *j = s ? json_loads(s, 0, &je) : NULL;
+    if (!j) fprintf(stderr, "not JSON: %s\n", s ? s : "(null)");
+    return j;
+}
+
+static const char *sget(json_t *o, const char *k) { return json_string_value(json_object_get(o, k)); }
+
+/* Checks an OpenAI error body: {"error":{"message":str,"type":type,"param":param|null,"code":code}}. */
+static void check_error_body(const char *body, const char *type, const char *param, const char *code) {
+    json_t *j = load(body);
+    CHECK(j != NULL);
+    if (!j) return;
+    CHECK(json_object_size(j) == 1);
+    json_t *e = json_object_get(j, "error");
+    CHECK(json_is_object(e) && json_object_size(e) == 4);
+    CHECK(json_is_string(json_object_get(e, "message")) && strlen(sget(e, "message")) > 0);
+    CHECKF(sget(e, "type") && !strcmp(sget(e, "type"), type), "type %s want %s", sget(e, "type"), type);
+    if (param) CHECKF(sget(e, "param") && !strcmp(sget(e, "param"), param), "param %s want %s", sget(e, "param"), param);
+    else CHECKF(json_is_null(json_object_get(e, "param")), "param should be null in %s", body);
+    if (code) CHECKF(sget(e, "code") && !strcmp(sget(e, "code"), code), "code %s want %s", sget(e, "code"), code);
+    json_decref(j);
+}
+
+typedef struct {
+    bool chat;
+    const char *body;
+    const char *param; /* NULL: null */
+    const char *code;
+} bad_case;
+
+static const bad_case bad[] = {
+    {false, "", NULL, "invalid_json"},
+    {false, "{\"prompt\":\"a\"", NULL, "invalid_json"},
+    {false, "{\"prompt\":\"a\",\"prompt\":\"b\"}", NULL, "invalid_json"},
+    {false, "[1,2]", NULL, "wrong_type"},
+    {false, "\"hello\"", NULL, "wrong_type"},
+    {false, "{}", "prompt", "missing_field"},
+    {false, "{\"prompt\":null}", "prompt", "missing_field"},
+    {false, "{\"prompt\":5}", "prompt", "wrong_type"},
+    {false, "{\"prompt\":\"\"}", "prompt", "out_of_range"},
+    {false, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "unsupported"},
+    {false, "{\"prompt\":[1,2,3]}", "prompt", "unsupported"},
+    {false, "{\"prompt\":[5]}", "prompt", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"model\":3}", "model", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"max_tokens\":1001}", "max_tokens", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"max_tokens\":-5}", "max_tokens", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"max_tokens\":\"10\"}", "max_tokens", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"max_tokens\":2.5}", "max_tokens", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"temperature\":-0.1}", "temperature", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"temperature\":2.5}", "temperature", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"temperature\":\"hot\"}", "temperature", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"top_p\":0}", "top_p", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"top_p\":1.5}", "top_p", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"top_k\":-1}", "top_k", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"min_p\":1}", "min_p", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"seed\":\"x\"}", "seed", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"stop\":5}", "stop", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"stop\":[\"\"]}", "stop", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"stop\":[\"a\",7]}", "stop", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"stream\":\"yes\"}", "stream", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":1}}", "stream_options.include_usage",
+     "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"speculation\":true}", "speculation", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"mode\":\"fast\"}}", "speculation.mode", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"mode\":1}}", "speculation.mode", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"gamma\":1}}", "speculation.gamma", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"gamma\":9}}", "speculation.gamma", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"gamma\":\"4\"}}", "speculation.gamma", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"adaptive\":\"no\"}}", "speculation.adaptive", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"content_type\":\"has space\"}", "content_type", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"n\":2}", "n", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"best_of\":3}", "best_of", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"echo\":true}", "echo", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"logprobs\":5}", "logprobs", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"suffix\":\"x\"}", "suffix", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"presence_penalty\":0.5}", "presence_penalty", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"logit_bias\":{\"50256\":-100}}", "logit_bias", "unsupported"},
+    {false, "{\"prompt\":\"a\\u0000b\"}", NULL, "invalid_json"}, /* jansson refuses \u0000 without a flag */
+    {true, "{\"prompt\":\"a\"}", "messages", "missing_field"},
+    {true, "{\"messages\":{}}", "messages", "wrong_type"},
+    {true, "{\"messages\":[]}", "messages", "out_of_range"},
+    {true, "{\"messages\":[5]}", "messages[0]", "wrong_type"},
+    {true, "{\"messages\":[{\"content\":\"hi\"}]}", "messages[0].role", "missing_field"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},{\"role\":\"robot\",\"content\":\"hi\"}]}",
+     "messages[1].role", "out_of_range"},
+    {true, "{\"messages\":[{\"role\":\"user\"}]}", "messages[0].content", "missing_field"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":3}]}", "messages[0].content", "wrong_type"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
+     "messages[0].content", "unsupported"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}",
+     "messages[0].content", "wrong_type"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":0}",
+     "max_completion_tokens", "out_of_range"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\"}]}", "tools",
+     "unsupported"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+     "response_format", "unsupported"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true}", "logprobs", "unsupported"},
+};
+
+static void test_bad_bodies(void) {
+    gw_limits L = lim();
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        oa_request r;
+        oa_error e;
+        memset(&r, 0x5a, sizeof r);
+        int rc = oa_parse(bad[i].chat, bad[i].body, strlen(bad[i].body), &L, &r, &e);
+        CHECKF(rc == -1, "case %zu accepted: %s", i, bad[i].body);
+        if (rc != -1) {
+            oa_request_free(&r);
+            continue;
+        }
+        CHECKF(e.status == 400, "case %zu: status %d", i, e.status);
+        CHECK(r.prompt == NULL && r.messages == NULL && r.model == NULL); /* zeroed on failure */
+        char *js = oa_error_json(&e);
+        check_error_body(js, "invalid_request_error", bad[i].param, bad[i].code);
+        free(js);
+    }
+    /* the size limit: 413 */
+    char big[5000];
+    memset(big, ' ', sizeof big);
+    memcpy(big, "{\"prompt\":\"a\"}", 14);
+    oa_request r;
+    oa_error e;
+    CHECK(oa_parse(false, big, sizeof big, &L, &r, &e) == -1 && e.status == 413);
+    CHECK(!strcmp(e.code, "message_too_large"));
+    char *js = oa_error_json(&e);
+    check_error_body(js, "invalid_request_error", NULL, "message_too_large");
+    free(js);
+    /* draft mode without a draft model */
+    L.has_draft = false;
+    const char *nd = "{\"prompt\":\"a\",\"speculation\":{\"mode\":\"draft\"}}";
+    CHECK(oa_parse(false, nd, strlen(nd), &L, &r, &e) == -1 && e.status == 400 && !strcmp(e.code, "no_draft"));
+    /* max_tokens must leave room in the context */
+    L = lim();
+    L.max_ctx = 128;
+    const char *mt = "{\"prompt\":\"a\",\"max_tokens\":128}";
+    CHECK(oa_parse(false, mt, strlen(mt), &L, &r, &e) == -1 && !strcmp(e.param, "max_tokens"));
+    const char *mt2 = "{\"prompt\":\"a\",\"max_tokens\":127}";
+    CHECK(oa_parse(false, mt2, strlen(mt2), &L, &r, &e) == 0 && r.req.max_tokens == 127);
+    oa_request_free(&r);
+}
+
+static void test_good_bodies(void) {
+    gw_limits L = lim();
+    oa_request r;
+    oa_error e;
+    /* every field */
+    const char *full = "{\"model\":\"stories\",\"prompt\":[\"Once upon\"],\"max_tokens\":12,\"temperature\":0.5,"
+                       "\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":-1,\"stop\":[\"\\n\",\"The end\"],"
+                       "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"n\":1,\"logprobs\":null,"
+                       "\"presence_penalty\":0,\"user\":\"me\",\"speculation\":{\"mode\":\"draft\",\"gamma\":5,"
+                       "\"adaptive\":false},\"content_type\":\"chat\"}";
+    CHECK(oa_parse(false, full, strlen(full), &L, &r, &e) == 0);
+    CHECK(!r.chat && !strcmp(r.model, "stories"));
+    CHECK(r.prompt && !strcmp(r.prompt, "Once upon") && r.req.prompt_text == r.prompt && !r.req.parse_special);
+    CHECK(r.req.max_tokens == 12);
+    CHECK(r.req.sc.temperature == 0.5f && r.req.sc.top_p == 0.9f && r.req.sc.top_k == 40 && r.req.sc.min_p == 0.05f);
+    CHECK(r.seed_set && r.req.seed == UINT64_MAX);
+    CHECK(r.req.stop[0] && !strcmp(r.req.stop[0], "\n") && r.req.stop[1] && !strcmp(r.req.stop[1], "The end"));
+    CHECK(r.req.stop[2] == NULL);
+    CHECK(r.stream && r.include_usage);
+    CHECK(r.req.mode == SPEC_MODE_DRAFT && r.req.gamma == 5 && !r.req.adaptive && r.req.adaptive_set);
+    CHECK(r.req.content_type && !strcmp(r.req.content_type, "chat"));
+    char err[128];
+    CHECK(oa_render_prompt(&r, CHAT_TEMPLATE_CHATML, NULL, err, sizeof err) == 0 && r.req.prompt_text == r.prompt);
+    oa_request_free(&r);
+    CHECK(r.prompt == NULL && r.model == NULL);
+    oa_request_free(&r); /* twice is fine */
+    oa_request_free(NULL);
+
+    /* defaults, nulls as absent, a stop string, integral reals */
+    const char *min = "{\"prompt\":\"hi\",\"temperature\":null,\"stop\":\"END\",\"top_k\":3.0}";
+    CHECK(oa_parse(false, min, strlen(min), &L, &r, &e) == 0);
+    CHECK(!strcmp(r.model, "") && r.req.max_tokens == 256 && r.req.sc.temperature == 1.0f && r.req.sc.top_p == 1.0f);
+    CHECK(r.req.sc.top_k == 3 && r.req.sc.min_p == 0.0f && !r.seed_set && !r.stream && !r.include_usage);
+    CHECK(r.req.mode == SPEC_MODE_AUTO && r.req.gamma == 0 && !r.req.adaptive_set && r.req.content_type == NULL);
+    CHECK(r.req.stop[0] && !strcmp(r.req.stop[0], "END") && r.req.stop[1] == NULL);
+    oa_request_free(&r);
+    /* the default is clamped to the limit */
+    L.max_tokens_limit = 100;
+    CHECK(oa_parse(false, "{\"prompt\":\"x\"}", 14, &L, &r, &e) == 0 && r.req.max_tokens == 100);
+    oa_request_free(&r);
+    L = lim();
+
+    /* chat: developer -> system, text parts joined, assistant null content, max_completion_tokens */
+    const char *chat = "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello\"},"
+                       "{\"type\":\"text\",\"text\":\"there\"}]},{\"role\":\"assistant\",\"content\":null},"
+                       "{\"role\":\"user\",\"content\":\"Again\"}],\"max_completion_tokens\":7}";
+    CHECK(oa_parse(true, chat, strlen(chat), &L, &r, &e) == 0);
+    CHECK(r.chat && r.n_messages == 4 && r.req.max_tokens == 7 && r.req.prompt_text == NULL);
+    CHECK(!strcmp(r.messages[0].role, "system") && !strcmp(r.messages[0].content, "Be brief."));
+    CHECK(!strcmp(r.messages[1].role, "user") && !strcmp(r.messages[1].content, "Hello\nthere"));
+    CHECK(!strcmp(r.messages[2].role, "assistant") && !strcmp(r.messages[2].content, ""));
+    CHECK(oa_render_prompt(&r, CHAT_TEMPLATE_CHATML, NULL, err, sizeof err) == 0);
+    CHECK(r.req.parse_special && r.req.prompt_text == r.rendered);
+    CHECKF(!strcmp(r.rendered, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello\nthere<|im_end|>\n"
+                               "<|im_start|>assistant\n<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n"
+                               "<|im_start|>assistant\n"),
+           "%s", r.rendered);
+    oa_request_free(&r);
+}
+
+static engine_event finished_event(void) {
+    engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = ENGINE_EV_FINISHED;
+    ev.reason = FINISH_LENGTH;
+    ev.completion_tokens = 20;
+    ev.ttft_ms = 12.5;
+    ev.tpot_ms = 1.25;
+    ev.st.verify_steps = 5;
+    ev.st.drafted = 20;
+    ev.st.accepted = 12;
+    ev.st.rejections = 4;
+    ev.st.tokens = 20;
+    ev.st.plain_steps = 3;
+    ev.st.pos_reached[0] = 5, ev.st.pos_accepted[0] = 4;
+    ev.st.pos_reached[1] = 5, ev.st.pos_accepted[1] = 3;
+    ev.st.pos_reached[2] = 4, ev.st.pos_accepted[2] = 3;
+    ev.st.pos_reached[3] = 4, ev.st.pos_accepted[3] = 2;
+    return ev;
+}
+
+static void check_speculation(json_t *s, const engine_event *ev) {
+    CHECK(json_is_object(s));
+    if (!s) return;
+    const spec_stats *st = &ev->st;
+    CHECK(fabs(json_real_value(json_object_get(s, "alpha")) - 12.0 / 16.0) < 1e-12);
+    CHECK(fabs(json_real_value(json_object_get(s, "mean_accepted")) - spec_stats_mean_accepted(st)) < 1e-12);
+    CHECK(fabs(json_real_value(json_object_get(s, "tokens_per_pass")) - spec_stats_tokens_per_pass(st)) < 1e-12);
+    CHECK(fabs(json_real_value(json_object_get(s, "gamma_used")) - 4.0) < 1e-12);
+    CHECK(json_integer_value(json_object_get(s, "verify_steps")) == 5);
+    CHECK(json_integer_value(json_object_get(s, "drafted")) == 20);
+    CHECK(json_integer_value(json_object_get(s, "accepted")) == 12);
+    CHECK(json_integer_value(json_object_get(s, "rejections")) == 4);
+    CHECK(fabs(json_real_value(json_object_get(s, "ttft_ms")) - 12.5) < 1e-12);
+    CHECK(fabs(json_real_value(json_object_get(s, "tpot_ms")) - 1.25) < 1e-12);
+    json_t *pp = json_object_get(s, "per_position");
+    CHECK(json_is_array(pp) && json_array_size(pp) == 4);
+    for (size_t i = 0; i < json_array_size(pp); i++) {
+        json_t *p = json_array_get(pp, i);
+        CHECK(json_integer_value(json_object_get(p, "position")) == (json_int_t)i + 1);
+        CHECK(json_integer_value(json_object_get(p, "drafted")) == (json_int_t)st->pos_reached[i]);
+        CHECK(json_integer_value(json_object_get(p, "accepted")) == (json_int_t)st->pos_accepted[i]);
+    }
+}
+
+static void test_response(void) {
+    engine_event ev = finished_event();
+    time_t now = time(NULL);
+    for (int chat = 0; chat < 2; chat++) {
+        const char text[] = "Once upon a time\xE2\x82"; /* ends in half a character */
+        char *s = oa_response_json(chat, "abc123", "stories", text, sizeof text - 1, &ev, 7);
+        json_t *j = load(s);
+        CHECK(j != NULL);
+        if (j) {
+            CHECK(!strcmp(sget(j, "id"), chat ? "chatcmpl-abc123" : "cmpl-abc123"));
+            CHECK(!strcmp(sget(j, "object"), chat ? "chat.completion" : "text_completion"));
+            json_int_t created = json_integer_value(json_object_get(j, "created"));
+            CHECK(created >= now - 5 && created <= now + 5);
+            CHECK(!strcmp(sget(j, "model"), "stories"));
+            json_t *ch = json_object_get(j, "choices");
+            CHECK(json_is_array(ch) && json_array_size(ch) == 1);
+            json_t *c0 = json_array_get(ch, 0);
+            CHECK(json_integer_value(json_object_get(c0, "index")) == 0);
+            CHECK(!strcmp(sget(c0, "finish_reason"), "length"));
+            CHECK(json_is_null(json_object_get(c0, "logprobs")));
+            const char *got;
+            if (chat) {
+                json_t *m = json_object_get(c0, "message");
+                CHECK(!strcmp(sget(m, "role"), "assistant"));
+                got = sget(m, "content");
+                CHECK(json_object_get(c0, "text") == NULL);
+            } else {
+                got = sget(c0, "text");
+                CHECK(json_object_get(c0, "message") == NULL);
+            }
+            CHECKF(got && !strcmp(got, "Once upon a time\xEF\xBF\xBD"), "text %s", got);
+            json_t *u = json_object_get(j, "usage");
+            CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == 7);
+            CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == 20);
+            CHECK(json_integer_value(json_object_get(u, "total_tokens")) == 27);
+            check_speculation(json_object_get(j, "speculation"), &ev);
+            json_decref(j);
+        }
+        free(s);
+    }
+    /* finish reasons */
+    CHECK(!strcmp(oa_finish_reason(FINISH_STOP), "stop") && !strcmp(oa_finish_reason(FINISH_LENGTH), "length"));
+    /* a request that never speculated: zeros, no NaN, empty per_position */
+    engine_event z;
+    memset(&z, 0, sizeof z);
+    z.reason = FINISH_STOP;
+    char *s = oa_response_json(true, "z", "m", "", 0, &z, 1);
+    json_t *j = load(s);
+    json_t *sp = json_object_get(j, "speculation");
+    CHECK(json_is_number(json_object_get(sp, "alpha")) && json_number_value(json_object_get(sp, "alpha")) == 0);
+    CHECK(json_array_size(json_object_get(sp, "per_position")) == 0);
+    CHECK(!strcmp(sget(json_array_get(json_object_get(j, "choices"), 0), "finish_reason"), "stop"));
+    json_decref(j);
+    free(s);
+}
+
+/* Splits an SSE stream into its events' data payloads; every event must be
+ * exactly "data: <payload>\n\n". Returns the count (at most max), -1 on bad framing. */
+static int sse_split(const char *s, char payload[][4096], int max) {
+    int n = 0;
+    while (*s) {
+        if (strncmp(s, "data: ", 6) != 0 || n == max) return -1;
+        const char *end = strstr(s, "\n\n");
+        if (!end) return -1;
+        size_t len = (size_t)(end - s - 6);
+        if (len >= 4096 || memchr(s + 6, '\n', len)) return -1;
+        memcpy(payload[n], s + 6, len);
+        payload[n][len] = '\0';
+        n++;
+        s = end + 2;
+    }
+    return n;
+}
+
+static void test_sse(void) {
+    static char ev_data[4][4096];
+    for (int chat = 0; chat < 2; chat++) {
+        size_t len = 0;
+        char *c = oa_stream_chunk(chat, "u1", "stories", " there\nwas", 10, &len);
+        CHECK(c && len == strlen(c));
+        CHECK(sse_split(c, ev_data, 4) == 1);
+        json_t *j = load(ev_data[0]);
+        CHECK(j != NULL);
+        if (j) {
+            CHECK(!strcmp(sget(j, "id"), chat ? "chatcmpl-u1" : "cmpl-u1"));
+            CHECK(!strcmp(sget(j, "object"), chat ? "chat.completion.chunk" : "text_completion"));
+            CHECK(!strcmp(sget(j, "model"), "stories"));
+            CHECK(json_is_integer(json_object_get(j, "created")));
+            json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+            CHECK(json_integer_value(json_object_get(c0, "index")) == 0);
+            CHECK(json_is_null(json_object_get(c0, "finish_reason")));
+            if (chat) {
+                json_t *d = json_object_get(c0, "delta");
+                CHECK(!strcmp(sget(d, "content"), " there\nwas") && !strcmp(sget(d, "role"), "assistant"));
+            } else {
+                CHECK(!strcmp(sget(c0, "text"), " there\nwas"));
+            }
+            CHECK(json_object_get(j, "usage") == NULL && json_object_get(j, "speculation") == NULL);
+            json_decref(j);
+        }
+        free(c);
+
+        engine_event ev = finished_event();
+        ev.reason = FINISH_STOP;
+        char *f = oa_stream_final(chat, "u1", "stories", &ev, 9);
+        CHECK(sse_split(f, ev_data, 4) == 2);
+        CHECK(!strcmp(ev_data[1], "[DONE]"));
+        CHECK(strlen(f) >= strlen(OA_SSE_DONE) && !strcmp(f + strlen(f) - strlen(OA_SSE_DONE), OA_SSE_DONE));
+        j = load(ev_data[0]);
+        if (j) {
+            json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+            CHECK(!strcmp(sget(c0, "finish_reason"), "stop"));
+            if (chat) CHECK(json_object_size(json_object_get(c0, "delta")) == 0);
+            else CHECK(!strcmp(sget(c0, "text"), ""));
+            CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 29);
+            check_speculation(json_object_get(j, "speculation"), &ev);
+            json_decref(j);
+        }
+        free(f);
+    }
+    char *e = oa_stream_error("model exploded");
+    CHECK(sse_split(e, ev_data, 4) == 2 && !strcmp(ev_data[1], "[DONE]"));
+    check_error_body(ev_data[0], "server_error", NULL, "engine_error");
+    free(e);
+    /* invalid UTF-8 never breaks a chunk */
+    char *b = oa_stream_chunk(true, "u", "m", "\xFF\xC3", 2, NULL);
+    CHECK(sse_split(b, ev_data, 4) == 1);
+    json_t *j = load(ev_data[0]);
+    CHECK(j && !strcmp(sget(json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta"), "content"),
+                       "\xEF\xBF\xBD\xEF\xBF\xBD"));
+    json_decref(j);
+    free(b);
+}
+
+static void test_models_errors(void) {
+    char *m = oa_models_json("stories260K");
+    json_t *j = load(m);
+    CHECK(j && !strcmp(sget(j, "object"), "list"));
+    json_t *d = json_object_get(j, "data");
+    CHECK(json_array_size(d) == 1);
+    json_t *m0 = json_array_get(d, 0);
+    CHECK(!strcmp(sget(m0, "id"), "stories260K") && !strcmp(sget(m0, "object"), "model"));
+    CHECK(!strcmp(sget(m0, "owned_by"), "specd") && json_is_integer(json_object_get(m0, "created")));
+    json_decref(j);
+    free(m);
+    const char *ids[3] = {"target", NULL, "draft"};
+    m = oa_models_list_json(ids, 3);
+    j = load(m);
+    CHECK(json_array_size(json_object_get(j, "data")) == 2);
+    CHECK(!strcmp(sget(json_array_get(json_object_get(j, "data"), 1), "id"), "draft"));
+    json_decref(j);
+    free(m);
+
+    char *e = oa_simple_error(404, "not_found", "no such endpoint");
+    check_error_body(e, "invalid_request_error", NULL, "not_found");
+    free(e);
+    e = oa_simple_error(503, "shutting_down", "bye");
+    check_error_body(e, "server_error", NULL, "shutting_down");
+    free(e);
+    e = oa_simple_error(429, "overloaded", "later");
+    check_error_body(e, "rate_limit_error", NULL, "overloaded");
+    free(e);
+    oa_error oe = {.status = 400, .code = "x", .type = "custom_error"};
+    snprintf(oe.message, sizeof oe.message, "bad \xC3 byte");
+    e = oa_error_json(&oe);
+    check_error_body(e, "custom_error", NULL, "x");
+    free(e);
+}
+
+static void check_utf8n(const char *in, size_t len, const char *want, size_t want_len) {
+    char out[64];
+    size_t n = oa_utf8_sanitize(out, in, len);
+    CHECKF(n == want_len && memcmp(out, want, n) == 0, "sanitize of %zu bytes gave %zu bytes", len, n);
+}
+#define check_utf8(in, len, want) check_utf8n(in, len, want, sizeof(want) - 1)
+
+static void test_utf8(void) {
+#define R "\xEF\xBF\xBD"
+    check_utf8("abc", 3, "abc");
+    check_utf8("\xC3\xA9", 2, "\xC3\xA9");
+    check_utf8("\xF0\x9F\x98\x80", 4, "\xF0\x9F\x98\x80");
+    check_utf8("\xC3", 1, R);
+    check_utf8("\xE2\x82", 2, R);               /* one maximal subpart */
+    check_utf8("\xE2\x82x", 3, R "x");
+    check_utf8("a\x80" "b", 3, "a" R "b");
+    check_utf8("\xC0\xAF", 2, R R);             /* overlong: C0 is never valid */
+    check_utf8("\xE0\x80\xAF", 3, R R R);       /* overlong 3-byte */
+    check_utf8("\xED\xA0\x80", 3, R R R);       /* surrogate */
+    check_utf8("\xF4\x90\x80\x80", 4, R R R R); /* > U+10FFFF */
+    check_utf8("\xF0\x9F\x98", 3, R);
+    check_utf8("\xFF\xFE", 2, R R);
+    check_utf8("a\0b", 3, "a\0b");
+    char big[300], out[900];
+    memset(big, 0xFF, sizeof big);
+    CHECK(oa_utf8_sanitize(out, big, sizeof big) == 900);
+#undef R
+}
+
+int main(void) {
+    test_bad_bodies();
+    test_good_bodies();
+    test_response();
+    test_sse();
+    test_models_errors();
+    test_utf8();
+    TEST_DONE();
+}

@@ -15,5 +15,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_telemetry(int argc, char **argv);
 
 #endif

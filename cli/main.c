@@ -16,6 +16,7 @@ static const struct {
     {"mkmodel", cmd_mkmodel, "write a llama GGUF with random weights, or widen / re-quantize one"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},
     {"detokenize", cmd_detokenize, "print the text of the token ids on stdin"},
+    {"telemetry", cmd_telemetry, "read back the SQLite speculation telemetry: summary, recent sessions"},
     {"eval", cmd_eval, "write the logits of a token sequence to a file (testing)"},
 };
 

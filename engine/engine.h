@@ -94,6 +94,7 @@ typedef struct {
     bool last_is_correction;       /* the last token corrected a rejected draft */
     bool last_is_bonus;            /* all drafts accepted: the last token is the bonus */
     int text_len;
+    int text_accepted_len;         /* leading bytes of text that came from the accepted draft tokens */
     char text[ENGINE_TEXT_MAX];
     /* finished */
     engine_finish reason;

@@ -30,7 +30,7 @@ typedef struct gw_req {
     struct gw_req *next, *orphan_next;
     uint64_t eid;                 /* engine request id */
     struct gw_conn *conn;
-    char cid[128];                /* the client's id as JSON text */
+    char cid[GW_ID_JSON_MAX];     /* the client's id as JSON text */
     char session[40];             /* uuid */
     /* HTTP requests */
     int api;                      /* GW_HTTP_COMPLETIONS / GW_HTTP_CHAT */

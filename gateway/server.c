@@ -201,11 +201,14 @@ static void ws_pump(gw_conn *c) {
                 gw_metrics_finished(&ev);
                 last = true;
                 break;
-            case ENGINE_EV_ERROR:
-                json = gw_json_error(r->cid, "engine_error", ev.message);
-                gw_metrics_error("engine_error");
+            case ENGINE_EV_ERROR: {
+                /* the engine refuses prompts that can never fit at admission */
+                const char *code = strstr(ev.message, "cannot fit") ? "prompt_too_long" : "engine_error";
+                json = gw_json_error(r->cid, code, ev.message);
+                gw_metrics_error(code);
                 last = true;
                 break;
+            }
             }
             gw_queue_json(c, json);
             if (last) {

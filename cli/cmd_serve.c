@@ -6,6 +6,7 @@
 #include "cli/util.h"
 #include "engine/engine.h"
 #include "engine/mkmodel.h"
+#include "engine/telemetry.h"
 #include "gateway/server.h"
 #include "policy/yamlcfg.h"
 
@@ -37,6 +38,19 @@ static int cfg_int(pol_yaml *y, const char *path, int lo, int hi, int *out, char
     return 0;
 }
 
+static int cfg_bool(pol_yaml *y, const char *path, int *out, char *err, size_t n) {
+    err[0] = 0;
+    const char *v = pol_yaml_scalar(y, path, err, n);
+    if (!v) return err[0] ? -1 : 0;
+    if (!strcmp(v, "true") || !strcmp(v, "yes")) *out = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "no")) *out = 0;
+    else {
+        snprintf(err, n, "config: %s must be true or false, got '%s'", path, v);
+        return -1;
+    }
+    return 0;
+}
+
 static int cfg_str(pol_yaml *y, const char *path, char *out, size_t cap, char *err, size_t n) {
     err[0] = 0;
     const char *v = pol_yaml_scalar(y, path, err, n);
@@ -65,7 +79,8 @@ int cmd_serve(int argc, char **argv) {
     gw_config gc = gw_config_default();
     engine_config ec = engine_config_default();
     char err[1024] = "", tpath[1024] = "", dpath[1024] = "", wroot[512] = "web";
-    int cfg_threads = 0, cfg_running = ec.max_running, cfg_ctx = 0;
+    int cfg_threads = 0, cfg_running = ec.max_running, cfg_ctx = 0, tel_enabled = 0;
+    char tel_path[512] = "telemetry.db";
     if (config_path || access("config.yaml", R_OK) == 0) {
         pol_yaml *y = pol_yaml_load(config_path ? config_path : "config.yaml", err, sizeof(err));
         if (!y) {
@@ -91,7 +106,9 @@ int cmd_serve(int argc, char **argv) {
                  cfg_int(y, "engine.max_ctx", 0, 1 << 20, &cfg_ctx, err, sizeof(err)) ||
                  cfg_int(y, "speculation.gamma_min", 1, GAMMA_MAX, &ec.gamma.gamma_min, err, sizeof(err)) ||
                  cfg_int(y, "speculation.gamma_max", 1, GAMMA_MAX, &ec.gamma.gamma_max, err, sizeof(err)) ||
-                 cfg_int(y, "speculation.gamma_default", 1, GAMMA_MAX, &ec.gamma.gamma_default, err, sizeof(err));
+                 cfg_int(y, "speculation.gamma_default", 1, GAMMA_MAX, &ec.gamma.gamma_default, err, sizeof(err)) ||
+                 cfg_bool(y, "telemetry.enabled", &tel_enabled, err, sizeof(err)) ||
+                 cfg_str(y, "telemetry.path", tel_path, sizeof(tel_path), err, sizeof(err));
         pol_yaml_free(y);
         if (rc) {
             fprintf(stderr, "specd serve: %s\n", err);
@@ -128,13 +145,25 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *base = strrchr(tpath, '/');
     snprintf(gc.model_name, sizeof(gc.model_name), "%s", base ? base + 1 : tpath);
+    telemetry *tel = NULL;
+    if (tel_enabled) {
+        telemetry_config tc = telemetry_config_default();
+        tc.path = tel_path;
+        if (!(tel = telemetry_open(&tc, err, sizeof(err)))) {
+            fprintf(stderr, "specd serve: %s (or set telemetry.enabled: false)\n", err);
+            return 1;
+        }
+        ec.telemetry = tel;
+    }
     engine *e = engine_create(&ec, err, sizeof(err));
     if (!e) {
         fprintf(stderr, "specd serve: %s\n", err);
+        telemetry_close(tel);
         return 1;
     }
     int rc = gw_run(e, &gc, err, sizeof(err));
     if (rc != 0) fprintf(stderr, "specd serve: %s\n", err);
     engine_destroy(e);
+    telemetry_close(tel); /* after the engine: every session-end row is queued, then flushed */
     return rc == 0 ? 0 : 1;
 }

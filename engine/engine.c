@@ -6,8 +6,11 @@
 
 #include "engine/chat.h"
 #include "engine/plan.h"
+#include "engine/rng.h"
+#include "engine/telemetry.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,7 @@ typedef struct req {
     int32_t *stop_ids;
     int n_stop_ids;
     bool adaptive;
+    char content_type[32];
     engine_notify_fn notify;
     void *user;
     bool cancel;                  /* requested by a client */
@@ -38,6 +42,8 @@ typedef struct req {
     char hold[ENGINE_STOP_LEN * 2];/* text held back: may be the start of a stop string */
     int hold_len;
     int n_out;
+    int step_num;
+    char session[40];
     double t_submit, t_admit, t_first, t_last;
     engine_event *ring;           /* (ring_cap) */
     int head, count;
@@ -113,6 +119,7 @@ static engine_event *ring_push(engine *e, req *r) {
     memset(ev, 0, offsetof(engine_event, text));
     ev->text_len = 0;
     ev->id = r->id;
+    memcpy(ev->session, r->session, sizeof(ev->session));
     return ev;
 }
 
@@ -146,6 +153,19 @@ static void finish(engine *e, req *r, engine_finish why, const char *msg) {
     ev->ttft_ms = r->t_first > 0 ? r->t_first - r->t_submit : 0;
     ev->tpot_ms = r->n_out > 1 ? (r->t_last - r->t_first) / (r->n_out - 1) : 0;
     ev->st = st;
+    if (e->cfg.telemetry && r->t_admit > 0) {
+        tel_session_end te = {.generated_tokens = r->n_out, .total_accepted = (int64_t)st.accepted,
+                              .total_rejected = (int64_t)(st.drafted - st.accepted),
+                              .total_target_passes = (int64_t)(st.verify_steps + st.plain_steps),
+                              .rolling_accept_sum = (int)st.accepted, .rolling_accept_n = (int)st.drafted,
+                              .current_gamma = r->prm.gp.gamma_default, .kv_valid_len = r->n_prompt + r->n_out,
+                              .ttft_ms = ev->ttft_ms, .tpot_ms = ev->tpot_ms,
+                              .status = why == FINISH_CANCELLED ? TEL_STATUS_CANCELLED
+                                        : msg                  ? TEL_STATUS_FAILED
+                                                               : TEL_STATUS_COMPLETED};
+        memcpy(te.session_id, r->session, sizeof(te.session_id));
+        telemetry_session_end(e->cfg.telemetry, &te);
+    }
     r->final_pushed = true;
     r->state = RQ_DONE;
     e->done++;
@@ -228,10 +248,16 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         return 0;
     }
     r->adaptive = gp.adaptive;
+    snprintf(r->content_type, sizeof(r->content_type), "%s", rq->content_type ? rq->content_type : "");
     r->max_tokens = rq->max_tokens;
     r->notify = rq->notify;
     r->user = rq->user;
     r->t_submit = eng_now_ms();
+    {
+        static _Atomic uint64_t counter;
+        uint64_t k = atomic_fetch_add(&counter, 1) + 1, t = (uint64_t)(r->t_submit * 1e3);
+        tel_uuid_format(r->session, rng_u64(t, k, 11, 0), rng_u64(t, k, 12, 1));
+    }
     tok_stream_init(&r->ts, e->sp->tok, TOK_DECODE_CONTINUATION * (r->n_prompt > 1));
 
     pthread_mutex_lock(&e->mu);
@@ -492,6 +518,16 @@ static void *engine_main(void *arg) {
             engine_event *ev = ring_push(e, r);
             ev->type = ENGINE_EV_STARTED;
             ev->prompt_tokens = r->n_prompt;
+            if (e->cfg.telemetry) {
+                tel_session ts = {.prompt_tokens = r->n_prompt, .gamma = r->prm.speculate ? r->prm.gp.gamma_default : 0};
+                memcpy(ts.session_id, r->session, sizeof(ts.session_id));
+                memcpy(ts.request_id, r->session, sizeof(ts.request_id));
+                snprintf(ts.content_type, sizeof(ts.content_type), "%s", r->content_type);
+                snprintf(ts.spec_mode, sizeof(ts.spec_mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
+                snprintf(ts.target_id, sizeof(ts.target_id), "%s", e->sp->target_id.id);
+                snprintf(ts.draft_id, sizeof(ts.draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
+                telemetry_session_start(e->cfg.telemetry, &ts);
+            }
             ev->queue_ms = r->t_admit - r->t_submit;
             e->active[e->n_active++] = r;
             if (r->notify) r->notify(r->user);
@@ -578,8 +614,14 @@ static void *engine_main(void *arg) {
                     for (int j = 0; j < e->n_active; j++)
                         if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
                     if (!r) continue;
+                    const spec_step_info *si = &e->binfo[e->bins[b].first + k];
+                    if (step_rc == 0 && e->cfg.telemetry) {
+                        tel_step row;
+                        tel_step_from_info(&row, r->session, ++r->step_num, si);
+                        telemetry_step(e->cfg.telemetry, &row);
+                    }
                     if (step_rc != 0) finish(e, r, FINISH_ERROR, step_err);
-                    else if (e->binfo[e->bins[b].first + k].n_new > 0) emit_tokens(e, r, &e->binfo[e->bins[b].first + k]);
+                    else if (si->n_new > 0) emit_tokens(e, r, si);
                     if (r->notify) r->notify(r->user);
                 }
         }

@@ -47,6 +47,7 @@ typedef struct {
     gamma_params gamma;            /* defaults and bounds for requests */
     float draft_mem_warn_pct;      /* 20 */
     bool calibrate;                /* measure the cost model at start (true) */
+    struct telemetry *telemetry;   /* per-step rows go here (not owned; NULL = off) */
 } engine_config;
 
 engine_config engine_config_default(void);
@@ -83,6 +84,7 @@ const char *engine_finish_name(engine_finish f); /* "length", "stop", "cancelled
 typedef struct {
     engine_ev_type type;
     uint64_t id;
+    char session[40];              /* the request's session uuid (telemetry key), in every event */
     /* started */
     int prompt_tokens;
     double queue_ms;               /* time waiting for admission */

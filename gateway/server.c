@@ -190,6 +190,7 @@ static void ws_pump(gw_conn *c) {
             switch (ev.type) {
             case ENGINE_EV_STARTED:
                 r->prompt_tokens = ev.prompt_tokens;
+                snprintf(r->session, sizeof(r->session), "%s", ev.session); /* the telemetry session */
                 json = gw_json_start(r->cid, r->session, ev.prompt_tokens, ev.queue_ms);
                 break;
             case ENGINE_EV_TOKENS:

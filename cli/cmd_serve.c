@@ -145,6 +145,10 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *base = strrchr(tpath, '/');
     snprintf(gc.model_name, sizeof(gc.model_name), "%s", base ? base + 1 : tpath);
+    const char *dbase = dpath[0] ? strrchr(dpath, '/') : NULL;
+    snprintf(gc.draft_name, sizeof(gc.draft_name), "%s", dbase ? dbase + 1 : dpath);
+    /* the charting library the monitor page uses, installed by npm beside web/ */
+    if (gc.web_root[0]) snprintf(gc.vendor_root, sizeof(gc.vendor_root), "%.480s/../node_modules/uplot/dist", gc.web_root);
     telemetry *tel = NULL;
     if (tel_enabled) {
         telemetry_config tc = telemetry_config_default();
@@ -154,6 +158,7 @@ int cmd_serve(int argc, char **argv) {
             return 1;
         }
         ec.telemetry = tel;
+        gc.telemetry = tel;
     }
     engine *e = engine_create(&ec, err, sizeof(err));
     if (!e) {

@@ -43,6 +43,8 @@ typedef struct req {
     int hold_len;
     int n_out;
     int step_num;
+    int pub_gamma;                /* published under mu after each step */
+    double pub_alpha;
     char session[40];
     double t_submit, t_admit, t_first, t_last;
     engine_event *ring;           /* (ring_cap) */
@@ -77,6 +79,8 @@ struct engine {
     gamma_costs costs_pub;
     /* counters (under mu) */
     uint64_t steps, tokens, done, microbatches;
+    uint64_t accepted_hist[GAMMA_MAX + 1];
+    spec_stats st_run;            /* running requests' statistics, refreshed each step */
     double pad_sum;
     spec_stats st;
 };
@@ -328,6 +332,29 @@ int engine_poll(engine *e, uint64_t id, engine_event *ev) {
     return rc;
 }
 
+int engine_get_sequences(engine *e, engine_seq_info *out, int max) {
+    pthread_mutex_lock(&e->mu);
+    int n = 0;
+    double now = eng_now_ms();
+    for (int i = 0; i < e->n_active && n < max; i++) {
+        const req *r = e->active[i];
+        if (r->final_pushed) continue;
+        engine_seq_info *o = &out[n++];
+        memset(o, 0, sizeof(*o));
+        o->id = r->id;
+        memcpy(o->session, r->session, sizeof(o->session));
+        snprintf(o->content_type, sizeof(o->content_type), "%s", r->content_type[0] ? r->content_type : "chat");
+        snprintf(o->mode, sizeof(o->mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
+        o->prefilling = r->state == RQ_PREFILL;
+        o->gamma = r->pub_gamma;
+        o->alpha = r->pub_alpha;
+        o->tokens = r->n_out;
+        o->tokens_per_s = r->t_first > 0 && now > r->t_first && r->n_out > 1 ? (r->n_out - 1) / ((now - r->t_first) / 1e3) : 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
 void engine_get_stats(engine *e, engine_stats *out) {
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&e->mu);
@@ -343,6 +370,8 @@ void engine_get_stats(engine *e, engine_stats *out) {
     out->mean_microbatches = e->steps ? (double)e->microbatches / (double)e->steps : 0;
     out->padding_ratio = e->steps ? e->pad_sum / (double)e->steps : 0;
     out->st = e->st;
+    spec_stats_add(&out->st, &e->st_run);
+    memcpy(out->accepted_hist, e->accepted_hist, sizeof(out->accepted_hist));
     out->costs = e->costs_pub;
     out->draft_mem_pct = e->sp->draft_mem_pct;
     snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
@@ -496,6 +525,9 @@ static void *engine_main(void *arg) {
             pp = &r->next_wait;
         }
         if (e->quit) break;
+        memset(&e->st_run, 0, sizeof(e->st_run));
+        for (int i = 0; i < e->n_active; i++)
+            if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
         /* 2. admission in FIFO order: a request enters when its prompt plus a
          * reservation for its output fits in both pools */
         while (e->wait_head && e->n_active < e->cfg.max_running) {
@@ -615,6 +647,11 @@ static void *engine_main(void *arg) {
                         if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
                     if (!r) continue;
                     const spec_step_info *si = &e->binfo[e->bins[b].first + k];
+                    if (step_rc == 0) {
+                        r->pub_gamma = si->gamma;
+                        r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
+                        if (si->gamma > 0) e->accepted_hist[si->accepted]++;
+                    }
                     if (step_rc == 0 && e->cfg.telemetry) {
                         tel_step row;
                         tel_step_from_info(&row, r->session, ++r->step_num, si);
@@ -624,6 +661,10 @@ static void *engine_main(void *arg) {
                     else if (si->n_new > 0) emit_tokens(e, r, si);
                     if (r->notify) r->notify(r->user);
                 }
+            /* running requests' statistics so far (finished ones are in e->st) */
+            memset(&e->st_run, 0, sizeof(e->st_run));
+            for (int i = 0; i < e->n_active; i++)
+                if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
         }
     }
     pthread_mutex_unlock(&e->mu);

@@ -135,13 +135,30 @@ typedef struct {
     int kv_free_target, kv_free_draft, kv_total;
     uint64_t steps, tokens, requests_done;
     double mean_microbatches, padding_ratio;
-    spec_stats st;                 /* totals over finished requests */
+    spec_stats st;                 /* totals over finished requests, plus running ones' steps so far */
+    uint64_t accepted_hist[GAMMA_MAX + 1]; /* verify steps by number of accepted drafts */
     gamma_costs costs;
     double draft_mem_pct;
     char target_id[64], draft_id[64];
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);
+
+/* One running (or prefilling) request, as published after each engine step. */
+typedef struct {
+    uint64_t id;
+    char session[40];
+    char content_type[32];
+    char mode[12];                 /* "adaptive", "fixed", "off" */
+    bool prefilling;
+    int gamma;                     /* γ of its last step */
+    double alpha;                  /* its rolling α (-1 before data) */
+    int tokens;                    /* generated so far */
+    double tokens_per_s;           /* since its first token */
+} engine_seq_info;
+
+/* Copies up to max running requests into out; returns how many. Any thread. */
+int engine_get_sequences(engine *e, engine_seq_info *out, int max);
 /* The tokenizer of the loaded pair (immutable; any thread). */
 const tokenizer *engine_tokenizer(const engine *e);
 

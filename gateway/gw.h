@@ -16,7 +16,7 @@
 #define GW_PUMP_HIGH_WATER (256 * 1024) /* stop pulling engine events above this many queued bytes */
 
 enum { GW_OUT_TEXT = 1, GW_OUT_HTTP = 2, GW_OUT_HTTP_FINAL = 3 };
-enum { GW_CONN_WS = 1, GW_CONN_HTTP = 2 };
+enum { GW_CONN_WS = 1, GW_CONN_HTTP = 2, GW_CONN_MONITOR = 3 };
 enum { GW_HTTP_COMPLETIONS = 1, GW_HTTP_CHAT = 2 };
 
 typedef struct gw_out {
@@ -65,11 +65,15 @@ typedef struct {
     gw_config cfg;
     gw_limits limits;
     char web_root_real[PATH_MAX];
+    char vendor_real[PATH_MAX];
     int port;
     gw_conn *conns;
     int n_conns, n_reqs;
     gw_req *orphans;
     bool draining, cancelled_rest;
+    int policy_version;
+    bool policy_reload_ok;
+    char policy_reload_msg[256];
     uint64_t connections, requests, tokens_out, slow_disconnects;
 } gw_server;
 
@@ -92,6 +96,12 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
 void gw_http_pump(gw_conn *c);
 int gw_pick_port(const char *host);
 int gw_origin_allowed(struct lws *wsi);
+int gw_ws_filter(struct lws *wsi, const char *path);
+
+/* monitor.c */
+int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
+void gw_monitor_record(const engine_event *ev);
+void gw_monitor_stop(void);
 
 /* prompt.c: messages -> prompt text with the model's chat template */
 int gw_prepare_prompt(gw_msg *m, char *err, size_t errlen);

@@ -29,6 +29,15 @@ int gw_pick_port(const char *host) {
     return port;
 }
 
+/* WebSocket upgrade filter: the path must match the subprotocol's and the
+ * origin must be allowed. Returns 0 to accept. */
+int gw_ws_filter(struct lws *wsi, const char *path) {
+    char uri[128] = "";
+    lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+    if (strcmp(uri, path) != 0) return 1;
+    return gw_origin_allowed(wsi) ? 0 : 1;
+}
+
 /* Same host (the Origin's host:port equals the Host header) or listed in
  * allowed_origins; no Origin header (non-browser clients) is allowed. */
 int gw_origin_allowed(struct lws *wsi) {
@@ -84,16 +93,22 @@ static int respond_json(gw_conn *c, int status, char *json) {
     return rc;
 }
 
-/* Static file under the web root; refuses anything that resolves outside it. */
+/* Static file under the web root (or, for /vendor/uplot/, the charting
+ * library's dist folder); refuses anything that resolves outside it. */
 static int serve_static(gw_conn *c, const char *uri) {
-    if (!gw_srv->web_root_real[0]) return respond(c, 404, "text/plain", "not found\n", 10);
+    const char *root = gw_srv->web_root_real;
+    if (!strncmp(uri, "/vendor/uplot/", 14)) {
+        root = gw_srv->vendor_real;
+        uri += 13;
+    }
+    if (!root[0]) return respond(c, 404, "text/plain", "not found\n", 10);
     char rel[300], full[PATH_MAX + 300], real[PATH_MAX];
     snprintf(rel, sizeof(rel), "%s", !strcmp(uri, "/") ? "/index.html" : uri);
-    if (strstr(rel, "..") || strchr(rel, '\\')) return respond(c, 403, "text/plain", "forbidden\n", 10);
-    snprintf(full, sizeof(full), "%s%s", gw_srv->web_root_real, rel);
+    if (strstr(rel, "..") || strchr(rel, '\\') || strchr(rel, '%')) return respond(c, 403, "text/plain", "forbidden\n", 10);
+    snprintf(full, sizeof(full), "%s%s", root, rel);
     struct stat st;
-    size_t rl = strlen(gw_srv->web_root_real);
-    if (!realpath(full, real) || strncmp(real, gw_srv->web_root_real, rl) != 0 || (real[rl] != '/' && real[rl]) ||
+    size_t rl = strlen(root);
+    if (!realpath(full, real) || strncmp(real, root, rl) != 0 || (real[rl] != '/' && real[rl]) ||
         stat(real, &st) != 0 || !S_ISREG(st.st_mode))
         return respond(c, 404, "text/plain", "not found\n", 10);
     int n = lws_serve_http_file(c->wsi, real, mime_of(real), NULL, 0);
@@ -198,7 +213,7 @@ void gw_http_pump(gw_conn *c) {
         } else {
             bool err = ev.type == ENGINE_EV_ERROR;
             if (err) gw_metrics_error("engine_error");
-            else gw_metrics_finished(&ev);
+            else gw_metrics_finished(&ev), gw_monitor_record(&ev);
             if (r->stream) {
                 char *fin = err ? oa_stream_error(ev.message)
                                 : oa_stream_final(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name, &ev,
@@ -248,13 +263,8 @@ static int route(gw_conn *c) {
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     gw_conn *c = user;
     switch (reason) {
-    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
-        /* WebSocket upgrades: only /v1/stream with specd.v1, from an allowed origin */
-        char uri[128] = "";
-        lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
-        if (strcmp(uri, "/v1/stream") != 0) return 1;
-        return gw_origin_allowed(wsi) ? 0 : 1;
-    }
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return 1; /* a WebSocket without one of our subprotocols */
     case LWS_CALLBACK_HTTP: {
         if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c); /* keep-alive: a new transaction */
         gw_conn_link(c, wsi, GW_CONN_HTTP);

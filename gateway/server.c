@@ -200,6 +200,7 @@ static void ws_pump(gw_conn *c) {
             case ENGINE_EV_FINISHED:
                 json = gw_json_done(r->cid, r->prompt_tokens, &ev);
                 gw_metrics_finished(&ev);
+                gw_monitor_record(&ev);
                 last = true;
                 break;
             case ENGINE_EV_ERROR: {
@@ -223,7 +224,7 @@ static void ws_pump(gw_conn *c) {
 static void pump_all(void) {
     for (gw_conn *c = gw_srv->conns; c; c = c->next) {
         if (c->kind == GW_CONN_WS) ws_pump(c);
-        else gw_http_pump(c);
+        else if (c->kind == GW_CONN_HTTP) gw_http_pump(c);
     }
     drain_orphans();
 }
@@ -293,6 +294,8 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
 static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     gw_conn *c = user;
     switch (reason) {
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
+        return gw_ws_filter(wsi, "/v1/stream");
     case LWS_CALLBACK_ESTABLISHED:
         gw_conn_link(c, wsi, GW_CONN_WS);
         gw_srv->connections++;
@@ -375,6 +378,7 @@ static void on_signal(int sig) {
 static struct lws_protocols protocols[] = {
     {"http", gw_cb_http, sizeof(gw_conn), 0, 0, NULL, 0},
     {"specd.v1", cb_stream, sizeof(gw_conn), 4096, 0, NULL, 0},
+    {"specd.monitor.v1", gw_cb_monitor, sizeof(gw_conn), 1024, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -395,7 +399,10 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
         snprintf(err, errlen, "web root %s: %s", cfg->web_root, strerror(errno));
         return -1;
     }
+    if (cfg->vendor_root[0] && !realpath(cfg->vendor_root, srv.vendor_real)) srv.vendor_real[0] = 0;
     gw_metrics_init();
+    srv.policy_version = 1;
+    srv.policy_reload_ok = true;
     lws_set_log_level(LLL_ERR, NULL);
 
     struct lws_context_creation_info info;
@@ -450,6 +457,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
             if (idle || gw_now_ms() > drain_deadline + 2000) break;
         }
     }
+    gw_monitor_stop();
     lws_context_destroy(srv.ctx);
     srv.ctx = NULL;
     drain_orphans();

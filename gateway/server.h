@@ -27,6 +27,9 @@ typedef struct {
     size_t out_limit_bytes;     /* a client that lets this much output pile up is disconnected (8 MiB) */
     int grace_ms;               /* on SIGINT/SIGTERM: time running requests get to finish (10000) */
     char model_name[128];       /* reported by /v1/models and responses */
+    char draft_name[128];       /* shown by the monitor ("" = no draft) */
+    char vendor_root[512];      /* /vendor/uplot/ is served from here (node_modules/uplot/dist); "" = none */
+    struct telemetry *telemetry;/* for the monitor's dropped-rows figure (not owned; may be NULL) */
 } gw_config;
 
 gw_config gw_config_default(void);

@@ -1,0 +1,196 @@
+/* config.h — config.yaml as a typed, validated, immutable snapshot (libyaml),
+ * per-(model, content type) γ rules, and a store that swaps snapshots atomically
+ * for hot reload. A leaf module: plain structs, nothing from engine/ or gateway/.
+ *
+ * Every load error is one line "FILE:LINE:COL: what is wrong" (lines and
+ * columns count from 1): YAML syntax, unknown key (with "did you mean 'x'?" for
+ * near misses), wrong type, out-of-range value, gamma_min > gamma_max, missing
+ * model file, duplicate rule, duplicate key. Errors that come from the
+ * environment name the variable instead of a position. */
+#ifndef SPECD_POL_CONFIG_H
+#define SPECD_POL_CONFIG_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define POL_GAMMA_LIMIT 16      /* largest γ any rule may give (= the engine's GAMMA_MAX) */
+#define POL_MAX_ORIGINS 16
+#define POL_MAX_RULES 64
+#define POL_MAX_ENV 8
+
+typedef enum { POL_BACKEND_AUTO = 0, POL_BACKEND_CPU, POL_BACKEND_CUDA } pol_backend;
+/* Same order as the engine's spec_mode (auto, draft, off). */
+typedef enum { POL_SPEC_AUTO = 0, POL_SPEC_DRAFT, POL_SPEC_OFF } pol_spec_mode;
+
+typedef struct {
+    char host[256];                        /* 127.0.0.1 */
+    int port;                              /* 8080; 0 = pick a free port */
+    char web_root[512];                    /* "web"; "" = serve no pages */
+    int n_origins;                         /* allowed WebSocket origins besides the same host */
+    char origins[POL_MAX_ORIGINS][256];    /* "*" = any */
+    char allowed_origins[512];             /* the same, comma-joined (gw_config.allowed_origins) */
+    int max_message_bytes;                 /* 1 MiB */
+    int max_requests_per_connection;       /* 64 */
+    int max_requests_total;                /* 1024 */
+    int max_connections;                   /* 1024 */
+    int max_tokens_limit;                  /* 4096 */
+    int grace_ms;                          /* 10000 */
+    char admin_token[256];                 /* resolved: from admin_token, admin_token_env or SPECD_ADMIN_TOKEN;
+                                            * "" = admin endpoints disabled */
+    char admin_token_env[128];             /* the variable named in the file ("" = none) */
+} pol_server;
+
+typedef struct {
+    char target[1024];                     /* GGUF path; "" = demo pair (the CLI decides) */
+    char draft[1024];                      /* GGUF path; "" = no draft */
+} pol_models;
+
+typedef struct {
+    pol_backend backend;                   /* auto */
+    int threads;                           /* 0 = all online CPUs */
+    int max_batch;                         /* largest verify micro-batch; 0 = max_running */
+    int max_ctx;                           /* 0 = the models' context */
+    int kv_blocks;                         /* per model pool; 0 = room for max_running full contexts */
+    int block_size;                        /* 16 (power of two) */
+    int prefill_chunk;                     /* 256 */
+    int max_running;                       /* 32 */
+} pol_engine;
+
+typedef struct {
+    pol_spec_mode mode;                    /* auto */
+    int gamma_min, gamma_max, gamma_default; /* 2, 8, 4 */
+    bool adaptive;                         /* true */
+    int window;                            /* 20 (1..64) */
+    int warmup;                            /* 5 */
+    double fallback_alpha;                 /* 0.4 */
+    int fallback_steps;                    /* 10 */
+    int probe_interval;                    /* 32 */
+    double padding_cap;                    /* 1.5 */
+    double draft_mem_warn_pct;             /* 20 */
+} pol_speculation;
+
+/* One γ rule (the brief's gamma_policy row). Fields the file leaves out are
+ * inherited from the speculation section (alpha_threshold from fallback_alpha);
+ * an inherited gamma_default is clamped into the rule's [gamma_min, gamma_max]. */
+typedef struct {
+    char model[128];                       /* exact model name, or "*" */
+    char content_type[32];                 /* "chat", "code", "structured", any [a-z0-9_-] name, or "*" */
+    int gamma_min, gamma_max, gamma_default;
+    double alpha_threshold;                /* rolling α below this → fall back to plain decoding */
+    int line;                              /* where it was defined (0 = the built-in default rule) */
+} pol_rule;
+
+typedef struct {
+    bool enabled;                          /* true */
+    char path[1024];                       /* SQLite database, "specd-telemetry.db" */
+    double sample_rate;                    /* fraction of steps recorded, 0..1 (1) */
+    int retention_rows;                    /* step rows kept; 0 = no row limit (1000000) */
+    int retention_days;                    /* step rows younger than this kept; 0 = no age limit (7) */
+    int queue_size;                        /* writer queue capacity in rows (65536) */
+} pol_telemetry;
+
+/* The snapshot. Immutable once returned (readers share it across threads
+ * without locks); read the fields directly. */
+typedef struct pol_config {
+    pol_server server;
+    pol_models models;
+    pol_engine engine;
+    pol_speculation speculation;
+    int n_rules;
+    pol_rule rules[POL_MAX_RULES];         /* in file order */
+    pol_rule default_rule;                 /* "*"/"*" from the speculation section */
+    pol_telemetry telemetry;
+    int n_env;
+    char env_keys[POL_MAX_ENV][40];        /* keys whose value came from the environment, e.g. "server.port" */
+    char source[512];                      /* the file name given to the loader */
+    int version;                           /* 0 until a store publishes it; then 1, 2, ... */
+} pol_config;
+
+/* The environment the loader consults: NULL-terminated "NAME=value" strings
+ * (like environ). Passing NULL for a pol_env * means the process environment
+ * (getenv). Recognised: SPECD_PORT → server.port, SPECD_MODEL → models.target,
+ * SPECD_DRAFT → models.draft, SPECD_ADMIN_TOKEN → server.admin_token, plus the
+ * variable named by server.admin_token_env. */
+typedef struct {
+    const char *const *vars;
+} pol_env;
+
+/* Loads and validates PATH. Returns a new snapshot (the caller owns one
+ * reference: pol_config_free), or NULL with "FILE:LINE:COL: message" in err. A
+ * missing model file is checked with access(R_OK) relative to the current
+ * directory. Thread-safe (no shared state). */
+pol_config *pol_config_load(const char *path, const pol_env *env, char *err, size_t errlen);
+/* The same from memory: `name` is used as FILE in messages. yaml need not be
+ * NUL-terminated; any bytes are accepted (the fuzz target). */
+pol_config *pol_config_load_mem(const char *yaml, size_t len, const char *name, const pol_env *env, char *err,
+                                size_t errlen);
+/* The built-in defaults (what an empty file gives, without environment). */
+pol_config *pol_config_default(void);
+/* Drops one reference (the loader's, or one taken by pol_store_acquire via
+ * pol_store_release); the last one frees. Accepts NULL. */
+void pol_config_free(pol_config *c);
+
+int pol_config_version(const pol_config *c);
+/* True when KEY ("server.port") was set from the environment. */
+bool pol_config_from_env(const pol_config *c, const char *key);
+
+/* The most specific rule for (model, content_type): exact model + exact type >
+ * "*" + exact type > exact model + "*" > "*" + "*" > c->default_rule. Never
+ * NULL; the pointer lives as long as c. model/content_type may be NULL ("*"). */
+const pol_rule *pol_config_rule(const pol_config *c, const char *model, const char *content_type);
+
+/* Lists the settings that differ between old and new but only take effect on a
+ * restart (server.host, server.port, server.web_root, server.max_connections,
+ * server.max_message_bytes, models.*, engine.*, speculation.padding_cap,
+ * speculation.draft_mem_warn_pct, telemetry.enabled, telemetry.path,
+ * telemetry.queue_size) as "needs restart: server.port, models.target" in out
+ * ("" when none). Returns how many. */
+int pol_restart_keys(const pol_config *old_cfg, const pol_config *new_cfg, char *out, size_t n);
+
+/* The schema, for documentation checks and tools: key i as "section.key"
+ * ("policy.rules" stands for the whole list; rule keys are listed as
+ * "policy.rules[].gamma_min" etc.), NULL past the end. *restart (may be NULL)
+ * tells whether it only takes effect on a restart. */
+const char *pol_config_key(int i, bool *restart);
+
+/* ---- store: the live snapshot, swapped atomically ---------------------------
+ * Readers: acquire → read → release (any thread, cheap: one short mutex hold and
+ * an atomic increment; never blocks on a reload in progress, which parses
+ * outside the lock). A reader keeps its snapshot for as long as it holds it;
+ * the old snapshot is freed when its last holder releases it. */
+
+typedef struct {
+    double time;                           /* unix seconds of the last reload attempt (0: none yet) */
+    bool ok;
+    int version;                           /* the version in force after it */
+    char message[1024];                    /* the error, or "reloaded (version N)" + restart note */
+    uint64_t n_ok, n_failed;
+} pol_reload_status;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_mutex_t reload_mu;             /* serialises reloads */
+    pol_config *cur;                       /* holds one reference */
+    pol_reload_status last;
+} pol_store;
+
+/* Takes ownership of cfg (the caller's reference) and publishes it as version 1. */
+void pol_store_init(pol_store *s, pol_config *cfg);
+/* Drops the store's reference (readers still holding theirs keep them valid). */
+void pol_store_destroy(pol_store *s);
+/* A reference to the current snapshot; never NULL after init. */
+const pol_config *pol_store_acquire(pol_store *s);
+void pol_store_release(pol_store *s, const pol_config *c);
+/* Loads and validates PATH (process environment); on success publishes it as
+ * version+1, returns 0 and writes the restart note (or "") to restart_note. On
+ * failure keeps the current snapshot, returns -1 with the error in err. Either
+ * way the result is recorded for pol_store_last_reload. Any thread. */
+int pol_store_reload(pol_store *s, const char *path, char *err, size_t n, char *restart_note, size_t m);
+/* Publishes an already built snapshot (takes ownership) as version+1; writes
+ * the restart note. Returns the new version. */
+int pol_store_swap(pol_store *s, pol_config *cfg, char *restart_note, size_t m);
+void pol_store_last_reload(pol_store *s, pol_reload_status *out);
+
+#endif

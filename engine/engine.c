@@ -8,6 +8,7 @@
 #include "engine/plan.h"
 #include "engine/rng.h"
 #include "engine/telemetry.h"
+#include "policy/config.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,6 +32,7 @@ typedef struct req {
     int32_t *stop_ids;
     int n_stop_ids;
     bool adaptive;
+    bool policy_bounds;           /* γ bounds come from the policy (the request did not fix γ) */
     char content_type[32];
     engine_notify_fn notify;
     void *user;
@@ -80,7 +82,12 @@ struct engine {
     /* counters (under mu) */
     uint64_t steps, tokens, done, microbatches;
     uint64_t accepted_hist[GAMMA_MAX + 1];
-    spec_stats st_run;            /* running requests' statistics, refreshed each step */
+    spec_stats st_run;
+    /* policy: the version the running requests' bounds come from, and the
+     * acceptance each content type has been achieving (the controller's prior) */
+    int policy_version;
+    struct { char type[32]; double alpha; uint64_t n; } ct[16];
+    int n_ct;            /* running requests' statistics, refreshed each step */
     double pad_sum;
     spec_stats st;
 };
@@ -129,6 +136,8 @@ static engine_event *ring_push(engine *e, req *r) {
 
 static int ring_free(const engine *e, const req *r) { return e->cfg.ring_events - r->count; }
 
+static void ct_observe(engine *e, const char *type, const spec_stats *st);
+
 static void req_free(req *r) {
     if (!r) return;
     spec_seq_free(r->seq);
@@ -174,6 +183,7 @@ static void finish(engine *e, req *r, engine_finish why, const char *msg) {
     r->state = RQ_DONE;
     e->done++;
     spec_stats_add(&e->st, &st);
+    ct_observe(e, r->content_type[0] ? r->content_type : "chat", &st);
 }
 
 /* ---- public API ------------------------------------------------------------- */
@@ -252,6 +262,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         return 0;
     }
     r->adaptive = gp.adaptive;
+    r->policy_bounds = rq->gamma == 0;
     snprintf(r->content_type, sizeof(r->content_type), "%s", rq->content_type ? rq->content_type : "");
     r->max_tokens = rq->max_tokens;
     r->notify = rq->notify;
@@ -471,6 +482,57 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
 /* Engine-thread helper: remove active[i] (swap with the last). */
 static void drop_active(engine *e, int i) { e->active[i] = e->active[--e->n_active]; }
 
+/* The rolling α a content type has been achieving (-1 when unknown). */
+static double ct_alpha(const engine *e, const char *type) {
+    for (int i = 0; i < e->n_ct; i++)
+        if (!strcmp(e->ct[i].type, type)) return e->ct[i].n ? e->ct[i].alpha : -1.0;
+    return -1.0;
+}
+
+static void ct_observe(engine *e, const char *type, const spec_stats *st) {
+    uint64_t d = st->accepted + st->rejections;
+    if (!d) return;
+    int i = 0;
+    while (i < e->n_ct && strcmp(e->ct[i].type, type)) i++;
+    if (i == e->n_ct) {
+        if (e->n_ct == 16) return;
+        snprintf(e->ct[e->n_ct++].type, sizeof(e->ct[0].type), "%s", type);
+    }
+    double a = (double)st->accepted / (double)d;
+    e->ct[i].alpha = e->ct[i].n ? 0.8 * e->ct[i].alpha + 0.2 * a : a;
+    e->ct[i].n++;
+}
+
+/* Applies the policy rule for the request's (model, content type) to its γ
+ * bounds — unless the request fixed its own γ — and starts it from the γ its
+ * content type's recent acceptance favours. Engine thread. */
+static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting) {
+    if (!r->prm.speculate || !r->policy_bounds) return;
+    const pol_rule *rule = pol_config_rule(pc, e->cfg.model_name ? e->cfg.model_name : "*",
+                                           r->content_type[0] ? r->content_type : "chat");
+    gamma_params gp = r->prm.gp;
+    gp.gamma_min = rule->gamma_min;
+    gp.gamma_max = rule->gamma_max > e->sp->max_gamma ? e->sp->max_gamma : rule->gamma_max;
+    if (gp.gamma_min > gp.gamma_max) gp.gamma_min = gp.gamma_max;
+    gp.gamma_default = rule->gamma_default < gp.gamma_min ? gp.gamma_min
+                       : rule->gamma_default > gp.gamma_max ? gp.gamma_max : rule->gamma_default;
+    gp.fallback_alpha = (float)rule->alpha_threshold;
+    if (starting) {
+        double a = ct_alpha(e, r->content_type[0] ? r->content_type : "chat");
+        if (a >= 0) { /* prior: the best γ at the acceptance this content type has been getting */
+            double best = -1;
+            for (int g = gp.gamma_min; g <= gp.gamma_max; g++) {
+                double rate = gamma_rate(&e->sp->costs, a, g);
+                if (rate > best) best = rate, gp.gamma_default = g;
+            }
+        }
+        r->prm.gp = gp;
+    } else if (r->seq) {
+        r->prm.gp = gp;
+        gamma_ctl_set_params(&r->seq->ctl, &gp); /* picked up at the next step */
+    }
+}
+
 static int blocks_needed(const engine *e, const req *r) {
     int len = r->n_prompt + r->max_tokens + e->sp->max_gamma + 2;
     return kv_blocks_for(e->sp->tpool, len);
@@ -528,6 +590,14 @@ static void *engine_main(void *arg) {
         memset(&e->st_run, 0, sizeof(e->st_run));
         for (int i = 0; i < e->n_active; i++)
             if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
+        if (e->cfg.policy) {
+            const pol_config *pc = pol_store_acquire(e->cfg.policy);
+            if (pc->version != e->policy_version) {
+                for (int i = 0; i < e->n_active; i++) apply_policy(e, e->active[i], pc, false);
+                e->policy_version = pc->version;
+            }
+            pol_store_release(e->cfg.policy, pc);
+        }
         /* 2. admission in FIFO order: a request enters when its prompt plus a
          * reservation for its output fits in both pools */
         while (e->wait_head && e->n_active < e->cfg.max_running) {
@@ -537,6 +607,11 @@ static void *engine_main(void *arg) {
             e->wait_head = r->next_wait;
             if (!e->wait_head) e->wait_tail = NULL;
             e->n_waiting--;
+            if (e->cfg.policy) {
+                const pol_config *pc = pol_store_acquire(e->cfg.policy);
+                apply_policy(e, r, pc, true);
+                pol_store_release(e->cfg.policy, pc);
+            }
             r->seq = spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, sizeof(err));
             if (!r->seq) {
                 finish(e, r, FINISH_ERROR, err);

@@ -21,6 +21,7 @@
 
 #include "engine/sampler.h"
 #include "engine/spec.h"
+#include "policy/config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,6 +49,8 @@ typedef struct {
     float draft_mem_warn_pct;      /* 20 */
     bool calibrate;                /* measure the cost model at start (true) */
     struct telemetry *telemetry;   /* per-step rows go here (not owned; NULL = off) */
+    pol_store *policy;             /* γ rules per (model, content type), hot-reloadable (not owned; NULL = none) */
+    const char *model_name;        /* the name policy rules match (the target file's base name) */
 } engine_config;
 
 engine_config engine_config_default(void);

@@ -56,6 +56,7 @@ typedef struct gw_conn {
     /* HTTP */
     char path[256];
     bool is_post, headers_sent, finished;
+    bool admin_ok;                /* bearer token matched (admin endpoints) */
     int status;
 } gw_conn;
 
@@ -97,6 +98,13 @@ void gw_http_pump(gw_conn *c);
 int gw_pick_port(const char *host);
 int gw_origin_allowed(struct lws *wsi);
 int gw_ws_filter(struct lws *wsi, const char *path);
+
+/* reload.c: policy reloads (SIGHUP, file change, /admin/reload) and /api/stats */
+void gw_reload_init(void);
+void gw_reload_poll(void);                /* loop thread: handles a pending SIGHUP or file change */
+int gw_reload(const char *why, char *msg, size_t n); /* 0 ok, -1 kept the old policy */
+char *gw_stats_json(void);
+void gw_reload_stop(void);
 
 /* monitor.c */
 int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);

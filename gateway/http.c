@@ -6,6 +6,8 @@
 #include "gateway/openai.h"
 
 #include <arpa/inet.h>
+#include <jansson.h>
+#include "policy/classify.h"
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +153,7 @@ static int start_completion(gw_conn *c, int api) {
         engine_request rq = oq.req;
         rq.notify = gw_engine_notify;
         if (!oq.seed_set) rq.seed = gw_random_seed();
+        if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
         char eerr[300];
         uint64_t eid = engine_submit(gw_srv->eng, &rq, eerr, sizeof(eerr));
         if (!eid) {
@@ -233,11 +236,43 @@ void gw_http_pump(gw_conn *c) {
     }
 }
 
+/* Admin endpoints need "Authorization: Bearer <server.admin_token>"; with no
+ * token configured they are disabled. Responds (401/403) when not allowed. */
+static bool admin_authorized(gw_conn *c) {
+    char token[300] = "";
+    if (gw_srv->cfg.policy) {
+        const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
+        snprintf(token, sizeof(token), "%s", pc->server.admin_token);
+        pol_store_release(gw_srv->cfg.policy, pc);
+    }
+    if (!token[0]) {
+        respond_json(c, 403, oa_simple_error(403, "admin_disabled",
+                                             "admin endpoints are disabled: set server.admin_token or admin_token_env"));
+        return false;
+    }
+    char auth[400] = "";
+    lws_hdr_copy(c->wsi, auth, sizeof(auth), WSI_TOKEN_HTTP_AUTHORIZATION);
+    size_t tl = strlen(token);
+    /* constant-time compare of the bearer token */
+    bool ok = !strncmp(auth, "Bearer ", 7) && strlen(auth + 7) == tl;
+    unsigned diff = 0;
+    for (size_t i = 0; ok && i < tl; i++) diff |= (unsigned)(auth[7 + i] ^ token[i]);
+    if (!ok || diff) {
+        respond_json(c, 401, oa_simple_error(401, "unauthorized", "missing or wrong bearer token"));
+        return false;
+    }
+    return true;
+}
+
 static int route(gw_conn *c) {
     const char *u = c->path;
     if (c->is_post) {
         if (!strcmp(u, "/v1/completions")) return 1;
         if (!strcmp(u, "/v1/chat/completions")) return 2;
+        if (!strcmp(u, "/admin/reload")) {
+            if (!admin_authorized(c)) return c->headers_sent ? 0 : -1;
+            return 3;
+        }
         return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
     }
     if (!strcmp(u, "/healthz")) {
@@ -255,6 +290,7 @@ static int route(gw_conn *c) {
         free(text);
         return rc;
     }
+    if (!strcmp(u, "/api/stats")) return respond_json(c, 200, gw_stats_json());
     if (!strcmp(u, "/v1/models")) return respond_json(c, 200, oa_models_json(gw_srv->cfg.model_name));
     if (!strncmp(u, "/v1/", 4)) return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
     return serve_static(c, u);
@@ -271,6 +307,14 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         snprintf(c->path, sizeof(c->path), "%s", (const char *)in);
         c->is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
         int r = route(c);
+        if (r == 3) { /* /admin/reload: no body needed */
+            char msg[1024];
+            int rc = gw_reload("POST /admin/reload", msg, sizeof(msg));
+            json_t *o = json_pack("{s:b,s:i,s:s}", "ok", rc == 0, "version", gw_srv->policy_version, "message", msg);
+            char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+            json_decref(o);
+            return respond_json(c, rc == 0 ? 200 : 422, body) < 0 ? -1 : 0;
+        }
         if (r == 1 || r == 2) {
             c->status = r; /* which API: the body follows */
             return 0;
@@ -304,6 +348,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             if (!c->body) return -1;
             c->rx_cap = 1;
         }
+        if (c->headers_sent) return 0; /* already answered (admin) */
         return start_completion(c, c->status == 2 ? GW_HTTP_CHAT : GW_HTTP_COMPLETIONS) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE: {
         gw_out *o = c->out_head;

@@ -7,6 +7,7 @@
 #include "gateway/gw.h"
 #include "gateway/metrics.h"
 #include "gateway/protocol.h"
+#include "policy/classify.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -272,6 +273,7 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
             rq.notify = gw_engine_notify;
             rq.user = NULL;
             if (!m.seed_set) rq.seed = gw_random_seed();
+            if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
             char eerr[300];
             uint64_t eid = engine_submit(gw_srv->eng, &rq, eerr, sizeof(eerr));
             if (!eid) {
@@ -359,6 +361,7 @@ static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *us
         break;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         pump_all();
+        gw_reload_poll(); /* a SIGHUP wakes the loop through lws_cancel_service */
         break;
     default:
         break;
@@ -433,6 +436,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    gw_reload_init();
     printf("specd: serving on http://%s:%d/ (WebSocket ws://%s:%d/v1/stream)\n", cfg->host, srv.port, cfg->host,
            srv.port);
     fflush(stdout);
@@ -458,6 +462,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
         }
     }
     gw_monitor_stop();
+    gw_reload_stop();
     lws_context_destroy(srv.ctx);
     srv.ctx = NULL;
     drain_orphans();

@@ -10,6 +10,7 @@
 #define SPECD_GW_SERVER_H
 
 #include "engine/engine.h"
+#include "policy/config.h"
 
 #include <stddef.h>
 
@@ -30,6 +31,8 @@ typedef struct {
     char draft_name[128];       /* shown by the monitor ("" = no draft) */
     char vendor_root[512];      /* /vendor/uplot/ is served from here (node_modules/uplot/dist); "" = none */
     struct telemetry *telemetry;/* for the monitor's dropped-rows figure (not owned; may be NULL) */
+    pol_store *policy;          /* reloaded on SIGHUP, on a change of config_path, and by POST /admin/reload */
+    char config_path[512];      /* "" = no file to reload */
 } gw_config;
 
 gw_config gw_config_default(void);

@@ -1,0 +1,186 @@
+/* reload.c — policy reloads on the loop thread: SIGHUP, a change of the
+ * config file on disk (inotify, checked by a timer) and POST /admin/reload all
+ * end in gw_reload, which builds and validates a new snapshot and swaps it in
+ * atomically (or keeps the old one and reports why). Also /api/stats. */
+#include "gateway/gw.h"
+
+#include "engine/telemetry.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#define RELOAD_POLL_US (500 * LWS_US_PER_MS)
+
+static struct {
+    int inotify_fd, watch;
+    char file[256];
+    lws_sorted_usec_list_t sul;
+    volatile sig_atomic_t hup;
+} rl = {.inotify_fd = -1};
+
+static void on_hup(int sig) {
+    (void)sig;
+    rl.hup = 1;
+    if (gw_srv && gw_srv->ctx) lws_cancel_service(gw_srv->ctx);
+}
+
+/* Mirrors the active rules into telemetry's gamma_policy table. */
+static void mirror_policy(const pol_config *pc) {
+    if (!gw_srv->cfg.telemetry) return;
+    tel_policy_rule rules[POL_MAX_RULES + 1];
+    int n = 0;
+    for (int i = 0; i < pc->n_rules && n < POL_MAX_RULES; i++, n++) {
+        const pol_rule *r = &pc->rules[i];
+        memset(&rules[n], 0, sizeof(rules[n]));
+        snprintf(rules[n].model_id, sizeof(rules[n].model_id), "%s", r->model);
+        snprintf(rules[n].content_type, sizeof(rules[n].content_type), "%s", strcmp(r->content_type, "*") ? r->content_type : "");
+        rules[n].gamma_min = r->gamma_min, rules[n].gamma_max = r->gamma_max, rules[n].gamma_default = r->gamma_default;
+        rules[n].alpha_threshold = r->alpha_threshold;
+    }
+    const pol_rule *d = &pc->default_rule;
+    memset(&rules[n], 0, sizeof(rules[n]));
+    snprintf(rules[n].model_id, sizeof(rules[n].model_id), "*");
+    rules[n].gamma_min = d->gamma_min, rules[n].gamma_max = d->gamma_max, rules[n].gamma_default = d->gamma_default;
+    rules[n].alpha_threshold = d->alpha_threshold;
+    telemetry_policy(gw_srv->cfg.telemetry, rules, n + 1, pc->version);
+}
+
+int gw_reload(const char *why, char *msg, size_t n) {
+    if (!gw_srv->cfg.policy || !gw_srv->cfg.config_path[0]) {
+        snprintf(msg, n, "no config file to reload (started without one)");
+        gw_srv->policy_reload_ok = false;
+        snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
+        return -1;
+    }
+    char err[768] = "", note[512] = "";
+    int rc = pol_store_reload(gw_srv->cfg.policy, gw_srv->cfg.config_path, err, sizeof(err), note, sizeof(note));
+    const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
+    gw_srv->policy_version = pc->version;
+    if (rc == 0) {
+        snprintf(msg, n, "reloaded %s (version %d, %s)%s%s", gw_srv->cfg.config_path, pc->version, why,
+                 note[0] ? "; " : "", note);
+        mirror_policy(pc);
+    } else {
+        snprintf(msg, n, "reload (%s) failed, keeping version %d: %s", why, pc->version, err);
+    }
+    pol_store_release(gw_srv->cfg.policy, pc);
+    gw_srv->policy_reload_ok = rc == 0;
+    snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
+    fprintf(stderr, "specd: %s\n", msg);
+    return rc;
+}
+
+/* Drains inotify events; true when the config file was written or replaced. */
+static bool file_changed(void) {
+    if (rl.inotify_fd < 0) return false;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    bool hit = false;
+    ssize_t len;
+    while ((len = read(rl.inotify_fd, buf, sizeof(buf))) > 0)
+        for (char *p = buf; p < buf + len;) {
+            struct inotify_event *ev = (struct inotify_event *)p;
+            if (ev->len && !strcmp(ev->name, rl.file)) hit = true;
+            p += sizeof(struct inotify_event) + ev->len;
+        }
+    return hit;
+}
+
+void gw_reload_poll(void) {
+    char msg[1024];
+    if (rl.hup) {
+        rl.hup = 0;
+        gw_reload("SIGHUP", msg, sizeof(msg));
+    }
+    if (file_changed()) gw_reload("file changed", msg, sizeof(msg));
+}
+
+static void reload_tick(lws_sorted_usec_list_t *sul) {
+    (void)sul;
+    gw_reload_poll();
+    if (gw_srv->ctx) lws_sul_schedule(gw_srv->ctx, 0, &rl.sul, reload_tick, RELOAD_POLL_US);
+}
+
+void gw_reload_init(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_hup;
+    sigaction(SIGHUP, &sa, NULL);
+    if (gw_srv->cfg.policy) {
+        const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
+        gw_srv->policy_version = pc->version;
+        mirror_policy(pc);
+        pol_store_release(gw_srv->cfg.policy, pc);
+    }
+    if (gw_srv->cfg.config_path[0]) {
+        /* watch the directory: editors and deploy tools replace files by rename */
+        char dir[512], base[512];
+        snprintf(dir, sizeof(dir), "%s", gw_srv->cfg.config_path);
+        snprintf(base, sizeof(base), "%s", gw_srv->cfg.config_path);
+        snprintf(rl.file, sizeof(rl.file), "%s", basename(base));
+        rl.inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        if (rl.inotify_fd >= 0)
+            rl.watch = inotify_add_watch(rl.inotify_fd, dirname(dir), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE);
+        if (rl.inotify_fd >= 0 && rl.watch < 0) {
+            fprintf(stderr, "specd: cannot watch %s for changes (%s); SIGHUP and /admin/reload still reload it\n",
+                    gw_srv->cfg.config_path, strerror(errno));
+            close(rl.inotify_fd);
+            rl.inotify_fd = -1;
+        }
+    }
+    lws_sul_schedule(gw_srv->ctx, 0, &rl.sul, reload_tick, RELOAD_POLL_US);
+}
+
+void gw_reload_stop(void) {
+    lws_sul_cancel(&rl.sul);
+    if (rl.inotify_fd >= 0) close(rl.inotify_fd);
+    rl.inotify_fd = -1;
+}
+
+char *gw_stats_json(void) {
+    engine_stats es;
+    engine_get_stats(gw_srv->eng, &es);
+    json_t *o = json_object();
+    json_object_set_new(o, "running", json_integer(es.running));
+    json_object_set_new(o, "waiting", json_integer(es.waiting));
+    json_object_set_new(o, "prefilling", json_integer(es.prefilling));
+    json_object_set_new(o, "steps", json_integer((json_int_t)es.steps));
+    json_object_set_new(o, "tokens", json_integer((json_int_t)es.tokens));
+    json_object_set_new(o, "requests_done", json_integer((json_int_t)es.requests_done));
+    json_object_set_new(o, "kv_free_target", json_integer(es.kv_free_target));
+    json_object_set_new(o, "kv_free_draft", json_integer(es.kv_free_draft));
+    json_object_set_new(o, "kv_total", json_integer(es.kv_total));
+    json_object_set_new(o, "alpha", json_real(spec_stats_alpha(&es.st)));
+    json_object_set_new(o, "mean_accepted", json_real(spec_stats_mean_accepted(&es.st)));
+    json_object_set_new(o, "verify_steps", json_integer((json_int_t)es.st.verify_steps));
+    json_object_set_new(o, "drafted", json_integer((json_int_t)es.st.drafted));
+    json_object_set_new(o, "accepted", json_integer((json_int_t)es.st.accepted));
+    json_object_set_new(o, "fallbacks", json_integer((json_int_t)es.st.fallbacks));
+    json_object_set_new(o, "kv_resets", json_integer((json_int_t)es.st.kv_resets));
+    json_object_set_new(o, "draft_mem_pct", json_real(es.draft_mem_pct));
+    json_object_set_new(o, "target_id", json_string(es.target_id));
+    json_object_set_new(o, "draft_id", json_string(es.draft_id));
+    json_t *pol = json_object();
+    json_object_set_new(pol, "version", json_integer(gw_srv->policy_version));
+    json_object_set_new(pol, "last_reload_ok", json_boolean(gw_srv->policy_reload_ok));
+    json_object_set_new(pol, "last_reload_message", json_string(gw_srv->policy_reload_msg));
+    json_object_set_new(o, "policy", pol);
+    if (gw_srv->cfg.telemetry) {
+        tel_counters tc;
+        telemetry_counters(gw_srv->cfg.telemetry, &tc);
+        json_t *t = json_object();
+        json_object_set_new(t, "queued", json_integer((json_int_t)tc.queued));
+        json_object_set_new(t, "written", json_integer((json_int_t)tc.written));
+        json_object_set_new(t, "dropped", json_integer((json_int_t)tc.dropped));
+        json_object_set_new(t, "last_error", json_string(tc.last_error));
+        json_object_set_new(o, "telemetry", t);
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}

@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libjansson-dev libwebsockets-dev libyaml-dev libsqlite3-dev
-      python3 python3-numpy python3-scipy python3-websockets)
+      python3 python3-numpy python3-scipy python3-websockets
+      nodejs chromium)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,4 +16,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "deps: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+# npm for the web tests' `npm ci` (NodeSource's nodejs bundles it; Debian's does not)
+if ! command -v npm >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm
 fi

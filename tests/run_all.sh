@@ -6,6 +6,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tests/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
+# node packages from the committed lockfile: uPlot (served by specd at
+# /vendor/uplot/) and playwright-core (drives Debian's chromium in tests/web)
+if [ -f package.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error || { echo "0 passed, 1 failed"; exit 1; }
+fi
 BUILD=${SPECD_TEST_BUILD:-build-test}
 if [ ! -f "$BUILD/build.ninja" ]; then
   meson setup "$BUILD" --buildtype=release >/dev/null || { echo "0 passed, 1 failed"; exit 1; }

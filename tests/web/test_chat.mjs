@@ -1,0 +1,149 @@
+// test_chat.mjs — web/chat.html in a real browser (Debian's chromium through
+// playwright-core) against a real `specd serve` (stories260K + llama2xs): the
+// streamed answer grows over time and equals an independent WebSocket client's
+// greedy output for the same messages, accepted/target runs and stats appear,
+// a second turn sends the history, Stop cancels a long answer, an out-of-policy
+// γ shows the server's error inline and the next message still works.
+import {
+  artifactPath, check, connectWs, generate, launch, main, needBrowser, needSpecd, openPage, startSpecd, waitFor,
+} from './webtest.mjs';
+
+const PROMPT = 'Once upon a time';
+const REPLY = 'Tell me about the dog.';
+
+/** Fills the settings form the way a user would. */
+async function settings(page, s) {
+  for (const [k, v] of Object.entries(s)) {
+    const el = page.locator('#' + k);
+    if ((await el.evaluate((e) => e.tagName)) === 'SELECT') await el.selectOption(String(v));
+    else await el.fill(String(v));
+  }
+}
+
+/** Types text into the message box and presses Enter; returns the new assistant article's locator. */
+async function sendMessage(page, text) {
+  const n = await page.locator('article.msg.assistant, article.msg.error').count();
+  await page.locator('#prompt').fill(text);
+  await page.locator('#prompt').press('Enter');
+  await waitFor(async () => (await page.locator('article.msg').count()) >= n + 2, 5000, 'the message did not appear');
+  return page.locator('article.msg').last();
+}
+
+/** Records (time, text length) of the last assistant message at every DOM change, in the page. */
+async function recordGrowth(page) {
+  await page.evaluate(() => {
+    window.__growth = [];
+    const conv = document.getElementById('conversation');
+    new MutationObserver(() => {
+      const last = conv.querySelector('article.msg:last-of-type .text');
+      if (last) window.__growth.push([performance.now(), last.textContent.length]);
+    }).observe(conv, { childList: true, subtree: true, characterData: true });
+  });
+}
+
+async function run() {
+  const { chromium, WebSocket } = needBrowser();
+  needSpecd();
+  const srv = await startSpecd();
+  const ws = await connectWs(WebSocket, `ws://127.0.0.1:${srv.port}/v1/stream`, 'specd.v1');
+  const ctx = await launch(chromium, srv.port);
+  // the frames the page receives, observed through the browser (not the page's code)
+  const seen = [];
+  ctx.on('page', (p) => p.on('websocket', (w) => w.on('framereceived', (f) => {
+    try { seen.push(JSON.parse(f.payload)); } catch { /* not JSON */ }
+  })));
+  const page = await openPage(ctx, srv.url + 'chat.html');
+  await waitFor(() => page.evaluate(() => document.body.dataset.conn === 'open'), 10000, 'chat socket never opened');
+  check(await page.locator('#stop').isDisabled(), 'Stop is enabled with nothing running');
+
+  // 1. a greedy answer, streamed, equal to an independent client's
+  const base = { temperature: 0, top_p: 1, max_tokens: 120, seed: 7, mode: 'auto', gamma: '', gamma_control: '', content_type: '' };
+  await settings(page, base);
+  await recordGrowth(page);
+  const a1 = await sendMessage(page, PROMPT);
+  await waitFor(() => a1.evaluate((e) => !!e.dataset.finish), 30000, 'first answer never finished');
+  const text1 = await a1.locator('.text').textContent();
+  const ref1 = await generate(ws, {
+    id: 'ref1', messages: [{ role: 'user', content: PROMPT }], temperature: 0, top_p: 1, max_tokens: 120, seed: 7,
+    speculation: { mode: 'auto' },
+  });
+  check(ref1.done, `reference request failed: ${JSON.stringify(ref1.error)}`);
+  check(text1 === ref1.text, `page text differs from the direct client's:\n page: ${JSON.stringify(text1)}\n ws:   ${JSON.stringify(ref1.text)}`);
+  check(text1.length > 40, `answer too short: ${JSON.stringify(text1)}`);
+  const growth = await page.evaluate(() => window.__growth);
+  const lengths = [...new Set(growth.map((g) => g[1]).filter((l) => l > 0))];
+  check(lengths.length >= 5, `text did not grow in steps (lengths seen: ${lengths})`);
+  check(lengths.every((l, i) => i === 0 || l > lengths[i - 1]), `text shrank while streaming: ${lengths}`);
+  // colouring follows the frames the page got (γ is picked from measured
+  // timings, so the split into steps differs from run to run; the text does not)
+  const id1 = await a1.getAttribute('data-id');
+  const got = seen.filter((f) => f.id === id1 && f.type === 'tokens');
+  check(got.length >= 5 && Number(await a1.getAttribute('data-frames')) === got.length,
+    `page counted ${await a1.getAttribute('data-frames')} tokens frames, the browser received ${got.length}`);
+  check(got.map((f) => f.text).join('') === text1, 'page text differs from the frames it received');
+  const nd = await a1.locator('.text span.d').count(), nt = await a1.locator('.text span.t').count();
+  check(nd > 0 && nt > 0, `expected both accepted-draft and target runs, got ${nd} and ${nt}`);
+  const draftText = (await a1.locator('.text span.d').allTextContents()).join('');
+  const wantDraft = got.reduce((n, f) => n + f.accepted_bytes, 0);
+  check(wantDraft > 0 && Buffer.byteLength(draftText) === wantDraft,
+    `draft-coloured bytes ${Buffer.byteLength(draftText)} != sum of accepted_bytes ${wantDraft}`);
+  const bg = await a1.locator('.text span.d').first().evaluate((e) => getComputedStyle(e).backgroundColor);
+  check(bg !== 'rgba(0, 0, 0, 0)', 'accepted-draft runs are not coloured');
+  const stats = await a1.locator('.stats').textContent();
+  for (const w of ['TTFT', 'TPOT', 'α', 'mean accepted', '120 tokens']) check(stats.includes(w), `stats lack "${w}": ${stats}`);
+  // the colour toggle switches the backgrounds off and on
+  await page.locator('#colour').uncheck();
+  check((await a1.locator('.text span.d').first().evaluate((e) => getComputedStyle(e).backgroundColor)) === 'rgba(0, 0, 0, 0)',
+    'colour toggle did not switch the colouring off');
+  await page.locator('#colour').check();
+  await page.screenshot({ path: artifactPath('web-chat.png'), fullPage: true });
+
+  // 2. a second turn carries the history
+  await settings(page, { max_tokens: 40 });
+  const a2 = await sendMessage(page, REPLY);
+  await waitFor(() => a2.evaluate((e) => !!e.dataset.finish), 30000, 'second answer never finished');
+  const ref2 = await generate(ws, {
+    id: 'ref2', temperature: 0, top_p: 1, max_tokens: 40, seed: 7, speculation: { mode: 'auto' },
+    messages: [{ role: 'user', content: PROMPT }, { role: 'assistant', content: ref1.text }, { role: 'user', content: REPLY }],
+  });
+  check(ref2.done, `reference request 2 failed: ${JSON.stringify(ref2.error)}`);
+  check((await a2.locator('.text').textContent()) === ref2.text, 'second turn differs from the direct client given the same history');
+
+  // 3. Stop cancels a long answer
+  // (a fresh conversation keeps the prompt short; greedy from it runs to max_tokens, no EOS)
+  await page.locator('#clear').click();
+  check((await page.locator('article.msg').count()) === 0, 'New conversation left messages behind');
+  await settings(page, { max_tokens: 2000 });
+  const a3 = await sendMessage(page, 'The little bird');
+  await waitFor(async () => ((await a3.locator('.text').textContent()) || '').length > 20, 20000, 'long answer did not start');
+  check(await page.locator('#send').isDisabled(), 'Send is enabled while an answer streams');
+  await page.locator('#stop').click();
+  await waitFor(() => a3.evaluate((e) => !!e.dataset.finish), 20000, 'stop did not end the answer');
+  check((await a3.getAttribute('data-finish')) === 'cancelled', `finish after stop: ${await a3.getAttribute('data-finish')}`);
+  const stopped = await a3.locator('.stats').textContent();
+  const m = /(\d+) tokens/.exec(stopped);
+  check(m && Number(m[1]) < 2000, `stopped answer still produced all tokens: ${stopped}`);
+  check(stopped.includes('stopped'), `stats do not say it was stopped: ${stopped}`);
+  check(!(await page.locator('#send').isDisabled()), 'Send stays disabled after stop');
+
+  // 4. an out-of-policy γ: the server's error inline, then the page still works
+  await settings(page, { max_tokens: 30, temperature: 0, seed: 7, gamma: 99, gamma_control: 'fixed' });
+  const a4 = await sendMessage(page, 'Hello');
+  await waitFor(() => a4.evaluate((e) => e.classList.contains('error')), 10000, 'no inline error for γ = 99');
+  const err = await a4.textContent();
+  check(/gamma/.test(err) && /out_of_range/.test(err), `error text does not carry the server's message: ${err}`);
+  check((await a4.getAttribute('role')) === 'alert', 'inline error is not announced (role=alert)');
+  await page.screenshot({ path: artifactPath('web-chat-error.png'), fullPage: true });
+  await settings(page, { gamma: '', gamma_control: '' });
+  const a5 = await sendMessage(page, 'Hello');
+  await waitFor(() => a5.evaluate((e) => !!e.dataset.finish || e.classList.contains('error')), 30000, 'message after the error never finished');
+  check((await a5.getAttribute('data-finish')) === 'length', `message after the error: ${await a5.textContent()}`);
+  check(((await a5.locator('.text').textContent()) || '').length > 0, 'message after the error produced no text');
+
+  check(page.problems.length === 0, `page problems: ${page.problems.join('; ')}`);
+  check(ctx.external.length === 0, `the page reached outside the server: ${ctx.external.join(', ')}`);
+  const rc = await srv.stop('SIGTERM');
+  check(rc.code === 0, `specd serve exited ${JSON.stringify(rc)}\n${srv.log()}`);
+}
+
+main(run);

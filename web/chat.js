@@ -1,0 +1,212 @@
+// chat.js — the chat page (chat.html): keeps the conversation, sends it as
+// "messages" in a generate frame on the /v1/stream WebSocket (subprotocol
+// specd.v1), streams the answer in coloured runs (accepted draft text vs
+// target text, from each tokens frame's accepted_bytes), cancels on Stop,
+// shows the done frame's stats and any server error inline.
+import { ReconnectingSocket, fmt, fmtMs, showConnState, splitAccepted, wsUrl } from './common.js';
+
+const $ = (id) => document.getElementById(id);
+const conv = $('conversation');
+const SETTINGS = ['temperature', 'top_p', 'max_tokens', 'seed', 'mode', 'gamma', 'gamma_control', 'content_type', 'system'];
+const KEY = 'specd.chat.';
+
+let history = [];   // finished turns: {role, content}
+let current = null; // the request in flight: {id, userEl, el, textEl, text, frames}
+let seq = 0;
+const idPrefix = Math.random().toString(36).slice(2, 8);
+
+/* ---- settings ------------------------------------------------------------- */
+for (const k of SETTINGS) {
+  const v = localStorage.getItem(KEY + k);
+  if (v !== null) $(k).value = v;
+  $(k).addEventListener('change', () => localStorage.setItem(KEY + k, $(k).value));
+}
+const colourBox = $('colour');
+colourBox.checked = localStorage.getItem(KEY + 'colour') !== '0';
+conv.classList.toggle('colour', colourBox.checked);
+colourBox.addEventListener('change', () => {
+  conv.classList.toggle('colour', colourBox.checked);
+  localStorage.setItem(KEY + 'colour', colourBox.checked ? '1' : '0');
+});
+
+/** The number in input `id`, or undefined when it is empty (= server default). */
+function numberField(id) {
+  const el = $(id);
+  if (el.value.trim() === '') return undefined;
+  const v = Number(el.value);
+  return Number.isFinite(v) ? v : undefined;
+}
+
+function buildRequest(id, messages) {
+  const req = { type: 'generate', id, messages };
+  for (const k of ['temperature', 'top_p', 'max_tokens', 'seed']) {
+    const v = numberField(k);
+    if (v !== undefined) req[k] = v;
+  }
+  const spec = { mode: $('mode').value };
+  const g = numberField('gamma');
+  if (g !== undefined) spec.gamma = g;
+  if ($('gamma_control').value) spec.adaptive = $('gamma_control').value === 'adaptive';
+  req.speculation = spec;
+  if ($('content_type').value) req.content_type = $('content_type').value;
+  return req;
+}
+
+/* ---- conversation view ---------------------------------------------------- */
+function addMessage(kind, who, text) {
+  $('placeholder')?.remove();
+  const el = document.createElement('article');
+  el.className = `msg ${kind}`;
+  const h = document.createElement('div');
+  h.className = 'who';
+  h.textContent = who;
+  const body = document.createElement('div');
+  body.className = 'text';
+  if (text) body.textContent = text;
+  el.append(h, body);
+  conv.appendChild(el);
+  el.scrollIntoView({ block: 'end' });
+  return el;
+}
+
+/** Appends s to the last run of textEl when it has class cls, else starts a new run. */
+function appendRun(textEl, cls, s) {
+  if (!s) return;
+  const last = textEl.lastElementChild;
+  if (last && last.className === cls) last.firstChild.appendData(s);
+  else {
+    const span = document.createElement('span');
+    span.className = cls;
+    span.textContent = s;
+    textEl.appendChild(span);
+  }
+}
+
+function showError(el, code, message) {
+  el.className = 'msg error';
+  el.setAttribute('role', 'alert');
+  el.querySelector('.who').textContent = 'error';
+  const body = el.querySelector('.text');
+  body.textContent = code ? `${message} (${code})` : message;
+}
+
+function setBusy(busy) {
+  $('send').disabled = busy;
+  $('stop').disabled = !busy;
+  document.body.dataset.busy = busy ? '1' : '0';
+}
+
+/* ---- protocol ------------------------------------------------------------- */
+function onFrame(f) {
+  if (!current || f.id !== current.id) {
+    // an error that names no request (bad frame) still deserves a line
+    if (f.type === 'error' && (f.id === undefined || f.id === null)) showError(addMessage('error', 'error'), f.code, f.message);
+    return;
+  }
+  const c = current;
+  if (f.type === 'start') {
+    c.session = f.session;
+    c.el.dataset.session = f.session || '';
+  } else if (f.type === 'tokens') {
+    const [draft, target] = splitAccepted(f.text || '', f.accepted_bytes);
+    appendRun(c.textEl, 'd', draft);
+    appendRun(c.textEl, 't', target);
+    c.text += f.text || '';
+    c.frames++;
+    c.el.dataset.frames = String(c.frames);
+  } else if (f.type === 'done') {
+    finish(f);
+  } else if (f.type === 'error') {
+    if (f.code === 'unknown_id' && c.cancelSent) return; // the cancel raced the end; done follows or came
+    showError(c.el, f.code, f.message);
+    c.userEl.classList.add('failed');
+    c.userEl.title = 'Not sent again with later messages: the server refused it.';
+    current = null;
+    setBusy(false);
+  }
+}
+
+function finish(d) {
+  const c = current;
+  current = null;
+  history.push({ role: 'user', content: c.userText }, { role: 'assistant', content: c.text });
+  const parts = [`TTFT ${fmtMs(d.ttft_ms)}`, `TPOT ${fmtMs(d.tpot_ms)}`];
+  if (d.speculation && d.speculation.verify_steps > 0) {
+    parts.push(`α ${fmt(d.alpha, 2)}`, `mean accepted ${fmt(d.mean_accepted, 2)}`, `γ ${fmt(d.gamma_used, 1)}`);
+  } else parts.push('no speculation');
+  parts.push(`${d.usage ? d.usage.completion_tokens : '?'} tokens`);
+  const why = { length: 'max tokens reached', stop: 'finished', cancelled: 'stopped', error: 'engine error' }[d.finish_reason];
+  parts.push(why || d.finish_reason);
+  const p = document.createElement('p');
+  p.className = 'stats';
+  p.textContent = parts.join(' · ');
+  c.el.appendChild(p);
+  c.el.dataset.finish = d.finish_reason;
+  setBusy(false);
+}
+
+function send(text) {
+  if (current) return;
+  const id = `${idPrefix}-${++seq}`;
+  const messages = [];
+  const sys = $('system').value.trim();
+  if (sys) messages.push({ role: 'system', content: sys });
+  messages.push(...history, { role: 'user', content: text });
+  const userEl = addMessage('user', 'you', text);
+  const el = addMessage('assistant', 'specd');
+  current = { id, userText: text, userEl, el, textEl: el.querySelector('.text'), text: '', frames: 0, cancelSent: false };
+  el.dataset.id = id;
+  if (!sock.send(buildRequest(id, messages))) {
+    showError(el, '', 'Not connected to the server; the message was not sent. It reconnects by itself — try again in a moment.');
+    userEl.classList.add('failed');
+    current = null;
+    return;
+  }
+  setBusy(true);
+}
+
+/* ---- wiring --------------------------------------------------------------- */
+const sock = new ReconnectingSocket(wsUrl('/v1/stream'), 'specd.v1', {
+  onMessage: onFrame,
+  onState: (state, info) => {
+    showConnState($('conn'), state, info);
+    document.body.dataset.conn = state;
+    if (state === 'closed' && current) {
+      showError(current.el, '', 'The connection to the server was lost during this answer.');
+      current.userEl.classList.add('failed');
+      current = null;
+      setBusy(false);
+    }
+  },
+});
+
+$('composer').addEventListener('submit', (e) => {
+  e.preventDefault();
+  const text = $('prompt').value;
+  if (!text.trim() || current) return;
+  $('prompt').value = '';
+  send(text);
+});
+$('prompt').addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    $('composer').requestSubmit();
+  }
+});
+$('stop').addEventListener('click', () => {
+  if (!current) return;
+  current.cancelSent = true;
+  sock.send({ type: 'cancel', id: current.id });
+});
+$('clear').addEventListener('click', () => {
+  if (current) return;
+  history = [];
+  conv.replaceChildren();
+  const p = document.createElement('p');
+  p.className = 'placeholder';
+  p.id = 'placeholder';
+  p.textContent = 'New conversation.';
+  conv.appendChild(p);
+});
+setBusy(false);
+sock.start();

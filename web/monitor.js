@@ -1,0 +1,250 @@
+// monitor.js — the live monitor page (index.html): reads JSON snapshots from
+// the /v1/monitor WebSocket (subprotocol specd.monitor.v1), keeps the last few
+// minutes of them for the uPlot charts, and updates the tiles, the banner and
+// the running-sequence table in place. Reconnects by itself (common.js).
+import { ReconnectingSocket, costPerMillion, fmt, fmtMs, fmtUsd, showConnState, wsUrl } from './common.js';
+
+const WINDOW_S = 300; // seconds of history in the time charts
+const PRICE_KEY = 'specd.monitor.price_per_hour';
+const DEFAULT_PRICE = 8; // USD/h: the brief's 4×A100 cost table ($39.68 per 1M at 56 tok/s)
+
+// uPlot is served by specd from node_modules (/vendor/uplot/); without it the
+// page still shows every number, only the charts are missing.
+let uPlot = null;
+try {
+  uPlot = (await import('/vendor/uplot/uPlot.esm.js')).default;
+} catch (e) {
+  for (const box of document.querySelectorAll('.chart-box')) box.textContent = 'Chart library not available.';
+}
+
+const $ = (id) => document.getElementById(id);
+const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+
+/* ---- time series ---------------------------------------------------------- */
+// Column arrays in uPlot's layout: x (unix seconds) then one array per value.
+const series = {
+  x: [], tps: [], alpha: [], meanAcc: [], ttft50: [], ttft99: [], tpot50: [], tpot99: [],
+};
+const fmtNum = (v) => fmtMs(v).replace(' ms', '');
+const num = (v) => (v === null || v === undefined || !Number.isFinite(Number(v)) ? null : Number(v));
+
+function pushPoint(t, s) {
+  series.x.push(t);
+  series.tps.push(s ? num(s.tokens_per_s) : null);
+  series.alpha.push(s ? num(s.alpha) : null);
+  series.meanAcc.push(s ? num(s.mean_accepted) : null);
+  series.ttft50.push(s ? num(s.ttft_ms?.p50) : null);
+  series.ttft99.push(s ? num(s.ttft_ms?.p99) : null);
+  series.tpot50.push(s ? num(s.tpot_ms?.p50) : null);
+  series.tpot99.push(s ? num(s.tpot_ms?.p99) : null);
+  while (series.x.length && series.x[0] < t - WINDOW_S) for (const k in series) series[k].shift();
+}
+
+/* ---- charts --------------------------------------------------------------- */
+const charts = [];
+
+function axisStyle() {
+  return { stroke: css('--muted'), grid: { stroke: css('--line'), width: 1 }, ticks: { stroke: css('--line') } };
+}
+
+function makeChart(boxId, opts, data) {
+  if (!uPlot) return null;
+  const box = $(boxId);
+  const u = new uPlot({ width: Math.max(200, box.clientWidth), height: 180, legend: { live: false }, ...opts }, data, box);
+  new ResizeObserver(() => u.setSize({ width: Math.max(200, box.clientWidth), height: 180 })).observe(box);
+  charts.push(u);
+  return u;
+}
+
+const line = (label, colour, extra = {}) => ({ label, stroke: colour, width: 2, spanGaps: false, points: { show: false }, ...extra });
+
+const chartTps = makeChart('chart-tps', {
+  series: [{}, line('tokens/s', css('--s1'), { fill: css('--s1') + '22', value: (u, v) => fmt(v, 1) })],
+  axes: [axisStyle(), axisStyle()],
+  scales: { y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+}, [series.x, series.tps]);
+
+const chartAlpha = makeChart('chart-alpha', {
+  series: [{},
+    line('α', css('--s1'), { scale: 'a', value: (u, v) => fmt(v, 2) }),
+    line('mean accepted', css('--s2'), { scale: 'm', value: (u, v) => fmt(v, 2) })],
+  axes: [axisStyle(), { ...axisStyle(), scale: 'a' }, { ...axisStyle(), scale: 'm', side: 1, grid: { show: false } }],
+  scales: { a: { range: [0, 1] }, m: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max))] } },
+}, [series.x, series.alpha, series.meanAcc]);
+
+const chartLat = makeChart('chart-lat', {
+  series: [{},
+    line('TTFT p50', css('--s1'), { value: (u, v) => fmt(v, 1) }),
+    line('TTFT p99', css('--s1'), { dash: [6, 4], value: (u, v) => fmt(v, 1) }),
+    line('TPOT p50', css('--s3'), { value: (u, v) => fmt(v, 2) }),
+    line('TPOT p99', css('--s3'), { dash: [6, 4], value: (u, v) => fmt(v, 2) })],
+  axes: [axisStyle(), axisStyle()],
+  scales: { y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+}, [series.x, series.ttft50, series.ttft99, series.tpot50, series.tpot99]);
+
+const chartHist = makeChart('chart-hist', {
+  scales: { x: { time: false, range: (u, min, max) => [min - 0.5, max + 0.5] }, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+  series: [{ label: 'accepted' },
+    { label: 'verify steps', stroke: css('--s4'), fill: css('--s4') + '88', width: 1,
+      paths: uPlot ? uPlot.paths.bars({ size: [0.7, 60] }) : undefined, points: { show: false } }],
+  axes: [{ ...axisStyle(), incrs: [1], values: (u, vals) => vals.map((v) => String(v)) }, axisStyle()],
+}, [[0], [0]]);
+
+function redrawCharts() {
+  const data = [series.x, series.tps];
+  if (chartTps) chartTps.setData(data);
+  if (chartAlpha) chartAlpha.setData([series.x, series.alpha, series.meanAcc]);
+  if (chartLat) chartLat.setData([series.x, series.ttft50, series.ttft99, series.tpot50, series.tpot99]);
+  // for tests and curious users: how many snapshot points the time charts hold
+  $('chart-tps').dataset.points = String(series.tps.filter((v) => v !== null).length);
+}
+
+/* ---- tiles, banner, tables ------------------------------------------------ */
+function setText(id, text) {
+  const el = $(id);
+  if (el.textContent !== text) el.textContent = text;
+}
+
+function showKv(id, kv) {
+  const meter = $(id);
+  const total = kv && kv.total > 0 ? kv.total : 0;
+  meter.max = Math.max(1, total);
+  meter.value = kv ? kv.used : 0;
+  setText('v-' + id, kv ? `${kv.used} used / ${kv.free} free of ${kv.total}` : '—');
+}
+
+let lastTps = null;
+function showCost() {
+  const price = Number($('price').value);
+  const c = costPerMillion(price, lastTps);
+  setText('v-cost', lastTps !== null && lastTps <= 0 ? 'idle' : fmtUsd(c));
+  const busy = series.tps.filter((v) => v !== null && v > 0);
+  const avg = busy.length ? busy.reduce((a, b) => a + b, 0) / busy.length : null;
+  setText('v-cost-avg', avg ? `${fmtUsd(costPerMillion(price, avg))} at the ${WINDOW_S / 60}-min busy average (${fmt(avg, 0)} tok/s)`
+    : `at $${fmt(price, 2)}/h and the current rate`);
+}
+
+const rows = new Map(); // session id → <tr>
+function showSequences(seqs) {
+  const body = $('seq-body');
+  const seen = new Set();
+  for (const s of seqs || []) {
+    const id = String(s.id);
+    seen.add(id);
+    let tr = rows.get(id);
+    if (!tr) {
+      tr = document.createElement('tr');
+      tr.dataset.id = id;
+      for (let i = 0; i < 7; i++) tr.appendChild(document.createElement('td'));
+      tr.cells[0].className = 'id';
+      tr.cells[0].title = id;
+      tr.cells[1].className = tr.cells[2].className = 'txt';
+      rows.set(id, tr);
+      body.appendChild(tr);
+    }
+    const vals = [id.slice(0, 8), s.content_type || '—', (s.mode || '—') + (s.prefilling ? ' · prefill' : ''), String(s.gamma ?? '—'), fmt(s.alpha, 2),
+      String(s.tokens ?? '—'), fmt(s.tokens_per_s, 1)];
+    vals.forEach((v, i) => { if (tr.cells[i].textContent !== v) tr.cells[i].textContent = v; });
+  }
+  for (const [id, tr] of rows) {
+    if (!seen.has(id)) {
+      tr.remove();
+      rows.delete(id);
+    }
+  }
+  const empty = body.querySelector('tr.empty');
+  if (rows.size && empty) empty.remove();
+  if (!rows.size && !empty) {
+    const tr = document.createElement('tr');
+    tr.className = 'empty';
+    tr.innerHTML = '<td colspan="7">No running sequences</td>';
+    body.appendChild(tr);
+  }
+}
+
+function showPositions(pp) {
+  const body = $('pos-body');
+  const list = Array.isArray(pp) ? pp : [];
+  while (body.rows.length > list.length) body.deleteRow(-1);
+  while (body.rows.length < list.length) {
+    const tr = body.insertRow();
+    tr.insertCell();
+    tr.insertCell();
+  }
+  list.forEach((p, i) => {
+    const a = String(p.position), b = p.rate === null || p.rate === undefined ? '—' : `${fmt(100 * p.rate, 1)} %`;
+    if (body.rows[i].cells[0].textContent !== a) body.rows[i].cells[0].textContent = a;
+    if (body.rows[i].cells[1].textContent !== b) body.rows[i].cells[1].textContent = b;
+  });
+}
+
+function showBanner(s) {
+  const m = s.model || {};
+  setText('model-target', m.target || '—');
+  setText('model-draft', m.draft ? m.draft : 'none');
+  setText('backend', m.backend ? (m.simd ? `${m.backend} (${m.simd})` : m.backend) : '—');
+  const p = s.policy || {};
+  setText('policy-version', p.version !== undefined ? `v${p.version}` : '—');
+  const warn = $('policy-warning');
+  const failed = p.last_reload_ok === false;
+  const msg = failed ? `⚠ The last policy reload failed — still serving policy v${p.version}. ${p.last_reload_message || ''}` : '';
+  if (warn.hidden === failed) warn.hidden = !failed;
+  if (warn.textContent !== msg) warn.textContent = msg;
+}
+
+let snapshots = 0;
+function onSnapshot(s) {
+  if (!s || s.type !== 'snapshot') return;
+  snapshots++;
+  pushPoint(Date.now() / 1000, s);
+  lastTps = num(s.tokens_per_s);
+  setText('v-tps', fmt(s.tokens_per_s, 1));
+  setText('v-alpha', fmt(s.alpha, 2));
+  setText('v-mean-acc', fmt(s.mean_accepted, 2));
+  setText('v-running', `${s.running ?? '—'} running`);
+  setText('v-waiting', String(s.waiting ?? '—'));
+  setText('v-prefilling', String(s.prefilling ?? '—'));
+  setText('v-ttft', `${fmtNum(s.ttft_ms?.p50)} / ${fmtNum(s.ttft_ms?.p99)}`);
+  setText('v-tpot', `${fmtNum(s.tpot_ms?.p50)} / ${fmtNum(s.tpot_ms?.p99)} ms`);
+  setText('v-fallbacks', `${s.fallbacks ?? '—'} · ${s.kv_resets ?? '—'}`);
+  setText('v-dropped', String(s.telemetry_dropped ?? '—'));
+  showKv('kv-target', s.kv?.target);
+  showKv('kv-draft', s.kv?.draft);
+  showBanner(s);
+  showSequences(s.sequences);
+  showPositions(s.per_position);
+  const hist = Array.isArray(s.accepted_hist) ? s.accepted_hist : [];
+  if (chartHist && hist.length) chartHist.setData([hist.map((_, i) => i), hist.map(Number)]);
+  redrawCharts();
+  showCost();
+  document.body.dataset.snapshots = String(snapshots);
+}
+
+/* ---- wiring --------------------------------------------------------------- */
+const priceInput = $('price');
+const saved = Number(localStorage.getItem(PRICE_KEY));
+priceInput.value = String(localStorage.getItem(PRICE_KEY) !== null && Number.isFinite(saved) ? saved : DEFAULT_PRICE);
+priceInput.addEventListener('input', () => {
+  if (priceInput.value !== '' && Number(priceInput.value) >= 0) localStorage.setItem(PRICE_KEY, priceInput.value);
+  showCost();
+});
+showCost();
+
+const conn = $('conn');
+const sock = new ReconnectingSocket(wsUrl('/v1/monitor'), 'specd.monitor.v1', {
+  onMessage: onSnapshot,
+  onState: (state, info) => {
+    showConnState(conn, state, info);
+    document.body.dataset.conn = state;
+    if (state === 'closed') {
+      // a gap in the lines where the server was away; stale rows go
+      if (series.x.length && series.tps[series.tps.length - 1] !== null) pushPoint(Date.now() / 1000, null);
+      redrawCharts();
+      showSequences([]);
+      lastTps = null;
+      setText('v-tps', '—');
+      showCost();
+    }
+  },
+});
+sock.start();

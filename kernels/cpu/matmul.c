@@ -115,7 +115,7 @@ GEN_ALWAYS float gen_load1(const uint8_t *row, int wtype, int k) {
     }
 }
 
-GEN_ALWAYS void gen_tile(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K,
+GEN_ALWAYS void gen_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const float *x, int K,
                          const uint8_t *w, size_t rb) {
     float acc[MR_MAX][NR][16];
     memset(acc, 0, sizeof(acc));
@@ -134,71 +134,89 @@ GEN_ALWAYS void gen_tile(int wtype, int mr, int nr, float *y, int ldy, const flo
             float s = 0.0f;
             for (int l = 0; l < 16; l++) s += acc[m][r][l];
             for (int kk = k; kk < K; kk++) s += gen_load1(w + r * rb, wtype, kk) * x[(size_t)m * K + kk];
-            y[(size_t)m * ldy + r] = s;
+            y[(size_t)m * ldy + (size_t)r * ys] = s;
         }
 }
 
 /* Instantiates the tile for every (mr, nr) with constants so the compiler
  * unrolls and keeps the accumulators in registers. */
-#define GEN_DISPATCH(FN, TILE)                                                            \
-    GEN_ALWAYS void FN(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K, \
+#define GEN_DISPATCH_M(TILE, NRC)                                                          \
+    switch (mr) {                                                                          \
+    case 1: TILE(wtype, 1, NRC, y, ldy, ys, x, K, w, rb); break;                           \
+    case 2: TILE(wtype, 2, NRC, y, ldy, ys, x, K, w, rb); break;                           \
+    case 3: TILE(wtype, 3, NRC, y, ldy, ys, x, K, w, rb); break;                           \
+    case 4: TILE(wtype, 4, NRC, y, ldy, ys, x, K, w, rb); break;                           \
+    default: TILE(wtype, 5, NRC, y, ldy, ys, x, K, w, rb); break;                          \
+    }
+#define GEN_DISPATCH(FN, TILE)                                                             \
+    GEN_ALWAYS void FN(int wtype, int mr, int nr, float *y, int ldy, int ys, const float *x, int K, \
                        const uint8_t *w, size_t rb) {                                      \
-        if (nr == NR) {                                                                    \
-            switch (mr) {                                                                  \
-            case 1: TILE(wtype, 1, NR, y, ldy, x, K, w, rb); break;                        \
-            case 2: TILE(wtype, 2, NR, y, ldy, x, K, w, rb); break;                        \
-            case 3: TILE(wtype, 3, NR, y, ldy, x, K, w, rb); break;                        \
-            case 4: TILE(wtype, 4, NR, y, ldy, x, K, w, rb); break;                        \
-            default: TILE(wtype, 5, NR, y, ldy, x, K, w, rb); break;                       \
-            }                                                                              \
+        if (nr == 4) {                                                                     \
+            GEN_DISPATCH_M(TILE, 4)                                                        \
+        } else if (nr == 2) {                                                              \
+            GEN_DISPATCH_M(TILE, 2)                                                        \
         } else {                                                                           \
-            switch (mr) {                                                                  \
-            case 1: TILE(wtype, 1, 1, y, ldy, x, K, w, rb); break;                         \
-            case 2: TILE(wtype, 2, 1, y, ldy, x, K, w, rb); break;                         \
-            case 3: TILE(wtype, 3, 1, y, ldy, x, K, w, rb); break;                         \
-            case 4: TILE(wtype, 4, 1, y, ldy, x, K, w, rb); break;                         \
-            default: TILE(wtype, 5, 1, y, ldy, x, K, w, rb); break;                        \
-            }                                                                              \
+            GEN_DISPATCH_M(TILE, 1)                                                        \
         }                                                                                  \
     }
 
 #define GEN_TYPED(FN, TILE)                                                                \
-    GEN_ALWAYS void FN(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K, \
+    GEN_ALWAYS void FN(int wtype, int mr, int nr, float *y, int ldy, int ys, const float *x, int K, \
                        const uint8_t *w, size_t rb) {                                      \
         switch (wtype) {                                                                   \
-        case GGML_TYPE_F32: TILE(GGML_TYPE_F32, mr, nr, y, ldy, x, K, w, rb); break;       \
-        case GGML_TYPE_F16: TILE(GGML_TYPE_F16, mr, nr, y, ldy, x, K, w, rb); break;       \
-        case GGML_TYPE_BF16: TILE(GGML_TYPE_BF16, mr, nr, y, ldy, x, K, w, rb); break;     \
-        default: TILE(GGML_TYPE_Q8_0, mr, nr, y, ldy, x, K, w, rb); break;                 \
+        case GGML_TYPE_F32: TILE(GGML_TYPE_F32, mr, nr, y, ldy, ys, x, K, w, rb); break;       \
+        case GGML_TYPE_F16: TILE(GGML_TYPE_F16, mr, nr, y, ldy, ys, x, K, w, rb); break;       \
+        case GGML_TYPE_BF16: TILE(GGML_TYPE_BF16, mr, nr, y, ldy, ys, x, K, w, rb); break;     \
+        default: TILE(GGML_TYPE_Q8_0, mr, nr, y, ldy, ys, x, K, w, rb); break;                 \
         }                                                                                  \
     }
 
 GEN_DISPATCH(gen_tile_mn, gen_tile)
 GEN_TYPED(gen_tile_any, gen_tile_mn)
 
-/* The row loop shared by every path: tiles of NR weight rows; for each, the M
- * input rows in groups of MR_MAX. When M is large the weight tile is first
+/* The row loop shared by every path. Weight rows stream from DRAM, so the
+ * order they are read in matters more than anything else at small M: a tile
+ * takes its nr rows from nr equal slices of [n0, n1) ("strided" tiles), so
+ * each of the nr streams runs linearly through one slice instead of restarting
+ * every few kilobytes (4 adjacent short rows read side by side defeat the
+ * hardware prefetcher). M == 1 uses 2 streams, larger M 4 (more FMAs per
+ * load). Rows left over after nr equal slices go one at a time. A row's
+ * arithmetic does not depend on which tile it lands in, so results are the same
+ * for any split of [0, N) over threads.
+ * When M is large and the weights are not F32, each run of 4 rows is first
  * dequantized into scratch (once) and the F32 tile runs over it. */
 #define MM_ROWS_BODY(TILE_ANY)                                                              \
     size_t rb = mm_row_bytes(wtype, K);                                                     \
-    for (int n = n0; n < n1; n += NR) {                                                     \
-        int nr = n1 - n >= NR ? NR : 1;                                                     \
-        const uint8_t *wn = w + (size_t)n * rb;                                             \
-        const uint8_t *wt = wn;                                                             \
-        int tt = wtype;                                                                     \
-        size_t trb = rb;                                                                    \
-        if (M > MM_DEQUANT_M && wtype != GGML_TYPE_F32) {                                         \
+    if (M > MM_DEQUANT_M && wtype != GGML_TYPE_F32) {                                       \
+        for (int n = n0; n < n1; n += NR) {                                                 \
+            int nr = n1 - n >= NR ? NR : 1;                                                 \
+            const uint8_t *wn = w + (size_t)n * rb;                                         \
             for (int r = 0; r < nr; r++) mm_dequant_row(scratch + (size_t)r * K, wn + r * rb, wtype, K); \
-            wt = (const uint8_t *)scratch;                                                  \
-            tt = GGML_TYPE_F32;                                                             \
-            trb = (size_t)K * 4;                                                            \
+            for (int m = 0; m < M; m += MR_MAX) {                                           \
+                int mr = M - m < MR_MAX ? M - m : MR_MAX;                                   \
+                TILE_ANY(GGML_TYPE_F32, mr, nr, y + (size_t)m * ldy + n, ldy, 1, x + (size_t)m * K, K, \
+                         (const uint8_t *)scratch, (size_t)K * 4);                          \
+            }                                                                               \
+            if (nr == 1) n -= NR - 1;                                                       \
         }                                                                                   \
+        return;                                                                             \
+    }                                                                                       \
+    int nrs = M == 1 ? 2 : NR;                                                              \
+    int q = (n1 - n0) / nrs;                                                                \
+    for (int i = 0; i < q; i++) {                                                           \
+        int n = n0 + i;                                                                     \
         for (int m = 0; m < M; m += MR_MAX) {                                               \
             int mr = M - m < MR_MAX ? M - m : MR_MAX;                                       \
-            TILE_ANY(tt, mr, nr, y + (size_t)m * ldy + n, ldy, x + (size_t)m * K, K, wt, trb); \
+            TILE_ANY(wtype, mr, nrs, y + (size_t)m * ldy + n, ldy, q, x + (size_t)m * K, K, \
+                     w + (size_t)n * rb, (size_t)q * rb);                                   \
         }                                                                                   \
-        if (nr == 1) n -= NR - 1;                                                           \
-    }
+    }                                                                                       \
+    for (int n = n0 + q * nrs; n < n1; n++)                                                 \
+        for (int m = 0; m < M; m += MR_MAX) {                                               \
+            int mr = M - m < MR_MAX ? M - m : MR_MAX;                                       \
+            TILE_ANY(wtype, mr, 1, y + (size_t)m * ldy + n, ldy, 1, x + (size_t)m * K, K,   \
+                     w + (size_t)n * rb, rb);                                               \
+        }
 
 static void mm_rows_generic(float *y, int ldy, const float *x, const uint8_t *w, int wtype, int M,
                             int K, int n0, int n1, float *scratch) {
@@ -244,13 +262,6 @@ static inline AVX512_TARGET void v_load32(__m512 *a, __m512 *b, const uint8_t *r
     }
 }
 
-/* Byte offset of weight k in a row (k a multiple of 32). */
-static inline AVX512_TARGET size_t v_bytes(int wtype, int k) {
-    return wtype == GGML_TYPE_F32 ? (size_t)k * 4
-         : wtype == GGML_TYPE_Q8_0 ? (size_t)(k / 32) * sizeof(blk_q8_0)
-                                   : (size_t)k * 2;
-}
-
 /* Masked load of weights [k, k+n) (n < 16) for the float types' K tail. */
 static inline AVX512_TARGET __m512 v_load_tail(const uint8_t *row, int wtype, int k, __mmask16 msk) {
     if (wtype == GGML_TYPE_F32) return _mm512_maskz_loadu_ps(msk, (const float *)row + k);
@@ -259,29 +270,50 @@ static inline AVX512_TARGET __m512 v_load_tail(const uint8_t *row, int wtype, in
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int ldy, const float *x, int K,
-                                        const uint8_t *w, size_t rb) {
-    __m512 acc[MR_MAX][NR];
+/* Horizontal sums with one fixed tree, (e_i + e_i+8) + (e_i+4 + e_i+12) then
+ * (f0 + f2) + (f1 + f3): v_hsum4 sums four vectors at once with shuffles
+ * shared between them (about a third of the work of four separate sums), and
+ * v_hsum1 gives the bit-identical result for one, so a row's value does not
+ * depend on its tile. */
+static inline AVX512_TARGET __m128 v_hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    /* 128-bit lane L now holds the 4 partial sums f of input L */
+    __m512 f = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+    __m512 t = _mm512_add_ps(f, _mm512_permute_ps(f, 0x4E));
+    t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
+}
+
+static inline AVX512_TARGET float v_hsum1(__m512 a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 f = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    __m128 t = _mm_add_ps(f, _mm_permute_ps(f, 0x4E));
+    t = _mm_add_ps(t, _mm_permute_ps(t, 0xB1));
+    return _mm_cvtss_f32(t);
+}
+
+/* mr input rows x nr weight rows (row r at w + r*rb, output column r*ys).
+ * At mr <= 2 each dot product keeps two accumulators (the even and odd
+ * 16-lane halves of a 32-step) so the FMA latency chain does not bound the
+ * loop; the choice depends on mr only, never on nr (see MM_ROWS_BODY). */
+static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const float *x,
+                                        int K, const uint8_t *w, size_t rb) {
+    const int split = mr <= 2;
+    __m512 acc[MR_MAX][NR], acc2[MR_MAX][NR];
     for (int m = 0; m < mr; m++)
-        for (int r = 0; r < nr; r++) acc[m][r] = _mm512_setzero_ps();
+        for (int r = 0; r < nr; r++) acc[m][r] = acc2[m][r] = _mm512_setzero_ps();
     int k = 0;
     for (; k + 32 <= K; k += 32) {
         __m512 wa[NR], wb[NR];
-        for (int r = 0; r < nr; r++) {
-            /* the same columns of the next tile: short quantized rows end before
-             * the hardware prefetcher gets ahead, and several input rows' FMAs
-             * slow the loop; this keeps DRAM reads in flight */
-            const char *pf = (const char *)(w + (r + NR) * rb) + v_bytes(wtype, k);
-            _mm_prefetch(pf, _MM_HINT_T0);
-            if (wtype == GGML_TYPE_F32) _mm_prefetch(pf + 64, _MM_HINT_T0); /* 128 bytes per step */
-            v_load32(&wa[r], &wb[r], w + r * rb, wtype, k);
-        }
+        for (int r = 0; r < nr; r++) v_load32(&wa[r], &wb[r], w + r * rb, wtype, k);
         for (int m = 0; m < mr; m++) {
             __m512 xa = _mm512_loadu_ps(x + (size_t)m * K + k);
             __m512 xb = _mm512_loadu_ps(x + (size_t)m * K + k + 16);
             for (int r = 0; r < nr; r++) {
                 acc[m][r] = _mm512_fmadd_ps(wa[r], xa, acc[m][r]);
-                acc[m][r] = _mm512_fmadd_ps(wb[r], xb, acc[m][r]);
+                if (split) acc2[m][r] = _mm512_fmadd_ps(wb[r], xb, acc2[m][r]);
+                else acc[m][r] = _mm512_fmadd_ps(wb[r], xb, acc[m][r]);
             }
         }
     }
@@ -295,8 +327,18 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
             for (int r = 0; r < nr; r++) acc[m][r] = _mm512_fmadd_ps(wa[r], xa, acc[m][r]);
         }
     }
-    for (int m = 0; m < mr; m++)
-        for (int r = 0; r < nr; r++) y[(size_t)m * ldy + r] = _mm512_reduce_add_ps(acc[m][r]);
+    for (int m = 0; m < mr; m++) {
+        __m512 s[NR];
+        for (int r = 0; r < nr; r++) s[r] = split ? _mm512_add_ps(acc[m][r], acc2[m][r]) : acc[m][r];
+        float *ym = y + (size_t)m * ldy;
+        if (nr == 4) {
+            float o[4];
+            _mm_storeu_ps(o, v_hsum4(s[0], s[1], s[2], s[3]));
+            for (int r = 0; r < 4; r++) ym[(size_t)r * ys] = o[r];
+        } else {
+            for (int r = 0; r < nr; r++) ym[(size_t)r * ys] = v_hsum1(s[r]);
+        }
+    }
 }
 
 #undef GEN_ALWAYS

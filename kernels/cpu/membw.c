@@ -18,14 +18,19 @@ typedef struct {
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-/* The widest loads the CPU has, so the probe measures the memory, not the core. */
+/* The widest loads the CPU has, so the probe measures the memory, not the core.
+ * Each thread reads its slice as 4 concurrent linear streams (as the matmul
+ * kernels do): one stream per core leaves DRAM bandwidth unused on some CPUs,
+ * which would understate the roofline. */
 __attribute__((target("avx512f"))) static uint64_t bw_sum_avx512(const uint64_t *p, size_t n) {
+    size_t q = n / 4 / 16 * 16;
+    const uint64_t *p0 = p, *p1 = p + q, *p2 = p + 2 * q, *p3 = p + 3 * q;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 32 <= n; i += 32) {
-        a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + i));
-        a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(p + i + 8));
-        a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(p + i + 16));
-        a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + i + 24));
+    for (size_t i = 0; i < q; i += 16) {
+        a0 = _mm512_add_epi64(a0, _mm512_add_epi64(_mm512_loadu_si512(p0 + i), _mm512_loadu_si512(p0 + i + 8)));
+        a1 = _mm512_add_epi64(a1, _mm512_add_epi64(_mm512_loadu_si512(p1 + i), _mm512_loadu_si512(p1 + i + 8)));
+        a2 = _mm512_add_epi64(a2, _mm512_add_epi64(_mm512_loadu_si512(p2 + i), _mm512_loadu_si512(p2 + i + 8)));
+        a3 = _mm512_add_epi64(a3, _mm512_add_epi64(_mm512_loadu_si512(p3 + i), _mm512_loadu_si512(p3 + i + 8)));
     }
     return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
 }
@@ -58,7 +63,9 @@ static double bw_now(void) {
 double membw_read_gbs(int n_threads, size_t bytes, int reps) {
     uint64_t *buf = malloc(bytes);
     if (!buf) return 0;
-    memset(buf, 1, bytes);
+    /* distinct contents per page: a buffer of identical pages can be merged
+     * by the host (KSM and the like) and then read from cache, not DRAM */
+    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
     threadpool *tp = tp_create(n_threads);
     bw_job j = {buf, bytes / 8, n_threads, {0}};
     double best = 0;

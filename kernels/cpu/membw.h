@@ -3,6 +3,8 @@
 #ifndef SPECD_CPU_MEMBW_H
 #define SPECD_CPU_MEMBW_H
 
+#include <stddef.h>
+
 /* Reads a buffer of `bytes` (much larger than the caches) `reps` times with
  * n_threads threads; returns the best GB/s (1e9 bytes/s), or 0 on failure. */
 double membw_read_gbs(int n_threads, size_t bytes, int reps);

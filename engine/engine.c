@@ -461,6 +461,8 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
         int k = tok_stream_feed(&r->ts, e->sp->tok, t, piece, sizeof(piece));
         if (k > 0 && take_text(r, piece, k, ev->text, &ev->text_len, ENGINE_TEXT_MAX)) stop = true, why = FINISH_STOP;
         if (!stop && r->n_out >= r->max_tokens) stop = true, why = FINISH_LENGTH;
+        /* the context is full: no position left for another step */
+        if (!stop && i + 1 == n_new && r->seq->n_tokens > e->sp->max_ctx) stop = true, why = FINISH_LENGTH;
         if (i + 1 == ev->n_accepted) ev->text_accepted_len = ev->text_len;
     }
     if (ev->n_accepted > ev->n_tokens) ev->n_accepted = ev->n_tokens;

@@ -324,6 +324,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         return 0;
     }
     case LWS_CALLBACK_HTTP_BODY:
+        if (c->status != 1 && c->status != 2) return 0; /* already answered: drop the body */
         if (c->rx_len + len > (size_t)gw_srv->cfg.max_message_bytes) {
             c->rx_too_big = true;
             return 0;

@@ -1,0 +1,88 @@
+# test_shutdown.py — SIGTERM while requests run: /healthz answers 200 before;
+# during the drain new work is refused (healthz 503, generate → shutting_down)
+# while the running requests finish in full within the grace period and the
+# server exits 0. With a short grace period the unfinished requests are
+# cancelled — each still gets its `done` — and the server exits 0.
+import asyncio
+import json
+import signal
+import time
+
+from specd_e2e import Server, Stream, check, check_done, gen_msg, main, need_websockets, recv_json, ws_connect
+
+N_LONG = 4
+LONG = 800
+
+
+async def drain_scenario(srv, grace_ms, expect_cancel):
+    st, _, body = srv.http("GET", "/healthz")
+    check(st == 200 and json.loads(body).get("status") == "ok", "/healthz before: %d %r" % (st, body))
+    async with ws_connect(srv, close_timeout=2) as ws:
+        ids = ["L%d" % i for i in range(N_LONG)]
+        for rid in ids:
+            await ws.send(gen_msg(rid, "Once upon a time", LONG, speculation={"mode": "off"}))
+        streams = {rid: Stream(rid) for rid in ids}
+        while not any(s.events for s in streams.values()):
+            m = await recv_json(ws, 30)
+            streams[m["id"]].add(m)
+        t_sig = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        in_drain_checked = False
+        refused = None
+        while not all(s.finished for s in streams.values()):
+            if not in_drain_checked:
+                in_drain_checked = True
+                await asyncio.sleep(0.05)  # let the loop see the signal
+                st, _, body = srv.http("GET", "/healthz")
+                check(st == 503, "/healthz while draining: %d %r" % (st, body))
+                await ws.send(gen_msg("late", "Once upon a time", 8))
+            m = await recv_json(ws, 30)
+            if m.get("id") == "late":
+                refused = m
+                continue
+            check(m.get("id") in streams, "unexpected message while draining: %r" % m)
+            streams[m["id"]].add(m)
+        t_done = time.monotonic() - t_sig
+        if refused is None:  # the refusal may come after the last done
+            refused = await recv_json(ws, 10)
+        check(refused.get("type") == "error" and refused.get("code") == "shutting_down",
+              "a generate during the drain: %r" % refused)
+    reasons = {}
+    for rid, s in streams.items():
+        check(s.done is not None, "%s: no done before the server stopped (%r)" % (rid, s.error))
+        check_done(s)
+        reasons[s.done["finish_reason"]] = reasons.get(s.done["finish_reason"], 0) + 1
+        if not expect_cancel:
+            check(s.done["finish_reason"] == "length" and len(s.tokens) == LONG,
+                  "%s: finished %r after %d tokens within a %d ms grace" % (rid, s.done["finish_reason"],
+                                                                            len(s.tokens), grace_ms))
+    if expect_cancel:
+        check(reasons.get("cancelled", 0) > 0, "grace %d ms, yet nothing was cancelled: %r" % (grace_ms, reasons))
+        check(set(reasons) <= {"cancelled", "length"}, "finish reasons %r" % reasons)
+    return t_done, reasons
+
+
+def one(grace_ms, expect_cancel):
+    cfg = "server:\n  grace_ms: %d\n" % grace_ms
+    with Server(config=cfg, stop_timeout=grace_ms / 1000 + 10) as srv:
+        t_done, reasons = asyncio.run(drain_scenario(srv, grace_ms, expect_cancel))
+        t0 = time.monotonic()
+        try:
+            rc = srv.proc.wait(timeout=grace_ms / 1000 + 10)
+        except Exception:
+            rc = None
+        check(rc == 0, "after SIGTERM the server exited with %r (expected 0)" % rc)
+        print("grace %d ms: %d requests ended %r %.2f s after SIGTERM; exit 0 %.2f s later"
+              % (grace_ms, N_LONG, reasons, t_done, time.monotonic() - t0))
+        check("SIGTERM" in srv.stderr_tail(), "the server did not log the SIGTERM drain")
+        # Server.__exit__ then sees it already stopped and checks the same exit code
+
+
+def run():
+    need_websockets()
+    one(20000, False)
+    one(200, True)
+
+
+if __name__ == "__main__":
+    main(run)

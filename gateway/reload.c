@@ -63,6 +63,14 @@ int gw_reload(const char *why, char *msg, size_t n) {
     const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
     gw_srv->policy_version = pc->version;
     if (rc == 0) {
+        /* the server limits that can change live */
+        gw_config *c = &gw_srv->cfg;
+        snprintf(c->allowed_origins, sizeof(c->allowed_origins), "%s", pc->server.allowed_origins);
+        c->max_requests_per_conn = pc->server.max_requests_per_connection;
+        c->max_requests_total = pc->server.max_requests_total;
+        c->max_tokens_limit = pc->server.max_tokens_limit;
+        c->grace_ms = pc->server.grace_ms;
+        gw_srv->limits.max_tokens_limit = pc->server.max_tokens_limit;
         snprintf(msg, n, "reloaded %s (version %d, %s)%s%s", gw_srv->cfg.config_path, pc->version, why,
                  note[0] ? "; " : "", note);
         mirror_policy(pc);

@@ -93,16 +93,16 @@ static const keydef engine_keys[] = {
     KI(pol_engine, max_running, 1, 1024, true),
 };
 static const keydef spec_keys[] = {
-    KE(pol_speculation, mode, mode_names, false),
+    KE(pol_speculation, mode, mode_names, true),
     KI(pol_speculation, gamma_min, 1, POL_GAMMA_LIMIT, false),
     KI(pol_speculation, gamma_max, 1, POL_GAMMA_LIMIT, false),
     KI(pol_speculation, gamma_default, 1, POL_GAMMA_LIMIT, false),
-    KB(pol_speculation, adaptive, false),
-    KI(pol_speculation, window, 1, 64, false),
-    KI(pol_speculation, warmup, 0, 1000, false),
+    KB(pol_speculation, adaptive, true),
+    KI(pol_speculation, window, 1, 64, true),
+    KI(pol_speculation, warmup, 0, 1000, true),
     KF(pol_speculation, fallback_alpha, 0, 1, false),
-    KI(pol_speculation, fallback_steps, 1, 100000, false),
-    KI(pol_speculation, probe_interval, 1, 1000000, false),
+    KI(pol_speculation, fallback_steps, 1, 100000, true),
+    KI(pol_speculation, probe_interval, 1, 1000000, true),
     KF(pol_speculation, padding_cap, 1, 16, true),
     KF(pol_speculation, draft_mem_warn_pct, 0, 100, true),
 };
@@ -117,9 +117,9 @@ static const keydef rule_keys[] = {
 static const keydef telemetry_keys[] = {
     KB(pol_telemetry, enabled, true),
     KS(pol_telemetry, path, true),
-    KF(pol_telemetry, sample_rate, 0, 1, false),
-    KI(pol_telemetry, retention_rows, 0, 2000000000, false),
-    KI(pol_telemetry, retention_days, 0, 36500, false),
+    KF(pol_telemetry, sample_rate, 0, 1, true),
+    KI(pol_telemetry, retention_rows, 0, 2000000000, true),
+    KI(pol_telemetry, retention_days, 0, 36500, true),
     KI(pol_telemetry, queue_size, 16, 1 << 24, true),
 };
 static const keydef policy_keys[] = {{"rules", K_INT, 0, 0, 0, 0, NULL, false}}; /* handled by hand */

@@ -266,7 +266,7 @@ int main(void) {
     char yb[1400];
     snprintf(yb, sizeof(yb),
              "server: {port: 8001, max_tokens_limit: 100}\nmodels: {target: \"%s\"}\nspeculation: {gamma_max: 6}\n"
-             "telemetry: {sample_rate: 0.5}\n", path);
+             "policy: {rules: [{content_type: code, gamma_max: 5}]}\n", path);
     pol_config *b = load_str(yb, &no_env, err, sizeof(err));
     CHECKF(a && b, "%s", err);
     if (a && b) {

@@ -299,7 +299,7 @@ int cmd_generate(int argc, char **argv) {
         for (int g = 0; g <= GAMMA_MAX; g++) {
             if (!spec.gamma_hist[g]) continue;
             num += spec.gamma_hist[g] * gamma_expected_tokens(a, g);
-            den += spec.gamma_hist[g] * (costs->target_ms + costs->target_ms_per_pos * g + costs->draft_ms * g);
+            den += spec.gamma_hist[g] * (gamma_target_ms(costs, g + 1) + costs->draft_ms * g);
         }
         pred = den > 0 ? (num / den) * costs->target_ms : 0;
     }

@@ -32,10 +32,16 @@ void gamma_costs_observe_draft(gamma_costs *c, double ms) {
     if (ms > 0) c->draft_ms = c->draft_ms > 0 ? (1 - COST_EMA) * c->draft_ms + COST_EMA * ms : ms;
 }
 
+double gamma_target_ms(const gamma_costs *c, int m) {
+    if (m < 1) m = 1;
+    int small = m - 1 < 4 ? m - 1 : 4, big = m > 5 ? m - 5 : 0;
+    return c->target_ms + c->target_ms_per_pos * small + c->target_ms_per_pos_big * big;
+}
+
 void gamma_costs_observe_target(gamma_costs *c, int positions, double ms) {
     if (!(ms > 0)) return;
-    /* attribute the measurement to the base cost, holding the per-position slope */
-    double base = ms - c->target_ms_per_pos * (positions - 1);
+    /* attribute the measurement to the base cost, holding the per-position slopes */
+    double base = ms - (gamma_target_ms(c, positions) - c->target_ms);
     if (base <= 0) base = ms / positions;
     c->target_ms = c->target_ms > 0 ? (1 - COST_EMA) * c->target_ms + COST_EMA * base : base;
 }
@@ -48,14 +54,16 @@ double gamma_expected_tokens(double a, int g) {
 }
 
 double gamma_rate(const gamma_costs *c, double a, int g) {
-    double t = c->target_ms + c->target_ms_per_pos * g + c->draft_ms * g;
+    double t = gamma_target_ms(c, g + 1) + c->draft_ms * g;
     return t > 0 ? gamma_expected_tokens(a, g) / t : 0.0;
 }
 
 double gamma_rate_batch(const gamma_costs *c, double a, int g, int batch) {
     if (batch < 1) batch = 1;
-    double t = (c->target_ms + (g > 0 ? c->draft_ms * g : 0.0)) / batch + c->target_ms_per_pos * (g + 1) +
-               c->draft_ms_per_row * g;
+    /* the batch shares each call: one target pass over batch*(g+1) rows and g
+     * draft calls over batch rows; this sequence's share is 1/batch of it */
+    double draft = g > 0 ? g * (c->draft_ms + c->draft_ms_per_row * (batch - 1)) : 0.0;
+    double t = (gamma_target_ms(c, batch * (g + 1)) + draft) / batch;
     return t > 0 ? gamma_expected_tokens(a, g) / t : 0.0;
 }
 

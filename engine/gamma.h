@@ -29,16 +29,24 @@ gamma_params gamma_params_default(void);
 /* false with a message when bounds are inconsistent (min > max, outside 1..GAMMA_MAX, ...). */
 bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n);
 
-/* Cost model of one draft/target pair, in milliseconds: a draft forward of one
- * new position costs draft_ms; a target forward of m new positions costs
- * target_ms + target_ms_per_pos * (m − 1). Calibrated at load, then updated
- * online (exponential moving average) from measured step times. */
+/* Cost model of one draft/target pair, in milliseconds. A target forward of m
+ * new positions is piecewise linear: target_ms for one position, plus
+ * target_ms_per_pos for each of positions 2..5 (the weights are read once:
+ * small while memory-bound) and target_ms_per_pos_big for each position past 5
+ * (compute-bound: a big batch). A draft forward of one position costs draft_ms,
+ * plus draft_ms_per_row per extra sequence in a batched draft call.
+ * Calibrated at load (1, 5 and 21 positions), then the base is updated online
+ * (exponential moving average) from measured step times. */
 typedef struct {
     double draft_ms;
     double target_ms;
     double target_ms_per_pos;
-    double draft_ms_per_row;    /* extra draft cost per additional sequence in a batched draft call */
+    double draft_ms_per_row;
+    double target_ms_per_pos_big;
 } gamma_costs;
+
+/* Predicted target time for a call over m new positions. */
+double gamma_target_ms(const gamma_costs *c, int m);
 
 void gamma_costs_observe_draft(gamma_costs *c, double ms_per_token);
 void gamma_costs_observe_target(gamma_costs *c, int positions, double ms);

@@ -210,7 +210,8 @@ void spec_pair_calibrate(spec_pair *sp) {
     sp->costs.target_ms = t1 > 0 ? t1 : 1.0;
     double slope_small = t5 > t1 ? (t5 - t1) / 4 : 0.0;
     double slope_big = t21 > t5 ? (t21 - t5) / (SPEC_CALIBRATE_ROWS - 5) : 0.0;
-    sp->costs.target_ms_per_pos = slope_big > slope_small ? slope_big : slope_small;
+    sp->costs.target_ms_per_pos = slope_small;
+    sp->costs.target_ms_per_pos_big = slope_big > slope_small ? slope_big : slope_small;
     if (sp->draft) {
         double d1 = time_call(sp->draft, sp->dpool, 1, sp->logits);
         double d9 = time_call(sp->draft, sp->dpool, 9, sp->logits);

@@ -131,6 +131,9 @@ static engine_event *ring_push(engine *e, req *r) {
     ev->text_len = 0;
     ev->id = r->id;
     memcpy(ev->session, r->session, sizeof(ev->session));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ev->t_emit_ms = ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
     return ev;
 }
 

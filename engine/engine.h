@@ -88,6 +88,7 @@ typedef struct {
     engine_ev_type type;
     uint64_t id;
     char session[40];              /* the request's session uuid (telemetry key), in every event */
+    double t_emit_ms;              /* wall clock (unix ms) when the engine pushed the event */
     /* started */
     int prompt_tokens;
     double queue_ms;               /* time waiting for admission */

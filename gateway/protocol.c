@@ -224,6 +224,8 @@ size_t gw_write_tokens(char *dst, size_t cap, const char *id_json, const engine_
     }
     w_str(&w, "],\"accepted\":");
     w_i64(&w, ev->n_accepted);
+    w_str(&w, ",\"t_emit_ms\":");
+    w_num(&w, ev->t_emit_ms, 3);
     w_str(&w, ",\"accepted_bytes\":");
     w_i64(&w, ev->text_accepted_len < 0 ? 0 : ev->text_accepted_len > text_len ? text_len : ev->text_accepted_len);
     w_str(&w, ",\"gamma\":");

@@ -35,7 +35,7 @@
 #define GW_ID_JSON_MAX 608     /* an id as JSON text: worst case 6 bytes per id byte + quotes + NUL */
 #define GW_CONTENT_TYPE_MAX 64 /* content_type: 1..63 bytes of [A-Za-z0-9_.-] */
 /* Frame sizes the serializers can need at most (NUL included), for fixed buffers. */
-#define GW_TOKENS_JSON_MAX (ENGINE_TEXT_MAX * 6 + (GAMMA_MAX + 1) * 12 + GW_ID_JSON_MAX + 192)
+#define GW_TOKENS_JSON_MAX (ENGINE_TEXT_MAX * 6 + (GAMMA_MAX + 1) * 12 + GW_ID_JSON_MAX + 224)
 #define GW_DONE_JSON_MAX (GW_ID_JSON_MAX + 1024 + GAMMA_MAX * 128)
 
 /* Stable error codes (the `code` of an error frame). The parser produces the

@@ -11,7 +11,7 @@ static void mkmodel_usage(FILE *f)
 {
     fputs("usage:\n"
           "  specd mkmodel -o OUT.gguf [--layers N] [--dim N] [--heads N] [--kv-heads N] [--head-dim N]\n"
-          "                [--ff N] [--vocab N] [--ctx N] [--type f32|f16|bf16|q8_0] [--seed S]\n"
+          "                [--ff N] [--vocab N] [--ctx N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k] [--seed S]\n"
           "                [--tokenizer SRC.gguf] [--rope-base F] [--eps F] [--tied]\n"
           "                [--rope-scaling llama3] [--name NAME]\n"
           "      a llama model with RANDOM weights (for speed tests and plumbing, not for text)\n"
@@ -24,9 +24,10 @@ static void mkmodel_usage(FILE *f)
 
 static int parse_type(const char *s)
 {
-    static const char *const names[] = {"f32", "f16", "bf16", "q8_0"};
-    static const int types[] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0};
-    for (int i = 0; i < 4; i++)
+    static const char *const names[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k", "q6_k"};
+    static const int types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                                GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    for (int i = 0; i < 8; i++)
         if (strcasecmp(s, names[i]) == 0) return types[i];
     return -1;
 }
@@ -65,7 +66,7 @@ int cmd_mkmodel(int argc, char **argv)
         else if (!strcmp(a, "--type")) {
             const char *t = arg_str(argc, argv, &i);
             if ((o.type = parse_type(t)) < 0) {
-                fprintf(stderr, "specd mkmodel: --type must be f32, f16, bf16 or q8_0 (got '%s')\n", t);
+                fprintf(stderr, "specd mkmodel: --type must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k (got '%s')\n", t);
                 return 2;
             }
             shape_flags = true;
@@ -117,7 +118,7 @@ int cmd_mkmodel(int argc, char **argv)
     if (qsrc) {
         int t = parse_type(qtype);
         if (t < 0) {
-            fprintf(stderr, "specd mkmodel: --quantize TYPE must be f32, f16, bf16 or q8_0 (got '%s')\n", qtype);
+            fprintf(stderr, "specd mkmodel: --quantize TYPE must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k (got '%s')\n", qtype);
             return 2;
         }
         rc = mkmodel_quantize(out, qsrc, t, &info, err, sizeof err);

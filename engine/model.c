@@ -19,7 +19,8 @@ static int model_fail(char *err, size_t n, const char *fmt, ...) {
 }
 
 static bool type_supported(int t) {
-    return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_Q8_0;
+    return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_Q8_0 ||
+           t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
 }
 
 /* Finds `name` and checks it is a (ne0, ne1) matrix of a supported type. */
@@ -39,9 +40,10 @@ static int get_mat(const gguf_file *f, const char *name, uint64_t ne0, uint64_t 
                           (unsigned long long)t->ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
     if (!type_supported(t->type))
         return model_fail(err, n, "tensor '%s' has type %s, which specd cannot compute with yet (supported: F32, F16, "
-                          "BF16, Q8_0)", name, ggml_type_name(t->type));
-    if (t->type == GGML_TYPE_Q8_0 && ne0 % 32)
-        return model_fail(err, n, "tensor '%s': Q8_0 rows of %llu are not whole blocks", name, (unsigned long long)ne0);
+                          "BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, ggml_type_name(t->type));
+    if (ggml_row_size(t->type, ne0) == 0)
+        return model_fail(err, n, "tensor '%s': %s rows of %llu are not whole blocks", name, ggml_type_name(t->type),
+                          (unsigned long long)ne0);
     out->w = t->data;
     out->type = t->type;
     return 0;

@@ -28,12 +28,66 @@ typedef struct {
 } __attribute__((packed)) blk_q8_0;
 _Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
 
+/* 32 weights: w = d * (q - 8); byte l holds weight l (low nibble) and l+16. */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[16];
+} __attribute__((packed)) blk_q4_0;
+_Static_assert(sizeof(blk_q4_0) == 18, "Q4_0 block is 18 bytes");
+
+/* 256 weights in 8 sub-blocks of 32: w = d*sc_j*q - dmin*m_j with 6-bit sc/m
+ * packed in scales (see kq_scale_min). qs: 4 groups of 32 bytes; group g holds
+ * sub-block 2g in the low nibbles and 2g+1 in the high ones. Q5_K adds bit j
+ * of qh[l] as bit 4 of weight l of sub-block j. */
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];
+} __attribute__((packed)) blk_q4_k;
+_Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
+
+typedef struct {
+    uint16_t d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+} __attribute__((packed)) blk_q5_k;
+_Static_assert(sizeof(blk_q5_k) == 176, "Q5_K block is 176 bytes");
+
+/* 256 weights, two halves of 128 (ql + 64h, qh + 32h, scales + 8h). In a half,
+ * sub-block s (32 weights) takes ql[(s&1)*32 + l] nibble s>>1 as bits 0-3 and
+ * qh[l] bits 2s..2s+1 as bits 4-5; w = d * scales[16-weight group] * (q - 32). */
+typedef struct {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d;
+} __attribute__((packed)) blk_q6_k;
+_Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
+static inline void kq_scale_min(const uint8_t *sc, int j, int *s, int *m) {
+    if (j < 4) {
+        *s = sc[j] & 63;
+        *m = sc[j + 4] & 63;
+    } else {
+        *s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+static inline float mm_h2f(uint16_t h) { return fp16_to_f32(h); }
+
 size_t mm_row_bytes(int wtype, int K) {
     switch (wtype) {
     case GGML_TYPE_F32: return (size_t)K * 4;
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: return (size_t)K * 2;
     case GGML_TYPE_Q8_0: return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q8_0);
+    case GGML_TYPE_Q4_0: return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q4_0);
+    case GGML_TYPE_Q4_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q4_k);
+    case GGML_TYPE_Q5_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q5_k);
+    case GGML_TYPE_Q6_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q6_k);
     default: return 0;
     }
 }
@@ -60,6 +114,60 @@ void mm_dequant_row(float *out, const uint8_t *row, int wtype, int K) {
         for (int i = 0; i < K / 32; i++) {
             float d = fp16_to_f32(b[i].d);
             for (int j = 0; j < 32; j++) out[i * 32 + j] = d * (float)b[i].q[j];
+        }
+        break;
+    }
+    case GGML_TYPE_Q4_0: {
+        const blk_q4_0 *b = (const blk_q4_0 *)row;
+        for (int i = 0; i < K / 32; i++) {
+            float d = mm_h2f(b[i].d);
+            for (int l = 0; l < 16; l++) {
+                out[i * 32 + l] = d * (float)((b[i].qs[l] & 0xF) - 8);
+                out[i * 32 + l + 16] = d * (float)((b[i].qs[l] >> 4) - 8);
+            }
+        }
+        break;
+    }
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+        for (int i = 0; i < K / 256; i++) {
+            const uint8_t *scales, *qs, *qh = NULL;
+            uint16_t dh, mh;
+            if (wtype == GGML_TYPE_Q4_K) {
+                const blk_q4_k *b = (const blk_q4_k *)row + i;
+                dh = b->d, mh = b->dmin, scales = b->scales, qs = b->qs;
+            } else {
+                const blk_q5_k *b = (const blk_q5_k *)row + i;
+                dh = b->d, mh = b->dmin, scales = b->scales, qs = b->qs, qh = b->qh;
+            }
+            float d = mm_h2f(dh), dmin = mm_h2f(mh);
+            for (int j = 0; j < 8; j++) {
+                int sc, m;
+                kq_scale_min(scales, j, &sc, &m);
+                float ds = d * (float)sc, dm = dmin * (float)m;
+                for (int l = 0; l < 32; l++) {
+                    int q = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
+                    if (qh) q |= ((qh[l] >> j) & 1) << 4;
+                    out[i * 256 + 32 * j + l] = ds * (float)q - dm;
+                }
+            }
+        }
+        break;
+    case GGML_TYPE_Q6_K: {
+        const blk_q6_k *b = (const blk_q6_k *)row;
+        for (int i = 0; i < K / 256; i++) {
+            float d = mm_h2f(b[i].d);
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
+                const int8_t *sc = b[i].scales + 8 * h;
+                for (int l = 0; l < 32; l++) {
+                    float *o = out + i * 256 + 128 * h + l;
+                    o[0] = d * (float)sc[l / 16 + 0] * (float)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
+                    o[32] = d * (float)sc[l / 16 + 2] * (float)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                    o[64] = d * (float)sc[l / 16 + 4] * (float)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                    o[96] = d * (float)sc[l / 16 + 6] * (float)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                }
+            }
         }
         break;
     }
@@ -94,6 +202,59 @@ GEN_ALWAYS void gen_load32(float *wv, const uint8_t *row, int wtype, int k) {
         uint16_t h[32];
         memcpy(h, row + (size_t)k * 2, 64);
         for (int l = 0; l < 32; l++) wv[l] = half_bits_f32((uint32_t)h[l] << 16);
+    } else if (wtype == GGML_TYPE_Q4_0) {
+        const blk_q4_0 *b = (const blk_q4_0 *)row + k / 32;
+        uint16_t dh;
+        memcpy(&dh, &b->d, 2);
+        float d = gen_h2f(dh);
+        uint8_t q[16];
+        memcpy(q, b->qs, 16);
+        for (int l = 0; l < 16; l++) {
+            wv[l] = d * (float)((q[l] & 0xF) - 8);
+            wv[l + 16] = d * (float)((q[l] >> 4) - 8);
+        }
+    } else if (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K) {
+        /* a 32-step is one sub-block: one scale and one min */
+        int j = (k % 256) / 32;
+        const uint8_t *scales, *qs, *qhp = NULL;
+        uint16_t dh, mh;
+        if (wtype == GGML_TYPE_Q4_K) {
+            const blk_q4_k *b = (const blk_q4_k *)row + k / 256;
+            memcpy(&dh, &b->d, 2), memcpy(&mh, &b->dmin, 2);
+            scales = b->scales, qs = b->qs;
+        } else {
+            const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
+            memcpy(&dh, &b->d, 2), memcpy(&mh, &b->dmin, 2);
+            scales = b->scales, qs = b->qs, qhp = b->qh;
+        }
+        int sc, m;
+        kq_scale_min(scales, j, &sc, &m);
+        float ds = gen_h2f(dh) * (float)sc, dm = gen_h2f(mh) * (float)m;
+        uint8_t q[32];
+        memcpy(q, qs + 32 * (j / 2), 32);
+        int sh = 4 * (j & 1);
+        if (qhp) {
+            uint8_t qh[32];
+            memcpy(qh, qhp, 32);
+            for (int l = 0; l < 32; l++) wv[l] = ds * (float)(((q[l] >> sh) & 0xF) | (((qh[l] >> j) & 1) << 4)) - dm;
+        } else {
+            for (int l = 0; l < 32; l++) wv[l] = ds * (float)((q[l] >> sh) & 0xF) - dm;
+        }
+    } else if (wtype == GGML_TYPE_Q6_K) {
+        const blk_q6_k *b = (const blk_q6_k *)row + k / 256;
+        int j = (k % 256) / 32, h = j / 4, s = j % 4;
+        uint8_t ql[32], qh[32];
+        memcpy(ql, b->ql + 64 * h + 32 * (s & 1), 32);
+        memcpy(qh, b->qh + 32 * h, 32);
+        uint16_t dh;
+        memcpy(&dh, &b->d, 2);
+        float d = gen_h2f(dh);
+        float d0 = d * (float)b->scales[8 * h + 2 * s], d1 = d * (float)b->scales[8 * h + 2 * s + 1];
+        int shl = 4 * (s >> 1), shh = 2 * s;
+        for (int l = 0; l < 32; l++) {
+            int q = (((ql[l] >> shl) & 0xF) | (((qh[l] >> shh) & 3) << 4)) - 32;
+            wv[l] = (l < 16 ? d0 : d1) * (float)q;
+        }
     } else {
         const blk_q8_0 *b = (const blk_q8_0 *)row + k / 32;
         uint16_t dh;
@@ -111,7 +272,7 @@ GEN_ALWAYS float gen_load1(const uint8_t *row, int wtype, int k) {
     case GGML_TYPE_F32: { float f; memcpy(&f, row + (size_t)k * 4, 4); return f; }
     case GGML_TYPE_F16: memcpy(&h, row + (size_t)k * 2, 2); return gen_h2f(h);
     case GGML_TYPE_BF16: memcpy(&h, row + (size_t)k * 2, 2); return bf16_to_f32(h);
-    default: return 0.0f; /* Q8_0 rows are whole blocks: no tail */
+    default: return 0.0f; /* quantized rows are whole blocks: no tail */
     }
 }
 
@@ -167,6 +328,10 @@ GEN_ALWAYS void gen_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, c
         case GGML_TYPE_F32: TILE(GGML_TYPE_F32, mr, nr, y, ldy, ys, x, K, w, rb); break;       \
         case GGML_TYPE_F16: TILE(GGML_TYPE_F16, mr, nr, y, ldy, ys, x, K, w, rb); break;       \
         case GGML_TYPE_BF16: TILE(GGML_TYPE_BF16, mr, nr, y, ldy, ys, x, K, w, rb); break;     \
+        case GGML_TYPE_Q4_0: TILE(GGML_TYPE_Q4_0, mr, nr, y, ldy, ys, x, K, w, rb); break;     \
+        case GGML_TYPE_Q4_K: TILE(GGML_TYPE_Q4_K, mr, nr, y, ldy, ys, x, K, w, rb); break;     \
+        case GGML_TYPE_Q5_K: TILE(GGML_TYPE_Q5_K, mr, nr, y, ldy, ys, x, K, w, rb); break;     \
+        case GGML_TYPE_Q6_K: TILE(GGML_TYPE_Q6_K, mr, nr, y, ldy, ys, x, K, w, rb); break;     \
         default: TILE(GGML_TYPE_Q8_0, mr, nr, y, ldy, ys, x, K, w, rb); break;                 \
         }                                                                                  \
     }
@@ -250,6 +415,66 @@ static inline AVX512_TARGET void v_load32(__m512 *a, __m512 *b, const uint8_t *r
         __m512i ib = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 32)));
         *a = _mm512_castsi512_ps(_mm512_slli_epi32(ia, 16));
         *b = _mm512_castsi512_ps(_mm512_slli_epi32(ib, 16));
+    } else if (wtype == GGML_TYPE_Q4_0) {
+        const blk_q4_0 *bl = (const blk_q4_0 *)row + k / 32;
+        uint16_t dh;
+        memcpy(&dh, &bl->d, 2);
+        __m512 d = _mm512_set1_ps(_cvtsh_ss(dh));
+        __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)bl->qs));
+        __m512i eight = _mm512_set1_epi32(8);
+        __m512i qa = _mm512_sub_epi32(_mm512_and_si512(q, _mm512_set1_epi32(0xF)), eight);
+        __m512i qb = _mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight);
+        *a = _mm512_mul_ps(d, _mm512_cvtepi32_ps(qa));
+        *b = _mm512_mul_ps(d, _mm512_cvtepi32_ps(qb));
+    } else if (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K) {
+        int j = (k % 256) / 32;
+        const uint8_t *scales, *qs, *qhp = NULL;
+        uint16_t dh, mh;
+        if (wtype == GGML_TYPE_Q4_K) {
+            const blk_q4_k *bl = (const blk_q4_k *)row + k / 256;
+            memcpy(&dh, &bl->d, 2), memcpy(&mh, &bl->dmin, 2);
+            scales = bl->scales, qs = bl->qs;
+        } else {
+            const blk_q5_k *bl = (const blk_q5_k *)row + k / 256;
+            memcpy(&dh, &bl->d, 2), memcpy(&mh, &bl->dmin, 2);
+            scales = bl->scales, qs = bl->qs, qhp = bl->qh;
+        }
+        int sc, m;
+        kq_scale_min(scales, j, &sc, &m);
+        __m512 ds = _mm512_set1_ps(_cvtsh_ss(dh) * (float)sc), dm = _mm512_set1_ps(_cvtsh_ss(mh) * (float)m);
+        const uint8_t *p = qs + 32 * (j / 2);
+        __m128i sh = _mm_cvtsi32_si128(4 * (j & 1));
+        __m512i nib = _mm512_set1_epi32(0xF);
+        __m512i qa = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)), sh), nib);
+        __m512i qb = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))), sh), nib);
+        if (qhp) {
+            __m128i shj = _mm_cvtsi32_si128(j);
+            __m512i one = _mm512_set1_epi32(1);
+            __m512i ha = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qhp)), shj), one);
+            __m512i hb = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qhp + 16))), shj), one);
+            qa = _mm512_or_si512(qa, _mm512_slli_epi32(ha, 4));
+            qb = _mm512_or_si512(qb, _mm512_slli_epi32(hb, 4));
+        }
+        /* mul then sub (not fmsub) to round as the scalar dequantizer does */
+        *a = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(qa)), dm);
+        *b = _mm512_sub_ps(_mm512_mul_ps(ds, _mm512_cvtepi32_ps(qb)), dm);
+    } else if (wtype == GGML_TYPE_Q6_K) {
+        const blk_q6_k *bl = (const blk_q6_k *)row + k / 256;
+        int j = (k % 256) / 32, h = j / 4, s = j % 4;
+        const uint8_t *ql = bl->ql + 64 * h + 32 * (s & 1), *qh = bl->qh + 32 * h;
+        uint16_t dh;
+        memcpy(&dh, &bl->d, 2);
+        float d = _cvtsh_ss(dh);
+        __m128i shl = _mm_cvtsi32_si128(4 * (s >> 1)), shh = _mm_cvtsi32_si128(2 * s);
+        __m512i nib = _mm512_set1_epi32(0xF), two = _mm512_set1_epi32(3), off = _mm512_set1_epi32(32);
+        __m512i la = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)ql)), shl), nib);
+        __m512i lb = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(ql + 16))), shl), nib);
+        __m512i ha = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qh)), shh), two);
+        __m512i hb = _mm512_and_si512(_mm512_srl_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16))), shh), two);
+        __m512i qa = _mm512_sub_epi32(_mm512_or_si512(la, _mm512_slli_epi32(ha, 4)), off);
+        __m512i qb = _mm512_sub_epi32(_mm512_or_si512(lb, _mm512_slli_epi32(hb, 4)), off);
+        *a = _mm512_mul_ps(_mm512_set1_ps(d * (float)bl->scales[8 * h + 2 * s]), _mm512_cvtepi32_ps(qa));
+        *b = _mm512_mul_ps(_mm512_set1_ps(d * (float)bl->scales[8 * h + 2 * s + 1]), _mm512_cvtepi32_ps(qb));
     } else {
         const blk_q8_0 *bl = (const blk_q8_0 *)row + k / 32;
         uint16_t dh;
@@ -317,7 +542,7 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
             }
         }
     }
-    for (; k < K; k += 16) { /* float types only: Q8_0 rows are whole blocks */
+    for (; k < K; k += 16) { /* float types only: quantized rows are whole blocks */
         int left = K - k;
         __mmask16 msk = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         __m512 wa[NR];

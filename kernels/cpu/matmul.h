@@ -1,6 +1,8 @@
-/* matmul.h — CPU small-M GEMM over F32/F16/BF16/Q8_0 weights and the row
- * dequantizers it shares with get_rows. Each weight row is read once for all M
- * input rows: a (γ+1)-row verification costs about one decode step.
+/* matmul.h — CPU small-M GEMM over F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K
+ * weights and the row dequantizers it shares with get_rows. Each weight row is
+ * read once for all M input rows: a (γ+1)-row verification costs about one
+ * decode step. Quantized weights are decoded 32 at a time inside the tile,
+ * never materialised as F32 for a whole matrix.
  * Size letters: M input rows, K input features, N output features. */
 #ifndef SPECD_CPU_MATMUL_H
 #define SPECD_CPU_MATMUL_H

@@ -263,7 +263,7 @@ static void test_conversions(void)
     for (int i = 0; i < 34; i++) allz &= blk[i] == 0;
     CHECK(allz);
     CHECK(!mkmodel_row_from_f32(blk, GGML_TYPE_Q8_0, w, 31));
-    CHECK(!mkmodel_row_from_f32(blk, GGML_TYPE_Q4_0, w, 32));
+    CHECK(!mkmodel_row_from_f32(blk, GGML_TYPE_Q4_1, w, 32));
     CHECK(!mkmodel_row_to_f32(back, GGML_TYPE_Q4_K, blk, 32));
     CHECK(mkmodel_ftype(GGML_TYPE_Q8_0) == 7 && mkmodel_ftype(GGML_TYPE_BF16) == 32 &&
           mkmodel_ftype(GGML_TYPE_F16) == 1 && mkmodel_ftype(GGML_TYPE_F32) == 0);
@@ -479,7 +479,7 @@ static void test_validation(void)
     expect_fail("q8_0 dim", &o, "multiples of 32");
     small_opts(&o); o.ff = 100; o.type = GGML_TYPE_Q8_0;
     expect_fail("q8_0 ff", &o, "multiples of 32");
-    small_opts(&o); o.type = GGML_TYPE_Q4_0;
+    small_opts(&o); o.type = GGML_TYPE_Q4_1;
     expect_fail("type", &o, "--type");
     small_opts(&o); o.n_layers = -1;
     expect_fail("layers", &o, "--layers");

@@ -8,6 +8,13 @@
 #   Tensor types used by specd: F32 (0), F16 (1), Q8_0 (8), BF16 (30).
 #   Q8_0 block: 32 weights = f16 scale d + 32 int8 q; w = d*q.
 #   BF16: top 16 bits of an f32.
+#   Q4_0 (2), 18 bytes / 32: f16 d, 16 bytes; byte l = weight l (low nibble), l+16 (high); w = d*(q-8).
+#   Q4_K (12), 144 bytes / 256: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins for 8 sub-blocks of 32,
+#   128 bytes of nibbles (4 groups of 32 bytes: sub-block 2g low nibbles, 2g+1 high); w = d*sc*q - dmin*m.
+#   Q5_K (13), 176 bytes / 256: as Q4_K with qh[32] after the scales; bit j of qh[l] is bit 4 of weight l
+#   of sub-block j.
+#   Q6_K (14), 210 bytes / 256: ql[128], qh[64], int8 scales[16] (one per 16 weights), f16 d;
+#   w = d*scale*(q-32); see _dequant_q6_k for the bit placement.
 #   ggml order: ne[0] is the contiguous dimension, so a tensor with ne=[K, N] is a numpy array [N, K].
 
 import mmap
@@ -16,7 +23,51 @@ import struct
 import numpy as np
 
 GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
-TYPE_NAMES = {GGML_F32: "f32", GGML_F16: "f16", GGML_Q8_0: "q8_0", GGML_BF16: "bf16"}
+GGML_Q4_0, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 2, 12, 13, 14
+TYPE_NAMES = {GGML_F32: "f32", GGML_F16: "f16", GGML_Q8_0: "q8_0", GGML_BF16: "bf16",
+              GGML_Q4_0: "q4_0", GGML_Q4_K: "q4_k", GGML_Q5_K: "q5_k", GGML_Q6_K: "q6_k"}
+# block (weights, bytes) of the block-quantized types
+BLOCKS = {GGML_Q8_0: (32, 34), GGML_Q4_0: (32, 18), GGML_Q4_K: (256, 144), GGML_Q5_K: (256, 176),
+          GGML_Q6_K: (256, 210)}
+
+
+def _f16(col):
+    """[nb, 2] uint8 -> [nb, 1] float64."""
+    return col.copy().view("<f2").astype(np.float64)
+
+
+def _kq_scales(sc):
+    """[nb, 12] packed bytes -> (scale, min), each [nb, 8] of 6-bit ints.
+    Sub-blocks 0-3: low 6 bits of bytes 0-3 (scale) and 4-7 (min). Sub-blocks 4-7: low 4 bits from bytes
+    8-11 (scale: low nibble, min: high nibble), top 2 bits from the top of bytes 0-3 (scale) / 4-7 (min)."""
+    sc = sc.astype(np.int64)
+    s = np.zeros((sc.shape[0], 8), dtype=np.int64)
+    m = np.zeros_like(s)
+    s[:, :4] = sc[:, 0:4] & 63
+    m[:, :4] = sc[:, 4:8] & 63
+    s[:, 4:] = (sc[:, 8:12] & 15) | ((sc[:, 0:4] >> 6) << 4)
+    m[:, 4:] = (sc[:, 8:12] >> 4) | ((sc[:, 4:8] >> 6) << 4)
+    return s, m
+
+
+def _kq_nibbles(qs):
+    """[nb, 128] -> [nb, 8, 32]: sub-block j = group j//2, low nibble if j even else high."""
+    g = qs.reshape(-1, 4, 32).astype(np.int64)
+    return np.stack([g & 15, g >> 4], axis=2).reshape(-1, 8, 32)
+
+
+def _dequant_q6_k(blocks):
+    ql = blocks[:, 0:128].astype(np.int64).reshape(-1, 2, 64)   # [nb, half, 64]
+    qh = blocks[:, 128:192].astype(np.int64).reshape(-1, 2, 32)  # [nb, half, 32]
+    sc = blocks[:, 192:208].copy().view(np.int8).astype(np.float64).reshape(-1, 16)
+    d = _f16(blocks[:, 208:210])
+    q = np.zeros((blocks.shape[0], 2, 4, 32), dtype=np.int64)  # [nb, half, sub-block s, l]
+    for s_ in range(4):
+        lo = (ql[:, :, 32 * (s_ & 1):32 * (s_ & 1) + 32] >> (4 * (s_ >> 1))) & 15
+        hi = (qh >> (2 * s_)) & 3
+        q[:, :, s_, :] = lo | (hi << 4)
+    w = (q.reshape(-1, 256) - 32).astype(np.float64)
+    return (d * np.repeat(sc, 16, axis=1) * w).reshape(-1)
 
 # GGUF metadata value types
 _SCALARS = {
@@ -62,10 +113,12 @@ class Tensor:
             return 4 * n
         if self.type in (GGML_F16, GGML_BF16):
             return 2 * n
-        if self.type == GGML_Q8_0:
-            if self.ne[0] % 32:
-                raise GGUFError("%s: Q8_0 row length %d not a multiple of 32" % (self.name, self.ne[0]))
-            return n // 32 * 34
+        if self.type in BLOCKS:
+            bw, bb = BLOCKS[self.type]
+            if self.ne[0] % bw:
+                raise GGUFError("%s: %s row length %d not a multiple of %d" %
+                                (self.name, TYPE_NAMES[self.type].upper(), self.ne[0], bw))
+            return n // bw * bb
         raise GGUFError("%s: unsupported tensor type %d" % (self.name, self.type))
 
 
@@ -177,6 +230,26 @@ class GGUFFile:
             d = blocks[:, :2].copy().view("<f2").astype(np.float64)  # [nb, 1]
             q = blocks[:, 2:].copy().view(np.int8).astype(np.float64)  # [nb, 32]
             a = (d * q).reshape(-1)
+        elif t.type == GGML_Q4_0:
+            blocks = np.frombuffer(b, dtype=np.uint8).reshape(-1, 18)
+            d = _f16(blocks[:, :2])
+            qs = blocks[:, 2:].astype(np.int64)
+            q = np.concatenate([qs & 15, qs >> 4], axis=1)  # [nb, 32]
+            a = (d * (q - 8)).reshape(-1)
+        elif t.type in (GGML_Q4_K, GGML_Q5_K):
+            bb = BLOCKS[t.type][1]
+            blocks = np.frombuffer(b, dtype=np.uint8).reshape(-1, bb)
+            d, dmin = _f16(blocks[:, 0:2]), _f16(blocks[:, 2:4])
+            sc, mn = _kq_scales(blocks[:, 4:16])
+            if t.type == GGML_Q4_K:
+                q = _kq_nibbles(blocks[:, 16:144])
+            else:
+                qh = blocks[:, 16:48].astype(np.int64)  # [nb, 32]
+                q = _kq_nibbles(blocks[:, 48:176])
+                q = q | (((qh[:, None, :] >> np.arange(8)[None, :, None]) & 1) << 4)
+            a = (d[:, :, None] * sc[:, :, None] * q - dmin[:, :, None] * mn[:, :, None]).reshape(-1)
+        elif t.type == GGML_Q6_K:
+            a = _dequant_q6_k(np.frombuffer(b, dtype=np.uint8).reshape(-1, 210))
         else:
             raise GGUFError("%s: unsupported tensor type %d" % (name, t.type))
         return a.reshape(shape)

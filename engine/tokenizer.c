@@ -1,10 +1,13 @@
-/* tokenizer.c — SentencePiece-style (SPM) tokenizer built from GGUF metadata:
- * load + copy, greedy score-driven bigram merging, byte fallback, decode,
- * streaming UTF-8-safe decode, identity hash and comparison.
- * Not here: byte-level BPE (gpt2), which a later issue adds behind tok_kind. */
+/* tokenizer.c — tokenizers built from GGUF metadata: SentencePiece-style (SPM:
+ * greedy score-driven bigram merging, byte fallback) and byte-level BPE (gpt2:
+ * hand-written regex pre-tokenizers, GPT-2 byte<->unicode mapping, ranked
+ * merges); load + copy, decode, streaming UTF-8-safe decode, identity hash and
+ * comparison. Not here: a general regex engine (each pre-tokenizer is code). */
 #include "engine/tokenizer.h"
+#include "engine/unicode_tables.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +54,65 @@ struct tokenizer {
     size_t max_len;     /* longest vocab string */
     size_t max_dlen;    /* longest decoded piece */
     uint64_t hash;
+    /* ---- BPE only ---- */
+    tok_pre pre;
+    bool ignore_merges;     /* a pre-token that is a whole vocab token is emitted as is */
+    /* merges as stored, "left right", each NUL-terminated inside mtext;
+     * rank = index; mmap: (left, right) -> rank (rank -1 = empty slot) */
+    char *mtext;
+    uint32_t *moff;         /* (n_merges) */
+    uint32_t *mlen;         /* (n_merges) bytes of "left right" */
+    uint32_t *msplit;       /* (n_merges) bytes of left */
+    int32_t n_merges;
+    struct tok_mslot { int32_t rank; uint32_t h; } *mmap; /* (mmap_mask + 1) */
+    uint32_t mmap_mask;
 };
+
+/* ---- GPT-2 byte <-> unicode mapping ------------------------------------ */
+
+/* Byte b is shown as code point byte_cp(b): printable Latin-1 bytes
+ * (0x21..0x7E, 0xA1..0xAC, 0xAE..0xFF) as themselves, the other 68 as
+ * U+0100.. in byte order. Every mapped code point is < 0x144. */
+static bool byte_is_printable(int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+static uint32_t byte_cp(int b) {
+    if (byte_is_printable(b)) return (uint32_t)b;
+    uint32_t k = 0;
+    for (int c = 0; c < b; c++) k += !byte_is_printable(c);
+    return 0x100 + k;
+}
+
+typedef struct {
+    char enc[256][2];   /* UTF-8 of byte_cp(b) */
+    uint8_t enc_len[256];
+    int16_t dec[0x144]; /* code point -> byte, -1 if not a mapped code point */
+} byte_map;
+
+static byte_map BYTE_MAP;
+static pthread_once_t BYTE_MAP_ONCE = PTHREAD_ONCE_INIT;
+
+static void byte_map_init(void) {
+    for (uint32_t c = 0; c < 0x144; c++) BYTE_MAP.dec[c] = -1;
+    for (int b = 0; b < 256; b++) {
+        uint32_t cp = byte_cp(b);
+        if (cp < 0x80) {
+            BYTE_MAP.enc[b][0] = (char)cp;
+            BYTE_MAP.enc_len[b] = 1;
+        } else {
+            BYTE_MAP.enc[b][0] = (char)(0xC0 | (cp >> 6));
+            BYTE_MAP.enc[b][1] = (char)(0x80 | (cp & 0x3F));
+            BYTE_MAP.enc_len[b] = 2;
+        }
+        BYTE_MAP.dec[cp] = (int16_t)b;
+    }
+}
+
+static const byte_map *get_byte_map(void) {
+    pthread_once(&BYTE_MAP_ONCE, byte_map_init);
+    return &BYTE_MAP;
+}
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -149,6 +210,102 @@ static int parse_byte_token(const char *s, size_t n) {
     return hi * 16 + lo;
 }
 
+/* The code point at s (n > 0 bytes): sets *cl to its byte count (char_len) and
+ * returns it, or UINT32_MAX for an invalid, overlong, surrogate or truncated
+ * sequence, in which case *cl is 1. */
+static uint32_t utf8_decode(const char *s, size_t n, size_t *cl) {
+    const uint8_t *u = (const uint8_t *)s;
+    size_t k = char_len(s, n);
+    uint32_t cp;
+    *cl = 1;
+    if (u[0] < 0x80) return u[0];
+    if (k == 2 && u[0] >= 0xC2 && u[0] <= 0xDF) cp = ((uint32_t)(u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+    else if (k == 3 && (u[0] & 0xF0) == 0xE0) {
+        cp = ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F);
+        if (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF)) return UINT32_MAX;
+    } else if (k == 4 && u[0] >= 0xF0 && u[0] <= 0xF4) {
+        cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) |
+             ((uint32_t)(u[2] & 0x3F) << 6) | (u[3] & 0x3F);
+        if (cp < 0x10000 || cp > 0x10FFFF) return UINT32_MAX;
+    } else {
+        return UINT32_MAX;
+    }
+    *cl = k;
+    return cp;
+}
+
+static inline uint32_t merge_hash(const char *l, size_t ln, const char *r, size_t rn) {
+    uint64_t h = fnv1a(FNV_INIT, l, ln);
+    h = fnv1a(h, " ", 1);
+    h = fnv1a(h, r, rn);
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+/* Rank of merging symbol l[0..ln) with r[0..rn); -1 when no merge exists. */
+static int32_t merge_find(const tokenizer *t, const char *l, size_t ln, const char *r, size_t rn) {
+    uint32_t h = merge_hash(l, ln, r, rn);
+    for (uint32_t i = h & t->mmap_mask;; i = (i + 1) & t->mmap_mask) {
+        int32_t m = t->mmap[i].rank;
+        if (m < 0) return -1;
+        if (t->mmap[i].h == h && t->msplit[m] == ln && t->mlen[m] == ln + 1 + rn) {
+            const char *s = t->mtext + t->moff[m];
+            if (memcmp(s, l, ln) == 0 && memcmp(s + ln + 1, r, rn) == 0) return m;
+        }
+    }
+}
+
+/* Copies the merges and builds the (left, right) -> rank map. A merge is
+ * "left right": split at the first space after the first byte (a mapped
+ * token never holds a space). */
+static bool build_merges(tokenizer *t, const gguf_kv *km, char *err, size_t errlen) {
+    int32_t n = (int32_t)km->arr_n;
+    uint64_t total = 0;
+    for (int32_t i = 0; i < n; i++) total += km->arr_str[i].len + 1;
+    if (total > UINT32_MAX) {
+        set_err(err, errlen, "tokenizer: merges total %" PRIu64 " bytes (limit 4 GiB)", total);
+        return false;
+    }
+    t->n_merges = n;
+    t->mtext = malloc(total ? total : 1);
+    t->moff = malloc((size_t)(n ? n : 1) * sizeof *t->moff);
+    t->mlen = malloc((size_t)(n ? n : 1) * sizeof *t->mlen);
+    t->msplit = malloc((size_t)(n ? n : 1) * sizeof *t->msplit);
+    uint32_t cap = 16;
+    while (cap < 2u * (uint32_t)n) cap <<= 1;
+    t->mmap = malloc(cap * sizeof *t->mmap);
+    if (!t->mtext || !t->moff || !t->mlen || !t->msplit || !t->mmap) TOK_ABORT("out of memory");
+    memset(t->mmap, 0xff, cap * sizeof *t->mmap);
+    t->mmap_mask = cap - 1;
+    uint32_t pos = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const gguf_str *m = &km->arr_str[i];
+        const char *sp = m->len > 1 ? memchr(m->ptr + 1, ' ', m->len - 1) : NULL;
+        if (!sp || sp + 1 == m->ptr + m->len) {
+            char q[64];
+            snprintf(q, sizeof q, "%.*s", (int)(m->len < 40 ? m->len : 40), m->ptr);
+            set_err(err, errlen, "tokenizer: merge %" PRId32 " '%s' is not 'left right'", i, q);
+            return false;
+        }
+        t->moff[i] = pos;
+        t->mlen[i] = (uint32_t)m->len;
+        t->msplit[i] = (uint32_t)(sp - m->ptr);
+        memcpy(t->mtext + pos, m->ptr, m->len);
+        t->mtext[pos + m->len] = '\0';
+        pos += (uint32_t)m->len + 1;
+        const char *s = t->mtext + t->moff[i];
+        size_t ln = t->msplit[i], rn = m->len - ln - 1;
+        uint32_t h = merge_hash(s, ln, s + ln + 1, rn);
+        for (uint32_t k = h & t->mmap_mask;; k = (k + 1) & t->mmap_mask) {
+            int32_t cur = t->mmap[k].rank;
+            if (cur < 0) { t->mmap[k].rank = i; t->mmap[k].h = h; break; }
+            if (t->mmap[k].h == h && t->mlen[cur] == m->len && t->msplit[cur] == ln &&
+                memcmp(t->mtext + t->moff[cur], s, m->len) == 0)
+                break; /* repeated pair: the first rank stays */
+        }
+    }
+    return true;
+}
+
 /* ---- load -------------------------------------------------------------- */
 
 /* Reads an optional special id. Absent or the "none" markers (-1, 0xFFFFFFFF)
@@ -198,6 +355,15 @@ static uint64_t compute_hash(const tokenizer *t) {
         h = fnv1a(h, t->text + t->off[i], n);
         h = fnv1a(h, &t->score[i], sizeof(float));
         h = fnv1a(h, &t->type[i], 1);
+    }
+    if (t->kind == TOK_KIND_BPE) {
+        int32_t tail[2] = {(int32_t)t->pre, t->n_merges};
+        h = fnv1a(h, tail, sizeof tail);
+        for (int32_t i = 0; i < t->n_merges; i++) {
+            uint32_t n = t->mlen[i];
+            h = fnv1a(h, &n, sizeof n);
+            h = fnv1a(h, t->mtext + t->moff[i], n);
+        }
     }
     return h;
 }
@@ -264,7 +430,19 @@ static bool build_tables(tokenizer *t, const gguf_str *strs, char *err, size_t e
             memcpy(d, s, len);
             dn = (uint32_t)len;
             break;
-        default: /* normal, undefined: "▁" -> ' ' */
+        default: /* normal, undefined. SPM: "▁" -> ' '; BPE: code points back
+                  * to bytes (one that is not a mapped code point: as is) */
+            if (t->kind == TOK_KIND_BPE) {
+                const byte_map *bm = get_byte_map();
+                for (size_t k = 0; k < len;) {
+                    size_t cl;
+                    uint32_t cp = utf8_decode(s + k, len - k, &cl);
+                    if (cp < 0x144 && bm->dec[cp] >= 0) d[dn++] = (char)bm->dec[cp];
+                    else { memcpy(d + dn, s + k, cl); dn += (uint32_t)cl; }
+                    k += cl;
+                }
+                break;
+            }
             for (size_t k = 0; k < len;) {
                 if (k + 3 <= len && memcmp(s + k, SPACE_ESC, 3) == 0) { d[dn++] = ' '; k += 3; }
                 else d[dn++] = s[k++];
@@ -289,8 +467,20 @@ static bool build_tables(tokenizer *t, const gguf_str *strs, char *err, size_t e
     for (int32_t i = 0; i < n && t->word_split; i++)
         if (mergeable(t->type[i]) && space_inside(t->text + t->off[i], t->len[i])) t->word_split = false;
 
-    /* byte fallback */
-    for (int b = 0; b < 256; b++) {
+    /* byte fallback. BPE: the token of the byte's mapped code point */
+    for (int b = 0; b < 256 && t->kind == TOK_KIND_BPE; b++) {
+        const byte_map *bm = get_byte_map();
+        int32_t id = map_find(t, bm->enc[b], bm->enc_len[b]);
+        if (id >= 0 && !mergeable(t->type[id])) id = -1;
+        if (id < 0) id = t->unk;
+        if (id < 0) {
+            set_err(err, errlen, "tokenizer: no token for byte 0x%02X (no token '%.*s', no unknown token)",
+                    b, (int)bm->enc_len[b], bm->enc[b]);
+            return false;
+        }
+        t->byte_id[b] = id;
+    }
+    for (int b = 0; b < 256 && t->kind == TOK_KIND_SPM; b++) {
         char buf[8];
         snprintf(buf, sizeof buf, "<0x%02X>", b);
         int32_t id = map_find(t, buf, 6);
@@ -343,14 +533,46 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
     }
     char mname[64];
     snprintf(mname, sizeof mname, "%.*s", (int)(model.len < 48 ? model.len : 48), model.ptr);
-    if (gguf_str_eq(model, "gpt2")) {
-        set_err(err, errlen, "tokenizer model 'gpt2' (byte-level BPE) not supported yet");
+    tok_kind kind;
+    if (gguf_str_eq(model, "llama")) kind = TOK_KIND_SPM;
+    else if (gguf_str_eq(model, "gpt2")) kind = TOK_KIND_BPE;
+    else {
+        set_err(err, errlen, "tokenizer model '%s' not supported (supported: 'llama', 'gpt2')", mname);
         return NULL;
     }
-    if (!gguf_str_eq(model, "llama")) {
-        set_err(err, errlen, "tokenizer model '%s' not supported (supported: 'llama')", mname);
-        return NULL;
+    tok_pre pre = TOK_PRE_NONE;
+    const gguf_kv *kmerges = NULL;
+    if (kind == TOK_KIND_BPE) {
+        gguf_str ps;
+        pre = TOK_PRE_GPT2;
+        if (gguf_find(f, "tokenizer.ggml.pre")) {
+            if (!gguf_get_str(f, "tokenizer.ggml.pre", &ps)) {
+                set_err(err, errlen, "tokenizer: tokenizer.ggml.pre is not a string");
+                return NULL;
+            }
+            if (gguf_str_eq(ps, "default") || gguf_str_eq(ps, "gpt-2")) pre = TOK_PRE_GPT2;
+            else if (gguf_str_eq(ps, "llama-bpe")) pre = TOK_PRE_LLAMA3;
+            else if (gguf_str_eq(ps, "qwen2")) pre = TOK_PRE_QWEN2;
+            else {
+                set_err(err, errlen, "tokenizer: pre-tokenizer '%.*s' (tokenizer.ggml.pre) not supported "
+                        "(supported: 'default', 'gpt-2', 'llama-bpe', 'qwen2')",
+                        (int)(ps.len < 48 ? ps.len : 48), ps.ptr);
+                return NULL;
+            }
+        }
+        kmerges = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING);
+        if (!kmerges) {
+            set_err(err, errlen, "tokenizer: tokenizer.ggml.merges missing or not a string array "
+                    "(needed by model 'gpt2')");
+            return NULL;
+        }
+        if (kmerges->arr_n > TOK_MAX_VOCAB) {
+            set_err(err, errlen, "tokenizer: tokenizer.ggml.merges has %" PRIu64 " entries (limit %d)",
+                    kmerges->arr_n, TOK_MAX_VOCAB);
+            return NULL;
+        }
     }
+    const bool spm = kind == TOK_KIND_SPM;
 
     const gguf_kv *ktok = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
     if (!ktok) {
@@ -380,7 +602,9 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
 
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) TOK_ABORT("out of memory");
-    t->kind = TOK_KIND_SPM;
+    t->kind = kind;
+    t->pre = pre;
+    t->ignore_merges = pre == TOK_PRE_LLAMA3;
     t->n_vocab = n;
     t->off = malloc((size_t)n * sizeof *t->off);
     t->len = malloc((size_t)n * sizeof *t->len);
@@ -394,15 +618,15 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
         if (kscore) memcpy(&t->score[i], (const char *)kscore->arr_data + 4 * (size_t)i, 4);
         else t->score[i] = 0.0f;
     }
-    if (!load_special(f, "tokenizer.ggml.bos_token_id", 1, n, &t->bos, err, errlen) ||
-        !load_special(f, "tokenizer.ggml.eos_token_id", 2, n, &t->eos, err, errlen) ||
-        !load_special(f, "tokenizer.ggml.unknown_token_id", 0, n, &t->unk, err, errlen) ||
+    if (!load_special(f, "tokenizer.ggml.bos_token_id", spm ? 1 : -1, n, &t->bos, err, errlen) ||
+        !load_special(f, "tokenizer.ggml.eos_token_id", spm ? 2 : -1, n, &t->eos, err, errlen) ||
+        !load_special(f, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n, &t->unk, err, errlen) ||
         !load_special(f, "tokenizer.ggml.padding_token_id", -1, n, &t->pad, err, errlen) ||
         !load_special(f, "tokenizer.ggml.eot_token_id", -1, n, &t->eot, err, errlen) ||
         !load_special(f, "tokenizer.ggml.eom_token_id", -1, n, &t->eom, err, errlen) ||
-        !load_flag(f, "tokenizer.ggml.add_bos_token", true, &t->add_bos, err, errlen) ||
+        !load_flag(f, "tokenizer.ggml.add_bos_token", spm || pre == TOK_PRE_LLAMA3, &t->add_bos, err, errlen) ||
         !load_flag(f, "tokenizer.ggml.add_eos_token", false, &t->add_eos, err, errlen) ||
-        !load_flag(f, "tokenizer.ggml.add_space_prefix", true, &t->add_space_prefix, err, errlen))
+        !load_flag(f, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix, err, errlen))
         goto fail;
 
     for (int32_t i = 0; i < n; i++) {
@@ -417,13 +641,14 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
         } else {
             /* no types stored: infer the ones that change behaviour */
             const gguf_str *s = &ktok->arr_str[i];
-            if (parse_byte_token(s->ptr, s->len) >= 0) t->type[i] = TOK_TYPE_BYTE;
+            if (spm && parse_byte_token(s->ptr, s->len) >= 0) t->type[i] = TOK_TYPE_BYTE;
             else if (i == t->unk) t->type[i] = TOK_TYPE_UNKNOWN;
             else if (i == t->bos || i == t->eos) t->type[i] = TOK_TYPE_CONTROL;
             else t->type[i] = TOK_TYPE_NORMAL;
         }
     }
     if (!build_tables(t, ktok->arr_str, err, errlen)) goto fail;
+    if (kmerges && !build_merges(t, kmerges, err, errlen)) goto fail;
 
     int32_t eogs[3] = {t->eos, t->eot, t->eom};
     for (int i = 0; i < 3; i++) {
@@ -451,6 +676,11 @@ void tok_destroy(tokenizer *t) {
     free(t->type);
     free(t->map);
     free(t->special);
+    free(t->mtext);
+    free(t->moff);
+    free(t->mlen);
+    free(t->msplit);
+    free(t->mmap);
     free(t);
 }
 
@@ -466,6 +696,19 @@ const char *tok_kind_name(tok_kind k) {
     return "?";
 }
 
+tok_pre tok_get_pre(const tokenizer *t) { return t->pre; }
+
+const char *tok_pre_name(tok_pre p) {
+    switch (p) {
+    case TOK_PRE_NONE: return "none";
+    case TOK_PRE_GPT2: return "gpt-2";
+    case TOK_PRE_LLAMA3: return "llama-bpe";
+    case TOK_PRE_QWEN2: return "qwen2";
+    }
+    return "?";
+}
+
+int32_t tok_n_merges(const tokenizer *t) { return t->n_merges; }
 int32_t tok_n_vocab(const tokenizer *t) { return t->n_vocab; }
 bool tok_valid_id(const tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab; }
 int32_t tok_bos(const tokenizer *t) { return t->bos; }
@@ -564,6 +807,23 @@ int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n) {
             return 1;
         }
     }
+    if (a->pre != b->pre) {
+        set_err(msg, n, "pre-tokenizer: target '%s' vs draft '%s'", tok_pre_name(a->pre), tok_pre_name(b->pre));
+        return 1;
+    }
+    if (a->n_merges != b->n_merges) {
+        set_err(msg, n, "merges: target %" PRId32 " vs draft %" PRId32, a->n_merges, b->n_merges);
+        return 1;
+    }
+    for (int32_t i = 0; i < a->n_merges; i++) {
+        const char *sa = a->mtext + a->moff[i], *sb = b->mtext + b->moff[i];
+        if (a->mlen[i] != b->mlen[i] || memcmp(sa, sb, a->mlen[i]) != 0) {
+            quote(qa, sizeof qa, sa, a->mlen[i]);
+            quote(qb, sizeof qb, sb, b->mlen[i]);
+            set_err(msg, n, "merge %" PRId32 ": target '%s' vs draft '%s'", i, qa, qb);
+            return 1;
+        }
+    }
     set_err(msg, n, "identical");
     return 0;
 }
@@ -590,6 +850,8 @@ typedef struct {
     int32_t *out;
     int max_out;
     int count;
+    uint32_t *cp;       /* BPE: code points of the current run (len + 1) */
+    uint32_t *cpoff;    /* BPE: byte offset of each (len + 1) */
 } spm_state;
 
 static inline void emit(spm_state *st, int32_t id) {
@@ -709,6 +971,201 @@ static void spm_chunk(spm_state *st, int32_t c0, int32_t c1) {
     }
 }
 
+/* ---- encode (BPE) ------------------------------------------------------- */
+
+/* Code points of a text run for the pre-tokenizers: cp[i] starts at byte
+ * off[i]; an invalid byte is one "character" with cp = UINT32_MAX. */
+typedef struct {
+    const uint32_t *cp;
+    size_t n;
+} cps;
+
+#define CP_INVALID UINT32_MAX
+
+static inline bool cp_L(uint32_t c) { return c != CP_INVALID && uni_classify(c) == UNI_L; }
+static inline bool cp_N(uint32_t c) { return c != CP_INVALID && uni_classify(c) == UNI_N; }
+static inline bool cp_S(uint32_t c) { return c != CP_INVALID && uni_is_space(c); }
+/* [^\s\p{L}\p{N}] */
+static inline bool cp_O(uint32_t c) { return c == CP_INVALID || (!uni_is_space(c) && uni_classify(c) == UNI_OTHER); }
+static inline bool cp_RN(uint32_t c) { return c == '\r' || c == '\n'; }
+static inline uint32_t cp_lower_ascii(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* 's|'t|'re|'ve|'m|'ll|'d at i (ASCII case folded when fold): end, or i. */
+static size_t pre_contraction(const cps *c, size_t i, bool fold) {
+    if (c->cp[i] != '\'' || i + 1 >= c->n) return i;
+    uint32_t a = c->cp[i + 1], b = i + 2 < c->n ? c->cp[i + 2] : 0;
+    if (fold) { a = cp_lower_ascii(a); b = cp_lower_ascii(b); }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    return i;
+}
+
+/* \s+(?!\S)|\s+ at a white space i: the run, less its last character when
+ * a non-space follows and the run is longer than one (both alternatives). */
+static size_t pre_space_run(const cps *c, size_t i) {
+    size_t j = i;
+    while (j < c->n && cp_S(c->cp[j])) j++;
+    if (j < c->n && j - i > 1) return j - 1;
+    return j;
+}
+
+static size_t pre_gpt2(const cps *c, size_t i) {
+    const uint32_t *cp = c->cp;
+    size_t n = c->n, j;
+    if ((j = pre_contraction(c, i, false)) > i) return j;
+    size_t k = i + (cp[i] == ' ' && i + 1 < n ? 1 : 0); /* after the optional ' ' */
+    if (cp_L(cp[k])) { while (k < n && cp_L(cp[k])) k++; return k; }
+    if (cp_N(cp[k])) { while (k < n && cp_N(cp[k])) k++; return k; }
+    if (cp_O(cp[k])) { while (k < n && cp_O(cp[k])) k++; return k; }
+    return pre_space_run(c, i); /* cp[i] is white space here */
+}
+
+static size_t pre_llama3(const cps *c, size_t i, size_t max_digits) {
+    const uint32_t *cp = c->cp;
+    size_t n = c->n, j;
+    if ((j = pre_contraction(c, i, true)) > i) return j;
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    j = i;
+    if (!cp_L(cp[j]) && !cp_N(cp[j]) && !cp_RN(cp[j]) && j + 1 < n && cp_L(cp[j + 1])) j++;
+    if (cp_L(cp[j])) { while (j < n && cp_L(cp[j])) j++; return j; }
+    /* \p{N}{1,3} */
+    if (cp_N(cp[i])) {
+        j = i;
+        while (j < n && j - i < max_digits && cp_N(cp[j])) j++;
+        return j;
+    }
+    /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
+    j = i + (cp[i] == ' ' && i + 1 < n ? 1 : 0);
+    if (cp_O(cp[j])) {
+        while (j < n && cp_O(cp[j])) j++;
+        while (j < n && cp_RN(cp[j])) j++;
+        return j;
+    }
+    /* \s*[\r\n]+: up to the last \r or \n of the white space run */
+    size_t end = i, last = SIZE_MAX;
+    while (end < n && cp_S(cp[end])) { if (cp_RN(cp[end])) last = end; end++; }
+    if (last != SIZE_MAX) return last + 1;
+    return pre_space_run(c, i);
+}
+
+/* Length in code points of the pre-token starting at i (< c->n; > 0). */
+static size_t pre_next(const tokenizer *t, const cps *c, size_t i) {
+    size_t j;
+    switch (t->pre) {
+    case TOK_PRE_GPT2: j = pre_gpt2(c, i); break;
+    case TOK_PRE_LLAMA3: j = pre_llama3(c, i, 3); break;
+    case TOK_PRE_QWEN2: j = pre_llama3(c, i, 1); break;
+    default: TOK_ABORT("pre-tokenizer %d", (int)t->pre);
+    }
+    if (j <= i) TOK_ABORT("pre-tokenizer %d made no progress at %zu", (int)t->pre, i);
+    return j;
+}
+
+/* Encodes one pre-token (raw bytes word[0..len)): byte-map it into st->esc,
+ * one symbol per byte, then merge the lowest-ranked adjacent pair first. */
+static void bpe_try_bigram(spm_state *st, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return;
+    const spm_sym *l = &st->sym[left], *r = &st->sym[right];
+    int32_t rank = merge_find(st->t, st->esc + l->start, l->n, st->esc + r->start, r->n);
+    if (rank < 0) return;
+    heap_push(st, (spm_bigram){left, right, -(float)rank, l->n + r->n});
+}
+
+static void bpe_word(spm_state *st, const char *word, size_t len) {
+    const tokenizer *t = st->t;
+    const byte_map *bm = get_byte_map();
+    size_t n = 0;
+    int32_t nsym = 0;
+    for (size_t i = 0; i < len; i++) {
+        uint8_t b = (uint8_t)word[i];
+        st->sym[nsym] = (spm_sym){nsym - 1, nsym + 1, (uint32_t)n, bm->enc_len[b]};
+        nsym++;
+        memcpy(st->esc + n, bm->enc[b], bm->enc_len[b]);
+        n += bm->enc_len[b];
+    }
+    if (nsym == 0) return;
+    st->sym[nsym - 1].next = -1;
+    if (t->ignore_merges) {
+        int32_t id = map_find(t, st->esc, n);
+        if (id >= 0 && mergeable(t->type[id])) { emit(st, id); return; }
+    }
+    st->nheap = 0;
+    for (int32_t i = 1; i < nsym; i++) bpe_try_bigram(st, i - 1, i);
+    while (st->nheap > 0) {
+        spm_bigram b = heap_pop(st);
+        spm_sym *l = &st->sym[b.left], *r = &st->sym[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) st->sym[r->next].prev = b.left;
+        bpe_try_bigram(st, l->prev, b.left);
+        bpe_try_bigram(st, b.left, l->next);
+    }
+    for (int32_t i = 0; i >= 0; i = st->sym[i].next) {
+        const spm_sym *s = &st->sym[i];
+        int32_t id = map_find(t, st->esc + s->start, s->n);
+        if (id >= 0 && mergeable(t->type[id])) { emit(st, id); continue; }
+        for (uint32_t k = 0; k < s->n;) { /* one mapped code point per byte */
+            size_t cl;
+            uint32_t cp = utf8_decode(st->esc + s->start + k, s->n - k, &cl);
+            if (cp >= 0x144 || bm->dec[cp] < 0) TOK_ABORT("bpe: symbol holds an unmapped code point");
+            emit(st, t->byte_id[bm->dec[cp]]);
+            k += (uint32_t)cl;
+        }
+    }
+}
+
+/* Tokenizes one run of plain text: pre-tokenize, then BPE each piece.
+ * st->cp / st->cpoff have room for len + 1 entries. */
+static void bpe_run(spm_state *st, const char *text, size_t len) {
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t cl;
+        st->cp[n] = utf8_decode(text + i, len - i, &cl);
+        st->cpoff[n++] = (uint32_t)i;
+        i += cl;
+    }
+    st->cpoff[n] = (uint32_t)len;
+    cps c = {st->cp, n};
+    for (size_t i = 0; i < n;) {
+        size_t j = pre_next(st->t, &c, i);
+        bpe_word(st, text + st->cpoff[i], st->cpoff[j] - st->cpoff[i]);
+        i = j;
+    }
+}
+
+int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max) {
+    if (len > TOK_MAX_TEXT) TOK_ABORT("tok_split: text of %zu bytes (limit %zu)", len, TOK_MAX_TEXT);
+    if (max < 0) max = 0;
+    if (t->kind != TOK_KIND_BPE) {
+        if (len == 0) return 0;
+        if (max > 0) ends[0] = len;
+        return max > 0 ? 1 : -1;
+    }
+    uint32_t *cp = malloc(2 * (len + 1) * sizeof *cp);
+    if (!cp) TOK_ABORT("out of memory");
+    uint32_t *off = cp + len + 1;
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t cl;
+        cp[n] = utf8_decode(text + i, len - i, &cl);
+        off[n++] = (uint32_t)i;
+        i += cl;
+    }
+    off[n] = (uint32_t)len;
+    cps c = {cp, n};
+    int count = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = pre_next(t, &c, i);
+        if (count < max) ends[count] = off[j];
+        count++;
+        i = j;
+    }
+    free(cp);
+    return count <= max ? count : -count;
+}
+
 /* Longest special token starting at text (leftmost-longest). */
 static int32_t match_special(const tokenizer *t, const char *text, size_t len, bool parse_special,
                              size_t *mlen) {
@@ -729,7 +1186,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
                bool parse_special, int32_t *out, int max_out) {
     if (len > TOK_MAX_TEXT) TOK_ABORT("tok_encode: text of %zu bytes (limit %zu)", len, TOK_MAX_TEXT);
     if (max_out < 0) max_out = 0;
-    if (t->kind != TOK_KIND_SPM) TOK_ABORT("tok_encode: tokenizer kind %d not implemented", (int)t->kind);
+    const bool bpe = t->kind == TOK_KIND_BPE;
 
     spm_state st = {.t = t, .out = out, .max_out = max_out};
     if (add_special && t->add_bos && t->bos >= 0) emit(&st, t->bos);
@@ -738,12 +1195,16 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
          * at most 2 bigrams and there are < nsym merges, plus nsym initial */
         size_t esc_cap = 3 + 3 * len;
         st.heap_cap = 3 * (len + 2);
-        size_t bytes = esc_cap + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
+        size_t cp_bytes = bpe ? 2 * (len + 1) * sizeof(uint32_t) : 0;
+        size_t bytes = cp_bytes + esc_cap + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
         char *scratch = malloc(bytes);
         if (!scratch) TOK_ABORT("out of memory (%zu bytes)", bytes);
         st.sym = (spm_sym *)scratch;
         st.heap = (spm_bigram *)(scratch + (len + 2) * sizeof(spm_sym));
-        st.esc = scratch + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
+        char *cp_area = scratch + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
+        st.cp = bpe ? (uint32_t *)cp_area : NULL;
+        st.cpoff = bpe ? st.cp + (len + 1) : NULL;
+        st.esc = cp_area + cp_bytes;
 
         /* every run starts the text or follows a special token, so each one
          * gets the space prefix (as llama.cpp and HF's legacy SPM do) */
@@ -753,13 +1214,13 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
                 size_t mlen = 0;
                 int32_t id = match_special(t, text + i, len - i, parse_special, &mlen);
                 if (id < 0) { i++; continue; }
-                if (i > run) spm_run(&st, text + run, i - run);
+                if (i > run) (bpe ? bpe_run : spm_run)(&st, text + run, i - run);
                 emit(&st, id);
                 i += mlen;
                 run = i;
             }
         }
-        if (run < len) spm_run(&st, text + run, len - run);
+        if (run < len) (bpe ? bpe_run : spm_run)(&st, text + run, len - run);
         free(scratch);
     }
     if (add_special && t->add_eos && t->eos >= 0) emit(&st, t->eos);

@@ -1,9 +1,7 @@
 /* tokenizer.h — text <-> token ids from GGUF tokenizer metadata: SentencePiece-
- * style (tokenizer.ggml.model = "llama"), streaming UTF-8-safe decode, identity.
- *
- * Byte-level BPE ("gpt2") is not implemented yet: tok_create refuses it with a
- * clear error; the kind enum and the kind-dispatching entry points are where it
- * slots in.
+ * style (tokenizer.ggml.model = "llama") and byte-level BPE ("gpt2", with the
+ * pre-tokenizer named by tokenizer.ggml.pre), streaming UTF-8-safe decode,
+ * identity.
  *
  * Ownership: tok_create COPIES everything it needs (token strings, scores,
  * types, special ids) and builds its own piece->id hash map, so the gguf_file
@@ -22,8 +20,25 @@
 
 typedef enum {
     TOK_KIND_SPM = 1,  /* "llama": SentencePiece-style score-driven merges + byte fallback */
-    TOK_KIND_BPE = 2,  /* "gpt2": byte-level BPE with merges (later issue) */
+    TOK_KIND_BPE = 2,  /* "gpt2": byte-level BPE with ranked merges */
 } tok_kind;
+
+/* BPE pre-tokenizers (tokenizer.ggml.pre), each a hand-written equivalent of
+ * its regex (\p{L}, \p{N} from unicode_tables; \s = White_Space):
+ *   GPT2   ("default", "gpt-2", or no key):
+ *          's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *   LLAMA3 ("llama-bpe"): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
+ *          \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *          and a pre-token that is itself a vocab token skips the merges;
+ *   QWEN2  ("qwen2"): LLAMA3's regex with \p{N} instead of \p{N}{1,3}, merges always.
+ * Bytes that are not valid UTF-8 count as one non-letter, non-number,
+ * non-space character each (so any byte string round-trips). */
+typedef enum {
+    TOK_PRE_NONE = 0,   /* SPM: no pre-tokenizer */
+    TOK_PRE_GPT2 = 1,
+    TOK_PRE_LLAMA3 = 2,
+    TOK_PRE_QWEN2 = 3,
+} tok_pre;
 
 /* Token types, as stored in tokenizer.ggml.token_type. */
 typedef enum {
@@ -42,8 +57,12 @@ typedef struct tokenizer tokenizer;
 
 /* Builds a tokenizer from f's tokenizer.ggml.* metadata. Returns NULL and a
  * one-line reason in err on a missing/invalid key, an out-of-range special id,
- * or an unsupported model kind (e.g. "tokenizer model 'gpt2' (byte-level BPE)
- * not supported yet"). The caller owns the result; f may be closed after. */
+ * an unsupported model kind, or (BPE) an unknown tokenizer.ggml.pre (the
+ * message lists the supported values). BPE needs tokenizer.ggml.merges
+ * ("left right" strings, rank = position; a repeated pair keeps its first
+ * rank). BPE defaults: no BOS/EOS/unknown ids, add_bos_token false (true for
+ * llama-bpe), add_space_prefix false; the metadata overrides them.
+ * The caller owns the result; f may be closed after. */
 tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen);
 void tok_destroy(tokenizer *t); /* accepts NULL */
 
@@ -51,6 +70,9 @@ void tok_destroy(tokenizer *t); /* accepts NULL */
 
 tok_kind tok_get_kind(const tokenizer *t);
 const char *tok_kind_name(tok_kind k);  /* "llama", "gpt2" */
+tok_pre tok_get_pre(const tokenizer *t);
+const char *tok_pre_name(tok_pre p);    /* "none", "gpt-2", "llama-bpe", "qwen2" */
+int32_t tok_n_merges(const tokenizer *t); /* 0 for SPM */
 int32_t tok_n_vocab(const tokenizer *t);
 bool tok_valid_id(const tokenizer *t, int32_t id);
 /* Special ids; -1 when the vocabulary has none. */
@@ -76,11 +98,12 @@ int32_t tok_find(const tokenizer *t, const char *piece, size_t len);
 /* ---- identity ----------------------------------------------------------- */
 
 /* 64-bit FNV-1a over everything that determines encode/decode: kind, every
- * token's string/score/type, special ids and the add_* flags. Computed at load. */
+ * token's string/score/type, special ids and the add_* flags, and for BPE the
+ * pre-tokenizer and every merge. Computed at load. */
 uint64_t tok_hash(const tokenizer *t);
 
 /* Returns 0 when a and b are identical (kind, vocabulary size, token strings,
- * scores, types, special ids, add_* flags). Otherwise returns 1 and writes the
+ * scores, types, special ids, add_* flags; BPE: pre-tokenizer, merges). Otherwise returns 1 and writes the
  * first difference to msg, naming a "target" and b "draft" (the speculation
  * check), e.g. "token 3: target '<0x00>' vs draft 'the'". msg may be NULL. */
 int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n);
@@ -99,14 +122,27 @@ int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n);
  * greedy by highest score (ties: leftmost); pieces not in the vocabulary fall
  * back to <0xNN> byte tokens. Only normal and user-defined tokens are merge
  * results (control, byte and unused tokens are never produced from text).
+ * BPE: each text run is split by the pre-tokenizer (see tok_pre); each piece's
+ * bytes are mapped to GPT-2's printable code points, then adjacent symbols are
+ * merged lowest rank first (ties: leftmost); no space prefix is added.
  * Returns the number of ids. If that is more than max_out, writes the first
  * max_out and returns -(number needed). out may be NULL when max_out is 0. */
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                bool parse_special, int32_t *out, int max_out);
 
+/* The pre-tokenizer alone (BPE; testing and diagnostics): splits
+ * text[0..len) (no special-token matching) and writes the end byte offset of
+ * each piece to ends. SPM has no pre-tokenizer: one piece (none when len is 0).
+ * Returns the number of pieces; if more than max, writes the first max and
+ * returns -(number). Allocates scratch per call. */
+int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max);
+
 /* ---- decode ------------------------------------------------------------- */
 
-/* Bytes of one token, exactly as they enter the text: "▁" -> ' ', a byte token
+/* Bytes of one token, exactly as they enter the text. BPE: normal tokens map
+ * back through GPT-2's byte mapping to raw bytes (possibly part of a UTF-8
+ * sequence), user-defined -> its string, control/unused -> nothing.
+ * SPM: "▁" -> ' ', a byte token
  * -> its raw byte (possibly half a UTF-8 sequence), control and unused tokens ->
  * nothing, unknown -> "▅" (U+2585), user-defined -> its string. No leading
  * space is removed. Returns the length; if it exceeds n returns -(length) and

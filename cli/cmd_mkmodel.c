@@ -13,8 +13,11 @@ static void mkmodel_usage(FILE *f)
           "  specd mkmodel -o OUT.gguf [--layers N] [--dim N] [--heads N] [--kv-heads N] [--head-dim N]\n"
           "                [--ff N] [--vocab N] [--ctx N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k] [--seed S]\n"
           "                [--tokenizer SRC.gguf] [--rope-base F] [--eps F] [--tied]\n"
-          "                [--rope-scaling llama3] [--name NAME]\n"
-          "      a llama model with RANDOM weights (for speed tests and plumbing, not for text)\n"
+          "                [--rope-scaling llama3] [--name NAME] [--arch llama|qwen2|mistral]\n"
+          "                [--sliding-window W]\n"
+          "      a llama model with RANDOM weights (for speed tests and plumbing, not for text);\n"
+          "      --arch qwen2: QKV biases, NeoX RoPE, rope base 1e6; --arch mistral: llama with a\n"
+          "      sliding attention window (default 8)\n"
           "  specd mkmodel -o OUT.gguf --widen SRC.gguf [--dim N] [--heads N] [--kv-heads N]\n"
           "                [--head-dim N] [--ff N] [--layers N] [--type T] [--seed S]\n"
           "      a bigger model computing the same function as SRC (same logits up to rounding)\n"
@@ -75,6 +78,8 @@ int cmd_mkmodel(int argc, char **argv)
         else if (!strcmp(a, "--rope-base")) { o.rope_base = (float)arg_double(argc, argv, &i, 1.0001, 1e12); random_flags = true; }
         else if (!strcmp(a, "--eps")) { o.eps = (float)arg_double(argc, argv, &i, 1e-30, 1.0); random_flags = true; }
         else if (!strcmp(a, "--tied")) { o.tied = true; random_flags = true; }
+        else if (!strcmp(a, "--arch")) { o.arch = arg_str(argc, argv, &i); random_flags = true; }
+        else if (!strcmp(a, "--sliding-window")) { o.sliding_window = (int)arg_long(argc, argv, &i, 1, 1 << 30); random_flags = true; }
         else if (!strcmp(a, "--rope-scaling")) {
             const char *t = arg_str(argc, argv, &i);
             if (strcmp(t, "llama3") != 0) {
@@ -105,7 +110,7 @@ int cmd_mkmodel(int argc, char **argv)
         return 2;
     }
     if (widen && random_flags) {
-        fprintf(stderr, "specd mkmodel: --vocab, --tokenizer, --rope-*, --eps, --tied do not apply "
+        fprintf(stderr, "specd mkmodel: --vocab, --tokenizer, --rope-*, --eps, --tied, --arch do not apply "
                         "to --widen (they come from the source)\n");
         return 2;
     }
@@ -139,9 +144,10 @@ int cmd_mkmodel(int argc, char **argv)
     }
     char tname[16];
     upper(tname, ggml_type_name(info.type), sizeof tname);
-    printf("wrote %s: llama, %d layers, dim %d, %d heads (%d kv, head dim %d), ff %d, vocab %d%s, "
+    const char *arch = info.arch[0] ? info.arch : "llama";
+    printf("wrote %s: %s, %d layers, dim %d, %d heads (%d kv, head dim %d), ff %d, vocab %d%s, "
            "%.1fM params, %s, %.0f MB \xe2\x80\x94 %s\n",
-           out, info.n_layers, info.dim, info.n_heads, info.n_kv_heads, info.head_dim, info.ff, info.vocab,
+           out, arch, info.n_layers, info.dim, info.n_heads, info.n_kv_heads, info.head_dim, info.ff, info.vocab,
            info.tied ? " (tied output)" : "", info.n_params / 1e6, tname, info.file_bytes / 1e6, what);
     return 0;
 }

@@ -741,6 +741,41 @@ static int emit_norm(emitter *e, uint64_t seed, const char *name, uint64_t n, fl
 }
 
 static void set_llama_shape(gguf_writer *w, int ctx, int D, int L, int FF, int H, int KV, int n_rot,
+                            int hd, float eps, float base);
+
+/* The same keys under another architecture prefix (qwen2.*). */
+static void set_arch_shape(gguf_writer *w, const char *a, int ctx, int D, int L, int FF, int H, int KV, int n_rot,
+                           int hd, float eps, float base, int V)
+{
+    char k[96];
+#define AK(s) (snprintf(k, sizeof k, "%s.%s", a, s), k)
+    gguf_writer_set_u32(w, AK("context_length"), (uint32_t)ctx);
+    gguf_writer_set_u32(w, AK("embedding_length"), (uint32_t)D);
+    gguf_writer_set_u32(w, AK("block_count"), (uint32_t)L);
+    gguf_writer_set_u32(w, AK("feed_forward_length"), (uint32_t)FF);
+    gguf_writer_set_u32(w, AK("attention.head_count"), (uint32_t)H);
+    gguf_writer_set_u32(w, AK("attention.head_count_kv"), (uint32_t)KV);
+    gguf_writer_set_u32(w, AK("rope.dimension_count"), (uint32_t)n_rot);
+    gguf_writer_set_u32(w, AK("attention.key_length"), (uint32_t)hd);
+    gguf_writer_set_u32(w, AK("attention.value_length"), (uint32_t)hd);
+    gguf_writer_set_f32(w, AK("attention.layer_norm_rms_epsilon"), eps);
+    gguf_writer_set_f32(w, AK("rope.freq_base"), base);
+    gguf_writer_set_u32(w, AK("vocab_size"), (uint32_t)V);
+#undef AK
+}
+
+/* Emits a random bias vector of n elements, std 0.5 (large enough that dropping it shows). */
+static int emit_bias(emitter *e, uint64_t seed, const char *name, uint64_t n)
+{
+    float *x = falloc(n, e->err, e->errlen);
+    if (!x) return -1;
+    fill_normal(x, n, tensor_key(seed, name), 0, 0.5f);
+    int rc = emit(e, name, GGML_TYPE_F32, n, 0, x);
+    free(x);
+    return rc;
+}
+
+static void set_llama_shape(gguf_writer *w, int ctx, int D, int L, int FF, int H, int KV, int n_rot,
                             int hd, float eps, float base)
 {
     gguf_writer_set_u32(w, "llama.context_length", (uint32_t)ctx);
@@ -768,7 +803,15 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     int ctx = o->ctx ? o->ctx : 2048;
     int type = o->type < 0 ? GGML_TYPE_F32 : o->type;
     float eps = o->eps != 0.0f ? o->eps : 1e-5f;
-    float base = o->rope_base != 0.0f ? o->rope_base : o->rope_llama3 ? 500000.0f : 10000.0f;
+    const char *arch = o->arch ? o->arch : "llama";
+    bool qwen2 = !strcmp(arch, "qwen2"), mistral = !strcmp(arch, "mistral");
+    if (!qwen2 && !mistral && strcmp(arch, "llama") != 0)
+        return fail(err, errlen, "--arch must be llama, qwen2 or mistral (got '%s')", arch);
+    if (qwen2 && o->rope_llama3) return fail(err, errlen, "--rope-scaling llama3 applies to llama models only");
+    if (!mistral && o->sliding_window) return fail(err, errlen, "--sliding-window applies to --arch mistral only");
+    if (o->sliding_window < 0) return fail(err, errlen, "--sliding-window must be positive");
+    int window = o->sliding_window ? o->sliding_window : 8;
+    float base = o->rope_base != 0.0f ? o->rope_base : o->rope_llama3 ? 500000.0f : qwen2 ? 1000000.0f : 10000.0f;
 
     if (check_range("--layers", L, 1, MK_MAX_LAYERS, err, errlen) ||
         check_range("--dim", D, 1, MK_MAX_DIM, err, errlen) ||
@@ -816,6 +859,7 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     }
     int n_rot = hd;
     uint64_t np = count_params(L, D, H, KV, hd, FF, V, o->tied, o->rope_llama3 ? n_rot / 2 : 0);
+    if (qwen2) np += (uint64_t)L * (uint64_t)(H + 2 * KV) * hd;
     if (np > MK_MAX_PARAMS) {
         gguf_close(tok);
         return fail(err, errlen, "model of %llu parameters is too large", (unsigned long long)np);
@@ -825,14 +869,19 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     emitter e = {w, 0, err, errlen};
     int rc = 0;
     char desc[160];
-    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_str(w, "general.architecture", qwen2 ? "qwen2" : "llama");
     gguf_writer_set_str(w, "general.name", o->name ? o->name : "specd-random");
     snprintf(desc, sizeof desc, "RANDOM weights (specd mkmodel, seed %llu): not a trained model",
              (unsigned long long)o->seed);
     gguf_writer_set_str(w, "general.description", desc);
     gguf_writer_set_u32(w, "general.file_type", mkmodel_ftype(type));
-    set_llama_shape(w, ctx, D, L, FF, H, KV, n_rot, hd, eps, base);
-    gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)V);
+    if (qwen2) {
+        set_arch_shape(w, "qwen2", ctx, D, L, FF, H, KV, n_rot, hd, eps, base, V);
+    } else {
+        set_llama_shape(w, ctx, D, L, FF, H, KV, n_rot, hd, eps, base);
+        gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)V);
+    }
+    if (mistral) gguf_writer_set_u32(w, "llama.attention.sliding_window", (uint32_t)window);
     if (o->rope_llama3) {
         gguf_writer_set_str(w, "llama.rope.scaling.type", "llama3");
         gguf_writer_set_f32(w, "llama.rope.scaling.factor", 8.0f);
@@ -864,6 +913,9 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
         if (!rc) rc = emit_random(&e, s, NM("attn_q.weight"), type, D, (uint64_t)H * hd);
         if (!rc) rc = emit_random(&e, s, NM("attn_k.weight"), type, D, (uint64_t)KV * hd);
         if (!rc) rc = emit_random(&e, s, NM("attn_v.weight"), type, D, (uint64_t)KV * hd);
+        if (!rc && qwen2) rc = emit_bias(&e, s, NM("attn_q.bias"), (uint64_t)H * hd);
+        if (!rc && qwen2) rc = emit_bias(&e, s, NM("attn_k.bias"), (uint64_t)KV * hd);
+        if (!rc && qwen2) rc = emit_bias(&e, s, NM("attn_v.bias"), (uint64_t)KV * hd);
         if (!rc) rc = emit_random(&e, s, NM("attn_output.weight"), type, (uint64_t)H * hd, D);
         if (!rc) rc = emit_norm(&e, s, NM("ffn_norm.weight"), D, 1.0f);
         if (!rc) rc = emit_random(&e, s, NM("ffn_gate.weight"), type, D, FF);
@@ -875,7 +927,8 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     gguf_writer_destroy(w);
     if (rc) return -1;
     if (info) {
-        *info = (mkmodel_info){L, D, H, KV, hd, FF, V, ctx, type, o->tied, e.n_params, 0};
+        *info = (mkmodel_info){L, D, H, KV, hd, FF, V, ctx, type, o->tied, e.n_params, 0, ""};
+        snprintf(info->arch, sizeof info->arch, "%s", qwen2 ? "qwen2" : "llama");
         finish_info(info, out_path);
     }
     return 0;
@@ -1137,7 +1190,8 @@ int mkmodel_widen(const char *out_path, const char *src_path, const mkmodel_opts
                   mkmodel_info *info, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = 0;
-    if (o->vocab || o->tokenizer_path || o->tied || o->rope_llama3 || o->rope_base != 0.0f || o->eps != 0.0f)
+    if (o->vocab || o->tokenizer_path || o->tied || o->rope_llama3 || o->rope_base != 0.0f || o->eps != 0.0f ||
+        o->arch || o->sliding_window)
         return fail(err, errlen, "--vocab, --tokenizer, --tied, --rope-*, --eps do not apply to --widen "
                     "(they come from the source model)");
     src_model s;
@@ -1278,7 +1332,7 @@ int mkmodel_widen(const char *out_path, const char *src_path, const mkmodel_opts
     for (int l = 0; l < p.L && !rc; l++) rc = widen_layer(&e, &s, &p, type, o->seed, l, nscale);
     if (!rc) rc = gguf_writer_write(w, out_path, err, errlen);
     if (!rc && info) {
-        *info = (mkmodel_info){p.L, p.D, p.H, p.KV, p.N, p.FF, s.V, ctx, type, s.tied, e.n_params, 0};
+        *info = (mkmodel_info){p.L, p.D, p.H, p.KV, p.N, p.FF, s.V, ctx, type, s.tied, e.n_params, 0, "llama"};
         finish_info(info, out_path);
     }
 out:
@@ -1355,14 +1409,18 @@ int mkmodel_quantize(const char *out_path, const char *src_path, int type,
     if (!rc && info) {
         uint32_t v;
         memset(info, 0, sizeof *info);
-#define G(key, field) if (gguf_get_u32(f, key, &v)) info->field = (int)v
-        G("llama.block_count", n_layers);
-        G("llama.embedding_length", dim);
-        G("llama.attention.head_count", n_heads);
-        G("llama.attention.head_count_kv", n_kv_heads);
-        G("llama.attention.key_length", head_dim);
-        G("llama.feed_forward_length", ff);
-        G("llama.context_length", ctx);
+        char arch[32] = "llama", key[96];
+        gguf_get_cstr(f, "general.architecture", arch, sizeof arch);
+        snprintf(info->arch, sizeof info->arch, "%s", arch);
+#define G(k, field) \
+    if (snprintf(key, sizeof key, "%s.%s", arch, k), gguf_get_u32(f, key, &v)) info->field = (int)v
+        G("block_count", n_layers);
+        G("embedding_length", dim);
+        G("attention.head_count", n_heads);
+        G("attention.head_count_kv", n_kv_heads);
+        G("attention.key_length", head_dim);
+        G("feed_forward_length", ff);
+        G("context_length", ctx);
 #undef G
         if (!info->n_kv_heads) info->n_kv_heads = info->n_heads;
         if (!info->head_dim && info->n_heads) info->head_dim = info->dim / info->n_heads;

@@ -22,6 +22,9 @@ typedef struct {
     bool tied;                  /* random only: no output.weight (the head reuses token_embd) */
     bool rope_llama3;           /* random only: Llama-3 rope scaling metadata + rope_freqs.weight */
     const char *name;           /* general.name; NULL = "specd-random" / the source's */
+    const char *arch;           /* random only: "llama" (NULL), "qwen2" (QKV biases, NeoX RoPE, qwen2.* keys,
+                                 * rope base 1e6) or "mistral" (llama with llama.attention.sliding_window) */
+    int sliding_window;         /* random only, arch "mistral": the window; 0 = 8 */
 } mkmodel_opts;
 
 /* What was written (for the one-line summary). */
@@ -31,6 +34,7 @@ typedef struct {
     bool tied;
     uint64_t n_params;          /* elements of all tensors */
     uint64_t file_bytes;
+    char arch[16];              /* general.architecture written ("llama", "qwen2") */
 } mkmodel_info;
 
 void mkmodel_opts_init(mkmodel_opts *o);

@@ -1,4 +1,4 @@
-/* model.c — llama model loading (validate metadata and tensor shapes, point
+/* model.c — llama-family (llama, mistral, qwen2) model loading (validate metadata and tensor shapes, point
  * into the mmap) and the batched forward pass (see model.h). */
 #include "engine/model.h"
 
@@ -63,6 +63,20 @@ static int get_vec(const gguf_file *f, const char *name, uint64_t ne0, const flo
     return 0;
 }
 
+/* An optional (or, with required, mandatory) F32 bias vector; *out = NULL when absent. */
+static int get_bias(const gguf_file *f, const char *name, uint64_t ne0, const float **out, bool required, char *err,
+                    size_t n) {
+    *out = NULL;
+    if (!required && !gguf_find_tensor(f, name)) return 0;
+    return get_vec(f, name, ne0, out, err, n);
+}
+
+/* x (M, N) += b (N) on every row (through the backend's add, one row at a time). */
+static void add_bias(const backend_i *op, backend *be, float *x, const float *b, int M, int N) {
+    if (!b) return;
+    for (int r = 0; r < M; r++) op->add(be, x + (size_t)r * N, b, 1, N);
+}
+
 static bool arch_u32(const gguf_file *f, const char *arch, const char *key, uint32_t *out) {
     char k[160];
     snprintf(k, sizeof(k), "%s.%s", arch, key);
@@ -81,8 +95,9 @@ static int load_hparams(model *m, char *err, size_t n) {
     model_hparams *hp = &m->hp;
     if (!gguf_get_cstr(f, "general.architecture", m->arch, sizeof(m->arch)))
         return model_fail(err, n, "metadata has no general.architecture");
-    if (strcmp(m->arch, "llama") != 0)
-        return model_fail(err, n, "architecture '%s' is not supported yet (supported: llama)", m->arch);
+    if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "mistral") != 0 && strcmp(m->arch, "qwen2") != 0)
+        return model_fail(err, n, "architecture '%s' is not supported yet (supported: llama, mistral, qwen2)",
+                          m->arch);
     if (!gguf_get_cstr(f, "general.name", m->name, sizeof(m->name))) snprintf(m->name, sizeof(m->name), "%s", "unnamed");
     const char *a = m->arch;
     uint32_t v;
@@ -114,7 +129,13 @@ static int load_hparams(model *m, char *err, size_t n) {
     if (!te) return model_fail(err, n, "missing tensor 'token_embd.weight'");
     if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return model_fail(err, n, "implausible vocabulary size");
     hp->n_vocab = (int)te->ne[1];
-    hp->rope_neox = 0;
+    /* qwen2 rotates NeoX-style (pairs i, i + n_rot/2); llama and mistral adjacent pairs */
+    hp->rope_neox = !strcmp(a, "qwen2");
+    hp->sliding_window = 0;
+    if (strcmp(a, "qwen2") != 0 && arch_u32(f, a, "attention.sliding_window", &v)) {
+        if (v > (1u << 30)) return model_fail(err, n, "metadata %s.attention.sliding_window %u is out of range", a, v);
+        hp->sliding_window = (int)v;
+    }
     return 0;
 }
 
@@ -201,6 +222,11 @@ static int load_tensors(model *m, char *err, size_t n) {
             get_mat(f, LNAME("ffn_gate.weight"), D, F, &L->w_gate, false, err, n) ||
             get_mat(f, LNAME("ffn_up.weight"), D, F, &L->w_up, false, err, n) ||
             get_mat(f, LNAME("ffn_down.weight"), F, D, &L->w_down, false, err, n))
+            return -1;
+        bool need_bias = !strcmp(m->arch, "qwen2");
+        if (get_bias(f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, err, n) ||
+            get_bias(f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, err, n) ||
+            get_bias(f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, err, n))
             return -1;
 #undef LNAME
     }
@@ -320,7 +346,7 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
         const model_seq *sq = &seqs[s];
         op->get_rows(be, m->x + (size_t)row * D, m->tok_embd.w, m->tok_embd.type, sq->tokens, sq->n, D);
         for (int i = 0; i < sq->n; i++) m->pos[row + i] = sq->pos ? sq->pos[i] : sq->kv->len + i;
-        m->aseq[s] = (attn_seq){row, sq->n, sq->kv->len, sq->kv->blocks, sq->mask};
+        m->aseq[s] = (attn_seq){row, sq->n, sq->kv->len, sq->kv->blocks, sq->mask, hp->sliding_window};
         row += sq->n;
     }
 
@@ -331,6 +357,9 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
         op->matmul(be, m->q, m->xb, L->wq.w, L->wq.type, M, D, QD);
         op->matmul(be, m->k, m->xb, L->wk.w, L->wk.type, M, D, KVD);
         op->matmul(be, m->v, m->xb, L->wv.w, L->wv.type, M, D, KVD);
+        add_bias(op, be, m->q, L->bq, M, QD);
+        add_bias(op, be, m->k, L->bk, M, KVD);
+        add_bias(op, be, m->v, L->bv, M, KVD);
         op->rope(be, m->q, m->pos, m->inv_freq, M, H, E, hp->n_rot, hp->rope_neox);
         op->rope(be, m->k, m->pos, m->inv_freq, M, Hkv, E, hp->n_rot, hp->rope_neox);
         for (int s = 0; s < n_seqs; s++)

@@ -28,6 +28,10 @@ typedef struct {
     int n_past;              /* cached positions every new row may attend to */
     const int32_t *blocks;   /* block table: cache position p lives in block blocks[p / B] */
     const uint8_t *mask;     /* (n_new, n_new) row i may attend new j iff mask[i*n_new+j]; NULL = causal */
+    int window;              /* sliding window W: a query at position P sees only keys at positions
+                              * > P - W (0 = unlimited). Positions: cache position p for past keys;
+                              * for new rows n_past + i (causal) or, with a mask, n_past + (number of
+                              * allowed new positions in the row) - 1, i.e. tree depth for ancestor masks */
 } attn_seq;
 
 /* The paged KV storage of one layer: block b's keys are

@@ -59,6 +59,14 @@ void ops_kv_write(const kv_layer_view *kv, const int32_t *blocks, int start, con
     }
 }
 
+/* Position of new row i for the sliding window (see attn_seq.window). */
+static int ops_attn_pos(const attn_seq *s, int i) {
+    if (!s->mask) return s->n_past + i;
+    int c = 0;
+    for (int j = 0; j < s->n_new; j++) c += s->mask[(size_t)i * s->n_new + j] != 0;
+    return s->n_past + (c > 0 ? c - 1 : 0);
+}
+
 void ops_attention_head(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
                         int Hkv, int E, float *scores) {
     int kv_dim = Hkv * E;
@@ -69,10 +77,13 @@ void ops_attention_head(float *out, const float *q, const kv_layer_view *kv, con
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
         int n_keys = s->n_past + s->n_new;
+        int lo = 0; /* sliding window: lowest key position this query may see */
+        if (s->window > 0) lo = ops_attn_pos(s, i) - s->window + 1;
         float mx = -INFINITY;
         for (int p = 0; p < n_keys; p++) {
             int j = p - s->n_past; /* index among the new positions, or negative */
-            if (j >= 0 && (s->mask ? !s->mask[(size_t)i * s->n_new + j] : j > i)) {
+            if ((j >= 0 && (s->mask ? !s->mask[(size_t)i * s->n_new + j] : j > i)) ||
+                (lo > 0 && (j < 0 ? p : ops_attn_pos(s, j)) < lo)) {
                 scores[p] = -INFINITY;
                 continue;
             }

@@ -10,6 +10,11 @@
 #   causal softmax incl. self; x += Wo concat(heads); h = rmsnorm(x)*ffn_norm;
 #   x += Wdown(silu(Wgate h) * (Wup h)); logits = Woutput(rmsnorm(x)*output_norm),
 #   Woutput = token_embd when output.weight is absent. A matrix with ne=[K, N] computes y[N] = W x[K].
+# Architectures (metadata keys under "<arch>."):
+#   qwen2: q/k/v += blk.L.attn_{q,k,v}.bias after the matmuls; RoPE "NeoX" (ggml mode 2): pairs
+#          (x[i], x[i + n_rot/2]), same frequencies; default freq_base 10000 unless the metadata says.
+#   mistral / llama with <arch>.attention.sliding_window = W: query at position P sees keys at
+#          positions P-W+1 .. P only.
 #
 # Run directly: /usr/bin/python3 ref_llama.py MODEL.gguf [-n 60] [--tokens "1 2 3"]
 # greedily generates from BOS and prints tokens and text (a self-check of this reference).
@@ -51,9 +56,12 @@ class LlamaRef:
         g = gguf_reader.read(path)
         self.g = g
         arch = g.get("general.architecture")
-        if arch != "llama":
-            raise ValueError("%s: architecture %r is not llama" % (path, arch))
-        p = "llama."
+        if arch not in ("llama", "mistral", "qwen2"):
+            raise ValueError("%s: architecture %r is not llama, mistral or qwen2" % (path, arch))
+        self.arch = arch
+        p = arch + "."
+        self.neox = arch == "qwen2"
+        self.window = 0 if arch == "qwen2" else int(g.get(p + "attention.sliding_window", 0))
         self.dim = int(g.get(p + "embedding_length"))
         self.n_layers = int(g.get(p + "block_count"))
         self.ff = int(g.get(p + "feed_forward_length"))
@@ -78,6 +86,9 @@ class LlamaRef:
                 wq=t(b + "attn_q.weight"),  # [n_head*hd, dim]
                 wk=t(b + "attn_k.weight"),  # [n_kv*hd, dim]
                 wv=t(b + "attn_v.weight"),  # [n_kv*hd, dim]
+                bq=t(b + "attn_q.bias").reshape(-1) if b + "attn_q.bias" in g.tensors else None,
+                bk=t(b + "attn_k.bias").reshape(-1) if b + "attn_k.bias" in g.tensors else None,
+                bv=t(b + "attn_v.bias").reshape(-1) if b + "attn_v.bias" in g.tensors else None,
                 wo=t(b + "attn_output.weight"),  # [dim, n_head*hd]
                 ffn_norm=t(b + "ffn_norm.weight"),
                 wg=t(b + "ffn_gate.weight"),  # [ff, dim]
@@ -122,6 +133,13 @@ class LlamaRef:
         c = np.cos(ang)[:, None, :]
         s = np.sin(ang)[:, None, :]
         x = x.copy()
+        if self.neox:
+            half = self.n_rot // 2
+            x0 = x[:, :, 0:half].copy()
+            x1 = x[:, :, half:self.n_rot].copy()
+            x[:, :, 0:half] = x0 * c - x1 * s
+            x[:, :, half:self.n_rot] = x0 * s + x1 * c
+            return x
         x0 = x[:, :, 0:self.n_rot:2].copy()
         x1 = x[:, :, 1:self.n_rot:2].copy()
         x[:, :, 0:self.n_rot:2] = x0 * c - x1 * s
@@ -138,9 +156,16 @@ class LlamaRef:
         scale = 1.0 / math.sqrt(self.hd)
         for L, w in enumerate(self.layers):
             h = self._rmsnorm(x, w["attn_norm"])
-            q = (h @ w["wq"].T).reshape(T, self.n_head, self.hd)
-            k = (h @ w["wk"].T).reshape(T, self.n_kv, self.hd)
-            v = (h @ w["wv"].T).reshape(T, self.n_kv, self.hd)
+            q, k, v = h @ w["wq"].T, h @ w["wk"].T, h @ w["wv"].T
+            if w["bq"] is not None:
+                q = q + w["bq"]
+            if w["bk"] is not None:
+                k = k + w["bk"]
+            if w["bv"] is not None:
+                v = v + w["bv"]
+            q = q.reshape(T, self.n_head, self.hd)
+            k = k.reshape(T, self.n_kv, self.hd)
+            v = v.reshape(T, self.n_kv, self.hd)
             q = self._rope(q, pos)
             k = self._rope(k, pos)
             K = np.concatenate([self.k_cache[L], k], axis=0)  # [S, n_kv, hd]
@@ -149,7 +174,10 @@ class LlamaRef:
             S = K.shape[0]
             out = np.empty((T, self.n_head, self.hd))
             # causal: query t (absolute n_past+t) sees keys 0..n_past+t
-            mask = np.arange(S)[None, :] > (self.n_past + np.arange(T))[:, None]  # [T, S]
+            qpos = (self.n_past + np.arange(T))[:, None]
+            mask = np.arange(S)[None, :] > qpos  # [T, S]
+            if self.window > 0:
+                mask = mask | (np.arange(S)[None, :] <= qpos - self.window)
             for hh in range(self.n_head):
                 kv = hh // group
                 sc = (q[:, hh, :] @ K[:, kv, :].T) * scale  # [T, S]

@@ -1,6 +1,7 @@
 # Forward pass vs the independent float64 reference: `specd eval` logits must match ref_llama.py
 # within 1e-4 relative (max|c - r| / max|r| per position row) for a real model and random models
-# of several shapes and every weight type (the reference dequantizes the very same stored weights).
+# of several shapes and every weight type (the reference dequantizes the very same stored weights),
+# and qwen2 / mistral (sliding window) random models.
 #
 # Contracts: see fwdutil.py (CLI) and ref_llama.py (model conventions).
 
@@ -119,6 +120,45 @@ def main():
         ck.check(sens > 10 * TOL, "rope-llama3: unscaled rope would differ by %.3e (test is sensitive)" % sens)
         c = fwdutil.eval_logits(path, toks, m.n_vocab, tmp, tag="rope")
         ck.compare("rope-llama3 (60 tokens)", c, r, TOL)
+
+        # architectures: qwen2 (QKV biases, NeoX RoPE, freq_base 1e6) and mistral (sliding window 8),
+        # each with GQA, plus a quantized and a tied variant; each feature must visibly matter
+        for label, opts in [
+            ("qwen2-f32", dict(arch="qwen2", type="f32")),
+            ("qwen2-q8_0-tied", dict(arch="qwen2", type="q8_0", tied=True)),
+            ("mistral-f32", dict(arch="mistral", type="f32")),
+            ("mistral-w5-q4_0", dict(arch="mistral", type="q4_0", sliding_window=5)),
+        ]:
+            path = os.path.join(tmp, "%s.gguf" % label)
+            fwdutil.mkmodel(path, dim=128, layers=2, heads=4, kv_heads=2, head_dim=32, ff=256, ctx=128, seed=13,
+                            **opts)
+            m = LlamaRef(path)
+            toks = rng.integers(0, m.n_vocab, size=24).tolist()
+            r = m.logits(toks)
+            if opts["arch"] == "qwen2":
+                ck.check(m.arch == "qwen2" and m.neox and abs(m.base - 1e6) < 1 and m.layers[0]["bq"] is not None,
+                         "%s: qwen2 metadata, NeoX rope, freq_base %g, biases present" % (label, m.base))
+                m.neox = False
+                sens = float(np.max(fwdutil.rel_err_rows(m.logits(toks), r)))
+                m.neox = True
+                ck.check(sens > 10 * TOL, "%s: adjacent-pair rope would differ by %.3e" % (label, sens))
+                saved = [(w["bq"], w["bk"], w["bv"]) for w in m.layers]
+                for w in m.layers:
+                    w["bq"] = w["bk"] = w["bv"] = None
+                sens = float(np.max(fwdutil.rel_err_rows(m.logits(toks), r)))
+                for w, sv in zip(m.layers, saved):
+                    w["bq"], w["bk"], w["bv"] = sv
+                ck.check(sens > 10 * TOL, "%s: dropping the biases would differ by %.3e" % (label, sens))
+            else:
+                want = opts.get("sliding_window", 8)
+                ck.check(m.window == want, "%s: sliding window %d in metadata (want %d)" % (label, m.window, want))
+                m.window = 0
+                sens = float(np.max(fwdutil.rel_err_rows(m.logits(toks), r)))
+                m.window = want
+                ck.check(sens > 10 * TOL, "%s: full attention would differ by %.3e" % (label, sens))
+                r = m.logits(toks)
+            c = fwdutil.eval_logits(path, toks, m.n_vocab, tmp, tag=label)
+            ck.compare("%s (24 tokens)" % label, c, r, TOL)
 
         # tied output head (no output.weight)
         for ty in ("f32", "q8_0"):

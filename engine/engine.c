@@ -543,6 +543,21 @@ static int blocks_needed(const engine *e, const req *r) {
     return kv_blocks_for(e->sp->tpool, len);
 }
 
+/* Copies the pools' free counts for engine_get_stats (mu held; the pools
+ * themselves change during model work, outside the lock). */
+static void publish_pools(engine *e) {
+    e->kv_free_t = e->sp->tpool->n_free;
+    e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
+}
+
+/* Running requests' statistics so far (finished ones are already in e->st).
+ * Engine thread, mu held. */
+static void refresh_running_stats(engine *e) {
+    memset(&e->st_run, 0, sizeof(e->st_run));
+    for (int i = 0; i < e->n_active; i++)
+        if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
+}
+
 static void *engine_main(void *arg) {
     engine *e = arg;
     char err[512];
@@ -550,8 +565,7 @@ static void *engine_main(void *arg) {
     for (;;) {
         /* publish what engine_get_stats reports (the pools and costs change
          * during model work, outside the lock) */
-        e->kv_free_t = e->sp->tpool->n_free;
-        e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
+        publish_pools(e);
         e->costs_pub = e->sp->costs;
         /* 1. cancellations and finished requests leave the active set */
         for (int i = 0; i < e->n_active;) {
@@ -592,9 +606,7 @@ static void *engine_main(void *arg) {
             pp = &r->next_wait;
         }
         if (e->quit) break;
-        memset(&e->st_run, 0, sizeof(e->st_run));
-        for (int i = 0; i < e->n_active; i++)
-            if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
+        refresh_running_stats(e);
         if (e->cfg.policy) {
             const pol_config *pc = pol_store_acquire(e->cfg.policy);
             if (pc->version != e->policy_version) {
@@ -654,8 +666,7 @@ static void *engine_main(void *arg) {
             else if (r->state == RQ_RUNNING) e->bseq[n_run++] = r->seq;
         }
         if (!pre && n_run == 0) {
-            e->kv_free_t = e->sp->tpool->n_free;
-            e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
+            publish_pools(e);
             pthread_cond_wait(&e->cv, &e->mu);
             continue;
         }
@@ -741,10 +752,7 @@ static void *engine_main(void *arg) {
                     else if (si->n_new > 0) emit_tokens(e, r, si);
                     if (r->notify) r->notify(r->user);
                 }
-            /* running requests' statistics so far (finished ones are in e->st) */
-            memset(&e->st_run, 0, sizeof(e->st_run));
-            for (int i = 0; i < e->n_active; i++)
-                if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
+            refresh_running_stats(e);
         }
     }
     pthread_mutex_unlock(&e->mu);
@@ -803,8 +811,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         engine_destroy(e);
         return eng_fail(err, errlen, "out of memory"), NULL;
     }
-    e->kv_free_t = e->sp->tpool->n_free;
-    e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
+    publish_pools(e);
     e->costs_pub = e->sp->costs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);

@@ -84,6 +84,10 @@ double gw_now_ms(void);
 uint64_t gw_random_seed(void);
 int gw_queue(gw_conn *c, const char *data, size_t len, int flags);
 int gw_queue_json(gw_conn *c, char *json);
+/* Writes the head of c's output queue (text frame or HTTP body chunk, by its
+ * flags) and pops it. Returns 1 written (*flags = its GW_OUT_*), 0 when the
+ * queue is empty, -1 on a write error. WRITEABLE callbacks only. */
+int gw_write_head(gw_conn *c, int *flags);
 void gw_queue_free(gw_conn *c);
 gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid);
 void gw_req_remove(gw_conn *c, gw_req *r);

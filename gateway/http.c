@@ -352,15 +352,9 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         if (c->headers_sent) return 0; /* already answered (admin) */
         return start_completion(c, c->status == 2 ? GW_HTTP_CHAT : GW_HTTP_COMPLETIONS) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE: {
-        gw_out *o = c->out_head;
-        if (!o) return 0;
-        int flag = o->flags == GW_OUT_HTTP_FINAL ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP;
-        if (lws_write(wsi, o->data + LWS_PRE, o->len, (enum lws_write_protocol)flag) < (int)o->len) return -1;
-        c->out_head = o->next;
-        if (!c->out_head) c->out_tail = NULL;
-        c->out_bytes -= o->len;
-        free(o);
-        if (flag == LWS_WRITE_HTTP_FINAL) {
+        int flag = 0, w = gw_write_head(c, &flag);
+        if (w <= 0) return w;
+        if (flag == GW_OUT_HTTP_FINAL) {
             /* lws may free this connection's session data when the transaction
              * completes: leave the server's lists first */
             gw_conn_unlink(c);

@@ -185,17 +185,10 @@ int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user,
             mon.scheduled = true;
         }
         break;
-    case LWS_CALLBACK_SERVER_WRITEABLE: {
-        gw_out *o = c->out_head;
-        if (!o) break;
-        if (lws_write(wsi, o->data + LWS_PRE, o->len, LWS_WRITE_TEXT) < (int)o->len) return -1;
-        c->out_head = o->next;
-        if (!c->out_head) c->out_tail = NULL;
-        c->out_bytes -= o->len;
-        free(o);
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (gw_write_head(c, NULL) < 0) return -1;
         if (c->out_head) lws_callback_on_writable(wsi);
         break;
-    }
     case LWS_CALLBACK_CLOSED:
         gw_conn_unlink(c);
         break;

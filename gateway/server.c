@@ -75,6 +75,21 @@ int gw_queue_json(gw_conn *c, char *json) {
     return rc;
 }
 
+int gw_write_head(gw_conn *c, int *flags) {
+    gw_out *o = c->out_head;
+    if (!o) return 0;
+    enum lws_write_protocol mode = o->flags == GW_OUT_TEXT ? LWS_WRITE_TEXT
+                                   : o->flags == GW_OUT_HTTP_FINAL ? LWS_WRITE_HTTP_FINAL
+                                                                   : LWS_WRITE_HTTP;
+    if (lws_write(c->wsi, o->data + LWS_PRE, o->len, mode) < (int)o->len) return -1;
+    if (flags) *flags = o->flags;
+    c->out_head = o->next;
+    if (!c->out_head) c->out_tail = NULL;
+    c->out_bytes -= o->len;
+    free(o);
+    return 1;
+}
+
 void gw_queue_free(gw_conn *c) {
     for (gw_out *o = c->out_head, *n; o; o = n) {
         n = o->next;
@@ -342,16 +357,9 @@ static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *us
             gw_srv->slow_disconnects++;
             return -1;
         }
-        gw_out *o = c->out_head;
-        if (!o) {
-            if (c->closing) return -1;
-            break;
-        }
-        if (lws_write(wsi, o->data + LWS_PRE, o->len, LWS_WRITE_TEXT) < (int)o->len) return -1;
-        c->out_head = o->next;
-        if (!c->out_head) c->out_tail = NULL;
-        c->out_bytes -= o->len;
-        free(o);
+        int w = gw_write_head(c, NULL);
+        if (w < 0 || (w == 0 && c->closing)) return -1;
+        if (w == 0) break;
         ws_pump(c);
         if (c->out_head) lws_callback_on_writable(wsi);
         break;

@@ -11,26 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
-
-static volatile int counting;
-static volatile long n_calls;
-
-void *malloc(size_t n) { if (counting) n_calls++; return __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { if (counting) n_calls++; return __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { if (counting) n_calls++; return __libc_realloc(p, n); }
-void *aligned_alloc(size_t al, size_t n) { if (counting) n_calls++; return __libc_memalign(al, n); }
-void *memalign(size_t al, size_t n) { if (counting) n_calls++; return __libc_memalign(al, n); }
-int posix_memalign(void **out, size_t al, size_t n) {
-    if (counting) n_calls++;
-    *out = __libc_memalign(al, n);
-    return *out ? 0 : 12;
-}
-void free(void *p) { __libc_free(p); }
+#include "tests/alloc_hook.h"
 
 static int held(const kv_pool *p, kv_seq **s, int n) {
     int t = 0;

@@ -9,39 +9,10 @@
 #include <stddef.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-
-#ifndef SANITIZED
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
-
-static volatile int counting;
-static volatile long n_calls;
-
-void *malloc(size_t n) { if (counting) n_calls++; return __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { if (counting) n_calls++; return __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { if (counting) n_calls++; return __libc_realloc(p, n); }
-void *aligned_alloc(size_t al, size_t n) { if (counting) n_calls++; return __libc_memalign(al, n); }
-void *memalign(size_t al, size_t n) { if (counting) n_calls++; return __libc_memalign(al, n); }
-int posix_memalign(void **out, size_t al, size_t n) {
-    if (counting) n_calls++;
-    *out = __libc_memalign(al, n);
-    return *out ? 0 : 12 /* ENOMEM */;
-}
-void free(void *p) { __libc_free(p); }
-#endif
+#include "tests/alloc_hook.h"
 
 int main(void) {
-#ifdef SANITIZED
+#ifdef ALLOC_HOOK_SANITIZED
     SKIP("malloc interposition conflicts with the sanitizer runtime");
 #else
     enum { V = 32000 };

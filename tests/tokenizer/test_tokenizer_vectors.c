@@ -9,6 +9,7 @@
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "tests/testutil.h"
+#include "tests/tokenizer/vectors.h"
 
 static char *read_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -53,43 +54,17 @@ int main(void) {
     /* The .inp is a sequence of "<string>\n__ggml_vocab_test__\n": each
      * string ends right before the newline that precedes the separator line,
      * so a string may itself end with (or be) newlines. */
-    static const char sep[] = "\n__ggml_vocab_test__\n";
-    const size_t seplen = sizeof sep - 1;
-    char *inp_end = inp + inp_len;
-    char *cur = inp;
-    char *line = outs, *outs_end = outs + out_len;
+    vec_iter it;
+    vec_init(&it, inp, inp_len, outs, out_len);
     int n_strings = 0, n_match = 0;
     int32_t ids[8192], want[8192];
     static char dec[65536];
-    while (cur < inp_end) {
-        char *s_end = strstr(cur, sep);
-        CHECKF(s_end != NULL, "unterminated string at offset %td of .inp", cur - inp);
-        if (!s_end) break;
-        size_t slen = (size_t)(s_end - cur);
-
-        /* matching .out line: space-separated ids */
-        CHECKF(line < outs_end, ".out has fewer lines than .inp has strings (%d)", n_strings + 1);
-        if (line >= outs_end) break;
-        char *nl = memchr(line, '\n', (size_t)(outs_end - line));
-        if (!nl) nl = outs_end;
-        *nl = '\0';
-        int nw = 0;
-        for (char *p = line, *q; nw < 8192; p = q) {
-            long v = strtol(p, &q, 10);
-            if (q == p) break;
-            want[nw++] = (int32_t)v;
-        }
-        line = nl + 1;
-
+    const char *cur;
+    size_t slen;
+    int nw;
+    while (vec_next(&it, &cur, &slen, want, 8192, &nw) == 1) {
         int n = tok_encode(t, cur, slen, false, false, ids, 8192);
-        bool same = n == nw && memcmp(ids, want, (size_t)n * sizeof *ids) == 0;
-        if (!same) {
-            fprintf(stderr, "string %d (%zu bytes) mismatch:\n  want:", n_strings, slen);
-            for (int i = 0; i < nw; i++) fprintf(stderr, " %d", want[i]);
-            fprintf(stderr, "\n  got: ");
-            for (int i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
-            fputc('\n', stderr);
-        }
+        bool same = vec_same(n_strings, slen, want, nw, ids, n);
         CHECKF(same, "vector %d", n_strings);
         n_match += same;
 
@@ -106,9 +81,8 @@ int main(void) {
         CHECKF(dn == (int)slen && memcmp(dec, cur, slen) == 0, "vector %d: BOS round trip", n_strings);
 
         n_strings++;
-        cur = s_end + seplen;
     }
-    CHECKF(line >= outs_end, ".out has more lines than .inp has strings (%d)", n_strings);
+    vec_finish(&it);
     CHECKF(n_strings == 46, "expected 46 vectors, parsed %d", n_strings);
     fprintf(stderr, "%d/%d vectors match\n", n_match, n_strings);
 

@@ -8,7 +8,9 @@ import json
 from specd_e2e import Server, Stream, check, check_done, cli_generate, collect, gen_msg, main, need_websockets, \
     recv_json, run_one, ws_connect
 
-PROMPTS = [("Once upon a time", 40), ("Lily and Ben went to the park. They", 48)]
+# the first request is long (400 tokens) so the interleaving check below does not
+# depend on scheduling luck: a short one can finish before the second frame is read
+PROMPTS = [("Once upon a time", 400), ("Lily and Ben went to the park. They", 48)]
 
 
 def same_as_cli(s, ref, what):

@@ -175,6 +175,13 @@ typedef struct {
     size_t errlen;
 } ctx;
 
+/* Errors are one line: control bytes that a quoted value brought in (a path
+ * with newlines, say) become '?'. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20) *s = '?';
+}
+
 static int fail(ctx *x, const yaml_node_t *at, const char *fmt, ...) {
     size_t off = 0;
     if (at) {
@@ -191,6 +198,7 @@ static int fail(ctx *x, const yaml_node_t *at, const char *fmt, ...) {
         vsnprintf(x->err + off, x->errlen - off, fmt, ap);
         va_end(ap);
     }
+    one_line(x->err);
     return -1;
 }
 
@@ -602,6 +610,7 @@ static int check_model(ctx *x, const pol_config *c, const char *key, const char 
     if (pol_config_from_env(c, key)) {
         snprintf(x->err, x->errlen, "%s (environment, for %s): cannot read model file '%s': %s",
                  !strcmp(key, "models.target") ? "SPECD_MODEL" : "SPECD_DRAFT", key, path, why);
+        one_line(x->err);
         return -1;
     }
     return fail(x, at, "%s: cannot read model file '%s': %s", key, path, why);

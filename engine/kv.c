@@ -5,6 +5,11 @@
 #include <stdlib.h>
 
 kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, char *err, size_t errlen) {
+    return kv_pool_create_on(NULL, n_layer, kv_dim, block_size, n_blocks, err, errlen);
+}
+
+kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int block_size, int n_blocks, char *err,
+                           size_t errlen) {
     if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
         snprintf(err, errlen, "kv pool: bad shape (layers %d, kv_dim %d, block %d, blocks %d)", n_layer, kv_dim,
                  block_size, n_blocks);
@@ -19,24 +24,31 @@ kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, c
     p->block_stride = (size_t)n_layer * block_size * kv_dim;
     size_t floats = p->block_stride * (size_t)n_blocks;
     /* calloc: untouched pages stay virtual until first written */
-    p->k = calloc(floats, sizeof(float));
-    p->v = calloc(floats, sizeof(float));
+    p->be = be;
+    p->k = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
+    p->v = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
     p->free_stack = malloc((size_t)n_blocks * sizeof(int32_t));
     if (!p->k || !p->v || !p->free_stack) goto oom;
     for (int i = 0; i < n_blocks; i++) p->free_stack[i] = n_blocks - 1 - i; /* pop gives 0, 1, 2, ... */
     p->n_free = n_blocks;
     return p;
 oom:
-    snprintf(err, errlen, "kv pool: cannot allocate %d blocks of %d positions (%.1f MiB)", n_blocks, block_size,
-             2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0);
+    snprintf(err, errlen, "kv pool: cannot allocate %d blocks of %d positions (%.1f MiB of %s memory)", n_blocks,
+             block_size,
+             2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0, be ? be->i->name : "host");
     kv_pool_destroy(p);
     return NULL;
 }
 
 void kv_pool_destroy(kv_pool *p) {
     if (!p) return;
-    free(p->k);
-    free(p->v);
+    if (p->be) {
+        p->be->i->release(p->be, p->k);
+        p->be->i->release(p->be, p->v);
+    } else {
+        free(p->k);
+        free(p->v);
+    }
     free(p->free_stack);
     free(p);
 }

@@ -18,7 +18,8 @@ typedef struct kv_pool {
     int block_size;        /* B positions per block */
     int n_blocks;
     size_t block_stride;   /* floats per block: n_layer * B * kv_dim */
-    float *k, *v;          /* (n_blocks, n_layer, B, kv_dim) */
+    float *k, *v;          /* (n_blocks, n_layer, B, kv_dim), in the memory of `be` */
+    backend *be;           /* not owned; NULL: host memory */
     int32_t *free_stack;   /* (n_blocks) */
     int n_free;
 } kv_pool;
@@ -33,6 +34,9 @@ typedef struct kv_seq {
 /* Creates a pool of n_blocks blocks. Returns NULL (err filled) when the memory
  * cannot be had. Caller owns it; kv_pool_destroy frees. */
 kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, char *err, size_t errlen);
+/* The same with the storage in backend memory (be must outlive the pool). */
+kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int block_size, int n_blocks, char *err,
+                           size_t errlen);
 void kv_pool_destroy(kv_pool *p); /* accepts NULL */
 size_t kv_pool_bytes(const kv_pool *p);
 /* The view of one layer for the backend's attention and kv_write ops. */

@@ -23,8 +23,28 @@ static bool type_supported(int t) {
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
 }
 
+/* Hands a tensor to the backend (upload on GPU backends) and remembers it for model_free. */
+static const void *be_weight(model *m, const void *host, int *type, uint64_t rows, uint64_t cols, char *err,
+                             size_t n) {
+    if (m->n_wrefs == m->cap_wrefs) {
+        int cap = m->cap_wrefs ? 2 * m->cap_wrefs : 64;
+        struct model_wref *r = realloc(m->wrefs, (size_t)cap * sizeof(*r));
+        if (!r) return model_fail(err, n, "out of memory"), NULL;
+        m->wrefs = r;
+        m->cap_wrefs = cap;
+    }
+    const void *w = m->be->i->weight(m->be, host, type, (int64_t)rows, (int64_t)cols);
+    if (!w) {
+        model_fail(err, n, "the %s backend cannot hold a %llu x %llu %s tensor (out of memory)", m->be->i->name,
+                   (unsigned long long)rows, (unsigned long long)cols, ggml_type_name(*type));
+        return NULL;
+    }
+    m->wrefs[m->n_wrefs++] = (struct model_wref){host, w};
+    return w;
+}
+
 /* Finds `name` and checks it is a (ne0, ne1) matrix of a supported type. */
-static int get_mat(const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, model_mat *out, bool optional,
+static int get_mat(model *m, const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, model_mat *out, bool optional,
                    char *err, size_t n) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) {
@@ -44,12 +64,13 @@ static int get_mat(const gguf_file *f, const char *name, uint64_t ne0, uint64_t 
     if (ggml_row_size(t->type, ne0) == 0)
         return model_fail(err, n, "tensor '%s': %s rows of %llu are not whole blocks", name, ggml_type_name(t->type),
                           (unsigned long long)ne0);
-    out->w = t->data;
     out->type = t->type;
-    return 0;
+    out->w = be_weight(m, t->data, &out->type, ne1, ne0, err, n);
+    return out->w ? 0 : -1;
 }
 
-static int get_vec(const gguf_file *f, const char *name, uint64_t ne0, const float **out, char *err, size_t n) {
+static int get_vec(model *m, const gguf_file *f, const char *name, uint64_t ne0, const float **out, char *err,
+                   size_t n) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) return model_fail(err, n, "missing tensor '%s'", name);
     if (t->ne[0] != ne0 || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
@@ -59,16 +80,17 @@ static int get_vec(const gguf_file *f, const char *name, uint64_t ne0, const flo
         return model_fail(err, n, "tensor '%s' must be F32, is %s", name, ggml_type_name(t->type));
     if ((uintptr_t)t->data % sizeof(float))
         return model_fail(err, n, "tensor '%s' is not 4-byte aligned in the file", name);
-    *out = t->data;
-    return 0;
+    int type = GGML_TYPE_F32;
+    *out = be_weight(m, t->data, &type, 1, ne0, err, n);
+    return *out ? 0 : -1;
 }
 
 /* An optional (or, with required, mandatory) F32 bias vector; *out = NULL when absent. */
-static int get_bias(const gguf_file *f, const char *name, uint64_t ne0, const float **out, bool required, char *err,
-                    size_t n) {
+static int get_bias(model *m, const gguf_file *f, const char *name, uint64_t ne0, const float **out, bool required,
+                    char *err, size_t n) {
     *out = NULL;
     if (!required && !gguf_find_tensor(f, name)) return 0;
-    return get_vec(f, name, ne0, out, err, n);
+    return get_vec(m, f, name, ne0, out, err, n);
 }
 
 /* x (M, N) += b (N) on every row (through the backend's add, one row at a time). */
@@ -194,7 +216,9 @@ static int load_rope(model *m, char *err, size_t n) {
     } else if (stype[0] && strcmp(stype, "none") != 0) {
         return model_fail(err, n, "rope scaling type '%s' is not supported (none, linear, llama3)", stype);
     }
-    return 0;
+    int type = GGML_TYPE_F32;
+    m->inv_freq_be = be_weight(m, m->inv_freq, &type, 1, (uint64_t)half, err, n);
+    return m->inv_freq_be ? 0 : -1;
 }
 
 static int load_tensors(model *m, char *err, size_t n) {
@@ -202,9 +226,9 @@ static int load_tensors(model *m, char *err, size_t n) {
     model_hparams *hp = &m->hp;
     uint64_t D = (uint64_t)hp->dim, QD = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t KVD = (uint64_t)hp->n_kv_head * hp->head_dim, F = (uint64_t)hp->ff, V = (uint64_t)hp->n_vocab;
-    if (get_mat(f, "token_embd.weight", D, V, &m->tok_embd, false, err, n)) return -1;
-    if (get_vec(f, "output_norm.weight", D, &m->out_norm, err, n)) return -1;
-    if (get_mat(f, "output.weight", D, V, &m->output, true, err, n)) return -1;
+    if (get_mat(m, f, "token_embd.weight", D, V, &m->tok_embd, false, err, n)) return -1;
+    if (get_vec(m, f, "output_norm.weight", D, &m->out_norm, err, n)) return -1;
+    if (get_mat(m, f, "output.weight", D, V, &m->output, true, err, n)) return -1;
     m->tied = m->output.w == NULL;
     if (m->tied) m->output = m->tok_embd;
     m->layers = calloc((size_t)hp->n_layer, sizeof(model_layer));
@@ -213,20 +237,20 @@ static int load_tensors(model *m, char *err, size_t n) {
         model_layer *L = &m->layers[l];
         char nm[96];
 #define LNAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
-        if (get_vec(f, LNAME("attn_norm.weight"), D, &L->attn_norm, err, n) ||
-            get_mat(f, LNAME("attn_q.weight"), D, QD, &L->wq, false, err, n) ||
-            get_mat(f, LNAME("attn_k.weight"), D, KVD, &L->wk, false, err, n) ||
-            get_mat(f, LNAME("attn_v.weight"), D, KVD, &L->wv, false, err, n) ||
-            get_mat(f, LNAME("attn_output.weight"), QD, D, &L->wo, false, err, n) ||
-            get_vec(f, LNAME("ffn_norm.weight"), D, &L->ffn_norm, err, n) ||
-            get_mat(f, LNAME("ffn_gate.weight"), D, F, &L->w_gate, false, err, n) ||
-            get_mat(f, LNAME("ffn_up.weight"), D, F, &L->w_up, false, err, n) ||
-            get_mat(f, LNAME("ffn_down.weight"), F, D, &L->w_down, false, err, n))
+        if (get_vec(m, f, LNAME("attn_norm.weight"), D, &L->attn_norm, err, n) ||
+            get_mat(m, f, LNAME("attn_q.weight"), D, QD, &L->wq, false, err, n) ||
+            get_mat(m, f, LNAME("attn_k.weight"), D, KVD, &L->wk, false, err, n) ||
+            get_mat(m, f, LNAME("attn_v.weight"), D, KVD, &L->wv, false, err, n) ||
+            get_mat(m, f, LNAME("attn_output.weight"), QD, D, &L->wo, false, err, n) ||
+            get_vec(m, f, LNAME("ffn_norm.weight"), D, &L->ffn_norm, err, n) ||
+            get_mat(m, f, LNAME("ffn_gate.weight"), D, F, &L->w_gate, false, err, n) ||
+            get_mat(m, f, LNAME("ffn_up.weight"), D, F, &L->w_up, false, err, n) ||
+            get_mat(m, f, LNAME("ffn_down.weight"), F, D, &L->w_down, false, err, n))
             return -1;
         bool need_bias = !strcmp(m->arch, "qwen2");
-        if (get_bias(f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, err, n) ||
-            get_bias(f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, err, n) ||
-            get_bias(f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, err, n))
+        if (get_bias(m, f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, err, n) ||
+            get_bias(m, f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, err, n) ||
+            get_bias(m, f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, err, n))
             return -1;
 #undef LNAME
     }
@@ -246,16 +270,20 @@ static int alloc_scratch(model *m, char *err, size_t n) {
     size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
     float **bufs[] = {&m->x, &m->xb, &m->q, &m->k, &m->v, &m->att, &m->hb, &m->hb2};
     size_t widths[] = {hp->dim, hp->dim, QD, KVD, KVD, QD, hp->ff, hp->ff};
+    const backend_i *op = m->be->i;
     for (size_t i = 0; i < 8; i++) {
-        *bufs[i] = malloc(MB * widths[i] * sizeof(float));
-        if (!*bufs[i]) return model_fail(err, n, "out of memory for %zu-row scratch", MB);
+        *bufs[i] = op->alloc(m->be, MB * widths[i] * sizeof(float));
+        if (!*bufs[i]) return model_fail(err, n, "out of %s memory for %zu-row scratch", op->name, MB);
     }
+    if (!m->be->host_memory && !(m->logits_be = op->alloc(m->be, MB * (size_t)hp->n_vocab * sizeof(float))))
+        return model_fail(err, n, "out of %s memory for %zu rows of logits", op->name, MB);
     m->pos = malloc(MB * sizeof(int32_t));
+    m->ids = malloc(MB * sizeof(int32_t));
     m->aseq = malloc(MB * sizeof(attn_seq));
-    if (!m->pos || !m->aseq) return model_fail(err, n, "out of memory");
+    if (!m->pos || !m->ids || !m->aseq) return model_fail(err, n, "out of memory");
     int max_k = hp->dim > hp->ff ? hp->dim : hp->ff;
     if ((int)QD > max_k) max_k = (int)QD;
-    if (m->be->i->reserve(m->be, max_k, m->mp.max_ctx + m->mp.max_batch) != 0)
+    if (op->reserve(m->be, (int)MB, max_k, m->mp.max_ctx + m->mp.max_batch) != 0)
         return model_fail(err, n, "backend cannot reserve scratch");
     return 0;
 }
@@ -290,9 +318,13 @@ fail:
 
 void model_free(model *m) {
     if (!m) return;
-    float *bufs[] = {m->x, m->xb, m->q, m->k, m->v, m->att, m->hb, m->hb2};
-    for (size_t i = 0; i < 8; i++) free(bufs[i]);
+    const backend_i *op = m->be->i;
+    float *bufs[] = {m->x, m->xb, m->q, m->k, m->v, m->att, m->hb, m->hb2, m->logits_be};
+    for (size_t i = 0; i < 9; i++) op->release(m->be, bufs[i]);
+    for (int i = 0; i < m->n_wrefs; i++) op->weight_release(m->be, m->wrefs[i].host, m->wrefs[i].w);
+    free(m->wrefs);
     free(m->pos);
+    free(m->ids);
     free(m->aseq);
     free(m->layers);
     free(m->inv_freq);
@@ -301,7 +333,7 @@ void model_free(model *m) {
 }
 
 kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, char *err, size_t errlen) {
-    return kv_pool_create(m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, block_size, n_blocks, err, errlen);
+    return kv_pool_create_on(m->be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, block_size, n_blocks, err, errlen);
 }
 
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,
@@ -340,15 +372,26 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
             return model_fail(err, errlen, "sequence %d exceeds its KV block table", s);
     }
 
-    /* gather tokens and positions; one attention slice per sequence */
+    /* host arrays first (tokens, positions, one attention slice per sequence):
+     * they must not change once the step has begun (see backend.h) */
     int row = 0;
+    uint64_t key = 1469598103934665603ull; /* FNV-1a over the step's shape */
+#define KEY(v) (key = (key ^ (uint64_t)(v)) * 1099511628211ull)
+    KEY((uintptr_t)m);
+    KEY((uintptr_t)pool);
+    KEY(n_seqs);
     for (int s = 0; s < n_seqs; s++) {
         const model_seq *sq = &seqs[s];
-        op->get_rows(be, m->x + (size_t)row * D, m->tok_embd.w, m->tok_embd.type, sq->tokens, sq->n, D);
+        memcpy(m->ids + row, sq->tokens, (size_t)sq->n * sizeof(int32_t));
         for (int i = 0; i < sq->n; i++) m->pos[row + i] = sq->pos ? sq->pos[i] : sq->kv->len + i;
         m->aseq[s] = (attn_seq){row, sq->n, sq->kv->len, sq->kv->blocks, sq->mask, hp->sliding_window};
+        KEY(sq->n * 4 + (sq->mask != NULL) * 2 + sq->all_logits);
         row += sq->n;
     }
+#undef KEY
+    int replay = op->begin(be, key);
+    (void)replay; /* when replaying, the ops below only stage their host arrays */
+    op->get_rows(be, m->x, m->tok_embd.w, m->tok_embd.type, m->ids, M, D);
 
     for (int l = 0; l < hp->n_layer; l++) {
         const model_layer *L = &m->layers[l];
@@ -360,11 +403,9 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
         add_bias(op, be, m->q, L->bq, M, QD);
         add_bias(op, be, m->k, L->bk, M, KVD);
         add_bias(op, be, m->v, L->bv, M, KVD);
-        op->rope(be, m->q, m->pos, m->inv_freq, M, H, E, hp->n_rot, hp->rope_neox);
-        op->rope(be, m->k, m->pos, m->inv_freq, M, Hkv, E, hp->n_rot, hp->rope_neox);
-        for (int s = 0; s < n_seqs; s++)
-            op->kv_write(be, &kv, m->aseq[s].blocks, m->aseq[s].n_past, m->k + (size_t)m->aseq[s].row0 * KVD,
-                         m->v + (size_t)m->aseq[s].row0 * KVD, m->aseq[s].n_new, KVD);
+        op->rope(be, m->q, m->pos, m->inv_freq_be, M, H, E, hp->n_rot, hp->rope_neox);
+        op->rope(be, m->k, m->pos, m->inv_freq_be, M, Hkv, E, hp->n_rot, hp->rope_neox);
+        op->kv_write(be, &kv, m->k, m->v, m->aseq, n_seqs, KVD);
         op->attention(be, m->att, m->q, &kv, m->aseq, n_seqs, H, Hkv, E);
         op->matmul(be, m->xb, m->att, L->wo.w, L->wo.type, M, QD, D);
         op->add(be, m->x, m->xb, M, D);
@@ -382,11 +423,13 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
     for (int s = 0; s < n_seqs; s++) {
         int first = seqs[s].all_logits ? 0 : seqs[s].n - 1;
         for (int i = first; i < seqs[s].n; i++, n_out++)
-            if (row + i != n_out) memcpy(m->x + (size_t)n_out * D, m->x + (size_t)(row + i) * D, (size_t)D * 4);
+            if (row + i != n_out) op->copy(be, m->x + (size_t)n_out * D, m->x + (size_t)(row + i) * D, (size_t)D * 4);
         row += seqs[s].n;
     }
     op->rmsnorm(be, m->x, m->x, m->out_norm, n_out, D, hp->eps);
-    op->matmul(be, logits, m->x, m->output.w, m->output.type, n_out, D, hp->n_vocab);
+    op->matmul(be, m->logits_be ? m->logits_be : logits, m->x, m->output.w, m->output.type, n_out, D, hp->n_vocab);
+    op->end(be);
+    if (m->logits_be) op->download(be, logits, m->logits_be, (size_t)n_out * hp->n_vocab * sizeof(float));
 
     for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n;
     return 0;

@@ -34,8 +34,8 @@ typedef struct {
 } model_hparams;
 
 typedef struct {
-    const void *w;      /* in the mmap */
-    int type;           /* ggml_type */
+    const void *w;      /* backend memory (CPU: the mmap itself) */
+    int type;           /* ggml_type (as the backend keeps it) */
 } model_mat;
 
 typedef struct {
@@ -66,17 +66,21 @@ typedef struct model {
     model_mat output;         /* (V, D); == tok_embd when tied */
     bool tied;
     model_layer *layers;      /* (n_layer) */
-    float *inv_freq;          /* (n_rot/2) RoPE frequencies incl. scaling factors */
+    float *inv_freq;          /* (n_rot/2) RoPE frequencies incl. scaling factors (host) */
+    const float *inv_freq_be; /* the same in backend memory */
     float rope_pos_scale;     /* linear RoPE scaling: positions are multiplied by this */
     uint64_t weight_bytes;    /* all tensors */
     uint64_t step_bytes;      /* weight bytes read by one decode step (not the embedding table) */
     uint64_t n_params;
     char arch[32];
     char name[128];
-    /* scratch for max_batch rows, allocated at load */
+    /* scratch for max_batch rows in backend memory, allocated at load */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2; /* (MB, D) (MB, D) (MB, H*E) (MB, Hkv*E) x2 (MB, H*E) (MB, F) x2 */
-    int32_t *pos;             /* (MB) */
-    attn_seq *aseq;           /* (MB) */
+    float *logits_be;         /* (MB, V) when backend memory is not host memory, else NULL */
+    int32_t *pos, *ids;       /* (MB) host */
+    attn_seq *aseq;           /* (MB) host */
+    struct model_wref { const void *host, *w; } *wrefs; /* weights handed out by the backend */
+    int n_wrefs, cap_wrefs;
 } model;
 
 /* Loads PATH. Returns NULL with a clear reason in err (unsupported architecture

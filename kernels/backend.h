@@ -7,6 +7,13 @@
  * features, N output features, D model width, H heads, Hkv kv heads,
  * E head dim, B KV block size. Outputs come first in every op.
  *
+ * Memory: every float/weight pointer an op takes is BACKEND memory (from alloc
+ * or weight; host memory on the CPU backend, device memory on CUDA). The small
+ * integer arrays (ids, pos, attn_seq and what it points to) are HOST memory:
+ * the backend stages them itself. Between begin() and end() the caller must not
+ * change a host array it has already passed to an op (the CUDA backend uploads
+ * each one once per step and replays captured graphs).
+ *
  * Threading: a backend instance is used by ONE thread at a time (the engine
  * thread); ops may fan out internally over the backend's own thread pool. */
 #ifndef SPECD_BACKEND_H
@@ -15,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BACKEND_INTERFACE_VERSION 1
+#define BACKEND_INTERFACE_VERSION 2
 
 typedef struct backend backend;
 
@@ -46,9 +53,33 @@ typedef struct backend_i {
     int version;             /* BACKEND_INTERFACE_VERSION */
     const char *name;
     void (*destroy)(backend *be);
-    /* Sizes internal scratch for matmuls with K <= max_k and attention over
-     * <= max_ctx positions, so no op allocates afterwards. Returns 0 or -1. */
-    int (*reserve)(backend *be, int max_k, int max_ctx);
+    /* Sizes internal scratch for matmuls of <= max_rows rows with K <= max_k and
+     * attention over <= max_ctx positions, so no op allocates afterwards.
+     * Returns 0 or -1. */
+    int (*reserve)(backend *be, int max_rows, int max_k, int max_ctx);
+
+    /* Backend memory, zeroed; NULL when it cannot be had. release accepts NULL. */
+    void *(*alloc)(backend *be, size_t bytes);
+    void (*release)(backend *be, void *p);
+    /* Makes a weight tensor of (rows, cols) elements of *type, at host address
+     * `host` (the GGUF mapping, which outlives the model), usable by the ops.
+     * The CPU returns host itself; CUDA uploads, and may convert to a type it has
+     * kernels for (updating *type). NULL when out of memory. Undo with
+     * weight_release(host, returned pointer). */
+    const void *(*weight)(backend *be, const void *host, int *type, int64_t rows, int64_t cols);
+    void (*weight_release)(backend *be, const void *host, const void *w);
+    /* Host <-> backend copies; download returns when the bytes have arrived
+     * (it waits for all queued work). copy is within backend memory. */
+    void (*upload)(backend *be, void *dst, const void *host, size_t bytes);
+    void (*download)(backend *be, void *host, const void *src, size_t bytes);
+    void (*copy)(backend *be, void *dst, const void *src, size_t bytes);
+    /* Brackets one step (a forward pass). graph_key != 0 names the step's shape
+     * (same ops, same sizes, same host-array sizes, same backend pointers): a
+     * backend may capture the step on first sight and replay it afterwards, in
+     * which case begin returns 1 and the ops between only stage their host
+     * arrays. graph_key 0: plain execution. */
+    int (*begin)(backend *be, uint64_t graph_key);
+    void (*end)(backend *be);
 
     /* y (M, N) = x (M, K) . W^T, W (N, K) rows of `wtype` (ggml_type). K must be a
      * multiple of the type's block size. Reads each weight row once for all M. */
@@ -64,9 +95,10 @@ typedef struct backend_i {
     void (*add)(backend *be, float *x, const float *y, int M, int D);
     /* g (M, F) = silu(g) * u (M, F) */
     void (*silu_mul)(backend *be, float *g, const float *u, int M, int F);
-    /* Writes k, v rows (n, Hkv*E) at cache positions start .. start+n-1 of a sequence. */
-    void (*kv_write)(backend *be, const kv_layer_view *kv, const int32_t *blocks, int start,
-                     const float *k, const float *v, int n, int kv_dim);
+    /* For each sequence s, writes k, v rows row0 .. row0+n_new-1 (of (M, Hkv*E))
+     * at its cache positions n_past .. n_past+n_new-1. */
+    void (*kv_write)(backend *be, const kv_layer_view *kv, const float *k, const float *v,
+                     const attn_seq *seqs, int n_seqs, int kv_dim);
     /* out (M, H*E) = softmax(q k^T / sqrt(E) + mask) v for each sequence, over its
      * cached positions [0, n_past) plus the allowed new ones. Head h reads kv head
      * h / (H / Hkv). */
@@ -78,12 +110,22 @@ struct backend {
     const backend_i *i;
     void *ctx;
     int n_threads;
+    int host_memory;         /* 1: backend memory is host memory (ops may take host buffers) */
 };
 
 /* Creates the CPU backend with n_threads (<= 0: all online CPUs). Aborts on
  * failure (start-up path). Caller owns it; free with backend_destroy. */
 backend *backend_cpu_create(int n_threads);
 void backend_destroy(backend *be); /* accepts NULL */
+
+/* Creates the CUDA backend on `device` (builds with -Dcuda; see
+ * kernels/cuda/cuda_backend.h). Returns NULL with the reason in err when specd
+ * was built without CUDA, no GPU is present, or the device cannot be set up. */
+backend *backend_cuda_create(int device, char *err, size_t errlen);
+/* 1 when this build has the CUDA backend compiled in. */
+int backend_cuda_built(void);
+/* Number of usable CUDA devices (0 without CUDA or GPU). */
+int backend_cuda_devices(void);
 
 /* The SIMD path the CPU kernels picked at run time: "avx512", "avx2" or
  * "generic". SPECD_SIMD=generic|avx2|avx512 in the environment forces a path

@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 typedef struct {
@@ -28,7 +29,7 @@ static void cpu_destroy(backend *be) {
     free(be);
 }
 
-static int cpu_reserve(backend *be, int max_k, int max_ctx) {
+static int cpu_reserve(backend *be, int max_rows, int max_k, int max_ctx) {
     cpu_ctx *c = ctx_of(be);
     size_t need = (size_t)4 * (size_t)max_k;
     if ((size_t)max_ctx + 64 > need) need = (size_t)max_ctx + 64;
@@ -45,7 +46,7 @@ static int cpu_reserve(backend *be, int max_k, int max_ctx) {
 /* Makes sure scratch fits; only grows during the first calls of a new shape
  * when the caller skipped reserve(). Aborts on failure (out of memory). */
 static void cpu_need(backend *be, int max_k, int max_ctx) {
-    if (cpu_reserve(be, max_k, max_ctx) != 0) {
+    if (cpu_reserve(be, 0, max_k, max_ctx) != 0) {
         fprintf(stderr, "%s:%d: out of memory for CPU scratch\n", __FILE__, __LINE__);
         abort();
     }
@@ -98,10 +99,21 @@ static void cpu_add(backend *be, float *x, const float *y, int M, int D) { ops_a
 
 static void cpu_silu_mul(backend *be, float *g, const float *u, int M, int F) { ops_silu_mul(g, u, M, F); }
 
-static void cpu_kv_write(backend *be, const kv_layer_view *kv, const int32_t *blocks, int start, const float *k,
-                         const float *v, int n, int kv_dim) {
-    ops_kv_write(kv, blocks, start, k, v, n, kv_dim);
+static void cpu_kv_write(backend *be, const kv_layer_view *kv, const float *k, const float *v, const attn_seq *seqs,
+                         int n_seqs, int kv_dim) {
+    for (int s = 0; s < n_seqs; s++)
+        ops_kv_write(kv, seqs[s].blocks, seqs[s].n_past, k + (size_t)seqs[s].row0 * kv_dim,
+                     v + (size_t)seqs[s].row0 * kv_dim, seqs[s].n_new, kv_dim);
 }
+
+/* Memory: plain host memory; weights are used in place in the GGUF mapping. */
+static void *cpu_alloc(backend *be, size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void cpu_release(backend *be, void *p) { free(p); }
+static const void *cpu_weight(backend *be, const void *host, int *type, int64_t rows, int64_t cols) { return host; }
+static void cpu_weight_release(backend *be, const void *host, const void *w) {}
+static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static int cpu_begin(backend *be, uint64_t graph_key) { return 0; }
+static void cpu_end(backend *be) {}
 
 typedef struct {
     cpu_ctx *c;
@@ -138,6 +150,15 @@ static const backend_i cpu_iface = {
     .name = "cpu",
     .destroy = cpu_destroy,
     .reserve = cpu_reserve,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .weight = cpu_weight,
+    .weight_release = cpu_weight_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .begin = cpu_begin,
+    .end = cpu_end,
     .matmul = cpu_matmul,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
@@ -167,6 +188,7 @@ backend *backend_cpu_create(int n_threads) {
     be->i = &cpu_iface;
     be->ctx = c;
     be->n_threads = n_threads;
+    be->host_memory = 1;
     cpu_need(be, 4096, 4096);
     return be;
 }

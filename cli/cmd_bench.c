@@ -7,6 +7,9 @@
 #include "cli/util.h"
 #include "engine/model.h"
 #include "kernels/cpu/membw.h"
+#ifdef SPECD_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +43,44 @@ static double timed_call(bench_ctx *b, int n, int first_tok) {
 
 int bench_engine(int argc, char **argv); /* bench_engine.c: the --concurrency mode */
 
+/* Read bandwidth for the roofline: the CPU's measured read rate, or on a GPU
+ * the device's measured copy rate (bytes read + written). */
+static double bench_bw(backend *be, int threads) {
+#ifdef SPECD_CUDA
+    if (!be->host_memory) return backend_cuda_copy_gbs(be, (size_t)1 << 30, 10);
+#endif
+    return membw_read_gbs(threads, (size_t)512 << 20, 8);
+}
+
+/* GPU only: per-op times of n decode steps (CUDA events around every op). */
+static void bench_profile(backend *be, bench_ctx *b, int ctx, int n, int gamma) {
+#ifdef SPECD_CUDA
+    if (be->host_memory) return;
+    kv_seq_truncate(b->pool, b->seq, ctx);
+    backend_cuda_profile(be, 1);
+    for (int g = 0; g < n; g++) timed_call(b, 1, ctx + g);
+    printf("\nper-op device time over %d decode steps at context %d (CUDA events, graphs off):\n", n, ctx);
+    backend_cuda_profile_report(be, stdout);
+    kv_seq_truncate(b->pool, b->seq, ctx);
+    for (int g = 0; g < n; g++) {
+        timed_call(b, gamma + 1, ctx);
+        kv_seq_truncate(b->pool, b->seq, ctx);
+    }
+    printf("per-op device time over %d verify calls of %d positions:\n", n, gamma + 1);
+    backend_cuda_profile_report(be, stdout);
+    backend_cuda_profile(be, 0);
+    cuda_info ci;
+    backend_cuda_info(be, &ci);
+    printf("device %s: %d SMs, %.1f GiB, %.2f GiB of weights; %d step graphs captured, %lld replays\n", ci.name,
+           ci.sm_count, ci.mem_gib, ci.weight_gib, ci.graphs, ci.graph_replays);
+#endif
+}
+
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--concurrency")) return bench_engine(argc, argv);
     const char *model_path = NULL;
-    int threads = 2, reps = 5, gamma = 4;
+    int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -53,8 +89,11 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) reps = (int)arg_long(argc, argv, &i, 1, 1000);
         else if (!strcmp(a, "--gamma")) gamma = (int)arg_long(argc, argv, &i, 1, 15);
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--backend")) kind = arg_backend(argc, argv, &i);
+        else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
         else {
-            fprintf(stderr, "usage: specd bench -m MODEL.gguf [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n");
+            fprintf(stderr, "usage: specd bench -m MODEL.gguf [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
+                            "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n");
             return 2;
         }
     }
@@ -64,7 +103,12 @@ int cmd_bench(int argc, char **argv) {
     }
     bench_ctx b = {0};
     int rc = 1;
-    backend *be = backend_cpu_create(threads);
+    backend *be = backend_create((backend_kind)kind, device, threads, b.err, sizeof(b.err));
+    if (!be) {
+        fprintf(stderr, "specd bench: %s\n", b.err);
+        return 1;
+    }
+    bool gpu = !be->host_memory;
     model_params mp = {.max_batch = 512, .max_ctx = 1024};
     b.m = model_load(model_path, be, &mp, b.err, sizeof(b.err));
     if (!b.m) {
@@ -86,7 +130,8 @@ int cmd_bench(int argc, char **argv) {
     /* The roofline's bandwidth is the best of three probes spread over the run
      * (start, after decode, end): on a shared machine a single probe can land
      * in a busy moment and understate it, which would flatter the percentage. */
-    double bw = membw_read_gbs(threads, (size_t)512 << 20, 8);
+    /* GPU: the device's measured copy bandwidth (bytes read + written) */
+    double bw = bench_bw(be, threads);
 
     /* warm up: fault the weights in and settle the thread pool */
     if (timed_call(&b, 32, 0) < 0) goto fail;
@@ -122,7 +167,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
 
-    double bw2 = membw_read_gbs(threads, (size_t)512 << 20, 8);
+    double bw2 = bench_bw(be, threads);
     if (bw2 > bw) bw = bw2;
 
     /* (γ+1)-position verification vs 1-position decode at the same context (64) */
@@ -145,7 +190,7 @@ int cmd_bench(int argc, char **argv) {
     double med1 = median(t1, nrep), medv = median(tv, nrep);
     free(t1);
     free(tv);
-    double bw3 = membw_read_gbs(threads, (size_t)512 << 20, 8);
+    double bw3 = bench_bw(be, threads);
     if (bw3 > bw) bw = bw3;
     double roof = bw * 1e9 / (double)m->step_bytes;
     double decode_ref = dec_tps[0][0]; /* 16-token prompt, 32 generated */
@@ -165,8 +210,12 @@ int cmd_bench(int argc, char **argv) {
     } else {
         printf("model %s: %s, %.1fM params, %s matrices, %.1f MB read per decode step\n", model_path, m->name,
                m->n_params / 1e6, ggml_type_name(m->layers[0].wq.type), m->step_bytes / 1e6);
-        printf("machine: %d threads, %s kernels, measured read bandwidth %.1f GB/s -> roofline %.1f tok/s\n", threads,
-               backend_cpu_simd(), bw, roof);
+        if (gpu)
+            printf("device: CUDA, measured copy bandwidth %.1f GB/s (read + write) -> roofline %.1f tok/s\n", bw,
+                   roof);
+        else
+            printf("machine: %d threads, %s kernels, measured read bandwidth %.1f GB/s -> roofline %.1f tok/s\n",
+                   threads, backend_cpu_simd(), bw, roof);
         printf("\n%8s %8s %14s %14s\n", "prompt", "gen", "prefill tok/s", "decode tok/s");
         for (int pi = 0; pi < 3; pi++)
             for (int gi = 0; gi < 2; gi++)
@@ -175,6 +224,11 @@ int cmd_bench(int argc, char **argv) {
         printf("prefill 128 / decode: %.2fx\n", pre_ratio);
         printf("verify call (%d positions) / decode call (1 position) at context %d: %.3f ms / %.3f ms = %.2fx\n",
                gamma + 1, ctx, medv, med1, medv / med1);
+        if (gpu)
+            printf("decode step %.3f ms moves %.1f MB of weights: %.0f GB/s = %.1f%% of the measured copy bandwidth\n",
+                   med1, m->step_bytes / 1e6, m->step_bytes / (med1 * 1e-3) / 1e9,
+                   100.0 * m->step_bytes / (med1 * 1e-3) / 1e9 / bw);
+        bench_profile(be, &b, ctx, 32, gamma);
     }
     rc = 0;
     goto done;

@@ -62,12 +62,8 @@ int cmd_serve(int argc, char **argv) {
     gc.grace_ms = pc->server.grace_ms;
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);
     snprintf(dpath, sizeof(dpath), "%s", pc->models.draft);
-    if (pc->engine.backend == POL_BACKEND_CUDA) {
-        fprintf(stderr, "specd serve: engine.backend is cuda, but this build has no CUDA backend yet "
-                        "(use cpu or auto)\n");
-        pol_config_free(pc);
-        return 2;
-    }
+    ec.backend = pc->engine.backend == POL_BACKEND_CUDA ? BACKEND_CUDA
+                 : pc->engine.backend == POL_BACKEND_CPU ? BACKEND_CPU : BACKEND_AUTO;
     ec.threads = pc->engine.threads;
     ec.max_running = pc->engine.max_running;
     ec.max_ctx = pc->engine.max_ctx;

@@ -96,3 +96,12 @@ char *read_all_stdin(size_t *len) {
     if (len) *len = n;
     return buf;
 }
+
+int arg_backend(int argc, char **argv, int *i) {
+    const char *v = arg_str(argc, argv, i);
+    if (!strcmp(v, "auto")) return 0;
+    if (!strcmp(v, "cpu")) return 1;
+    if (!strcmp(v, "cuda")) return 2;
+    fprintf(stderr, "specd %s: bad value for --backend: '%s' (expected auto, cpu or cuda)\n", argv[0], v);
+    exit(2);
+}

@@ -15,6 +15,8 @@ const char *arg_str(int argc, char **argv, int *i);
 long arg_long(int argc, char **argv, int *i, long lo, long hi);
 double arg_double(int argc, char **argv, int *i, double lo, double hi);
 uint64_t arg_u64(int argc, char **argv, int *i);
+/* --backend VALUE: auto | cpu | cuda, as a backend_kind. */
+int arg_backend(int argc, char **argv, int *i);
 
 /* Writes s (len bytes) as a JSON string literal, escaping as needed. */
 void json_write_str(FILE *f, const char *s, size_t len);

@@ -99,7 +99,7 @@ static double eng_now_ms(void) {
 }
 
 engine_config engine_config_default(void) {
-    return (engine_config){.ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
+    return (engine_config){.backend = BACKEND_CPU, .ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
                            .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),
                            .draft_mem_warn_pct = 20.0f, .calibrate = true};
 }
@@ -775,7 +775,11 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         free(e);
         return NULL;
     }
-    e->be = backend_cpu_create(c->threads);
+    e->be = backend_create((backend_kind)c->backend, c->device, c->threads, err, errlen);
+    if (!e->be) {
+        free(e);
+        return NULL;
+    }
     spec_pair_params pp = {.max_ctx = c->max_ctx, .kv_blocks = c->kv_blocks, .block_size = c->block_size,
                            .draft_mem_warn_pct = c->draft_mem_warn_pct, .max_seqs = c->max_running,
                            .max_gamma = c->gamma.gamma_max};

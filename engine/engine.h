@@ -35,6 +35,8 @@ typedef struct {
     const char *target_path;
     const char *draft_path;        /* NULL: plain decoding only */
     int threads;                   /* kernel threads (0 = all CPUs) */
+    int backend;                   /* backend_kind: auto (CUDA when built and a GPU is present), cpu, cuda */
+    int device;                    /* CUDA device of the models */
     int max_ctx;                   /* per sequence (0 = model's, capped) */
     int kv_blocks;                 /* per model pool (0 = room for max_running full contexts) */
     int block_size;                /* 16 */

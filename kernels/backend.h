@@ -118,6 +118,13 @@ struct backend {
 backend *backend_cpu_create(int n_threads);
 void backend_destroy(backend *be); /* accepts NULL */
 
+/* Which backend to make: AUTO is CUDA when this build has it and a GPU is
+ * present, else the CPU. */
+typedef enum { BACKEND_AUTO = 0, BACKEND_CPU = 1, BACKEND_CUDA = 2 } backend_kind;
+/* Makes a backend of `kind` (threads for the CPU, device for CUDA). Returns NULL
+ * with the reason in err (CUDA asked for but not built or no GPU). */
+backend *backend_create(backend_kind kind, int device, int threads, char *err, size_t errlen);
+
 /* Creates the CUDA backend on `device` (builds with -Dcuda; see
  * kernels/cuda/cuda_backend.h). Returns NULL with the reason in err when specd
  * was built without CUDA, no GPU is present, or the device cannot be set up. */

@@ -14,5 +14,9 @@ cp build-cuda/cli/specd build-cuda/tests/gpu/test_cuda gpu-bin/
 for bin in gpu-bin/specd gpu-bin/test_cuda; do
   ldd "$bin" | awk '/=> \// {print $3}' | grep -vE 'libc\.so|libm\.so|libdl\.so|librt\.so|libpthread|ld-linux|libcuda|libcublas|libcudart|libnccl|libstdc\+\+|libgcc_s' || true
 done | sort -u | while read -r lib; do cp -L "$lib" gpu-bin/lib/; done
+# the models and corpus the GPU tests read (../shared does not travel to a lent machine)
+mkdir -p gpu-bin/models/corpora
+cp ../shared/models/stories260K.gguf ../shared/models/llama2xs-281K.gguf gpu-bin/models/
+cp ../shared/models/corpora/tinystories_valid_30K.txt gpu-bin/models/corpora/
 du -sh gpu-bin | awk '{print "gpu-bin: " $1}'
 ls gpu-bin/lib

@@ -11,7 +11,9 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 STAGES=${*:-tests bench8b spec8b}
+# models: ../shared/models beside the checkout, else the copy prepare.sh put in gpu-bin/
 MODELS=${SPECD_MODELS:-../shared/models}
+[ -f "$MODELS/stories260K.gguf" ] || MODELS=$PWD/gpu-bin/models
 SCRATCH=${SCRATCH:-/dev/shm/specd-gpu}
 mkdir -p "$SCRATCH"
 T0=$(date +%s)

@@ -23,7 +23,8 @@ static void generate_usage(void) {
             "usage: specd generate [-c config.yaml] [-m TARGET.gguf] [--draft DRAFT.gguf] [-p PROMPT] [-n N]\n"
             "                      [--gamma G | --adaptive] [--gamma-min G] [--gamma-max G] [--no-spec]\n"
             "                      [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
-            "                      [--backend auto|cpu|cuda] [--device N] [--no-bos] [--json] [--compare-plain]\n"
+            "                      [--backend auto|cpu|cuda] [--device N] [--tensor-parallel N] [--no-bos] [--json]\n"
+            "                      [--compare-plain]\n"
             "                      [--quiet]\n"
             "  -c FILE      config file (default: config.yaml when present): models.target, models.draft\n"
             "  -m MODEL     target GGUF (llama family); overrides the config. With neither, a demo pair\n"
@@ -38,6 +39,8 @@ static void generate_usage(void) {
             "  --seed S     seed of the counter-based sampler (default 42)\n"
             "  --backend B  auto (CUDA when built with it and a GPU is present; default), cpu or cuda;\n"
             "               --device N picks the GPU (default 0)\n"
+            "  --tensor-parallel N  split the target over N backends (GPUs --device .. --device+N-1;\n"
+            "               on the CPU, N shards computed one after another: a check of the sharding)\n"
             "  --compare-plain  also run plain decoding in the same process and print the speedup\n"
             "  --json       print one JSON object (prompt_tokens, tokens, text, timings, speculation)\n");
 }
@@ -172,7 +175,7 @@ static void print_stats(FILE *f, const char *label, const gen_result *r, int n_p
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *draft_path = NULL, *prompt = "", *config_path = NULL;
-    int n_gen = 64, threads = 0, gamma_fixed = 0, backend_kind = 0, device = 0;
+    int n_gen = 64, threads = 0, gamma_fixed = 0, backend_kind = 0, device = 0, tp = 1;
     bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
     sampler_config sc = sampler_config_default();
@@ -204,6 +207,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--backend")) backend_kind = arg_backend(argc, argv, &i);
         else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
+        else if (!strcmp(a, "--tensor-parallel")) tp = (int)arg_long(argc, argv, &i, 1, 16);
         else if (!strcmp(a, "--no-bos")) bos = false;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--quiet")) quiet = true;
@@ -258,6 +262,8 @@ int cmd_generate(int argc, char **argv) {
     ec.threads = threads;
     ec.backend = backend_kind;
     ec.device = device;
+    ec.tensor_parallel = tp;
+    for (int r = 0; r < tp; r++) ec.devices[r] = device + r;
     ec.max_running = 2;
     ec.gamma = gp;
     ec.calibrate = draft_path != NULL;

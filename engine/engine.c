@@ -8,6 +8,7 @@
 #include "engine/plan.h"
 #include "engine/rng.h"
 #include "engine/telemetry.h"
+#include "kernels/comm.h"
 #include "policy/config.h"
 
 #include <pthread.h>
@@ -56,7 +57,10 @@ typedef struct req {
 
 struct engine {
     engine_config cfg;
-    backend *be;
+    backend *be;                   /* shard 0: the draft's and the unsharded target's */
+    backend *shards[16];           /* the target's shards (n_shards; [0] == be) */
+    int n_shards;
+    comm *tp_comm;                 /* all-reduce between the shards (n_shards > 1) */
     spec_pair *sp;
     pthread_t th;
     pthread_mutex_t mu;
@@ -388,6 +392,9 @@ void engine_get_stats(engine *e, engine_stats *out) {
     memcpy(out->accepted_hist, e->accepted_hist, sizeof(out->accepted_hist));
     out->costs = e->costs_pub;
     out->draft_mem_pct = e->sp->draft_mem_pct;
+    out->draft_oom = e->sp->draft_oom;
+    snprintf(out->backend, sizeof(out->backend), "%s", e->be->i->name);
+    out->tensor_parallel = e->n_shards;
     snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
     snprintf(out->draft_id, sizeof(out->draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
     pthread_mutex_unlock(&e->mu);
@@ -759,6 +766,41 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+static void engine_backends_free(engine *e);
+
+/* The backends: one, or with tensor parallelism one per target shard (shard 0
+ * also runs the draft) and the all-reduce between them. */
+static int engine_backends(engine *e, char *err, size_t errlen) {
+    const engine_config *c = &e->cfg;
+    int n = c->tensor_parallel > 1 ? c->tensor_parallel : 1;
+    if (n > (int)(sizeof(e->shards) / sizeof(e->shards[0]))) {
+        eng_fail(err, errlen, "tensor_parallel %d exceeds %d", n, (int)(sizeof(e->shards) / sizeof(e->shards[0])));
+        return -1;
+    }
+    for (int r = 0; r < n; r++) {
+        int dev = n > 1 ? c->devices[r] : c->device;
+        if (!(e->shards[r] = backend_create((backend_kind)c->backend, dev, c->threads, err, errlen))) {
+            for (int q = 0; q < r; q++) backend_destroy(e->shards[q]);
+            return -1;
+        }
+    }
+    e->be = e->shards[0];
+    e->n_shards = n;
+    if (n > 1 && !(e->tp_comm = comm_create(e->shards, n, err, errlen))) {
+        engine_backends_free(e);
+        return -1;
+    }
+    return 0;
+}
+
+static void engine_backends_free(engine *e) {
+    comm_destroy(e->tp_comm);
+    for (int r = 0; r < e->n_shards; r++) backend_destroy(e->shards[r]);
+    e->tp_comm = NULL;
+    e->n_shards = 0;
+    e->be = NULL;
+}
+
 engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof(*e));
     if (!e) return eng_fail(err, errlen, "out of memory"), NULL;
@@ -775,14 +817,14 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         free(e);
         return NULL;
     }
-    e->be = backend_create((backend_kind)c->backend, c->device, c->threads, err, errlen);
-    if (!e->be) {
+    if (engine_backends(e, err, errlen) != 0) {
         free(e);
         return NULL;
     }
     spec_pair_params pp = {.max_ctx = c->max_ctx, .kv_blocks = c->kv_blocks, .block_size = c->block_size,
                            .draft_mem_warn_pct = c->draft_mem_warn_pct, .max_seqs = c->max_running,
-                           .max_gamma = c->gamma.gamma_max};
+                           .max_gamma = c->gamma.gamma_max, .tensor_parallel = e->n_shards,
+                           .target_shards = e->shards, .tp_comm = e->tp_comm};
     if (!c->kv_blocks) {
         /* room for every running sequence at a modest context; admission queues the rest */
         int ctx = c->max_ctx > 0 ? c->max_ctx : 2048;
@@ -791,7 +833,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     }
     e->sp = spec_pair_load(c->target_path, c->draft_path, e->be, &pp, stderr, err, errlen);
     if (!e->sp) {
-        backend_destroy(e->be);
+        engine_backends_free(e);
         free(e);
         return NULL;
     }
@@ -823,7 +865,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
         spec_pair_free(e->sp);
-        backend_destroy(e->be);
+        engine_backends_free(e);
         free(e);
         return eng_fail(err, errlen, "cannot start the engine thread"), NULL;
     }
@@ -847,6 +889,6 @@ void engine_destroy(engine *e) {
     free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
     spec_pair_free(e->sp);
-    backend_destroy(e->be);
+    engine_backends_free(e);
     free(e);
 }

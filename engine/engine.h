@@ -36,7 +36,9 @@ typedef struct {
     const char *draft_path;        /* NULL: plain decoding only */
     int threads;                   /* kernel threads (0 = all CPUs) */
     int backend;                   /* backend_kind: auto (CUDA when built and a GPU is present), cpu, cuda */
-    int device;                    /* CUDA device of the models */
+    int device;                    /* CUDA device of the models (of target shard 0 and the draft) */
+    int tensor_parallel;           /* > 1: the target is split over this many backends (GPUs) */
+    int devices[16];               /* CUDA device of each target shard (tensor_parallel of them) */
     int max_ctx;                   /* per sequence (0 = model's, capped) */
     int kv_blocks;                 /* per model pool (0 = room for max_running full contexts) */
     int block_size;                /* 16 */
@@ -145,6 +147,9 @@ typedef struct {
     uint64_t accepted_hist[GAMMA_MAX + 1]; /* verify steps by number of accepted drafts */
     gamma_costs costs;
     double draft_mem_pct;
+    bool draft_oom;                /* the configured draft did not fit in memory: plain decoding only */
+    char backend[16];              /* "cpu" or "cuda" */
+    int tensor_parallel;           /* target shards */
     char target_id[64], draft_id[64];
 } engine_stats;
 

@@ -10,11 +10,17 @@ kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, c
 
 kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int block_size, int n_blocks, char *err,
                            size_t errlen) {
-    if (n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
-        snprintf(err, errlen, "kv pool: bad shape (layers %d, kv_dim %d, block %d, blocks %d)", n_layer, kv_dim,
-                 block_size, n_blocks);
+    return kv_pool_create_sharded(&be, 1, n_layer, kv_dim, block_size, n_blocks, err, errlen);
+}
+
+kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int block_size,
+                                int n_blocks, char *err, size_t errlen) {
+    if (n_shards <= 0 || n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
+        snprintf(err, errlen, "kv pool: bad shape (shards %d, layers %d, kv_dim %d, block %d, blocks %d)", n_shards,
+                 n_layer, kv_dim, block_size, n_blocks);
         return NULL;
     }
+    const char *where = "host";
     kv_pool *p = calloc(1, sizeof(*p));
     if (!p) goto oom;
     p->n_layer = n_layer;
@@ -23,41 +29,62 @@ kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int block_size,
     p->n_blocks = n_blocks;
     p->block_stride = (size_t)n_layer * block_size * kv_dim;
     size_t floats = p->block_stride * (size_t)n_blocks;
-    /* calloc: untouched pages stay virtual until first written */
-    p->be = be;
-    p->k = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
-    p->v = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
+    p->shards = calloc((size_t)n_shards, sizeof(kv_shard));
+    if (!p->shards) goto oom;
+    p->n_shards = n_shards;
+    for (int r = 0; r < n_shards; r++) {
+        kv_shard *sh = &p->shards[r];
+        backend *be = bes[r];
+        sh->be = be;
+        where = be ? be->i->name : "host";
+        /* calloc: untouched pages stay virtual until first written */
+        sh->k = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
+        sh->v = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
+        if (!sh->k || !sh->v) goto oom;
+    }
+    p->k = p->shards[0].k;
+    p->v = p->shards[0].v;
+    p->be = p->shards[0].be;
     p->free_stack = malloc((size_t)n_blocks * sizeof(int32_t));
-    if (!p->k || !p->v || !p->free_stack) goto oom;
+    if (!p->free_stack) goto oom;
     for (int i = 0; i < n_blocks; i++) p->free_stack[i] = n_blocks - 1 - i; /* pop gives 0, 1, 2, ... */
     p->n_free = n_blocks;
     return p;
 oom:
-    snprintf(err, errlen, "kv pool: cannot allocate %d blocks of %d positions (%.1f MiB of %s memory)", n_blocks,
-             block_size,
-             2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0, be ? be->i->name : "host");
+    snprintf(err, errlen, "kv pool: cannot allocate %d blocks of %d positions (%.1f MiB of %s memory%s)", n_blocks,
+             block_size, 2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0, where,
+             n_shards > 1 ? " per shard" : "");
     kv_pool_destroy(p);
     return NULL;
 }
 
 void kv_pool_destroy(kv_pool *p) {
     if (!p) return;
-    if (p->be) {
-        p->be->i->release(p->be, p->k);
-        p->be->i->release(p->be, p->v);
-    } else {
-        free(p->k);
-        free(p->v);
+    for (int r = 0; r < p->n_shards; r++) {
+        kv_shard *sh = &p->shards[r];
+        if (sh->be) {
+            sh->be->i->release(sh->be, sh->k);
+            sh->be->i->release(sh->be, sh->v);
+        } else {
+            free(sh->k);
+            free(sh->v);
+        }
     }
+    free(p->shards);
     free(p->free_stack);
     free(p);
 }
 
-size_t kv_pool_bytes(const kv_pool *p) { return 2 * p->block_stride * (size_t)p->n_blocks * sizeof(float); }
+size_t kv_pool_bytes(const kv_pool *p) {
+    return 2 * p->block_stride * (size_t)p->n_blocks * sizeof(float) * (size_t)p->n_shards;
+}
 
-kv_layer_view kv_pool_layer(const kv_pool *p, int layer) {
+kv_layer_view kv_pool_layer(const kv_pool *p, int layer) { return kv_pool_layer_shard(p, 0, layer); }
+
+kv_layer_view kv_pool_layer_shard(const kv_pool *p, int shard, int layer) {
     size_t off = (size_t)layer * p->block_size * p->kv_dim;
-    return (kv_layer_view){p->k + off, p->v + off, p->block_stride, p->block_size};
+    const kv_shard *sh = &p->shards[shard];
+    return (kv_layer_view){sh->k + off, sh->v + off, p->block_stride, p->block_size};
 }
 
 int kv_blocks_for(const kv_pool *p, int len) { return (len + p->block_size - 1) / p->block_size; }

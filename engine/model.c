@@ -1,5 +1,5 @@
 /* model.c — llama-family (llama, mistral, qwen2) model loading (validate metadata and tensor shapes, point
- * into the mmap) and the batched forward pass (see model.h). */
+ * into the mmap; for tensor parallelism, slice per shard) and the batched forward pass (see model.h). */
 #include "engine/model.h"
 
 #include <math.h>
@@ -23,29 +23,58 @@ static bool type_supported(int t) {
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
 }
 
-/* Hands a tensor to the backend (upload on GPU backends) and remembers it for model_free. */
-static const void *be_weight(model *m, const void *host, int *type, uint64_t rows, uint64_t cols, char *err,
+/* Hands a tensor to shard sh's backend (upload on GPU backends) and remembers it for model_free. */
+static const void *be_weight(model_shard *sh, const void *host, int *type, uint64_t rows, uint64_t cols, char *err,
                              size_t n) {
-    if (m->n_wrefs == m->cap_wrefs) {
-        int cap = m->cap_wrefs ? 2 * m->cap_wrefs : 64;
-        struct model_wref *r = realloc(m->wrefs, (size_t)cap * sizeof(*r));
+    if (sh->n_wrefs == sh->cap_wrefs) {
+        int cap = sh->cap_wrefs ? 2 * sh->cap_wrefs : 64;
+        struct model_wref *r = realloc(sh->wrefs, (size_t)cap * sizeof(*r));
         if (!r) return model_fail(err, n, "out of memory"), NULL;
-        m->wrefs = r;
-        m->cap_wrefs = cap;
+        sh->wrefs = r;
+        sh->cap_wrefs = cap;
     }
-    const void *w = m->be->i->weight(m->be, host, type, (int64_t)rows, (int64_t)cols);
+    const void *w = sh->be->i->weight(sh->be, host, type, (int64_t)rows, (int64_t)cols);
     if (!w) {
-        model_fail(err, n, "the %s backend cannot hold a %llu x %llu %s tensor (out of memory)", m->be->i->name,
+        model_fail(err, n, "the %s backend cannot hold a %llu x %llu %s tensor (out of memory)", sh->be->i->name,
                    (unsigned long long)rows, (unsigned long long)cols, ggml_type_name(*type));
         return NULL;
     }
-    m->wrefs[m->n_wrefs++] = (struct model_wref){host, w};
+    sh->wrefs[sh->n_wrefs++] = (struct model_wref){host, w};
     return w;
 }
 
-/* Finds `name` and checks it is a (ne0, ne1) matrix of a supported type. */
-static int get_mat(model *m, const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, model_mat *out, bool optional,
-                   char *err, size_t n) {
+/* How a tensor is divided over the shards. */
+typedef enum {
+    SPLIT_NONE, /* replicated */
+    SPLIT_ROWS, /* shard r: rows [r*rows/N, (r+1)*rows/N), a pointer into the mapping */
+    SPLIT_COLS, /* shard r: columns [r*cols/N, (r+1)*cols/N) of every row, copied into a buffer the shard owns */
+} split_kind;
+
+/* A contiguous copy of columns [c0, c0 + cols) of every one of `rows` rows of
+ * row_bytes each (the column range is whole blocks: slice_bytes per row starting
+ * at byte col_off), kept in sh->slices. */
+static const void *col_slice(model_shard *sh, const uint8_t *src, uint64_t rows, size_t row_bytes, size_t col_off,
+                             size_t slice_bytes, char *err, size_t n) {
+    if (sh->n_slices == sh->cap_slices) {
+        int cap = sh->cap_slices ? 2 * sh->cap_slices : 16;
+        void **p = realloc(sh->slices, (size_t)cap * sizeof(*p));
+        if (!p) return model_fail(err, n, "out of memory"), NULL;
+        sh->slices = p;
+        sh->cap_slices = cap;
+    }
+    size_t bytes = (size_t)rows * slice_bytes;
+    uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!dst) return model_fail(err, n, "out of memory for a %zu-byte weight slice", bytes), NULL;
+    for (uint64_t i = 0; i < rows; i++) memcpy(dst + i * slice_bytes, src + i * row_bytes + col_off, slice_bytes);
+    sh->slices[sh->n_slices++] = dst;
+    return dst;
+}
+
+/* Finds `name`, checks it is a (ne0, ne1) matrix of a supported type and hands
+ * shard r's part of it (see split_kind) to that shard's backend. */
+static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, split_kind split,
+                   model_mat *out, bool optional, char *err, size_t n) {
+    model_shard *sh = &m->shards[r];
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) {
         if (optional) {
@@ -61,16 +90,35 @@ static int get_mat(model *m, const gguf_file *f, const char *name, uint64_t ne0,
     if (!type_supported(t->type))
         return model_fail(err, n, "tensor '%s' has type %s, which specd cannot compute with yet (supported: F32, F16, "
                           "BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, ggml_type_name(t->type));
-    if (ggml_row_size(t->type, ne0) == 0)
+    size_t row_bytes = ggml_row_size(t->type, ne0);
+    if (row_bytes == 0)
         return model_fail(err, n, "tensor '%s': %s rows of %llu are not whole blocks", name, ggml_type_name(t->type),
                           (unsigned long long)ne0);
+    int N = m->n_shards;
+    const void *host = t->data;
+    uint64_t rows = ne1, cols = ne0;
+    if (N > 1 && split == SPLIT_ROWS) {
+        rows = ne1 / (uint64_t)N;
+        host = (const uint8_t *)t->data + (size_t)r * rows * row_bytes;
+    } else if (N > 1 && split == SPLIT_COLS) {
+        cols = ne0 / (uint64_t)N;
+        size_t slice_bytes = ggml_row_size(t->type, cols);
+        if (slice_bytes == 0)
+            return model_fail(err, n, "tensor parallelism over %d shards: tensor '%s' (%s, %llu columns) would be "
+                              "cut into column slices of %llu, not whole %s blocks of %u; pick a shard count that "
+                              "leaves whole blocks", N, name, ggml_type_name(t->type), (unsigned long long)ne0,
+                              (unsigned long long)cols, ggml_type_name(t->type), ggml_blck_size(t->type));
+        host = col_slice(sh, t->data, rows, row_bytes, (size_t)r * slice_bytes, slice_bytes, err, n);
+        if (!host) return -1;
+    }
     out->type = t->type;
-    out->w = be_weight(m, t->data, &out->type, ne1, ne0, err, n);
+    out->w = be_weight(sh, host, &out->type, rows, cols, err, n);
     return out->w ? 0 : -1;
 }
 
-static int get_vec(model *m, const gguf_file *f, const char *name, uint64_t ne0, const float **out, char *err,
-                   size_t n) {
+/* An F32 vector, whole (SPLIT_NONE) or shard r's slice [r*ne0/N, (r+1)*ne0/N) (SPLIT_ROWS). */
+static int get_vec(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, split_kind split,
+                   const float **out, char *err, size_t n) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) return model_fail(err, n, "missing tensor '%s'", name);
     if (t->ne[0] != ne0 || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
@@ -80,17 +128,22 @@ static int get_vec(model *m, const gguf_file *f, const char *name, uint64_t ne0,
         return model_fail(err, n, "tensor '%s' must be F32, is %s", name, ggml_type_name(t->type));
     if ((uintptr_t)t->data % sizeof(float))
         return model_fail(err, n, "tensor '%s' is not 4-byte aligned in the file", name);
+    const float *host = t->data;
+    if (m->n_shards > 1 && split == SPLIT_ROWS) {
+        ne0 /= (uint64_t)m->n_shards;
+        host += (size_t)r * ne0;
+    }
     int type = GGML_TYPE_F32;
-    *out = be_weight(m, t->data, &type, 1, ne0, err, n);
+    *out = be_weight(&m->shards[r], host, &type, 1, ne0, err, n);
     return *out ? 0 : -1;
 }
 
-/* An optional (or, with required, mandatory) F32 bias vector; *out = NULL when absent. */
-static int get_bias(model *m, const gguf_file *f, const char *name, uint64_t ne0, const float **out, bool required,
-                    char *err, size_t n) {
+/* An optional (or, with required, mandatory) F32 bias vector, shard r's rows; *out = NULL when absent. */
+static int get_bias(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, const float **out,
+                    bool required, char *err, size_t n) {
     *out = NULL;
     if (!required && !gguf_find_tensor(f, name)) return 0;
-    return get_vec(m, f, name, ne0, out, err, n);
+    return get_vec(m, r, f, name, ne0, SPLIT_ROWS, out, err, n);
 }
 
 /* x (M, N) += b (N) on every row (through the backend's add, one row at a time). */
@@ -216,44 +269,55 @@ static int load_rope(model *m, char *err, size_t n) {
     } else if (stype[0] && strcmp(stype, "none") != 0) {
         return model_fail(err, n, "rope scaling type '%s' is not supported (none, linear, llama3)", stype);
     }
-    int type = GGML_TYPE_F32;
-    m->inv_freq_be = be_weight(m, m->inv_freq, &type, 1, (uint64_t)half, err, n);
-    return m->inv_freq_be ? 0 : -1;
+    return 0;
 }
 
-static int load_tensors(model *m, char *err, size_t n) {
+/* Shard r's tensors: its slices of the layers, the replicated rest. */
+static int load_shard_tensors(model *m, int r, char *err, size_t n) {
     const gguf_file *f = m->gguf;
-    model_hparams *hp = &m->hp;
+    const model_hparams *hp = &m->hp;
+    model_shard *sh = &m->shards[r];
     uint64_t D = (uint64_t)hp->dim, QD = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t KVD = (uint64_t)hp->n_kv_head * hp->head_dim, F = (uint64_t)hp->ff, V = (uint64_t)hp->n_vocab;
-    if (get_mat(m, f, "token_embd.weight", D, V, &m->tok_embd, false, err, n)) return -1;
-    if (get_vec(m, f, "output_norm.weight", D, &m->out_norm, err, n)) return -1;
-    if (get_mat(m, f, "output.weight", D, V, &m->output, true, err, n)) return -1;
-    m->tied = m->output.w == NULL;
-    if (m->tied) m->output = m->tok_embd;
-    m->layers = calloc((size_t)hp->n_layer, sizeof(model_layer));
-    if (!m->layers) return model_fail(err, n, "out of memory");
+    if (get_mat(m, r, f, "token_embd.weight", D, V, SPLIT_NONE, &sh->tok_embd, false, err, n)) return -1;
+    if (get_vec(m, r, f, "output_norm.weight", D, SPLIT_NONE, &sh->out_norm, err, n)) return -1;
+    if (get_mat(m, r, f, "output.weight", D, V, SPLIT_NONE, &sh->output, true, err, n)) return -1;
+    m->tied = sh->output.w == NULL;
+    if (m->tied) sh->output = sh->tok_embd;
+    int type = GGML_TYPE_F32;
+    sh->inv_freq_be = be_weight(sh, m->inv_freq, &type, 1, (uint64_t)(hp->n_rot / 2), err, n);
+    if (!sh->inv_freq_be) return -1;
+    sh->layers = calloc((size_t)hp->n_layer, sizeof(model_layer));
+    if (!sh->layers) return model_fail(err, n, "out of memory");
+    bool need_bias = !strcmp(m->arch, "qwen2");
     for (int l = 0; l < hp->n_layer; l++) {
-        model_layer *L = &m->layers[l];
+        model_layer *L = &sh->layers[l];
         char nm[96];
 #define LNAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
-        if (get_vec(m, f, LNAME("attn_norm.weight"), D, &L->attn_norm, err, n) ||
-            get_mat(m, f, LNAME("attn_q.weight"), D, QD, &L->wq, false, err, n) ||
-            get_mat(m, f, LNAME("attn_k.weight"), D, KVD, &L->wk, false, err, n) ||
-            get_mat(m, f, LNAME("attn_v.weight"), D, KVD, &L->wv, false, err, n) ||
-            get_mat(m, f, LNAME("attn_output.weight"), QD, D, &L->wo, false, err, n) ||
-            get_vec(m, f, LNAME("ffn_norm.weight"), D, &L->ffn_norm, err, n) ||
-            get_mat(m, f, LNAME("ffn_gate.weight"), D, F, &L->w_gate, false, err, n) ||
-            get_mat(m, f, LNAME("ffn_up.weight"), D, F, &L->w_up, false, err, n) ||
-            get_mat(m, f, LNAME("ffn_down.weight"), F, D, &L->w_down, false, err, n))
+        if (get_vec(m, r, f, LNAME("attn_norm.weight"), D, SPLIT_NONE, &L->attn_norm, err, n) ||
+            get_mat(m, r, f, LNAME("attn_q.weight"), D, QD, SPLIT_ROWS, &L->wq, false, err, n) ||
+            get_mat(m, r, f, LNAME("attn_k.weight"), D, KVD, SPLIT_ROWS, &L->wk, false, err, n) ||
+            get_mat(m, r, f, LNAME("attn_v.weight"), D, KVD, SPLIT_ROWS, &L->wv, false, err, n) ||
+            get_mat(m, r, f, LNAME("attn_output.weight"), QD, D, SPLIT_COLS, &L->wo, false, err, n) ||
+            get_vec(m, r, f, LNAME("ffn_norm.weight"), D, SPLIT_NONE, &L->ffn_norm, err, n) ||
+            get_mat(m, r, f, LNAME("ffn_gate.weight"), D, F, SPLIT_ROWS, &L->w_gate, false, err, n) ||
+            get_mat(m, r, f, LNAME("ffn_up.weight"), D, F, SPLIT_ROWS, &L->w_up, false, err, n) ||
+            get_mat(m, r, f, LNAME("ffn_down.weight"), F, D, SPLIT_COLS, &L->w_down, false, err, n))
             return -1;
-        bool need_bias = !strcmp(m->arch, "qwen2");
-        if (get_bias(m, f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, err, n) ||
-            get_bias(m, f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, err, n) ||
-            get_bias(m, f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, err, n))
+        if (get_bias(m, r, f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, err, n) ||
+            get_bias(m, r, f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, err, n) ||
+            get_bias(m, r, f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, err, n))
             return -1;
 #undef LNAME
     }
+    return 0;
+}
+
+static int load_tensors(model *m, char *err, size_t n) {
+    for (int r = 0; r < m->n_shards; r++)
+        if (load_shard_tensors(m, r, err, n)) return -1;
+    m->layers = m->shards[0].layers;
+    const gguf_file *f = m->gguf;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
         uint64_t elems = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
@@ -264,46 +328,99 @@ static int load_tensors(model *m, char *err, size_t n) {
     return 0;
 }
 
-static int alloc_scratch(model *m, char *err, size_t n) {
+/* Shard r's scratch in its backend's memory. */
+static int alloc_shard_scratch(model *m, int r, char *err, size_t n) {
     const model_hparams *hp = &m->hp;
+    model_shard *sh = &m->shards[r];
     size_t MB = (size_t)m->mp.max_batch;
-    size_t QD = (size_t)hp->n_head * hp->head_dim, KVD = (size_t)hp->n_kv_head * hp->head_dim;
-    float **bufs[] = {&m->x, &m->xb, &m->q, &m->k, &m->v, &m->att, &m->hb, &m->hb2};
-    size_t widths[] = {hp->dim, hp->dim, QD, KVD, KVD, QD, hp->ff, hp->ff};
-    const backend_i *op = m->be->i;
+    size_t QD = (size_t)sh->n_head * hp->head_dim, KVD = (size_t)sh->n_kv_head * hp->head_dim;
+    float **bufs[] = {&sh->x, &sh->xb, &sh->q, &sh->k, &sh->v, &sh->att, &sh->hb, &sh->hb2};
+    size_t widths[] = {hp->dim, hp->dim, QD, KVD, KVD, QD, sh->ff, sh->ff};
+    const backend_i *op = sh->be->i;
     for (size_t i = 0; i < 8; i++) {
-        *bufs[i] = op->alloc(m->be, MB * widths[i] * sizeof(float));
+        *bufs[i] = op->alloc(sh->be, MB * widths[i] * sizeof(float));
         if (!*bufs[i]) return model_fail(err, n, "out of %s memory for %zu-row scratch", op->name, MB);
     }
-    if (!m->be->host_memory && !(m->logits_be = op->alloc(m->be, MB * (size_t)hp->n_vocab * sizeof(float))))
+    m->red[r] = sh->xb;
+    if (r == 0 && !sh->be->host_memory &&
+        !(sh->logits_be = op->alloc(sh->be, MB * (size_t)hp->n_vocab * sizeof(float))))
         return model_fail(err, n, "out of %s memory for %zu rows of logits", op->name, MB);
-    m->pos = malloc(MB * sizeof(int32_t));
-    m->ids = malloc(MB * sizeof(int32_t));
-    m->aseq = malloc(MB * sizeof(attn_seq));
-    if (!m->pos || !m->ids || !m->aseq) return model_fail(err, n, "out of memory");
-    int max_k = hp->dim > hp->ff ? hp->dim : hp->ff;
+    int max_k = hp->dim > sh->ff ? hp->dim : sh->ff;
     if ((int)QD > max_k) max_k = (int)QD;
-    if (op->reserve(m->be, (int)MB, max_k, m->mp.max_ctx + m->mp.max_batch) != 0)
+    if (op->reserve(sh->be, (int)MB, max_k, m->mp.max_ctx + m->mp.max_batch) != 0)
         return model_fail(err, n, "backend cannot reserve scratch");
     return 0;
 }
 
+static int alloc_scratch(model *m, char *err, size_t n) {
+    size_t MB = (size_t)m->mp.max_batch;
+    for (int r = 0; r < m->n_shards; r++)
+        if (alloc_shard_scratch(m, r, err, n)) return -1;
+    m->pos = malloc(MB * sizeof(int32_t));
+    m->ids = malloc(MB * sizeof(int32_t));
+    m->aseq = malloc(MB * sizeof(attn_seq));
+    if (!m->pos || !m->ids || !m->aseq) return model_fail(err, n, "out of memory");
+    return 0;
+}
+
+/* The head and FFN counts must split evenly over the shards. */
+static int check_split(const model *m, char *err, size_t n) {
+    const model_hparams *hp = &m->hp;
+    int N = m->n_shards;
+    if (hp->n_head % N || hp->n_kv_head % N)
+        return model_fail(err, n, "tensor parallelism over %d shards needs the head counts divisible by %d: the "
+                          "model has %d query heads and %d kv heads", N, N, hp->n_head, hp->n_kv_head);
+    if (hp->ff % N)
+        return model_fail(err, n, "tensor parallelism over %d shards needs the feed-forward width divisible by %d: "
+                          "the model has %d", N, N, hp->ff);
+    return 0;
+}
+
 model *model_load(const char *path, backend *be, const model_params *mp, char *err, size_t errlen) {
-    model *m = calloc(1, sizeof(*m));
-    if (!m) {
-        snprintf(err, errlen, "out of memory");
+    return model_load_tp(path, &be, 1, NULL, mp, err, errlen);
+}
+
+model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp, char *err,
+                     size_t errlen) {
+    if (n_shards < 1 || (n_shards > 1 && (!c || c->n_ranks != n_shards))) {
+        snprintf(err, errlen, "%s: tensor parallelism over %d shards needs a communicator of %d ranks (got %d)", path,
+                 n_shards, n_shards, c ? c->n_ranks : 0);
         return NULL;
     }
-    m->be = be;
+    for (int r = 0; r < n_shards; r++)
+        if (!bes[r]) {
+            snprintf(err, errlen, "%s: shard %d has no backend", path, r);
+            return NULL;
+        }
+    model *m = calloc(1, sizeof(*m));
+    if (m) {
+        m->shards = calloc((size_t)n_shards, sizeof(model_shard));
+        m->bes = calloc((size_t)n_shards, sizeof(backend *));
+        m->red = calloc((size_t)n_shards, sizeof(float *));
+    }
+    if (!m || !m->shards || !m->bes || !m->red) {
+        snprintf(err, errlen, "out of memory");
+        if (m) free(m->shards), free(m->bes), free(m->red), free(m);
+        return NULL;
+    }
+    m->n_shards = n_shards;
+    m->comm = n_shards > 1 ? c : NULL;
+    for (int r = 0; r < n_shards; r++) m->shards[r].be = m->bes[r] = bes[r];
+    m->be = bes[0];
     char sub[512];
     m->gguf = gguf_open(path, sub, sizeof(sub));
     if (!m->gguf) {
         snprintf(err, errlen, "%s", sub);
-        free(m);
+        model_free(m);
         return NULL;
     }
-    if (load_hparams(m, sub, sizeof(sub)) || load_rope(m, sub, sizeof(sub)) || load_tensors(m, sub, sizeof(sub)))
-        goto fail;
+    if (load_hparams(m, sub, sizeof(sub)) || check_split(m, sub, sizeof(sub))) goto fail;
+    for (int r = 0; r < n_shards; r++) {
+        m->shards[r].n_head = m->hp.n_head / n_shards;
+        m->shards[r].n_kv_head = m->hp.n_kv_head / n_shards;
+        m->shards[r].ff = m->hp.ff / n_shards;
+    }
+    if (load_rope(m, sub, sizeof(sub)) || load_tensors(m, sub, sizeof(sub))) goto fail;
     m->mp.max_batch = mp && mp->max_batch > 0 ? mp->max_batch : 512;
     m->mp.max_ctx = mp && mp->max_ctx > 0 ? mp->max_ctx
                                           : (m->hp.n_ctx_train < MODEL_MAX_CTX_DEFAULT ? m->hp.n_ctx_train
@@ -318,33 +435,44 @@ fail:
 
 void model_free(model *m) {
     if (!m) return;
-    const backend_i *op = m->be->i;
-    float *bufs[] = {m->x, m->xb, m->q, m->k, m->v, m->att, m->hb, m->hb2, m->logits_be};
-    for (size_t i = 0; i < 9; i++) op->release(m->be, bufs[i]);
-    for (int i = 0; i < m->n_wrefs; i++) op->weight_release(m->be, m->wrefs[i].host, m->wrefs[i].w);
-    free(m->wrefs);
+    for (int r = 0; r < m->n_shards; r++) {
+        model_shard *sh = &m->shards[r];
+        const backend_i *op = sh->be->i;
+        float *bufs[] = {sh->x, sh->xb, sh->q, sh->k, sh->v, sh->att, sh->hb, sh->hb2, sh->logits_be};
+        for (size_t i = 0; i < 9; i++) op->release(sh->be, bufs[i]);
+        for (int i = 0; i < sh->n_wrefs; i++) op->weight_release(sh->be, sh->wrefs[i].host, sh->wrefs[i].w);
+        for (int i = 0; i < sh->n_slices; i++) free(sh->slices[i]);
+        free(sh->slices);
+        free(sh->wrefs);
+        free(sh->layers);
+    }
+    free(m->shards);
+    free(m->bes);
+    free(m->red);
     free(m->pos);
     free(m->ids);
     free(m->aseq);
-    free(m->layers);
     free(m->inv_freq);
     gguf_close(m->gguf);
     free(m);
 }
 
 kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, char *err, size_t errlen) {
-    return kv_pool_create_on(m->be, m->hp.n_layer, m->hp.n_kv_head * m->hp.head_dim, block_size, n_blocks, err, errlen);
+    return kv_pool_create_sharded(m->bes, m->n_shards, m->hp.n_layer, m->shards[0].n_kv_head * m->hp.head_dim,
+                                  block_size, n_blocks, err, errlen);
 }
 
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,
                   size_t errlen) {
     const model_hparams *hp = &m->hp;
-    backend *be = m->be;
-    const backend_i *op = be->i;
-    int D = hp->dim, H = hp->n_head, Hkv = hp->n_kv_head, E = hp->head_dim, F = hp->ff;
-    int QD = H * E, KVD = Hkv * E;
+    const int NS = m->n_shards;
+    int D = hp->dim, E = hp->head_dim;
 
     /* validate everything before touching any cache */
+    if (pool->n_shards != NS || pool->kv_dim != m->shards[0].n_kv_head * E || pool->n_layer != hp->n_layer)
+        return model_fail(err, errlen, "KV pool (%d shards of width %d, %d layers) does not fit this model (%d shards "
+                          "of width %d, %d layers)", pool->n_shards, pool->kv_dim, pool->n_layer, NS,
+                          m->shards[0].n_kv_head * E, hp->n_layer);
     int M = 0;
     for (int s = 0; s < n_seqs; s++) {
         const model_seq *sq = &seqs[s];
@@ -373,7 +501,8 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
     }
 
     /* host arrays first (tokens, positions, one attention slice per sequence):
-     * they must not change once the step has begun (see backend.h) */
+     * they must not change once the step has begun (see backend.h); all shards
+     * share them */
     int row = 0;
     uint64_t key = 1469598103934665603ull; /* FNV-1a over the step's shape */
 #define KEY(v) (key = (key ^ (uint64_t)(v)) * 1099511628211ull)
@@ -388,48 +517,77 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
         KEY(sq->n * 4 + (sq->mask != NULL) * 2 + sq->all_logits);
         row += sq->n;
     }
+    for (int r = 0; r < NS; r++) {
+        model_shard *sh = &m->shards[r];
+        /* a sharded step is never captured: its all-reduces run between the
+         * shards' ops, outside any one backend's graph */
+        int replay = sh->be->i->begin(sh->be, NS > 1 ? 0 : key);
+        (void)replay; /* when replaying, the ops below only stage their host arrays */
+        sh->be->i->get_rows(sh->be, sh->x, sh->tok_embd.w, sh->tok_embd.type, m->ids, M, D);
+    }
 #undef KEY
-    int replay = op->begin(be, key);
-    (void)replay; /* when replaying, the ops below only stage their host arrays */
-    op->get_rows(be, m->x, m->tok_embd.w, m->tok_embd.type, m->ids, M, D);
 
+    /* each shard computes its heads / FFN slice into a partial (M, D) in its xb;
+     * the all-reduce completes the sums, identical on every shard, and every
+     * shard adds them to its copy of x */
     for (int l = 0; l < hp->n_layer; l++) {
-        const model_layer *L = &m->layers[l];
-        kv_layer_view kv = kv_pool_layer(pool, l);
-        op->rmsnorm(be, m->xb, m->x, L->attn_norm, M, D, hp->eps);
-        op->matmul(be, m->q, m->xb, L->wq.w, L->wq.type, M, D, QD);
-        op->matmul(be, m->k, m->xb, L->wk.w, L->wk.type, M, D, KVD);
-        op->matmul(be, m->v, m->xb, L->wv.w, L->wv.type, M, D, KVD);
-        add_bias(op, be, m->q, L->bq, M, QD);
-        add_bias(op, be, m->k, L->bk, M, KVD);
-        add_bias(op, be, m->v, L->bv, M, KVD);
-        op->rope(be, m->q, m->pos, m->inv_freq_be, M, H, E, hp->n_rot, hp->rope_neox);
-        op->rope(be, m->k, m->pos, m->inv_freq_be, M, Hkv, E, hp->n_rot, hp->rope_neox);
-        op->kv_write(be, &kv, m->k, m->v, m->aseq, n_seqs, KVD);
-        op->attention(be, m->att, m->q, &kv, m->aseq, n_seqs, H, Hkv, E);
-        op->matmul(be, m->xb, m->att, L->wo.w, L->wo.type, M, QD, D);
-        op->add(be, m->x, m->xb, M, D);
-        op->rmsnorm(be, m->xb, m->x, L->ffn_norm, M, D, hp->eps);
-        op->matmul(be, m->hb, m->xb, L->w_gate.w, L->w_gate.type, M, D, F);
-        op->matmul(be, m->hb2, m->xb, L->w_up.w, L->w_up.type, M, D, F);
-        op->silu_mul(be, m->hb, m->hb2, M, F);
-        op->matmul(be, m->xb, m->hb, L->w_down.w, L->w_down.type, M, F, D);
-        op->add(be, m->x, m->xb, M, D);
+        for (int r = 0; r < NS; r++) {
+            model_shard *sh = &m->shards[r];
+            backend *be = sh->be;
+            const backend_i *op = be->i;
+            const model_layer *L = &sh->layers[l];
+            int H = sh->n_head, Hkv = sh->n_kv_head, QD = H * E, KVD = Hkv * E;
+            kv_layer_view kv = kv_pool_layer_shard(pool, r, l);
+            op->rmsnorm(be, sh->xb, sh->x, L->attn_norm, M, D, hp->eps);
+            op->matmul(be, sh->q, sh->xb, L->wq.w, L->wq.type, M, D, QD);
+            op->matmul(be, sh->k, sh->xb, L->wk.w, L->wk.type, M, D, KVD);
+            op->matmul(be, sh->v, sh->xb, L->wv.w, L->wv.type, M, D, KVD);
+            add_bias(op, be, sh->q, L->bq, M, QD);
+            add_bias(op, be, sh->k, L->bk, M, KVD);
+            add_bias(op, be, sh->v, L->bv, M, KVD);
+            op->rope(be, sh->q, m->pos, sh->inv_freq_be, M, H, E, hp->n_rot, hp->rope_neox);
+            op->rope(be, sh->k, m->pos, sh->inv_freq_be, M, Hkv, E, hp->n_rot, hp->rope_neox);
+            op->kv_write(be, &kv, sh->k, sh->v, m->aseq, n_seqs, KVD);
+            op->attention(be, sh->att, sh->q, &kv, m->aseq, n_seqs, H, Hkv, E);
+            op->matmul(be, sh->xb, sh->att, L->wo.w, L->wo.type, M, QD, D);
+        }
+        if (NS > 1) comm_allreduce_sum(m->comm, m->red, (size_t)M * D);
+        for (int r = 0; r < NS; r++) {
+            model_shard *sh = &m->shards[r];
+            backend *be = sh->be;
+            const backend_i *op = be->i;
+            const model_layer *L = &sh->layers[l];
+            int F = sh->ff;
+            op->add(be, sh->x, sh->xb, M, D);
+            op->rmsnorm(be, sh->xb, sh->x, L->ffn_norm, M, D, hp->eps);
+            op->matmul(be, sh->hb, sh->xb, L->w_gate.w, L->w_gate.type, M, D, F);
+            op->matmul(be, sh->hb2, sh->xb, L->w_up.w, L->w_up.type, M, D, F);
+            op->silu_mul(be, sh->hb, sh->hb2, M, F);
+            op->matmul(be, sh->xb, sh->hb, L->w_down.w, L->w_down.type, M, F, D);
+        }
+        if (NS > 1) comm_allreduce_sum(m->comm, m->red, (size_t)M * D);
+        for (int r = 0; r < NS; r++) m->shards[r].be->i->add(m->shards[r].be, m->shards[r].x, m->shards[r].xb, M, D);
     }
 
-    /* only the rows whose logits are wanted go through the output head */
+    /* the output head runs on shard 0 only; only the rows whose logits are
+     * wanted go through it */
+    model_shard *s0 = &m->shards[0];
+    backend *be = s0->be;
+    const backend_i *op = be->i;
     int n_out = 0;
     row = 0;
     for (int s = 0; s < n_seqs; s++) {
         int first = seqs[s].all_logits ? 0 : seqs[s].n - 1;
         for (int i = first; i < seqs[s].n; i++, n_out++)
-            if (row + i != n_out) op->copy(be, m->x + (size_t)n_out * D, m->x + (size_t)(row + i) * D, (size_t)D * 4);
+            if (row + i != n_out)
+                op->copy(be, s0->x + (size_t)n_out * D, s0->x + (size_t)(row + i) * D, (size_t)D * 4);
         row += seqs[s].n;
     }
-    op->rmsnorm(be, m->x, m->x, m->out_norm, n_out, D, hp->eps);
-    op->matmul(be, m->logits_be ? m->logits_be : logits, m->x, m->output.w, m->output.type, n_out, D, hp->n_vocab);
-    op->end(be);
-    if (m->logits_be) op->download(be, logits, m->logits_be, (size_t)n_out * hp->n_vocab * sizeof(float));
+    op->rmsnorm(be, s0->x, s0->x, s0->out_norm, n_out, D, hp->eps);
+    op->matmul(be, s0->logits_be ? s0->logits_be : logits, s0->x, s0->output.w, s0->output.type, n_out, D,
+               hp->n_vocab);
+    for (int r = 0; r < NS; r++) m->shards[r].be->i->end(m->shards[r].be);
+    if (s0->logits_be) op->download(be, logits, s0->logits_be, (size_t)n_out * hp->n_vocab * sizeof(float));
 
     for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n;
     return 0;

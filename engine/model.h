@@ -4,14 +4,23 @@
  * new positions of any number of sequences, each against its paged KV cache,
  * with an optional ancestor mask per sequence (tree verification).
  *
+ * Tensor parallelism (Megatron style): model_load_tp splits the model over N
+ * backends. Shard r holds query heads [r*H/N, (r+1)*H/N), kv heads
+ * [r*Hkv/N, (r+1)*Hkv/N) and FFN slice [r*F/N, (r+1)*F/N): the rows of
+ * wq/wk/wv/bq/bk/bv/w_gate/w_up for them and the COLUMNS of wo/w_down, so each
+ * shard's output projections give a partial (M, D) sum that a comm all-reduce
+ * completes. Embedding, norms and output head are replicated; x is replicated
+ * (every shard holds the same bits). One thread drives all shards in turn.
+ *
  * Threading: a model is used by one thread at a time (the engine thread); the
- * backend fans out internally. */
+ * backends fan out internally. */
 #ifndef SPECD_MODEL_H
 #define SPECD_MODEL_H
 
 #include "engine/gguf.h"
 #include "engine/kv.h"
 #include "kernels/backend.h"
+#include "kernels/comm.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -56,40 +65,68 @@ typedef struct {
     int max_ctx;        /* longest sequence (default: n_ctx_train, capped at 4096) */
 } model_params;
 
+/* One tensor-parallel shard (the whole model when unsharded): its backend, its
+ * slices of the weights, its scratch. Sizes: H' = H/N, Hkv' = Hkv/N, F' = F/N. */
+typedef struct model_shard {
+    backend *be;              /* not owned */
+    int n_head;               /* H' */
+    int n_kv_head;            /* Hkv' */
+    int ff;                   /* F' */
+    model_layer *layers;      /* (n_layer): wq (H'*E, D), wk wv (Hkv'*E, D), wo (D, H'*E), biases (H'*E)
+                               * (Hkv'*E), w_gate w_up (F', D), w_down (D, F') */
+    model_mat tok_embd;       /* (V, D) replicated */
+    const float *out_norm;    /* (D) replicated */
+    model_mat output;         /* (V, D) replicated (used on shard 0 only) */
+    const float *inv_freq_be; /* (n_rot/2) in this backend's memory */
+    /* scratch for max_batch rows in backend memory, allocated at load */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2; /* (MB, D) (MB, D) (MB, H'*E) (MB, Hkv'*E) x2 (MB, H'*E) (MB, F') x2 */
+    float *logits_be;         /* (MB, V) on shard 0 when backend memory is not host memory, else NULL */
+    struct model_wref { const void *host, *w; } *wrefs; /* weights handed out by the backend */
+    int n_wrefs, cap_wrefs;
+    void **slices;            /* (n_slices) owned host buffers of column slices (wo, w_down), alive until model_free
+                               * because a host-memory backend computes from them in place */
+    int n_slices, cap_slices;
+} model_shard;
+
 typedef struct model {
     gguf_file *gguf;          /* owned: the weights live in its mapping */
-    backend *be;              /* not owned */
-    model_hparams hp;
+    backend *be;              /* shard 0's backend (not owned) */
+    model_hparams hp;         /* the whole model's */
     model_params mp;
-    model_mat tok_embd;       /* (V, D) */
-    const float *out_norm;    /* (D) */
-    model_mat output;         /* (V, D); == tok_embd when tied */
-    bool tied;
-    model_layer *layers;      /* (n_layer) */
+    bool tied;                /* output head == token embedding */
+    model_layer *layers;      /* shard 0's layers (== shards[0].layers; the whole model's when unsharded) */
+    int n_shards;             /* N; 1 for model_load */
+    model_shard *shards;      /* (n_shards) */
+    backend **bes;            /* (n_shards) the shards' backends */
+    comm *comm;               /* not owned; NULL when n_shards == 1 */
+    float **red;              /* (n_shards) each shard's xb: the all-reduce's buffers */
     float *inv_freq;          /* (n_rot/2) RoPE frequencies incl. scaling factors (host) */
-    const float *inv_freq_be; /* the same in backend memory */
     float rope_pos_scale;     /* linear RoPE scaling: positions are multiplied by this */
-    uint64_t weight_bytes;    /* all tensors */
+    uint64_t weight_bytes;    /* all tensors (of the whole model) */
     uint64_t step_bytes;      /* weight bytes read by one decode step (not the embedding table) */
     uint64_t n_params;
     char arch[32];
     char name[128];
-    /* scratch for max_batch rows in backend memory, allocated at load */
-    float *x, *xb, *q, *k, *v, *att, *hb, *hb2; /* (MB, D) (MB, D) (MB, H*E) (MB, Hkv*E) x2 (MB, H*E) (MB, F) x2 */
-    float *logits_be;         /* (MB, V) when backend memory is not host memory, else NULL */
-    int32_t *pos, *ids;       /* (MB) host */
-    attn_seq *aseq;           /* (MB) host */
-    struct model_wref { const void *host, *w; } *wrefs; /* weights handed out by the backend */
-    int n_wrefs, cap_wrefs;
+    int32_t *pos, *ids;       /* (MB) host, shared by all shards */
+    attn_seq *aseq;           /* (MB) host, shared by all shards */
 } model;
 
 /* Loads PATH. Returns NULL with a clear reason in err (unsupported architecture
  * or tensor type, missing tensor, shape mismatch, ...). The caller owns the
  * model; be must outlive it. mp may be NULL for defaults. */
 model *model_load(const char *path, backend *be, const model_params *mp, char *err, size_t errlen);
+/* Loads PATH split over n_shards backends (bes[r] computes shard r; each must
+ * outlive the model), with c (n_ranks == n_shards; not owned, must outlive the
+ * model; may be NULL when n_shards == 1) summing the shards' partial outputs.
+ * Needs H, Hkv and F divisible by n_shards, and the column slices of wo and
+ * w_down to be whole quantization blocks of their type; otherwise NULL with the
+ * numbers in err. n_shards == 1 is exactly model_load (same bits, same speed). */
+model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp, char *err,
+                     size_t errlen);
 void model_free(model *m); /* accepts NULL */
 
-/* A KV pool shaped for this model with n_blocks blocks of block_size. */
+/* A KV pool shaped for this model with n_blocks blocks of block_size (sharded
+ * like the model: shard r's kv heads in backend r's memory). */
 kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, char *err, size_t errlen);
 
 /* One sequence's part of a forward call. New tokens go to cache positions

@@ -90,6 +90,22 @@ void spec_pair_free(spec_pair *sp) {
     free(sp);
 }
 
+/* Whether a load error is a memory shortage: the wording of model.c's and
+ * kv.c's allocation failures ("out of memory", "out of cuda memory for ...",
+ * "cannot hold ... (out of memory)", "kv pool: cannot allocate ..."). */
+static bool err_is_oom(const char *err) {
+    return strstr(err, "out of memory") || (strstr(err, "out of ") && strstr(err, " memory for ")) ||
+           strstr(err, "kv pool: cannot allocate");
+}
+
+/* The brief's "draft model OOM": keep serving with plain decoding. */
+static void draft_dropped(spec_pair *sp, const char *draft_path, const char *why, FILE *log) {
+    sp->draft_oom = true;
+    if (log)
+        fprintf(log, "specd: WARNING: draft %s does not fit in memory (%s); decoding without speculation\n",
+                draft_path, why);
+}
+
 spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be, const spec_pair_params *pp,
                           FILE *log, char *err, size_t errlen) {
     spec_pair_params prm = pp ? *pp : (spec_pair_params){0};
@@ -99,7 +115,16 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     spec_pair *sp = calloc(1, sizeof(*sp));
     if (!sp) return spec_fail(err, errlen, "out of memory"), NULL;
     model_params mp = {.max_batch = 512, .max_ctx = prm.max_ctx};
-    if (!(sp->target = model_load(target_path, be, &mp, err, errlen))) goto fail_quiet;
+    if (prm.tensor_parallel > 1) {
+        if (!prm.target_shards || prm.target_shards[0] != be) {
+            spec_fail(err, errlen, "tensor parallelism: shard 0 must be the pair's backend");
+            goto fail_quiet;
+        }
+        sp->target = model_load_tp(target_path, prm.target_shards, prm.tensor_parallel, prm.tp_comm, &mp, err, errlen);
+    } else {
+        sp->target = model_load(target_path, be, &mp, err, errlen);
+    }
+    if (!sp->target) goto fail_quiet;
     if (!(sp->tok = tok_create(sp->target->gguf, sub, sizeof(sub)))) {
         spec_fail(err, errlen, "%s: %s", target_path, sub);
         goto fail_quiet;
@@ -113,7 +138,13 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     int max_ctx = sp->target->mp.max_ctx;
     if (draft_path) {
         mp.max_ctx = max_ctx;
-        if (!(sp->draft = model_load(draft_path, be, &mp, err, errlen))) goto fail_quiet;
+        if (!(sp->draft = model_load(draft_path, be, &mp, err, errlen))) {
+            if (!err_is_oom(err)) goto fail_quiet;
+            draft_dropped(sp, draft_path, err, log);
+            draft_path = NULL;
+        }
+    }
+    if (draft_path) {
         tokenizer *dt = tok_create(sp->draft->gguf, sub, sizeof(sub));
         if (!dt) {
             spec_fail(err, errlen, "draft %s: %s", draft_path, sub);
@@ -139,7 +170,13 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->max_ctx = max_ctx;
     int blocks = prm.kv_blocks > 0 ? prm.kv_blocks : (max_ctx + GAMMA_MAX + 2) / prm.block_size + 4;
     if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, err, errlen))) goto fail_quiet;
-    if (sp->draft && !(sp->dpool = model_kv_pool(sp->draft, prm.block_size, blocks, err, errlen))) goto fail_quiet;
+    if (sp->draft && !(sp->dpool = model_kv_pool(sp->draft, prm.block_size, blocks, err, errlen))) {
+        if (!err_is_oom(err)) goto fail_quiet;
+        draft_dropped(sp, draft_path, err, log);
+        model_free(sp->draft);
+        sp->draft = NULL;
+        memset(&sp->draft_id, 0, sizeof(sp->draft_id));
+    }
     size_t V = (size_t)sp->n_vocab;
     sp->smp = sampler_create(sp->n_vocab);
     sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;

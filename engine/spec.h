@@ -63,6 +63,12 @@ typedef struct {
     float draft_mem_warn_pct;   /* warn when draft memory > this % of the target's (20) */
     int max_seqs;               /* most sequences in one batched step (32) */
     int max_gamma;              /* largest γ any sequence may use (8, at most GAMMA_MAX) */
+    /* tensor parallelism of the target: tensor_parallel > 1 splits it over
+     * target_shards[0..tensor_parallel) (shard 0 is the `be` of spec_pair_load,
+     * where the draft lives too) summed by tp_comm (not owned) */
+    int tensor_parallel;
+    backend *const *target_shards;
+    struct comm *tp_comm;
 } spec_pair_params;
 
 /* A loaded target (and optional draft) with their KV pools, one tokenizer and
@@ -73,6 +79,7 @@ typedef struct spec_pair {
     kv_pool *tpool, *dpool;
     spec_model_id target_id, draft_id;
     double draft_mem_pct;       /* draft weights + KV as % of the target's */
+    bool draft_oom;             /* a draft was asked for but did not fit in memory: plain decoding */
     gamma_costs costs;
     sampler *smp;
     int n_vocab;
@@ -88,7 +95,10 @@ typedef struct spec_pair {
     int draft_calls;
 } spec_pair;
 
-/* Loads the pair. draft_path may be NULL. Refuses a draft whose tokenizer
+/* Loads the pair. draft_path may be NULL. A draft that does not fit in memory
+ * (its weights, scratch or KV pool: the brief's "draft model OOM on GPU") is
+ * dropped with a warning on `log` and draft_oom set: the pair decodes plainly,
+ * as if no draft were given. Refuses a draft whose tokenizer
  * differs from the target's, naming the first differing token. Prints the
  * draft memory share to `log` (NULL: quiet) with a warning above the limit.
  * Returns NULL with err filled. be must outlive the pair. */

@@ -171,6 +171,9 @@ char *gw_stats_json(void) {
     json_object_set_new(o, "fallbacks", json_integer((json_int_t)es.st.fallbacks));
     json_object_set_new(o, "kv_resets", json_integer((json_int_t)es.st.kv_resets));
     json_object_set_new(o, "draft_mem_pct", json_real(es.draft_mem_pct));
+    json_object_set_new(o, "draft_oom", json_boolean(es.draft_oom));
+    json_object_set_new(o, "backend", json_string(es.backend));
+    json_object_set_new(o, "tensor_parallel", json_integer(es.tensor_parallel));
     json_object_set_new(o, "target_id", json_string(es.target_id));
     json_object_set_new(o, "draft_id", json_string(es.draft_id));
     json_t *pol = json_object();

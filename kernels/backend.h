@@ -134,6 +134,12 @@ int backend_cuda_built(void);
 /* Number of usable CUDA devices (0 without CUDA or GPU). */
 int backend_cuda_devices(void);
 
+/* Bytes the CPU backend has handed out through alloc(), and a cap on them
+ * (0 = none): allocations past it fail as they would on a full device, which
+ * is how tests exercise out-of-memory paths. */
+size_t backend_cpu_memory_used(backend *be);
+void backend_cpu_limit_memory(backend *be, size_t bytes);
+
 /* The SIMD path the CPU kernels picked at run time: "avx512", "avx2" or
  * "generic". SPECD_SIMD=generic|avx2|avx512 in the environment forces a path
  * (for tests of the portable fallback); an unsupported request falls back. */

@@ -1,6 +1,7 @@
 /* comm.c — the host-memory all-reduce (see comm.h) and the interface helpers. */
 #include "kernels/comm.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,3 +41,19 @@ void comm_destroy(comm *c) {
 void comm_allreduce_sum(comm *c, float *const *bufs, size_t count) {
     if (c->n_ranks > 1) c->i->allreduce_sum(c, bufs, count);
 }
+
+comm *comm_create(backend *const *bes, int n, char *err, size_t errlen) {
+    if (n >= 1 && bes[0] && bes[0]->host_memory) {
+        comm *c = comm_local_create(bes, n);
+        if (!c) snprintf(err, errlen, "tensor parallelism: every shard must be on the same kind of backend");
+        return c;
+    }
+    return comm_nccl_create(bes, n, err, errlen);
+}
+
+#ifndef SPECD_CUDA
+comm *comm_nccl_create(backend *const *bes, int n, char *err, size_t errlen) {
+    snprintf(err, errlen, "NCCL all-reduce needs a CUDA build of specd");
+    return NULL;
+}
+#endif

@@ -44,6 +44,13 @@ struct comm {
 comm *comm_local_create(backend *const *bes, int n);
 void comm_destroy(comm *c); /* accepts NULL */
 
+/* The NCCL all-reduce for CUDA backends, one per GPU (kernels/cuda/nccl_comm.c).
+ * NULL with the reason in err (not a CUDA build, a rank not on CUDA, two ranks
+ * on one GPU, NCCL failure). */
+comm *comm_nccl_create(backend *const *bes, int n, char *err, size_t errlen);
+/* The all-reduce that suits the backends: local for host memory, else NCCL. */
+comm *comm_create(backend *const *bes, int n, char *err, size_t errlen);
+
 /* c->i->allreduce_sum; a no-op for a single rank. */
 void comm_allreduce_sum(comm *c, float *const *bufs, size_t count);
 

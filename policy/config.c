@@ -44,13 +44,13 @@ bool pol_config_from_env(const pol_config *c, const char *key) {
 
 /* ---- schema ----------------------------------------------------------------- */
 
-typedef enum { K_INT, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_ORIGINS } ktype;
+typedef enum { K_INT, K_FLOAT, K_BOOL, K_STR, K_ENUM, K_ORIGINS, K_INTLIST } ktype;
 
 typedef struct {
     const char *name;
     ktype t;
     size_t off, cap;              /* field offset in the section struct; string capacity */
-    double lo, hi;                /* range for numbers */
+    double lo, hi;                /* range for numbers (each entry of a K_INTLIST) */
     const char *const *enums;     /* NULL-terminated for K_ENUM */
     bool restart;                 /* cannot change live */
 } keydef;
@@ -63,6 +63,7 @@ static const char *const mode_names[] = {"auto", "draft", "off", NULL};
 #define KB(s, f, rs) {#f, K_BOOL, offsetof(s, f), 0, 0, 0, NULL, rs}
 #define KS(s, f, rs) {#f, K_STR, offsetof(s, f), sizeof(((s *)0)->f), 0, 0, NULL, rs}
 #define KE(s, f, names, rs) {#f, K_ENUM, offsetof(s, f), 0, 0, 0, names, rs}
+#define KL(s, f, lo, hi, rs) {#f, K_INTLIST, offsetof(s, f), 0, lo, hi, NULL, rs} /* a pol_int_list */
 
 static const keydef server_keys[] = {
     KS(pol_server, host, true),
@@ -84,6 +85,8 @@ static const keydef models_keys[] = {
 };
 static const keydef engine_keys[] = {
     KE(pol_engine, backend, backend_names, true),
+    KI(pol_engine, tensor_parallel, 1, POL_MAX_DEVICES, true),
+    KL(pol_engine, devices, 0, 255, true),
     KI(pol_engine, threads, 0, 1024, true),
     KI(pol_engine, max_batch, 0, 1024, true),
     KI(pol_engine, max_ctx, 0, 1 << 20, true),
@@ -156,7 +159,8 @@ static void cfg_defaults(pol_config *c) {
     s->max_connections = 1024;
     s->max_tokens_limit = 4096;
     s->grace_ms = 10000;
-    c->engine = (pol_engine){.backend = POL_BACKEND_AUTO, .block_size = 16, .prefill_chunk = 256, .max_running = 32};
+    c->engine = (pol_engine){.backend = POL_BACKEND_AUTO, .tensor_parallel = 1, .devices = {.n = 1, .v = {0}},
+                             .block_size = 16, .prefill_chunk = 256, .max_running = 32};
     c->speculation = (pol_speculation){.mode = POL_SPEC_AUTO, .gamma_min = 2, .gamma_max = 8, .gamma_default = 4,
                                        .adaptive = true, .window = 20, .warmup = 5, .fallback_alpha = 0.4,
                                        .fallback_steps = 10, .probe_interval = 32, .padding_cap = 1.5,
@@ -317,7 +321,7 @@ static int parse_bool_str(const char *v, bool *out) {
 /* Sets one typed field from a value node; errors name "where.key". */
 static int set_value(ctx *x, const keydef *kd, void *base, const yaml_node_t *v, const char *where) {
     char buf[96];
-    if (v->type != YAML_SCALAR_NODE && kd->t != K_ORIGINS)
+    if (v->type != YAML_SCALAR_NODE && kd->t != K_ORIGINS && kd->t != K_INTLIST)
         return fail(x, v, "%s.%s: expected %s, got %s", where, kd->name,
                     kd->t == K_INT ? "an integer" : kd->t == K_FLOAT ? "a number" : kd->t == K_BOOL ? "true or false"
                                                                                                      : "a single value",
@@ -372,6 +376,30 @@ static int set_value(ctx *x, const keydef *kd, void *base, const yaml_node_t *v,
             return fail(x, v, "%s.%s: expected one of %s, got '%s'; did you mean '%s'?", where, kd->name, list,
                         excerpt(v, buf, sizeof(buf)), s);
         return fail(x, v, "%s.%s: expected one of %s, got '%s'", where, kd->name, list, excerpt(v, buf, sizeof(buf)));
+    }
+    case K_INTLIST: {
+        pol_int_list *l = (pol_int_list *)field;
+        if (v->type != YAML_SEQUENCE_NODE)
+            return fail(x, v, "%s.%s: expected a list of integers, got %s", where, kd->name, node_kind(v));
+        l->n = 0;
+        for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+            yaml_node_t *o = yaml_document_get_node(x->doc, *it);
+            if (!o || o->type != YAML_SCALAR_NODE)
+                return fail(x, o ? o : v, "%s.%s: expected a list of integers, got %s in it", where, kd->name,
+                            o ? node_kind(o) : "nothing");
+            long long i;
+            if (o->data.scalar.length != strlen(sval(o)) || parse_int_str(sval(o), &i))
+                return fail(x, o, "%s.%s: expected an integer, got '%s'", where, kd->name, excerpt(o, buf, sizeof(buf)));
+            if (i < (long long)kd->lo || i > (long long)kd->hi)
+                return fail(x, o, "%s.%s: %lld is out of range (%.0f..%.0f)", where, kd->name, i, kd->lo, kd->hi);
+            for (int j = 0; j < l->n; j++)
+                if (l->v[j] == i) return fail(x, o, "%s.%s: %lld is listed twice", where, kd->name, i);
+            if (l->n >= POL_MAX_DEVICES)
+                return fail(x, o, "%s.%s: too many entries (at most %d)", where, kd->name, POL_MAX_DEVICES);
+            l->v[l->n++] = (int)i;
+        }
+        if (l->n == 0) return fail(x, v, "%s.%s: the list is empty", where, kd->name);
+        return 0;
     }
     case K_ORIGINS:
         break; /* handled by the caller */
@@ -676,6 +704,13 @@ static int load_doc(ctx *x, pol_config *c, const pol_env *env) {
     if (c->engine.max_batch > c->engine.max_running)
         return fail(x, marks[2][key_index(ed->keys, ed->n, "max_batch")],
                     "engine.max_batch %d > engine.max_running %d", c->engine.max_batch, c->engine.max_running);
+    if (c->engine.backend == POL_BACKEND_CUDA && c->engine.devices.n < c->engine.tensor_parallel) {
+        const yaml_node_t *at = marks[2][key_index(ed->keys, ed->n, "devices")];
+        if (!at) at = marks[2][key_index(ed->keys, ed->n, "tensor_parallel")];
+        return fail(x, at, "engine.devices: %d device%s listed for engine.tensor_parallel %d (backend cuda needs one "
+                    "GPU per shard)", c->engine.devices.n, c->engine.devices.n == 1 ? "" : "s",
+                    c->engine.tensor_parallel);
+    }
     /* server: admin token */
     const secdef *svd = &sections[0];
     const yaml_node_t *nenv = marks[0][key_index(svd->keys, svd->n, "admin_token_env")];
@@ -861,6 +896,10 @@ static bool field_differs(const keydef *kd, const char *a, const char *b) {
     case K_BOOL: return *(const bool *)(a + kd->off) != *(const bool *)(b + kd->off);
     case K_STR: return strcmp(a + kd->off, b + kd->off) != 0;
     case K_ORIGINS: return strcmp(((const pol_server *)a)->allowed_origins, ((const pol_server *)b)->allowed_origins);
+    case K_INTLIST: {
+        const pol_int_list *la = (const pol_int_list *)(a + kd->off), *lb = (const pol_int_list *)(b + kd->off);
+        return la->n != lb->n || memcmp(la->v, lb->v, (size_t)la->n * sizeof(int)) != 0;
+    }
     }
     return false;
 }

@@ -19,6 +19,7 @@
 #define POL_MAX_ORIGINS 16
 #define POL_MAX_RULES 64
 #define POL_MAX_ENV 8
+#define POL_MAX_DEVICES 16      /* most entries of engine.devices (and largest engine.tensor_parallel) */
 
 typedef enum { POL_BACKEND_AUTO = 0, POL_BACKEND_CPU, POL_BACKEND_CUDA } pol_backend;
 /* Same order as the engine's spec_mode (auto, draft, off). */
@@ -47,8 +48,17 @@ typedef struct {
     char draft[1024];                      /* GGUF path; "" = no draft */
 } pol_models;
 
+/* A list of small integers from the file (engine.devices). */
+typedef struct {
+    int n;                                 /* entries used, >= 1 */
+    int v[POL_MAX_DEVICES];
+} pol_int_list;
+
 typedef struct {
     pol_backend backend;                   /* auto */
+    int tensor_parallel;                   /* 1: backends (GPUs) the target model is split over (1..16) */
+    pol_int_list devices;                  /* [0]: CUDA device ids, shard r on devices.v[r]; distinct, 0..255;
+                                            * with backend cuda at least tensor_parallel of them */
     int threads;                           /* 0 = all online CPUs */
     int max_batch;                         /* largest verify micro-batch; 0 = max_running */
     int max_ctx;                           /* 0 = the models' context */

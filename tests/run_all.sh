@@ -28,7 +28,8 @@ if [ "${SPECD_TSAN:-1}" != 0 ]; then
   rm -f "$tsan_log"
   tsan_ok=1
   if [ ! -f "$TSAN/build.ninja" ]; then
-    meson setup "$TSAN" -Db_sanitize=thread --buildtype=debugoptimized >/dev/null || tsan_ok=0
+    # CUDA off here: the main build already compiles and links it
+    meson setup "$TSAN" -Db_sanitize=thread -Dcuda=disabled --buildtype=debugoptimized >/dev/null || tsan_ok=0
   fi
   if [ $tsan_ok = 1 ]; then
     tsan_targets=$(cd tests/engine && ls test_engine_*.c | sed 's|^|tests/engine/|; s|\.c$||')

@@ -16,6 +16,7 @@ typedef struct {
     int n_threads;
     float **scratch;        /* (n_threads) each scratch_floats */
     size_t scratch_floats;
+    size_t mem_used, mem_limit; /* bytes from alloc(); limit 0 = none */
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(backend *be) { return be->ctx; }
@@ -106,9 +107,29 @@ static void cpu_kv_write(backend *be, const kv_layer_view *kv, const float *k, c
                      v + (size_t)seqs[s].row0 * kv_dim, seqs[s].n_new, kv_dim);
 }
 
-/* Memory: plain host memory; weights are used in place in the GGUF mapping. */
-static void *cpu_alloc(backend *be, size_t bytes) { return calloc(1, bytes ? bytes : 1); }
-static void cpu_release(backend *be, void *p) { free(p); }
+/* Memory: plain host memory; weights are used in place in the GGUF mapping.
+ * Each block carries its size in a 64-byte header (keeps 64-byte alignment of
+ * what follows relative to the block) so the budget of backend_cpu_limit_memory
+ * can be kept. */
+#define CPU_HDR 64
+static void *cpu_alloc(backend *be, size_t bytes) {
+    cpu_ctx *c = ctx_of(be);
+    if (c->mem_limit && c->mem_used + bytes > c->mem_limit) return NULL;
+    uint8_t *p = calloc(1, CPU_HDR + (bytes ? bytes : 1));
+    if (!p) return NULL;
+    memcpy(p, &bytes, sizeof(bytes));
+    c->mem_used += bytes;
+    return p + CPU_HDR;
+}
+static void cpu_release(backend *be, void *ptr) {
+    if (!ptr) return;
+    cpu_ctx *c = ctx_of(be);
+    uint8_t *p = (uint8_t *)ptr - CPU_HDR;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof(bytes));
+    c->mem_used -= bytes;
+    free(p);
+}
 static const void *cpu_weight(backend *be, const void *host, int *type, int64_t rows, int64_t cols) { return host; }
 static void cpu_weight_release(backend *be, const void *host, const void *w) {}
 static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
@@ -192,5 +213,8 @@ backend *backend_cpu_create(int n_threads) {
     cpu_need(be, 4096, 4096);
     return be;
 }
+
+void backend_cpu_limit_memory(backend *be, size_t bytes) { ctx_of(be)->mem_limit = bytes; }
+size_t backend_cpu_memory_used(backend *be) { return ctx_of(be)->mem_used; }
 
 const char *backend_cpu_simd(void) { return mm_simd_name(mm_simd_detect()); }

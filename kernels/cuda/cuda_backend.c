@@ -711,3 +711,6 @@ void backend_cuda_profile_report(backend *be, FILE *out) {
 }
 
 void backend_cuda_graphs(backend *be, int on) { ctx_of(be)->graphs_on = on != 0; }
+
+int backend_cuda_device(backend *be) { return ctx_of(be)->device; }
+void *backend_cuda_stream(backend *be) { return ctx_of(be)->st; }

@@ -31,5 +31,9 @@ void backend_cuda_profile(backend *be, int on);
 void backend_cuda_profile_report(backend *be, FILE *out);
 /* Graph capture of repeated step shapes on (default) or off. */
 void backend_cuda_graphs(backend *be, int on);
+/* The device and the stream (a cudaStream_t) the backend's ops run on, for
+ * collectives that must be ordered with them (kernels/cuda/nccl_comm.c). */
+int backend_cuda_device(backend *be);
+void *backend_cuda_stream(backend *be);
 
 #endif

@@ -95,22 +95,37 @@ static void window_reset(gamma_ctl *g) {
 
 int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c) { return gamma_ctl_next_batch(g, c, 1); }
 
-int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch) {
-    if (g->plain_left > 0) return 0;
-    if (!g->prm.adaptive || g->steps < g->prm.warmup) return g->gamma = g->prm.adaptive ? g->prm.gamma_default : g->gamma;
-    double a = gamma_ctl_alpha(g);
-    if (a < 0) return g->gamma;
-    int best = g->prm.gamma_min;
+/* Whether plain decoding beats the best γ in [gamma_min, gamma_max] at this
+ * batch size and acceptance a; *best gets that γ. */
+static bool plain_wins(const gamma_ctl *g, const gamma_costs *c, double a, int batch, int *best) {
     double best_rate = -1;
+    *best = g->prm.gamma_min;
     for (int k = g->prm.gamma_min; k <= g->prm.gamma_max; k++) {
         double r = gamma_rate_batch(c, a, k, batch);
-        if (r > best_rate) best_rate = r, best = k;
+        if (r > best_rate) best_rate = r, *best = k;
     }
+    return gamma_rate_batch(c, a, 0, batch) > best_rate;
+}
+
+int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch) {
+    if (g->plain_left > 0) return 0;
+    bool may_skip = g->prm.adaptive && batch > 1 && g->prm.fallback_alpha > 0;
+    int best;
+    if (!g->prm.adaptive || g->steps < g->prm.warmup) {
+        g->gamma = g->prm.adaptive ? g->prm.gamma_default : g->gamma;
+        /* warm-up at a big batch: with no α of its own yet, the sequence asks
+         * the cost model at the prior; drafting starts once it pays (or the
+         * batch shrinks), and its first verify steps then fill the window */
+        if (may_skip && plain_wins(g, c, GAMMA_PRIOR_ALPHA, batch, &best)) return 0;
+        return g->gamma;
+    }
+    double a = gamma_ctl_alpha(g);
+    if (a < 0) return g->gamma;
+    bool plain = plain_wins(g, c, a, batch, &best);
     g->gamma = best;
     /* plain decoding is faster at this batch size: skip drafting this step,
      * but keep the window so speculation returns when the batch shrinks */
-    if (batch > 1 && gamma_rate_batch(c, a, 0, batch) > best_rate) return 0;
-    return best;
+    return may_skip && plain ? 0 : best;
 }
 
 void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted) {

@@ -81,7 +81,10 @@ void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p);
 int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c);
 /* The same when the sequence is stepped in a batch of `batch` sequences: an
  * adaptive sequence may also get 0 when plain decoding is faster at that batch
- * size (not counted as a fallback). */
+ * size (not counted as a fallback) — by its rolling α, or during warm-up by
+ * the prior GAMMA_PRIOR_ALPHA. fallback_alpha 0 (a rule's alpha_threshold 0:
+ * "never turn speculation off") disables this, so gamma_min is then a floor. */
+#define GAMMA_PRIOR_ALPHA 0.7
 int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch);
 /* Records a verify step that drafted gamma tokens and accepted `accepted`. */
 void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted);

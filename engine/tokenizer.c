@@ -553,9 +553,17 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
             if (gguf_str_eq(ps, "default") || gguf_str_eq(ps, "gpt-2")) pre = TOK_PRE_GPT2;
             else if (gguf_str_eq(ps, "llama-bpe")) pre = TOK_PRE_LLAMA3;
             else if (gguf_str_eq(ps, "qwen2")) pre = TOK_PRE_QWEN2;
+            else if (gguf_str_eq(ps, "mpt") || gguf_str_eq(ps, "gpt-neox") || gguf_str_eq(ps, "olmo"))
+                pre = TOK_PRE_GPT2; /* the gpt-2 regex itself */
+            else if (gguf_str_eq(ps, "starcoder") || gguf_str_eq(ps, "refact") || gguf_str_eq(ps, "smollm") ||
+                     gguf_str_eq(ps, "command-r"))
+                pre = TOK_PRE_STARCODER;
+            else if (gguf_str_eq(ps, "falcon")) pre = TOK_PRE_FALCON;
+            else if (gguf_str_eq(ps, "deepseek-coder")) pre = TOK_PRE_DEEPSEEK_CODER;
             else {
                 set_err(err, errlen, "tokenizer: pre-tokenizer '%.*s' (tokenizer.ggml.pre) not supported "
-                        "(supported: 'default', 'gpt-2', 'llama-bpe', 'qwen2')",
+                        "(supported: 'default', 'gpt-2', 'mpt', 'gpt-neox', 'olmo', 'llama-bpe', 'qwen2', "
+                        "'starcoder', 'refact', 'smollm', 'command-r', 'falcon', 'deepseek-coder')",
                         (int)(ps.len < 48 ? ps.len : 48), ps.ptr);
                 return NULL;
             }
@@ -704,6 +712,9 @@ const char *tok_pre_name(tok_pre p) {
     case TOK_PRE_GPT2: return "gpt-2";
     case TOK_PRE_LLAMA3: return "llama-bpe";
     case TOK_PRE_QWEN2: return "qwen2";
+    case TOK_PRE_STARCODER: return "starcoder";
+    case TOK_PRE_FALCON: return "falcon";
+    case TOK_PRE_DEEPSEEK_CODER: return "deepseek-coder";
     }
     return "?";
 }
@@ -852,6 +863,7 @@ typedef struct {
     int count;
     uint32_t *cp;       /* BPE: code points of the current run (len + 1) */
     uint32_t *cpoff;    /* BPE: byte offset of each (len + 1) */
+    uint32_t *ends;     /* BPE: pre-token ends of a run (len + 1) */
 } spm_state;
 
 static inline void emit(spm_state *st, int32_t id) {
@@ -1048,17 +1060,118 @@ static size_t pre_llama3(const cps *c, size_t i, size_t max_digits) {
     return pre_space_run(c, i);
 }
 
-/* Length in code points of the pre-token starting at i (< c->n; > 0). */
-static size_t pre_next(const tokenizer *t, const cps *c, size_t i) {
-    size_t j;
+/* ---- multi-pass pre-tokenizers ------------------------------------------
+ * A pre-tokenizer is a list of regexes applied in turn, as llama.cpp does:
+ * each one splits every fragment left by the previous ones into its matches
+ * (leftmost first) and the text between them, and both kinds of fragment go on
+ * to the next regex; a regex's lookahead ends at its fragment's end. Each
+ * regex here is code: pass_match says where a match starting at q ends (q when
+ * none starts there). */
+
+typedef enum {
+    PASS_GPT2,        /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S) */
+    PASS_LLAMA3,      /* the Llama 3 regex, \p{N}{1,3} */
+    PASS_QWEN2,       /* the same with single digits */
+    PASS_DIGIT,       /* \p{N} */
+    PASS_FALCON_PUNCT,/* [\p{P}\$\+<=>\^~\|`]+ */
+    PASS_3DIGITS,     /* [0-9][0-9][0-9] */
+    PASS_RN,          /* [\r\n] */
+    PASS_SP_LETTERS,  /* \s?\p{L}+ */
+    PASS_SP_PUNCT,    /* \s?\p{P}+ */
+    PASS_CJK,         /* [一-龥ࠀ-一가-퟿]+ */
+} pre_pass;
+
+static const pre_pass PRE_GPT2[] = {PASS_GPT2};
+static const pre_pass PRE_LLAMA3[] = {PASS_LLAMA3};
+static const pre_pass PRE_QWEN2[] = {PASS_QWEN2};
+static const pre_pass PRE_STARCODER[] = {PASS_DIGIT, PASS_GPT2};
+static const pre_pass PRE_FALCON[] = {PASS_FALCON_PUNCT, PASS_GPT2, PASS_3DIGITS};
+static const pre_pass PRE_DEEPSEEK_CODER[] = {PASS_RN, PASS_SP_LETTERS, PASS_SP_PUNCT, PASS_CJK, PASS_DIGIT};
+
+static inline bool cp_P(uint32_t c) { return c != CP_INVALID && uni_is_punct(c); }
+static inline bool cp_falcon_punct(uint32_t c) {
+    return cp_P(c) || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' || c == '~' || c == '|' ||
+           c == '`';
+}
+static inline bool cp_cjk(uint32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x0800 && c <= 0x4E00) || (c >= 0xAC00 && c <= 0xD7FF);
+}
+static inline bool cp_digit09(uint32_t c) { return c >= '0' && c <= '9'; }
+
+/* \s?X+ at q for a class X: end, or q. */
+static size_t pass_sp_run(const cps *c, size_t q, bool (*cls)(uint32_t)) {
+    size_t j = q;
+    if (cp_S(c->cp[j]) && j + 1 < c->n && cls(c->cp[j + 1])) j++;
+    if (!cls(c->cp[j])) return q;
+    while (j < c->n && cls(c->cp[j])) j++;
+    return j;
+}
+
+static size_t pass_match(pre_pass p, const cps *c, size_t q) {
+    const uint32_t *cp = c->cp;
+    size_t j = q;
+    switch (p) {
+    case PASS_GPT2: return pre_gpt2(c, q);
+    case PASS_LLAMA3: return pre_llama3(c, q, 3);
+    case PASS_QWEN2: return pre_llama3(c, q, 1);
+    case PASS_DIGIT: return cp_N(cp[q]) ? q + 1 : q;
+    case PASS_FALCON_PUNCT: while (j < c->n && cp_falcon_punct(cp[j])) j++; return j;
+    case PASS_3DIGITS:
+        return q + 3 <= c->n && cp_digit09(cp[q]) && cp_digit09(cp[q + 1]) && cp_digit09(cp[q + 2]) ? q + 3 : q;
+    case PASS_RN: return cp_RN(cp[q]) ? q + 1 : q;
+    case PASS_SP_LETTERS: return pass_sp_run(c, q, cp_L);
+    case PASS_SP_PUNCT: return pass_sp_run(c, q, cp_P);
+    case PASS_CJK: while (j < c->n && cp_cjk(cp[j])) j++; return j;
+    }
+    return q;
+}
+
+typedef struct {
+    const pre_pass *passes;
+    int n_passes;
+    uint32_t *ends;   /* piece ends (code point indices), in order */
+    size_t n_ends;
+} pre_split_state;
+
+/* Splits fragment [a, b) with passes k.. and appends the final pieces' ends. */
+static void pre_fragment(pre_split_state *ps, const uint32_t *cp, int k, size_t a, size_t b) {
+    if (a >= b) return;
+    if (k == ps->n_passes) {
+        ps->ends[ps->n_ends++] = (uint32_t)b;
+        return;
+    }
+    cps view = {cp, b}; /* lookaheads end at the fragment's end */
+    size_t p = a;
+    while (p < b) {
+        size_t q = p, e = p;
+        while (q < b && (e = pass_match(ps->passes[k], &view, q)) <= q) q++;
+        if (q == b) {
+            pre_fragment(ps, cp, k + 1, p, b);
+            return;
+        }
+        pre_fragment(ps, cp, k + 1, p, q);
+        pre_fragment(ps, cp, k + 1, q, e);
+        p = e;
+    }
+}
+
+/* All pre-token ends of a run of n code points into ends (room for n);
+ * returns their count. */
+static size_t pre_split(const tokenizer *t, const cps *c, uint32_t *ends) {
+    pre_split_state ps = {.ends = ends};
     switch (t->pre) {
-    case TOK_PRE_GPT2: j = pre_gpt2(c, i); break;
-    case TOK_PRE_LLAMA3: j = pre_llama3(c, i, 3); break;
-    case TOK_PRE_QWEN2: j = pre_llama3(c, i, 1); break;
+#define PRE(a) ps.passes = a, ps.n_passes = (int)(sizeof(a) / sizeof(a[0]))
+    case TOK_PRE_GPT2: PRE(PRE_GPT2); break;
+    case TOK_PRE_LLAMA3: PRE(PRE_LLAMA3); break;
+    case TOK_PRE_QWEN2: PRE(PRE_QWEN2); break;
+    case TOK_PRE_STARCODER: PRE(PRE_STARCODER); break;
+    case TOK_PRE_FALCON: PRE(PRE_FALCON); break;
+    case TOK_PRE_DEEPSEEK_CODER: PRE(PRE_DEEPSEEK_CODER); break;
+#undef PRE
     default: TOK_ABORT("pre-tokenizer %d", (int)t->pre);
     }
-    if (j <= i) TOK_ABORT("pre-tokenizer %d made no progress at %zu", (int)t->pre, i);
-    return j;
+    pre_fragment(&ps, c->cp, 0, 0, c->n);
+    return ps.n_ends;
 }
 
 /* Encodes one pre-token (raw bytes word[0..len)): byte-map it into st->esc,
@@ -1128,11 +1241,9 @@ static void bpe_run(spm_state *st, const char *text, size_t len) {
     }
     st->cpoff[n] = (uint32_t)len;
     cps c = {st->cp, n};
-    for (size_t i = 0; i < n;) {
-        size_t j = pre_next(st->t, &c, i);
-        bpe_word(st, text + st->cpoff[i], st->cpoff[j] - st->cpoff[i]);
-        i = j;
-    }
+    size_t n_pieces = pre_split(st->t, &c, st->ends);
+    for (size_t k = 0, i = 0; k < n_pieces; i = st->ends[k++])
+        bpe_word(st, text + st->cpoff[i], st->cpoff[st->ends[k]] - st->cpoff[i]);
 }
 
 int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max) {
@@ -1143,9 +1254,9 @@ int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, in
         if (max > 0) ends[0] = len;
         return max > 0 ? 1 : -1;
     }
-    uint32_t *cp = malloc(2 * (len + 1) * sizeof *cp);
+    uint32_t *cp = malloc(3 * (len + 1) * sizeof *cp);
     if (!cp) TOK_ABORT("out of memory");
-    uint32_t *off = cp + len + 1;
+    uint32_t *off = cp + len + 1, *pe = off + len + 1;
     size_t n = 0;
     for (size_t i = 0; i < len;) {
         size_t cl;
@@ -1155,13 +1266,8 @@ int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, in
     }
     off[n] = (uint32_t)len;
     cps c = {cp, n};
-    int count = 0;
-    for (size_t i = 0; i < n;) {
-        size_t j = pre_next(t, &c, i);
-        if (count < max) ends[count] = off[j];
-        count++;
-        i = j;
-    }
+    int count = (int)pre_split(t, &c, pe);
+    for (int k = 0; k < count && k < max; k++) ends[k] = off[pe[k]];
     free(cp);
     return count <= max ? count : -count;
 }
@@ -1195,7 +1301,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
          * at most 2 bigrams and there are < nsym merges, plus nsym initial */
         size_t esc_cap = 3 + 3 * len;
         st.heap_cap = 3 * (len + 2);
-        size_t cp_bytes = bpe ? 2 * (len + 1) * sizeof(uint32_t) : 0;
+        size_t cp_bytes = bpe ? 3 * (len + 1) * sizeof(uint32_t) : 0;
         size_t bytes = cp_bytes + esc_cap + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
         char *scratch = malloc(bytes);
         if (!scratch) TOK_ABORT("out of memory (%zu bytes)", bytes);
@@ -1204,6 +1310,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
         char *cp_area = scratch + (len + 2) * sizeof(spm_sym) + st.heap_cap * sizeof(spm_bigram);
         st.cp = bpe ? (uint32_t *)cp_area : NULL;
         st.cpoff = bpe ? st.cp + (len + 1) : NULL;
+        st.ends = bpe ? st.cpoff + (len + 1) : NULL;
         st.esc = cp_area + cp_bytes;
 
         /* every run starts the text or follows a special token, so each one

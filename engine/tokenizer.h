@@ -38,6 +38,9 @@ typedef enum {
     TOK_PRE_GPT2 = 1,
     TOK_PRE_LLAMA3 = 2,
     TOK_PRE_QWEN2 = 3,
+    TOK_PRE_STARCODER = 4,  /* also refact, smollm, command-r: each digit alone, then gpt-2 */
+    TOK_PRE_FALCON = 5,     /* punctuation runs, then gpt-2, then 3-digit groups */
+    TOK_PRE_DEEPSEEK_CODER = 6,
 } tok_pre;
 
 /* Token types, as stored in tokenizer.ggml.token_type. */

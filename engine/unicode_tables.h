@@ -1,5 +1,5 @@
 /* unicode_tables.h — the Unicode character classes the BPE pre-tokenizers need:
- * letter (\p{L}), number (\p{N}) and white space (\s). Pure functions over
+ * letter (\p{L}), number (\p{N}), punctuation (\p{P}) and white space (\s). Pure functions over
  * constant tables; callable from any thread. */
 #ifndef SPECD_UNICODE_TABLES_H
 #define SPECD_UNICODE_TABLES_H
@@ -15,6 +15,8 @@ typedef enum {
 
 /* Class of code point cp (any value; out-of-range values are UNI_OTHER). */
 uni_class uni_classify(uint32_t cp);
+/* Is cp in general category P* (\p{P})? */
+bool uni_is_punct(uint32_t cp);
 /* Is cp White_Space (U+0009..U+000D, U+0020, U+0085, U+00A0, U+1680,
  * U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000)? */
 bool uni_is_space(uint32_t cp);

@@ -268,6 +268,46 @@ static void test_split_qwen2(const tokenizer *t) {
     SPLIT(t, "I'M here 42", "I", "'M", " here", " ", "4", "2");
 }
 
+/* Own vectors for the multi-regex pre-tokenizers. Each expected split was
+ * derived by hand from the regex list llama.cpp gives the family (applied in
+ * order; every regex splits each fragment left by the previous ones into its
+ * leftmost matches and the text between, and a lookahead ends at the
+ * fragment's end), with the general categories of Unicode 14:
+ *   starcoder/refact/smollm: \p{N} | gpt-2
+ *   falcon: [\p{P}\$\+<=>\^~\|`]+ | gpt-2 | [0-9][0-9][0-9]
+ *   deepseek-coder: [\r\n] | \s?\p{L}+ | \s?\p{P}+ | [一-龥ࠀ-一가-퟿]+ | \p{N} */
+static void test_split_starcoder(const tokenizer *t) {
+    /* digits first, one each: "abc " is its own fragment, so gpt-2's \s+(?!\S)
+     * takes its trailing space (no " 1" as plain gpt-2 would make) */
+    SPLIT(t, "abc 12345 x", "abc", " ", "1", "2", "3", "4", "5", " x");
+    SPLIT(t, "I'm 3x", "I", "'m", " ", "3", "x");
+    /* "½" is No, a number of its own */
+    SPLIT(t, "a\xc2\xbd" "b", "a", "\xc2\xbd", "b");
+}
+
+static void test_split_falcon(const tokenizer *t) {
+    /* punctuation runs are cut out first; then gpt-2 keeps " 12345" whole;
+     * then [0-9]{3} finds "123" at its second character */
+    SPLIT(t, "Hello, world! 12345", "Hello", ",", " world", "!", " ", "123", "45");
+    /* + and = are in the explicit set (they are Sm, not P) */
+    SPLIT(t, "a+=b", "a", "+=", "b");
+    SPLIT(t, "x $100", "x", " ", "$", "100");
+    SPLIT(t, "1234567", "123", "456", "7");
+}
+
+static void test_split_deepseek_coder(const tokenizer *t) {
+    /* "\n" alone; \s?\p{L}+ takes "def", " f", "x", " return" (the first of two
+     * spaces stays behind); \s?\p{P}+ takes "(" and "):"; \p{N} splits " 42" */
+    SPLIT(t, "def f(x):\n  return 42", "def", " f", "(", "x", "):", "\n", " ", " return", " ", "4", "2");
+    /* CJK ideographs are letters, so \s?\p{L}+ takes the whole word; the CJK
+     * range regex then separates them from the Latin letters */
+    SPLIT(t, "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c" "abc",
+          "\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c", "abc");
+    /* '=' (Sm) and '$' (Sc) are not \p{P}: they stay with the spaces */
+    SPLIT(t, "x = $5", "x", " = $", "5");
+    SPLIT(t, "a.b", "a", ".", "b");
+}
+
 /* ---- variants of the gpt-2 vocabulary with another pre -------------------- */
 
 static tokenizer *with_pre(const gguf_file *g, const char *pre, char *err, size_t errlen) {
@@ -426,6 +466,25 @@ int main(void) {
     CHECK(bad == NULL);
     CHECKF(strstr(err, "'tekken'") && strstr(err, "llama-bpe") && strstr(err, "qwen2") &&
            strstr(err, "gpt-2"), "unknown pre message: '%s'", err);
+    /* the multi-regex families, and aliases of the gpt-2 regex */
+    static const struct { const char *name; tok_pre want; void (*check)(const tokenizer *); } fam[] = {
+        {"starcoder", TOK_PRE_STARCODER, test_split_starcoder}, {"smollm", TOK_PRE_STARCODER, test_split_starcoder},
+        {"refact", TOK_PRE_STARCODER, test_split_starcoder},    {"falcon", TOK_PRE_FALCON, test_split_falcon},
+        {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER, test_split_deepseek_coder},
+        {"mpt", TOK_PRE_GPT2, test_split_gpt2},                 {"gpt-neox", TOK_PRE_GPT2, test_split_gpt2},
+    };
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
+        char ferr[512];
+        tokenizer *ft = with_pre(g, fam[i].name, ferr, sizeof ferr);
+        CHECKF(ft && tok_get_pre(ft) == fam[i].want, "pre '%s': %s", fam[i].name, ft ? "wrong family" : ferr);
+        if (ft) fam[i].check(ft);
+        tok_destroy(ft);
+    }
+    char derr[512];
+    tokenizer *dl = with_pre(g, "deepseek-llm", derr, sizeof derr);
+    CHECKF(!dl && strstr(derr, "'deepseek-llm'") && strstr(derr, "deepseek-coder") && strstr(derr, "falcon"),
+           "deepseek-llm: %s", derr);
+    tok_destroy(dl);
     gguf_close(g);
 
     if (l3) {

@@ -560,10 +560,11 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
                 pre = TOK_PRE_STARCODER;
             else if (gguf_str_eq(ps, "falcon")) pre = TOK_PRE_FALCON;
             else if (gguf_str_eq(ps, "deepseek-coder")) pre = TOK_PRE_DEEPSEEK_CODER;
+            else if (gguf_str_eq(ps, "deepseek-llm")) pre = TOK_PRE_DEEPSEEK_LLM;
             else {
                 set_err(err, errlen, "tokenizer: pre-tokenizer '%.*s' (tokenizer.ggml.pre) not supported "
                         "(supported: 'default', 'gpt-2', 'mpt', 'gpt-neox', 'olmo', 'llama-bpe', 'qwen2', "
-                        "'starcoder', 'refact', 'smollm', 'command-r', 'falcon', 'deepseek-coder')",
+                        "'starcoder', 'refact', 'smollm', 'command-r', 'falcon', 'deepseek-llm', 'deepseek-coder')",
                         (int)(ps.len < 48 ? ps.len : 48), ps.ptr);
                 return NULL;
             }
@@ -715,6 +716,7 @@ const char *tok_pre_name(tok_pre p) {
     case TOK_PRE_STARCODER: return "starcoder";
     case TOK_PRE_FALCON: return "falcon";
     case TOK_PRE_DEEPSEEK_CODER: return "deepseek-coder";
+    case TOK_PRE_DEEPSEEK_LLM: return "deepseek-llm";
     }
     return "?";
 }
@@ -1079,6 +1081,10 @@ typedef enum {
     PASS_SP_LETTERS,  /* \s?\p{L}+ */
     PASS_SP_PUNCT,    /* \s?\p{P}+ */
     PASS_CJK,         /* [一-龥ࠀ-一가-퟿]+ */
+    PASS_DS_LETTERS,  /* \s?[A-Za-zµÀ-Ö...𞤀-𞥃]+ (deepseek-llm's explicit letter list) */
+    PASS_DS_PUNCT,    /* \s?[!-/:-~！-／：-～‘-‟　-。]+ */
+    PASS_TRAILING_SP, /* \s+$ */
+    PASS_NUMBER,      /* \p{N}+ */
 } pre_pass;
 
 static const pre_pass PRE_GPT2[] = {PASS_GPT2};
@@ -1087,6 +1093,47 @@ static const pre_pass PRE_QWEN2[] = {PASS_QWEN2};
 static const pre_pass PRE_STARCODER[] = {PASS_DIGIT, PASS_GPT2};
 static const pre_pass PRE_FALCON[] = {PASS_FALCON_PUNCT, PASS_GPT2, PASS_3DIGITS};
 static const pre_pass PRE_DEEPSEEK_CODER[] = {PASS_RN, PASS_SP_LETTERS, PASS_SP_PUNCT, PASS_CJK, PASS_DIGIT};
+static const pre_pass PRE_DEEPSEEK_LLM[] = {PASS_RN, PASS_DS_LETTERS, PASS_DS_PUNCT, PASS_TRAILING_SP, PASS_CJK,
+                                            PASS_NUMBER};
+
+/* The letter ranges of deepseek-llm's second regex, as llama.cpp publishes
+ * it (sorted; written out as code points so no Unicode normalization can
+ * change them: U+1F7D, U+1FD3, U+1FDB, U+1FBE, U+2126 and U+212A are the
+ * compatibility characters of the original). */
+static const struct { uint32_t lo, hi; } DS_LETTERS[] = {
+    {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x1BA}, {0x1BC, 0x1BF},
+    {0x1C4, 0x293}, {0x295, 0x2AF}, {0x370, 0x373}, {0x376, 0x376}, {0x377, 0x377}, {0x37B, 0x37D},
+    {0x37F, 0x37F}, {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C}, {0x38E, 0x3A1}, {0x3A3, 0x3F5},
+    {0x3F7, 0x481}, {0x48A, 0x52F}, {0x531, 0x556}, {0x10A0, 0x10C5}, {0x13A0, 0x13F5}, {0x13F8, 0x13FD},
+    {0x1C90, 0x1CBA}, {0x1CBD, 0x1CBF}, {0x1D00, 0x1D2B}, {0x1D6B, 0x1D77}, {0x1D79, 0x1D9A},
+    {0x1E00, 0x1F15}, {0x1F18, 0x1F1D}, {0x1F20, 0x1F45}, {0x1F48, 0x1F4D}, {0x1F50, 0x1F57},
+    {0x1F59, 0x1F59}, {0x1F5B, 0x1F5B}, {0x1F5D, 0x1F5D}, {0x1F5F, 0x1F7D}, {0x1F80, 0x1FB4},
+    {0x1FB6, 0x1FBC}, {0x1FBE, 0x1FBE}, {0x1FC2, 0x1FC4}, {0x1FC6, 0x1FCC}, {0x1FD0, 0x1FD3},
+    {0x1FD6, 0x1FDB}, {0x1FE0, 0x1FEC}, {0x1FF2, 0x1FF4}, {0x1FF6, 0x1FFC}, {0x2102, 0x2102},
+    {0x2107, 0x2107}, {0x210A, 0x2113}, {0x2115, 0x2115}, {0x2119, 0x211D}, {0x2124, 0x2124},
+    {0x2126, 0x2126}, {0x2128, 0x2128}, {0x212A, 0x212D}, {0x212F, 0x2134}, {0x2139, 0x2139},
+    {0x213C, 0x213F}, {0x2145, 0x2149}, {0x214E, 0x214E}, {0x2183, 0x2183}, {0x2184, 0x2184},
+    {0x2C00, 0x2C7B}, {0x2C7E, 0x2CE4}, {0x2CEB, 0x2CEE}, {0x2CF2, 0x2CF2}, {0x2CF3, 0x2CF3},
+    {0xA640, 0xA66D}, {0xA680, 0xA69B}, {0xA722, 0xA76F}, {0xA771, 0xA787}, {0xA78B, 0xA78E},
+    {0xAB70, 0xABBF}, {0xFB00, 0xFB06}, {0xFB13, 0xFB17}, {0xFF21, 0xFF3A}, {0xFF41, 0xFF5A},
+    {0x10400, 0x1044F}, {0x104B0, 0x104D3}, {0x104D8, 0x104FB}, {0x10C80, 0x10CB2}, {0x10CC0, 0x10CF2},
+    {0x118A0, 0x118DF}, {0x1E900, 0x1E943},
+};
+
+static bool cp_ds_letter(uint32_t c) {
+    size_t lo = 0, hi = sizeof DS_LETTERS / sizeof DS_LETTERS[0];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c < DS_LETTERS[mid].lo) hi = mid;
+        else if (c > DS_LETTERS[mid].hi) lo = mid + 1;
+        else return true;
+    }
+    return false;
+}
+static bool cp_ds_punct(uint32_t c) {
+    return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E) || (c >= 0xFF01 && c <= 0xFF0F) ||
+           (c >= 0xFF1A && c <= 0xFF5E) || (c >= 0x2018 && c <= 0x201F) || (c >= 0x3000 && c <= 0x3002);
+}
 
 static inline bool cp_P(uint32_t c) { return c != CP_INVALID && uni_is_punct(c); }
 static inline bool cp_falcon_punct(uint32_t c) {
@@ -1122,6 +1169,10 @@ static size_t pass_match(pre_pass p, const cps *c, size_t q) {
     case PASS_SP_LETTERS: return pass_sp_run(c, q, cp_L);
     case PASS_SP_PUNCT: return pass_sp_run(c, q, cp_P);
     case PASS_CJK: while (j < c->n && cp_cjk(cp[j])) j++; return j;
+    case PASS_DS_LETTERS: return pass_sp_run(c, q, cp_ds_letter);
+    case PASS_DS_PUNCT: return pass_sp_run(c, q, cp_ds_punct);
+    case PASS_TRAILING_SP: while (j < c->n && cp_S(cp[j])) j++; return j == c->n ? j : q;
+    case PASS_NUMBER: while (j < c->n && cp_N(cp[j])) j++; return j;
     }
     return q;
 }
@@ -1167,6 +1218,7 @@ static size_t pre_split(const tokenizer *t, const cps *c, uint32_t *ends) {
     case TOK_PRE_STARCODER: PRE(PRE_STARCODER); break;
     case TOK_PRE_FALCON: PRE(PRE_FALCON); break;
     case TOK_PRE_DEEPSEEK_CODER: PRE(PRE_DEEPSEEK_CODER); break;
+    case TOK_PRE_DEEPSEEK_LLM: PRE(PRE_DEEPSEEK_LLM); break;
 #undef PRE
     default: TOK_ABORT("pre-tokenizer %d", (int)t->pre);
     }

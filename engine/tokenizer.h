@@ -41,6 +41,7 @@ typedef enum {
     TOK_PRE_STARCODER = 4,  /* also refact, smollm, command-r: each digit alone, then gpt-2 */
     TOK_PRE_FALCON = 5,     /* punctuation runs, then gpt-2, then 3-digit groups */
     TOK_PRE_DEEPSEEK_CODER = 6,
+    TOK_PRE_DEEPSEEK_LLM = 7,
 } tok_pre;
 
 /* Token types, as stored in tokenizer.ggml.token_type. */

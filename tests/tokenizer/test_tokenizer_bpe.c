@@ -275,7 +275,9 @@ static void test_split_qwen2(const tokenizer *t) {
  * fragment's end), with the general categories of Unicode 14:
  *   starcoder/refact/smollm: \p{N} | gpt-2
  *   falcon: [\p{P}\$\+<=>\^~\|`]+ | gpt-2 | [0-9][0-9][0-9]
- *   deepseek-coder: [\r\n] | \s?\p{L}+ | \s?\p{P}+ | [一-龥ࠀ-一가-퟿]+ | \p{N} */
+ *   deepseek-coder: [\r\n] | \s?\p{L}+ | \s?\p{P}+ | [一-龥ࠀ-一가-퟿]+ | \p{N}
+ *   deepseek-llm: [\r\n] | \s?[its letter list]+ | \s?[!-/:-~！-／：-～‘-‟　-。]+ | \s+$ |
+ *                 [一-龥ࠀ-一가-퟿]+ | \p{N}+ */
 static void test_split_starcoder(const tokenizer *t) {
     /* digits first, one each: "abc " is its own fragment, so gpt-2's \s+(?!\S)
      * takes its trailing space (no " 1" as plain gpt-2 would make) */
@@ -306,6 +308,18 @@ static void test_split_deepseek_coder(const tokenizer *t) {
     /* '=' (Sm) and '$' (Sc) are not \p{P}: they stay with the spaces */
     SPLIT(t, "x = $5", "x", " = $", "5");
     SPLIT(t, "a.b", "a", ".", "b");
+}
+
+static void test_split_deepseek_llm(const tokenizer *t) {
+    /* "\n" alone; letters with one leading space; "!" then the trailing spaces
+     * of its fragment (\s+$ ends at the fragment's end, before the "\n") */
+    SPLIT(t, "Hello, world!  \n", "Hello", ",", " world", "!", "  ", "\n");
+    /* a space before digits belongs to no letter or punctuation run; \p{N}+ keeps "123" whole */
+    SPLIT(t, "abc 123 def", "abc", " ", "123", " def");
+    /* CJK is not in the letter list: the CJK range regex takes it */
+    SPLIT(t, "\xe4\xbd\xa0\xe5\xa5\xbd" "abc", "\xe4\xbd\xa0\xe5\xa5\xbd", "abc");
+    /* '=' is in !-/:-~ */
+    SPLIT(t, "x=1", "x", "=", "1");
 }
 
 /* ---- variants of the gpt-2 vocabulary with another pre -------------------- */
@@ -471,6 +485,7 @@ int main(void) {
         {"starcoder", TOK_PRE_STARCODER, test_split_starcoder}, {"smollm", TOK_PRE_STARCODER, test_split_starcoder},
         {"refact", TOK_PRE_STARCODER, test_split_starcoder},    {"falcon", TOK_PRE_FALCON, test_split_falcon},
         {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER, test_split_deepseek_coder},
+        {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM, test_split_deepseek_llm},
         {"mpt", TOK_PRE_GPT2, test_split_gpt2},                 {"gpt-neox", TOK_PRE_GPT2, test_split_gpt2},
     };
     for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) {
@@ -481,9 +496,9 @@ int main(void) {
         tok_destroy(ft);
     }
     char derr[512];
-    tokenizer *dl = with_pre(g, "deepseek-llm", derr, sizeof derr);
-    CHECKF(!dl && strstr(derr, "'deepseek-llm'") && strstr(derr, "deepseek-coder") && strstr(derr, "falcon"),
-           "deepseek-llm: %s", derr);
+    tokenizer *dl = with_pre(g, "deepseek-v3", derr, sizeof derr);
+    CHECKF(!dl && strstr(derr, "'deepseek-v3'") && strstr(derr, "deepseek-coder") && strstr(derr, "falcon"),
+           "deepseek-v3: %s", derr);
     tok_destroy(dl);
     gguf_close(g);
 

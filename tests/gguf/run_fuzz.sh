@@ -4,36 +4,9 @@
 # committed corpus plus header prefixes of the real models (when available).
 # Exit: 0 no finding, 1 finding (crash input left in $FUZZ_ARTIFACTS or the temp dir), 77 skipped.
 set -u
-secs=${1:-60}
-here=$(cd "$(dirname "$0")" && pwd)
-src=${SPECD_SRC:-$(cd "$here/../.." && pwd)}
-cc=${FUZZ_CC:-}
-if [ -z "$cc" ]; then
-  for c in clang clang-14 clang-15 clang-16; do
-    if command -v "$c" >/dev/null 2>&1; then cc=$c; break; fi
-  done
-fi
-if [ -z "$cc" ]; then echo "SKIP: no clang found"; exit 77; fi
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/specd-fuzz-gguf.XXXXXX")
-keep=0
-cleanup() { if [ "$keep" = 0 ]; then rm -rf "$work"; fi; }
-trap cleanup EXIT
-
-flags="-std=c17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
-# Probe: is the libFuzzer runtime there at all? (A missing runtime is a skip, not a failure.)
-printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n){(void)d;(void)n;return 0;}\n' > "$work/probe.c"
-if ! $cc $flags "$work/probe.c" -o "$work/probe" >/dev/null 2>&1; then
-  echo "SKIP: $cc cannot link -fsanitize=fuzzer,address,undefined (install libclang-rt-14-dev)"
-  exit 77
-fi
-if ! $cc $flags -Wall -Wextra -I"$src" "$src/engine/gguf.c" "$here/fuzz_gguf.c" -o "$work/fuzz_gguf"; then
-  echo "FAIL: fuzz target does not build"
-  exit 1
-fi
-
-mkdir -p "$work/corpus"
-cp "$here"/corpus/* "$work/corpus/" 2>/dev/null || true
+. "$(dirname "$0")/../libfuzzer.sh"
+fuzz_setup "$(dirname "$0")" gguf
+fuzz_build fuzz_gguf "$src/engine/gguf.c" "$here/fuzz_gguf.c"
 # Seeds from the real models: their header regions (metadata + tensor infos)
 # plus a little data, so mutations explore real layouts.
 models=${SPECD_MODELS:-$src/../shared/models}
@@ -41,20 +14,4 @@ for m in "$models"/*.gguf; do
   [ -f "$m" ] || continue
   head -c 16384 "$m" > "$work/corpus/real-$(basename "$m").head"
 done
-
-art=${FUZZ_ARTIFACTS:-$work/artifacts}
-mkdir -p "$art"
-echo "fuzzing the GGUF reader for ${secs}s ($cc; corpus $(ls "$work/corpus" | wc -l) files)"
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-"$work/fuzz_gguf" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=65536 -timeout=10 \
-  -print_final_stats=1 -artifact_prefix="$art/" -dict="$here/gguf.dict" \
-  "$work/corpus" > "$work/log" 2>&1
-rc=$?
-tail -n 25 "$work/log"
-if [ $rc -ne 0 ]; then
-  keep=1
-  echo "FAIL: fuzzer finding (rc $rc); artifacts in $art, log in $work/log"
-  exit 1
-fi
-echo "no findings"
-exit 0
+fuzz_run fuzz_gguf "${1:-60}" 65536 gguf.dict "the GGUF reader"

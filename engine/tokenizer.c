@@ -1100,7 +1100,7 @@ static const pre_pass PRE_DEEPSEEK_LLM[] = {PASS_RN, PASS_DS_LETTERS, PASS_DS_PU
  * it (sorted; written out as code points so no Unicode normalization can
  * change them: U+1F7D, U+1FD3, U+1FDB, U+1FBE, U+2126 and U+212A are the
  * compatibility characters of the original). */
-static const struct { uint32_t lo, hi; } DS_LETTERS[] = {
+static const uni_span DS_LETTERS[] = {
     {0x41, 0x5A}, {0x61, 0x7A}, {0xB5, 0xB5}, {0xC0, 0xD6}, {0xD8, 0xF6}, {0xF8, 0x1BA}, {0x1BC, 0x1BF},
     {0x1C4, 0x293}, {0x295, 0x2AF}, {0x370, 0x373}, {0x376, 0x376}, {0x377, 0x377}, {0x37B, 0x37D},
     {0x37F, 0x37F}, {0x386, 0x386}, {0x388, 0x38A}, {0x38C, 0x38C}, {0x38E, 0x3A1}, {0x3A3, 0x3F5},
@@ -1121,14 +1121,7 @@ static const struct { uint32_t lo, hi; } DS_LETTERS[] = {
 };
 
 static bool cp_ds_letter(uint32_t c) {
-    size_t lo = 0, hi = sizeof DS_LETTERS / sizeof DS_LETTERS[0];
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (c < DS_LETTERS[mid].lo) hi = mid;
-        else if (c > DS_LETTERS[mid].hi) lo = mid + 1;
-        else return true;
-    }
-    return false;
+    return uni_in_spans(DS_LETTERS, sizeof DS_LETTERS / sizeof DS_LETTERS[0], c);
 }
 static bool cp_ds_punct(uint32_t c) {
     return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x7E) || (c >= 0xFF01 && c <= 0xFF0F) ||

@@ -300,7 +300,6 @@ bool uni_is_space(uint32_t cp) {
 /* General category P* (punctuation: Pc, Pd, Ps, Pe, Pi, Pf, Po), for the
  * \p{P} of the falcon and deepseek-coder pre-tokenizers. Generated the same
  * way (Unicode 14.0.0): runs of code points whose u.category() starts with 'P'. */
-typedef struct { uint32_t lo, hi; } uni_span;
 static const uni_span UNI_PUNCT[] = {
     {0x21, 0x23}, {0x25, 0x2A}, {0x2C, 0x2F}, {0x3A, 0x3B}, {0x3F, 0x40}, {0x5B, 0x5D}, {0x5F, 0x5F},
     {0x7B, 0x7B}, {0x7D, 0x7D}, {0xA1, 0xA1}, {0xA7, 0xA7}, {0xAB, 0xAB}, {0xB6, 0xB7}, {0xBB, 0xBB},
@@ -340,13 +339,15 @@ static const uni_span UNI_PUNCT[] = {
     {0x16FE2, 0x16FE2}, {0x1BC9F, 0x1BC9F}, {0x1DA87, 0x1DA8B}, {0x1E95E, 0x1E95F},
 };
 
-bool uni_is_punct(uint32_t cp) {
-    size_t lo = 0, hi = sizeof UNI_PUNCT / sizeof UNI_PUNCT[0];
+bool uni_in_spans(const uni_span *spans, size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (cp < UNI_PUNCT[mid].lo) hi = mid;
-        else if (cp > UNI_PUNCT[mid].hi) lo = mid + 1;
+        if (cp < spans[mid].lo) hi = mid;
+        else if (cp > spans[mid].hi) lo = mid + 1;
         else return true;
     }
     return false;
 }
+
+bool uni_is_punct(uint32_t cp) { return uni_in_spans(UNI_PUNCT, sizeof UNI_PUNCT / sizeof UNI_PUNCT[0], cp); }

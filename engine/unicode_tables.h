@@ -5,6 +5,7 @@
 #define SPECD_UNICODE_TABLES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -15,6 +16,11 @@ typedef enum {
 
 /* Class of code point cp (any value; out-of-range values are UNI_OTHER). */
 uni_class uni_classify(uint32_t cp);
+/* An inclusive code point range, and whether cp lies in one of n sorted,
+ * disjoint ranges (binary search). */
+typedef struct { uint32_t lo, hi; } uni_span;
+bool uni_in_spans(const uni_span *spans, size_t n, uint32_t cp);
+
 /* Is cp in general category P* (\p{P})? */
 bool uni_is_punct(uint32_t cp);
 /* Is cp White_Space (U+0009..U+000D, U+0020, U+0085, U+00A0, U+1680,

@@ -207,7 +207,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--backend")) backend_kind = arg_backend(argc, argv, &i);
         else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
-        else if (!strcmp(a, "--tensor-parallel")) tp = (int)arg_long(argc, argv, &i, 1, 16);
+        else if (!strcmp(a, "--tensor-parallel")) tp = (int)arg_long(argc, argv, &i, 1, ENGINE_MAX_SHARDS);
         else if (!strcmp(a, "--no-bos")) bos = false;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--quiet")) quiet = true;

@@ -66,7 +66,7 @@ int cmd_serve(int argc, char **argv) {
                  : pc->engine.backend == POL_BACKEND_CPU ? BACKEND_CPU : BACKEND_AUTO;
     ec.threads = pc->engine.threads;
     ec.tensor_parallel = pc->engine.tensor_parallel;
-    for (int r = 0; r < pc->engine.devices.n && r < 16; r++) ec.devices[r] = pc->engine.devices.v[r];
+    for (int r = 0; r < pc->engine.devices.n && r < ENGINE_MAX_SHARDS; r++) ec.devices[r] = pc->engine.devices.v[r];
     ec.device = pc->engine.devices.n > 0 ? pc->engine.devices.v[0] : 0;
     ec.max_running = pc->engine.max_running;
     ec.max_ctx = pc->engine.max_ctx;

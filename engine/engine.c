@@ -58,7 +58,7 @@ typedef struct req {
 struct engine {
     engine_config cfg;
     backend *be;                   /* shard 0: the draft's and the unsharded target's */
-    backend *shards[16];           /* the target's shards (n_shards; [0] == be) */
+    backend *shards[ENGINE_MAX_SHARDS]; /* the target's shards (n_shards; [0] == be) */
     int n_shards;
     comm *tp_comm;                 /* all-reduce between the shards (n_shards > 1) */
     spec_pair *sp;
@@ -773,8 +773,8 @@ static void engine_backends_free(engine *e);
 static int engine_backends(engine *e, char *err, size_t errlen) {
     const engine_config *c = &e->cfg;
     int n = c->tensor_parallel > 1 ? c->tensor_parallel : 1;
-    if (n > (int)(sizeof(e->shards) / sizeof(e->shards[0]))) {
-        eng_fail(err, errlen, "tensor_parallel %d exceeds %d", n, (int)(sizeof(e->shards) / sizeof(e->shards[0])));
+    if (n > ENGINE_MAX_SHARDS) {
+        eng_fail(err, errlen, "tensor_parallel %d exceeds %d", n, ENGINE_MAX_SHARDS);
         return -1;
     }
     for (int r = 0; r < n; r++) {

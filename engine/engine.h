@@ -30,6 +30,7 @@
 #define ENGINE_MAX_STOP 4          /* stop strings per request */
 #define ENGINE_STOP_LEN 64         /* bytes per stop string */
 #define ENGINE_TEXT_MAX 1024       /* text bytes per tokens event */
+#define ENGINE_MAX_SHARDS 16       /* most backends the target can be split over */
 
 typedef struct {
     const char *target_path;
@@ -38,7 +39,7 @@ typedef struct {
     int backend;                   /* backend_kind: auto (CUDA when built and a GPU is present), cpu, cuda */
     int device;                    /* CUDA device of the models (of target shard 0 and the draft) */
     int tensor_parallel;           /* > 1: the target is split over this many backends (GPUs) */
-    int devices[16];               /* CUDA device of each target shard (tensor_parallel of them) */
+    int devices[ENGINE_MAX_SHARDS]; /* CUDA device of each target shard (tensor_parallel of them) */
     int max_ctx;                   /* per sequence (0 = model's, capped) */
     int kv_blocks;                 /* per model pool (0 = room for max_running full contexts) */
     int block_size;                /* 16 */

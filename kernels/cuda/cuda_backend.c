@@ -61,6 +61,7 @@ typedef struct {
     const void *w;
     int64_t rows, cols;
     int type;
+    size_t bytes;           /* device bytes of the upload */
 } weight_entry;
 
 typedef enum { OP_MATMUL, OP_GET_ROWS, OP_RMSNORM, OP_ROPE, OP_ADD, OP_SILU_MUL, OP_KV_WRITE, OP_ATTENTION,
@@ -308,7 +309,7 @@ static const void *cu_weight(backend *be, const void *host, int *type, int64_t r
         c->wt = e;
         c->cap_wt = cap;
     }
-    c->wt[c->n_wt++] = (weight_entry){d, rows, cols, t};
+    c->wt[c->n_wt++] = (weight_entry){d, rows, cols, t, bytes};
     c->weight_bytes += bytes;
     *type = t;
     return d;
@@ -320,9 +321,7 @@ static void cu_weight_release(backend *be, const void *host, const void *w) {
     graphs_clear(c);
     for (int i = 0; i < c->n_wt; i++)
         if (c->wt[i].w == w) {
-            size_t n = (size_t)c->wt[i].rows * c->wt[i].cols;
-            int t = c->wt[i].type;
-            c->weight_bytes -= t == CU_F32 ? n * 4 : t == CU_Q8_0 ? n + n / 16 : n * 2;
+            c->weight_bytes -= c->wt[i].bytes;
             c->wt[i] = c->wt[--c->n_wt];
             break;
         }

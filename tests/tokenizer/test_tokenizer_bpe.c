@@ -19,22 +19,6 @@
 #include "tests/testutil.h"
 #include "tests/tokenizer/vectors.h"
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /* Is s[0..n) well-formed UTF-8 (no overlongs, surrogates, > U+10FFFF)? */
 static bool utf8_valid(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
@@ -62,8 +46,8 @@ static void test_vectors(const tokenizer *t, const char *path) {
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
     size_t inp_len, out_len;
-    char *inp = read_all(inp_path, &inp_len);
-    char *outs = read_all(out_path, &out_len);
+    char *inp = vec_read_all(inp_path, &inp_len);
+    char *outs = vec_read_all(out_path, &out_len);
     CHECKF(inp && outs, "cannot read %s / %s", inp_path, out_path);
     if (!inp || !outs) { free(inp); free(outs); return; }
 
@@ -324,11 +308,9 @@ static void test_split_deepseek_llm(const tokenizer *t) {
 
 /* ---- variants of the gpt-2 vocabulary with another pre -------------------- */
 
-static tokenizer *with_pre(const gguf_file *g, const char *pre, char *err, size_t errlen) {
-    static const char *const skip[] = {"tokenizer.ggml.pre", NULL};
-    gguf_writer *w = gguf_writer_create();
-    gguf_writer_copy_kv(w, g, skip);
-    gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+/* Writes w to a temporary file, loads the tokenizer from it (NULL with err on
+ * failure) and destroys w. */
+static tokenizer *tok_from_writer(gguf_writer *w, char *err, size_t errlen) {
     char path[] = "/tmp/specd_bpe_XXXXXX";
     int fd = mkstemp(path);
     tokenizer *t = NULL;
@@ -341,6 +323,14 @@ static tokenizer *with_pre(const gguf_file *g, const char *pre, char *err, size_
     unlink(path);
     gguf_writer_destroy(w);
     return t;
+}
+
+static tokenizer *with_pre(const gguf_file *g, const char *pre, char *err, size_t errlen) {
+    static const char *const skip[] = {"tokenizer.ggml.pre", NULL};
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_copy_kv(w, g, skip);
+    gguf_writer_set_str(w, "tokenizer.ggml.pre", pre);
+    return tok_from_writer(w, err, errlen);
 }
 
 /* ---- a synthetic BPE vocabulary ---------------------------------------------
@@ -380,18 +370,7 @@ static tokenizer *synth_bpe(const char *pre, const char *const *merges, int n_me
     gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, 259);
     gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", merges, NULL, (uint64_t)n_merges);
     gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 258);
-    char path[] = "/tmp/specd_bpe_XXXXXX";
-    int fd = mkstemp(path);
-    tokenizer *t = NULL;
-    if (fd < 0) { snprintf(err, errlen, "mkstemp failed"); gguf_writer_destroy(w); return NULL; }
-    close(fd);
-    if (gguf_writer_write(w, path, err, errlen) == 0) {
-        gguf_file *f = gguf_open(path, err, errlen);
-        if (f) { t = tok_create(f, err, errlen); gguf_close(f); }
-    }
-    unlink(path);
-    gguf_writer_destroy(w);
-    return t;
+    return tok_from_writer(w, err, errlen);
 }
 
 static void test_synthetic(void) {

@@ -11,22 +11,6 @@
 #include "tests/testutil.h"
 #include "tests/tokenizer/vectors.h"
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 int main(void) {
     const char *models = getenv("SPECD_MODELS");
     if (!models) SKIP("SPECD_MODELS not set");
@@ -46,8 +30,8 @@ int main(void) {
     CHECK(tok_add_bos(t) && !tok_add_eos(t) && tok_add_space_prefix(t));
 
     size_t inp_len, out_len;
-    char *inp = read_all(inp_path, &inp_len);
-    char *outs = read_all(out_path, &out_len);
+    char *inp = vec_read_all(inp_path, &inp_len);
+    char *outs = vec_read_all(out_path, &out_len);
     CHECKF(inp && outs, "cannot read %s / %s", inp_path, out_path);
     if (!inp || !outs) TEST_DONE();
 

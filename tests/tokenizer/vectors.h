@@ -11,6 +11,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A whole file, NUL-terminated, into a malloc'd buffer (*len bytes); NULL
+ * when it cannot be opened. */
+static char *vec_read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) buf = realloc(buf, (cap *= 2) + 1);
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
 typedef struct {
     char *inp;            /* start of .inp (for error offsets) */
     char *cur, *inp_end;  /* next string in .inp */

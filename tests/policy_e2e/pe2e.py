@@ -2,7 +2,6 @@
 # config.yaml from the SHIPPED one (models, telemetry path and rules edited in
 # place), runs `specd serve -c` on it, and talks to it only through
 # independent clients (python3-websockets, urllib, the sqlite3 module).
-import asyncio
 import importlib.util
 import json
 import os
@@ -18,25 +17,16 @@ import time
 import urllib.error
 import urllib.request
 
-SKIP = 77
+# the protocol-level pieces are the gateway suite's (one Stream checker, one
+# frame reader, one failure type for both suites)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gateway_e2e"))
+from specd_e2e import READY_RE, Fail, check, recv_json, skip  # noqa: E402
+from specd_e2e import gen_msg  # noqa: E402,F401 (re-exported to the tests)
+from specd_e2e import Stream as _Stream  # noqa: E402
+
 TOKEN = "pe2e-admin-token"
-READY_RE = re.compile(r"serving on http://([0-9.]+):([0-9]+)/ \(WebSocket ws://[0-9.]+:[0-9]+/v1/stream\)")
 PROMPTS = ["Once upon a time", "The cat sat", "Tom had a red ball.", "One day, a little bird", "Lily wanted to",
            "The sun was hot and", "Ben and his mom went", "Sue found a box", "The dog ran to the", "Mia liked to"]
-
-
-class Fail(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Fail(msg)
-
-
-def skip(msg):
-    print("SKIP: " + msg)
-    sys.exit(SKIP)
 
 
 _tmpdirs = []
@@ -262,38 +252,18 @@ def ws_connect(srv):
                               ping_interval=None)
 
 
-class Stream:
-    """One request's frames, checked for order: start, tokens..., one done or error."""
+class Stream(_Stream):
+    """The gateway suite's ordered-frame checker, plus send/finish times."""
 
     def __init__(self, rid):
-        self.id = rid
-        self.start = None
-        self.tokens = []
-        self.text = ""
-        self.done = None
-        self.error = None
+        super().__init__(rid)
         self.t_send = time.time()
         self.t_end = None
 
     def add(self, m):
-        check(self.done is None and self.error is None, "id %r: %s after its final frame" % (self.id, m["type"]))
-        t = m["type"]
-        if t == "start":
-            check(self.start is None and not self.tokens, "id %r: misplaced start" % self.id)
-            self.start = m
-        elif t == "tokens":
-            check(self.start is not None, "id %r: tokens before start" % self.id)
-            self.tokens += m.get("token_ids", [])
-            self.text += m.get("text", "")
-        elif t in ("done", "error"):
-            setattr(self, t, m)
+        super().add(m)
+        if self.finished and self.t_end is None:
             self.t_end = time.time()
-        else:
-            raise Fail("id %r: unexpected frame type %r" % (self.id, t))
-
-    @property
-    def finished(self):
-        return self.done is not None or self.error is not None
 
     def check_ok(self):
         check(self.error is None, "stream %r failed: %r" % (self.id, self.error))
@@ -301,22 +271,6 @@ class Stream:
         check(self.done["usage"]["completion_tokens"] == len(self.tokens),
               "stream %r: usage.completion_tokens %r but %d tokens streamed"
               % (self.id, self.done["usage"]["completion_tokens"], len(self.tokens)))
-
-
-def gen_msg(rid, prompt, max_tokens, temperature=0, **kw):
-    m = {"type": "generate", "id": rid, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature}
-    m.update(kw)
-    return json.dumps(m)
-
-
-async def recv_json(ws, timeout):
-    try:
-        raw = await asyncio.wait_for(ws.recv(), timeout)
-    except asyncio.TimeoutError:
-        raise Fail("no frame from the server within %.0f s" % timeout)
-    m = json.loads(raw)
-    check(isinstance(m, dict) and "type" in m, "frame without a type: %r" % raw[:200])
-    return m
 
 
 async def run_batch(ws, reqs, timeout=120):

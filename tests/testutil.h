@@ -4,6 +4,7 @@
 #define SPECD_TESTUTIL_H
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static int t_failures = 0;
 static int t_checks = 0;
@@ -15,6 +16,15 @@ static int t_checks = 0;
     fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
 #define SKIP(...) do { fprintf(stderr, "SKIP: "); fprintf(stderr, __VA_ARGS__); \
     fputc('\n', stderr); exit(77); } while (0)
+/* $SPECD_MODELS/name (default ../shared/models) into buf; SKIPs (exit 77)
+ * when the file is missing. */
+static inline const char *tu_model(char *buf, size_t n, const char *name) {
+    const char *dir = getenv("SPECD_MODELS");
+    snprintf(buf, n, "%s/%s", dir && *dir ? dir : "../shared/models", name);
+    if (access(buf, R_OK) != 0) SKIP("%s not found (set SPECD_MODELS)", buf);
+    return buf;
+}
+
 #define TEST_DONE() do { fprintf(stderr, "%d checks, %d failed\n", t_checks, t_failures); \
     return t_failures ? 1 : 0; } while (0)
 

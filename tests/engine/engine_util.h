@@ -22,14 +22,6 @@
 #define EU_MAX_TEXT 8192
 #define EU_MAX_PROMPT 1024
 
-/* $SPECD_MODELS/name into buf; SKIPs (exit 77) when the file is missing. */
-static inline const char *eu_model(char *buf, size_t n, const char *name) {
-    const char *dir = getenv("SPECD_MODELS");
-    snprintf(buf, n, "%s/%s", dir && *dir ? dir : "../shared/models", name);
-    if (access(buf, R_OK) != 0) SKIP("%s not found (set SPECD_MODELS)", buf);
-    return buf;
-}
-
 static inline double eu_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -40,8 +32,8 @@ static inline double eu_now_ms(void) {
  * fields kept. Aborts the test when the engine cannot be created. */
 static inline engine *eu_create(engine_config *cfg, bool with_draft) {
     static char t[512], d[512];
-    cfg->target_path = eu_model(t, sizeof(t), "stories260K.gguf");
-    cfg->draft_path = with_draft ? eu_model(d, sizeof(d), "llama2xs-281K.gguf") : NULL;
+    cfg->target_path = tu_model(t, sizeof(t), "stories260K.gguf");
+    cfg->draft_path = with_draft ? tu_model(d, sizeof(d), "llama2xs-281K.gguf") : NULL;
     char err[512];
     engine *e = engine_create(cfg, err, sizeof(err));
     if (!e) {
@@ -64,7 +56,7 @@ static inline const char *eu_corpus(size_t *len) {
     static size_t n;
     if (!text) {
         char path[512];
-        eu_model(path, sizeof(path), "corpora/tinystories_valid_30K.txt");
+        tu_model(path, sizeof(path), "corpora/tinystories_valid_30K.txt");
         FILE *f = fopen(path, "rb");
         if (!f) SKIP("cannot open %s", path);
         text = malloc(1 << 18);
@@ -250,18 +242,23 @@ static inline bool eu_drain(engine *e, eu_out *o, eu_waiter *w, double timeout_m
     return true;
 }
 
-/* Submits r (notify routed to w) and returns its id; aborts the test when the
- * engine refuses it. */
-static inline uint64_t eu_submit(engine *e, engine_request *r, eu_waiter *w) {
+/* Submits r with the given notify callback and returns its id; aborts the
+ * test when the engine refuses it. */
+static inline uint64_t eu_submit_notify(engine *e, engine_request *r, engine_notify_fn notify, void *user) {
     char err[512];
-    r->notify = eu_notify;
-    r->user = w;
+    r->notify = notify;
+    r->user = user;
     uint64_t id = engine_submit(e, r, err, sizeof(err));
     if (!id) {
         fprintf(stderr, "engine_submit: %s\n", err);
         exit(1);
     }
     return id;
+}
+
+/* Submits r (notify routed to w); see eu_submit_notify. */
+static inline uint64_t eu_submit(engine *e, engine_request *r, eu_waiter *w) {
+    return eu_submit_notify(e, r, eu_notify, w);
 }
 
 /* Waits until the engine has nothing running, prefilling or waiting. */

@@ -25,17 +25,7 @@ static void rank_notify(void *user) {
     eu_notify(t->w);
 }
 
-static uint64_t submit_tagged(engine *e, engine_request *r, tag *t) {
-    char err[512];
-    r->notify = rank_notify;
-    r->user = t;
-    uint64_t id = engine_submit(e, r, err, sizeof(err));
-    if (!id) {
-        fprintf(stderr, "engine_submit: %s\n", err);
-        exit(1);
-    }
-    return id;
-}
+static uint64_t submit_tagged(engine *e, engine_request *r, tag *t) { return eu_submit_notify(e, r, rank_notify, t); }
 
 static engine_request request(const eu_prompt *p, int max_tokens, int i) {
     engine_request r = {0};

@@ -384,8 +384,8 @@ static void test_models(void) {
 
 static void test_spec(void) {
     char tpath[512], dpath[512];
-    su_model(tpath, sizeof(tpath), "stories260K.gguf");
-    su_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
+    tu_model(tpath, sizeof(tpath), "stories260K.gguf");
+    tu_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
     spec_pair *sp = su_load(tpath, dpath, gpu, 256);
     spec_pair *spc = su_load(tpath, dpath, cpu, 256);
     su_prompt prompts[20];

@@ -18,14 +18,6 @@
 #define SU_MAX_PROMPT 96
 #define SU_MAX_GEN 512
 
-/* $SPECD_MODELS/name into buf; SKIPs (exit 77) when the file is missing. */
-static inline const char *su_model(char *buf, size_t n, const char *name) {
-    const char *dir = getenv("SPECD_MODELS");
-    snprintf(buf, n, "%s/%s", dir && *dir ? dir : "../shared/models", name);
-    if (access(buf, R_OK) != 0) SKIP("%s not found (set SPECD_MODELS)", buf);
-    return buf;
-}
-
 /* A scratch directory for generated models (removed by su_tmp_cleanup). */
 static char su_tmpdir[256];
 static inline const char *su_tmp_path(char *buf, size_t n, const char *name) {
@@ -79,7 +71,7 @@ typedef struct {
  * corpus at sentence starts, of varying length. Returns how many. */
 static inline int su_prompts(const tokenizer *tok, su_prompt *out, int max) {
     char path[512];
-    su_model(path, sizeof(path), "corpora/tinystories_valid_30K.txt");
+    tu_model(path, sizeof(path), "corpora/tinystories_valid_30K.txt");
     FILE *f = fopen(path, "rb");
     if (!f) SKIP("cannot open %s", path);
     static char text[1 << 16];

@@ -8,8 +8,8 @@
 
 int main(void) {
     char tpath[512], dpath[512];
-    su_model(tpath, sizeof(tpath), "stories260K.gguf");
-    su_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
+    tu_model(tpath, sizeof(tpath), "stories260K.gguf");
+    tu_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
     backend *be = backend_cpu_create(1);
     spec_pair_params pp = {.max_ctx = 256, .kv_blocks = 40};
     char err[1024];

@@ -35,7 +35,7 @@ static void last_step(spec_seq *s, const spec_step_info *info, void *ctx) { *(sp
 
 int main(void) {
     char src[512], path[512];
-    su_model(src, sizeof src, "stories260K.gguf");
+    tu_model(src, sizeof src, "stories260K.gguf");
     backend *be = backend_cpu_create(1);
     spec_pair *base = su_load(src, NULL, be, 256);
     su_prompt prompts[4];

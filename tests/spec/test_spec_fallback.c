@@ -54,8 +54,8 @@ static void run_case(spec_pair *sp, const char *label, int gamma, bool adaptive,
 
 int main(void) {
     char tpath[512], dpath[512], rd[512];
-    su_model(tpath, sizeof(tpath), "stories260K.gguf");
-    su_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
+    tu_model(tpath, sizeof(tpath), "stories260K.gguf");
+    tu_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
     backend *be = backend_cpu_create(1);
 
     /* a draft with unrelated random weights and the target's tokenizer */

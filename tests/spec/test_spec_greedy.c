@@ -82,8 +82,8 @@ static void sampled_reproducible(spec_pair *sp) {
 
 int main(void) {
     char tpath[512], dpath[512], rt[512], rd[512], wt[512];
-    su_model(tpath, sizeof(tpath), "stories260K.gguf");
-    su_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
+    tu_model(tpath, sizeof(tpath), "stories260K.gguf");
+    tu_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
     backend *be = backend_cpu_create(1);
     CHECK(be != NULL);
 

@@ -7,9 +7,9 @@
 
 int main(void) {
     char tpath[512], dpath[512], apath[512], err[1024];
-    su_model(tpath, sizeof(tpath), "stories260K.gguf");
-    su_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
-    su_model(apath, sizeof(apath), "aidreams260K.gguf");
+    tu_model(tpath, sizeof(tpath), "stories260K.gguf");
+    tu_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
+    tu_model(apath, sizeof(apath), "aidreams260K.gguf");
     backend *be = backend_cpu_create(1);
 
     err[0] = 0;

@@ -52,23 +52,51 @@ static double bench_bw(backend *be, int threads) {
     return membw_read_gbs(threads, (size_t)512 << 20, 8);
 }
 
-/* GPU only: per-op times of n decode steps (CUDA events around every op). */
-static void bench_profile(backend *be, bench_ctx *b, int ctx, int n, int gamma) {
+static void bench_prof_on(backend *be, int on) {
 #ifdef SPECD_CUDA
-    if (be->host_memory) return;
+    if (!be->host_memory) {
+        backend_cuda_profile(be, on);
+        return;
+    }
+#endif
+    backend_cpu_profile(be, on);
+}
+
+static void bench_prof_report(backend *be) {
+#ifdef SPECD_CUDA
+    if (!be->host_memory) {
+        backend_cuda_profile_report(be, stdout);
+        return;
+    }
+#endif
+    backend_cpu_profile_report(be, stdout);
+}
+
+/* Per-op times of n decode steps and n verify calls at context ctx (GPU: CUDA
+ * events around every op, graphs off; CPU: wall time of every op). */
+static void bench_profile(backend *be, bench_ctx *b, int ctx, int n, int gamma) {
+    bool gpu = !be->host_memory;
     kv_seq_truncate(b->pool, b->seq, ctx);
-    backend_cuda_profile(be, 1);
+    bench_prof_on(be, 1);
+    double t0 = now_ms();
     for (int g = 0; g < n; g++) timed_call(b, 1, ctx + g);
-    printf("\nper-op device time over %d decode steps at context %d (CUDA events, graphs off):\n", n, ctx);
-    backend_cuda_profile_report(be, stdout);
+    double wall = now_ms() - t0;
+    printf("\nper-op %s time over %d decode steps at context %d (%.3f ms per step wall)%s:\n", gpu ? "device" : "wall",
+           n, ctx, wall / n, gpu ? " (CUDA events, graphs off)" : "");
+    bench_prof_report(be);
     kv_seq_truncate(b->pool, b->seq, ctx);
+    t0 = now_ms();
     for (int g = 0; g < n; g++) {
         timed_call(b, gamma + 1, ctx);
         kv_seq_truncate(b->pool, b->seq, ctx);
     }
-    printf("per-op device time over %d verify calls of %d positions:\n", n, gamma + 1);
-    backend_cuda_profile_report(be, stdout);
-    backend_cuda_profile(be, 0);
+    wall = now_ms() - t0;
+    printf("per-op %s time over %d verify calls of %d positions (%.3f ms per call wall):\n", gpu ? "device" : "wall", n,
+           gamma + 1, wall / n);
+    bench_prof_report(be);
+    bench_prof_on(be, 0);
+#ifdef SPECD_CUDA
+    if (!gpu) return;
     cuda_info ci;
     backend_cuda_info(be, &ci);
     printf("device %s: %d SMs, %.1f GiB, %.2f GiB of weights; %d step graphs captured, %lld replays\n", ci.name,

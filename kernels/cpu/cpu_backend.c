@@ -8,7 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+typedef enum { P_MATMUL, P_ATTENTION, P_GET_ROWS, P_RMSNORM, P_ROPE, P_ADD, P_SILU_MUL, P_KV_WRITE, P_COPY, P_COUNT } prof_op;
+static const char *const prof_names[P_COUNT] = {"matmul", "attention", "get_rows", "rmsnorm", "rope",
+                                                "add", "silu_mul", "kv_write", "copy"};
 
 typedef struct {
     threadpool *tp;
@@ -17,9 +22,29 @@ typedef struct {
     float **scratch;        /* (n_threads) each scratch_floats */
     size_t scratch_floats;
     size_t mem_used, mem_limit; /* bytes from alloc(); limit 0 = none */
+    int prof;                   /* backend_cpu_profile */
+    double prof_ms[P_COUNT];
+    long long prof_calls[P_COUNT];
+    double prof_mm_bytes;       /* weight bytes read by timed matmuls */
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(backend *be) { return be->ctx; }
+
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Brackets an op's body: PROF_BEGIN(be) ... PROF_END(op). */
+#define PROF_BEGIN(be)                                                                              \
+    cpu_ctx *pc_ = ctx_of(be);                                                                      \
+    double pt0_ = pc_->prof ? prof_now() : 0.0;
+#define PROF_END(op)                                                                                \
+    if (pc_->prof) {                                                                                \
+        pc_->prof_ms[op] += prof_now() - pt0_;                                                      \
+        pc_->prof_calls[op]++;                                                                      \
+    }
 
 static void cpu_destroy(backend *be) {
     cpu_ctx *c = ctx_of(be);
@@ -68,7 +93,7 @@ static void mm_task(void *arg, int task, int thread) {
     mm_rows(j->c->simd, j->y, j->N, j->x, j->w, j->wtype, j->M, j->K, n0, n1, j->c->scratch[thread]);
 }
 
-static void cpu_matmul(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
+static void cpu_matmul_run(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
     cpu_ctx *c = ctx_of(be);
     if (M > 5 && wtype != 0) cpu_need(be, K, 0);
     /* ~8 tasks per thread balance well; chunks stay multiples of the 4-row tile */
@@ -82,29 +107,52 @@ static void cpu_matmul(backend *be, float *y, const float *x, const void *w, int
     tp_run(c->tp, (N + chunk - 1) / chunk, mm_task, &j);
 }
 
+static void cpu_matmul(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
+    PROF_BEGIN(be)
+    cpu_matmul_run(be, y, x, w, wtype, M, K, N);
+    PROF_END(P_MATMUL)
+    if (pc_->prof) pc_->prof_mm_bytes += (double)mm_row_bytes(wtype, K) * N;
+}
+
 static void cpu_get_rows(backend *be, float *y, const void *table, int type, const int32_t *ids, int M, int D) {
+    PROF_BEGIN(be)
     size_t rb = mm_row_bytes(type, D);
     for (int m = 0; m < M; m++) mm_dequant_row(y + (size_t)m * D, (const uint8_t *)table + rb * ids[m], type, D);
+    PROF_END(P_GET_ROWS)
 }
 
 static void cpu_rmsnorm(backend *be, float *y, const float *x, const float *w, int M, int D, float eps) {
+    PROF_BEGIN(be)
     ops_rmsnorm(y, x, w, M, D, eps);
+    PROF_END(P_RMSNORM)
 }
 
 static void cpu_rope(backend *be, float *x, const int32_t *pos, const float *inv_freq, int M, int H, int E,
                      int n_rot, int neox) {
+    PROF_BEGIN(be)
     ops_rope(x, pos, inv_freq, M, H, E, n_rot, neox);
+    PROF_END(P_ROPE)
 }
 
-static void cpu_add(backend *be, float *x, const float *y, int M, int D) { ops_add(x, y, M, D); }
+static void cpu_add(backend *be, float *x, const float *y, int M, int D) {
+    PROF_BEGIN(be)
+    ops_add(x, y, M, D);
+    PROF_END(P_ADD)
+}
 
-static void cpu_silu_mul(backend *be, float *g, const float *u, int M, int F) { ops_silu_mul(g, u, M, F); }
+static void cpu_silu_mul(backend *be, float *g, const float *u, int M, int F) {
+    PROF_BEGIN(be)
+    ops_silu_mul(g, u, M, F);
+    PROF_END(P_SILU_MUL)
+}
 
 static void cpu_kv_write(backend *be, const kv_layer_view *kv, const float *k, const float *v, const attn_seq *seqs,
                          int n_seqs, int kv_dim) {
+    PROF_BEGIN(be)
     for (int s = 0; s < n_seqs; s++)
         ops_kv_write(kv, seqs[s].blocks, seqs[s].n_past, k + (size_t)seqs[s].row0 * kv_dim,
                      v + (size_t)seqs[s].row0 * kv_dim, seqs[s].n_new, kv_dim);
+    PROF_END(P_KV_WRITE)
 }
 
 /* Memory: plain host memory; weights are used in place in the GGUF mapping.
@@ -132,7 +180,11 @@ static void cpu_release(backend *be, void *ptr) {
 }
 static const void *cpu_weight(backend *be, const void *host, int *type, int64_t rows, int64_t cols) { return host; }
 static void cpu_weight_release(backend *be, const void *host, const void *w) {}
-static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) {
+    PROF_BEGIN(be)
+    memmove(dst, src, bytes);
+    PROF_END(P_COPY)
+}
 static int cpu_begin(backend *be, uint64_t graph_key) { return 0; }
 static void cpu_end(backend *be) {}
 
@@ -142,28 +194,44 @@ typedef struct {
     const float *q;
     const kv_layer_view *kv;
     const attn_seq *seqs;
-    int H, Hkv, E;
+    int H, Hkv, E, per;
 } attn_job;
 
+/* A task is `per` consecutive heads of one sequence. When there are enough
+ * tasks, it is a whole GQA group: the heads sharing a KV head run back to back
+ * on one thread, so that KV head's keys and values come from DRAM once and
+ * from cache for the group's other heads. */
 static void attn_task(void *arg, int task, int thread) {
     attn_job *j = arg;
-    int s = task / j->H, h = task % j->H;
-    ops_attention_head(j->out, j->q, j->kv, &j->seqs[s], h, j->H, j->Hkv, j->E, j->c->scratch[thread]);
+    int groups = j->H / j->per;
+    int s = task / groups, h0 = task % groups * j->per;
+    for (int h = h0; h < h0 + j->per; h++)
+        ops_attention_head(j->c->simd, j->out, j->q, j->kv, &j->seqs[s], h, j->H, j->Hkv, j->E,
+                           j->c->scratch[thread]);
 }
 
-static void cpu_attention(backend *be, float *out, const float *q, const kv_layer_view *kv, const attn_seq *seqs,
-                          int n_seqs, int H, int Hkv, int E) {
+static void cpu_attention_run(backend *be, float *out, const float *q, const kv_layer_view *kv, const attn_seq *seqs,
+                              int n_seqs, int H, int Hkv, int E) {
     cpu_ctx *c = ctx_of(be);
     int max_ctx = 0;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].n_past + seqs[s].n_new > max_ctx) max_ctx = seqs[s].n_past + seqs[s].n_new;
     cpu_need(be, 0, max_ctx);
-    attn_job j = {c, out, q, kv, seqs, H, Hkv, E};
+    int per = n_seqs * Hkv >= 2 * c->n_threads ? H / Hkv : 1;
+    attn_job j = {c, out, q, kv, seqs, H, Hkv, E, per};
+    int n_tasks = n_seqs * (H / per);
     if ((double)max_ctx * H * E * n_seqs < 16384.0) {
-        for (int t = 0; t < n_seqs * H; t++) attn_task(&j, t, 0);
+        for (int t = 0; t < n_tasks; t++) attn_task(&j, t, 0);
         return;
     }
-    tp_run(c->tp, n_seqs * H, attn_task, &j);
+    tp_run(c->tp, n_tasks, attn_task, &j);
+}
+
+static void cpu_attention(backend *be, float *out, const float *q, const kv_layer_view *kv, const attn_seq *seqs,
+                          int n_seqs, int H, int Hkv, int E) {
+    PROF_BEGIN(be)
+    cpu_attention_run(be, out, q, kv, seqs, n_seqs, H, Hkv, E);
+    PROF_END(P_ATTENTION)
 }
 
 static const backend_i cpu_iface = {
@@ -204,7 +272,7 @@ backend *backend_cpu_create(int n_threads) {
     }
     c->n_threads = n_threads;
     c->scratch = scr;
-    c->simd = mm_simd_detect();
+    c->simd = simd_detect();
     c->tp = tp_create(n_threads);
     be->i = &cpu_iface;
     be->ctx = c;
@@ -217,4 +285,27 @@ backend *backend_cpu_create(int n_threads) {
 void backend_cpu_limit_memory(backend *be, size_t bytes) { ctx_of(be)->mem_limit = bytes; }
 size_t backend_cpu_memory_used(backend *be) { return ctx_of(be)->mem_used; }
 
-const char *backend_cpu_simd(void) { return mm_simd_name(mm_simd_detect()); }
+const char *backend_cpu_simd(void) { return simd_name(simd_detect()); }
+
+void backend_cpu_profile(backend *be, int on) {
+    cpu_ctx *c = ctx_of(be);
+    c->prof = on != 0;
+    memset(c->prof_ms, 0, sizeof(c->prof_ms));
+    memset(c->prof_calls, 0, sizeof(c->prof_calls));
+    c->prof_mm_bytes = 0;
+}
+
+void backend_cpu_profile_report(backend *be, FILE *out) {
+    cpu_ctx *c = ctx_of(be);
+    double tot = 0;
+    for (int i = 0; i < P_COUNT; i++) tot += c->prof_ms[i];
+    fprintf(out, "  %-10s %8s %10s %9s %6s\n", "op", "calls", "total_ms", "mean_us", "share");
+    for (int i = 0; i < P_COUNT; i++)
+        if (c->prof_calls[i])
+            fprintf(out, "  %-10s %8lld %10.3f %9.2f %5.1f%%\n", prof_names[i], c->prof_calls[i], c->prof_ms[i],
+                    1e3 * c->prof_ms[i] / c->prof_calls[i], tot > 0 ? 100 * c->prof_ms[i] / tot : 0);
+    if (c->prof_ms[P_MATMUL] > 0)
+        fprintf(out, "  matmul read %.1f MB of weights at %.1f GB/s\n", c->prof_mm_bytes / 1e6,
+                c->prof_mm_bytes / (c->prof_ms[P_MATMUL] * 1e-3) / 1e9);
+    backend_cpu_profile(be, c->prof);
+}

@@ -587,24 +587,3 @@ void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *w
     (void)lvl;
     mm_rows_generic(y, ldy, x, w, wtype, M, K, n0, n1, scratch);
 }
-
-const char *mm_simd_name(simd_level l) {
-    return l == SIMD_AVX512 ? "avx512" : l == SIMD_AVX2 ? "avx2" : "generic";
-}
-
-simd_level mm_simd_detect(void) {
-    simd_level best = SIMD_GENERIC;
-#ifdef MM_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = SIMD_AVX2;
-    if (best == SIMD_AVX2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
-        best = SIMD_AVX512;
-#endif
-    const char *env = getenv("SPECD_SIMD");
-    if (env && *env) {
-        simd_level want = !strcmp(env, "avx512") ? SIMD_AVX512 : !strcmp(env, "avx2") ? SIMD_AVX2 : SIMD_GENERIC;
-        if (want < best) best = want;
-    }
-    return best;
-}

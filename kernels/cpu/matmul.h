@@ -10,11 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { SIMD_GENERIC = 0, SIMD_AVX2 = 1, SIMD_AVX512 = 2 } simd_level;
-
-/* Picks the best level this CPU supports (cpuid), unless SPECD_SIMD forces one. */
-simd_level mm_simd_detect(void);
-const char *mm_simd_name(simd_level l);
+#include "kernels/cpu/simd.h"
 
 /* Computes rows [n0, n1) of y (M, ldy) = x (M, K) . W^T for one thread.
  * scratch holds at least 4*K floats (thread-private). n0 and n1 are multiples

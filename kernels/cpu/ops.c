@@ -67,33 +67,58 @@ static int ops_attn_pos(const attn_seq *s, int i) {
     return s->n_past + (c > 0 ? c - 1 : 0);
 }
 
-void ops_attention_head(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
-                        int Hkv, int E, float *scores) {
+#define ATT_ALWAYS static inline __attribute__((always_inline))
+
+/* q . k over E features in 16 independent lanes, then one fixed tree: the
+ * compiler turns the lane loop into vector FMAs (a single serial chain would
+ * cost E times the FMA latency per key), and the sum is the same on every SIMD
+ * path that has FMA. */
+ATT_ALWAYS float att_dot(const float *a, const float *b, int E) {
+    float acc[16] = {0};
+    int e = 0;
+    for (; e + 16 <= E; e += 16)
+        for (int l = 0; l < 16; l++) acc[l] += a[e + l] * b[e + l];
+    for (int l = 0; e + l < E; l++) acc[l] += a[e + l] * b[e + l];
+    for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+    return (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
+/* The visible keys of new row i: every cached position (inside the window) and
+ * the new positions its mask allows (causal without a mask). Returns 0 or 1. */
+ATT_ALWAYS int att_visible(const attn_seq *s, int i, int p, int lo) {
+    int j = p - s->n_past; /* index among the new positions, or negative */
+    if (j >= 0 && (s->mask ? !s->mask[(size_t)i * s->n_new + j] : j > i)) return 0;
+    if (lo > 0 && (j < 0 ? p : ops_attn_pos(s, j)) < lo) return 0;
+    return 1;
+}
+
+ATT_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
+                         int Hkv, int E, float *scores) {
     int kv_dim = Hkv * E;
     int kvh = h / (H / Hkv);
     float scale = 1.0f / sqrtf((float)E);
     int B = kv->block_size;
+    int n_keys = s->n_past + s->n_new;
     for (int i = 0; i < s->n_new; i++) {
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
-        int n_keys = s->n_past + s->n_new;
         int lo = 0; /* sliding window: lowest key position this query may see */
         if (s->window > 0) lo = ops_attn_pos(s, i) - s->window + 1;
+        int plain = s->window <= 0 || lo <= 0; /* every cached key is visible */
         float mx = -INFINITY;
-        for (int p = 0; p < n_keys; p++) {
-            int j = p - s->n_past; /* index among the new positions, or negative */
-            if ((j >= 0 && (s->mask ? !s->mask[(size_t)i * s->n_new + j] : j > i)) ||
-                (lo > 0 && (j < 0 ? p : ops_attn_pos(s, j)) < lo)) {
-                scores[p] = -INFINITY;
-                continue;
+        for (int p0 = 0; p0 < n_keys; p0 += B) {
+            const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+            int pe = p0 + B < n_keys ? p0 + B : n_keys;
+            for (int p = p0; p < pe; p++) {
+                if (!(plain && p < s->n_past) && !att_visible(s, i, p, lo)) {
+                    scores[p] = -INFINITY;
+                    continue;
+                }
+                float d = att_dot(qi, kb + (size_t)(p - p0) * kv_dim, E) * scale;
+                scores[p] = d;
+                if (d > mx) mx = d;
             }
-            const float *kp = kv->k + (size_t)s->blocks[p / B] * kv->block_stride + (size_t)(p % B) * kv_dim +
-                              (size_t)kvh * E;
-            float d = 0.0f;
-            for (int e = 0; e < E; e++) d += qi[e] * kp[e];
-            d *= scale;
-            scores[p] = d;
-            if (d > mx) mx = d;
         }
         float sum = 0.0f;
         for (int p = 0; p < n_keys; p++) {
@@ -103,12 +128,55 @@ void ops_attention_head(float *out, const float *q, const kv_layer_view *kv, con
         }
         float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         memset(oi, 0, (size_t)E * sizeof(float));
-        for (int p = 0; p < n_keys; p++) {
-            if (scores[p] == 0.0f) continue;
-            float wgt = scores[p] * inv;
-            const float *vp = kv->v + (size_t)s->blocks[p / B] * kv->block_stride + (size_t)(p % B) * kv_dim +
-                              (size_t)kvh * E;
-            for (int e = 0; e < E; e++) oi[e] += wgt * vp[e];
+        for (int p0 = 0; p0 < n_keys; p0 += B) {
+            const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+            int pe = p0 + B < n_keys ? p0 + B : n_keys;
+            int p = p0;
+            /* four keys per pass over oi: one load and store of the output per
+             * four values, not a load-FMA-store chain through memory per key */
+            for (; p + 4 <= pe; p += 4) {
+                float w0 = scores[p] * inv, w1 = scores[p + 1] * inv, w2 = scores[p + 2] * inv,
+                      w3 = scores[p + 3] * inv;
+                if (w0 == 0.0f && w1 == 0.0f && w2 == 0.0f && w3 == 0.0f) continue;
+                const float *v0 = vb + (size_t)(p - p0) * kv_dim, *v1 = v0 + kv_dim, *v2 = v1 + kv_dim,
+                            *v3 = v2 + kv_dim;
+                for (int e = 0; e < E; e++) oi[e] += (w0 * v0[e] + w1 * v1[e]) + (w2 * v2[e] + w3 * v3[e]);
+            }
+            for (; p < pe; p++) {
+                if (scores[p] == 0.0f) continue;
+                float wgt = scores[p] * inv;
+                const float *vp = vb + (size_t)(p - p0) * kv_dim;
+                for (int e = 0; e < E; e++) oi[e] += wgt * vp[e];
+            }
         }
     }
+}
+
+static void att_head_generic(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
+                             int Hkv, int E, float *scores) {
+    att_head(out, q, kv, s, h, H, Hkv, E, scores);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void att_head_avx2(float *out, const float *q, const kv_layer_view *kv,
+                                                              const attn_seq *s, int h, int H, int Hkv, int E,
+                                                              float *scores) {
+    att_head(out, q, kv, s, h, H, Hkv, E, scores);
+}
+
+__attribute__((target("avx512f,avx512vl,avx2,fma,prefer-vector-width=512"))) static void
+att_head_avx512(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H, int Hkv, int E,
+                float *scores) {
+    att_head(out, q, kv, s, h, H, Hkv, E, scores);
+}
+#endif
+
+void ops_attention_head(simd_level lvl, float *out, const float *q, const kv_layer_view *kv, const attn_seq *s,
+                        int h, int H, int Hkv, int E, float *scores) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX512) { att_head_avx512(out, q, kv, s, h, H, Hkv, E, scores); return; }
+    if (lvl == SIMD_AVX2) { att_head_avx2(out, q, kv, s, h, H, Hkv, E, scores); return; }
+#endif
+    (void)lvl;
+    att_head_generic(out, q, kv, s, h, H, Hkv, E, scores);
 }

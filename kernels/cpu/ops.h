@@ -4,6 +4,7 @@
 #define SPECD_CPU_OPS_H
 
 #include "kernels/backend.h"
+#include "kernels/cpu/simd.h"
 
 void ops_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps);
 void ops_rope(float *x, const int32_t *pos, const float *inv_freq, int M, int H, int E, int n_rot, int neox);
@@ -11,9 +12,9 @@ void ops_add(float *x, const float *y, int M, int D);
 void ops_silu_mul(float *g, const float *u, int M, int F);
 void ops_kv_write(const kv_layer_view *kv, const int32_t *blocks, int start, const float *k, const float *v,
                   int n, int kv_dim);
-/* Attention of one head h of one sequence for all its new rows.
+/* Attention of one head h of one sequence for all its new rows, on SIMD path lvl.
  * scores: scratch of at least n_past + s->n_new floats. */
-void ops_attention_head(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
+void ops_attention_head(simd_level lvl, float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
                         int Hkv, int E, float *scores);
 
 #endif

@@ -44,13 +44,13 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
             if (e > worst) worst = e;
         }
     }
-    CHECKF(worst < 1e-5, "%s type %s M %d K %d N %d: relative error %g", mm_simd_name(lvl), ggml_type_name(wtype), M,
+    CHECKF(worst < 1e-5, "%s type %s M %d K %d N %d: relative error %g", simd_name(lvl), ggml_type_name(wtype), M,
            K, N, worst);
     free(w), free(wf), free(row), free(x), free(y), free(scratch);
 }
 
 int main(void) {
-    simd_level best = mm_simd_detect();
+    simd_level best = simd_detect();
     const int types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                          GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     const size_t n_types = sizeof types / sizeof types[0];
@@ -69,7 +69,7 @@ int main(void) {
             }
         }
     }
-    fprintf(stderr, "best SIMD path here: %s; %d shapes per path checked\n", mm_simd_name(best), ran);
+    fprintf(stderr, "best SIMD path here: %s; %d shapes per path checked\n", simd_name(best), ran);
 
     /* the quantizers keep uniform(-1, 1) weights within each type's step size:
      * relative RMS error of the round trip */

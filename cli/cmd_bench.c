@@ -232,12 +232,12 @@ int cmd_bench(int argc, char **argv) {
                "\"read_gbs\":%.2f,\"roofline_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"roofline_pct\":%.1f,"
                "\"prefill128_tok_s\":%.2f,\"prefill_decode_ratio\":%.2f,\"decode_call_ms\":%.3f,"
                "\"verify_call_ms\":%.3f,\"verify_positions\":%d,\"verify_decode_ratio\":%.3f}\n",
-               (unsigned long long)m->n_params, ggml_type_name(m->layers[0].wq.type),
+               (unsigned long long)m->n_params, ggml_type_name(m->layers[0].wq.file_type),
                (unsigned long long)m->step_bytes, threads, backend_cpu_simd(), bw, roof, decode_ref, roof_pct,
                pre_tps[1], pre_ratio, med1, medv, gamma + 1, medv / med1);
     } else {
         printf("model %s: %s, %.1fM params, %s matrices, %.1f MB read per decode step\n", model_path, m->name,
-               m->n_params / 1e6, ggml_type_name(m->layers[0].wq.type), m->step_bytes / 1e6);
+               m->n_params / 1e6, ggml_type_name(m->layers[0].wq.file_type), m->step_bytes / 1e6);
         if (gpu)
             printf("device: CUDA, measured copy bandwidth %.1f GB/s (read + write) -> roofline %.1f tok/s\n", bw,
                    roof);

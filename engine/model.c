@@ -111,7 +111,7 @@ static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64
         host = col_slice(sh, t->data, rows, row_bytes, (size_t)r * slice_bytes, slice_bytes, err, n);
         if (!host) return -1;
     }
-    out->type = t->type;
+    out->type = out->file_type = t->type;
     out->w = be_weight(sh, host, &out->type, rows, cols, err, n);
     return out->w ? 0 : -1;
 }

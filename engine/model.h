@@ -43,8 +43,9 @@ typedef struct {
 } model_hparams;
 
 typedef struct {
-    const void *w;      /* backend memory (CPU: the mmap itself) */
-    int type;           /* ggml_type (as the backend keeps it) */
+    const void *w;      /* backend memory (CPU: the mmap itself, or a repacked copy) */
+    int type;           /* the type as the backend keeps it (may be a backend-internal id) */
+    int file_type;      /* ggml_type in the GGUF file, for display */
 } model_mat;
 
 typedef struct {

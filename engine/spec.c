@@ -57,7 +57,7 @@ void spec_model_identity(const model *m, const tokenizer *t, spec_model_id *out)
     snprintf(out->arch, sizeof(out->arch), "%s", m->arch);
     out->n_layer = m->hp.n_layer, out->dim = m->hp.dim, out->n_head = m->hp.n_head;
     out->n_kv_head = m->hp.n_kv_head, out->ff = m->hp.ff, out->n_vocab = m->hp.n_vocab;
-    snprintf(out->weight_type, sizeof(out->weight_type), "%s", ggml_type_name(m->layers[0].wq.type));
+    snprintf(out->weight_type, sizeof(out->weight_type), "%s", ggml_type_name(m->layers[0].wq.file_type));
     /* the header holds every metadata value and tensor name/shape/type/offset;
      * with the file size it identifies the file without reading gigabytes */
     uint64_t h = 1469598103934665603ull;

@@ -3,6 +3,8 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
+#include "engine/gguf.h"
 #include "kernels/cpu/threadpool.h"
 
 #include <stdio.h>
@@ -21,6 +23,8 @@ typedef struct {
     int n_threads;
     float **scratch;        /* (n_threads) each scratch_floats */
     size_t scratch_floats;
+    uint8_t *xq;            /* quantized activations of the integer-dot matmuls */
+    size_t xq_bytes;
     size_t mem_used, mem_limit; /* bytes from alloc(); limit 0 = none */
     int prof;                   /* backend_cpu_profile */
     double prof_ms[P_COUNT];
@@ -49,14 +53,27 @@ static double prof_now(void) {
 static void cpu_destroy(backend *be) {
     cpu_ctx *c = ctx_of(be);
     tp_destroy(c->tp);
+    free(c->xq);
     for (int i = 0; i < c->n_threads; i++) free(c->scratch[i]);
     free(c->scratch);
     free(c);
     free(be);
 }
 
+/* Grows the quantized-activation buffer to hold rows x K. */
+static int cpu_reserve_xq(cpu_ctx *c, int rows, int K) {
+    size_t need = (size_t)rows * mm_qx_row_bytes((K + 31) / 32 * 32);
+    if (need <= c->xq_bytes) return 0;
+    uint8_t *p = realloc(c->xq, need);
+    if (!p) return -1;
+    c->xq = p;
+    c->xq_bytes = need;
+    return 0;
+}
+
 static int cpu_reserve(backend *be, int max_rows, int max_k, int max_ctx) {
     cpu_ctx *c = ctx_of(be);
+    if (cpu_reserve_xq(c, max_rows, max_k) != 0) return -1;
     size_t need = (size_t)4 * (size_t)max_k;
     if ((size_t)max_ctx + 64 > need) need = (size_t)max_ctx + 64;
     if (need <= c->scratch_floats) return 0;
@@ -90,7 +107,17 @@ static void mm_task(void *arg, int task, int thread) {
     mm_job *j = arg;
     int n0 = task * j->chunk;
     int n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
-    mm_rows(j->c->simd, j->y, j->N, j->x, j->w, j->wtype, j->M, j->K, n0, n1, j->c->scratch[thread]);
+    if (j->wtype == SPECD_TYPE_Q8_0_R8)
+        mmq_rows_r8(j->c->simd, j->y, j->N, j->c->xq, j->w, j->M, j->K, n0, n1);
+    else
+        mm_rows(j->c->simd, j->y, j->N, j->x, j->c->xq, j->w, j->wtype, j->M, j->K, n0, n1, j->c->scratch[thread]);
+}
+
+/* quantizes 8 rows of x per task (large-M calls: prefill) */
+static void xq_task(void *arg, int task, int thread) {
+    mm_job *j = arg;
+    int m0 = task * 8, m1 = m0 + 8 < j->M ? m0 + 8 : j->M;
+    mm_quantize_x(j->c->simd, j->c->xq + (size_t)m0 * mm_qx_row_bytes(j->K), j->x + (size_t)m0 * j->K, m1 - m0, j->K);
 }
 
 static void cpu_matmul_run(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
@@ -99,9 +126,19 @@ static void cpu_matmul_run(backend *be, float *y, const float *x, const void *w,
     /* ~8 tasks per thread balance well; chunks stay multiples of the 4-row tile */
     int chunk = N / (c->n_threads * 8);
     chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
+    if (wtype == SPECD_TYPE_Q8_0_R8) chunk = (chunk + 7) / 8 * 8; /* whole 8-row groups */
     mm_job j = {c, y, x, w, wtype, M, K, N, chunk};
+    if (mm_q8_path(wtype)) {
+        if (cpu_reserve_xq(c, M, K) != 0) {
+            fprintf(stderr, "%s:%d: out of memory for quantized activations\n", __FILE__, __LINE__);
+            abort();
+        }
+        if (M >= 16) tp_run(c->tp, (M + 7) / 8, xq_task, &j);
+        else mm_quantize_x(c->simd, c->xq, x, M, K);
+    }
     if ((double)M * K * N < 32768.0) { /* too small to be worth waking the pool */
-        mm_rows(c->simd, y, N, x, w, wtype, M, K, 0, N, c->scratch[0]);
+        j.chunk = N;
+        mm_task(&j, 0, 0);
         return;
     }
     tp_run(c->tp, (N + chunk - 1) / chunk, mm_task, &j);
@@ -117,7 +154,10 @@ static void cpu_matmul(backend *be, float *y, const float *x, const void *w, int
 static void cpu_get_rows(backend *be, float *y, const void *table, int type, const int32_t *ids, int M, int D) {
     PROF_BEGIN(be)
     size_t rb = mm_row_bytes(type, D);
-    for (int m = 0; m < M; m++) mm_dequant_row(y + (size_t)m * D, (const uint8_t *)table + rb * ids[m], type, D);
+    for (int m = 0; m < M; m++) {
+        if (type == SPECD_TYPE_Q8_0_R8) mm_r8_dequant_row(y + (size_t)m * D, table, ids[m], D);
+        else mm_dequant_row(y + (size_t)m * D, (const uint8_t *)table + rb * ids[m], type, D);
+    }
     PROF_END(P_GET_ROWS)
 }
 
@@ -142,7 +182,7 @@ static void cpu_add(backend *be, float *x, const float *y, int M, int D) {
 
 static void cpu_silu_mul(backend *be, float *g, const float *u, int M, int F) {
     PROF_BEGIN(be)
-    ops_silu_mul(g, u, M, F);
+    ops_silu_mul(ctx_of(be)->simd, g, u, M, F);
     PROF_END(P_SILU_MUL)
 }
 
@@ -178,8 +218,25 @@ static void cpu_release(backend *be, void *ptr) {
     c->mem_used -= bytes;
     free(p);
 }
-static const void *cpu_weight(backend *be, const void *host, int *type, int64_t rows, int64_t cols) { return host; }
-static void cpu_weight_release(backend *be, const void *host, const void *w) {}
+/* Weights are used in place in the GGUF mapping, except Q8_0 matrices, which
+ * are repacked into the Q8_0 x8 layout (quant.h) that the integer-dot kernels
+ * stream 8 rows at a time; SPECD_REPACK=0 keeps them in place (the kernels read
+ * both layouts and give the same results). The copy is not counted against
+ * backend_cpu_limit_memory (weights never were). */
+static const void *cpu_weight(backend *be, const void *host, int *type, int64_t rows, int64_t cols) {
+    const char *env = getenv("SPECD_REPACK");
+    if (*type != GGML_TYPE_Q8_0 || cols % 32 || rows < 8 || rows > INT32_MAX || cols > INT32_MAX ||
+        (env && !strcmp(env, "0")))
+        return host;
+    uint8_t *p = malloc(mm_r8_bytes((int)rows, (int)cols));
+    if (!p) return host; /* the in-place layout works too, just slower */
+    mm_r8_repack(p, host, (int)rows, (int)cols);
+    *type = SPECD_TYPE_Q8_0_R8;
+    return p;
+}
+static void cpu_weight_release(backend *be, const void *host, const void *w) {
+    if (w != host) free((void *)w);
+}
 static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) {
     PROF_BEGIN(be)
     memmove(dst, src, bytes);

@@ -4,6 +4,7 @@
  * chosen at run time: AVX-512 intrinsics, AVX2 (the portable C compiled for
  * AVX2+FMA+F16C) and generic portable C. */
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant.h"
 
 #include "engine/gguf.h"
 #include "kernels/half.h"
@@ -22,60 +23,6 @@
  * the F32 tile runs over it; below, tiles dequantize on the fly. */
 #define MM_DEQUANT_M 16
 
-typedef struct {
-    uint16_t d;
-    int8_t q[32];
-} __attribute__((packed)) blk_q8_0;
-_Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
-
-/* 32 weights: w = d * (q - 8); byte l holds weight l (low nibble) and l+16. */
-typedef struct {
-    uint16_t d;
-    uint8_t qs[16];
-} __attribute__((packed)) blk_q4_0;
-_Static_assert(sizeof(blk_q4_0) == 18, "Q4_0 block is 18 bytes");
-
-/* 256 weights in 8 sub-blocks of 32: w = d*sc_j*q - dmin*m_j with 6-bit sc/m
- * packed in scales (see kq_scale_min). qs: 4 groups of 32 bytes; group g holds
- * sub-block 2g in the low nibbles and 2g+1 in the high ones. Q5_K adds bit j
- * of qh[l] as bit 4 of weight l of sub-block j. */
-typedef struct {
-    uint16_t d, dmin;
-    uint8_t scales[12];
-    uint8_t qs[128];
-} __attribute__((packed)) blk_q4_k;
-_Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
-
-typedef struct {
-    uint16_t d, dmin;
-    uint8_t scales[12];
-    uint8_t qh[32];
-    uint8_t qs[128];
-} __attribute__((packed)) blk_q5_k;
-_Static_assert(sizeof(blk_q5_k) == 176, "Q5_K block is 176 bytes");
-
-/* 256 weights, two halves of 128 (ql + 64h, qh + 32h, scales + 8h). In a half,
- * sub-block s (32 weights) takes ql[(s&1)*32 + l] nibble s>>1 as bits 0-3 and
- * qh[l] bits 2s..2s+1 as bits 4-5; w = d * scales[16-weight group] * (q - 32). */
-typedef struct {
-    uint8_t ql[128];
-    uint8_t qh[64];
-    int8_t scales[16];
-    uint16_t d;
-} __attribute__((packed)) blk_q6_k;
-_Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
-
-/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
-static inline void kq_scale_min(const uint8_t *sc, int j, int *s, int *m) {
-    if (j < 4) {
-        *s = sc[j] & 63;
-        *m = sc[j + 4] & 63;
-    } else {
-        *s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
-}
-
 static inline float mm_h2f(uint16_t h) { return fp16_to_f32(h); }
 
 size_t mm_row_bytes(int wtype, int K) {
@@ -83,7 +30,9 @@ size_t mm_row_bytes(int wtype, int K) {
     case GGML_TYPE_F32: return (size_t)K * 4;
     case GGML_TYPE_F16:
     case GGML_TYPE_BF16: return (size_t)K * 2;
-    case GGML_TYPE_Q8_0: return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q8_0);
+    case GGML_TYPE_Q8_0:
+    case SPECD_TYPE_Q8_0_R8: /* per row, on average: the same bytes, regrouped */
+        return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q8_0);
     case GGML_TYPE_Q4_0: return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q4_0);
     case GGML_TYPE_Q4_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q4_k);
     case GGML_TYPE_Q5_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q5_k);
@@ -519,15 +468,14 @@ static inline AVX512_TARGET float v_hsum1(__m512 a) {
 }
 
 /* mr input rows x nr weight rows (row r at w + r*rb, output column r*ys).
- * At mr <= 2 each dot product keeps two accumulators (the even and odd
- * 16-lane halves of a 32-step) so the FMA latency chain does not bound the
- * loop; the choice depends on mr only, never on nr (see MM_ROWS_BODY). */
+ * One accumulator per dot product, whatever mr: a row's arithmetic is the same
+ * in every tile shape, so M rows in one call equal M one-row calls bit for bit
+ * (verification and decoding see the same logits). */
 static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const float *x,
                                         int K, const uint8_t *w, size_t rb) {
-    const int split = mr <= 2;
-    __m512 acc[MR_MAX][NR], acc2[MR_MAX][NR];
+    __m512 acc[MR_MAX][NR];
     for (int m = 0; m < mr; m++)
-        for (int r = 0; r < nr; r++) acc[m][r] = acc2[m][r] = _mm512_setzero_ps();
+        for (int r = 0; r < nr; r++) acc[m][r] = _mm512_setzero_ps();
     int k = 0;
     for (; k + 32 <= K; k += 32) {
         __m512 wa[NR], wb[NR];
@@ -537,8 +485,7 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
             __m512 xb = _mm512_loadu_ps(x + (size_t)m * K + k + 16);
             for (int r = 0; r < nr; r++) {
                 acc[m][r] = _mm512_fmadd_ps(wa[r], xa, acc[m][r]);
-                if (split) acc2[m][r] = _mm512_fmadd_ps(wb[r], xb, acc2[m][r]);
-                else acc[m][r] = _mm512_fmadd_ps(wb[r], xb, acc[m][r]);
+                acc[m][r] = _mm512_fmadd_ps(wb[r], xb, acc[m][r]);
             }
         }
     }
@@ -554,7 +501,7 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
     }
     for (int m = 0; m < mr; m++) {
         __m512 s[NR];
-        for (int r = 0; r < nr; r++) s[r] = split ? _mm512_add_ps(acc[m][r], acc2[m][r]) : acc[m][r];
+        for (int r = 0; r < nr; r++) s[r] = acc[m][r];
         float *ym = y + (size_t)m * ldy;
         if (nr == 4) {
             float o[4];
@@ -578,8 +525,12 @@ mm_rows_avx512(float *y, int ldy, const float *x, const uint8_t *w, int wtype, i
 }
 #endif /* MM_X86 */
 
-void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *w, int wtype, int M, int K,
-             int n0, int n1, float *scratch) {
+void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *xq, const uint8_t *w, int wtype,
+             int M, int K, int n0, int n1, float *scratch) {
+    if (mm_q8_path(wtype)) {
+        mmq_rows(lvl, y, ldy, xq, w, wtype, M, K, n0, n1);
+        return;
+    }
 #ifdef MM_X86
     if (lvl == SIMD_AVX512) { mm_rows_avx512(y, ldy, x, w, wtype, M, K, n0, n1, scratch); return; }
     if (lvl == SIMD_AVX2) { mm_rows_avx2(y, ldy, x, w, wtype, M, K, n0, n1, scratch); return; }

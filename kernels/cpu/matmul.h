@@ -14,9 +14,23 @@
 
 /* Computes rows [n0, n1) of y (M, ldy) = x (M, K) . W^T for one thread.
  * scratch holds at least 4*K floats (thread-private). n0 and n1 are multiples
- * of 4 except n1 == N. */
-void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *w, int wtype,
+ * of 4 except n1 == N. For the integer-dot types (mm_q8_path) the kernel reads
+ * xq, the rows of x quantized by mm_quantize_x, and not x. */
+void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *xq, const uint8_t *w, int wtype,
              int M, int K, int n0, int n1, float *scratch);
+
+/* The integer-dot path (matmul_q8.c), used for Q8_0, Q4_0, Q4_K, Q5_K and
+ * Q6_K weights at every M: each row of x is quantized per 32 values to int8
+ * (scale amax/127, round to nearest even) and a block's dot product is exact
+ * integer arithmetic, scaled once per block, as llama.cpp does. The result
+ * differs from float math by the activation rounding (about 1e-3 relative);
+ * it is the same for any M, tile or thread split. */
+int mm_q8_path(int wtype);
+/* Bytes of one quantized row of K values (K a multiple of 32), 64-aligned. */
+size_t mm_qx_row_bytes(int K);
+/* Quantizes M rows of x (M, K) into xq (M rows of mm_qx_row_bytes(K)); the
+ * same bytes on every SIMD path. */
+void mm_quantize_x(simd_level lvl, uint8_t *xq, const float *x, int M, int K);
 
 /* Dequantizes one row of K weights of wtype into out (K). */
 void mm_dequant_row(float *out, const uint8_t *row, int wtype, int K);

@@ -102,6 +102,10 @@ def rel_err_rows(c, r):
     return num / den
 
 
+# Bound for rows where an activation rounding step differs from the reference (see compare_model).
+ACT_FLIP_TOL = 2e-2
+
+
 class Checker:
     """Collects pass/fail lines and exits with the right code at the end."""
 
@@ -129,6 +133,25 @@ class Checker:
                   "row max|r| %.4g" % (label, e[worst], tol, worst, len(e), col, c[worst, col],
                                        r[worst, col], np.max(np.abs(r[worst]))))
         return self.check(bool(e[worst] <= tol), detail)
+
+    def compare_model(self, label, c, r, tol, ref):
+        """compare(), aware of the integer-dot weight types' activation rounding (ref_llama._act_q8):
+        there a float-rounding difference upstream (~1e-7) can move one activation by a whole
+        rounding step, which no reference can reproduce. Such models must still agree to tol on
+        at least half of the rows (a step follows its sequence to the end, but the emulated rounding
+        is exact elsewhere: typical error 1e-7, against ~2e-2 on every row without the emulation),
+        and every row within ACT_FLIP_TOL."""
+        if not ref.q8_act:
+            return self.compare(label, c, r, tol)
+        if not np.all(np.isfinite(c)):
+            return self.compare(label, c, r, tol)
+        e = rel_err_rows(c, r)
+        within = float(np.mean(e <= tol))
+        worst = int(np.argmax(e))
+        return self.check(within >= 0.5 and e[worst] <= ACT_FLIP_TOL,
+                          "%s: %.0f%% of rows within %.0e (need 50%%), max rel err %.3e at position %d/%d "
+                          "(limit %.0e: activation rounding steps)" % (label, 100 * within, tol, e[worst], worst,
+                                                                       len(e), ACT_FLIP_TOL))
 
     def done(self):
         print("%s: %d checks, %d failed" % (self.name, self.checks, self.failures))

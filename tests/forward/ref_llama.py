@@ -10,6 +10,9 @@
 #   causal softmax incl. self; x += Wo concat(heads); h = rmsnorm(x)*ffn_norm;
 #   x += Wdown(silu(Wgate h) * (Wup h)); logits = Woutput(rmsnorm(x)*output_norm),
 #   Woutput = token_embd when output.weight is absent. A matrix with ne=[K, N] computes y[N] = W x[K].
+#   Integer-dot weight types (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; shared contracts, "CPU kernels"): the
+#   activations a matrix multiplies are first rounded per 32 values as float32 math does it:
+#   d = amax/127, q = nearest-even(x * (1/d)), x' = d*q (x' = 0 where amax = 0); see _act_q8.
 # Architectures (metadata keys under "<arch>."):
 #   qwen2: q/k/v += blk.L.attn_{q,k,v}.bias after the matmuls; RoPE "NeoX" (ggml mode 2): pairs
 #          (x[i], x[i + n_rot/2]), same frequencies; default freq_base 10000 unless the metadata says.
@@ -28,6 +31,21 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_reader  # noqa: E402
+
+
+Q8_ACT_TYPES = (8, 2, 12, 13, 14)  # Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
+
+
+def _act_q8(x):
+    """Activations as the integer-dot kernels see them (float32 rounding, then exact)."""
+    x32 = np.asarray(x, dtype=np.float32)
+    b = x32.reshape(x32.shape[0], -1, 32)
+    amax = np.abs(b).max(axis=2, keepdims=True)
+    d = (amax / np.float32(127.0)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1.0) / d, np.float32(0.0)).astype(np.float32)
+    q = np.rint(np.clip(b * inv, -127, 127))
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(x32.shape)
 
 
 def llama3_factors(n_rot, base, factor, low_freq_factor, high_freq_factor, orig_ctx):
@@ -78,6 +96,7 @@ class LlamaRef:
         self.n_vocab = self.embd.shape[0]
         self.out_norm = t("output_norm.weight")
         self.output = t("output.weight") if "output.weight" in g.tensors else self.embd
+        self.output_t = g.tensors["output.weight" if "output.weight" in g.tensors else "token_embd.weight"].type
         self.layers = []
         for L in range(self.n_layers):
             b = "blk.%d." % L
@@ -95,6 +114,13 @@ class LlamaRef:
                 wu=t(b + "ffn_up.weight"),  # [ff, dim]
                 wd=t(b + "ffn_down.weight"),  # [dim, ff]
             ))
+            for key, nm in (("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v"), ("wo", "attn_output"),
+                            ("wg", "ffn_gate"), ("wu", "ffn_up"), ("wd", "ffn_down")):
+                self.layers[-1][key + "_t"] = g.tensors[b + nm + ".weight"].type
+
+        # True when some matrix goes through the integer-dot kernels (activation rounding)
+        self.q8_act = self.output_t in Q8_ACT_TYPES or any(
+            lw[k] in Q8_ACT_TYPES for lw in self.layers for k in lw if k.endswith("_t"))
 
         # rotation frequencies per pair, and position scale
         i = np.arange(self.n_rot // 2, dtype=np.float64)
@@ -118,6 +144,13 @@ class LlamaRef:
         self.bos = int(g.get("tokenizer.ggml.bos_token_id", 1))
         self.eos = int(g.get("tokenizer.ggml.eos_token_id", 2))
         self.reset()
+
+    @staticmethod
+    def _mm(x, w, wtype):
+        """x @ W^T, with the kernels' activation rounding when the weight's type has it."""
+        if wtype in Q8_ACT_TYPES:
+            x = _act_q8(x)
+        return x @ w.T
 
     def reset(self):
         self.k_cache = [np.zeros((0, self.n_kv, self.hd)) for _ in range(self.n_layers)]
@@ -156,7 +189,7 @@ class LlamaRef:
         scale = 1.0 / math.sqrt(self.hd)
         for L, w in enumerate(self.layers):
             h = self._rmsnorm(x, w["attn_norm"])
-            q, k, v = h @ w["wq"].T, h @ w["wk"].T, h @ w["wv"].T
+            q, k, v = (self._mm(h, w[n], w[n + "_t"]) for n in ("wq", "wk", "wv"))
             if w["bq"] is not None:
                 q = q + w["bq"]
             if w["bk"] is not None:
@@ -186,13 +219,13 @@ class LlamaRef:
                 p = np.exp(sc)
                 p /= p.sum(axis=1, keepdims=True)
                 out[:, hh, :] = p @ V[:, kv, :]
-            x = x + out.reshape(T, -1) @ w["wo"].T
+            x = x + self._mm(out.reshape(T, -1), w["wo"], w["wo_t"])
             h = self._rmsnorm(x, w["ffn_norm"])
-            g = h @ w["wg"].T
-            u = h @ w["wu"].T
-            x = x + ((g / (1.0 + np.exp(-g))) * u) @ w["wd"].T
+            g = self._mm(h, w["wg"], w["wg_t"])
+            u = self._mm(h, w["wu"], w["wu_t"])
+            x = x + self._mm((g / (1.0 + np.exp(-g))) * u, w["wd"], w["wd_t"])
         self.n_past += T
-        return self._rmsnorm(x, self.out_norm) @ self.output.T
+        return self._mm(self._rmsnorm(x, self.out_norm), self.output, self.output_t)
 
     def logits(self, tokens):
         """Logits for every position of `tokens` evaluated from an empty cache."""

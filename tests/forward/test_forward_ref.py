@@ -36,7 +36,8 @@ def check_model(ck, path, label, tokens, tmp, threads=None, ref=None):
     ref = ref or LlamaRef(path)
     r = ref.logits(tokens)
     c = fwdutil.eval_logits(path, tokens, ref.n_vocab, tmp, threads=threads, tag=label.replace("/", "_"))
-    ck.compare("%s (%d tokens%s)" % (label, len(tokens), ", -t %d" % threads if threads else ""), c, r, TOL)
+    ck.compare_model("%s (%d tokens%s)" % (label, len(tokens), ", -t %d" % threads if threads else ""), c, r, TOL,
+                     ref)
     return c, r
 
 

@@ -20,7 +20,8 @@ TOL_REF = 1e-4
 def run_model(ck, label, path, tokens, splits, tmp):
     m = LlamaRef(path)
     full = fwdutil.eval_logits(path, tokens, m.n_vocab, tmp, tag="full")
-    ck.compare("%s: full prefill vs reference (%d tokens)" % (label, len(tokens)), full, m.logits(tokens), TOL_REF)
+    ck.compare_model("%s: full prefill vs reference (%d tokens)" % (label, len(tokens)), full, m.logits(tokens),
+                     TOL_REF, m)
     for n in splits:
         s = fwdutil.eval_logits(path, tokens, m.n_vocab, tmp, split=n, tag="split%d" % n)
         ck.compare("%s: --split %d vs full prefill" % (label, n), s, full, TOL_SPLIT)

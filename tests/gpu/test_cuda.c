@@ -96,8 +96,10 @@ static void test_matmul(void) {
                 float *y = dev_fetch(dy, (size_t)M * N);
                 double e = rel_err(y, ref, (size_t)M * N);
                 bool gemv = M <= 8;
-                /* gemv: exact weights, fp32 math; cuBLAS: 16-bit activations (and bf16-rounded Q8_0 weights) */
-                double tol = gemv || t == GGML_TYPE_F32 ? 1e-5 : t == GGML_TYPE_F16 ? 2e-3 : 1e-2;
+                /* gemv: exact weights, fp32 math; cuBLAS: 16-bit activations (and bf16-rounded Q8_0 weights).
+                 * The CPU reference rounds Q8_0 activations to 8 bits per 32 (its integer-dot path,
+                 * about 4e-3 relative on these random rows); the GPU keeps them in float. */
+                double tol = t == GGML_TYPE_Q8_0 ? 1e-2 : gemv || t == GGML_TYPE_F32 ? 1e-5 : t == GGML_TYPE_F16 ? 2e-3 : 1e-2;
                 note(gemv ? S_GEMV : S_BLAS, e);
                 CHECKF(e <= tol, "matmul %s M=%d K=%d N=%d (%s): relative error %.3g > %.1g", ggml_type_name(t), M,
                        K, N, gemv ? "gemv" : "cuBLAS", e, tol);
@@ -356,7 +358,8 @@ static void test_models(void) {
         {"llama F32 (GQA)", "llama", GGML_TYPE_F32, false, 1e-4},
         {"llama F16", "llama", GGML_TYPE_F16, false, 2e-2},
         {"llama BF16 (tied head)", "llama", GGML_TYPE_BF16, true, 2e-2},
-        {"llama Q8_0", "llama", GGML_TYPE_Q8_0, false, 2e-2},
+        /* the CPU's Q8_0 activation rounding alone moves these random models' logits by 2-3e-2 */
+        {"llama Q8_0", "llama", GGML_TYPE_Q8_0, false, 6e-2},
         {"llama Q4_K (F16 on the GPU)", "llama", GGML_TYPE_Q4_K, false, 2e-2},
         {"qwen2 F32 (biases, NeoX RoPE)", "qwen2", GGML_TYPE_F32, false, 1e-4},
         {"mistral F32 (window 8)", "mistral", GGML_TYPE_F32, false, 1e-4},

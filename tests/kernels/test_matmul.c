@@ -7,6 +7,7 @@
 #include "engine/mkmodel.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant.h"
 #include "tests/testutil.h"
 
 #include <math.h>
@@ -17,6 +18,17 @@ static uint64_t rs = 88172645463325252ull;
 static float frand(void) {
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
     return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* The activation rounding of the integer-dot path, written out independently:
+ * per 32 values d = amax/127, q = nearest-even(x / d); xr gets d * q. */
+static void quantize_ref(float *xr, const float *x, int n) {
+    for (int b = 0; b < n / 32; b++) {
+        float amax = 0;
+        for (int l = 0; l < 32; l++) amax = fmaxf(amax, fabsf(x[32 * b + l]));
+        float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+        for (int l = 0; l < 32; l++) xr[32 * b + l] = d * nearbyintf(x[32 * b + l] * id);
+    }
 }
 
 static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
@@ -30,7 +42,14 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
         CHECK(mkmodel_row_from_f32(w + rb * n, wtype, wf, (uint64_t)K));
     }
     for (int i = 0; i < M * K; i++) x[i] = frand();
-    mm_rows(lvl, y, N, x, w, wtype, M, K, 0, N, scratch);
+    uint8_t *xq = NULL;
+    if (mm_q8_path(wtype)) {
+        xq = malloc(mm_qx_row_bytes(K) * (size_t)M);
+        mm_quantize_x(lvl, xq, x, M, K);
+    }
+    mm_rows(lvl, y, N, x, xq, w, wtype, M, K, 0, N, scratch);
+    if (xq) /* the reference sees the activations as the kernel does */
+        for (int m = 0; m < M; m++) quantize_ref(x + (size_t)m * K, x + (size_t)m * K, K);
     double worst = 0;
     for (int n = 0; n < N; n++) {
         mm_dequant_row(row, w + rb * n, wtype, K);
@@ -46,7 +65,7 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
     }
     CHECKF(worst < 1e-5, "%s type %s M %d K %d N %d: relative error %g", simd_name(lvl), ggml_type_name(wtype), M,
            K, N, worst);
-    free(w), free(wf), free(row), free(x), free(y), free(scratch);
+    free(w), free(wf), free(row), free(x), free(y), free(scratch), free(xq);
 }
 
 int main(void) {
@@ -108,6 +127,98 @@ int main(void) {
         CHECKF(memcmp(y1, y3, sizeof(float) * M * N) == 0, "%s: threaded != single", ggml_type_name(bt[ti]));
         free(w), free(wf), free(x), free(y1), free(y3);
     }
+    /* Q8_0 repacked 8 rows at a time (the CPU backend's weight() layout) gives
+     * exactly what the file layout gives, on every path, for N not a multiple
+     * of 8 and every tile height; its rows dequantize to the same values */
+    for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
+        const int Ns[] = {8, 13, 300}, Ks[] = {32, 256, 768};
+        for (int ni = 0; ni < 3; ni++)
+            for (int ki = 0; ki < 3; ki++) {
+                int N = Ns[ni], K = Ks[ki], Mmax = 13;
+                size_t rb = mm_row_bytes(GGML_TYPE_Q8_0, K);
+                uint8_t *w = malloc(rb * N), *r8 = malloc(mm_r8_bytes(N, K));
+                float *wf = malloc(sizeof(float) * K), *x = malloc(sizeof(float) * Mmax * K);
+                float *ya = malloc(sizeof(float) * Mmax * N), *yb = malloc(sizeof(float) * Mmax * N);
+                float *scratch = malloc(sizeof(float) * 4 * (size_t)K);
+                uint8_t *xq = malloc(mm_qx_row_bytes(K) * Mmax);
+                for (int n = 0; n < N; n++) {
+                    for (int k = 0; k < K; k++) wf[k] = frand();
+                    mkmodel_row_from_f32(w + rb * n, GGML_TYPE_Q8_0, wf, K);
+                }
+                mm_r8_repack(r8, w, N, K);
+                for (int i = 0; i < Mmax * K; i++) x[i] = frand();
+                mm_quantize_x((simd_level)lvl, xq, x, Mmax, K);
+                for (int M = 1; M <= Mmax; M += (M < 6 ? 1 : 7)) {
+                    mm_rows((simd_level)lvl, ya, N, x, xq, w, GGML_TYPE_Q8_0, M, K, 0, N, scratch);
+                    memset(yb, 0xff, sizeof(float) * M * N);
+                    mmq_rows_r8((simd_level)lvl, yb, N, xq, r8, M, K, 0, N);
+                    CHECKF(!memcmp(ya, yb, sizeof(float) * M * N), "%s: q8_0 x8 M %d K %d N %d differs from q8_0",
+                           simd_name((simd_level)lvl), M, K, N);
+                }
+                for (int n = 0; n < N; n += 5) {
+                    mm_dequant_row(x, w + rb * n, GGML_TYPE_Q8_0, K); /* x (Mmax x K) is free by now */
+                    mm_r8_dequant_row(x + K, r8, n, K);
+                    CHECKF(!memcmp(x, x + K, sizeof(float) * K), "q8_0 x8 row %d of %d dequantizes differently", n, N);
+                }
+                free(w), free(r8), free(wf), free(x), free(ya), free(yb), free(scratch), free(xq);
+            }
+    }
+
+    /* activation quantization: the same bytes on every path, including
+     * all-zero blocks, NaN and infinities (clamped), and exact halves */
+    {
+        int K = 256, Mq = 3;
+        float *x = malloc(sizeof(float) * Mq * K);
+        for (int i = 0; i < Mq * K; i++) x[i] = frand() * (i % 7 ? 1.0f : 30.0f);
+        for (int i = 32; i < 64; i++) x[i] = 0.0f;                 /* an all-zero block */
+        x[70] = NAN, x[100] = INFINITY, x[101] = -INFINITY;       /* clamped, never UB */
+        for (int i = 128; i < 160; i++) x[i] = (float)(i - 144) * 0.5f; /* amax 8: many exact .5 steps */
+        size_t rs = mm_qx_row_bytes(K);
+        uint8_t *ref = malloc(rs * Mq), *got = malloc(rs * Mq);
+        memset(ref, 0, rs * Mq);
+        mm_quantize_x(SIMD_GENERIC, ref, x, Mq, K);
+        for (int lvl = SIMD_AVX2; lvl <= (int)best; lvl++) {
+            memset(got, 0, rs * Mq);
+            mm_quantize_x((simd_level)lvl, got, x, Mq, K);
+            CHECKF(!memcmp(ref, got, rs * Mq), "%s: quantized activations differ from the portable path",
+                   simd_name((simd_level)lvl));
+        }
+        free(x), free(ref), free(got);
+    }
+
+    /* a row's value does not depend on the rows it is batched with: M rows in
+     * one call equal M one-row calls bit for bit (speculative verification and
+     * plain decoding must see the same logits), on every path and thread count */
+    const int rt[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
+    for (int ti = 0; ti < 6; ti++)
+        for (int mi = 0; mi < 3; mi++) {
+            int M = (int[]){5, 17, 40}[mi], K = 512, N = 96;
+            size_t rb = mm_row_bytes(rt[ti], K);
+            uint8_t *w = malloc(rb * N);
+            float *wf = malloc(sizeof(float) * K), *x = malloc(sizeof(float) * M * K);
+            float *yb = malloc(sizeof(float) * M * N), *y1 = malloc(sizeof(float) * N);
+            for (int n = 0; n < N; n++) {
+                for (int k = 0; k < K; k++) wf[k] = frand();
+                mkmodel_row_from_f32(w + rb * n, rt[ti], wf, K);
+            }
+            for (int i = 0; i < M * K; i++) x[i] = frand();
+            backend *bs[2] = {b1, b3};
+            for (int bi = 0; bi < 2; bi++) {
+                int wt = rt[ti]; /* through weight(): Q8_0 comes back repacked */
+                const void *bw = bs[bi]->i->weight(bs[bi], w, &wt, N, K);
+                CHECK(rt[ti] != GGML_TYPE_Q8_0 || wt == SPECD_TYPE_Q8_0_R8);
+                bs[bi]->i->matmul(bs[bi], yb, x, bw, wt, M, K, N);
+                int bad = -1;
+                for (int m = 0; m < M && bad < 0; m++) {
+                    bs[bi]->i->matmul(bs[bi], y1, x + (size_t)m * K, bw, wt, 1, K, N);
+                    if (memcmp(y1, yb + (size_t)m * N, sizeof(float) * N) != 0) bad = m;
+                }
+                CHECKF(bad < 0, "%s, %d threads: row %d of a %d-row call differs from the row alone",
+                       ggml_type_name(rt[ti]), bi ? 3 : 1, bad, M);
+                bs[bi]->i->weight_release(bs[bi], w, bw);
+            }
+            free(w), free(wf), free(x), free(yb), free(y1);
+        }
     backend_destroy(b1);
     backend_destroy(b3);
     TEST_DONE();

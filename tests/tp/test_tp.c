@@ -7,6 +7,7 @@
 #include "engine/mkmodel.h"
 #include "engine/model.h"
 #include "kernels/comm.h"
+#include "kernels/cpu/matmul.h"
 #include "tests/testutil.h"
 
 #include <math.h>
@@ -121,8 +122,16 @@ static void run_case(const tp_case *tc, const char *dir) {
             if (N == 1) {
                 CHECKF(!memcmp(ltp, lref, nl * sizeof(float)), "%s N=1: model_load_tp differs from model_load "
                        "(max |diff| %g)", tc->label, md);
-            } else {
+            } else if (!mm_q8_path(tc->type)) {
                 CHECKF(md <= tol, "%s N=%d: max |diff| %g > %g", tc->label, N, md, tol);
+            } else {
+                /* integer-dot weights round their activations per 32 values: the
+                 * shards' partial sums add in another order (~1e-7), which can move
+                 * an activation by a whole rounding step, and that difference then
+                 * follows the sequence. Such steps stay near 1% of the logits' scale;
+                 * a wrong shard (a lost or doubled partial sum) moves them by ~100%. */
+                CHECKF(md <= 2e-2f * fmaxf(1.0f, mx), "%s N=%d: max |diff| %g > %g (activation rounding steps)",
+                       tc->label, N, md, 2e-2f * fmaxf(1.0f, mx));
             }
             printf("%-14s N=%d  max|diff| %.3e  (max|ref| %.3f, tolerance %.3e)%s\n", tc->label, N, md, mx, tol,
                    N == 1 ? " bit-exact check" : "");

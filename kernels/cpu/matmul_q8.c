@@ -1,0 +1,495 @@
+/* matmul_q8.c — the integer-dot matmul path for Q8_0, Q4_0, Q4_K, Q5_K and
+ * Q6_K weights (see matmul.h), as llama.cpp does it: the activations are
+ * quantized once per call to 8 bits per 32 values with a float scale, every
+ * 32-block dot product is exact integer arithmetic on 8-bit operands (four
+ * times the multiplies per instruction of float FMAs, and no weight is ever
+ * widened to float), and only the block's sums are scaled in float.
+ *
+ * Arithmetic, the same on every path: a 32-block of weight row r gives an
+ * exact integer sum s and acc[r] += float(s) * (scale * dx). The K-quants
+ * keep two sums, lo over weights 0..15 and hi over 16..31, into acc_lo and
+ * acc_hi (Q6_K's halves have their own scales). Q4_K/Q5_K store unsigned q with a
+ * per-sub-block min: at each super-block acc_lo[r] gets
+ * (t0 + t1) + (t2 + t3) and acc_hi[r] (t4 + t5) + (t6 + t7), with
+ * t_j = (-dmin * m_j) * bsum_j and bsum_j = dx_j * sum(qx of sub-block j).
+ * The output is acc_lo + acc_hi, so a row's value does not depend on M, the
+ * tile or the thread split. The x86 tiles keep the four rows' lo and hi
+ * sums in one 8-lane vector (a horizontal-add tree of the four rows' dot
+ * products), so the float work per block is one convert, multiply and FMA per
+ * input row instead of one per input row and weight row. */
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant.h"
+
+#include "engine/gguf.h"
+#include "kernels/half.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define MQ_MR 5 /* input rows per tile: γ+1 for γ=4 */
+#define MQ_NR 4 /* weight rows per tile */
+#ifndef R8_PREFETCH
+#define R8_PREFETCH 8192 /* bytes ahead in a Q8_0 x8 stream */
+#endif
+
+int mm_q8_path(int wtype) {
+    return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q4_K ||
+           wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K;
+}
+
+/* Row layout: q (K int8), |q| (K uint8), dx (K/32 float), bsum (K/32 float),
+ * xsum (K/32 int32: the block's sum of q), then per block the sums of q over
+ * its halves as 8 int32 (lo x4, hi x4): the correction for weights stored with
+ * an offset (q + o) is o times these. */
+size_t mm_qx_row_bytes(int K) { return ((size_t)3 * K + (size_t)3 * K / 8 + 63) / 64 * 64; }
+
+static inline const float *qx_scale(const uint8_t *xr, int K) { return (const float *)(xr + 2 * (size_t)K); }
+static inline const float *qx_bsum(const uint8_t *xr, int K) { return qx_scale(xr, K) + K / 32; }
+static inline const int32_t *qx_sum(const uint8_t *xr, int K) { return (const int32_t *)(qx_bsum(xr, K) + K / 32); }
+static inline const int32_t *qx_halves(const uint8_t *xr, int K) { return qx_sum(xr, K) + K / 32; }
+
+static void quantize_generic(uint8_t *xq, const float *x, int M, int K) {
+    size_t rs = mm_qx_row_bytes(K);
+    for (int m = 0; m < M; m++) {
+        uint8_t *xr = xq + (size_t)m * rs;
+        int8_t *q = (int8_t *)xr;
+        uint8_t *a = xr + K;
+        float *dx = (float *)(xr + 2 * (size_t)K), *bs = dx + K / 32;
+        int32_t *xsum = (int32_t *)(bs + K / 32), *hv = xsum + K / 32;
+        const float *xm = x + (size_t)m * K;
+        for (int b = 0; b < K / 32; b++) {
+            const float *v = xm + 32 * b;
+            float amax = 0.0f;
+            for (int l = 0; l < 32; l++) {
+                float t = v[l] < 0 ? -v[l] : v[l];
+                amax = t > amax ? t : amax;
+            }
+            float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+            int sum = 0, half[2] = {0, 0};
+            for (int l = 0; l < 32; l++) {
+                /* round to nearest even through the 1.5*2^23 trick (|t| <= 127.5
+                 * here; NaN or inf inputs clamp instead of overflowing) */
+                float t = v[l] * id;
+                t = t >= -127.0f ? (t <= 127.0f ? t : 127.0f) : -127.0f;
+                t = (t + 0x1.8p23f) - 0x1.8p23f;
+                int qi = (int)t;
+                q[32 * b + l] = (int8_t)qi;
+                a[32 * b + l] = (uint8_t)(qi < 0 ? -qi : qi);
+                sum += qi;
+                half[l >= 16] += qi;
+            }
+            for (int l = 0; l < 8; l++) hv[8 * b + l] = half[l >= 4];
+            xsum[b] = sum;
+            dx[b] = d;
+            bs[b] = d * (float)sum;
+        }
+    }
+}
+
+#if defined(__x86_64__)
+/* The same rounding as quantize_generic, 32 values at a time: max(t, -127)
+ * returns -127 for NaN as the generic comparison does, and vcvtps2dq rounds to
+ * nearest even as the 1.5*2^23 trick does. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void quantize_avx512(uint8_t *xq, const float *x, int M,
+                                                                                int K) {
+    size_t rs = mm_qx_row_bytes(K);
+    for (int m = 0; m < M; m++) {
+        uint8_t *xr = xq + (size_t)m * rs;
+        float *dx = (float *)(xr + 2 * (size_t)K), *bs = dx + K / 32;
+        int32_t *xsum = (int32_t *)(bs + K / 32), *hv = xsum + K / 32;
+        const float *xm = x + (size_t)m * K;
+        for (int b = 0; b < K / 32; b++) {
+            __m512 v0 = _mm512_loadu_ps(xm + 32 * b), v1 = _mm512_loadu_ps(xm + 32 * b + 16);
+            __m512 a = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_setzero_ps());
+            a = _mm512_max_ps(_mm512_abs_ps(v1), a);
+            float amax = _mm512_reduce_max_ps(a);
+            float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+            __m512 vid = _mm512_set1_ps(id), lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+            __m512i i0 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, vid), lo), hi));
+            __m512i i1 = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, vid), lo), hi));
+            __m128i q0 = _mm512_cvtsepi32_epi8(i0), q1 = _mm512_cvtsepi32_epi8(i1);
+            _mm_storeu_si128((__m128i *)(xr + 32 * b), q0);
+            _mm_storeu_si128((__m128i *)(xr + 32 * b + 16), q1);
+            _mm_storeu_si128((__m128i *)(xr + K + 32 * b), _mm_abs_epi8(q0));
+            _mm_storeu_si128((__m128i *)(xr + K + 32 * b + 16), _mm_abs_epi8(q1));
+            int h0 = _mm512_reduce_add_epi32(i0), h1 = _mm512_reduce_add_epi32(i1);
+            _mm256_storeu_si256((__m256i *)(hv + 8 * b), _mm256_setr_epi32(h0, h0, h0, h0, h1, h1, h1, h1));
+            xsum[b] = h0 + h1;
+            dx[b] = d;
+            bs[b] = d * (float)(h0 + h1);
+        }
+    }
+}
+#endif
+
+void mm_quantize_x(simd_level lvl, uint8_t *xq, const float *x, int M, int K) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX512) {
+        quantize_avx512(xq, x, M, K);
+        return;
+    }
+#endif
+    (void)lvl;
+    quantize_generic(xq, x, M, K);
+}
+
+/* ---- portable C ------------------------------------------------------- */
+
+#define QG static inline __attribute__((always_inline))
+
+/* Block k/32 of one row: its 32 weights as signed integers (0..31 for
+ * Q4_K/Q5_K, whose offset is the min) and the scales of its two halves. */
+QG void qg_block(const uint8_t *row, int wtype, int k, int8_t *wq, float *s_lo, float *s_hi) {
+    uint16_t dh;
+    if (wtype == GGML_TYPE_Q8_0) {
+        const blk_q8_0 *b = (const blk_q8_0 *)row + k / 32;
+        memcpy(&dh, &b->d, 2);
+        memcpy(wq, b->q, 32);
+        *s_lo = *s_hi = fp16_to_f32(dh);
+    } else if (wtype == GGML_TYPE_Q4_0) {
+        const blk_q4_0 *b = (const blk_q4_0 *)row + k / 32;
+        memcpy(&dh, &b->d, 2);
+        for (int l = 0; l < 16; l++) {
+            wq[l] = (int8_t)((b->qs[l] & 0xF) - 8);
+            wq[l + 16] = (int8_t)((b->qs[l] >> 4) - 8);
+        }
+        *s_lo = *s_hi = fp16_to_f32(dh);
+    } else if (wtype == GGML_TYPE_Q6_K) {
+        const blk_q6_k *b = (const blk_q6_k *)row + k / 256;
+        int j = (k % 256) / 32, h = j / 4, s = j % 4;
+        const uint8_t *ql = b->ql + 64 * h + 32 * (s & 1), *qh = b->qh + 32 * h;
+        for (int l = 0; l < 32; l++)
+            wq[l] = (int8_t)((((ql[l] >> (4 * (s >> 1))) & 0xF) | (((qh[l] >> (2 * s)) & 3) << 4)) - 32);
+        memcpy(&dh, &b->d, 2);
+        float d = fp16_to_f32(dh);
+        *s_lo = d * (float)b->scales[8 * h + 2 * s];
+        *s_hi = d * (float)b->scales[8 * h + 2 * s + 1];
+    } else {
+        int j = (k % 256) / 32, sc, mn;
+        const uint8_t *scales, *qs, *qh = NULL;
+        if (wtype == GGML_TYPE_Q4_K) {
+            const blk_q4_k *b = (const blk_q4_k *)row + k / 256;
+            memcpy(&dh, &b->d, 2);
+            scales = b->scales, qs = b->qs;
+        } else {
+            const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
+            memcpy(&dh, &b->d, 2);
+            scales = b->scales, qs = b->qs, qh = b->qh;
+        }
+        kq_scale_min(scales, j, &sc, &mn);
+        for (int l = 0; l < 32; l++) {
+            int q = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
+            if (qh) q |= ((qh[l] >> j) & 1) << 4;
+            wq[l] = (int8_t)q;
+        }
+        *s_lo = *s_hi = fp16_to_f32(dh) * (float)sc;
+    }
+}
+
+/* -dmin * m_j of the 8 sub-blocks of the Q4_K/Q5_K super-block at k. */
+QG void qg_mins(const uint8_t *row, int wtype, int k, float *v) {
+    const uint8_t *scales;
+    uint16_t mh;
+    if (wtype == GGML_TYPE_Q4_K) {
+        const blk_q4_k *b = (const blk_q4_k *)row + k / 256;
+        memcpy(&mh, &b->dmin, 2);
+        scales = b->scales;
+    } else {
+        const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
+        memcpy(&mh, &b->dmin, 2);
+        scales = b->scales;
+    }
+    float dmin = fp16_to_f32(mh);
+    for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        kq_scale_min(scales, j, &sc, &mn);
+        v[j] = -(dmin * (float)mn);
+    }
+}
+
+/* The half scales of the 8 sub-blocks of the K-quant super-block at k:
+ * lo[j], hi[j] of sub-block j (equal except for Q6_K's 16-value groups). */
+QG void qg_kscales(const uint8_t *row, int wtype, int k, float *lo, float *hi) {
+    uint16_t dh;
+    if (wtype == GGML_TYPE_Q6_K) {
+        const blk_q6_k *b = (const blk_q6_k *)row + k / 256;
+        memcpy(&dh, &b->d, 2);
+        float d = fp16_to_f32(dh);
+        for (int j = 0; j < 8; j++) lo[j] = d * (float)b->scales[2 * j], hi[j] = d * (float)b->scales[2 * j + 1];
+        return;
+    }
+    const uint8_t *scales;
+    if (wtype == GGML_TYPE_Q4_K) {
+        const blk_q4_k *b = (const blk_q4_k *)row + k / 256;
+        memcpy(&dh, &b->d, 2);
+        scales = b->scales;
+    } else {
+        const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
+        memcpy(&dh, &b->d, 2);
+        scales = b->scales;
+    }
+    float d = fp16_to_f32(dh);
+    for (int j = 0; j < 8; j++) {
+        int sc, mn;
+        kq_scale_min(scales, j, &sc, &mn);
+        lo[j] = hi[j] = d * (float)sc;
+    }
+}
+
+QG void qg_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq, size_t xs, int K,
+                const uint8_t *w, size_t rb) {
+    const int is_k = wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K;
+    const int one_scale = wtype == GGML_TYPE_Q8_0 || wtype == GGML_TYPE_Q4_0;
+    float lo[MQ_MR][MQ_NR], hi[MQ_MR][MQ_NR];
+    memset(lo, 0, sizeof(lo));
+    memset(hi, 0, sizeof(hi));
+    for (int k = 0; k < K; k += 32) {
+        int8_t wq[MQ_NR][32];
+        float s_lo[MQ_NR], s_hi[MQ_NR];
+        for (int r = 0; r < nr; r++) qg_block(w + r * rb, wtype, k, wq[r], &s_lo[r], &s_hi[r]);
+        if (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K)
+            for (int r = 0; r < nr; r++) {
+                float lo8[8], hi8[8];
+                qg_kscales(w + r * rb, wtype, k - k % 256, lo8, hi8);
+                s_lo[r] = lo8[(k % 256) / 32], s_hi[r] = hi8[(k % 256) / 32];
+            }
+        if (is_k && k % 256 == 0) {
+            float mv[MQ_NR][8];
+            for (int r = 0; r < nr; r++) qg_mins(w + r * rb, wtype, k, mv[r]);
+            for (int m = 0; m < mr; m++) {
+                const float *bs = qx_bsum(xq + m * xs, K) + k / 32;
+                for (int r = 0; r < nr; r++) {
+                    float t[8];
+                    for (int j = 0; j < 8; j++) t[j] = mv[r][j] * bs[j];
+                    lo[m][r] += (t[0] + t[1]) + (t[2] + t[3]);
+                    hi[m][r] += (t[4] + t[5]) + (t[6] + t[7]);
+                }
+            }
+        }
+        for (int m = 0; m < mr; m++) {
+            const uint8_t *xr = xq + m * xs;
+            const int8_t *qx = (const int8_t *)xr + k;
+            float dx = qx_scale(xr, K)[k / 32];
+            for (int r = 0; r < nr; r++) {
+                int a = 0, b = 0;
+                for (int l = 0; l < 16; l++) a += qx[l] * wq[r][l], b += qx[l + 16] * wq[r][l + 16];
+                if (one_scale) { /* one scale per block: the whole block's sum */
+                    lo[m][r] += (float)(a + b) * (s_lo[r] * dx);
+                } else {
+                    lo[m][r] += (float)a * (s_lo[r] * dx);
+                    hi[m][r] += (float)b * (s_hi[r] * dx);
+                }
+            }
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nr; r++) y[(size_t)m * ldy + (size_t)r * ys] = lo[m][r] + hi[m][r];
+}
+
+/* ---- Q8_0 x8 (see quant.h) -------------------------------------------- */
+
+size_t mm_r8_bytes(int N, int K) { return (size_t)(N + 7) / 8 * (size_t)(K / 32) * R8_BLOCK_BYTES; }
+
+void mm_r8_repack(uint8_t *dst, const uint8_t *src, int N, int K) {
+    size_t rb = (size_t)(K / 32) * sizeof(blk_q8_0);
+    memset(dst, 0, mm_r8_bytes(N, K));
+    for (int n = 0; n < N; n++) {
+        const blk_q8_0 *row = (const blk_q8_0 *)(src + (size_t)n * rb);
+        uint8_t *g = dst + (size_t)(n / 8) * (size_t)(K / 32) * R8_BLOCK_BYTES;
+        int r = n % 8;
+        for (int b = 0; b < K / 32; b++) {
+            uint8_t *blk = g + (size_t)b * R8_BLOCK_BYTES;
+            memcpy(blk + 2 * r, &row[b].d, 2);
+            for (int j = 0; j < 8; j++) memcpy(blk + 16 + 32 * j + 4 * r, row[b].q + 4 * j, 4);
+        }
+    }
+}
+
+void mm_r8_dequant_row(float *out, const uint8_t *w, int n, int K) {
+    const uint8_t *g = w + (size_t)(n / 8) * (size_t)(K / 32) * R8_BLOCK_BYTES;
+    int r = n % 8;
+    for (int b = 0; b < K / 32; b++) {
+        const uint8_t *blk = g + (size_t)b * R8_BLOCK_BYTES;
+        uint16_t dh;
+        memcpy(&dh, blk + 2 * r, 2);
+        float d = fp16_to_f32(dh);
+        for (int k = 0; k < 32; k++) out[32 * b + k] = d * (float)(int8_t)blk[16 + 32 * (k / 4) + 4 * r + k % 4];
+    }
+}
+
+/* mr input rows x one group of 8 weight rows; the same sums and float steps
+ * as the Q8_0 tiles above (acc += float(s) * (d * dx) per block). */
+QG void qg_r8_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t xs, int K, const uint8_t *g) {
+    float acc[MQ_MR][8];
+    memset(acc, 0, sizeof(acc));
+    for (int b = 0; b < K / 32; b++) {
+        const uint8_t *blk = g + (size_t)b * R8_BLOCK_BYTES;
+        float d[8];
+        for (int r = 0; r < 8; r++) {
+            uint16_t dh;
+            memcpy(&dh, blk + 2 * r, 2);
+            d[r] = fp16_to_f32(dh);
+        }
+        for (int m = 0; m < mr; m++) {
+            const int8_t *qx = (const int8_t *)(xq + m * xs) + 32 * b;
+            float dx = qx_scale(xq + m * xs, K)[b];
+            for (int r = 0; r < 8; r++) {
+                int sum = 0;
+                for (int j = 0; j < 8; j++)
+                    for (int t = 0; t < 4; t++) sum += qx[4 * j + t] * (int8_t)blk[16 + 32 * j + 4 * r + t];
+                acc[m][r] += (float)sum * (d[r] * dx);
+            }
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nv; r++) y[(size_t)m * ldy + r] = acc[m][r];
+}
+
+/* Rows [n0, n1) a group of 8 at a time. Groups go in pairs from the two halves
+ * of the range (group i with group i + half), so each thread reads two linear
+ * streams, as MM_ROWS_BODY does (one stream leaves DRAM bandwidth unused).
+ * TILE(mr, ng, y, ldy, y2, nv, nv2, xq, xs, K, g, g2) does ng (1 or 2) groups. */
+#define R8_TILE_M(TILE, NG, y_, y2_, nv_, nv2_, g_, g2_)                                            \
+    for (int m = 0; m < M; m += MQ_MR) {                                                           \
+        int mr = M - m < MQ_MR ? M - m : MQ_MR;                                                    \
+        float *ym = (y_) + (size_t)m * ldy, *y2m = (y2_) + (size_t)m * ldy;                        \
+        const uint8_t *xm = xq + m * xs;                                                           \
+        switch (mr) {                                                                              \
+        case 1: TILE(1, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
+        case 2: TILE(2, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
+        case 3: TILE(3, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
+        case 4: TILE(4, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
+        default: TILE(5, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                  \
+        }                                                                                          \
+    }
+#define R8_ROWS_BODY(TILE)                                                                         \
+    size_t xs = mm_qx_row_bytes(K), gb = (size_t)(K / 32) * R8_BLOCK_BYTES;                        \
+    int ngr = (n1 - n0 + 7) / 8, half = ngr / 2;                                                   \
+    for (int i = 0; i < half; i++) {                                                               \
+        int na = n0 + 8 * i, nb = n0 + 8 * (i + half);                                             \
+        int nva = n1 - na < 8 ? n1 - na : 8, nvb = n1 - nb < 8 ? n1 - nb : 8;                      \
+        R8_TILE_M(TILE, 2, y + na, y + nb, nva, nvb, w + (size_t)(na / 8) * gb, w + (size_t)(nb / 8) * gb) \
+    }                                                                                              \
+    if (ngr % 2) {                                                                                 \
+        int na = n0 + 8 * (ngr - 1), nva = n1 - na < 8 ? n1 - na : 8;                              \
+        R8_TILE_M(TILE, 1, y + na, y + na, nva, nva, w + (size_t)(na / 8) * gb, w + (size_t)(na / 8) * gb) \
+    }
+
+/* the portable tile takes one group at a time */
+#define QG_R8_TILE2(mr, ng, y, ldy, y2, nv, nv2, xq, xs, K, g, g2)                                 \
+    do {                                                                                           \
+        qg_r8_tile(mr, y, ldy, nv, xq, xs, K, g);                                                  \
+        if ((ng) == 2) qg_r8_tile(mr, y2, ldy, nv2, xq, xs, K, g2);                                \
+    } while (0)
+
+static void r8_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
+    R8_ROWS_BODY(QG_R8_TILE2)
+}
+
+/* Instantiates a tile for constant (mr, nr) and wtype so loops unroll and the
+ * accumulators stay in registers. */
+#define MQ_DISPATCH_M(TILE, NRC)                                                                   \
+    switch (mr) {                                                                                  \
+    case 1: TILE(wtype, 1, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
+    case 2: TILE(wtype, 2, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
+    case 3: TILE(wtype, 3, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
+    case 4: TILE(wtype, 4, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
+    default: TILE(wtype, 5, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                             \
+    }
+#define MQ_DISPATCH(FN, TILE, ATTR)                                                                \
+    static inline ATTR void FN(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq, \
+                               size_t xs, int K, const uint8_t *w, size_t rb) {                    \
+        if (nr == 4) {                                                                             \
+            MQ_DISPATCH_M(TILE, 4)                                                                 \
+        } else if (nr == 2) {                                                                      \
+            MQ_DISPATCH_M(TILE, 2)                                                                 \
+        } else {                                                                                   \
+            MQ_DISPATCH_M(TILE, 1)                                                                 \
+        }                                                                                          \
+    }
+#define MQ_TYPED(FN, TILE, ATTR)                                                                   \
+    static inline ATTR void FN(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq, \
+                               size_t xs, int K, const uint8_t *w, size_t rb) {                    \
+        switch (wtype) {                                                                           \
+        case GGML_TYPE_Q4_0: TILE(GGML_TYPE_Q4_0, mr, nr, y, ldy, ys, xq, xs, K, w, rb); break;    \
+        case GGML_TYPE_Q4_K: TILE(GGML_TYPE_Q4_K, mr, nr, y, ldy, ys, xq, xs, K, w, rb); break;    \
+        case GGML_TYPE_Q5_K: TILE(GGML_TYPE_Q5_K, mr, nr, y, ldy, ys, xq, xs, K, w, rb); break;    \
+        case GGML_TYPE_Q6_K: TILE(GGML_TYPE_Q6_K, mr, nr, y, ldy, ys, xq, xs, K, w, rb); break;    \
+        default: TILE(GGML_TYPE_Q8_0, mr, nr, y, ldy, ys, xq, xs, K, w, rb); break;                \
+        }                                                                                          \
+    }
+
+/* Rows [n0, n1) in strided streams, as MM_ROWS_BODY in matmul.c: M == 1 reads
+ * 2 linear streams, larger M 4; leftover rows go one at a time. */
+#define MQ_ROWS_BODY(TILE_ANY)                                                                     \
+    size_t rb = mm_row_bytes(wtype, K), xs = mm_qx_row_bytes(K);                                   \
+    int nrs = M == 1 ? 2 : MQ_NR;                                                                  \
+    int q = (n1 - n0) / nrs;                                                                       \
+    for (int i = 0; i < q; i++) {                                                                  \
+        int n = n0 + i;                                                                            \
+        for (int m = 0; m < M; m += MQ_MR) {                                                       \
+            int mr = M - m < MQ_MR ? M - m : MQ_MR;                                                \
+            TILE_ANY(wtype, mr, nrs, y + (size_t)m * ldy + n, ldy, q, xq + (size_t)m * xs, xs, K,  \
+                     w + (size_t)n * rb, (size_t)q * rb);                                          \
+        }                                                                                          \
+    }                                                                                              \
+    for (int n = n0 + q * nrs; n < n1; n++)                                                        \
+        for (int m = 0; m < M; m += MQ_MR) {                                                       \
+            int mr = M - m < MQ_MR ? M - m : MQ_MR;                                                \
+            TILE_ANY(wtype, mr, 1, y + (size_t)m * ldy + n, ldy, 1, xq + (size_t)m * xs, xs, K,    \
+                     w + (size_t)n * rb, rb);                                                      \
+        }
+
+#define QG_ATTR __attribute__((always_inline))
+MQ_DISPATCH(qg_tile_mn, qg_tile, QG_ATTR)
+MQ_TYPED(qg_tile_any, qg_tile_mn, QG_ATTR)
+
+static void mmq_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M, int K,
+                             int n0, int n1) {
+    MQ_ROWS_BODY(qg_tile_any)
+}
+
+#if defined(__x86_64__)
+#define QT_SUFFIX avx2
+#define QT_TARGET __attribute__((target("avx2,fma,f16c"), always_inline))
+#define QT_NOINLINE_TARGET __attribute__((target("avx2,fma,f16c")))
+#define QT_VNNI 0
+#include "kernels/cpu/matmul_q8_tile.h"
+#undef QT_SUFFIX
+#undef QT_TARGET
+#undef QT_NOINLINE_TARGET
+#undef QT_VNNI
+
+#define QT_SUFFIX vnni
+#define QT_TARGET __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512f,avx2,fma,f16c"), always_inline))
+#define QT_NOINLINE_TARGET __attribute__((target("avx512vnni,avx512vl,avx512bw,avx512f,avx2,fma,f16c")))
+#define QT_VNNI 1
+#include "kernels/cpu/matmul_q8_tile.h"
+#undef QT_SUFFIX
+#undef QT_TARGET
+#undef QT_NOINLINE_TARGET
+#undef QT_VNNI
+#endif
+
+void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
+                 int n1) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { r8_rows_vnni(y, ldy, xq, w, M, K, n0, n1); return; }
+    if (lvl >= SIMD_AVX2) { r8_rows_avx2(y, ldy, xq, w, M, K, n0, n1); return; }
+#endif
+    (void)lvl;
+    r8_rows_generic(y, ldy, xq, w, M, K, n0, n1);
+}
+
+void mmq_rows(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M, int K,
+              int n0, int n1) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { mmq_rows_vnni(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
+    if (lvl >= SIMD_AVX2) { mmq_rows_avx2(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
+#endif
+    (void)lvl;
+    mmq_rows_generic(y, ldy, xq, w, wtype, M, K, n0, n1);
+}

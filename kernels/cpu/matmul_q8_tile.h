@@ -1,0 +1,244 @@
+/* matmul_q8_tile.h — the integer-dot tile of matmul_q8.c for one x86 target,
+ * included once per target (dav1d-style templating). The includer defines:
+ *   QT_SUFFIX  name suffix of the functions made here (avx2, vnni)
+ *   QT_TARGET  the function attribute selecting the instruction set
+ *   QT_VNNI    1: vpdpbusd (AVX512-VNNI); 0: vpmaddubsw + vpmaddwd (AVX2)
+ * The integer sums are exact on both, and the float work after them is the
+ * same instructions, so the two targets agree bit for bit. */
+
+#define QT_CAT2(a, b) a##_##b
+#define QT_CAT(a, b) QT_CAT2(a, b)
+#define QT_(name) QT_CAT(name, QT_SUFFIX)
+
+/* 8 int32 lanes of u8 a times s8 b; lane l sums bytes 4l..4l+3. The AVX2
+ * form adds byte pairs in int16 first: no saturation while a <= 127 (|qx|, or
+ * weights of at most 6 bits). */
+static inline QT_TARGET __m256i QT_(qt_dot)(__m256i a, __m256i b) {
+#if QT_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline QT_TARGET __m256i QT_(qt_srl16)(__m256i v, int n) { return _mm256_srl_epi16(v, _mm_cvtsi32_si128(n)); }
+
+/* The 32 weights of block k/32 of one row as the unsigned operand of the dot
+ * product, stored as q + 2^*shift (the kernel subtracts 2^shift times the x
+ * half sums; *shift = 0: no offset), and for Q8_0/Q4_0 the scales of the two
+ * halves (the K-quants' come from qg_kscales once per super-block). Q8_0
+ * on AVX2 stays signed (*shift = -1): vpmaddubsw would saturate on q + 128, so
+ * that path moves the sign onto the weights instead (vpsignb). */
+static inline QT_TARGET __m256i QT_(qt_load)(const uint8_t *row, int wtype, int k, float *s_lo, float *s_hi,
+                                             int *shift) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    uint16_t dh;
+    if (wtype == GGML_TYPE_Q8_0) {
+        const blk_q8_0 *b = (const blk_q8_0 *)row + k / 32;
+        memcpy(&dh, &b->d, 2);
+        *s_lo = *s_hi = _cvtsh_ss(dh);
+        __m256i q = _mm256_loadu_si256((const __m256i *)b->q);
+#if QT_VNNI
+        *shift = 7;
+        return _mm256_xor_si256(q, _mm256_set1_epi8((char)0x80));
+#else
+        *shift = -1;
+        return q;
+#endif
+    }
+    if (wtype == GGML_TYPE_Q4_0) {
+        const blk_q4_0 *b = (const blk_q4_0 *)row + k / 32;
+        memcpy(&dh, &b->d, 2);
+        *s_lo = *s_hi = _cvtsh_ss(dh);
+        *shift = 3;
+        __m128i v = _mm_loadu_si128((const __m128i *)b->qs);
+        __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
+        return _mm256_set_m128i(hi, lo);
+    }
+    if (wtype == GGML_TYPE_Q6_K) { /* scales: qg_kscales, once per super-block */
+        const blk_q6_k *b = (const blk_q6_k *)row + k / 256;
+        int j = (k % 256) / 32, h = j / 4, s = j % 4;
+        *shift = 5;
+        __m256i lo = _mm256_and_si256(QT_(qt_srl16)(_mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (s & 1))),
+                                                    4 * (s >> 1)), m4);
+        __m256i hi = _mm256_and_si256(QT_(qt_srl16)(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)), 2 * s),
+                                      _mm256_set1_epi8(3));
+        return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+    }
+    /* Q4_K, Q5_K: sub-block j; scales and mins once per super-block */
+    int j = (k % 256) / 32;
+    const uint8_t *qs, *qh = NULL;
+    if (wtype == GGML_TYPE_Q4_K) {
+        qs = ((const blk_q4_k *)row + k / 256)->qs;
+    } else {
+        const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
+        qs = b->qs, qh = b->qh;
+    }
+    *shift = 0;
+    __m256i q = _mm256_and_si256(QT_(qt_srl16)(_mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2))), 4 * (j & 1)), m4);
+    if (qh) {
+        __m256i hb = _mm256_and_si256(QT_(qt_srl16)(_mm256_loadu_si256((const __m256i *)qh), j), _mm256_set1_epi8(1));
+        q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
+    }
+    return q;
+}
+
+/* -dmin * m_j for the 8 sub-blocks j of the Q4_K/Q5_K super-block at k. */
+static inline QT_TARGET __m256 QT_(qt_mins)(const uint8_t *row, int wtype, int k) {
+    float v[8];
+    qg_mins(row, wtype, k, v);
+    return _mm256_loadu_ps(v);
+}
+
+static inline QT_TARGET void QT_(qt_tile)(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq,
+                                          size_t xs, int K, const uint8_t *w, size_t rb) {
+    const int is_k = wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K;
+    const int one_scale = wtype == GGML_TYPE_Q8_0 || wtype == GGML_TYPE_Q4_0;
+    const __m256i zi = _mm256_setzero_si256();
+    const __m256 zf = _mm256_setzero_ps();
+    /* lane r: row r's lo half, lane 4 + r: its hi half */
+    __m256 acc[MQ_MR];
+    for (int m = 0; m < mr; m++) acc[m] = zf;
+    const int is_sb = is_k || wtype == GGML_TYPE_Q6_K;
+    float kst[8][8] = {{0}}; /* K-quants: the scale vector of each sub-block of the super-block */
+    for (int k = 0; k < K; k += 32) {
+        __m256i wq[MQ_NR];
+        float s_lo[MQ_NR] = {0}, s_hi[MQ_NR] = {0};
+        int shift = 0;
+        for (int r = 0; r < nr; r++) wq[r] = QT_(qt_load)(w + r * rb, wtype, k, &s_lo[r], &s_hi[r], &shift);
+        if (is_sb && k % 256 == 0)
+            for (int r = 0; r < nr; r++) {
+                float lo[8], hi[8];
+                qg_kscales(w + r * rb, wtype, k, lo, hi);
+                for (int j = 0; j < 8; j++) kst[j][r] = lo[j], kst[j][4 + r] = hi[j];
+            }
+        __m256 S = is_sb ? _mm256_loadu_ps(kst[(k % 256) / 32])
+                         : _mm256_setr_ps(s_lo[0], s_lo[1], s_lo[2], s_lo[3], s_hi[0], s_hi[1], s_hi[2], s_hi[3]);
+        if (is_k && k % 256 == 0) {
+            __m256 mv[MQ_NR];
+            for (int r = 0; r < nr; r++) mv[r] = QT_(qt_mins)(w + r * rb, wtype, k);
+            for (int m = 0; m < mr; m++) {
+                __m256 bs = _mm256_loadu_ps(qx_bsum(xq + m * xs, K) + k / 32);
+                __m256 p[MQ_NR];
+                for (int r = 0; r < MQ_NR; r++) p[r] = r < nr ? _mm256_mul_ps(mv[r], bs) : zf;
+                acc[m] = _mm256_add_ps(acc[m], _mm256_hadd_ps(_mm256_hadd_ps(p[0], p[1]), _mm256_hadd_ps(p[2], p[3])));
+            }
+        }
+        for (int m = 0; m < mr; m++) {
+            const uint8_t *xr = xq + m * xs;
+            __m256i qx = _mm256_loadu_si256((const __m256i *)(xr + k));
+            __m256i d[MQ_NR];
+            if (shift < 0) {
+                __m256i ax = _mm256_loadu_si256((const __m256i *)(xr + K + k));
+                for (int r = 0; r < MQ_NR; r++) d[r] = r < nr ? QT_(qt_dot)(ax, _mm256_sign_epi8(wq[r], qx)) : zi;
+            } else {
+                for (int r = 0; r < MQ_NR; r++) d[r] = r < nr ? QT_(qt_dot)(wq[r], qx) : zi;
+            }
+            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+            if (shift > 0) {
+                __m256i hv = _mm256_loadu_si256((const __m256i *)(qx_halves(xr, K) + 8 * (k / 32)));
+                h = _mm256_sub_epi32(h, _mm256_sll_epi32(hv, _mm_cvtsi32_si128(shift)));
+            }
+            if (one_scale) /* whole-block sums in lanes 0-3, hi lanes stay zero (see qg_tile) */
+                h = _mm256_blend_epi32(_mm256_add_epi32(h, _mm256_permute2x128_si256(h, h, 0x01)), zi, 0xF0);
+            __m256 dx = _mm256_broadcast_ss(qx_scale(xr, K) + k / 32);
+            acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), _mm256_mul_ps(S, dx), acc[m]);
+        }
+    }
+    for (int m = 0; m < mr; m++) {
+        float o[4];
+        _mm_storeu_ps(o, _mm_add_ps(_mm256_castps256_ps128(acc[m]), _mm256_extractf128_ps(acc[m], 1)));
+        for (int r = 0; r < nr; r++) y[(size_t)m * ldy + (size_t)r * ys] = o[r];
+    }
+}
+
+/* mr input rows x one Q8_0 x8 group (quant.h): per block, for each run j of
+ * 4 columns one load of the 8 rows' bytes and one dot per input row against
+ * its 4 broadcast bytes. VNNI: weights + 128 as the unsigned operand, the sum
+ * starting at -128 * sum(qx); AVX2: |qx| as the unsigned operand and the
+ * sign moved onto the weights. Both are the exact sum of q * qx. */
+static inline QT_TARGET void QT_(qt_r8_tile)(int mr, int ng, float *y, int ldy, float *y2, int nv, int nv2,
+                                             const uint8_t *xq, size_t xs, int K, const uint8_t *g, const uint8_t *g2) {
+    const uint8_t *gs[2] = {g, g2};
+    __m256 acc[2][MQ_MR];
+    for (int q = 0; q < ng; q++)
+        for (int m = 0; m < mr; m++) acc[q][m] = _mm256_setzero_ps();
+    for (int b = 0; b < K / 32; b++) {
+        __m256i s[2][MQ_MR];
+        __m256 d[2];
+        for (int q = 0; q < ng; q++) {
+            const uint8_t *blk = gs[q] + (size_t)b * R8_BLOCK_BYTES;
+            /* fetch ahead of the hardware prefetcher in each stream */
+            if (R8_PREFETCH) for (int l = 0; l < R8_BLOCK_BYTES; l += 64) _mm_prefetch((const char *)blk + R8_PREFETCH + l, _MM_HINT_T0);
+            d[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+            for (int m = 0; m < mr; m++) {
+#if QT_VNNI
+                s[q][m] = _mm256_set1_epi32(-128 * qx_sum(xq + m * xs, K)[b]);
+#else
+                s[q][m] = _mm256_setzero_si256();
+#endif
+            }
+        }
+        for (int j = 0; j < 8; j++) {
+            __m256i wv[2];
+            for (int q = 0; q < ng; q++) {
+                wv[q] = _mm256_loadu_si256((const __m256i *)(gs[q] + (size_t)b * R8_BLOCK_BYTES + 16 + 32 * j));
+#if QT_VNNI
+                wv[q] = _mm256_xor_si256(wv[q], _mm256_set1_epi8((char)0x80));
+#endif
+            }
+            for (int m = 0; m < mr; m++) {
+                const uint8_t *xr = xq + m * xs;
+                int32_t q4;
+                memcpy(&q4, xr + 32 * b + 4 * j, 4);
+#if QT_VNNI
+                __m256i xv = _mm256_set1_epi32(q4);
+                for (int q = 0; q < ng; q++) s[q][m] = _mm256_dpbusd_epi32(s[q][m], wv[q], xv);
+#else
+                int32_t a4;
+                memcpy(&a4, xr + K + 32 * b + 4 * j, 4);
+                __m256i av = _mm256_set1_epi32(a4), sv = _mm256_set1_epi32(q4);
+                for (int q = 0; q < ng; q++) {
+                    __m256i p = _mm256_maddubs_epi16(av, _mm256_sign_epi8(wv[q], sv));
+                    s[q][m] = _mm256_add_epi32(s[q][m], _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+                }
+#endif
+            }
+        }
+        for (int m = 0; m < mr; m++) {
+            __m256 dx = _mm256_broadcast_ss(qx_scale(xq + m * xs, K) + b);
+            for (int q = 0; q < ng; q++)
+                acc[q][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[q][m]), _mm256_mul_ps(d[q], dx), acc[q][m]);
+        }
+    }
+    for (int q = 0; q < ng; q++) {
+        float *yq = q ? y2 : y;
+        int nq = q ? nv2 : nv;
+        for (int m = 0; m < mr; m++) {
+            if (nq == 8) {
+                _mm256_storeu_ps(yq + (size_t)m * ldy, acc[q][m]);
+            } else {
+                float o[8];
+                _mm256_storeu_ps(o, acc[q][m]);
+                for (int r = 0; r < nq; r++) yq[(size_t)m * ldy + r] = o[r];
+            }
+        }
+    }
+}
+
+static QT_NOINLINE_TARGET void QT_(r8_rows)(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K,
+                                            int n0, int n1) {
+    R8_ROWS_BODY(QT_(qt_r8_tile))
+}
+
+MQ_DISPATCH(QT_(qt_tile_mn), QT_(qt_tile), QT_TARGET)
+MQ_TYPED(QT_(qt_tile_any), QT_(qt_tile_mn), QT_TARGET)
+
+static QT_NOINLINE_TARGET void QT_(mmq_rows)(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M,
+                                             int K, int n0, int n1) {
+    MQ_ROWS_BODY(QT_(qt_tile_any))
+}
+
+#undef QT_CAT2
+#undef QT_CAT
+#undef QT_

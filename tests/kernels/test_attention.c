@@ -1,0 +1,284 @@
+/* test_attention.c — ops_attention_head and ops_silu_mul on every SIMD path this
+ * CPU has, against double-precision references written here. Attention: head
+ * dims 8/64/80/128, GQA and one-kv-head-per-head, paged KV behind a reversed,
+ * gapped block table, n_past 0/5/100 with 1 or 5 new rows, causal, a tree
+ * ancestor mask and sliding windows. silu_mul: random and extreme inputs, and
+ * results independent of how the rows are split. Prints silu_mul's speed per
+ * path (a figure, not asserted). */
+#include "kernels/backend.h"
+#include "kernels/cpu/ops.h"
+#include "tests/testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t rs = 88172645463325252ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+enum { BS = 16, ROW0 = 3, MAX_NEW = 5 };
+
+/* One case's visibility. The new positions form a tree given by parent[]
+ * (parent[i] < i, -1 for a root): causal is the chain parent[i] = i - 1 and is
+ * passed as mask NULL; a tree is passed as its ancestor-or-self mask. */
+typedef struct {
+    const char *name;
+    int tree;                 /* 0: causal (mask NULL), 1: ancestor mask */
+    int parent[MAX_NEW];
+} vis_kind;
+
+static const vis_kind VIS[] = {
+    {"causal", 0, {-1, 0, 1, 2, 3}},
+    {"tree", 1, {-1, 0, 0, 1, 2}}, /* 0 -> {1, 2}, 1 -> 3, 2 -> 4: depths 0 1 1 2 2 */
+};
+
+static int is_ancestor_or_self(const int *parent, int j, int i) {
+    for (int a = i; a >= 0; a = parent[a])
+        if (a == j) return 1;
+    return 0;
+}
+
+static int depth(const int *parent, int i) {
+    int d = 0;
+    for (int a = parent[i]; a >= 0; a = parent[a]) d++;
+    return d;
+}
+
+/* out (E) for new row i, head h: softmax over the visible keys of
+ * q.k / sqrt(E), times v, in double. kl, vl (n_keys, Hkv*E) are the keys and
+ * values in logical order (not paged). A key at position P is visible to a row
+ * at position Pi when the tree allows it and, with a window, P > Pi - W; a new
+ * row's position is n_past + its depth in the tree. */
+static void ref_row(double *out, const float *qi, const float *kl, const float *vl, const int *parent, int n_past,
+                    int n_new, int window, int i, int kvh, int Hkv, int E) {
+    int n_keys = n_past + n_new, kv_dim = Hkv * E;
+    double *w = malloc(sizeof(double) * (size_t)n_keys);
+    int Pi = n_past + depth(parent, i);
+    double mx = -INFINITY;
+    for (int p = 0; p < n_keys; p++) {
+        int j = p - n_past;
+        int P = j < 0 ? p : n_past + depth(parent, j);
+        int vis = (j < 0 || is_ancestor_or_self(parent, j, i)) && (window <= 0 || P > Pi - window);
+        w[p] = -INFINITY;
+        if (!vis) continue;
+        double d = 0;
+        for (int e = 0; e < E; e++) d += (double)qi[e] * kl[(size_t)p * kv_dim + (size_t)kvh * E + e];
+        w[p] = d / sqrt((double)E);
+        if (w[p] > mx) mx = w[p];
+    }
+    double sum = 0;
+    for (int p = 0; p < n_keys; p++) sum += w[p] = w[p] == -INFINITY ? 0.0 : exp(w[p] - mx);
+    for (int e = 0; e < E; e++) out[e] = 0;
+    for (int p = 0; p < n_keys; p++)
+        for (int e = 0; e < E; e++) out[e] += w[p] / sum * vl[(size_t)p * kv_dim + (size_t)kvh * E + e];
+    free(w);
+}
+
+static void attention_case(simd_level lvl, int E, int H, int Hkv, int n_past, int n_new, const vis_kind *vk,
+                           int window) {
+    int n_keys = n_past + n_new, kv_dim = Hkv * E;
+    int n_blk = (n_keys + BS - 1) / BS;
+    /* block b of the sequence lives in pool block 2*(n_blk-1-b)+1: reversed, with
+     * a NaN-filled block between any two, so reading a wrong block shows */
+    int pool = 2 * n_blk + 1;
+    size_t stride = (size_t)BS * kv_dim + 8; /* padding, also NaN */
+    float *kp = malloc(sizeof(float) * stride * pool), *vp = malloc(sizeof(float) * stride * pool);
+    for (size_t x = 0; x < stride * pool; x++) kp[x] = vp[x] = NAN;
+    int32_t blocks[8];
+    for (int b = 0; b < n_blk; b++) blocks[b] = 2 * (n_blk - 1 - b) + 1;
+
+    float *kl = malloc(sizeof(float) * (size_t)n_keys * kv_dim), *vl = malloc(sizeof(float) * (size_t)n_keys * kv_dim);
+    for (size_t x = 0; x < (size_t)n_keys * kv_dim; x++) kl[x] = frand(), vl[x] = frand();
+    for (int p = 0; p < n_keys; p++) {
+        size_t at = (size_t)blocks[p / BS] * stride + (size_t)(p % BS) * kv_dim;
+        memcpy(kp + at, kl + (size_t)p * kv_dim, sizeof(float) * kv_dim);
+        memcpy(vp + at, vl + (size_t)p * kv_dim, sizeof(float) * kv_dim);
+    }
+    kv_layer_view kv = {.k = kp, .v = vp, .block_stride = stride, .block_size = BS};
+
+    uint8_t mask[MAX_NEW * MAX_NEW];
+    for (int i = 0; i < n_new; i++)
+        for (int j = 0; j < n_new; j++) mask[i * n_new + j] = (uint8_t)is_ancestor_or_self(vk->parent, j, i);
+    attn_seq s = {.row0 = ROW0, .n_new = n_new, .n_past = n_past, .blocks = blocks,
+                  .mask = vk->tree ? mask : NULL, .window = window};
+
+    /* rows outside row0 .. row0+n_new-1 must stay untouched */
+    int M = ROW0 + n_new + 2;
+    size_t qn = (size_t)M * H * E;
+    float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn);
+    for (size_t x = 0; x < qn; x++) q[x] = 3.0f * frand(), out[x] = 12345.0f;
+    float *scores = malloc(sizeof(float) * (size_t)n_keys);
+    for (int h = 0; h < H; h++) ops_attention_head(lvl, out, q, &kv, &s, h, H, Hkv, E, scores);
+
+    double worst = 0, worst_mag = 0, *ref = malloc(sizeof(double) * E);
+    int worst_h = 0, worst_i = 0;
+    for (int i = 0; i < n_new; i++)
+        for (int h = 0; h < H; h++) {
+            size_t off = ((size_t)(ROW0 + i) * H + h) * E;
+            ref_row(ref, q + off, kl, vl, vk->parent, n_past, n_new, window, i, h / (H / Hkv), Hkv, E);
+            double mag = 0, err = 0;
+            for (int e = 0; e < E; e++) {
+                if (fabs(ref[e]) > mag) mag = fabs(ref[e]);
+                double d = fabs(out[off + e] - ref[e]);
+                if (!(d <= err)) err = d; /* NaN sticks */
+            }
+            double rel = err / (mag + 1e-30);
+            if (!(rel <= worst)) worst = rel, worst_mag = mag, worst_h = h, worst_i = i;
+        }
+    CHECKF(worst <= 1e-5, "%s E %d H %d Hkv %d n_past %d n_new %d %s window %d: head %d row %d: error %g of max|ref| %g",
+           simd_name(lvl), E, H, Hkv, n_past, n_new, vk->name, window, worst_h, worst_i, worst, worst_mag);
+    int untouched = 1;
+    for (int m = 0; m < M; m++)
+        if (m < ROW0 || m >= ROW0 + n_new)
+            for (size_t x = 0; x < (size_t)H * E; x++) untouched &= out[(size_t)m * H * E + x] == 12345.0f;
+    CHECKF(untouched, "%s E %d H %d Hkv %d n_past %d n_new %d %s window %d: wrote outside the sequence's rows",
+           simd_name(lvl), E, H, Hkv, n_past, n_new, vk->name, window);
+    free(kp), free(vp), free(kl), free(vl), free(q), free(out), free(scores), free(ref);
+}
+
+static int test_attention(simd_level lvl) {
+    const int Es[] = {8, 64, 80, 128};
+    const int heads[][2] = {{8, 2}, {4, 4}};
+    const int pasts[] = {0, 5, 100};
+    const int news[] = {1, 5};
+    const int windows[] = {0, 2, 30}; /* 2 cuts inside the tree and the new rows; 30 inside the past */
+    int n = 0;
+    for (int a = 0; a < 4; a++)
+        for (int g = 0; g < 2; g++)
+            for (int b = 0; b < 3; b++)
+                for (int c = 0; c < 2; c++)
+                    for (int v = 0; v < 2; v++)
+                        for (int w = 0; w < 3; w++, n++)
+                            attention_case(lvl, Es[a], heads[g][0], heads[g][1], pasts[b], news[c], &VIS[v],
+                                           windows[w]);
+    return n;
+}
+
+/* ---- silu_mul ----------------------------------------------------------- */
+
+enum { SM = 5, SF = 1031 }; /* F odd: rows start at every alignment, tails of every length */
+
+/* The loop ops_silu_mul had before (scalar libm expf), as the speed baseline. */
+static void __attribute__((noinline)) silu_mul_libm(float *g, const float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void test_silu(simd_level lvl) {
+    size_t n = (size_t)SM * SF;
+    float *x = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n),
+          *g1 = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
+        float r = frand();
+        x[i] = i % 3 == 0 ? 20.0f * r : i % 3 == 1 ? 4.0f * r * r * r : 95.0f * r; /* wide, near 0, the clamp */
+        u[i] = frand();
+    }
+    /* extremes at both ends of rows and in the middle: vector body and tails */
+    const float special[] = {0.0f, -0.0f, 100.0f, -100.0f, 88.0f, -88.0f, 87.0f, -87.0f, 1e-30f, -1e-30f,
+                             1e30f, -1e30f, 3.4e38f, -3.4e38f, 0.5f, -0.5f};
+    const size_t n_special = sizeof special / sizeof special[0];
+    const size_t at[] = {0, SF - 1, SF, 2 * SF + 7, 3 * SF + 500, n - 1};
+    for (size_t a = 0; a < sizeof at / sizeof at[0]; a++)
+        for (size_t k = 0; k < n_special && at[a] + k < n; k++) x[at[a] + k] = special[(k + a) % n_special];
+    u[0] = 1.0f, u[1] = -0.75f; /* 0 and -0 at index 0, 1 with a nonzero u */
+
+    memcpy(g, x, sizeof(float) * n);
+    ops_silu_mul(lvl, g, u, SM, SF);
+    double worst = 0;
+    size_t worst_at = 0;
+    int bad_finite = 0;
+    for (size_t i = 0; i < n; i++) {
+        double ref = (double)x[i] / (1.0 + exp(-(double)x[i])) * u[i];
+        /* relative, plus a floor for results below 1e-35: x < -87 gives
+         * x / exp(87 or 88) there (the exp's clamp), true values are smaller still */
+        double err = fabs(g[i] - ref) / (fabs(ref) + 1e-28);
+        if (!(err <= worst)) worst = err, worst_at = i;
+        bad_finite += !isfinite(g[i]);
+    }
+    /* the exp's 1.01 ulp (<= 2 * 2^-24 relative) plus three roundings (1 + e,
+     * the divide, the multiply): 5 * 2^-24 = 3e-7 */
+    CHECKF(worst <= 3e-7, "%s silu_mul: relative error %g at x %g u %g (got %g, want %.9g)", simd_name(lvl), worst,
+           x[worst_at], u[worst_at], g[worst_at], (double)x[worst_at] / (1.0 + exp(-(double)x[worst_at])) * u[worst_at]);
+    CHECKF(bad_finite == 0, "%s silu_mul: %d non-finite results from finite inputs", simd_name(lvl), bad_finite);
+    CHECKF(g[0] == 0.0f && g[1] == 0.0f, "%s silu_mul: x = 0, -0 gave %g, %g", simd_name(lvl), g[0], g[1]);
+    for (size_t i = 0; i < n; i++) {
+        if (x[i] == 100.0f || x[i] == 1e30f)
+            CHECKF(g[i] == x[i] * u[i], "%s silu_mul: x %g u %g gave %g, want x*u", simd_name(lvl), x[i], u[i], g[i]);
+        if (x[i] == -100.0f || x[i] == -1e30f || x[i] == -3.4e38f)
+            CHECKF(isfinite(g[i]) && fabsf(g[i]) < 1e-35f, "%s silu_mul: x %g u %g gave %g, want ~0", simd_name(lvl),
+                   x[i], u[i], g[i]);
+    }
+    fprintf(stderr, "%s silu_mul: max relative error %.3g (%.2f * 2^-24)\n", simd_name(lvl), worst,
+            worst * 16777216.0);
+
+    /* row by row (each row at a different alignment) and as one flat run of M*F
+     * elements give the same bits: a result does not depend on M */
+    memcpy(g1, x, sizeof(float) * n);
+    for (int m = 0; m < SM; m++) ops_silu_mul(lvl, g1 + (size_t)m * SF, u + (size_t)m * SF, 1, SF);
+    CHECKF(memcmp(g, g1, sizeof(float) * n) == 0, "%s silu_mul: M %d F %d differs from %d calls of M 1", simd_name(lvl),
+           SM, SF, SM);
+    memcpy(g1, x, sizeof(float) * n);
+    ops_silu_mul(lvl, g1, u, 1, (int)n);
+    CHECKF(memcmp(g, g1, sizeof(float) * n) == 0, "%s silu_mul: M %d F %d differs from M 1 F %zu", simd_name(lvl), SM,
+           SF, n);
+    free(x), free(u), free(g), free(g1);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* ns per element of a verify-sized call (5 rows of a 14336-wide FFN). The input
+ * is restored before each call (silu_mul in place would shrink it towards
+ * subnormals); the restore's own time is measured and taken off. */
+static double silu_ns(int lvl) {
+    int M = 5, F = 14336, reps = 400;
+    size_t n = (size_t)M * F;
+    float *x = malloc(sizeof(float) * n), *u = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) x[i] = 6.0f * frand(), u[i] = frand();
+    double best = INFINITY, copy = INFINITY;
+    for (int trial = 0; trial < 3; trial++) {
+        double t0 = now_s();
+        for (int r = 0; r < reps; r++) {
+            memcpy(g, x, sizeof(float) * n);
+            if (lvl < 0) silu_mul_libm(g, u, n);
+            else ops_silu_mul((simd_level)lvl, g, u, M, F);
+        }
+        double t1 = now_s();
+        for (int r = 0; r < reps; r++) {
+            memcpy(g, x, sizeof(float) * n);
+            __asm__ volatile("" : : "r"(g) : "memory");
+        }
+        double t2 = now_s();
+        if (t1 - t0 < best) best = t1 - t0;
+        if (t2 - t1 < copy) copy = t2 - t1;
+    }
+    free(x), free(u), free(g);
+    return (best - copy) / reps / n * 1e9;
+}
+
+int main(void) {
+    simd_level best = simd_detect();
+    int cases = 0;
+    for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
+        cases = test_attention((simd_level)lvl);
+        test_silu((simd_level)lvl);
+    }
+    fprintf(stderr, "best SIMD path here: %s; %d attention cases per path checked\n", simd_name(best), cases);
+
+    double base = silu_ns(-1);
+    fprintf(stderr, "silu_mul speed, M 5 F 14336: libm expf loop %.3f ns/element\n", base);
+    for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
+        double t = silu_ns(lvl);
+        fprintf(stderr, "silu_mul speed, M 5 F 14336: %-7s %.3f ns/element (%.1fx the libm loop)\n",
+                simd_name((simd_level)lvl), t, base / t);
+    }
+    TEST_DONE();
+}

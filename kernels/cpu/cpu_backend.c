@@ -74,8 +74,7 @@ static int cpu_reserve_xq(cpu_ctx *c, int rows, int K) {
 static int cpu_reserve(backend *be, int max_rows, int max_k, int max_ctx) {
     cpu_ctx *c = ctx_of(be);
     if (cpu_reserve_xq(c, max_rows, max_k) != 0) return -1;
-    size_t need = (size_t)4 * (size_t)max_k;
-    if ((size_t)max_ctx + 64 > need) need = (size_t)max_ctx + 64;
+    size_t need = (size_t)max_ctx + 64; /* attention scores */
     if (need <= c->scratch_floats) return 0;
     for (int i = 0; i < c->n_threads; i++) {
         float *p = realloc(c->scratch[i], need * sizeof(float));
@@ -110,7 +109,7 @@ static void mm_task(void *arg, int task, int thread) {
     if (j->wtype == SPECD_TYPE_Q8_0_R8)
         mmq_rows_r8(j->c->simd, j->y, j->N, j->c->xq, j->w, j->M, j->K, n0, n1);
     else
-        mm_rows(j->c->simd, j->y, j->N, j->x, j->c->xq, j->w, j->wtype, j->M, j->K, n0, n1, j->c->scratch[thread]);
+        mm_rows(j->c->simd, j->y, j->N, j->x, j->c->xq, j->w, j->wtype, j->M, j->K, n0, n1);
 }
 
 /* quantizes 8 rows of x per task (large-M calls: prefill) */
@@ -122,7 +121,6 @@ static void xq_task(void *arg, int task, int thread) {
 
 static void cpu_matmul_run(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
     cpu_ctx *c = ctx_of(be);
-    if (M > 5 && wtype != 0) cpu_need(be, K, 0);
     /* ~8 tasks per thread balance well; chunks stay multiples of the 4-row tile */
     int chunk = N / (c->n_threads * 8);
     chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;

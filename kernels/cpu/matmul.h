@@ -1,8 +1,9 @@
 /* matmul.h — CPU small-M GEMM over F32/F16/BF16/Q8_0/Q4_0/Q4_K/Q5_K/Q6_K
  * weights and the row dequantizers it shares with get_rows. Each weight row is
  * read once for all M input rows: a (γ+1)-row verification costs about one
- * decode step. Quantized weights are decoded 32 at a time inside the tile,
- * never materialised as F32 for a whole matrix.
+ * decode step. Quantized weights are never widened to float: they take integer
+ * dot products with 8-bit activations (matmul_q8.c). A row's result does not
+ * depend on M, the tile or the thread split.
  * Size letters: M input rows, K input features, N output features. */
 #ifndef SPECD_CPU_MATMUL_H
 #define SPECD_CPU_MATMUL_H
@@ -13,11 +14,10 @@
 #include "kernels/cpu/simd.h"
 
 /* Computes rows [n0, n1) of y (M, ldy) = x (M, K) . W^T for one thread.
- * scratch holds at least 4*K floats (thread-private). n0 and n1 are multiples
- * of 4 except n1 == N. For the integer-dot types (mm_q8_path) the kernel reads
+ * n0 and n1 are multiples of 4 except n1 == N. For the integer-dot types (mm_q8_path) the kernel reads
  * xq, the rows of x quantized by mm_quantize_x, and not x. */
 void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *xq, const uint8_t *w, int wtype,
-             int M, int K, int n0, int n1, float *scratch);
+             int M, int K, int n0, int n1);
 
 /* The integer-dot path (matmul_q8.c), used for Q8_0, Q4_0, Q4_K, Q5_K and
  * Q6_K weights at every M: each row of x is quantized per 32 values to int8

@@ -1,8 +1,11 @@
 /* test_matmul.c — every CPU matmul path (avx512, avx2, generic) against a
- * double-precision reference over dequantized weights, for all weight types,
- * M from 1 to 13 (tile edges and the large-M dequantize-once path), K with and
- * without a tail, N not a multiple of the 4-row tile; and the threaded backend
- * op against the single-thread kernel. */
+ * double-precision reference over dequantized weights (and, for the integer-dot
+ * types, activations rounded as that path rounds them, written out here), for
+ * all weight types, M from 1 to 13 (tile edges), K with and without a tail, N
+ * not a multiple of the 4-row tile; Q8_0 repacked 8 rows at a time against the
+ * file layout; the activation quantizer's bytes on every path; the threaded
+ * backend op against the single-thread kernel; and rows of a batch against the
+ * same rows alone. */
 #include "engine/gguf.h"
 #include "engine/mkmodel.h"
 #include "kernels/backend.h"
@@ -36,7 +39,6 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
     uint8_t *w = malloc(rb * (size_t)N);
     float *wf = malloc(sizeof(float) * (size_t)K), *row = malloc(sizeof(float) * (size_t)K);
     float *x = malloc(sizeof(float) * (size_t)M * K), *y = malloc(sizeof(float) * (size_t)M * N);
-    float *scratch = malloc(sizeof(float) * 4 * (size_t)K);
     for (int n = 0; n < N; n++) {
         for (int k = 0; k < K; k++) wf[k] = frand();
         CHECK(mkmodel_row_from_f32(w + rb * n, wtype, wf, (uint64_t)K));
@@ -47,7 +49,7 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
         xq = malloc(mm_qx_row_bytes(K) * (size_t)M);
         mm_quantize_x(lvl, xq, x, M, K);
     }
-    mm_rows(lvl, y, N, x, xq, w, wtype, M, K, 0, N, scratch);
+    mm_rows(lvl, y, N, x, xq, w, wtype, M, K, 0, N);
     if (xq) /* the reference sees the activations as the kernel does */
         for (int m = 0; m < M; m++) quantize_ref(x + (size_t)m * K, x + (size_t)m * K, K);
     double worst = 0;
@@ -65,7 +67,7 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
     }
     CHECKF(worst < 1e-5, "%s type %s M %d K %d N %d: relative error %g", simd_name(lvl), ggml_type_name(wtype), M,
            K, N, worst);
-    free(w), free(wf), free(row), free(x), free(y), free(scratch), free(xq);
+    free(w), free(wf), free(row), free(x), free(y), free(xq);
 }
 
 int main(void) {
@@ -139,8 +141,7 @@ int main(void) {
                 uint8_t *w = malloc(rb * N), *r8 = malloc(mm_r8_bytes(N, K));
                 float *wf = malloc(sizeof(float) * K), *x = malloc(sizeof(float) * Mmax * K);
                 float *ya = malloc(sizeof(float) * Mmax * N), *yb = malloc(sizeof(float) * Mmax * N);
-                float *scratch = malloc(sizeof(float) * 4 * (size_t)K);
-                uint8_t *xq = malloc(mm_qx_row_bytes(K) * Mmax);
+                            uint8_t *xq = malloc(mm_qx_row_bytes(K) * Mmax);
                 for (int n = 0; n < N; n++) {
                     for (int k = 0; k < K; k++) wf[k] = frand();
                     mkmodel_row_from_f32(w + rb * n, GGML_TYPE_Q8_0, wf, K);
@@ -149,7 +150,7 @@ int main(void) {
                 for (int i = 0; i < Mmax * K; i++) x[i] = frand();
                 mm_quantize_x((simd_level)lvl, xq, x, Mmax, K);
                 for (int M = 1; M <= Mmax; M += (M < 6 ? 1 : 7)) {
-                    mm_rows((simd_level)lvl, ya, N, x, xq, w, GGML_TYPE_Q8_0, M, K, 0, N, scratch);
+                    mm_rows((simd_level)lvl, ya, N, x, xq, w, GGML_TYPE_Q8_0, M, K, 0, N);
                     memset(yb, 0xff, sizeof(float) * M * N);
                     mmq_rows_r8((simd_level)lvl, yb, N, xq, r8, M, K, 0, N);
                     CHECKF(!memcmp(ya, yb, sizeof(float) * M * N), "%s: q8_0 x8 M %d K %d N %d differs from q8_0",
@@ -160,7 +161,7 @@ int main(void) {
                     mm_r8_dequant_row(x + K, r8, n, K);
                     CHECKF(!memcmp(x, x + K, sizeof(float) * K), "q8_0 x8 row %d of %d dequantizes differently", n, N);
                 }
-                free(w), free(r8), free(wf), free(x), free(ya), free(yb), free(scratch), free(xq);
+                free(w), free(r8), free(wf), free(x), free(ya), free(yb), free(xq);
             }
     }
 

@@ -40,6 +40,16 @@ double gamma_target_ms(const gamma_costs *c, int m) {
 
 void gamma_costs_observe_target(gamma_costs *c, int positions, double ms) {
     if (!(ms > 0)) return;
+    if (positions > 5 && c->target_ms > 0) {
+        /* a batched pass: what it costs past the first 5 rows goes to the
+         * big-batch slope, so the model learns what rows really cost here
+         * (per-sequence attention and sampling included, which the one-sequence
+         * calibration does not see); the base stays the small-pass figure */
+        double big = (ms - gamma_target_ms(c, 5)) / (positions - 5);
+        if (big < c->target_ms_per_pos) big = c->target_ms_per_pos;
+        c->target_ms_per_pos_big = (1 - COST_EMA) * c->target_ms_per_pos_big + COST_EMA * big;
+        return;
+    }
     /* attribute the measurement to the base cost, holding the per-position slopes */
     double base = ms - (gamma_target_ms(c, positions) - c->target_ms);
     if (base <= 0) base = ms / positions;

@@ -35,8 +35,9 @@ bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n);
  * small while memory-bound) and target_ms_per_pos_big for each position past 5
  * (compute-bound: a big batch). A draft forward of one position costs draft_ms,
  * plus draft_ms_per_row per extra sequence in a batched draft call.
- * Calibrated at load (1, 5 and 21 positions), then the base is updated online
- * (exponential moving average) from measured step times. */
+ * Calibrated at load (1, 5 and 21 positions), then updated online
+ * (exponential moving average) from measured step times: passes of up to 5
+ * rows move the base, bigger (batched) passes the big-batch slope. */
 typedef struct {
     double draft_ms;
     double target_ms;

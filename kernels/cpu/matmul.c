@@ -19,6 +19,9 @@
 #define MM_X86 1
 #endif
 
+#ifndef MM_PREFETCH
+#define MM_PREFETCH 2048 /* bytes ahead in a weight row stream */
+#endif
 #define MR_MAX 5 /* 5 = γ+1 for γ=4: the verification shape fits one tile */
 #define NR 4
 
@@ -327,8 +330,17 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
     for (int m = 0; m < mr; m++)
         for (int r = 0; r < nr; r++) acc[m][r] = _mm512_setzero_ps();
     int k = 0;
+    const int wsz = wtype == GGML_TYPE_F32 ? 4 : 2;
     for (; k + 32 <= K; k += 32) {
         __m512 wa[NR], wb[NR];
+        /* each weight row is a linear stream that runs on into the next row of
+         * its slice: at 3+ input rows the tile is compute-bound and the hardware
+         * prefetcher falls behind, so fetch ahead and let DRAM latency overlap
+         * the FMAs (measured: M=8 9% faster; at M=1 it only costs instructions) */
+        if (mr >= 3)
+            for (int r = 0; r < nr; r++)
+                for (int l = 0; l < 32 * wsz; l += 64)
+                    _mm_prefetch((const char *)(w + r * rb) + (size_t)k * wsz + MM_PREFETCH + l, _MM_HINT_T0);
         for (int r = 0; r < nr; r++) v_load32(&wa[r], &wb[r], w + r * rb, wtype, k);
         for (int m = 0; m < mr; m++) {
             __m512 xa = _mm512_loadu_ps(x + (size_t)m * K + k);

@@ -196,12 +196,12 @@ OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, co
                 if (d > mx) mx = d;
             }
         }
+        /* masked keys (-inf) weigh exactly 0; the exp loop vectorizes, the sum
+         * stays in key order */
+        for (int p = 0; p < n_keys; p++)
+            scores[p] = ops_select(scores[p] == -INFINITY, 0.0f, ops_expf(scores[p] - mx));
         float sum = 0.0f;
-        for (int p = 0; p < n_keys; p++) {
-            float e = scores[p] == -INFINITY ? 0.0f : expf(scores[p] - mx);
-            scores[p] = e;
-            sum += e;
-        }
+        for (int p = 0; p < n_keys; p++) sum += scores[p];
         float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         memset(oi, 0, (size_t)E * sizeof(float));
         for (int p0 = 0; p0 < n_keys; p0 += B) {

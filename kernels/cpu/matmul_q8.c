@@ -203,11 +203,9 @@ QG void qg_mins(const uint8_t *row, int wtype, int k, float *v) {
         scales = b->scales;
     }
     float dmin = fp16_to_f32(mh);
-    for (int j = 0; j < 8; j++) {
-        int sc, mn;
-        kq_scale_min(scales, j, &sc, &mn);
-        v[j] = -(dmin * (float)mn);
-    }
+    uint8_t sc[8], mn[8];
+    kq_unpack(scales, sc, mn);
+    for (int j = 0; j < 8; j++) v[j] = -(dmin * (float)mn[j]);
 }
 
 /* The half scales of the 8 sub-blocks of the K-quant super-block at k:
@@ -232,11 +230,9 @@ QG void qg_kscales(const uint8_t *row, int wtype, int k, float *lo, float *hi) {
         scales = b->scales;
     }
     float d = fp16_to_f32(dh);
-    for (int j = 0; j < 8; j++) {
-        int sc, mn;
-        kq_scale_min(scales, j, &sc, &mn);
-        lo[j] = hi[j] = d * (float)sc;
-    }
+    uint8_t sc[8], mn[8];
+    kq_unpack(scales, sc, mn);
+    for (int j = 0; j < 8; j++) lo[j] = hi[j] = d * (float)sc[j];
 }
 
 QG void qg_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq, size_t xs, int K,
@@ -348,45 +344,53 @@ QG void qg_r8_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t 
         for (int r = 0; r < nv; r++) y[(size_t)m * ldy + r] = acc[m][r];
 }
 
-/* Rows [n0, n1) a group of 8 at a time. Groups go in pairs from the two halves
- * of the range (group i with group i + half), so each thread reads two linear
- * streams, as MM_ROWS_BODY does (one stream leaves DRAM bandwidth unused).
- * TILE(mr, ng, y, ldy, y2, nv, nv2, xq, xs, K, g, g2) does ng (1 or 2) groups. */
-#define R8_TILE_M(TILE, NG, y_, y2_, nv_, nv2_, g_, g2_)                                            \
+/* Rows [n0, n1) a group of 8 at a time. Groups go in sets of NG from NG equal
+ * parts of the range (group i with i + part, i + 2 part, ...), so each thread
+ * reads NG linear streams, as MM_ROWS_BODY does (one stream leaves DRAM
+ * bandwidth unused). NG = 2: measured, 4 streams read no faster at M = 1 and
+ * the accumulators of 4 groups of 5 rows would not fit in registers. Leftover
+ * groups go one at a time.
+ * TILE(mr, ng, y, ldy, xq, xs, K, g, n_valid, stride) does ng groups that
+ * start `stride` groups (and 8 * stride outputs) apart. */
+#define R8_TILE_M(TILE, NG, y_, nv_, g_, stride_)                                                   \
     for (int m = 0; m < M; m += MQ_MR) {                                                           \
         int mr = M - m < MQ_MR ? M - m : MQ_MR;                                                    \
-        float *ym = (y_) + (size_t)m * ldy, *y2m = (y2_) + (size_t)m * ldy;                        \
+        float *ym = (y_) + (size_t)m * ldy;                                                        \
         const uint8_t *xm = xq + m * xs;                                                           \
         switch (mr) {                                                                              \
-        case 1: TILE(1, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
-        case 2: TILE(2, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
-        case 3: TILE(3, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
-        case 4: TILE(4, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                   \
-        default: TILE(5, NG, ym, ldy, y2m, nv_, nv2_, xm, xs, K, g_, g2_); break;                  \
+        case 1: TILE(1, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                          \
+        case 2: TILE(2, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                          \
+        case 3: TILE(3, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                          \
+        case 4: TILE(4, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                          \
+        default: TILE(5, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                         \
         }                                                                                          \
     }
+#define R8_ROWS_NG(TILE, NG)                                                                       \
+    do {                                                                                           \
+        int part = ngr / (NG);                                                                     \
+        for (int i = 0; i < part; i++) {                                                           \
+            int na = n0 + 8 * i;                                                                   \
+            int nvl = n1 - (na + 8 * part * ((NG) - 1)); /* the last group of the set may be short */ \
+            R8_TILE_M(TILE, NG, y + na, nvl < 8 ? nvl : 8, w + (size_t)(na / 8) * gb, part)        \
+        }                                                                                          \
+        for (int i = part * (NG); i < ngr; i++) {                                                  \
+            int na = n0 + 8 * i, nva = n1 - na < 8 ? n1 - na : 8;                                  \
+            R8_TILE_M(TILE, 1, y + na, nva, w + (size_t)(na / 8) * gb, 0)                          \
+        }                                                                                          \
+    } while (0)
 #define R8_ROWS_BODY(TILE)                                                                         \
     size_t xs = mm_qx_row_bytes(K), gb = (size_t)(K / 32) * R8_BLOCK_BYTES;                        \
-    int ngr = (n1 - n0 + 7) / 8, half = ngr / 2;                                                   \
-    for (int i = 0; i < half; i++) {                                                               \
-        int na = n0 + 8 * i, nb = n0 + 8 * (i + half);                                             \
-        int nva = n1 - na < 8 ? n1 - na : 8, nvb = n1 - nb < 8 ? n1 - nb : 8;                      \
-        R8_TILE_M(TILE, 2, y + na, y + nb, nva, nvb, w + (size_t)(na / 8) * gb, w + (size_t)(nb / 8) * gb) \
-    }                                                                                              \
-    if (ngr % 2) {                                                                                 \
-        int na = n0 + 8 * (ngr - 1), nva = n1 - na < 8 ? n1 - na : 8;                              \
-        R8_TILE_M(TILE, 1, y + na, y + na, nva, nva, w + (size_t)(na / 8) * gb, w + (size_t)(na / 8) * gb) \
-    }
+    int ngr = (n1 - n0 + 7) / 8;                                                                   \
+    R8_ROWS_NG(TILE, 2);
 
 /* the portable tile takes one group at a time */
-#define QG_R8_TILE2(mr, ng, y, ldy, y2, nv, nv2, xq, xs, K, g, g2)                                 \
-    do {                                                                                           \
-        qg_r8_tile(mr, y, ldy, nv, xq, xs, K, g);                                                  \
-        if ((ng) == 2) qg_r8_tile(mr, y2, ldy, nv2, xq, xs, K, g2);                                \
-    } while (0)
+#define QG_R8_TILE_NG(mr, ng, y, ldy, xq, xs, K, g, nvl, stride)                                   \
+    for (int q_ = 0; q_ < (ng); q_++)                                                              \
+        qg_r8_tile(mr, (y) + (size_t)8 * (stride) * q_, ldy, q_ == (ng) - 1 ? (nvl) : 8, xq, xs, K,  \
+                   (g) + (size_t)(stride) * q_ * gb)
 
 static void r8_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
-    R8_ROWS_BODY(QG_R8_TILE2)
+    R8_ROWS_BODY(QG_R8_TILE_NG)
 }
 
 /* Instantiates a tile for constant (mr, nr) and wtype so loops unroll and the
@@ -422,11 +426,12 @@ static void r8_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t 
         }                                                                                          \
     }
 
-/* Rows [n0, n1) in strided streams, as MM_ROWS_BODY in matmul.c: M == 1 reads
- * 2 linear streams, larger M 4; leftover rows go one at a time. */
+/* Rows [n0, n1) in strided streams, as MM_ROWS_BODY in matmul.c: 4 linear
+ * streams at every M (the tile sums 4 rows' dot products in one vector);
+ * leftover rows go one at a time. */
 #define MQ_ROWS_BODY(TILE_ANY)                                                                     \
     size_t rb = mm_row_bytes(wtype, K), xs = mm_qx_row_bytes(K);                                   \
-    int nrs = M == 1 ? 2 : MQ_NR;                                                                  \
+    int nrs = MQ_NR;                                                                  \
     int q = (n1 - n0) / nrs;                                                                       \
     for (int i = 0; i < q; i++) {                                                                  \
         int n = n0 + i;                                                                            \

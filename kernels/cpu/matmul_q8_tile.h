@@ -157,9 +157,11 @@ static inline QT_TARGET void QT_(qt_tile)(int wtype, int mr, int nr, float *y, i
  * its 4 broadcast bytes. VNNI: weights + 128 as the unsigned operand, the sum
  * starting at -128 * sum(qx); AVX2: |qx| as the unsigned operand and the
  * sign moved onto the weights. Both are the exact sum of q * qx. */
-static inline QT_TARGET void QT_(qt_r8_tile)(int mr, int ng, float *y, int ldy, float *y2, int nv, int nv2,
-                                             const uint8_t *xq, size_t xs, int K, const uint8_t *g, const uint8_t *g2) {
-    const uint8_t *gs[2] = {g, g2};
+static inline QT_TARGET void QT_(qt_r8_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
+                                             const uint8_t *g, int nvl, int stride) {
+    const size_t gb = (size_t)(K / 32) * R8_BLOCK_BYTES;
+    const uint8_t *gs[2];
+    for (int q = 0; q < ng; q++) gs[q] = g + (size_t)stride * q * gb;
     __m256 acc[2][MQ_MR];
     for (int q = 0; q < ng; q++)
         for (int m = 0; m < mr; m++) acc[q][m] = _mm256_setzero_ps();
@@ -212,8 +214,8 @@ static inline QT_TARGET void QT_(qt_r8_tile)(int mr, int ng, float *y, int ldy, 
         }
     }
     for (int q = 0; q < ng; q++) {
-        float *yq = q ? y2 : y;
-        int nq = q ? nv2 : nv;
+        float *yq = y + (size_t)8 * stride * q;
+        int nq = q == ng - 1 ? nvl : 8;
         for (int m = 0; m < mr; m++) {
             if (nq == 8) {
                 _mm256_storeu_ps(yq + (size_t)m * ldy, acc[q][m]);

@@ -5,6 +5,7 @@
 #define SPECD_CPU_QUANT_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/cpu/simd.h"
 
@@ -51,6 +52,21 @@ typedef struct {
     uint16_t d;
 } __attribute__((packed)) blk_q6_k;
 _Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
+
+/* All 8 scales and 8 mins of a Q4_K/Q5_K block at once, as bytes: sub-blocks
+ * 0-3 keep their 6 bits in bytes 0-3 (scales) and 4-7 (mins); 4-7 take their
+ * low 4 bits from the nibbles of bytes 8-11 and their top 2 bits from the top
+ * bits of bytes 0-3 (scales) and 4-7 (mins). Word-wide, a dozen operations
+ * (the same values as kq_scale_min). */
+static inline void kq_unpack(const uint8_t *scales, uint8_t sc[8], uint8_t mn[8]) {
+    uint32_t w[3];
+    memcpy(w, scales, 12);
+    uint32_t s_lo = w[0] & 0x3f3f3f3fu, m_lo = w[1] & 0x3f3f3f3fu;
+    uint32_t s_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
+    uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
+    memcpy(sc, &s_lo, 4), memcpy(sc + 4, &s_hi, 4);
+    memcpy(mn, &m_lo, 4), memcpy(mn + 4, &m_hi, 4);
+}
 
 /* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
 static inline void kq_scale_min(const uint8_t *sc, int j, int *s, int *m) {

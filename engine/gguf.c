@@ -5,6 +5,8 @@
 #endif
 #include "engine/gguf.h"
 
+#include "engine/errkind.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -650,7 +652,9 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen)
     int e = errno;
     close(fd);
     if (p == MAP_FAILED) {
-        if (err) snprintf(err, errlen, "%s: cannot mmap %zu bytes: %s", path, size, strerror(e));
+        if (err) /* ENOMEM: no address space left for the mapping (errkind.h) */
+            snprintf(err, errlen, "%s%s: cannot mmap %zu bytes: %s", e == ENOMEM ? SPECD_ERR_OOM : "", path, size,
+                     strerror(e));
         return NULL;
     }
     gguf_file *f = parse(p, size, path, err, errlen);

@@ -1,6 +1,8 @@
 /* kv.c — paged KV cache (see kv.h). */
 #include "engine/kv.h"
 
+#include "engine/errkind.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -51,7 +53,7 @@ kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, 
     p->n_free = n_blocks;
     return p;
 oom:
-    snprintf(err, errlen, "kv pool: cannot allocate %d blocks of %d positions (%.1f MiB of %s memory%s)", n_blocks,
+    snprintf(err, errlen, SPECD_ERR_OOM "kv pool of %d blocks of %d positions (%.1f MiB of %s memory%s)", n_blocks,
              block_size, 2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0, where,
              n_shards > 1 ? " per shard" : "");
     kv_pool_destroy(p);

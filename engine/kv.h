@@ -44,8 +44,9 @@ typedef struct kv_seq {
     int len;               /* valid cached positions */
 } kv_seq;
 
-/* Creates a pool of n_blocks blocks. Returns NULL (err filled) when the memory
- * cannot be had. Caller owns it; kv_pool_destroy frees. */
+/* Creates a pool of n_blocks blocks. Returns NULL with err filled: a bad shape,
+ * or the memory cannot be had (then err_is_oom(err), see errkind.h). Caller
+ * owns it; kv_pool_destroy frees. */
 kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, char *err, size_t errlen);
 /* The same with the storage in backend memory (be must outlive the pool). */
 kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int block_size, int n_blocks, char *err,

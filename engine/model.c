@@ -2,6 +2,8 @@
  * into the mmap; for tensor parallelism, slice per shard) and the batched forward pass (see model.h). */
 #include "engine/model.h"
 
+#include "engine/errkind.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +20,19 @@ static int model_fail(char *err, size_t n, const char *fmt, ...) {
     return -1;
 }
 
+/* model_fail for a memory shortage: err starts with SPECD_ERR_OOM (errkind.h),
+ * then says what did not fit. */
+static int model_oom(char *err, size_t n, const char *fmt, ...) {
+    int k = snprintf(err, n, "%s", SPECD_ERR_OOM);
+    if (k >= 0 && (size_t)k < n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + k, n - (size_t)k, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
 static bool type_supported(int t) {
     return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_Q8_0 ||
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
@@ -29,14 +44,14 @@ static const void *be_weight(model_shard *sh, const void *host, int *type, uint6
     if (sh->n_wrefs == sh->cap_wrefs) {
         int cap = sh->cap_wrefs ? 2 * sh->cap_wrefs : 64;
         struct model_wref *r = realloc(sh->wrefs, (size_t)cap * sizeof(*r));
-        if (!r) return model_fail(err, n, "out of memory"), NULL;
+        if (!r) return model_oom(err, n, "weight table of %d entries", cap), NULL;
         sh->wrefs = r;
         sh->cap_wrefs = cap;
     }
     const void *w = sh->be->i->weight(sh->be, host, type, (int64_t)rows, (int64_t)cols);
     if (!w) {
-        model_fail(err, n, "the %s backend cannot hold a %llu x %llu %s tensor (out of memory)", sh->be->i->name,
-                   (unsigned long long)rows, (unsigned long long)cols, ggml_type_name(*type));
+        model_oom(err, n, "the %s backend cannot hold a %llu x %llu %s tensor", sh->be->i->name,
+                  (unsigned long long)rows, (unsigned long long)cols, ggml_type_name(*type));
         return NULL;
     }
     sh->wrefs[sh->n_wrefs++] = (struct model_wref){host, w};
@@ -58,13 +73,13 @@ static const void *col_slice(model_shard *sh, const uint8_t *src, uint64_t rows,
     if (sh->n_slices == sh->cap_slices) {
         int cap = sh->cap_slices ? 2 * sh->cap_slices : 16;
         void **p = realloc(sh->slices, (size_t)cap * sizeof(*p));
-        if (!p) return model_fail(err, n, "out of memory"), NULL;
+        if (!p) return model_oom(err, n, "weight slice table of %d entries", cap), NULL;
         sh->slices = p;
         sh->cap_slices = cap;
     }
     size_t bytes = (size_t)rows * slice_bytes;
     uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!dst) return model_fail(err, n, "out of memory for a %zu-byte weight slice", bytes), NULL;
+    if (!dst) return model_oom(err, n, "a %zu-byte weight slice", bytes), NULL;
     for (uint64_t i = 0; i < rows; i++) memcpy(dst + i * slice_bytes, src + i * row_bytes + col_off, slice_bytes);
     sh->slices[sh->n_slices++] = dst;
     return dst;
@@ -221,7 +236,7 @@ static int load_rope(model *m, char *err, size_t n) {
     model_hparams *hp = &m->hp;
     int half = hp->n_rot / 2;
     m->inv_freq = malloc((size_t)half * sizeof(float));
-    if (!m->inv_freq) return model_fail(err, n, "out of memory");
+    if (!m->inv_freq) return model_oom(err, n, "RoPE frequency table");
     m->rope_pos_scale = 1.0f;
     for (int i = 0; i < half; i++) m->inv_freq[i] = (float)pow(hp->rope_base, -2.0 * i / hp->n_rot);
 
@@ -288,7 +303,7 @@ static int load_shard_tensors(model *m, int r, char *err, size_t n) {
     sh->inv_freq_be = be_weight(sh, m->inv_freq, &type, 1, (uint64_t)(hp->n_rot / 2), err, n);
     if (!sh->inv_freq_be) return -1;
     sh->layers = calloc((size_t)hp->n_layer, sizeof(model_layer));
-    if (!sh->layers) return model_fail(err, n, "out of memory");
+    if (!sh->layers) return model_oom(err, n, "layer table");
     bool need_bias = !strcmp(m->arch, "qwen2");
     for (int l = 0; l < hp->n_layer; l++) {
         model_layer *L = &sh->layers[l];
@@ -339,16 +354,16 @@ static int alloc_shard_scratch(model *m, int r, char *err, size_t n) {
     const backend_i *op = sh->be->i;
     for (size_t i = 0; i < 8; i++) {
         *bufs[i] = op->alloc(sh->be, MB * widths[i] * sizeof(float));
-        if (!*bufs[i]) return model_fail(err, n, "out of %s memory for %zu-row scratch", op->name, MB);
+        if (!*bufs[i]) return model_oom(err, n, "%zu-row scratch in %s memory", MB, op->name);
     }
     m->red[r] = sh->xb;
     if (r == 0 && !sh->be->host_memory &&
         !(sh->logits_be = op->alloc(sh->be, MB * (size_t)hp->n_vocab * sizeof(float))))
-        return model_fail(err, n, "out of %s memory for %zu rows of logits", op->name, MB);
+        return model_oom(err, n, "%zu rows of logits in %s memory", MB, op->name);
     int max_k = hp->dim > sh->ff ? hp->dim : sh->ff;
     if ((int)QD > max_k) max_k = (int)QD;
     if (op->reserve(sh->be, (int)MB, max_k, m->mp.max_ctx + m->mp.max_batch) != 0)
-        return model_fail(err, n, "backend cannot reserve scratch");
+        return model_oom(err, n, "the %s backend cannot reserve its scratch", op->name);
     return 0;
 }
 
@@ -359,7 +374,7 @@ static int alloc_scratch(model *m, char *err, size_t n) {
     m->pos = malloc(MB * sizeof(int32_t));
     m->ids = malloc(MB * sizeof(int32_t));
     m->aseq = malloc(MB * sizeof(attn_seq));
-    if (!m->pos || !m->ids || !m->aseq) return model_fail(err, n, "out of memory");
+    if (!m->pos || !m->ids || !m->aseq) return model_oom(err, n, "batch arrays of %zu rows", MB);
     return 0;
 }
 
@@ -399,7 +414,7 @@ model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *
         m->red = calloc((size_t)n_shards, sizeof(float *));
     }
     if (!m || !m->shards || !m->bes || !m->red) {
-        snprintf(err, errlen, "out of memory");
+        model_oom(err, errlen, "model %s", path);
         if (m) free(m->shards), free(m->bes), free(m->red), free(m);
         return NULL;
     }
@@ -428,7 +443,11 @@ model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *
     if (alloc_scratch(m, sub, sizeof(sub))) goto fail;
     return m;
 fail:
-    snprintf(err, errlen, "%s: %s", path, sub);
+    /* a shortage keeps SPECD_ERR_OOM first (errkind.h) */
+    if (err_is_oom(sub))
+        model_oom(err, errlen, "%s: %s", path, sub + strlen(SPECD_ERR_OOM));
+    else
+        snprintf(err, errlen, "%s: %s", path, sub);
     model_free(m);
     return NULL;
 }

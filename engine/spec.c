@@ -2,6 +2,7 @@
  * (see spec.h for the cache invariant). */
 #include "engine/spec.h"
 
+#include "engine/errkind.h"
 #include "engine/rng.h"
 
 #include <stdarg.h>
@@ -90,20 +91,13 @@ void spec_pair_free(spec_pair *sp) {
     free(sp);
 }
 
-/* Whether a load error is a memory shortage: the wording of model.c's and
- * kv.c's allocation failures ("out of memory", "out of cuda memory for ...",
- * "cannot hold ... (out of memory)", "kv pool: cannot allocate ..."). */
-static bool err_is_oom(const char *err) {
-    return strstr(err, "out of memory") || (strstr(err, "out of ") && strstr(err, " memory for ")) ||
-           strstr(err, "kv pool: cannot allocate");
-}
-
-/* The brief's "draft model OOM": keep serving with plain decoding. */
+/* The brief's "draft model OOM": keep serving with plain decoding. why is an
+ * err_is_oom error (errkind.h); its prefix would repeat the warning. */
 static void draft_dropped(spec_pair *sp, const char *draft_path, const char *why, FILE *log) {
     sp->draft_oom = true;
     if (log)
         fprintf(log, "specd: WARNING: draft %s does not fit in memory (%s); decoding without speculation\n",
-                draft_path, why);
+                draft_path, why + strlen(SPECD_ERR_OOM));
 }
 
 spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be, const spec_pair_params *pp,

@@ -3,8 +3,45 @@
  * in for a full GPU), the pair still loads, warns, marks draft_oom and decodes
  * plainly — the same tokens as plain greedy decoding; with room for both, the
  * draft loads and speculation runs. A target that does not fit still fails
- * with the reason. */
+ * with the reason. A draft that fails for any other reason (not a GGUF file, a
+ * different vocabulary) still fails the load with its own error, memory cap or
+ * not: only errors that say so through errkind.h count as a shortage. */
+#include "engine/errkind.h"
 #include "tests/spec/spec_util.h"
+
+/* The producers' side of errkind.h: allocation failures of model loading and
+ * KV pool creation are err_is_oom, bad input is not. be's cap must leave too
+ * little for tpath's scratch. */
+static void check_err_kinds(backend *be, const char *tpath, const char *junk, const char *cut) {
+    char err[1024];
+    model_params mp = {.max_batch = 512, .max_ctx = 256};
+    model *m = model_load(tpath, be, &mp, err, sizeof(err));
+    CHECKF(!m && err_is_oom(err) && strstr(err, tpath), "model OOM: %s", m ? "loaded" : err);
+    model_free(m);
+    kv_pool *p = kv_pool_create_on(be, 64, 1024, 16, 4096, err, sizeof(err));
+    CHECKF(!p && err_is_oom(err), "kv pool OOM: %s", p ? "created" : err);
+    kv_pool_destroy(p);
+    p = kv_pool_create(0, 64, 16, 4, err, sizeof(err));
+    CHECKF(!p && !err_is_oom(err), "kv pool bad shape: %s", p ? "created" : err);
+    kv_pool_destroy(p);
+    const char *bad[] = {junk, cut, "/nonexistent/specd-model.gguf"};
+    for (int i = 0; i < 3; i++) {
+        m = model_load(bad[i], be, &mp, err, sizeof(err));
+        CHECKF(!m && !err_is_oom(err) && strstr(err, bad[i]), "%s: %s", bad[i], m ? "loaded" : err);
+        model_free(m);
+    }
+}
+
+/* A copy of the first n bytes of src at dst (a GGUF cut short). */
+static void copy_head(const char *dst, const char *src, size_t n) {
+    static char buf[1 << 16];
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    if (!in || !out) SKIP("cannot copy %s to %s", src, dst);
+    size_t got = fread(buf, 1, n < sizeof(buf) ? n : sizeof(buf), in);
+    fwrite(buf, 1, got, out);
+    fclose(in);
+    fclose(out);
+}
 
 int main(void) {
     char tpath[512], dpath[512];
@@ -71,9 +108,47 @@ int main(void) {
     /* no room for the target: a clear failure, not a silent plain server */
     backend_cpu_limit_memory(be, target_bytes / 2);
     sp = spec_pair_load(tpath, dpath, be, &pp, NULL, err, sizeof(err));
-    CHECKF(sp == NULL && strstr(err, "memory"), "target OOM: %s", sp ? "loaded" : err);
+    CHECKF(sp == NULL && err_is_oom(err) && strstr(err, "memory"), "target OOM: %s", sp ? "loaded" : err);
     fprintf(stderr, "target OOM: %s\n", err);
     spec_pair_free(sp);
+
+    /* drafts that are wrong, not too big: the load fails with the draft's own
+     * error, with the cap that drops a draft too big and without it */
+    char junk[512], cut[512], apath[512], want[1024];
+    su_tmp_path(junk, sizeof(junk), "not-a-model.gguf");
+    su_tmp_path(cut, sizeof(cut), "cut-short.gguf");
+    FILE *jf = fopen(junk, "wb");
+    if (!jf) SKIP("cannot write %s", junk);
+    fputs("this is a text file, not a GGUF model\n", jf);
+    fclose(jf);
+    copy_head(cut, dpath, 4096);
+    check_err_kinds(be, tpath, junk, cut);
+    const size_t caps[] = {target_bytes + 4096, 0};
+    const char *bad[] = {junk, cut};
+    for (int c = 0; c < 2; c++) {
+        for (int i = 0; i < 2; i++) {
+            backend_cpu_limit_memory(be, 0);
+            model *m = model_load(bad[i], be, NULL, want, sizeof(want)); /* what the draft's load says */
+            CHECK(m == NULL);
+            model_free(m);
+            backend_cpu_limit_memory(be, caps[c]);
+            sp = spec_pair_load(tpath, bad[i], be, &pp, NULL, err, sizeof(err));
+            CHECKF(sp == NULL && !strcmp(err, want) && !err_is_oom(err), "bad draft %s (cap %zu): %s", bad[i], caps[c],
+                   sp ? (sp->draft_oom ? "dropped as OOM" : "loaded") : err);
+            spec_pair_free(sp);
+            CHECK(backend_cpu_memory_used(be) == 0);
+        }
+    }
+    fprintf(stderr, "bad draft: %s\n", err);
+    /* another vocabulary: refused, as spec_pair's test checks, and not a shortage */
+    backend_cpu_limit_memory(be, 0);
+    tu_model(apath, sizeof(apath), "aidreams260K.gguf");
+    sp = spec_pair_load(tpath, apath, be, &pp, NULL, err, sizeof(err));
+    CHECKF(sp == NULL && strstr(err, "refused") && strstr(err, "differs") && !err_is_oom(err),
+           "draft with another vocabulary: %s", sp ? "loaded" : err);
+    spec_pair_free(sp);
+    const char *tmp[] = {"not-a-model.gguf", "cut-short.gguf"};
+    su_tmp_cleanup(tmp, 2);
     backend_destroy(be);
     TEST_DONE();
 }

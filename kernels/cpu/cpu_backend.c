@@ -121,8 +121,11 @@ static void xq_task(void *arg, int task, int thread) {
 
 static void cpu_matmul_run(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
     cpu_ctx *c = ctx_of(be);
-    /* ~8 tasks per thread balance well; chunks stay multiples of the 4-row tile */
-    int chunk = N / (c->n_threads * 8);
+    /* One row (decode) is memory-bound: 2 tasks per thread keep each weight
+     * stream long (a new task restarts the prefetchers). More rows are
+     * compute-bound: 8 tasks per thread balance better. Chunks stay multiples
+     * of the 4-row tile. */
+    int chunk = N / (c->n_threads * (M == 1 ? 2 : 8));
     chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
     if (wtype == SPECD_TYPE_Q8_0_R8) chunk = (chunk + 7) / 8 * 8; /* whole 8-row groups */
     mm_job j = {c, y, x, w, wtype, M, K, N, chunk};

@@ -41,7 +41,8 @@ static double timed_call(bench_ctx *b, int n, int first_tok) {
     return now_ms() - t0;
 }
 
-int bench_engine(int argc, char **argv); /* bench_engine.c: the --concurrency mode */
+int bench_engine(int argc, char **argv);  /* bench_engine.c: the --concurrency mode */
+int bench_kernels(int argc, char **argv); /* bench_kernels.c: the --kernels mode */
 
 /* Read bandwidth for the roofline: the CPU's measured read rate, or on a GPU
  * the device's measured copy rate (bytes read + written). */
@@ -107,6 +108,8 @@ static void bench_profile(backend *be, bench_ctx *b, int ctx, int n, int gamma) 
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--concurrency")) return bench_engine(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--kernels")) return bench_kernels(argc, argv);
     const char *model_path = NULL;
     int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0;
     bool json = false;
@@ -121,7 +124,9 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
         else {
             fprintf(stderr, "usage: specd bench -m MODEL.gguf [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
-                            "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n");
+                            "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n"
+                            "       specd bench --kernels [-t THREADS] [-r REPS]   (CPU matmul kernels alone)\n"
+                            "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...\n");
             return 2;
         }
     }

@@ -82,23 +82,15 @@ void mm_dequant_row(float *out, const uint8_t *row, int wtype, int K) {
     case GGML_TYPE_Q4_K:
     case GGML_TYPE_Q5_K:
         for (int i = 0; i < K / 256; i++) {
-            const uint8_t *scales, *qs, *qh = NULL;
-            uint16_t dh, mh;
-            if (wtype == GGML_TYPE_Q4_K) {
-                const blk_q4_k *b = (const blk_q4_k *)row + i;
-                dh = b->d, mh = b->dmin, scales = b->scales, qs = b->qs;
-            } else {
-                const blk_q5_k *b = (const blk_q5_k *)row + i;
-                dh = b->d, mh = b->dmin, scales = b->scales, qs = b->qs, qh = b->qh;
-            }
-            float d = mm_h2f(dh), dmin = mm_h2f(mh);
+            kq_view v = kq_at(row, wtype == GGML_TYPE_Q5_K, i);
+            uint8_t sc[8], mn[8];
+            kq_unpack(v.scales, sc, mn);
+            float d = mm_h2f(v.d), dmin = mm_h2f(v.dmin);
             for (int j = 0; j < 8; j++) {
-                int sc, m;
-                kq_scale_min(scales, j, &sc, &m);
-                float ds = d * (float)sc, dm = dmin * (float)m;
+                float ds = d * (float)sc[j], dm = dmin * (float)mn[j];
                 for (int l = 0; l < 32; l++) {
-                    int q = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
-                    if (qh) q |= ((qh[l] >> j) & 1) << 4;
+                    int q = (v.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
+                    if (v.qh) q |= ((v.qh[l] >> j) & 1) << 4;
                     out[i * 256 + 32 * j + l] = ds * (float)q - dm;
                 }
             }

@@ -141,7 +141,8 @@ void mm_quantize_x(simd_level lvl, uint8_t *xq, const float *x, int M, int K) {
 #define QG static inline __attribute__((always_inline))
 
 /* Block k/32 of one row: its 32 weights as signed integers (0..31 for
- * Q4_K/Q5_K, whose offset is the min) and the scales of its two halves. */
+ * Q4_K/Q5_K, whose offset is the min) and, for Q8_0/Q4_0, the scales of its
+ * two halves (the K-quants' come from qg_ksuper once per super-block). */
 QG void qg_block(const uint8_t *row, int wtype, int k, int8_t *wq, float *s_lo, float *s_hi) {
     uint16_t dh;
     if (wtype == GGML_TYPE_Q8_0) {
@@ -163,76 +164,37 @@ QG void qg_block(const uint8_t *row, int wtype, int k, int8_t *wq, float *s_lo, 
         const uint8_t *ql = b->ql + 64 * h + 32 * (s & 1), *qh = b->qh + 32 * h;
         for (int l = 0; l < 32; l++)
             wq[l] = (int8_t)((((ql[l] >> (4 * (s >> 1))) & 0xF) | (((qh[l] >> (2 * s)) & 3) << 4)) - 32);
-        memcpy(&dh, &b->d, 2);
-        float d = fp16_to_f32(dh);
-        *s_lo = d * (float)b->scales[8 * h + 2 * s];
-        *s_hi = d * (float)b->scales[8 * h + 2 * s + 1];
     } else {
-        int j = (k % 256) / 32, sc, mn;
-        const uint8_t *scales, *qs, *qh = NULL;
-        if (wtype == GGML_TYPE_Q4_K) {
-            const blk_q4_k *b = (const blk_q4_k *)row + k / 256;
-            memcpy(&dh, &b->d, 2);
-            scales = b->scales, qs = b->qs;
-        } else {
-            const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
-            memcpy(&dh, &b->d, 2);
-            scales = b->scales, qs = b->qs, qh = b->qh;
-        }
-        kq_scale_min(scales, j, &sc, &mn);
+        int j = (k % 256) / 32;
+        kq_view v = kq_at(row, wtype == GGML_TYPE_Q5_K, k / 256);
         for (int l = 0; l < 32; l++) {
-            int q = (qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
-            if (qh) q |= ((qh[l] >> j) & 1) << 4;
+            int q = (v.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
+            if (v.qh) q |= ((v.qh[l] >> j) & 1) << 4;
             wq[l] = (int8_t)q;
         }
-        *s_lo = *s_hi = fp16_to_f32(dh) * (float)sc;
     }
 }
 
-/* -dmin * m_j of the 8 sub-blocks of the Q4_K/Q5_K super-block at k. */
-QG void qg_mins(const uint8_t *row, int wtype, int k, float *v) {
-    const uint8_t *scales;
-    uint16_t mh;
-    if (wtype == GGML_TYPE_Q4_K) {
-        const blk_q4_k *b = (const blk_q4_k *)row + k / 256;
-        memcpy(&mh, &b->dmin, 2);
-        scales = b->scales;
-    } else {
-        const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
-        memcpy(&mh, &b->dmin, 2);
-        scales = b->scales;
-    }
-    float dmin = fp16_to_f32(mh);
-    uint8_t sc[8], mn[8];
-    kq_unpack(scales, sc, mn);
-    for (int j = 0; j < 8; j++) v[j] = -(dmin * (float)mn[j]);
-}
-
-/* The half scales of the 8 sub-blocks of the K-quant super-block at k:
- * lo[j], hi[j] of sub-block j (equal except for Q6_K's 16-value groups). */
-QG void qg_kscales(const uint8_t *row, int wtype, int k, float *lo, float *hi) {
-    uint16_t dh;
+/* The scales of the K-quant super-block at k, read once per super-block:
+ * lo[j], hi[j] for the halves of sub-block j (equal except for Q6_K's 16-value
+ * groups) and, for Q4_K/Q5_K, mins[j] = -dmin * m_j. */
+QG void qg_ksuper(const uint8_t *row, int wtype, int k, float *lo, float *hi, float *mins) {
     if (wtype == GGML_TYPE_Q6_K) {
         const blk_q6_k *b = (const blk_q6_k *)row + k / 256;
+        uint16_t dh;
         memcpy(&dh, &b->d, 2);
         float d = fp16_to_f32(dh);
         for (int j = 0; j < 8; j++) lo[j] = d * (float)b->scales[2 * j], hi[j] = d * (float)b->scales[2 * j + 1];
         return;
     }
-    const uint8_t *scales;
-    if (wtype == GGML_TYPE_Q4_K) {
-        const blk_q4_k *b = (const blk_q4_k *)row + k / 256;
-        memcpy(&dh, &b->d, 2);
-        scales = b->scales;
-    } else {
-        const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
-        memcpy(&dh, &b->d, 2);
-        scales = b->scales;
-    }
-    float d = fp16_to_f32(dh);
+    kq_view v = kq_at(row, wtype == GGML_TYPE_Q5_K, k / 256);
     uint8_t sc[8], mn[8];
-    kq_unpack(scales, sc, mn);
-    for (int j = 0; j < 8; j++) lo[j] = hi[j] = d * (float)sc[j];
+    kq_unpack(v.scales, sc, mn);
+    float d = fp16_to_f32(v.d), dmin = fp16_to_f32(v.dmin);
+    for (int j = 0; j < 8; j++) {
+        lo[j] = hi[j] = d * (float)sc[j];
+        mins[j] = -(dmin * (float)mn[j]);
+    }
 }
 
 QG void qg_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq, size_t xs, int K,
@@ -242,19 +204,18 @@ QG void qg_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint
     float lo[MQ_MR][MQ_NR], hi[MQ_MR][MQ_NR];
     memset(lo, 0, sizeof(lo));
     memset(hi, 0, sizeof(hi));
+    const int is_sb = is_k || wtype == GGML_TYPE_Q6_K;
+    float ks_lo[MQ_NR][8], ks_hi[MQ_NR][8], mv[MQ_NR][8]; /* the current super-block's */
     for (int k = 0; k < K; k += 32) {
         int8_t wq[MQ_NR][32];
         float s_lo[MQ_NR], s_hi[MQ_NR];
         for (int r = 0; r < nr; r++) qg_block(w + r * rb, wtype, k, wq[r], &s_lo[r], &s_hi[r]);
-        if (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K)
-            for (int r = 0; r < nr; r++) {
-                float lo8[8], hi8[8];
-                qg_kscales(w + r * rb, wtype, k - k % 256, lo8, hi8);
-                s_lo[r] = lo8[(k % 256) / 32], s_hi[r] = hi8[(k % 256) / 32];
-            }
+        if (is_sb) {
+            if (k % 256 == 0)
+                for (int r = 0; r < nr; r++) qg_ksuper(w + r * rb, wtype, k, ks_lo[r], ks_hi[r], mv[r]);
+            for (int r = 0; r < nr; r++) s_lo[r] = ks_lo[r][(k % 256) / 32], s_hi[r] = ks_hi[r][(k % 256) / 32];
+        }
         if (is_k && k % 256 == 0) {
-            float mv[MQ_NR][8];
-            for (int r = 0; r < nr; r++) qg_mins(w + r * rb, wtype, k, mv[r]);
             for (int m = 0; m < mr; m++) {
                 const float *bs = qx_bsum(xq + m * xs, K) + k / 32;
                 for (int r = 0; r < nr; r++) {

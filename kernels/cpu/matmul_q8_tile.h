@@ -26,7 +26,7 @@ static inline QT_TARGET __m256i QT_(qt_srl16)(__m256i v, int n) { return _mm256_
 /* The 32 weights of block k/32 of one row as the unsigned operand of the dot
  * product, stored as q + 2^*shift (the kernel subtracts 2^shift times the x
  * half sums; *shift = 0: no offset), and for Q8_0/Q4_0 the scales of the two
- * halves (the K-quants' come from qg_kscales once per super-block). Q8_0
+ * halves (the K-quants' come from qg_ksuper once per super-block). Q8_0
  * on AVX2 stays signed (*shift = -1): vpmaddubsw would saturate on q + 128, so
  * that path moves the sign onto the weights instead (vpsignb). */
 static inline QT_TARGET __m256i QT_(qt_load)(const uint8_t *row, int wtype, int k, float *s_lo, float *s_hi,
@@ -55,7 +55,7 @@ static inline QT_TARGET __m256i QT_(qt_load)(const uint8_t *row, int wtype, int 
         __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F)), hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
         return _mm256_set_m128i(hi, lo);
     }
-    if (wtype == GGML_TYPE_Q6_K) { /* scales: qg_kscales, once per super-block */
+    if (wtype == GGML_TYPE_Q6_K) { /* scales: qg_ksuper, once per super-block */
         const blk_q6_k *b = (const blk_q6_k *)row + k / 256;
         int j = (k % 256) / 32, h = j / 4, s = j % 4;
         *shift = 5;
@@ -67,13 +67,8 @@ static inline QT_TARGET __m256i QT_(qt_load)(const uint8_t *row, int wtype, int 
     }
     /* Q4_K, Q5_K: sub-block j; scales and mins once per super-block */
     int j = (k % 256) / 32;
-    const uint8_t *qs, *qh = NULL;
-    if (wtype == GGML_TYPE_Q4_K) {
-        qs = ((const blk_q4_k *)row + k / 256)->qs;
-    } else {
-        const blk_q5_k *b = (const blk_q5_k *)row + k / 256;
-        qs = b->qs, qh = b->qh;
-    }
+    kq_view v = kq_at(row, wtype == GGML_TYPE_Q5_K, k / 256);
+    const uint8_t *qs = v.qs, *qh = v.qh;
     *shift = 0;
     __m256i q = _mm256_and_si256(QT_(qt_srl16)(_mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2))), 4 * (j & 1)), m4);
     if (qh) {
@@ -81,13 +76,6 @@ static inline QT_TARGET __m256i QT_(qt_load)(const uint8_t *row, int wtype, int 
         q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
     }
     return q;
-}
-
-/* -dmin * m_j for the 8 sub-blocks j of the Q4_K/Q5_K super-block at k. */
-static inline QT_TARGET __m256 QT_(qt_mins)(const uint8_t *row, int wtype, int k) {
-    float v[8];
-    qg_mins(row, wtype, k, v);
-    return _mm256_loadu_ps(v);
 }
 
 static inline QT_TARGET void QT_(qt_tile)(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq,
@@ -101,6 +89,7 @@ static inline QT_TARGET void QT_(qt_tile)(int wtype, int mr, int nr, float *y, i
     for (int m = 0; m < mr; m++) acc[m] = zf;
     const int is_sb = is_k || wtype == GGML_TYPE_Q6_K;
     float kst[8][8] = {{0}}; /* K-quants: the scale vector of each sub-block of the super-block */
+    __m256 mv[MQ_NR];        /* Q4_K/Q5_K: the super-block's -dmin * m_j */
     for (int k = 0; k < K; k += 32) {
         __m256i wq[MQ_NR];
         float s_lo[MQ_NR] = {0}, s_hi[MQ_NR] = {0};
@@ -108,15 +97,14 @@ static inline QT_TARGET void QT_(qt_tile)(int wtype, int mr, int nr, float *y, i
         for (int r = 0; r < nr; r++) wq[r] = QT_(qt_load)(w + r * rb, wtype, k, &s_lo[r], &s_hi[r], &shift);
         if (is_sb && k % 256 == 0)
             for (int r = 0; r < nr; r++) {
-                float lo[8], hi[8];
-                qg_kscales(w + r * rb, wtype, k, lo, hi);
+                float lo[8], hi[8], mins[8];
+                qg_ksuper(w + r * rb, wtype, k, lo, hi, mins);
                 for (int j = 0; j < 8; j++) kst[j][r] = lo[j], kst[j][4 + r] = hi[j];
+                if (is_k) mv[r] = _mm256_loadu_ps(mins);
             }
         __m256 S = is_sb ? _mm256_loadu_ps(kst[(k % 256) / 32])
                          : _mm256_setr_ps(s_lo[0], s_lo[1], s_lo[2], s_lo[3], s_hi[0], s_hi[1], s_hi[2], s_hi[3]);
         if (is_k && k % 256 == 0) {
-            __m256 mv[MQ_NR];
-            for (int r = 0; r < nr; r++) mv[r] = QT_(qt_mins)(w + r * rb, wtype, k);
             for (int m = 0; m < mr; m++) {
                 __m256 bs = _mm256_loadu_ps(qx_bsum(xq + m * xs, K) + k / 32);
                 __m256 p[MQ_NR];

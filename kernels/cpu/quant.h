@@ -24,7 +24,7 @@ typedef struct {
 _Static_assert(sizeof(blk_q4_0) == 18, "Q4_0 block is 18 bytes");
 
 /* 256 weights in 8 sub-blocks of 32: w = d*sc_j*q - dmin*m_j with 6-bit sc/m
- * packed in scales (see kq_scale_min). qs: 4 groups of 32 bytes; group g holds
+ * packed in scales (see kq_unpack). qs: 4 groups of 32 bytes; group g holds
  * sub-block 2g in the low nibbles and 2g+1 in the high ones. Q5_K adds bit j
  * of qh[l] as bit 4 of weight l of sub-block j. */
 typedef struct {
@@ -56,8 +56,7 @@ _Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
 /* All 8 scales and 8 mins of a Q4_K/Q5_K block at once, as bytes: sub-blocks
  * 0-3 keep their 6 bits in bytes 0-3 (scales) and 4-7 (mins); 4-7 take their
  * low 4 bits from the nibbles of bytes 8-11 and their top 2 bits from the top
- * bits of bytes 0-3 (scales) and 4-7 (mins). Word-wide, a dozen operations
- * (the same values as kq_scale_min). */
+ * bits of bytes 0-3 (scales) and 4-7 (mins). Word-wide, a dozen operations. */
 static inline void kq_unpack(const uint8_t *scales, uint8_t sc[8], uint8_t mn[8]) {
     uint32_t w[3];
     memcpy(w, scales, 12);
@@ -68,15 +67,25 @@ static inline void kq_unpack(const uint8_t *scales, uint8_t sc[8], uint8_t mn[8]
     memcpy(mn, &m_lo, 4), memcpy(mn + 4, &m_hi, 4);
 }
 
-/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K/Q5_K block. */
-static inline void kq_scale_min(const uint8_t *sc, int j, int *s, int *m) {
-    if (j < 4) {
-        *s = sc[j] & 63;
-        *m = sc[j + 4] & 63;
+/* Where Q4_K/Q5_K super-block i of a row keeps its fields: the two types
+ * share d, dmin and scales; Q5_K adds qh (NULL for Q4_K). */
+typedef struct {
+    uint16_t d, dmin;
+    const uint8_t *scales, *qs, *qh;
+} kq_view;
+
+static inline kq_view kq_at(const uint8_t *row, int q5, int i) {
+    kq_view v;
+    if (q5) {
+        const blk_q5_k *b = (const blk_q5_k *)row + i;
+        memcpy(&v.d, &b->d, 2), memcpy(&v.dmin, &b->dmin, 2);
+        v.scales = b->scales, v.qs = b->qs, v.qh = b->qh;
     } else {
-        *s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+        const blk_q4_k *b = (const blk_q4_k *)row + i;
+        memcpy(&v.d, &b->d, 2), memcpy(&v.dmin, &b->dmin, 2);
+        v.scales = b->scales, v.qs = b->qs, v.qh = NULL;
     }
+    return v;
 }
 
 /* Q8_0 repacked for the CPU kernels ("Q8_0 x8", made by the backend's weight()

@@ -153,4 +153,9 @@ const char *backend_cpu_simd(void);
 void backend_cpu_profile(backend *be, int on);
 void backend_cpu_profile_report(backend *be, FILE *out);
 
+/* The table both backends' profile reports print: a header, then one
+ * "op calls total_ms mean_us share" row for each of the n ops that was
+ * called, its share being of the ops' summed time. */
+void backend_profile_table(FILE *out, const char *const *names, const double *ms, const long long *calls, int n);
+
 #endif

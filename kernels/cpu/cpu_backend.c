@@ -355,13 +355,7 @@ void backend_cpu_profile(backend *be, int on) {
 
 void backend_cpu_profile_report(backend *be, FILE *out) {
     cpu_ctx *c = ctx_of(be);
-    double tot = 0;
-    for (int i = 0; i < P_COUNT; i++) tot += c->prof_ms[i];
-    fprintf(out, "  %-10s %8s %10s %9s %6s\n", "op", "calls", "total_ms", "mean_us", "share");
-    for (int i = 0; i < P_COUNT; i++)
-        if (c->prof_calls[i])
-            fprintf(out, "  %-10s %8lld %10.3f %9.2f %5.1f%%\n", prof_names[i], c->prof_calls[i], c->prof_ms[i],
-                    1e3 * c->prof_ms[i] / c->prof_calls[i], tot > 0 ? 100 * c->prof_ms[i] / tot : 0);
+    backend_profile_table(out, prof_names, c->prof_ms, c->prof_calls, P_COUNT);
     if (c->prof_ms[P_MATMUL] > 0)
         fprintf(out, "  matmul read %.1f MB of weights at %.1f GB/s\n", c->prof_mm_bytes / 1e6,
                 c->prof_mm_bytes / (c->prof_ms[P_MATMUL] * 1e-3) / 1e9);

@@ -698,13 +698,7 @@ void backend_cuda_profile(backend *be, int on) {
 void backend_cuda_profile_report(backend *be, FILE *out) {
     cu_ctx *c = ctx_of(be);
     prof_collect(c);
-    double tot = 0;
-    for (int i = 0; i < OP_COUNT; i++) tot += c->prof_ms[i];
-    fprintf(out, "  %-10s %8s %10s %9s %6s\n", "op", "calls", "total_ms", "mean_us", "share");
-    for (int i = 0; i < OP_COUNT; i++)
-        if (c->prof_calls[i])
-            fprintf(out, "  %-10s %8lld %10.3f %9.2f %5.1f%%\n", op_names[i], c->prof_calls[i], c->prof_ms[i],
-                    1e3 * c->prof_ms[i] / c->prof_calls[i], tot > 0 ? 100 * c->prof_ms[i] / tot : 0);
+    backend_profile_table(out, op_names, c->prof_ms, c->prof_calls, OP_COUNT);
     memset(c->prof_ms, 0, sizeof(c->prof_ms));
     memset(c->prof_calls, 0, sizeof(c->prof_calls));
 }

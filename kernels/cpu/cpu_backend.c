@@ -85,10 +85,11 @@ static int cpu_reserve(backend *be, int max_rows, int max_k, int max_ctx) {
     return 0;
 }
 
-/* Makes sure scratch fits; only grows during the first calls of a new shape
- * when the caller skipped reserve(). Aborts on failure (out of memory). */
-static void cpu_need(backend *be, int max_k, int max_ctx) {
-    if (cpu_reserve(be, 0, max_k, max_ctx) != 0) {
+/* Makes sure the attention scratch fits max_ctx positions; only grows during
+ * the first calls of a new shape when the caller skipped reserve(). Aborts on
+ * failure (out of memory). */
+static void cpu_need(backend *be, int max_ctx) {
+    if (cpu_reserve(be, 0, 0, max_ctx) != 0) {
         fprintf(stderr, "%s:%d: out of memory for CPU scratch\n", __FILE__, __LINE__);
         abort();
     }
@@ -106,10 +107,7 @@ static void mm_task(void *arg, int task, int thread) {
     mm_job *j = arg;
     int n0 = task * j->chunk;
     int n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
-    if (j->wtype == SPECD_TYPE_Q8_0_R8)
-        mmq_rows_r8(j->c->simd, j->y, j->N, j->c->xq, j->w, j->M, j->K, n0, n1);
-    else
-        mm_rows(j->c->simd, j->y, j->N, j->x, j->c->xq, j->w, j->wtype, j->M, j->K, n0, n1);
+    mm_rows(j->c->simd, j->y, j->N, j->x, j->c->xq, j->w, j->wtype, j->M, j->K, n0, n1);
 }
 
 /* quantizes 8 rows of x per task (large-M calls: prefill) */
@@ -274,7 +272,7 @@ static void cpu_attention_run(backend *be, float *out, const float *q, const kv_
     int max_ctx = 0;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].n_past + seqs[s].n_new > max_ctx) max_ctx = seqs[s].n_past + seqs[s].n_new;
-    cpu_need(be, 0, max_ctx);
+    cpu_need(be, max_ctx);
     int per = n_seqs * Hkv >= 2 * c->n_threads ? H / Hkv : 1;
     attn_job j = {c, out, q, kv, seqs, H, Hkv, E, per};
     int n_tasks = n_seqs * (H / per);
@@ -336,7 +334,7 @@ backend *backend_cpu_create(int n_threads) {
     be->ctx = c;
     be->n_threads = n_threads;
     be->host_memory = 1;
-    cpu_need(be, 4096, 4096);
+    cpu_need(be, 4096);
     return be;
 }
 

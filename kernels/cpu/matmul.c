@@ -380,6 +380,10 @@ mm_rows_avx512(float *y, int ldy, const float *x, const uint8_t *w, int wtype, i
 
 void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *xq, const uint8_t *w, int wtype,
              int M, int K, int n0, int n1) {
+    if (wtype == SPECD_TYPE_Q8_0_R8) {
+        mmq_rows_r8(lvl, y, ldy, xq, w, M, K, n0, n1);
+        return;
+    }
     if (mm_q8_path(wtype)) {
         mmq_rows(lvl, y, ldy, xq, w, wtype, M, K, n0, n1);
         return;

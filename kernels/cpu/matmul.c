@@ -22,6 +22,13 @@
 #ifndef MM_PREFETCH
 #define MM_PREFETCH 2048 /* bytes ahead in a weight row stream */
 #endif
+#ifndef MM_PREFETCH_HINT
+/* into L2, not L1: a T0 prefetch holds one of the core's few L1 miss buffers
+ * until its line arrives, so the FMA-bound tile stalled on them (M=5 F16
+ * measured 6.8-7.1 ms with T0 against 4.9-5.6 ms with T1 for the 12-layer
+ * widen model's matmuls, 2 threads; M=1 without prefetch, 4.4-5.5 ms) */
+#define MM_PREFETCH_HINT _MM_HINT_T1
+#endif
 #define MR_MAX 5 /* 5 = γ+1 for γ=4: the verification shape fits one tile */
 #define NR 4
 
@@ -327,12 +334,12 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
         __m512 wa[NR], wb[NR];
         /* each weight row is a linear stream that runs on into the next row of
          * its slice: at 3+ input rows the tile is compute-bound and the hardware
-         * prefetcher falls behind, so fetch ahead and let DRAM latency overlap
-         * the FMAs (measured: M=8 9% faster; at M=1 it only costs instructions) */
+         * prefetcher falls behind, so fetch ahead into L2 and let DRAM latency
+         * overlap the FMAs (at M=1 it only costs instructions) */
         if (mr >= 3)
             for (int r = 0; r < nr; r++)
                 for (int l = 0; l < 32 * wsz; l += 64)
-                    _mm_prefetch((const char *)(w + r * rb) + (size_t)k * wsz + MM_PREFETCH + l, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(w + r * rb) + (size_t)k * wsz + MM_PREFETCH + l, MM_PREFETCH_HINT);
         for (int r = 0; r < nr; r++) v_load32(&wa[r], &wb[r], w + r * rb, wtype, k);
         for (int m = 0; m < mr; m++) {
             __m512 xa = _mm512_loadu_ps(x + (size_t)m * K + k);

@@ -2,6 +2,7 @@
  * kernels of matmul.c and ops.c out over a persistent thread pool. */
 #include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "engine/gguf.h"

@@ -60,25 +60,56 @@ static double bw_now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-double membw_read_gbs(int n_threads, size_t bytes, int reps) {
-    uint64_t *buf = malloc(bytes);
-    if (!buf) return 0;
+struct membw {
+    uint64_t *buf;
+    size_t bytes;
+    threadpool *tp;
+    bw_job job;
+};
+
+membw *membw_create(int n_threads, size_t bytes) {
+    membw *b = calloc(1, sizeof(*b));
+    if (!b) return NULL;
+    b->buf = malloc(bytes);
+    if (!b->buf) {
+        free(b);
+        return NULL;
+    }
     /* distinct contents per page: a buffer of identical pages can be merged
      * by the host (KSM and the like) and then read from cache, not DRAM */
-    for (size_t i = 0; i < bytes / 8; i++) buf[i] = i * 0x9E3779B97F4A7C15ull;
-    threadpool *tp = tp_create(n_threads);
-    bw_job j = {buf, bytes / 8, n_threads, {0}};
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
+    for (size_t i = 0; i < bytes / 8; i++) b->buf[i] = i * 0x9E3779B97F4A7C15ull;
+    b->bytes = bytes;
+    b->tp = tp_create(n_threads);
+    b->job = (bw_job){b->buf, bytes / 8, n_threads, {0}};
+    return b;
+}
+
+double membw_measure(membw *b, int passes, int best) {
+    double top = 0, t_all = 0;
+    for (int r = 0; r < passes; r++) {
         double t0 = bw_now();
-        tp_run(tp, n_threads, bw_task, &j);
+        tp_run(b->tp, b->job.tasks, bw_task, &b->job);
         double dt = bw_now() - t0;
-        double gbs = (double)bytes / dt / 1e9;
-        if (gbs > best) best = gbs;
+        t_all += dt;
+        if ((double)b->bytes / dt / 1e9 > top) top = (double)b->bytes / dt / 1e9;
     }
-    tp_destroy(tp);
-    volatile uint64_t sink = j.sums[0];
+    if (best) return top;
+    return t_all > 0 ? (double)b->bytes * passes / t_all / 1e9 : 0;
+}
+
+void membw_destroy(membw *b) {
+    if (!b) return;
+    volatile uint64_t sink = b->job.sums[0];
     (void)sink;
-    free(buf);
-    return best;
+    tp_destroy(b->tp);
+    free(b->buf);
+    free(b);
+}
+
+double membw_read_gbs(int n_threads, size_t bytes, int reps) {
+    membw *b = membw_create(n_threads, bytes);
+    if (!b) return 0;
+    double gbs = membw_measure(b, reps, 1);
+    membw_destroy(b);
+    return gbs;
 }

@@ -1,4 +1,4 @@
-/* ops.h — the CPU backend's element-wise kernels and attention over paged KV.
+/* ops.h — the CPU backend's element-wise kernels and the KV cache write.
  * Single-threaded building blocks; cpu_backend.c decides how to fan them out. */
 #ifndef SPECD_CPU_OPS_H
 #define SPECD_CPU_OPS_H
@@ -15,9 +15,5 @@ void ops_add(float *x, const float *y, int M, int D);
 void ops_silu_mul(simd_level lvl, float *g, const float *u, int M, int F);
 void ops_kv_write(const kv_layer_view *kv, const int32_t *blocks, int start, const float *k, const float *v,
                   int n, int kv_dim);
-/* Attention of one head h of one sequence for all its new rows, on SIMD path lvl.
- * scores: scratch of at least n_past + s->n_new floats. */
-void ops_attention_head(simd_level lvl, float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
-                        int Hkv, int E, float *scores);
 
 #endif

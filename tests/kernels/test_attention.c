@@ -6,6 +6,7 @@
  * results independent of how the rows are split. Prints silu_mul's speed per
  * path (a figure, not asserted). */
 #include "kernels/backend.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
 #include "tests/testutil.h"
 

@@ -1,0 +1,288 @@
+/* attention.c — attention of one head of one sequence over the paged KV cache
+ * (see attention.h), for all of the sequence's new rows. Two passes per row:
+ * scores q.k for every visible key (then a softmax), then the weighted sum of
+ * the values. Compiled once per SIMD path: generic and AVX2 are the portable C
+ * below; AVX-512 has its own kernel for head dims that are multiples of 16.
+ *
+ * A row's arithmetic never depends on how many rows the call has (a row alone
+ * in a decode step and the same row in a verification call give the same
+ * bits): keys are grouped by their cache position only (aligned to the block),
+ * and a short last group gets zero weights. */
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/vmath.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* Position of new row i for the sliding window (see attn_seq.window). */
+static int ops_attn_pos(const attn_seq *s, int i) {
+    if (!s->mask) return s->n_past + i;
+    int c = 0;
+    for (int j = 0; j < s->n_new; j++) c += s->mask[(size_t)i * s->n_new + j] != 0;
+    return s->n_past + (c > 0 ? c - 1 : 0);
+}
+
+/* q . k over E features in 16 independent lanes, then one fixed tree: the
+ * compiler turns the lane loop into vector FMAs (a single serial chain would
+ * cost E times the FMA latency per key), and the sum is the same on every SIMD
+ * path that has FMA. */
+OPS_ALWAYS float att_dot(const float *a, const float *b, int E) {
+    float acc[16] = {0};
+    int e = 0;
+    for (; e + 16 <= E; e += 16)
+        for (int l = 0; l < 16; l++) acc[l] += a[e + l] * b[e + l];
+    for (int l = 0; e + l < E; l++) acc[l] += a[e + l] * b[e + l];
+    for (int l = 0; l < 8; l++) acc[l] += acc[l + 8];
+    for (int l = 0; l < 4; l++) acc[l] += acc[l + 4];
+    return (acc[0] + acc[2]) + (acc[1] + acc[3]);
+}
+
+/* The visible keys of new row i: every cached position (inside the window) and
+ * the new positions its mask allows (causal without a mask). Returns 0 or 1. */
+OPS_ALWAYS int att_visible(const attn_seq *s, int i, int p, int lo) {
+    int j = p - s->n_past; /* index among the new positions, or negative */
+    if (j >= 0 && (s->mask ? !s->mask[(size_t)i * s->n_new + j] : j > i)) return 0;
+    if (lo > 0 && (j < 0 ? p : ops_attn_pos(s, j)) < lo) return 0;
+    return 1;
+}
+
+OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
+                         int Hkv, int E, float *scores) {
+    int kv_dim = Hkv * E;
+    int kvh = h / (H / Hkv);
+    float scale = 1.0f / sqrtf((float)E);
+    int B = kv->block_size;
+    int n_keys = s->n_past + s->n_new;
+    for (int i = 0; i < s->n_new; i++) {
+        const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
+        float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
+        int lo = 0; /* sliding window: lowest key position this query may see */
+        if (s->window > 0) lo = ops_attn_pos(s, i) - s->window + 1;
+        int plain = s->window <= 0 || lo <= 0; /* every cached key is visible */
+        float mx = -INFINITY;
+        for (int p0 = 0; p0 < n_keys; p0 += B) {
+            const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+            int pe = p0 + B < n_keys ? p0 + B : n_keys;
+            for (int p = p0; p < pe; p++) {
+                if (!(plain && p < s->n_past) && !att_visible(s, i, p, lo)) {
+                    scores[p] = -INFINITY;
+                    continue;
+                }
+                float d = att_dot(qi, kb + (size_t)(p - p0) * kv_dim, E) * scale;
+                scores[p] = d;
+                if (d > mx) mx = d;
+            }
+        }
+        /* masked keys (-inf) weigh exactly 0; the exp loop vectorizes, the sum
+         * stays in key order */
+        for (int p = 0; p < n_keys; p++)
+            scores[p] = ops_select(scores[p] == -INFINITY, 0.0f, ops_expf(scores[p] - mx));
+        float sum = 0.0f;
+        for (int p = 0; p < n_keys; p++) sum += scores[p];
+        float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        memset(oi, 0, (size_t)E * sizeof(float));
+        for (int p0 = 0; p0 < n_keys; p0 += B) {
+            const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+            int pe = p0 + B < n_keys ? p0 + B : n_keys;
+            /* four keys per pass over oi: one load and store of the output per
+             * four values, not a load-FMA-store chain through memory per key.
+             * Groups are aligned to the block and a short last group gets zero
+             * weights, so a row sums its keys in the same order whatever n_keys
+             * is (a row alone and the same row in a longer batch agree) */
+            for (int p = p0; p < pe; p += 4) {
+                float wv[4];
+                const float *vp[4];
+                for (int t = 0; t < 4; t++) {
+                    int ok = p + t < pe;
+                    wv[t] = ok ? scores[p + t] * inv : 0.0f;
+                    vp[t] = vb + (size_t)(p + (ok ? t : 0) - p0) * kv_dim;
+                }
+                if (wv[0] == 0.0f && wv[1] == 0.0f && wv[2] == 0.0f && wv[3] == 0.0f) continue;
+                for (int e = 0; e < E; e++)
+                    oi[e] += (wv[0] * vp[0][e] + wv[1] * vp[1][e]) + (wv[2] * vp[2][e] + wv[3] * vp[3][e]);
+            }
+        }
+    }
+}
+
+static void att_head_generic(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
+                             int Hkv, int E, float *scores) {
+    att_head(out, q, kv, s, h, H, Hkv, E, scores);
+}
+
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma"))) static void att_head_avx2(float *out, const float *q, const kv_layer_view *kv,
+                                                              const attn_seq *s, int h, int H, int Hkv, int E,
+                                                              float *scores) {
+    att_head(out, q, kv, s, h, H, Hkv, E, scores);
+}
+
+/* ---- AVX-512 ------------------------------------------------------------ */
+
+#define A512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512")))
+#define A512_ALWAYS static inline A512 __attribute__((always_inline))
+
+/* ops_expf (vmath.h) on 16 lanes, step for step. */
+A512_ALWAYS __m512 v_expf(__m512 x) {
+    x = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN (second operand) stays NaN */
+    x = _mm512_min_ps(_mm512_set1_ps(88.0f), x);
+    const __m512 shift = _mm512_set1_ps(12582912.0f);
+    __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), shift);
+    __m512 n = _mm512_sub_ps(t, shift);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(shift));
+    e = _mm512_slli_epi32(_mm512_add_epi32(e, _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* Sums each of a[0..15] into lane t of the result. Every vector goes through
+ * the same tree (elements e, e+2 within a 128-bit lane; then the two pairs;
+ * then 128-bit lanes 0+1 and 2+3; then the halves), so a key's score does not
+ * depend on the slot it had in its group. */
+A512_ALWAYS __m512 v_hsum16(const __m512 *a) {
+    __m512 b[8], c[4];
+    for (int j = 0; j < 8; j++)
+        b[j] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * j], a[2 * j + 1]), _mm512_unpackhi_ps(a[2 * j], a[2 * j + 1]));
+    for (int j = 0; j < 4; j++) {
+        __m512d x = _mm512_castps_pd(b[2 * j]), y = _mm512_castps_pd(b[2 * j + 1]);
+        c[j] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    __m512 f01 = _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+    __m512 f23 = _mm512_add_ps(_mm512_shuffle_f32x4(c[2], c[3], 0x88), _mm512_shuffle_f32x4(c[2], c[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(f01, f23, 0x88), _mm512_shuffle_f32x4(f01, f23, 0xDD));
+}
+
+/* Horizontal sum and max with fixed trees. */
+A512_ALWAYS float v_hsum(__m512 a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 f = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    f = _mm_add_ps(f, _mm_permute_ps(f, 0x4E));
+    return _mm_cvtss_f32(_mm_add_ps(f, _mm_permute_ps(f, 0xB1)));
+}
+
+/* One row i against one head's keys and values: NE = E / 16 vectors per key
+ * (a constant in the instantiations below, so q and the output stay in
+ * registers). Scores are computed 16 keys at a time, each key's dot product
+ * in 16 lanes, then summed by v_hsum16; the softmax sums per lane (key
+ * position mod 16) and then over lanes. */
+A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv, const attn_seq *s, int i, int kvh,
+                            int kv_dim, int E, const int NE, float *scores) {
+    const int B = kv->block_size, n_keys = s->n_past + s->n_new;
+    const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)E)), ninf = _mm512_set1_ps(-INFINITY);
+    int lo = 0;
+    if (s->window > 0) lo = ops_attn_pos(s, i) - s->window + 1;
+    int plain = s->window <= 0 || lo <= 0;
+    __m512 qv[16];
+    for (int e = 0; e < NE; e++) qv[e] = _mm512_loadu_ps(qi + 16 * e);
+    __m512 mxv = ninf;
+    for (int p0 = 0; p0 < n_keys; p0 += B) {
+        const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+        int pe = p0 + B < n_keys ? p0 + B : n_keys;
+        for (int g0 = p0; g0 < pe; g0 += 16) {
+            int nk = pe - g0 < 16 ? pe - g0 : 16;
+            __m512 a[16];
+            const float *kg = kb + (size_t)(g0 - p0) * kv_dim;
+            for (int t = 0; t < 16; t++) {
+                const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * kv_dim;
+                a[t] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
+                for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], _mm512_loadu_ps(kr + 16 * e), a[t]);
+            }
+            __m512 d = _mm512_mul_ps(v_hsum16(a), scale);
+            __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1), vis = live;
+            if (!(plain && g0 + nk <= s->n_past)) {
+                vis = 0;
+                for (int t = 0; t < nk; t++)
+                    if ((plain && g0 + t < s->n_past) || att_visible(s, i, g0 + t, lo)) vis |= (__mmask16)(1u << t);
+            }
+            d = _mm512_mask_mov_ps(ninf, vis, d);
+            _mm512_mask_storeu_ps(scores + g0, live, d);
+            mxv = _mm512_max_ps(mxv, d);
+        }
+    }
+    float mx = _mm512_reduce_max_ps(mxv);
+    /* masked keys (-inf) weigh exactly 0 */
+    __m512 sumv = _mm512_setzero_ps(), mxb = _mm512_set1_ps(mx);
+    for (int g0 = 0; g0 < n_keys; g0 += 16) {
+        __mmask16 live = (__mmask16)(n_keys - g0 >= 16 ? 0xFFFF : (1u << (n_keys - g0)) - 1);
+        __m512 x = _mm512_maskz_loadu_ps(live, scores + g0);
+        __mmask16 keep = _mm512_mask_cmp_ps_mask(live, x, ninf, _CMP_NEQ_UQ);
+        __m512 ex = _mm512_maskz_mov_ps(keep, v_expf(_mm512_sub_ps(x, mxb)));
+        _mm512_mask_storeu_ps(scores + g0, live, ex);
+        sumv = _mm512_add_ps(sumv, ex);
+    }
+    float sum = v_hsum(sumv);
+    float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    /* values: one FMA chain per output vector and key parity (two chains hide
+     * the FMA latency); keys of weight 0 (masked) are skipped */
+    __m512 o0[16], o1[16];
+    for (int e = 0; e < NE; e++) o0[e] = o1[e] = _mm512_setzero_ps();
+    const __m512 invv = _mm512_set1_ps(inv);
+    for (int p0 = 0; p0 < n_keys; p0 += B) {
+        const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+        int pe = p0 + B < n_keys ? p0 + B : n_keys;
+        for (int g0 = p0; g0 < pe; g0 += 16) {
+            int nk = pe - g0 < 16 ? pe - g0 : 16;
+            __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1);
+            float w[16];
+            _mm512_storeu_ps(w, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, scores + g0), invv));
+            for (int t = 0; t < nk; t += 2) {
+                const float *v0 = vb + (size_t)(g0 - p0 + t) * kv_dim;
+                if (w[t] != 0.0f) {
+                    __m512 wb = _mm512_set1_ps(w[t]);
+                    for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(v0 + 16 * e), o0[e]);
+                }
+                if (t + 1 < nk && w[t + 1] != 0.0f) {
+                    __m512 wb = _mm512_set1_ps(w[t + 1]);
+                    for (int e = 0; e < NE; e++)
+                        o1[e] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(v0 + kv_dim + 16 * e), o1[e]);
+                }
+            }
+        }
+    }
+    for (int e = 0; e < NE; e++) _mm512_storeu_ps(oi + 16 * e, _mm512_add_ps(o0[e], o1[e]));
+}
+
+static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
+                                 int H, int Hkv, int E, float *scores) {
+    int kvh = h / (H / Hkv), kv_dim = Hkv * E, NE = E / 16;
+    for (int i = 0; i < s->n_new; i++) {
+        const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
+        float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
+        switch (NE) { /* constant NE for the common head dims */
+        case 4: att_row512(oi, qi, kv, s, i, kvh, kv_dim, E, 4, scores); break;
+        case 8: att_row512(oi, qi, kv, s, i, kvh, kv_dim, E, 8, scores); break;
+        default: att_row512(oi, qi, kv, s, i, kvh, kv_dim, E, NE, scores); break;
+        }
+    }
+}
+
+static A512 void att_head_avx512(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
+                                 int H, int Hkv, int E, float *scores) {
+    if (E % 16 == 0 && E <= 256) att_rows512_any(out, q, kv, s, h, H, Hkv, E, scores);
+    else att_head(out, q, kv, s, h, H, Hkv, E, scores);
+}
+#endif
+
+void ops_attention_head(simd_level lvl, float *out, const float *q, const kv_layer_view *kv, const attn_seq *s,
+                        int h, int H, int Hkv, int E, float *scores) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX512) { att_head_avx512(out, q, kv, s, h, H, Hkv, E, scores); return; }
+    if (lvl == SIMD_AVX2) { att_head_avx2(out, q, kv, s, h, H, Hkv, E, scores); return; }
+#endif
+    (void)lvl;
+    att_head_generic(out, q, kv, s, h, H, Hkv, E, scores);
+}

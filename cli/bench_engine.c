@@ -282,8 +282,10 @@ int bench_engine(int argc, char **argv) {
     printf("target %s (%s)\n", target, st.target_id);
     if (draft) printf("draft  %s (%s): memory %.1f%% of the target's (weights + KV)\n", draft, st.draft_id,
                       st.draft_mem_pct);
-    printf("cost model: target %.2f ms + %.3f ms/position, draft %.3f ms/token; engine ready in %.0f ms\n",
-           st.costs.target_ms, st.costs.target_ms_per_pos, st.costs.draft_ms, tl);
+    printf("cost model: target %.2f ms + %.3f ms/position + %.2f us/cached key + %.3f us/(row, key), draft %.3f "
+           "ms/token; engine ready in %.0f ms\n",
+           st.costs.target_ms, st.costs.target_ms_per_pos, st.costs.target_ms_per_key * 1e3,
+           st.costs.target_ms_per_pair * 1e3, st.costs.draft_ms, tl);
     printf("%d greedy streams x %d tokens, prompts of %d tokens (%d distinct) from %s\n\n", max_conc, n_tokens,
            prompt_tokens, n_distinct, prompts_path);
     /* warm-up: touch the weights and the code paths once */

@@ -308,13 +308,17 @@ int cmd_generate(int argc, char **argv) {
     double pred = 0;
     const gamma_costs *costs = &es.costs;
     if (spec.st.verify_steps && costs->target_ms > 0) {
+        /* at the run's mean context: plain decoding's cost per token there
+         * against each verify pass's tokens and cost */
+        int ctx = n_prompt + spec.n_out / 2;
         double a = spec_stats_alpha(&spec.st), num = 0, den = 0;
         for (int g = 0; g <= GAMMA_MAX; g++) {
             if (!spec.gamma_hist[g]) continue;
             num += spec.gamma_hist[g] * gamma_expected_tokens(a, g);
-            den += spec.gamma_hist[g] * (gamma_target_ms(costs, g + 1) + costs->draft_ms * g);
+            den += spec.gamma_hist[g] *
+                   (gamma_target_ms(costs, g + 1, gamma_keys(g + 1, ctx), gamma_pairs(g + 1, ctx)) + costs->draft_ms * g);
         }
-        pred = den > 0 ? (num / den) * costs->target_ms : 0;
+        pred = den > 0 ? (num / den) * gamma_target_ms(costs, 1, gamma_keys(1, ctx), gamma_pairs(1, ctx)) : 0;
     }
     if (json) {
         printf("{\"model\":");
@@ -362,8 +366,10 @@ int cmd_generate(int argc, char **argv) {
         print_stats(stderr, has_draft ? "speculative" : "plain", &spec, n_prompt);
         if (plain.n_out && plain_tps > 0)
             fprintf(stderr, "speedup over plain decoding: %.2fx measured, %.2fx predicted by the cost model "
-                            "(draft %.3f ms/token, target %.3f ms + %.3f ms per extra position)\n",
-                    dec_tps / plain_tps, pred, costs->draft_ms, costs->target_ms, costs->target_ms_per_pos);
+                            "(draft %.3f ms/token, target %.3f ms + %.3f ms per extra position + %.2f us per cached key "
+                            "+ %.3f us per row and key)\n",
+                    dec_tps / plain_tps, pred, costs->draft_ms, costs->target_ms, costs->target_ms_per_pos,
+                    costs->target_ms_per_key * 1e3, costs->target_ms_per_pair * 1e3);
         fprintf(stderr, "[%s kernels]\n", backend_cpu_simd());
     }
     rc = 0;

@@ -534,7 +534,7 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
         if (a >= 0) { /* prior: the best γ at the acceptance this content type has been getting */
             double best = -1;
             for (int g = gp.gamma_min; g <= gp.gamma_max; g++) {
-                double rate = gamma_rate(&e->sp->costs, a, g);
+                double rate = gamma_rate(&e->sp->costs, a, g, r->n_prompt);
                 if (rate > best) best = rate, gp.gamma_default = g;
             }
         }

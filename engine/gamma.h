@@ -30,37 +30,59 @@ gamma_params gamma_params_default(void);
 bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n);
 
 /* Cost model of one draft/target pair, in milliseconds. A target forward of m
- * new positions is piecewise linear: target_ms for one position, plus
- * target_ms_per_pos for each of positions 2..5 (the weights are read once:
- * small while memory-bound) and target_ms_per_pos_big for each position past 5
- * (compute-bound: a big batch). A draft forward of one position costs draft_ms,
- * plus draft_ms_per_row per extra sequence in a batched draft call.
- * Calibrated at load (1, 5 and 21 positions), then updated online
- * (exponential moving average) from measured step times: passes of up to 5
- * rows move the base, bigger (batched) passes the big-batch slope. */
+ * new positions over sequences whose caches hold `keys` keys in all (the
+ * cache each sequence's pass reads once, gamma_keys) and whose rows attend to
+ * `pairs` (row, key) pairs in all (gamma_pairs) costs
+ *     target_ms + target_ms_per_pos * min(m-1, 4) + target_ms_per_pos_big * max(m-5, 0)
+ *               + target_ms_per_key * keys + target_ms_per_pair * pairs:
+ * one position at no context; the weights are read once, so positions 2..5 add
+ * little while the pass is memory-bound and positions past 5 (a big batch)
+ * more once it is compute-bound; attention reads each sequence's cache once
+ * per pass (keys) and does arithmetic for every row against every key it sees
+ * (pairs), which is what makes a verify pass at context 500 dearer than at 50.
+ * A draft forward of one position costs draft_ms, plus draft_ms_per_row per
+ * extra sequence in a batched draft call.
+ * Calibrated at load (1, 5 and 21 positions at context 8; 1 and 5 at a long
+ * context), then updated online from measured step times: passes of up to 5
+ * rows refit target_ms and the two attention slopes (exponentially weighted
+ * least squares, held near the calibrated slopes where the contexts seen do
+ * not tell them apart), bigger (batched) passes the big-batch slope. */
 typedef struct {
     double draft_ms;
     double target_ms;
     double target_ms_per_pos;
     double draft_ms_per_row;
     double target_ms_per_pos_big;
+    double target_ms_per_key, target_ms_per_pair;
+    double key_prior, pair_prior;        /* the calibrated attention slopes */
+    double fit[9];                       /* weighted sums of the online fit (gamma.c) */
 } gamma_costs;
 
+/* Keys one sequence's pass reads: its cache of n and its m new positions. */
+double gamma_keys(int m, int n);
+/* (row, key) pairs of m new positions after n cached ones (row i sees n + i + 1). */
+double gamma_pairs(int m, int n);
 /* Predicted target time for a call over m new positions. */
-double gamma_target_ms(const gamma_costs *c, int m);
+double gamma_target_ms(const gamma_costs *c, int m, double keys, double pairs);
+/* Calibration: sets the model from timed calls of one sequence at context 8
+ * (t1, t5, t21: 1, 5 and 21 positions) and at context far (t1f, t5f; 0 when
+ * not measured). */
+void gamma_costs_calibrate(gamma_costs *c, double t1, double t5, double t21, int far, double t1f, double t5f);
 
 void gamma_costs_observe_draft(gamma_costs *c, double ms_per_token);
-void gamma_costs_observe_target(gamma_costs *c, int positions, double ms);
+void gamma_costs_observe_target(gamma_costs *c, int positions, double keys, double pairs, double ms);
 
 /* Expected tokens per verify pass for per-token acceptance α and depth γ. */
 double gamma_expected_tokens(double alpha, int gamma);
-/* Expected tokens per millisecond of speculation at (α, γ); γ = 0 is plain decoding. */
-double gamma_rate(const gamma_costs *c, double alpha, int gamma);
-/* The same for one of `batch` sequences stepped together: the base cost of a
- * call is shared by the batch, each sequence pays for its own positions. When
- * a big batch makes the target pass compute-bound (large per-position cost),
- * drafting stops paying and the best γ drops, down to 0. */
-double gamma_rate_batch(const gamma_costs *c, double alpha, int gamma, int batch);
+/* Expected tokens per millisecond of speculation at (α, γ) for a sequence with
+ * ctx cached tokens; γ = 0 is plain decoding. */
+double gamma_rate(const gamma_costs *c, double alpha, int gamma, int ctx);
+/* The same for one of `batch` sequences stepped together (each at about ctx
+ * tokens): the base cost of a call is shared by the batch, each sequence pays
+ * for its own positions and attention. When a big batch makes the target pass
+ * compute-bound (large per-position cost), drafting stops paying and the best
+ * γ drops, down to 0. */
+double gamma_rate_batch(const gamma_costs *c, double alpha, int gamma, int batch, int ctx);
 
 typedef struct {
     gamma_params prm;
@@ -78,15 +100,16 @@ typedef struct {
 void gamma_ctl_init(gamma_ctl *g, const gamma_params *p);
 /* Replaces the bounds (policy reload, per-request override); keeps history. */
 void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p);
-/* The γ for the next step: 0 = plain decoding (fallback), else within bounds. */
-int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c);
+/* The γ for the next step of a sequence with ctx cached tokens: 0 = plain
+ * decoding (fallback), else within bounds. */
+int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c, int ctx);
 /* The same when the sequence is stepped in a batch of `batch` sequences: an
  * adaptive sequence may also get 0 when plain decoding is faster at that batch
  * size (not counted as a fallback) — by its rolling α, or during warm-up by
  * the prior GAMMA_PRIOR_ALPHA. fallback_alpha 0 (a rule's alpha_threshold 0:
  * "never turn speculation off") disables this, so gamma_min is then a floor. */
 #define GAMMA_PRIOR_ALPHA 0.7
-int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch);
+int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch, int ctx);
 /* Records a verify step that drafted gamma tokens and accepted `accepted`. */
 void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted);
 /* Records a plain step (counts down to the next probe). */

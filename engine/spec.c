@@ -205,21 +205,28 @@ fail_quiet:
     return NULL;
 }
 
-/* Median-of-5 time of a forward call of n tokens at context 8, rolled back after. */
-static double time_call(model *m, kv_pool *pool, int n, float *logits) {
-    kv_seq *s = kv_seq_create(pool, SPEC_CALIBRATE_ROWS + 16);
+/* Median-of-5 time of a forward call of n tokens at context `past` (>= 8),
+ * rolled back after. Past 8 the cache is only reserved, not computed (its
+ * contents do not change what a pass costs), so a long-context probe is as
+ * cheap as a short one. Returns 0 when the pool cannot hold it. */
+static double time_call(model *m, kv_pool *pool, int n, int past, float *logits) {
+    kv_seq *s = kv_seq_create(pool, past + n + 8);
     if (!s) return 0;
     int32_t toks[SPEC_CALIBRATE_ROWS + 8] = {0};
     char err[256];
     model_seq ms = {.kv = s, .n = 8, .tokens = toks};
     double t[5] = {0};
     if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) goto out;
+    if (past > 8) {
+        if (kv_seq_reserve(pool, s, past) != 0) goto out;
+        s->len = past;
+    }
     for (int r = 0; r < 5; r++) {
         ms = (model_seq){.kv = s, .n = n, .tokens = toks, .all_logits = true};
         double t0 = spec_now_ms();
         if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) goto out;
         t[r] = spec_now_ms() - t0;
-        kv_seq_truncate(pool, s, 8);
+        kv_seq_truncate(pool, s, past);
     }
     for (int i = 0; i < 5; i++)
         for (int j = i + 1; j < 5; j++)
@@ -234,18 +241,18 @@ out:
 
 void spec_pair_calibrate(spec_pair *sp) {
     /* 1 and 5 positions: the verify shape of one sequence; 5 and 21: the slope
-     * once many rows make the pass compute-bound (batched verification) */
-    double t1 = time_call(sp->target, sp->tpool, 1, sp->logits);
-    double t5 = time_call(sp->target, sp->tpool, 5, sp->logits);
-    double t21 = time_call(sp->target, sp->tpool, SPEC_CALIBRATE_ROWS, sp->logits);
-    sp->costs.target_ms = t1 > 0 ? t1 : 1.0;
-    double slope_small = t5 > t1 ? (t5 - t1) / 4 : 0.0;
-    double slope_big = t21 > t5 ? (t21 - t5) / (SPEC_CALIBRATE_ROWS - 5) : 0.0;
-    sp->costs.target_ms_per_pos = slope_small;
-    sp->costs.target_ms_per_pos_big = slope_big > slope_small ? slope_big : slope_small;
+     * once many rows make the pass compute-bound (batched verification); 1 and
+     * 5 positions at a long context: what attention adds per key and row */
+    double t1 = time_call(sp->target, sp->tpool, 1, 8, sp->logits);
+    double t5 = time_call(sp->target, sp->tpool, 5, 8, sp->logits);
+    double t21 = time_call(sp->target, sp->tpool, SPEC_CALIBRATE_ROWS, 8, sp->logits);
+    int far = sp->max_ctx - 16 < 520 ? sp->max_ctx - 16 : 520;
+    double t1f = far > 64 ? time_call(sp->target, sp->tpool, 1, far, sp->logits) : 0;
+    double t5f = far > 64 ? time_call(sp->target, sp->tpool, 5, far, sp->logits) : 0;
+    gamma_costs_calibrate(&sp->costs, t1, t5, t21, far, t1f, t5f);
     if (sp->draft) {
-        double d1 = time_call(sp->draft, sp->dpool, 1, sp->logits);
-        double d9 = time_call(sp->draft, sp->dpool, 9, sp->logits);
+        double d1 = time_call(sp->draft, sp->dpool, 1, 8, sp->logits);
+        double d9 = time_call(sp->draft, sp->dpool, 9, 8, sp->logits);
         sp->costs.draft_ms = d1;
         sp->costs.draft_ms_per_row = d9 > d1 ? (d9 - d1) / 8 : 0.0;
     }
@@ -367,7 +374,7 @@ int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
  * tokens still wanted and the context. */
 static int plan_gamma(spec_seq *s, int max_new, int batch) {
     int max_ctx = s->sp->max_ctx; /* the verify call fills positions up to n_tokens + γ */
-    int g = s->prm.speculate ? gamma_ctl_next_batch(&s->ctl, &s->sp->costs, batch) : 0;
+    int g = s->prm.speculate ? gamma_ctl_next_batch(&s->ctl, &s->sp->costs, batch, s->n_tokens - 1) : 0;
     if (g > max_new - 1) g = max_new - 1;
     if (g > max_ctx - s->n_tokens) g = max_ctx - s->n_tokens;
     if (g > s->sp->max_gamma) g = s->sp->max_gamma;
@@ -524,12 +531,15 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
 
     /* verify: ONE target call over every sequence's last token and drafts */
     model_seq *ms = sp->ms;
+    double keys = 0, pairs = 0;
     for (int i = 0; i < n; i++) {
         spec_seq *s = S[i];
         s->vtoks[0] = s->tokens[s->n_tokens - 1];
         memcpy(s->vtoks + 1, s->draft, sizeof(int32_t) * (size_t)gam[i]);
         ms[i] = (model_seq){.kv = s->tkv, .n = gam[i] + 1, .tokens = s->vtoks, .all_logits = true};
         rows += gam[i] + 1;
+        keys += gamma_keys(gam[i] + 1, s->n_tokens - 1);
+        pairs += gamma_pairs(gam[i] + 1, s->n_tokens - 1);
     }
     double t0 = spec_now_ms();
     if (model_forward(sp->target, sp->tpool, ms, n, sp->logits, err, errlen) != 0) {
@@ -539,7 +549,7 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
         return -1;
     }
     double tt = spec_now_ms() - t0;
-    gamma_costs_observe_target(&sp->costs, rows, tt);
+    gamma_costs_observe_target(&sp->costs, rows, keys, pairs, tt);
     size_t row = 0;
     for (int i = 0; i < n; i++) {
         S[i]->st.target_ms += tt;

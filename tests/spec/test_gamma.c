@@ -1,0 +1,116 @@
+/* test_gamma.c — the speculation cost model and γ controller (engine/gamma):
+ * calibration recovers a known model exactly; the online fit follows a host
+ * that turned slower (attention dearer than calibrated) to within 2% over the
+ * contexts it saw, with noisy timings leaving every term non-negative and the
+ * base positive; the best γ falls as the context grows when attention is dear,
+ * and a compute-bound batch turns drafting off. Pure arithmetic, no model. */
+#include "engine/gamma.h"
+#include "tests/testutil.h"
+
+#include <math.h>
+#include <stdint.h>
+
+typedef struct {
+    double base, pos, big, key, pair;
+} truth;
+
+static double true_ms(const truth *t, int m, double keys, double pairs) {
+    int small = m - 1 < 4 ? m - 1 : 4, big = m > 5 ? m - 5 : 0;
+    return t->base + t->pos * small + t->big * big + t->key * keys + t->pair * pairs;
+}
+
+static double true_call(const truth *t, int m, int n) { return true_ms(t, m, gamma_keys(m, n), gamma_pairs(m, n)); }
+
+static int best_gamma(const gamma_costs *c, double a, int batch, int ctx) {
+    int best = 0;
+    double r0 = gamma_rate_batch(c, a, 0, batch, ctx);
+    for (int g = 1; g <= 8; g++) {
+        double r = gamma_rate_batch(c, a, g, batch, ctx);
+        if (r > r0) r0 = r, best = g;
+    }
+    return best;
+}
+
+static uint64_t rs = 0x2545F4914F6CDD1Dull;
+static double urand(void) { /* [0, 1) */
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (double)(rs >> 11) / 9007199254740992.0;
+}
+
+int main(void) {
+    /* calibration: five timed calls of a known model give it back */
+    truth t = {.base = 5.0, .pos = 0.1, .big = 0.45, .key = 0.002, .pair = 0.0006};
+    int far = 520;
+    gamma_costs c = {0};
+    gamma_costs_calibrate(&c, true_call(&t, 1, 8), true_call(&t, 5, 8), true_call(&t, 21, 8), far,
+                          true_call(&t, 1, far), true_call(&t, 5, far));
+    CHECKF(fabs(c.target_ms - t.base) < 1e-9, "base %g", c.target_ms);
+    CHECKF(fabs(c.target_ms_per_pos - t.pos) < 1e-9, "per position %g", c.target_ms_per_pos);
+    CHECKF(fabs(c.target_ms_per_pos_big - t.big) < 1e-9, "big-batch slope %g", c.target_ms_per_pos_big);
+    CHECKF(fabs(c.target_ms_per_key - t.key) < 1e-12, "per key %g", c.target_ms_per_key);
+    CHECKF(fabs(c.target_ms_per_pair - t.pair) < 1e-12, "per pair %g", c.target_ms_per_pair);
+    for (int m = 1; m <= 21; m += 4)
+        for (int n = 0; n <= 2000; n += 250)
+            CHECKF(fabs(gamma_target_ms(&c, m, gamma_keys(m, n), gamma_pairs(m, n)) - true_call(&t, m, n)) < 1e-9,
+                   "prediction at m %d n %d", m, n);
+    /* without a long-context probe the attention terms are 0, the rest stands */
+    gamma_costs c0 = {0};
+    gamma_costs_calibrate(&c0, true_call(&t, 1, 8), true_call(&t, 5, 8), true_call(&t, 21, 8), 0, 0, 0);
+    CHECK(c0.target_ms_per_key == 0 && c0.target_ms_per_pair == 0 && c0.target_ms > 0 && c0.target_ms_per_pos > 0);
+
+    /* the host turns slower: attention costs twice the calibration, the base
+     * 20% more. A γ=4 sequence growing from 30 to 230 tokens (5-row passes
+     * only) must be predicted within 2% over that range afterwards */
+    truth slow = t;
+    slow.base *= 1.2, slow.pair *= 2, slow.key *= 2;
+    for (int n = 30; n < 230; n += 3) gamma_costs_observe_target(&c, 5, gamma_keys(5, n), gamma_pairs(5, n), true_call(&slow, 5, n));
+    for (int n = 30; n < 230; n += 20) {
+        double pred = gamma_target_ms(&c, 5, gamma_keys(5, n), gamma_pairs(5, n)), want = true_call(&slow, 5, n);
+        CHECKF(fabs(pred - want) < 0.02 * want, "after the fit, n %d: predicted %.3f ms, true %.3f ms", n, pred, want);
+    }
+    /* plain passes (1 row) at other contexts tell keys from pairs apart: then
+     * 1-row and 5-row calls are both right */
+    for (int n = 100; n < 700; n += 7) {
+        gamma_costs_observe_target(&c, 1, gamma_keys(1, n), gamma_pairs(1, n), true_call(&slow, 1, n));
+        gamma_costs_observe_target(&c, 5, gamma_keys(5, n), gamma_pairs(5, n), true_call(&slow, 5, n));
+    }
+    for (int m = 1; m <= 5; m += 4)
+        for (int n = 100; n < 700; n += 100) {
+            double pred = gamma_target_ms(&c, m, gamma_keys(m, n), gamma_pairs(m, n)), want = true_call(&slow, m, n);
+            CHECKF(fabs(pred - want) < 0.02 * want, "mixed fit, m %d n %d: predicted %.3f, true %.3f", m, n, pred, want);
+        }
+
+    /* noisy timings (+-25%) never drive a term negative or the base to 0 */
+    gamma_costs cn = {0};
+    gamma_costs_calibrate(&cn, true_call(&t, 1, 8), true_call(&t, 5, 8), true_call(&t, 21, 8), far,
+                          true_call(&t, 1, far), true_call(&t, 5, far));
+    int sane = 1;
+    for (int i = 0; i < 5000; i++) {
+        int m = urand() < 0.3 ? 1 : 5, n = (int)(urand() * 600);
+        double ms = true_call(&t, m, n) * (0.75 + 0.5 * urand());
+        gamma_costs_observe_target(&cn, m, gamma_keys(m, n), gamma_pairs(m, n), ms);
+        sane &= cn.target_ms > 0 && cn.target_ms_per_key >= 0 && cn.target_ms_per_pair >= 0 && isfinite(cn.target_ms);
+    }
+    CHECK(sane);
+    double p = gamma_target_ms(&cn, 5, gamma_keys(5, 300), gamma_pairs(5, 300)), w = true_call(&t, 5, 300);
+    CHECKF(fabs(p - w) < 0.15 * w, "noisy fit at n 300: predicted %.3f, true %.3f", p, w);
+
+    /* the controller's choice: with dear attention the best γ shrinks as the
+     * context grows; a batch whose rows are compute-bound turns drafting off */
+    truth dear = {.base = 5.0, .pos = 0.1, .big = 0.45, .key = 0.002, .pair = 0.004};
+    gamma_costs cd = {0};
+    gamma_costs_calibrate(&cd, true_call(&dear, 1, 8), true_call(&dear, 5, 8), true_call(&dear, 21, 8), far,
+                          true_call(&dear, 1, far), true_call(&dear, 5, far));
+    cd.draft_ms = 0.2;
+    int g_short = best_gamma(&cd, 0.8, 1, 50), g_long = best_gamma(&cd, 0.8, 1, 4000);
+    CHECKF(g_short > g_long && g_long >= 1, "best gamma at context 50: %d, at 4000: %d", g_short, g_long);
+    cd.target_ms_per_pos_big = 4.0; /* each row past 5 costs most of a decode step */
+    CHECKF(best_gamma(&cd, 0.8, 32, 100) == 0, "batch of 32, compute-bound: gamma %d", best_gamma(&cd, 0.8, 32, 100));
+    gamma_params gp = gamma_params_default();
+    gamma_ctl g;
+    gamma_ctl_init(&g, &gp);
+    for (int i = 0; i < 10; i++) gamma_ctl_observe(&g, 4, 3);
+    CHECKF(gamma_ctl_next_batch(&g, &cd, 32, 100) == 0, "controller at batch 32 drafts");
+    CHECKF(gamma_ctl_next_batch(&g, &cd, 1, 100) >= 2, "controller alone does not draft");
+    TEST_DONE();
+}

@@ -6,20 +6,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, char *err, size_t errlen) {
-    return kv_pool_create_on(NULL, n_layer, kv_dim, block_size, n_blocks, err, errlen);
+kv_pool *kv_pool_create(int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks, char *err,
+                        size_t errlen) {
+    return kv_pool_create_on(NULL, n_layer, kv_dim, head_dim, block_size, n_blocks, err, errlen);
 }
 
-kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int block_size, int n_blocks, char *err,
-                           size_t errlen) {
-    return kv_pool_create_sharded(&be, 1, n_layer, kv_dim, block_size, n_blocks, err, errlen);
+kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks,
+                           char *err, size_t errlen) {
+    return kv_pool_create_sharded(&be, 1, n_layer, kv_dim, head_dim, block_size, n_blocks, err, errlen);
 }
 
-kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int block_size,
-                                int n_blocks, char *err, size_t errlen) {
-    if (n_shards <= 0 || n_layer <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
-        snprintf(err, errlen, "kv pool: bad shape (shards %d, layers %d, kv_dim %d, block %d, blocks %d)", n_shards,
-                 n_layer, kv_dim, block_size, n_blocks);
+kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int head_dim,
+                                int block_size, int n_blocks, char *err, size_t errlen) {
+    if (n_shards <= 0 || n_layer <= 0 || kv_dim <= 0 || head_dim <= 0 || kv_dim % head_dim || block_size <= 0 ||
+        n_blocks <= 0) {
+        snprintf(err, errlen,
+                 "kv pool: bad shape (shards %d, layers %d, kv_dim %d, head_dim %d, block %d, blocks %d)", n_shards,
+                 n_layer, kv_dim, head_dim, block_size, n_blocks);
         return NULL;
     }
     const char *where = "host";
@@ -27,6 +30,7 @@ kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, 
     if (!p) goto oom;
     p->n_layer = n_layer;
     p->kv_dim = kv_dim;
+    p->head_dim = head_dim;
     p->block_size = block_size;
     p->n_blocks = n_blocks;
     p->block_stride = (size_t)n_layer * block_size * kv_dim;
@@ -86,7 +90,7 @@ kv_layer_view kv_pool_layer(const kv_pool *p, int layer) { return kv_pool_layer_
 kv_layer_view kv_pool_layer_shard(const kv_pool *p, int shard, int layer) {
     size_t off = (size_t)layer * p->block_size * p->kv_dim;
     const kv_shard *sh = &p->shards[shard];
-    return (kv_layer_view){sh->k + off, sh->v + off, p->block_stride, p->block_size};
+    return (kv_layer_view){sh->k + off, sh->v + off, p->block_stride, p->block_size, p->head_dim};
 }
 
 int kv_blocks_for(const kv_pool *p, int len) { return (len + p->block_size - 1) / p->block_size; }

@@ -19,13 +19,14 @@
 
 /* One shard's storage. */
 typedef struct kv_shard {
-    float *k, *v;          /* (n_blocks, n_layer, B, kv_dim), in the memory of `be` */
+    float *k, *v;          /* (n_blocks, n_layer, Hkv, B, E), in the memory of `be` */
     backend *be;           /* not owned; NULL: host memory */
 } kv_shard;
 
 typedef struct kv_pool {
     int n_layer;
     int kv_dim;            /* Hkv * E of one shard (Hkv/N * E when sharded N ways) */
+    int head_dim;          /* E: a block keeps each kv head's B positions together */
     int block_size;        /* B positions per block */
     int n_blocks;
     size_t block_stride;   /* floats per block in one shard: n_layer * B * kv_dim */
@@ -47,14 +48,15 @@ typedef struct kv_seq {
 /* Creates a pool of n_blocks blocks. Returns NULL with err filled: a bad shape,
  * or the memory cannot be had (then err_is_oom(err), see errkind.h). Caller
  * owns it; kv_pool_destroy frees. */
-kv_pool *kv_pool_create(int n_layer, int kv_dim, int block_size, int n_blocks, char *err, size_t errlen);
+kv_pool *kv_pool_create(int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks, char *err,
+                        size_t errlen);
 /* The same with the storage in backend memory (be must outlive the pool). */
-kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int block_size, int n_blocks, char *err,
-                           size_t errlen);
+kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks,
+                           char *err, size_t errlen);
 /* A pool of n_shards shards: shard r's storage (kv_dim floats per position,
  * one shard's width) comes from bes[r], which must outlive the pool. */
-kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int block_size,
-                                int n_blocks, char *err, size_t errlen);
+kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int head_dim,
+                                int block_size, int n_blocks, char *err, size_t errlen);
 void kv_pool_destroy(kv_pool *p); /* accepts NULL */
 /* K and V storage of all shards together. */
 size_t kv_pool_bytes(const kv_pool *p);

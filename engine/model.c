@@ -478,7 +478,7 @@ void model_free(model *m) {
 
 kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, char *err, size_t errlen) {
     return kv_pool_create_sharded(m->bes, m->n_shards, m->hp.n_layer, m->shards[0].n_kv_head * m->hp.head_dim,
-                                  block_size, n_blocks, err, errlen);
+                                  m->hp.head_dim, block_size, n_blocks, err, errlen);
 }
 
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,

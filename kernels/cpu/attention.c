@@ -4,6 +4,9 @@
  * the values. Compiled once per SIMD path: generic and AVX2 are the portable C
  * below; AVX-512 has its own kernel for head dims that are multiples of 16.
  *
+ * A kv head's positions of one block are one contiguous (B, E) run (the
+ * layout of kv_layer_view), so keys and values stream row after row.
+ *
  * A row's arithmetic never depends on how many rows the call has (a row alone
  * in a decode step and the same row in a verification call give the same
  * bits): keys are grouped by their cache position only (aligned to the block),
@@ -53,7 +56,6 @@ OPS_ALWAYS int att_visible(const attn_seq *s, int i, int p, int lo) {
 
 OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
                          int Hkv, int E, float *scores) {
-    int kv_dim = Hkv * E;
     int kvh = h / (H / Hkv);
     float scale = 1.0f / sqrtf((float)E);
     int B = kv->block_size;
@@ -66,14 +68,14 @@ OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, co
         int plain = s->window <= 0 || lo <= 0; /* every cached key is visible */
         float mx = -INFINITY;
         for (int p0 = 0; p0 < n_keys; p0 += B) {
-            const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+            const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
             int pe = p0 + B < n_keys ? p0 + B : n_keys;
             for (int p = p0; p < pe; p++) {
                 if (!(plain && p < s->n_past) && !att_visible(s, i, p, lo)) {
                     scores[p] = -INFINITY;
                     continue;
                 }
-                float d = att_dot(qi, kb + (size_t)(p - p0) * kv_dim, E) * scale;
+                float d = att_dot(qi, kb + (size_t)(p - p0) * E, E) * scale;
                 scores[p] = d;
                 if (d > mx) mx = d;
             }
@@ -87,7 +89,7 @@ OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, co
         float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         memset(oi, 0, (size_t)E * sizeof(float));
         for (int p0 = 0; p0 < n_keys; p0 += B) {
-            const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+            const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
             int pe = p0 + B < n_keys ? p0 + B : n_keys;
             /* four keys per pass over oi: one load and store of the output per
              * four values, not a load-FMA-store chain through memory per key.
@@ -100,7 +102,7 @@ OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, co
                 for (int t = 0; t < 4; t++) {
                     int ok = p + t < pe;
                     wv[t] = ok ? scores[p + t] * inv : 0.0f;
-                    vp[t] = vb + (size_t)(p + (ok ? t : 0) - p0) * kv_dim;
+                    vp[t] = vb + (size_t)(p + (ok ? t : 0) - p0) * E;
                 }
                 if (wv[0] == 0.0f && wv[1] == 0.0f && wv[2] == 0.0f && wv[3] == 0.0f) continue;
                 for (int e = 0; e < E; e++)
@@ -180,7 +182,7 @@ A512_ALWAYS float v_hsum(__m512 a) {
  * in 16 lanes, then summed by v_hsum16; the softmax sums per lane (key
  * position mod 16) and then over lanes. */
 A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv, const attn_seq *s, int i, int kvh,
-                            int kv_dim, int E, const int NE, float *scores) {
+                            int E, const int NE, float *scores) {
     const int B = kv->block_size, n_keys = s->n_past + s->n_new;
     const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)E)), ninf = _mm512_set1_ps(-INFINITY);
     int lo = 0;
@@ -190,14 +192,14 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
     for (int e = 0; e < NE; e++) qv[e] = _mm512_loadu_ps(qi + 16 * e);
     __m512 mxv = ninf;
     for (int p0 = 0; p0 < n_keys; p0 += B) {
-        const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+        const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
         int pe = p0 + B < n_keys ? p0 + B : n_keys;
         for (int g0 = p0; g0 < pe; g0 += 16) {
             int nk = pe - g0 < 16 ? pe - g0 : 16;
             __m512 a[16];
-            const float *kg = kb + (size_t)(g0 - p0) * kv_dim;
+            const float *kg = kb + (size_t)(g0 - p0) * E;
             for (int t = 0; t < 16; t++) {
-                const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * kv_dim;
+                const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E;
                 a[t] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
                 for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], _mm512_loadu_ps(kr + 16 * e), a[t]);
             }
@@ -232,7 +234,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
     for (int e = 0; e < NE; e++) o0[e] = o1[e] = _mm512_setzero_ps();
     const __m512 invv = _mm512_set1_ps(inv);
     for (int p0 = 0; p0 < n_keys; p0 += B) {
-        const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * E;
+        const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
         int pe = p0 + B < n_keys ? p0 + B : n_keys;
         for (int g0 = p0; g0 < pe; g0 += 16) {
             int nk = pe - g0 < 16 ? pe - g0 : 16;
@@ -240,7 +242,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
             float w[16];
             _mm512_storeu_ps(w, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, scores + g0), invv));
             for (int t = 0; t < nk; t += 2) {
-                const float *v0 = vb + (size_t)(g0 - p0 + t) * kv_dim;
+                const float *v0 = vb + (size_t)(g0 - p0 + t) * E;
                 if (w[t] != 0.0f) {
                     __m512 wb = _mm512_set1_ps(w[t]);
                     for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(v0 + 16 * e), o0[e]);
@@ -248,7 +250,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
                 if (t + 1 < nk && w[t + 1] != 0.0f) {
                     __m512 wb = _mm512_set1_ps(w[t + 1]);
                     for (int e = 0; e < NE; e++)
-                        o1[e] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(v0 + kv_dim + 16 * e), o1[e]);
+                        o1[e] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(v0 + E + 16 * e), o1[e]);
                 }
             }
         }
@@ -258,14 +260,14 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
 
 static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
                                  int H, int Hkv, int E, float *scores) {
-    int kvh = h / (H / Hkv), kv_dim = Hkv * E, NE = E / 16;
+    int kvh = h / (H / Hkv), NE = E / 16;
     for (int i = 0; i < s->n_new; i++) {
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
         switch (NE) { /* constant NE for the common head dims */
-        case 4: att_row512(oi, qi, kv, s, i, kvh, kv_dim, E, 4, scores); break;
-        case 8: att_row512(oi, qi, kv, s, i, kvh, kv_dim, E, 8, scores); break;
-        default: att_row512(oi, qi, kv, s, i, kvh, kv_dim, E, NE, scores); break;
+        case 4: att_row512(oi, qi, kv, s, i, kvh, E, 4, scores); break;
+        case 8: att_row512(oi, qi, kv, s, i, kvh, E, 8, scores); break;
+        default: att_row512(oi, qi, kv, s, i, kvh, E, NE, scores); break;
         }
     }
 }

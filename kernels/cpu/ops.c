@@ -80,15 +80,16 @@ void ops_silu_mul(simd_level lvl, float *g, const float *u, int M, int F) {
     silu_mul_generic(g, u, n);
 }
 
-static inline float *kv_row(float *base, const kv_layer_view *kv, const int32_t *blocks, int p, int kv_dim) {
-    return base + (size_t)blocks[p / kv->block_size] * kv->block_stride + (size_t)(p % kv->block_size) * kv_dim;
-}
-
 void ops_kv_write(const kv_layer_view *kv, const int32_t *blocks, int start, const float *k, const float *v,
                   int n, int kv_dim) {
+    const int B = kv->block_size, E = kv->head_dim;
     for (int i = 0; i < n; i++) {
-        memcpy(kv_row(kv->k, kv, blocks, start + i, kv_dim), k + (size_t)i * kv_dim, (size_t)kv_dim * 4);
-        memcpy(kv_row(kv->v, kv, blocks, start + i, kv_dim), v + (size_t)i * kv_dim, (size_t)kv_dim * 4);
+        int p = start + i;
+        size_t at = (size_t)blocks[p / B] * kv->block_stride + (size_t)(p % B) * E;
+        for (int h = 0; h < kv_dim / E; h++) { /* head h's run of the block: (B, E) at h * B * E */
+            memcpy(kv->k + at + (size_t)h * B * E, k + (size_t)i * kv_dim + (size_t)h * E, (size_t)E * 4);
+            memcpy(kv->v + at + (size_t)h * B * E, v + (size_t)i * kv_dim + (size_t)h * E, (size_t)E * 4);
+        }
     }
 }
 

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(float *out, c
     int r = blockIdx.x, h = blockIdx.y;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const cu_seq *s = &seqs[row_seq[r]];
-    int i = r - s->row0, kv_dim = Hkv * E, kvh = h / (H / Hkv);
+    int i = r - s->row0, kvh = h / (H / Hkv);
     int epl = (E + 31) / 32;
     float scale = 1.0f / sqrtf((float)E);
 
@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(float *out, c
             if (s->mask ? !s->mask[(size_t)i * s->n_new + j] : j > i) continue;
             if (lo > 0 && attn_pos(s, j) < lo) continue;
         }
-        size_t off = (size_t)s->blocks[p / B] * block_stride + (size_t)(p % B) * kv_dim + (size_t)kvh * E;
+        /* block layout (Hkv, B, E): head kvh's run, then the position */
+        size_t off = (size_t)s->blocks[p / B] * block_stride + ((size_t)kvh * B + p % B) * E;
         const float *kp = kc + off, *vp = vc + off;
         float d = 0.0f;
 #pragma unroll

@@ -517,7 +517,7 @@ static void cu_kv_write_op(backend *be, const kv_layer_view *kv, const float *k,
     if (c->mode == 2) return;
     prof_start(c, OP_KV_WRITE);
     cu_kv_write(c->st, kv->k, kv->v, kv->block_stride, kv->block_size, k, v, ss.seqs, ss.row_seq,
-                rows_of(seqs, n_seqs), kv_dim);
+                rows_of(seqs, n_seqs), kv_dim, kv->head_dim);
     prof_stop(c);
 }
 

@@ -3,21 +3,23 @@
  * so a captured graph replays correctly at any cache length. */
 #include "kernels/cuda/ops.h"
 
+/* block layout (Hkv, B, E): feature d of position p is at head d / E's run */
 __global__ void kv_write_kernel(float *kc, float *vc, size_t block_stride, int block_size, const float *k,
-                                const float *v, const cu_seq *seqs, const int32_t *row_seq, int kv_dim) {
+                                const float *v, const cu_seq *seqs, const int32_t *row_seq, int kv_dim, int E) {
     int r = blockIdx.x;
     const cu_seq *s = &seqs[row_seq[r]];
     int p = s->n_past + (r - s->row0);
-    size_t off = (size_t)s->blocks[p / block_size] * block_stride + (size_t)(p % block_size) * kv_dim;
+    size_t off = (size_t)s->blocks[p / block_size] * block_stride + (size_t)(p % block_size) * E;
     for (int d = threadIdx.x; d < kv_dim; d += blockDim.x) {
-        kc[off + d] = k[(size_t)r * kv_dim + d];
-        vc[off + d] = v[(size_t)r * kv_dim + d];
+        size_t at = off + (size_t)(d / E) * block_size * E + d % E;
+        kc[at] = k[(size_t)r * kv_dim + d];
+        vc[at] = v[(size_t)r * kv_dim + d];
     }
 }
 
 extern "C" void cu_kv_write(cudaStream_t st, float *kc, float *vc, size_t block_stride, int block_size, const float *k,
-                            const float *v, const cu_seq *seqs, const int32_t *row_seq, int M, int kv_dim) {
+                            const float *v, const cu_seq *seqs, const int32_t *row_seq, int M, int kv_dim, int E) {
     if (M <= 0) return;
-    kv_write_kernel<<<M, 256, 0, st>>>(kc, vc, block_stride, block_size, k, v, seqs, row_seq, kv_dim);
+    kv_write_kernel<<<M, 256, 0, st>>>(kc, vc, block_stride, block_size, k, v, seqs, row_seq, kv_dim, E);
     CU_CHECK_LAUNCH();
 }

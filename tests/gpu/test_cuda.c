@@ -206,8 +206,8 @@ static void attention_case(int n_seqs, const int *past, const int *nnew, bool tr
                            int E) {
     int B = 16, n_blocks = 64, kvd = Hkv * E;
     char err[256];
-    kv_pool *pc = kv_pool_create_on(cpu, 1, kvd, B, n_blocks, err, sizeof(err));
-    kv_pool *pg = kv_pool_create_on(gpu, 1, kvd, B, n_blocks, err, sizeof(err));
+    kv_pool *pc = kv_pool_create_on(cpu, 1, kvd, E, B, n_blocks, err, sizeof(err));
+    kv_pool *pg = kv_pool_create_on(gpu, 1, kvd, E, B, n_blocks, err, sizeof(err));
     CHECK(pc && pg);
     int32_t perm[64];
     for (int i = 0; i < n_blocks; i++) perm[i] = i;

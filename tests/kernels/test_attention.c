@@ -96,12 +96,13 @@ static void attention_case(simd_level lvl, int E, int H, int Hkv, int n_past, in
 
     float *kl = malloc(sizeof(float) * (size_t)n_keys * kv_dim), *vl = malloc(sizeof(float) * (size_t)n_keys * kv_dim);
     for (size_t x = 0; x < (size_t)n_keys * kv_dim; x++) kl[x] = frand(), vl[x] = frand();
-    for (int p = 0; p < n_keys; p++) {
-        size_t at = (size_t)blocks[p / BS] * stride + (size_t)(p % BS) * kv_dim;
-        memcpy(kp + at, kl + (size_t)p * kv_dim, sizeof(float) * kv_dim);
-        memcpy(vp + at, vl + (size_t)p * kv_dim, sizeof(float) * kv_dim);
-    }
-    kv_layer_view kv = {.k = kp, .v = vp, .block_stride = stride, .block_size = BS};
+    for (int p = 0; p < n_keys; p++) /* block layout (Hkv, BS, E) */
+        for (int h = 0; h < Hkv; h++) {
+            size_t at = (size_t)blocks[p / BS] * stride + ((size_t)h * BS + p % BS) * E;
+            memcpy(kp + at, kl + (size_t)p * kv_dim + (size_t)h * E, sizeof(float) * E);
+            memcpy(vp + at, vl + (size_t)p * kv_dim + (size_t)h * E, sizeof(float) * E);
+        }
+    kv_layer_view kv = {.k = kp, .v = vp, .block_stride = stride, .block_size = BS, .head_dim = E};
 
     uint8_t mask[MAX_NEW * MAX_NEW];
     for (int i = 0; i < n_new; i++)

@@ -21,7 +21,7 @@ static int held(const kv_pool *p, kv_seq **s, int n) {
 
 static void test_accounting(void) {
     char err[256];
-    kv_pool *p = kv_pool_create(2, 8, 16, 10, err, sizeof(err));
+    kv_pool *p = kv_pool_create(2, 8, 4, 16, 10, err, sizeof(err));
     CHECK(p != NULL);
     CHECK(p->n_free == 10);
     kv_seq *s[3] = {kv_seq_create(p, 100), kv_seq_create(p, 100), kv_seq_create(p, 32)};
@@ -60,7 +60,8 @@ static void test_accounting(void) {
     kv_seq_destroy(p, s[2]);
     CHECK(p->n_free == 10);
     kv_pool_destroy(p);
-    CHECK(kv_pool_create(0, 8, 16, 10, err, sizeof(err)) == NULL && strstr(err, "bad shape"));
+    CHECK(kv_pool_create(0, 8, 4, 16, 10, err, sizeof(err)) == NULL && strstr(err, "bad shape"));
+    CHECK(kv_pool_create(2, 8, 3, 16, 10, err, sizeof(err)) == NULL && strstr(err, "bad shape")); /* 8 % 3 */
 }
 
 static void test_no_alloc_decode(void) {

@@ -211,19 +211,22 @@ static inline double su_rel_diff(const float *a, const float *b, int n, int *ide
 /* KV contents of positions [0, len) of a against b (same pool shape). */
 static inline double su_kv_diff(const kv_pool *p, const kv_seq *a, const kv_seq *b, int len) {
     double md = 0, mb = 0;
-    int B = p->block_size, D = p->kv_dim;
+    int B = p->block_size, D = p->kv_dim, E = p->head_dim;
     for (int pos = 0; pos < len; pos++)
-        for (int l = 0; l < p->n_layer; l++) {
-            size_t oa = (size_t)a->blocks[pos / B] * p->block_stride + ((size_t)l * B + pos % B) * D;
-            size_t ob = (size_t)b->blocks[pos / B] * p->block_stride + ((size_t)l * B + pos % B) * D;
-            for (int i = 0; i < D; i++) {
-                double dk = fabs((double)p->k[oa + i] - p->k[ob + i]), dv = fabs((double)p->v[oa + i] - p->v[ob + i]);
-                if (dk > md) md = dk;
-                if (dv > md) md = dv;
-                if (fabs((double)p->k[ob + i]) > mb) mb = fabs((double)p->k[ob + i]);
-                if (fabs((double)p->v[ob + i]) > mb) mb = fabs((double)p->v[ob + i]);
+        for (int l = 0; l < p->n_layer; l++)
+            for (int h = 0; h < D / E; h++) { /* a layer's block is (Hkv, B, E) */
+                size_t in = ((size_t)l * B * D) + ((size_t)h * B + pos % B) * E;
+                size_t oa = (size_t)a->blocks[pos / B] * p->block_stride + in;
+                size_t ob = (size_t)b->blocks[pos / B] * p->block_stride + in;
+                for (int i = 0; i < E; i++) {
+                    double dk = fabs((double)p->k[oa + i] - p->k[ob + i]);
+                    double dv = fabs((double)p->v[oa + i] - p->v[ob + i]);
+                    if (dk > md) md = dk;
+                    if (dv > md) md = dv;
+                    if (fabs((double)p->k[ob + i]) > mb) mb = fabs((double)p->k[ob + i]);
+                    if (fabs((double)p->v[ob + i]) > mb) mb = fabs((double)p->v[ob + i]);
+                }
             }
-        }
     return mb > 0 ? md / mb : md;
 }
 

@@ -18,10 +18,10 @@ static void check_err_kinds(backend *be, const char *tpath, const char *junk, co
     model *m = model_load(tpath, be, &mp, err, sizeof(err));
     CHECKF(!m && err_is_oom(err) && strstr(err, tpath), "model OOM: %s", m ? "loaded" : err);
     model_free(m);
-    kv_pool *p = kv_pool_create_on(be, 64, 1024, 16, 4096, err, sizeof(err));
+    kv_pool *p = kv_pool_create_on(be, 64, 1024, 64, 16, 4096, err, sizeof(err));
     CHECKF(!p && err_is_oom(err), "kv pool OOM: %s", p ? "created" : err);
     kv_pool_destroy(p);
-    p = kv_pool_create(0, 64, 16, 4, err, sizeof(err));
+    p = kv_pool_create(0, 64, 64, 16, 4, err, sizeof(err));
     CHECKF(!p && !err_is_oom(err), "kv pool bad shape: %s", p ? "created" : err);
     kv_pool_destroy(p);
     const char *bad[] = {junk, cut, "/nonexistent/specd-model.gguf"};

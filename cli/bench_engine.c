@@ -310,6 +310,18 @@ int bench_engine(int argc, char **argv) {
             be_row(conc[c], "on", &on, st.kv_total);
             printf("      on/off tokens/s ratio %.2f\n", off.tok_s > 0 ? on.tok_s / off.tok_s : 0);
         }
+        if (conc[c] == 1) { /* what the engine thread and the API cost a single stream */
+            for (int k = 0; k < (draft ? 2 : 1); k++) {
+                const be_result *r = k ? &on : &off;
+                /* the stream's time from submit to its last token: prefill (TTFT) + decode */
+                double life = r->ttft_mean + r->tpot_mean * (double)(r->tokens > 1 ? r->tokens - 1 : 0);
+                double model = r->st.draft_ms + r->st.target_ms;
+                if (life > 0 && r->tpot_mean > 0)
+                    printf("      single stream, speculation %s: decode %.1f tok/s (1/TPOT, as specd generate "
+                           "reports it); draft and target calls %.1f%% of the stream's time\n",
+                           k ? "on" : "off", 1e3 / r->tpot_mean, 100.0 * model / life);
+            }
+        }
         fflush(stdout);
     }
     printf("\nalpha: accepted/(accepted+rejections); acclen: accepted drafts per verify step; gamma/spec: mean drafts\n"

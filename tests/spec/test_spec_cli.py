@@ -4,7 +4,10 @@
   and both strings;
 - greedy speculative output (fixed gamma and --adaptive) equals --no-spec
   output token for token, and --compare-plain's own plain run agrees;
-- separate draft/target temperatures are refused.
+- separate draft/target temperatures are refused;
+- --compare-plain --repeat N runs N plain/speculative pairs and reports their
+  median speedup inside the pairs' range; --repeat without --compare-plain is
+  refused.
 
 Env: SPECD (binary), SPECD_MODELS (shared models dir). Exit 77 = skipped.
 """
@@ -75,6 +78,19 @@ def main():
         if p.returncode == 0 or "ONE sampling config" not in p.stderr:
             fail(f"{flag} was not refused", p.stdout + p.stderr)
     print("separate draft/target temperatures refused")
+
+    # repeated pairs
+    base = ["-m", target, "--draft", draft, "-p", prompts[0], "-n", "32", "--temp", "0", "--json", "--quiet"]
+    out = json.loads(gen(base + ["--gamma", "4", "--compare-plain", "--repeat", "3"]).stdout)
+    if out["pairs"] != 3 or not (0 < out["speedup_min"] <= out["speedup"] <= out["speedup_max"]):
+        fail(f"--repeat 3: pairs {out['pairs']}, speedup {out['speedup']} in [{out['speedup_min']}, "
+             f"{out['speedup_max']}]")
+    if out["tokens"] != out["plain"]["tokens"]:
+        fail("--repeat 3: speculative tokens differ from plain")
+    p = gen(base + ["--gamma", "4", "--repeat", "2"], expect_ok=False)
+    if p.returncode != 2 or "--repeat needs --compare-plain" not in p.stderr:
+        fail(f"--repeat without --compare-plain: exit {p.returncode}", p.stderr)
+    print(f"--repeat 3: median speedup {out['speedup']:.2f} in [{out['speedup_min']:.2f}, {out['speedup_max']:.2f}]")
     return 0
 
 

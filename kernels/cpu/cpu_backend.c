@@ -18,6 +18,9 @@ typedef enum { P_MATMUL, P_ATTENTION, P_GET_ROWS, P_RMSNORM, P_ROPE, P_ADD, P_SI
 static const char *const prof_names[P_COUNT] = {"matmul", "attention", "get_rows", "rmsnorm", "rope",
                                                 "add", "silu_mul", "kv_write", "copy"};
 
+#define ROPE_CACHE_ROWS 64 /* decode, verification and batched steps; prefill computes its tables per call */
+#define ROPE_MAX_HALF 512  /* n_rot <= 1024 (checked by the model loader) */
+
 typedef struct {
     threadpool *tp;
     simd_level simd;
@@ -31,6 +34,12 @@ typedef struct {
     double prof_ms[P_COUNT];
     long long prof_calls[P_COUNT];
     double prof_mm_bytes;       /* weight bytes read by timed matmuls */
+    /* RoPE tables of the last call, reused while positions and frequencies
+     * repeat (every q and k of a forward pass: 2 * n_layer calls) */
+    float rope_cs[ROPE_CACHE_ROWS * ROPE_MAX_HALF], rope_sn[ROPE_CACHE_ROWS * ROPE_MAX_HALF];
+    int32_t rope_pos[ROPE_CACHE_ROWS];
+    float rope_freq[ROPE_MAX_HALF];
+    int rope_M, rope_half;      /* rope_M 0: nothing cached */
 } cpu_ctx;
 
 static cpu_ctx *ctx_of(backend *be) { return be->ctx; }
@@ -163,14 +172,31 @@ static void cpu_get_rows(backend *be, float *y, const void *table, int type, con
 
 static void cpu_rmsnorm(backend *be, float *y, const float *x, const float *w, int M, int D, float eps) {
     PROF_BEGIN(be)
-    ops_rmsnorm(y, x, w, M, D, eps);
+    ops_rmsnorm(ctx_of(be)->simd, y, x, w, M, D, eps);
     PROF_END(P_RMSNORM)
 }
 
 static void cpu_rope(backend *be, float *x, const int32_t *pos, const float *inv_freq, int M, int H, int E,
                      int n_rot, int neox) {
     PROF_BEGIN(be)
-    ops_rope(x, pos, inv_freq, M, H, E, n_rot, neox);
+    cpu_ctx *c = ctx_of(be);
+    int half = n_rot / 2;
+    if (M <= ROPE_CACHE_ROWS && half <= ROPE_MAX_HALF) {
+        if (c->rope_M != M || c->rope_half != half || memcmp(c->rope_pos, pos, sizeof(int32_t) * (size_t)M) ||
+            memcmp(c->rope_freq, inv_freq, sizeof(float) * (size_t)half)) {
+            ops_rope_tables(c->rope_cs, c->rope_sn, pos, inv_freq, M, half);
+            memcpy(c->rope_pos, pos, sizeof(int32_t) * (size_t)M);
+            memcpy(c->rope_freq, inv_freq, sizeof(float) * (size_t)half);
+            c->rope_M = M, c->rope_half = half;
+        }
+        ops_rope_apply(x, c->rope_cs, c->rope_sn, M, H, E, n_rot, neox);
+    } else { /* a long prefill: tables a row at a time */
+        float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+        for (int m = 0; m < M; m++) {
+            ops_rope_tables(cs, sn, pos + m, inv_freq, 1, half);
+            ops_rope_apply(x + (size_t)m * H * E, cs, sn, 1, H, E, n_rot, neox);
+        }
+    }
     PROF_END(P_ROPE)
 }
 

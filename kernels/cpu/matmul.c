@@ -228,15 +228,17 @@ GEN_TYPED(gen_tile_any, gen_tile_mn)
  * takes its nr rows from nr equal slices of [n0, n1) ("strided" tiles), so
  * each of the nr streams runs linearly through one slice instead of restarting
  * every few kilobytes (4 adjacent short rows read side by side defeat the
- * hardware prefetcher). M == 1 uses 2 streams, larger M 4 (more FMAs per
- * load). Rows left over after nr equal slices go one at a time. A row's
+ * hardware prefetcher). Every M uses 4 streams: at M = 1, 2 streams per thread
+ * read as fast while the host's memory is slow but fell 10-15% short when it
+ * was fast (F16: 46-49 against 52-55 GB/s). Rows left over after nr equal
+ * slices go one at a time. A row's
  * arithmetic does not depend on which tile it lands in, so results are the same
  * for any split of [0, N) over threads. Half-precision weights are widened in
  * registers at every M: the conversion is 2 instructions per 16 weights
  * against 5 FMAs, cheaper than a pass through memory. */
 #define MM_ROWS_BODY(TILE_ANY)                                                              \
     size_t rb = mm_row_bytes(wtype, K);                                                     \
-    int nrs = M == 1 ? 2 : NR;                                                              \
+    int nrs = NR;                                                                           \
     int q = (n1 - n0) / nrs;                                                                \
     for (int i = 0; i < q; i++) {                                                           \
         int n = n0 + i;                                                                     \

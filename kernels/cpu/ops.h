@@ -6,8 +6,11 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/simd.h"
 
-void ops_rmsnorm(float *y, const float *x, const float *w, int M, int D, float eps);
-void ops_rope(float *x, const int32_t *pos, const float *inv_freq, int M, int H, int E, int n_rot, int neox);
+void ops_rmsnorm(simd_level lvl, float *y, const float *x, const float *w, int M, int D, float eps);
+/* RoPE in two steps, so the tables (cos and sin of pos[m] * inv_freq[i], (M,
+ * n_rot/2) each) can serve every q and k of a forward pass: */
+void ops_rope_tables(float *cs, float *sn, const int32_t *pos, const float *inv_freq, int M, int half);
+void ops_rope_apply(float *x, const float *cs, const float *sn, int M, int H, int E, int n_rot, int neox);
 void ops_add(float *x, const float *y, int M, int D);
 /* g (M, F) = silu(g) * u (M, F) on SIMD path lvl, with a polynomial exp of about
  * 1 ulp (silu_mul within 3e-7 relative). Finite g gives a finite result: g below

@@ -260,7 +260,8 @@ void mm_r8_repack(uint8_t *dst, const uint8_t *src, int N, int K) {
         for (int b = 0; b < K / 32; b++) {
             uint8_t *blk = g + (size_t)b * R8_BLOCK_BYTES;
             memcpy(blk + 2 * r, &row[b].d, 2);
-            for (int j = 0; j < 8; j++) memcpy(blk + 16 + 32 * j + 4 * r, row[b].q + 4 * j, 4);
+            for (int k = 0; k < 32; k++) /* stored + 128 (see quant.h) */
+                blk[16 + 32 * (k / 4) + 4 * r + k % 4] = (uint8_t)row[b].q[k] ^ 0x80;
         }
     }
 }
@@ -273,7 +274,7 @@ void mm_r8_dequant_row(float *out, const uint8_t *w, int n, int K) {
         uint16_t dh;
         memcpy(&dh, blk + 2 * r, 2);
         float d = fp16_to_f32(dh);
-        for (int k = 0; k < 32; k++) out[32 * b + k] = d * (float)(int8_t)blk[16 + 32 * (k / 4) + 4 * r + k % 4];
+        for (int k = 0; k < 32; k++) out[32 * b + k] = d * (float)(int8_t)(blk[16 + 32 * (k / 4) + 4 * r + k % 4] ^ 0x80);
     }
 }
 
@@ -296,7 +297,7 @@ QG void qg_r8_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t 
             for (int r = 0; r < 8; r++) {
                 int sum = 0;
                 for (int j = 0; j < 8; j++)
-                    for (int t = 0; t < 4; t++) sum += qx[4 * j + t] * (int8_t)blk[16 + 32 * j + 4 * r + t];
+                    for (int t = 0; t < 4; t++) sum += qx[4 * j + t] * (int8_t)(blk[16 + 32 * j + 4 * r + t] ^ 0x80);
                 acc[m][r] += (float)sum * (d[r] * dx);
             }
         }

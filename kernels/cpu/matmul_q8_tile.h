@@ -142,9 +142,10 @@ static inline QT_TARGET void QT_(qt_tile)(int wtype, int mr, int nr, float *y, i
 
 /* mr input rows x one Q8_0 x8 group (quant.h): per block, for each run j of
  * 4 columns one load of the 8 rows' bytes and one dot per input row against
- * its 4 broadcast bytes. VNNI: weights + 128 as the unsigned operand, the sum
- * starting at -128 * sum(qx); AVX2: |qx| as the unsigned operand and the
- * sign moved onto the weights. Both are the exact sum of q * qx. */
+ * its 4 broadcast bytes. VNNI: the stored weights + 128 as the unsigned
+ * operand, the sum starting at -128 * sum(qx); AVX2: |qx| as the unsigned
+ * operand and the sign moved onto the weights. Both are the exact sum of
+ * q * qx. */
 static inline QT_TARGET void QT_(qt_r8_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
                                              const uint8_t *g, int nvl, int stride) {
     const size_t gb = (size_t)(K / 32) * R8_BLOCK_BYTES;
@@ -175,7 +176,7 @@ static inline QT_TARGET void QT_(qt_r8_tile)(int mr, int ng, float *y, int ldy, 
             __m256i wv[2];
             for (int q = 0; q < ng; q++) {
                 wv[q] = _mm256_loadu_si256((const __m256i *)(gs[q] + (size_t)b * R8_BLOCK_BYTES + 16 + 32 * j));
-#if QT_VNNI
+#if !QT_VNNI /* the layout stores q + 128; AVX2 needs q itself */
                 wv[q] = _mm256_xor_si256(wv[q], _mm256_set1_epi8((char)0x80));
 #endif
             }

@@ -92,9 +92,10 @@ static inline kq_view kq_at(const uint8_t *row, int q5, int i) {
  * hook from a Q8_0 matrix): rows in groups of 8 (the last group padded with
  * zero rows), a group's 32-column blocks one after another, each block 272
  * bytes: the 8 rows' fp16 scales, then 8 runs of 32 bytes, run j holding
- * columns 4j..4j+3 of rows 0..7 (4 bytes per row). One 32-byte load feeds one
- * vpdpbusd that advances all 8 rows by 4 columns. Internal type id, never in
- * a file. */
+ * columns 4j..4j+3 of rows 0..7 (4 bytes per row), each weight stored + 128 as
+ * an unsigned byte (q ^ 0x80): vpdpbusd takes the weights as its unsigned
+ * operand as they are, and one 32-byte load feeds one vpdpbusd that advances
+ * all 8 rows by 4 columns. Internal type id, never in a file. */
 #define SPECD_TYPE_Q8_0_R8 0x1008
 #define R8_BLOCK_BYTES 272
 

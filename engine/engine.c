@@ -665,9 +665,10 @@ static void *engine_main(void *arg) {
         }
         /* 3. work: one prefill chunk, then one step over the running requests */
         req *pre = NULL;
-        int n_run = 0;
+        int n_run = 0, n_pre = 0;
         for (int i = 0; i < e->n_active; i++) {
             req *r = e->active[i];
+            n_pre += r->state == RQ_PREFILL;
             if (ring_free(e, r) < 2) continue; /* backpressure: this request waits for its reader */
             if (r->state == RQ_PREFILL && !pre) pre = r;
             else if (r->state == RQ_RUNNING) e->bseq[n_run++] = r->seq;
@@ -691,7 +692,10 @@ static void *engine_main(void *arg) {
                 for (int j = 0; j < e->n_active; j++)
                     if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
                 e->bmax[i] = r->max_tokens - r->n_out;
-                int g = spec_seq_plan(e->bseq[i], e->bmax[i], n_run);
+                /* requests still prefilling join the batch in a few steps, and
+                 * every step spent verifying drafts delays their first token:
+                 * the controller plans for the batch they will make */
+                int g = spec_seq_plan(e->bseq[i], e->bmax[i], n_run + n_pre);
                 if (r->adaptive) g = plan_cap_gamma(g, &e->hist);
                 e->gam_all[i] = g;
             }

@@ -2,7 +2,7 @@
  * (see attention.h), for all of the sequence's new rows. Two passes per row:
  * scores q.k for every visible key (then a softmax), then the weighted sum of
  * the values. Compiled once per SIMD path: generic and AVX2 are the portable C
- * below; AVX-512 has its own kernel for head dims that are multiples of 16.
+ * below; AVX-512 has its own kernel for head dims up to 256.
  *
  * A kv head's positions of one block are one contiguous (B, E) run (the
  * layout of kv_layer_view), so keys and values stream row after row.
@@ -176,7 +176,8 @@ A512_ALWAYS float v_hsum(__m512 a) {
     return _mm_cvtss_f32(_mm_add_ps(f, _mm_permute_ps(f, 0xB1)));
 }
 
-/* One row i against one head's keys and values: NE = E / 16 vectors per key
+/* One row i against one head's keys and values: NE = ceil(E / 16) vectors per
+ * key, the last one masked to E % 16 lanes when E is not a multiple of 16
  * (a constant in the instantiations below, so q and the output stay in
  * registers). Scores are computed 16 keys at a time, each key's dot product
  * in 16 lanes, then summed by v_hsum16; the softmax sums per lane (key
@@ -189,7 +190,9 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
     if (s->window > 0) lo = ops_attn_pos(s, i) - s->window + 1;
     int plain = s->window <= 0 || lo <= 0;
     __m512 qv[16];
-    for (int e = 0; e < NE; e++) qv[e] = _mm512_loadu_ps(qi + 16 * e);
+    const __mmask16 tail = (__mmask16)(E % 16 ? (1u << (E % 16)) - 1 : 0xFFFF);
+#define LDE(p, e) ((e) == NE - 1 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
+    for (int e = 0; e < NE; e++) qv[e] = LDE(qi, e);
     __m512 mxv = ninf;
     for (int p0 = 0; p0 < n_keys; p0 += B) {
         const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
@@ -200,8 +203,8 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
             const float *kg = kb + (size_t)(g0 - p0) * E;
             for (int t = 0; t < 16; t++) {
                 const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E;
-                a[t] = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
-                for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], _mm512_loadu_ps(kr + 16 * e), a[t]);
+                a[t] = _mm512_mul_ps(qv[0], LDE(kr, 0));
+                for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], LDE(kr, e), a[t]);
             }
             __m512 d = _mm512_mul_ps(v_hsum16(a), scale);
             __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1), vis = live;
@@ -245,26 +248,28 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
                 const float *v0 = vb + (size_t)(g0 - p0 + t) * E;
                 if (w[t] != 0.0f) {
                     __m512 wb = _mm512_set1_ps(w[t]);
-                    for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(v0 + 16 * e), o0[e]);
+                    for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, LDE(v0, e), o0[e]);
                 }
                 if (t + 1 < nk && w[t + 1] != 0.0f) {
                     __m512 wb = _mm512_set1_ps(w[t + 1]);
                     for (int e = 0; e < NE; e++)
-                        o1[e] = _mm512_fmadd_ps(wb, _mm512_loadu_ps(v0 + E + 16 * e), o1[e]);
+                        o1[e] = _mm512_fmadd_ps(wb, LDE(v0 + E, e), o1[e]);
                 }
             }
         }
     }
-    for (int e = 0; e < NE; e++) _mm512_storeu_ps(oi + 16 * e, _mm512_add_ps(o0[e], o1[e]));
+    for (int e = 0; e < NE; e++)
+        _mm512_mask_storeu_ps(oi + 16 * e, e == NE - 1 ? tail : (__mmask16)0xFFFF, _mm512_add_ps(o0[e], o1[e]));
+#undef LDE
 }
 
 static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
                                  int H, int Hkv, int E, float *scores) {
-    int kvh = h / (H / Hkv), NE = E / 16;
+    int kvh = h / (H / Hkv), NE = (E + 15) / 16;
     for (int i = 0; i < s->n_new; i++) {
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
-        switch (NE) { /* constant NE for the common head dims */
+        switch (NE) { /* constant NE for the common head dims (64, 128) */
         case 4: att_row512(oi, qi, kv, s, i, kvh, E, 4, scores); break;
         case 8: att_row512(oi, qi, kv, s, i, kvh, E, 8, scores); break;
         default: att_row512(oi, qi, kv, s, i, kvh, E, NE, scores); break;
@@ -274,7 +279,7 @@ static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view
 
 static A512 void att_head_avx512(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
                                  int H, int Hkv, int E, float *scores) {
-    if (E % 16 == 0 && E <= 256) att_rows512_any(out, q, kv, s, h, H, Hkv, E, scores);
+    if (E <= 256) att_rows512_any(out, q, kv, s, h, H, Hkv, E, scores);
     else att_head(out, q, kv, s, h, H, Hkv, E, scores);
 }
 #endif

@@ -18,8 +18,8 @@ typedef enum { P_MATMUL, P_ATTENTION, P_GET_ROWS, P_RMSNORM, P_ROPE, P_ADD, P_SI
 static const char *const prof_names[P_COUNT] = {"matmul", "attention", "get_rows", "rmsnorm", "rope",
                                                 "add", "silu_mul", "kv_write", "copy"};
 
-#define ROPE_CACHE_ROWS 64 /* decode, verification and batched steps; prefill computes its tables per call */
-#define ROPE_MAX_HALF 512  /* n_rot <= 1024 (checked by the model loader) */
+#define ROPE_MAX_HALF 512 /* n_rot <= 1024 (checked by the model loader) */
+#define ROPE_RESERVE_HALF 64 /* reserve() sizes the tables for n_rot <= 128 */
 
 typedef struct {
     threadpool *tp;
@@ -36,8 +36,10 @@ typedef struct {
     double prof_mm_bytes;       /* weight bytes read by timed matmuls */
     /* RoPE tables of the last call, reused while positions and frequencies
      * repeat (every q and k of a forward pass: 2 * n_layer calls) */
-    float rope_cs[ROPE_CACHE_ROWS * ROPE_MAX_HALF], rope_sn[ROPE_CACHE_ROWS * ROPE_MAX_HALF];
-    int32_t rope_pos[ROPE_CACHE_ROWS];
+    float *rope_cs, *rope_sn;   /* (rope_cap) each */
+    int32_t *rope_pos;          /* (rope_rows) */
+    size_t rope_cap;
+    int rope_rows;
     float rope_freq[ROPE_MAX_HALF];
     int rope_M, rope_half;      /* rope_M 0: nothing cached */
 } cpu_ctx;
@@ -64,6 +66,7 @@ static void cpu_destroy(backend *be) {
     cpu_ctx *c = ctx_of(be);
     tp_destroy(c->tp);
     free(c->xq);
+    free(c->rope_cs), free(c->rope_sn), free(c->rope_pos);
     for (int i = 0; i < c->n_threads; i++) free(c->scratch[i]);
     free(c->scratch);
     free(c);
@@ -81,9 +84,33 @@ static int cpu_reserve_xq(cpu_ctx *c, int rows, int K) {
     return 0;
 }
 
+/* Grows the RoPE tables to rows x half. */
+static int cpu_reserve_rope(cpu_ctx *c, int rows, int half) {
+    size_t need = (size_t)rows * half;
+    if (need > c->rope_cap) {
+        float *cs = realloc(c->rope_cs, need * sizeof(float));
+        if (!cs) return -1;
+        c->rope_cs = cs;
+        float *sn = realloc(c->rope_sn, need * sizeof(float));
+        if (!sn) return -1;
+        c->rope_sn = sn;
+        c->rope_cap = need;
+        c->rope_M = 0;
+    }
+    if (rows > c->rope_rows) {
+        int32_t *p = realloc(c->rope_pos, (size_t)rows * sizeof(int32_t));
+        if (!p) return -1;
+        c->rope_pos = p;
+        c->rope_rows = rows;
+        c->rope_M = 0;
+    }
+    return 0;
+}
+
 static int cpu_reserve(backend *be, int max_rows, int max_k, int max_ctx) {
     cpu_ctx *c = ctx_of(be);
     if (cpu_reserve_xq(c, max_rows, max_k) != 0) return -1;
+    if (cpu_reserve_rope(c, max_rows, ROPE_RESERVE_HALF) != 0) return -1;
     size_t need = (size_t)max_ctx + 64; /* attention scores */
     if (need <= c->scratch_floats) return 0;
     for (int i = 0; i < c->n_threads; i++) {
@@ -181,7 +208,7 @@ static void cpu_rope(backend *be, float *x, const int32_t *pos, const float *inv
     PROF_BEGIN(be)
     cpu_ctx *c = ctx_of(be);
     int half = n_rot / 2;
-    if (M <= ROPE_CACHE_ROWS && half <= ROPE_MAX_HALF) {
+    if (M <= c->rope_rows && (size_t)M * half <= c->rope_cap) {
         if (c->rope_M != M || c->rope_half != half || memcmp(c->rope_pos, pos, sizeof(int32_t) * (size_t)M) ||
             memcmp(c->rope_freq, inv_freq, sizeof(float) * (size_t)half)) {
             ops_rope_tables(c->rope_cs, c->rope_sn, pos, inv_freq, M, half);
@@ -190,7 +217,7 @@ static void cpu_rope(backend *be, float *x, const int32_t *pos, const float *inv
             c->rope_M = M, c->rope_half = half;
         }
         ops_rope_apply(x, c->rope_cs, c->rope_sn, M, H, E, n_rot, neox);
-    } else { /* a long prefill: tables a row at a time */
+    } else { /* more rows than reserved (or n_rot > 128): tables a row at a time, no allocation */
         float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
         for (int m = 0; m < M; m++) {
             ops_rope_tables(cs, sn, pos + m, inv_freq, 1, half);

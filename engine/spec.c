@@ -205,56 +205,66 @@ fail_quiet:
     return NULL;
 }
 
-/* Median-of-5 time of a forward call of n tokens at context `past` (>= 8),
- * rolled back after. Past 8 the cache is only reserved, not computed (its
- * contents do not change what a pass costs), so a long-context probe is as
- * cheap as a short one. Returns 0 when the pool cannot hold it. */
-static double time_call(model *m, kv_pool *pool, int n, int past, float *logits) {
-    kv_seq *s = kv_seq_create(pool, past + n + 8);
-    if (!s) return 0;
+/* Times forward calls of n[j] tokens at context past[j] (>= 8) for the k
+ * configurations, round-robin over CAL_ROUNDS rounds so every configuration
+ * sees the same moments of a shared host, and keeps each one's fastest call
+ * (noise only ever adds time; differences of medians taken minutes apart
+ * were off by 5x on a busy machine). Each call is rolled back after. Past 8
+ * the cache is only reserved, not computed (its contents do not change what a
+ * pass costs), so a long-context probe is as cheap as a short one. t[j] is 0
+ * for a configuration the pool cannot hold. */
+#define CAL_ROUNDS 7
+#define CAL_MAX 8
+static void time_calls(model *m, kv_pool *pool, const int *n, const int *past, int k, double *t, float *logits) {
+    kv_seq *s[CAL_MAX] = {0};
     int32_t toks[SPEC_CALIBRATE_ROWS + 8] = {0};
     char err[256];
-    model_seq ms = {.kv = s, .n = 8, .tokens = toks};
-    double t[5] = {0};
-    if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) goto out;
-    if (past > 8) {
-        if (kv_seq_reserve(pool, s, past) != 0) goto out;
-        s->len = past;
+    for (int j = 0; j < k; j++) {
+        t[j] = 0;
+        s[j] = kv_seq_create(pool, past[j] + n[j] + 8);
+        model_seq ms = {.kv = s[j], .n = 8, .tokens = toks};
+        if (!s[j] || model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0 ||
+            (past[j] > 8 && kv_seq_reserve(pool, s[j], past[j]) != 0)) {
+            kv_seq_destroy(pool, s[j]);
+            s[j] = NULL;
+            continue;
+        }
+        if (past[j] > 8) s[j]->len = past[j];
     }
-    for (int r = 0; r < 5; r++) {
-        ms = (model_seq){.kv = s, .n = n, .tokens = toks, .all_logits = true};
-        double t0 = spec_now_ms();
-        if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) goto out;
-        t[r] = spec_now_ms() - t0;
-        kv_seq_truncate(pool, s, past);
-    }
-    for (int i = 0; i < 5; i++)
-        for (int j = i + 1; j < 5; j++)
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j], t[j] = x;
+    for (int r = 0; r < CAL_ROUNDS; r++)
+        for (int j = 0; j < k; j++) {
+            if (!s[j]) continue;
+            model_seq ms = {.kv = s[j], .n = n[j], .tokens = toks, .all_logits = true};
+            double t0 = spec_now_ms();
+            if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) {
+                kv_seq_destroy(pool, s[j]);
+                s[j] = NULL;
+                t[j] = 0;
+                continue;
             }
-out:
-    kv_seq_destroy(pool, s);
-    return t[2];
+            double dt = spec_now_ms() - t0;
+            if (t[j] == 0 || dt < t[j]) t[j] = dt;
+            kv_seq_truncate(pool, s[j], past[j]);
+        }
+    for (int j = 0; j < k; j++) kv_seq_destroy(pool, s[j]);
 }
 
 void spec_pair_calibrate(spec_pair *sp) {
     /* 1 and 5 positions: the verify shape of one sequence; 5 and 21: the slope
      * once many rows make the pass compute-bound (batched verification); 1 and
      * 5 positions at a long context: what attention adds per key and row */
-    double t1 = time_call(sp->target, sp->tpool, 1, 8, sp->logits);
-    double t5 = time_call(sp->target, sp->tpool, 5, 8, sp->logits);
-    double t21 = time_call(sp->target, sp->tpool, SPEC_CALIBRATE_ROWS, 8, sp->logits);
     int far = sp->max_ctx - 16 < 520 ? sp->max_ctx - 16 : 520;
-    double t1f = far > 64 ? time_call(sp->target, sp->tpool, 1, far, sp->logits) : 0;
-    double t5f = far > 64 ? time_call(sp->target, sp->tpool, 5, far, sp->logits) : 0;
-    gamma_costs_calibrate(&sp->costs, t1, t5, t21, far, t1f, t5f);
+    int n[5] = {1, 5, SPEC_CALIBRATE_ROWS, 1, 5}, past[5] = {8, 8, 8, far, far};
+    double t[5];
+    time_calls(sp->target, sp->tpool, n, past, far > 64 ? 5 : 3, t, sp->logits);
+    if (far <= 64) t[3] = t[4] = 0;
+    gamma_costs_calibrate(&sp->costs, t[0], t[1], t[2], far, t[3], t[4]);
     if (sp->draft) {
-        double d1 = time_call(sp->draft, sp->dpool, 1, 8, sp->logits);
-        double d9 = time_call(sp->draft, sp->dpool, 9, 8, sp->logits);
-        sp->costs.draft_ms = d1;
-        sp->costs.draft_ms_per_row = d9 > d1 ? (d9 - d1) / 8 : 0.0;
+        int dn[2] = {1, 9}, dp[2] = {8, 8};
+        double d[2];
+        time_calls(sp->draft, sp->dpool, dn, dp, 2, d, sp->logits);
+        sp->costs.draft_ms = d[0];
+        sp->costs.draft_ms_per_row = d[1] > d[0] ? (d[1] - d[0]) / 8 : 0.0;
     }
 }
 

@@ -3,7 +3,8 @@
  * that turned slower (attention dearer than calibrated) to within 2% over the
  * contexts it saw, with noisy timings leaving every term non-negative and the
  * base positive; the best γ falls as the context grows when attention is dear,
- * and a compute-bound batch turns drafting off. Pure arithmetic, no model. */
+ * a compute-bound batch turns drafting off, and in a batch a predicted gain
+ * inside the safety margin does not start drafting. Pure arithmetic, no model. */
 #include "engine/gamma.h"
 #include "tests/testutil.h"
 
@@ -112,5 +113,26 @@ int main(void) {
     for (int i = 0; i < 10; i++) gamma_ctl_observe(&g, 4, 3);
     CHECKF(gamma_ctl_next_batch(&g, &cd, 32, 100) == 0, "controller at batch 32 drafts");
     CHECKF(gamma_ctl_next_batch(&g, &cd, 1, 100) >= 2, "controller alone does not draft");
+    /* in a batch, a small predicted gain is not enough to draft (the margin):
+     * find a big-batch slope where drafting promises 2-12% at batch 8 */
+    gamma_costs cm = cd;
+    cm.target_ms_per_pair = cm.target_ms_per_key = 0;
+    int found = 0;
+    for (double big = 0.01; big < 3 && !found; big += 0.005) {
+        cm.target_ms_per_pos_big = big;
+        double r0 = gamma_rate_batch(&cm, 0.8, 0, 8, 100), rb = 0;
+        for (int k = gp.gamma_min; k <= gp.gamma_max; k++) {
+            double r = gamma_rate_batch(&cm, 0.8, k, 8, 100);
+            if (r > rb) rb = r;
+        }
+        if (rb > 1.02 * r0 && rb < 1.12 * r0) found = 1;
+    }
+    CHECKF(found, "no big-batch slope gives a 2-12%% predicted gain");
+    gamma_ctl gm;
+    gamma_ctl_init(&gm, &gp);
+    for (int i = 0; i < 10; i++) gamma_ctl_observe(&gm, 5, 4); /* 4 accepted, then a rejection: alpha 0.8 */
+    CHECKF(fabs(gamma_ctl_alpha(&gm) - 0.8) < 1e-9, "alpha %g", gamma_ctl_alpha(&gm));
+    CHECKF(gamma_ctl_next_batch(&gm, &cm, 8, 100) == 0, "batch 8 drafts on a gain inside the margin");
+    CHECKF(gamma_ctl_next_batch(&gm, &cm, 1, 100) >= 2, "alone, the sequence does not draft");
     TEST_DONE();
 }

@@ -177,10 +177,10 @@ A512_ALWAYS float v_hsum(__m512 a) {
 }
 
 /* One row i against one head's keys and values: NE = ceil(E / 16) vectors per
- * key, the last one masked to E % 16 lanes when E is not a multiple of 16
- * (a constant in the instantiations below, so q and the output stay in
- * registers). Scores are computed 16 keys at a time, each key's dot product
- * in 16 lanes, then summed by v_hsum16; the softmax sums per lane (key
+ * key, the last one masked to E % 16 lanes when E is not a multiple of 16.
+ * NE is a constant in the common instantiations below, so q and the output
+ * stay in registers. Scores are computed 16 keys at a time, each key's dot
+ * product in 16 lanes, then summed by v_hsum16; the softmax sums per lane (key
  * position mod 16) and then over lanes. */
 A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv, const attn_seq *s, int i, int kvh,
                             int E, const int NE, float *scores) {

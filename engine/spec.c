@@ -206,14 +206,17 @@ fail_quiet:
 }
 
 /* Times forward calls of n[j] tokens at context past[j] (>= 8) for the k
- * configurations, round-robin over CAL_ROUNDS rounds so every configuration
- * sees the same moments of a shared host, and keeps each one's fastest call
- * (noise only ever adds time; differences of medians taken minutes apart
- * were off by 5x on a busy machine). Each call is rolled back after. Past 8
- * the cache is only reserved, not computed (its contents do not change what a
- * pass costs), so a long-context probe is as cheap as a short one. t[j] is 0
- * for a configuration the pool cannot hold. */
+ * configurations, round-robin so every configuration sees the same moments of
+ * a shared host, and keeps each one's fastest call (noise only ever adds time;
+ * medians taken seconds apart were off by 5x on a busy machine). CAL_ROUNDS
+ * rounds, or CAL_MIN_ROUNDS once the rounds have taken CAL_BUDGET_MS (a big
+ * model on a CPU must not spend half a minute here). Each call is rolled back
+ * after. Past 8 the cache is only reserved, not computed (its contents do not
+ * change what a pass costs), so a long-context probe is as cheap as a short
+ * one. t[j] is 0 for a configuration the pool cannot hold. */
 #define CAL_ROUNDS 7
+#define CAL_MIN_ROUNDS 3
+#define CAL_BUDGET_MS 3000.0
 #define CAL_MAX 8
 static void time_calls(model *m, kv_pool *pool, const int *n, const int *past, int k, double *t, float *logits) {
     kv_seq *s[CAL_MAX] = {0};
@@ -231,7 +234,8 @@ static void time_calls(model *m, kv_pool *pool, const int *n, const int *past, i
         }
         if (past[j] > 8) s[j]->len = past[j];
     }
-    for (int r = 0; r < CAL_ROUNDS; r++)
+    double start = spec_now_ms();
+    for (int r = 0; r < CAL_ROUNDS && (r < CAL_MIN_ROUNDS || spec_now_ms() - start < CAL_BUDGET_MS); r++)
         for (int j = 0; j < k; j++) {
             if (!s[j]) continue;
             model_seq ms = {.kv = s[j], .n = n[j], .tokens = toks, .all_logits = true};

@@ -188,26 +188,11 @@ GEN_ALWAYS void gen_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, c
         }
 }
 
-/* Instantiates the tile for every (mr, nr) with constants so the compiler
- * unrolls and keeps the accumulators in registers. */
-#define GEN_DISPATCH_M(TILE, NRC)                                                          \
-    switch (mr) {                                                                          \
-    case 1: TILE(wtype, 1, NRC, y, ldy, ys, x, K, w, rb); break;                           \
-    case 2: TILE(wtype, 2, NRC, y, ldy, ys, x, K, w, rb); break;                           \
-    case 3: TILE(wtype, 3, NRC, y, ldy, ys, x, K, w, rb); break;                           \
-    case 4: TILE(wtype, 4, NRC, y, ldy, ys, x, K, w, rb); break;                           \
-    default: TILE(wtype, 5, NRC, y, ldy, ys, x, K, w, rb); break;                          \
-    }
+/* Instantiates the tile for every (mr, nr) with constants (quant.h). */
 #define GEN_DISPATCH(FN, TILE)                                                             \
     GEN_ALWAYS void FN(int wtype, int mr, int nr, float *y, int ldy, int ys, const float *x, int K, \
                        const uint8_t *w, size_t rb) {                                      \
-        if (nr == 4) {                                                                     \
-            GEN_DISPATCH_M(TILE, 4)                                                        \
-        } else if (nr == 2) {                                                              \
-            GEN_DISPATCH_M(TILE, 2)                                                        \
-        } else {                                                                           \
-            GEN_DISPATCH_M(TILE, 1)                                                        \
-        }                                                                                  \
+        MM_TILE_DISPATCH(TILE, y, ldy, ys, x, K, w, rb)                                    \
     }
 
 #define GEN_TYPED(FN, TILE)                                                                \
@@ -238,17 +223,16 @@ GEN_TYPED(gen_tile_any, gen_tile_mn)
  * against 5 FMAs, cheaper than a pass through memory. */
 #define MM_ROWS_BODY(TILE_ANY)                                                              \
     size_t rb = mm_row_bytes(wtype, K);                                                     \
-    int nrs = NR;                                                                           \
-    int q = (n1 - n0) / nrs;                                                                \
+    int q = (n1 - n0) / NR;                                                                 \
     for (int i = 0; i < q; i++) {                                                           \
         int n = n0 + i;                                                                     \
         for (int m = 0; m < M; m += MR_MAX) {                                               \
             int mr = M - m < MR_MAX ? M - m : MR_MAX;                                       \
-            TILE_ANY(wtype, mr, nrs, y + (size_t)m * ldy + n, ldy, q, x + (size_t)m * K, K, \
+            TILE_ANY(wtype, mr, NR, y + (size_t)m * ldy + n, ldy, q, x + (size_t)m * K, K, \
                      w + (size_t)n * rb, (size_t)q * rb);                                   \
         }                                                                                   \
     }                                                                                       \
-    for (int n = n0 + q * nrs; n < n1; n++)                                                 \
+    for (int n = n0 + q * NR; n < n1; n++)                                                  \
         for (int m = 0; m < M; m += MR_MAX) {                                               \
             int mr = M - m < MR_MAX ? M - m : MR_MAX;                                       \
             TILE_ANY(wtype, mr, 1, y + (size_t)m * ldy + n, ldy, 1, x + (size_t)m * K, K,   \

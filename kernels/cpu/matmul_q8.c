@@ -358,26 +358,12 @@ static void r8_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t 
     R8_ROWS_BODY(QG_R8_TILE_NG)
 }
 
-/* Instantiates a tile for constant (mr, nr) and wtype so loops unroll and the
- * accumulators stay in registers. */
-#define MQ_DISPATCH_M(TILE, NRC)                                                                   \
-    switch (mr) {                                                                                  \
-    case 1: TILE(wtype, 1, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
-    case 2: TILE(wtype, 2, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
-    case 3: TILE(wtype, 3, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
-    case 4: TILE(wtype, 4, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                              \
-    default: TILE(wtype, 5, NRC, y, ldy, ys, xq, xs, K, w, rb); break;                             \
-    }
+/* Instantiates a tile for constant (mr, nr) (quant.h) and wtype so loops
+ * unroll and the accumulators stay in registers. */
 #define MQ_DISPATCH(FN, TILE, ATTR)                                                                \
     static inline ATTR void FN(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq, \
                                size_t xs, int K, const uint8_t *w, size_t rb) {                    \
-        if (nr == 4) {                                                                             \
-            MQ_DISPATCH_M(TILE, 4)                                                                 \
-        } else if (nr == 2) {                                                                      \
-            MQ_DISPATCH_M(TILE, 2)                                                                 \
-        } else {                                                                                   \
-            MQ_DISPATCH_M(TILE, 1)                                                                 \
-        }                                                                                          \
+        MM_TILE_DISPATCH(TILE, y, ldy, ys, xq, xs, K, w, rb)                                       \
     }
 #define MQ_TYPED(FN, TILE, ATTR)                                                                   \
     static inline ATTR void FN(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint8_t *xq, \

@@ -109,6 +109,26 @@ void mm_r8_dequant_row(float *out, const uint8_t *w, int n, int K);
 void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
                  int n1);
 
+/* Calls TILE(wtype, mr, nr, ...) with mr (1..5, the row tiles of matmul.c and
+ * matmul_q8.c) and nr (4: a tile of 4 strided weight rows; else 1: a leftover
+ * row) as constants, so each tile is instantiated with its loops unrolled and
+ * its accumulators in registers. Expects wtype, mr and nr in scope; the float
+ * and the integer-dot tiles share it (they differ only in the arguments). */
+#define MM_TILE_DISPATCH_M(TILE, NRC, ...)            \
+    switch (mr) {                                     \
+    case 1: TILE(wtype, 1, NRC, __VA_ARGS__); break;  \
+    case 2: TILE(wtype, 2, NRC, __VA_ARGS__); break;  \
+    case 3: TILE(wtype, 3, NRC, __VA_ARGS__); break;  \
+    case 4: TILE(wtype, 4, NRC, __VA_ARGS__); break;  \
+    default: TILE(wtype, 5, NRC, __VA_ARGS__); break; \
+    }
+#define MM_TILE_DISPATCH(TILE, ...)                   \
+    if (nr == 4) {                                    \
+        MM_TILE_DISPATCH_M(TILE, 4, __VA_ARGS__)      \
+    } else {                                          \
+        MM_TILE_DISPATCH_M(TILE, 1, __VA_ARGS__)      \
+    }
+
 /* matmul_q8.c: rows [n0, n1) of y for the integer-dot types (mm_q8_path),
  * from activations quantized by mm_quantize_x. */
 void mmq_rows(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M, int K,

@@ -168,14 +168,6 @@ A512_ALWAYS __m512 v_hsum16(const __m512 *a) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(f01, f23, 0x88), _mm512_shuffle_f32x4(f01, f23, 0xDD));
 }
 
-/* Horizontal sum and max with fixed trees. */
-A512_ALWAYS float v_hsum(__m512 a) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-    __m128 f = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    f = _mm_add_ps(f, _mm_permute_ps(f, 0x4E));
-    return _mm_cvtss_f32(_mm_add_ps(f, _mm_permute_ps(f, 0xB1)));
-}
-
 /* One row i against one head's keys and values: NE = ceil(E / 16) vectors per
  * key, the last one masked to E % 16 lanes when E is not a multiple of 16.
  * NE is a constant in the common instantiations below, so q and the output
@@ -229,7 +221,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
         _mm512_mask_storeu_ps(scores + g0, live, ex);
         sumv = _mm512_add_ps(sumv, ex);
     }
-    float sum = v_hsum(sumv);
+    float sum = v512_hsum(sumv);
     float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
     /* values: one FMA chain per output vector and key parity (two chains hide
      * the FMA latency); keys of weight 0 (masked) are skipped */

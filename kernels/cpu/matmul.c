@@ -7,6 +7,7 @@
  * AVX2+FMA+F16C) and generic portable C. */
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/vmath.h"
 
 #include "engine/gguf.h"
 #include "kernels/half.h"
@@ -285,8 +286,8 @@ static inline AVX512_TARGET __m512 v_load_tail(const uint8_t *row, int wtype, in
 /* Horizontal sums with one fixed tree, (e_i + e_i+8) + (e_i+4 + e_i+12) then
  * (f0 + f2) + (f1 + f3): v_hsum4 sums four vectors at once with shuffles
  * shared between them (about a third of the work of four separate sums), and
- * v_hsum1 gives the bit-identical result for one, so a row's value does not
- * depend on its tile. */
+ * v512_hsum (vmath.h) gives the bit-identical result for one, so a row's value
+ * does not depend on its tile. */
 static inline AVX512_TARGET __m128 v_hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
     __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
     __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
@@ -295,14 +296,6 @@ static inline AVX512_TARGET __m128 v_hsum4(__m512 a, __m512 b, __m512 c, __m512 
     __m512 t = _mm512_add_ps(f, _mm512_permute_ps(f, 0x4E));
     t = _mm512_add_ps(t, _mm512_permute_ps(t, 0xB1));
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), t));
-}
-
-static inline AVX512_TARGET float v_hsum1(__m512 a) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-    __m128 f = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    __m128 t = _mm_add_ps(f, _mm_permute_ps(f, 0x4E));
-    t = _mm_add_ps(t, _mm_permute_ps(t, 0xB1));
-    return _mm_cvtss_f32(t);
 }
 
 /* mr input rows x nr weight rows (row r at w + r*rb, output column r*ys).
@@ -355,7 +348,7 @@ static inline AVX512_TARGET void v_tile(int wtype, int mr, int nr, float *y, int
             _mm_storeu_ps(o, v_hsum4(s[0], s[1], s[2], s[3]));
             for (int r = 0; r < 4; r++) ym[(size_t)r * ys] = o[r];
         } else {
-            for (int r = 0; r < nr; r++) ym[(size_t)r * ys] = v_hsum1(s[r]);
+            for (int r = 0; r < nr; r++) ym[(size_t)r * ys] = v512_hsum(s[r]);
         }
     }
 }

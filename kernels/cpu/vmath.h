@@ -1,11 +1,15 @@
-/* vmath.h — scalar math helpers written so the compiler vectorizes the loops
- * that call them; included by the CPU kernels, inlined into each per-SIMD-path
- * copy of a kernel (target attributes). */
+/* vmath.h — math helpers of the CPU kernels, inlined into each per-SIMD-path
+ * copy of a kernel (target attributes): scalar ones written so the compiler
+ * vectorizes the loops that call them, and the AVX-512 horizontal sum. */
 #ifndef SPECD_CPU_VMATH_H
 #define SPECD_CPU_VMATH_H
 
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define OPS_ALWAYS static inline __attribute__((always_inline))
 
@@ -52,5 +56,17 @@ OPS_ALWAYS float ops_expf(float x) {
     memcpy(&scale, &eb, 4);
     return p * scale;
 }
+
+#if defined(__x86_64__)
+/* The sum of a's 16 lanes with one fixed tree (the two 256-bit halves, then
+ * the 128-bit halves, then lanes 2 apart, then neighbours), so a value does
+ * not depend on the kernel that sums it. */
+static inline __attribute__((target("avx512f,avx512vl,avx2"), always_inline)) float v512_hsum(__m512 a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 f = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    f = _mm_add_ps(f, _mm_permute_ps(f, 0x4E));
+    return _mm_cvtss_f32(_mm_add_ps(f, _mm_permute_ps(f, 0xB1)));
+}
+#endif
 
 #endif

@@ -51,12 +51,13 @@ double gamma_target_ms(const gamma_costs *c, int m, double keys, double pairs) {
     return c->target_ms + pos_ms(c, m) + att_ms(c, keys, pairs);
 }
 
-void gamma_costs_calibrate(gamma_costs *c, double t1, double t5, double t21, int far, double t1f, double t5f) {
+void gamma_costs_calibrate(gamma_costs *c, double t1, double t5, double tw, int far, double t1f, double t5f) {
+    const int n0 = GAMMA_CAL_CTX, W = GAMMA_CAL_ROWS;
     c->target_ms_per_key = c->target_ms_per_pair = 0;
-    if (far > 8 && t1f > 0 && t5f > 0 && t1 > 0 && t5 > 0) {
-        /* from context 8 to far: one row adds (far-8)(key + pair), five rows
-         * (far-8)(key + 5 pair) */
-        double d1 = (t1f - t1) / (far - 8), d5 = (t5f - t5) / (far - 8);
+    if (far > n0 && t1f > 0 && t5f > 0 && t1 > 0 && t5 > 0) {
+        /* from context n0 to far: one row adds (far-n0)(key + pair), five rows
+         * (far-n0)(key + 5 pair) */
+        double d1 = (t1f - t1) / (far - n0), d5 = (t5f - t5) / (far - n0);
         double pair = (d5 - d1) / 4, key = d1 - pair;
         if (pair < 0) pair = 0, key = d1;
         if (key < 0) key = 0, pair = d1 > 0 ? d1 : 0;
@@ -66,12 +67,13 @@ void gamma_costs_calibrate(gamma_costs *c, double t1, double t5, double t21, int
     c->key_prior = c->target_ms_per_key;
     c->pair_prior = c->target_ms_per_pair;
     memset(c->fit, 0, sizeof(c->fit));
-    c->target_ms = t1 > 0 ? t1 - att_ms(c, gamma_keys(1, 8), gamma_pairs(1, 8)) : 1.0;
+    /* the calls less their attention: the base and the per-position slopes */
+    double a1 = att_ms(c, gamma_keys(1, n0), gamma_pairs(1, n0)), a5 = att_ms(c, gamma_keys(5, n0), gamma_pairs(5, n0));
+    double aw = att_ms(c, gamma_keys(W, n0), gamma_pairs(W, n0));
+    c->target_ms = t1 > 0 ? t1 - a1 : 1.0;
     if (c->target_ms <= 0) c->target_ms = t1 > 0 ? t1 : 1.0;
-    double a1 = att_ms(c, gamma_keys(1, 8), gamma_pairs(1, 8)), a5 = att_ms(c, gamma_keys(5, 8), gamma_pairs(5, 8));
-    double a21 = att_ms(c, gamma_keys(21, 8), gamma_pairs(21, 8));
     double small = t5 > t1 ? ((t5 - a5) - (t1 - a1)) / 4 : 0.0;
-    double big = t21 > t5 ? ((t21 - a21) - (t5 - a5)) / 16 : 0.0;
+    double big = tw > t5 ? ((tw - aw) - (t5 - a5)) / (W - 5) : 0.0;
     c->target_ms_per_pos = small > 0 ? small : 0;
     c->target_ms_per_pos_big = big > c->target_ms_per_pos ? big : c->target_ms_per_pos;
 }

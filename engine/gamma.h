@@ -64,10 +64,12 @@ double gamma_keys(int m, int n);
 double gamma_pairs(int m, int n);
 /* Predicted target time for a call over m new positions. */
 double gamma_target_ms(const gamma_costs *c, int m, double keys, double pairs);
-/* Calibration: sets the model from timed calls of one sequence at context 8
- * (t1, t5, t21: 1, 5 and 21 positions) and at context far (t1f, t5f; 0 when
- * not measured). */
-void gamma_costs_calibrate(gamma_costs *c, double t1, double t5, double t21, int far, double t1f, double t5f);
+/* Calibration: sets the model from timed calls of one sequence at context
+ * GAMMA_CAL_CTX (t1, t5, tw: 1, 5 and GAMMA_CAL_ROWS positions) and at context
+ * far (t1f, t5f: 1 and 5 positions; 0 when not measured). */
+#define GAMMA_CAL_CTX 8
+#define GAMMA_CAL_ROWS 21
+void gamma_costs_calibrate(gamma_costs *c, double t1, double t5, double tw, int far, double t1f, double t5f);
 
 void gamma_costs_observe_draft(gamma_costs *c, double ms_per_token);
 void gamma_costs_observe_target(gamma_costs *c, int positions, double keys, double pairs, double ms);

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#define SPEC_CALIBRATE_ROWS 21
 
 static double spec_now_ms(void) {
     struct timespec ts;
@@ -176,7 +175,7 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;
     sp->max_gamma = prm.max_gamma > 0 && prm.max_gamma <= GAMMA_MAX ? prm.max_gamma : 8;
     size_t rows = (size_t)sp->max_seqs * (size_t)(sp->max_gamma + 1);
-    if (rows < SPEC_CALIBRATE_ROWS) rows = SPEC_CALIBRATE_ROWS; /* calibration's widest call */
+    if (rows < GAMMA_CAL_ROWS) rows = GAMMA_CAL_ROWS; /* calibration's widest call */
     sp->p = malloc(sizeof(float) * V * (size_t)(sp->max_gamma + 1));
     sp->logits = malloc(sizeof(float) * V * rows);
     sp->scratch = malloc(sizeof(float) * V);
@@ -205,13 +204,13 @@ fail_quiet:
     return NULL;
 }
 
-/* Times forward calls of n[j] tokens at context past[j] (>= 8) for the k
+/* Times forward calls of n[j] tokens at context past[j] (>= GAMMA_CAL_CTX) for the k
  * configurations, round-robin so every configuration sees the same moments of
  * a shared host, and keeps each one's fastest call (noise only ever adds time;
  * medians taken seconds apart were off by 5x on a busy machine). CAL_ROUNDS
  * rounds, or CAL_MIN_ROUNDS once the rounds have taken CAL_BUDGET_MS (a big
  * model on a CPU must not spend half a minute here). Each call is rolled back
- * after. Past 8 the cache is only reserved, not computed (its contents do not
+ * after. Past GAMMA_CAL_CTX the cache is only reserved, not computed (its contents do not
  * change what a pass costs), so a long-context probe is as cheap as a short
  * one. t[j] is 0 for a configuration the pool cannot hold. */
 #define CAL_ROUNDS 7
@@ -220,19 +219,19 @@ fail_quiet:
 #define CAL_MAX 8
 static void time_calls(model *m, kv_pool *pool, const int *n, const int *past, int k, double *t, float *logits) {
     kv_seq *s[CAL_MAX] = {0};
-    int32_t toks[SPEC_CALIBRATE_ROWS + 8] = {0};
+    int32_t toks[GAMMA_CAL_ROWS + GAMMA_CAL_CTX] = {0};
     char err[256];
     for (int j = 0; j < k; j++) {
         t[j] = 0;
         s[j] = kv_seq_create(pool, past[j] + n[j] + 8);
-        model_seq ms = {.kv = s[j], .n = 8, .tokens = toks};
+        model_seq ms = {.kv = s[j], .n = GAMMA_CAL_CTX, .tokens = toks};
         if (!s[j] || model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0 ||
-            (past[j] > 8 && kv_seq_reserve(pool, s[j], past[j]) != 0)) {
+            (past[j] > GAMMA_CAL_CTX && kv_seq_reserve(pool, s[j], past[j]) != 0)) {
             kv_seq_destroy(pool, s[j]);
             s[j] = NULL;
             continue;
         }
-        if (past[j] > 8) s[j]->len = past[j];
+        if (past[j] > GAMMA_CAL_CTX) s[j]->len = past[j];
     }
     double start = spec_now_ms();
     for (int r = 0; r < CAL_ROUNDS && (r < CAL_MIN_ROUNDS || spec_now_ms() - start < CAL_BUDGET_MS); r++)
@@ -258,13 +257,13 @@ void spec_pair_calibrate(spec_pair *sp) {
      * once many rows make the pass compute-bound (batched verification); 1 and
      * 5 positions at a long context: what attention adds per key and row */
     int far = sp->max_ctx - 16 < 520 ? sp->max_ctx - 16 : 520;
-    int n[5] = {1, 5, SPEC_CALIBRATE_ROWS, 1, 5}, past[5] = {8, 8, 8, far, far};
+    int n[5] = {1, 5, GAMMA_CAL_ROWS, 1, 5}, past[5] = {GAMMA_CAL_CTX, GAMMA_CAL_CTX, GAMMA_CAL_CTX, far, far};
     double t[5];
     time_calls(sp->target, sp->tpool, n, past, far > 64 ? 5 : 3, t, sp->logits);
     if (far <= 64) t[3] = t[4] = 0;
     gamma_costs_calibrate(&sp->costs, t[0], t[1], t[2], far, t[3], t[4]);
     if (sp->draft) {
-        int dn[2] = {1, 9}, dp[2] = {8, 8};
+        int dn[2] = {1, 9}, dp[2] = {GAMMA_CAL_CTX, GAMMA_CAL_CTX};
         double d[2];
         time_calls(sp->draft, sp->dpool, dn, dp, 2, d, sp->logits);
         sp->costs.draft_ms = d[0];

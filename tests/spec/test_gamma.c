@@ -43,7 +43,7 @@ int main(void) {
     truth t = {.base = 5.0, .pos = 0.1, .big = 0.45, .key = 0.002, .pair = 0.0006};
     int far = 520;
     gamma_costs c = {0};
-    gamma_costs_calibrate(&c, true_call(&t, 1, 8), true_call(&t, 5, 8), true_call(&t, 21, 8), far,
+    gamma_costs_calibrate(&c, true_call(&t, 1, GAMMA_CAL_CTX), true_call(&t, 5, GAMMA_CAL_CTX), true_call(&t, GAMMA_CAL_ROWS, GAMMA_CAL_CTX), far,
                           true_call(&t, 1, far), true_call(&t, 5, far));
     CHECKF(fabs(c.target_ms - t.base) < 1e-9, "base %g", c.target_ms);
     CHECKF(fabs(c.target_ms_per_pos - t.pos) < 1e-9, "per position %g", c.target_ms_per_pos);
@@ -56,7 +56,7 @@ int main(void) {
                    "prediction at m %d n %d", m, n);
     /* without a long-context probe the attention terms are 0, the rest stands */
     gamma_costs c0 = {0};
-    gamma_costs_calibrate(&c0, true_call(&t, 1, 8), true_call(&t, 5, 8), true_call(&t, 21, 8), 0, 0, 0);
+    gamma_costs_calibrate(&c0, true_call(&t, 1, GAMMA_CAL_CTX), true_call(&t, 5, GAMMA_CAL_CTX), true_call(&t, GAMMA_CAL_ROWS, GAMMA_CAL_CTX), 0, 0, 0);
     CHECK(c0.target_ms_per_key == 0 && c0.target_ms_per_pair == 0 && c0.target_ms > 0 && c0.target_ms_per_pos > 0);
 
     /* the host turns slower: attention costs twice the calibration, the base
@@ -83,7 +83,7 @@ int main(void) {
 
     /* noisy timings (+-25%) never drive a term negative or the base to 0 */
     gamma_costs cn = {0};
-    gamma_costs_calibrate(&cn, true_call(&t, 1, 8), true_call(&t, 5, 8), true_call(&t, 21, 8), far,
+    gamma_costs_calibrate(&cn, true_call(&t, 1, GAMMA_CAL_CTX), true_call(&t, 5, GAMMA_CAL_CTX), true_call(&t, GAMMA_CAL_ROWS, GAMMA_CAL_CTX), far,
                           true_call(&t, 1, far), true_call(&t, 5, far));
     int sane = 1;
     for (int i = 0; i < 5000; i++) {
@@ -100,7 +100,7 @@ int main(void) {
      * context grows; a batch whose rows are compute-bound turns drafting off */
     truth dear = {.base = 5.0, .pos = 0.1, .big = 0.45, .key = 0.002, .pair = 0.004};
     gamma_costs cd = {0};
-    gamma_costs_calibrate(&cd, true_call(&dear, 1, 8), true_call(&dear, 5, 8), true_call(&dear, 21, 8), far,
+    gamma_costs_calibrate(&cd, true_call(&dear, 1, GAMMA_CAL_CTX), true_call(&dear, 5, GAMMA_CAL_CTX), true_call(&dear, GAMMA_CAL_ROWS, GAMMA_CAL_CTX), far,
                           true_call(&dear, 1, far), true_call(&dear, 5, far));
     cd.draft_ms = 0.2;
     int g_short = best_gamma(&cd, 0.8, 1, 50), g_long = best_gamma(&cd, 0.8, 1, 4000);

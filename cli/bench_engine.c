@@ -107,13 +107,8 @@ typedef struct {
     int errors;
 } be_result;
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 static double pct(double *v, int n, double p) {
-    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    sort_doubles(v, n);
     int k = (int)(p * (n - 1) + 0.5);
     return v[k < n ? k : n - 1];
 }

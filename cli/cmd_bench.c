@@ -14,16 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct {
     model *m;
     kv_pool *pool;
@@ -220,7 +210,7 @@ int cmd_bench(int argc, char **argv) {
             goto fail;
         }
     }
-    double med1 = median(t1, nrep), medv = median(tv, nrep);
+    double med1 = sort_median(t1, nrep), medv = sort_median(tv, nrep);
     free(t1);
     free(tv);
     double bw3 = bench_bw(be, threads);
@@ -259,12 +249,11 @@ int cmd_bench(int argc, char **argv) {
             have_pairs = 1;
         }
     }
-    double pct_med = have_pairs ? median(pair_pct, npair) : 0, pct_lo = 1e9, pct_hi = 0, bw_lo = 1e9, bw_hi = 0;
-    for (int r = 0; have_pairs && r < npair; r++) {
-        if (pair_pct[r] < pct_lo) pct_lo = pair_pct[r];
-        if (pair_pct[r] > pct_hi) pct_hi = pair_pct[r];
-        if (pair_bw[r] < bw_lo) bw_lo = pair_bw[r];
-        if (pair_bw[r] > bw_hi) bw_hi = pair_bw[r];
+    double pct_med = 0, pct_lo = 0, pct_hi = 0, bw_lo = 0, bw_hi = 0;
+    if (have_pairs) {
+        pct_med = sort_median(pair_pct, npair);
+        sort_doubles(pair_bw, npair);
+        pct_lo = pair_pct[0], pct_hi = pair_pct[npair - 1], bw_lo = pair_bw[0], bw_hi = pair_bw[npair - 1];
     }
     double pre_ratio = pre_tps[1] / decode_ref;
 

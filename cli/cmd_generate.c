@@ -154,9 +154,14 @@ static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_
     return 0;
 }
 
+/* Decode tokens/s of a run: the tokens after the first over the time after it. */
+static double decode_tps(const gen_result *r) {
+    return r->n_out > 1 && r->decode_ms > 0 ? (r->n_out - 1) / (r->decode_ms / 1e3) : 0;
+}
+
 static void print_stats(FILE *f, const char *label, const gen_result *r, int n_prompt) {
     const spec_stats *st = &r->st;
-    double dec_tps = r->n_out > 1 && r->decode_ms > 0 ? (r->n_out - 1) / (r->decode_ms / 1e3) : 0;
+    double dec_tps = decode_tps(r);
     fprintf(f, "%s: prompt tokens %d, generated %d (%s), prefill %.1f tok/s, decode %.1f tok/s\n", label, n_prompt,
             r->n_out, r->finish, r->prefill_ms > 0 ? n_prompt / (r->prefill_ms / 1e3) : 0, dec_tps);
     if (st->verify_steps) {
@@ -310,8 +315,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "\nspecd generate: %s\n", err);
         goto done;
     }
-    double dec_tps = spec.n_out > 1 && spec.decode_ms > 0 ? (spec.n_out - 1) / (spec.decode_ms / 1e3) : 0;
-    double plain_tps = plain.n_out > 1 && plain.decode_ms > 0 ? (plain.n_out - 1) / (plain.decode_ms / 1e3) : 0;
+    double dec_tps = decode_tps(&spec), plain_tps = decode_tps(&plain);
     /* more plain/speculative pairs: each pair's ratio, then the median */
     double ratios[GEN_MAX_REPEAT];
     int n_ratios = 0;
@@ -320,8 +324,7 @@ int cmd_generate(int argc, char **argv) {
         gen_result p2 = {0}, s2 = {0};
         int bad = run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_OFF, &sc, seed, NULL, &p2, err, sizeof(err)) ||
                   run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_AUTO, &sc, seed, NULL, &s2, err, sizeof(err));
-        double pt = p2.n_out > 1 && p2.decode_ms > 0 ? (p2.n_out - 1) / (p2.decode_ms / 1e3) : 0;
-        double st = s2.n_out > 1 && s2.decode_ms > 0 ? (s2.n_out - 1) / (s2.decode_ms / 1e3) : 0;
+        double pt = decode_tps(&p2), st = decode_tps(&s2);
         free(p2.out), free(p2.text), free(s2.out), free(s2.text);
         if (bad) {
             fprintf(stderr, "specd generate: %s\n", err);
@@ -331,12 +334,7 @@ int cmd_generate(int argc, char **argv) {
     }
     double speedup = 0, sp_lo = 0, sp_hi = 0;
     if (n_ratios) {
-        for (int i = 0; i < n_ratios; i++) /* insertion sort: a handful of values */
-            for (int j = i; j > 0 && ratios[j] < ratios[j - 1]; j--) {
-                double x = ratios[j];
-                ratios[j] = ratios[j - 1], ratios[j - 1] = x;
-            }
-        speedup = n_ratios % 2 ? ratios[n_ratios / 2] : 0.5 * (ratios[n_ratios / 2 - 1] + ratios[n_ratios / 2]);
+        speedup = sort_median(ratios, n_ratios);
         sp_lo = ratios[0], sp_hi = ratios[n_ratios - 1];
     }
     engine_get_stats(e, &es);

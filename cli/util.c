@@ -13,6 +13,18 @@ double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+void sort_doubles(double *v, int n) { qsort(v, (size_t)n, sizeof(double), cmp_double); }
+
+double sort_median(double *v, int n) {
+    sort_doubles(v, n);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 const char *arg_str(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "specd: %s needs a value\n", argv[*i]);

@@ -1,5 +1,6 @@
 /* util.h — small helpers shared by the CLI subcommands: argument parsing with
- * clear errors, wall-clock time, JSON string output. */
+ * clear errors, wall-clock time, sorting and medians of measurements, JSON
+ * string output. */
 #ifndef SPECD_CLI_UTIL_H
 #define SPECD_CLI_UTIL_H
 
@@ -8,6 +9,11 @@
 #include <stdio.h>
 
 double now_ms(void);
+
+/* Sorts v ascending and returns its median (n >= 1). */
+double sort_median(double *v, int n);
+/* Sorts v ascending. */
+void sort_doubles(double *v, int n);
 
 /* Parse helpers: on a bad value they print "specd CMD: bad value for FLAG: VAL"
  * and exit(2). `i` is advanced past the value. */

@@ -34,13 +34,14 @@ static double timed_call(bench_ctx *b, int n, int first_tok) {
 int bench_engine(int argc, char **argv);  /* bench_engine.c: the --concurrency mode */
 int bench_kernels(int argc, char **argv); /* bench_kernels.c: the --kernels mode */
 
-/* Read bandwidth for the roofline: the CPU's measured read rate, or on a GPU
- * the device's measured copy rate (bytes read + written). */
-static double bench_bw(backend *be, int threads) {
+/* Read bandwidth for the roofline: the CPU's measured read rate (the best of
+ * 8 passes over the probe's buffer; 0 without one), or on a GPU the device's
+ * measured copy rate (bytes read + written). */
+static double bench_bw(backend *be, membw *probe) {
 #ifdef SPECD_CUDA
     if (!be->host_memory) return backend_cuda_copy_gbs(be, (size_t)1 << 30, 10);
 #endif
-    return membw_read_gbs(threads, (size_t)512 << 20, 8);
+    return probe ? membw_measure(probe, 8, 1) : 0;
 }
 
 static void bench_prof_on(backend *be, int on) {
@@ -125,6 +126,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     bench_ctx b = {0};
+    membw *probe = NULL; /* CPU: one 512 MiB buffer for every bandwidth probe of the run */
     int rc = 1;
     backend *be = backend_create((backend_kind)kind, device, threads, b.err, sizeof(b.err));
     if (!be) {
@@ -154,7 +156,8 @@ int cmd_bench(int argc, char **argv) {
      * (start, after decode, end): on a shared machine a single probe can land
      * in a busy moment and understate it, which would flatter the percentage. */
     /* GPU: the device's measured copy bandwidth (bytes read + written) */
-    double bw = bench_bw(be, threads);
+    if (!gpu) probe = membw_create(threads, (size_t)512 << 20);
+    double bw = bench_bw(be, probe);
 
     /* warm up: fault the weights in and settle the thread pool */
     if (timed_call(&b, 32, 0) < 0) goto fail;
@@ -190,7 +193,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
 
-    double bw2 = bench_bw(be, threads);
+    double bw2 = bench_bw(be, probe);
     if (bw2 > bw) bw = bw2;
 
     /* (γ+1)-position verification vs 1-position decode at the same context (64) */
@@ -213,7 +216,7 @@ int cmd_bench(int argc, char **argv) {
     double med1 = sort_median(t1, nrep), medv = sort_median(tv, nrep);
     free(t1);
     free(tv);
-    double bw3 = bench_bw(be, threads);
+    double bw3 = bench_bw(be, probe);
     if (bw3 > bw) bw = bw3;
     double roof = bw * 1e9 / (double)m->step_bytes;
     double decode_ref = dec_tps[0][0]; /* 16-token prompt, 32 generated */
@@ -227,30 +230,21 @@ int cmd_bench(int argc, char **argv) {
      * median over the runs is reported next to the peak figure above. */
     int npair = reps < 3 ? 3 : reps > 9 ? 9 : reps;
     double pair_pct[9], pair_bw[9];
-    int have_pairs = 0;
-    if (!gpu) {
-        membw *probe = membw_create(threads, (size_t)512 << 20);
-        if (probe) {
-            double want = 32.0 * (double)m->step_bytes / (double)((size_t)512 << 20);
-            int passes = want < 2 ? 2 : want > 16 ? 16 : (int)(want + 0.5);
-            for (int r = 0; r < npair; r++) {
-                pair_bw[r] = membw_measure(probe, passes, 0);
-                kv_seq_truncate(b.pool, b.seq, 16);
-                double t0 = now_ms();
-                for (int g = 0; g < 32; g++)
-                    if (timed_call(&b, 1, 16 + g) < 0) {
-                        membw_destroy(probe);
-                        goto fail;
-                    }
-                double tps = 32 / ((now_ms() - t0) / 1e3);
-                pair_pct[r] = 100.0 * tps * (double)m->step_bytes / (pair_bw[r] * 1e9);
-            }
-            membw_destroy(probe);
-            have_pairs = 1;
+    if (probe) {
+        double want = 32.0 * (double)m->step_bytes / (double)((size_t)512 << 20);
+        int passes = want < 2 ? 2 : want > 16 ? 16 : (int)(want + 0.5);
+        for (int r = 0; r < npair; r++) {
+            pair_bw[r] = membw_measure(probe, passes, 0);
+            kv_seq_truncate(b.pool, b.seq, 16);
+            double t0 = now_ms();
+            for (int g = 0; g < 32; g++)
+                if (timed_call(&b, 1, 16 + g) < 0) goto fail;
+            double tps = 32 / ((now_ms() - t0) / 1e3);
+            pair_pct[r] = 100.0 * tps * (double)m->step_bytes / (pair_bw[r] * 1e9);
         }
     }
     double pct_med = 0, pct_lo = 0, pct_hi = 0, bw_lo = 0, bw_hi = 0;
-    if (have_pairs) {
+    if (probe) {
         pct_med = sort_median(pair_pct, npair);
         sort_doubles(pair_bw, npair);
         pct_lo = pair_pct[0], pct_hi = pair_pct[npair - 1], bw_lo = pair_bw[0], bw_hi = pair_bw[npair - 1];
@@ -282,7 +276,7 @@ int cmd_bench(int argc, char **argv) {
             for (int gi = 0; gi < 2; gi++)
                 printf("%8d %8d %14.1f %14.1f\n", prompts[pi], gens[gi], pre_tps[pi], dec_tps[pi][gi]);
         printf("\ndecode (prompt 16, gen 32): %.1f tok/s = %.1f%% of roofline\n", decode_ref, roof_pct);
-        if (have_pairs)
+        if (probe)
             printf("decode against a bandwidth probe run just before it (%d runs, probes %.1f-%.1f GB/s): "
                    "median %.1f%% of roofline (range %.1f-%.1f%%)\n",
                    npair, bw_lo, bw_hi, pct_med, pct_lo, pct_hi);
@@ -300,6 +294,7 @@ int cmd_bench(int argc, char **argv) {
 fail:
     fprintf(stderr, "specd bench: %s\n", b.err);
 done:
+    membw_destroy(probe);
     free(b.logits);
     free(b.toks);
     if (b.pool) kv_seq_destroy(b.pool, b.seq);

@@ -105,11 +105,3 @@ void membw_destroy(membw *b) {
     free(b->buf);
     free(b);
 }
-
-double membw_read_gbs(int n_threads, size_t bytes, int reps) {
-    membw *b = membw_create(n_threads, bytes);
-    if (!b) return 0;
-    double gbs = membw_measure(b, reps, 1);
-    membw_destroy(b);
-    return gbs;
-}

@@ -5,13 +5,10 @@
 
 #include <stddef.h>
 
-/* Reads a buffer of `bytes` (much larger than the caches) `reps` times with
- * n_threads threads; returns the best GB/s (1e9 bytes/s), or 0 on failure. */
-double membw_read_gbs(int n_threads, size_t bytes, int reps);
-
-/* The same probe kept open, for measurements paired with other work: a buffer
- * of `bytes` filled once. membw_measure reads it `passes` times and returns the
- * best pass's GB/s (best != 0) or the sustained rate over all passes. */
+/* A probe: a buffer of `bytes` (much larger than the caches) filled once, read
+ * by n_threads threads. membw_measure reads it `passes` times and returns the
+ * best pass's GB/s (1e9 bytes/s; best != 0) or the sustained rate over all
+ * passes, so one probe serves repeated measurements, paired with other work. */
 typedef struct membw membw;
 membw *membw_create(int n_threads, size_t bytes); /* NULL when out of memory */
 double membw_measure(membw *b, int passes, int best);

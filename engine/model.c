@@ -558,9 +558,12 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
             int H = sh->n_head, Hkv = sh->n_kv_head, QD = H * E, KVD = Hkv * E;
             kv_layer_view kv = kv_pool_layer_shard(pool, r, l);
             op->rmsnorm(be, sh->xb, sh->x, L->attn_norm, M, D, hp->eps);
-            op->matmul(be, sh->q, sh->xb, L->wq.w, L->wq.type, M, D, QD);
-            op->matmul(be, sh->k, sh->xb, L->wk.w, L->wk.type, M, D, KVD);
-            op->matmul(be, sh->v, sh->xb, L->wv.w, L->wv.type, M, D, KVD);
+            {
+                float *y[3] = {sh->q, sh->k, sh->v};
+                const void *w[3] = {L->wq.w, L->wk.w, L->wv.w};
+                int t[3] = {L->wq.type, L->wk.type, L->wv.type}, n[3] = {QD, KVD, KVD};
+                op->matmul_n(be, 3, y, sh->xb, w, t, M, D, n);
+            }
             add_bias(op, be, sh->q, L->bq, M, QD);
             add_bias(op, be, sh->k, L->bk, M, KVD);
             add_bias(op, be, sh->v, L->bv, M, KVD);
@@ -579,8 +582,12 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
             int F = sh->ff;
             op->add(be, sh->x, sh->xb, M, D);
             op->rmsnorm(be, sh->xb, sh->x, L->ffn_norm, M, D, hp->eps);
-            op->matmul(be, sh->hb, sh->xb, L->w_gate.w, L->w_gate.type, M, D, F);
-            op->matmul(be, sh->hb2, sh->xb, L->w_up.w, L->w_up.type, M, D, F);
+            {
+                float *y[2] = {sh->hb, sh->hb2};
+                const void *w[2] = {L->w_gate.w, L->w_up.w};
+                int t[2] = {L->w_gate.type, L->w_up.type}, n[2] = {F, F};
+                op->matmul_n(be, 2, y, sh->xb, w, t, M, D, n);
+            }
             op->silu_mul(be, sh->hb, sh->hb2, M, F);
             op->matmul(be, sh->xb, sh->hb, L->w_down.w, L->w_down.type, M, F, D);
         }

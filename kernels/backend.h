@@ -23,7 +23,8 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#define BACKEND_INTERFACE_VERSION 3 /* 3: KV blocks laid out (Hkv, B, E) */
+#define BACKEND_INTERFACE_VERSION 4 /* 3: KV blocks laid out (Hkv, B, E); 4: matmul_n */
+#define BACKEND_MATMUL_N_MAX 4
 
 typedef struct backend backend;
 
@@ -89,6 +90,12 @@ typedef struct backend_i {
     /* y (M, N) = x (M, K) . W^T, W (N, K) rows of `wtype` (ggml_type). K must be a
      * multiple of the type's block size. Reads each weight row once for all M. */
     void (*matmul)(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N);
+    /* n (<= BACKEND_MATMUL_N_MAX) matmuls of one x: y[i] (M, N[i]) = x (M, K) .
+     * W[i]^T, the same results as n matmul calls. One op lets a backend share the
+     * work on x and run every matrix in one dispatch (the CPU quantizes x once
+     * and wakes its threads once: q/k/v and gate/up of a layer). */
+    void (*matmul_n)(backend *be, int n, float *const *y, const float *x, const void *const *w, const int *wtype,
+                     int M, int K, const int *N);
     /* y (M, D) = rows ids (M) of table (n, D) of `type`, dequantized. */
     void (*get_rows)(backend *be, float *y, const void *table, int type, const int32_t *ids, int M, int D);
     /* y (M, D) = x / sqrt(mean(x^2) + eps) * w (D). y may alias x. */

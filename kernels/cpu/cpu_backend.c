@@ -132,19 +132,29 @@ static void cpu_need(backend *be, int max_ctx) {
     }
 }
 
+/* One matrix of a matmul op: its rows go in tasks of `chunk` rows, numbered
+ * from task0 in the op's single dispatch. */
+typedef struct {
+    float *y;
+    const uint8_t *w;
+    int wtype, N, chunk, task0;
+} mm_mat;
+
 typedef struct {
     cpu_ctx *c;
-    float *y;
     const float *x;
-    const uint8_t *w;
-    int wtype, M, K, N, chunk;
+    int M, K, n;
+    mm_mat mat[BACKEND_MATMUL_N_MAX];
 } mm_job;
 
 static void mm_task(void *arg, int task, int thread) {
     mm_job *j = arg;
-    int n0 = task * j->chunk;
-    int n1 = n0 + j->chunk < j->N ? n0 + j->chunk : j->N;
-    mm_rows(j->c->simd, j->y, j->N, j->x, j->c->xq, j->w, j->wtype, j->M, j->K, n0, n1);
+    int i = j->n - 1;
+    while (i > 0 && task < j->mat[i].task0) i--;
+    const mm_mat *a = &j->mat[i];
+    int n0 = (task - a->task0) * a->chunk;
+    int n1 = n0 + a->chunk < a->N ? n0 + a->chunk : a->N;
+    mm_rows(j->c->simd, a->y, a->N, j->x, j->c->xq, a->w, a->wtype, j->M, j->K, n0, n1);
 }
 
 /* quantizes 8 rows of x per task (large-M calls: prefill) */
@@ -154,17 +164,29 @@ static void xq_task(void *arg, int task, int thread) {
     mm_quantize_x(j->c->simd, j->c->xq + (size_t)m0 * mm_qx_row_bytes(j->K), j->x + (size_t)m0 * j->K, m1 - m0, j->K);
 }
 
-static void cpu_matmul_run(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
+/* n matrices against one x in one dispatch: x is quantized once for all the
+ * integer-dot ones, and each matrix keeps the chunks it would have alone, so
+ * every output is the same as from its own call. */
+static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x, const void *const *w,
+                             const int *wtype, int M, int K, const int *N) {
     cpu_ctx *c = ctx_of(be);
-    /* One row (decode) is memory-bound: 2 tasks per thread keep each weight
-     * stream long (a new task restarts the prefetchers). More rows are
-     * compute-bound: 8 tasks per thread balance better. Chunks stay multiples
-     * of the 4-row tile. */
-    int chunk = N / (c->n_threads * (M == 1 ? 2 : 8));
-    chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
-    if (wtype == SPECD_TYPE_Q8_0_R8) chunk = (chunk + 7) / 8 * 8; /* whole 8-row groups */
-    mm_job j = {c, y, x, w, wtype, M, K, N, chunk};
-    if (mm_q8_path(wtype)) {
+    mm_job j = {.c = c, .x = x, .M = M, .K = K, .n = n};
+    int tasks = 0, quant = 0;
+    double work = 0;
+    for (int i = 0; i < n; i++) {
+        /* One row (decode) is memory-bound: 2 tasks per thread keep each weight
+         * stream long (a new task restarts the prefetchers). More rows are
+         * compute-bound: 8 tasks per thread balance better. Chunks stay
+         * multiples of the 4-row tile. */
+        int chunk = N[i] / (c->n_threads * (M == 1 ? 2 : 8));
+        chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
+        if (wtype[i] == SPECD_TYPE_Q8_0_R8) chunk = (chunk + 7) / 8 * 8; /* whole 8-row groups */
+        j.mat[i] = (mm_mat){y[i], w[i], wtype[i], N[i], chunk, tasks};
+        tasks += (N[i] + chunk - 1) / chunk;
+        quant |= mm_q8_path(wtype[i]);
+        work += (double)M * K * N[i];
+    }
+    if (quant) {
         if (cpu_reserve_xq(c, M, K) != 0) {
             fprintf(stderr, "%s:%d: out of memory for quantized activations\n", __FILE__, __LINE__);
             abort();
@@ -172,19 +194,25 @@ static void cpu_matmul_run(backend *be, float *y, const float *x, const void *w,
         if (M >= 16) tp_run(c->tp, (M + 7) / 8, xq_task, &j);
         else mm_quantize_x(c->simd, c->xq, x, M, K);
     }
-    if ((double)M * K * N < 32768.0) { /* too small to be worth waking the pool */
-        j.chunk = N;
-        mm_task(&j, 0, 0);
+    if (work < 32768.0) { /* too small to be worth waking the pool */
+        for (int i = 0; i < n; i++)
+            mm_rows(c->simd, y[i], N[i], x, c->xq, w[i], wtype[i], M, K, 0, N[i]);
         return;
     }
-    tp_run(c->tp, (N + chunk - 1) / chunk, mm_task, &j);
+    tp_run(c->tp, tasks, mm_task, &j);
+}
+
+static void cpu_matmul_n(backend *be, int n, float *const *y, const float *x, const void *const *w,
+                         const int *wtype, int M, int K, const int *N) {
+    PROF_BEGIN(be)
+    cpu_matmul_n_run(be, n, y, x, w, wtype, M, K, N);
+    PROF_END(P_MATMUL)
+    if (pc_->prof)
+        for (int i = 0; i < n; i++) pc_->prof_mm_bytes += (double)mm_row_bytes(wtype[i], K) * N[i];
 }
 
 static void cpu_matmul(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {
-    PROF_BEGIN(be)
-    cpu_matmul_run(be, y, x, w, wtype, M, K, N);
-    PROF_END(P_MATMUL)
-    if (pc_->prof) pc_->prof_mm_bytes += (double)mm_row_bytes(wtype, K) * N;
+    cpu_matmul_n(be, 1, &y, x, &w, &wtype, M, K, &N);
 }
 
 static void cpu_get_rows(backend *be, float *y, const void *table, int type, const int32_t *ids, int M, int D) {
@@ -359,6 +387,7 @@ static const backend_i cpu_iface = {
     .begin = cpu_begin,
     .end = cpu_end,
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

@@ -459,6 +459,13 @@ static void cu_matmul(backend *be, float *y, const float *x, const void *w, int 
     prof_stop(c);
 }
 
+/* cuBLAS and the gemv kernels take one matrix at a time; the GPU overlaps
+ * nothing more by fusing them here. */
+static void cu_matmul_n(backend *be, int n, float *const *y, const float *x, const void *const *w, const int *wtype,
+                        int M, int K, const int *N) {
+    for (int i = 0; i < n; i++) cu_matmul(be, y[i], x, w[i], wtype[i], M, K, N[i]);
+}
+
 static void cu_get_rows_op(backend *be, float *y, const void *table, int type, const int32_t *ids, int M, int D) {
     cu_ctx *c = ctx_of(be);
     const int32_t *dids = stage(c, ids, (size_t)M * 4);
@@ -564,6 +571,7 @@ static const backend_i cuda_iface = {
     .begin = cu_begin,
     .end = cu_end,
     .matmul = cu_matmul,
+    .matmul_n = cu_matmul_n,
     .get_rows = cu_get_rows_op,
     .rmsnorm = cu_rmsnorm_op,
     .rope = cu_rope_op,

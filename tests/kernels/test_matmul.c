@@ -129,6 +129,50 @@ int main(void) {
         CHECKF(memcmp(y1, y3, sizeof(float) * M * N) == 0, "%s: threaded != single", ggml_type_name(bt[ti]));
         free(w), free(wf), free(x), free(y1), free(y3);
     }
+    /* matmul_n (q/k/v and gate/up in one op) gives each matrix exactly what its
+     * own matmul call gives: mixed weight types (Q8_0 through the backend's
+     * repacking weight() hook, F16, Q6_K), different row counts, decode,
+     * verification and prefill heights (M >= 16 quantizes x in tasks), and a
+     * shape small enough to run without the thread pool */
+    {
+        const int mt[3] = {GGML_TYPE_Q8_0, GGML_TYPE_F16, GGML_TYPE_Q6_K}, mn[3] = {264, 72, 136};
+        const int Ms[] = {1, 5, 20}, Ks[] = {256, 256};
+        for (int big = 0; big < 2; big++)
+            for (int mi = 0; mi < 3; mi++) {
+                int M = big ? Ms[mi] : 1, K = Ks[big], n = big ? 3 : 2;
+                int N[3], t[3];
+                uint8_t *host[3];
+                const void *w[3];
+                float *ya[3], *yb[3], *x = malloc(sizeof(float) * (size_t)M * K);
+                for (int i = 0; i < M * K; i++) x[i] = frand();
+                for (int i = 0; i < n; i++) {
+                    N[i] = big ? mn[i] : 8;
+                    t[i] = mt[i];
+                    size_t rb = mm_row_bytes(t[i], K);
+                    host[i] = malloc(rb * (size_t)N[i]);
+                    float *wf = malloc(sizeof(float) * (size_t)K);
+                    for (int r = 0; r < N[i]; r++) {
+                        for (int k = 0; k < K; k++) wf[k] = frand();
+                        mkmodel_row_from_f32(host[i] + rb * r, t[i], wf, (uint64_t)K);
+                    }
+                    free(wf);
+                    w[i] = b3->i->weight(b3, host[i], &t[i], N[i], K);
+                    ya[i] = malloc(sizeof(float) * (size_t)M * N[i]);
+                    yb[i] = malloc(sizeof(float) * (size_t)M * N[i]);
+                    b3->i->matmul(b3, ya[i], x, w[i], t[i], M, K, N[i]);
+                }
+                b3->i->matmul_n(b3, n, yb, x, w, t, M, K, N);
+                for (int i = 0; i < n; i++) {
+                    CHECKF(memcmp(ya[i], yb[i], sizeof(float) * (size_t)M * N[i]) == 0,
+                           "matmul_n matrix %d (%s) M %d N %d differs from its own matmul", i,
+                           ggml_type_name(mt[i]), M, N[i]);
+                    b3->i->weight_release(b3, host[i], w[i]);
+                    free(host[i]), free(ya[i]), free(yb[i]);
+                }
+                free(x);
+                if (!big) break;
+            }
+    }
     /* Q8_0 repacked 8 rows at a time (the CPU backend's weight() layout) gives
      * exactly what the file layout gives, on every path, for N not a multiple
      * of 8 and every tile height; its rows dequantize to the same values */

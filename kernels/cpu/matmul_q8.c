@@ -37,15 +37,6 @@
  * were 10-20% slower */
 #define R8_PREFETCH 4096
 #endif
-/* Independent integer sums per input row in the Q8_0 x8 zmm tile: a block's 8
- * runs go round-robin into R8_SPLIT(mr) accumulators, added at the block's
- * end. vpdpbusd has a latency of about 4 cycles and 2 issue per cycle
- * (measured here), so one chain per row left the 5-row tile waiting on its
- * own results; mr * split >= 8 keeps 8 in flight. */
-#ifndef R8_SPLIT
-#define R8_SPLIT(mr) ((mr) >= 4 ? 2 : (mr) >= 2 ? 4 : 8)
-#endif
-#define R8_SPLIT_MAX 8
 
 int mm_q8_path(int wtype) {
     return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q4_K ||

@@ -150,7 +150,6 @@ static inline QT_TARGET void QT_(qt_r8_tile2)(int mr, float *y, int ldy, const u
                                               const uint8_t *g, int nvl, int stride) {
     const size_t gb = (size_t)(K / 32) * R8_BLOCK_BYTES;
     const uint8_t *g0 = g, *g1 = g + (size_t)stride * gb;
-    const int ns = R8_SPLIT(mr);
     __m512 acc[MQ_MR];
     for (int m = 0; m < mr; m++) acc[m] = _mm512_setzero_ps();
     for (int b = 0; b < K / 32; b++) {
@@ -162,33 +161,20 @@ static inline QT_TARGET void QT_(qt_r8_tile2)(int mr, float *y, int ldy, const u
             }
         __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b0)),
                                                            _mm_loadu_si128((const __m128i *)b1), 1));
-        __m512i sm[MQ_MR][R8_SPLIT_MAX];
-        for (int m = 0; m < mr; m++) {
-#ifdef R8_NOINIT
-            sm[m][0] = _mm512_setzero_si512();
-#else
-            sm[m][0] = _mm512_set1_epi32(-128 * qx_sum(xq + m * xs, K)[b]);
-#endif
-            for (int t = 1; t < ns; t++) sm[m][t] = _mm512_setzero_si512();
-        }
+        __m512i sm[MQ_MR];
+        for (int m = 0; m < mr; m++) sm[m] = _mm512_set1_epi32(-128 * qx_sum(xq + m * xs, K)[b]);
         for (int j = 0; j < 8; j++) {
-#ifdef R8_NOINS
-            __m512i wv = _mm512_loadu_si512(b0 + 16 + 32 * j);
-#else
             __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 16 + 32 * j))),
                                             _mm256_loadu_si256((const __m256i *)(b1 + 16 + 32 * j)), 1);
-#endif
             for (int m = 0; m < mr; m++) {
                 int32_t q4;
                 memcpy(&q4, xq + m * xs + 32 * b + 4 * j, 4);
-                sm[m][j % ns] = _mm512_dpbusd_epi32(sm[m][j % ns], wv, _mm512_set1_epi32(q4));
+                sm[m] = _mm512_dpbusd_epi32(sm[m], wv, _mm512_set1_epi32(q4));
             }
         }
-        for (int m = 0; m < mr; m++) /* exact integer sums: the split changes no bit */
-            for (int t = 1; t < ns; t++) sm[m][0] = _mm512_add_epi32(sm[m][0], sm[m][t]);
         for (int m = 0; m < mr; m++) {
             __m512 dx = _mm512_set1_ps(qx_scale(xq + m * xs, K)[b]);
-            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sm[m][0]), _mm512_mul_ps(d, dx), acc[m]);
+            acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sm[m]), _mm512_mul_ps(d, dx), acc[m]);
         }
     }
     float *y1 = y + (size_t)8 * stride;

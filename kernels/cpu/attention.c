@@ -168,6 +168,22 @@ A512_ALWAYS __m512 v_hsum16(const __m512 *a) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(f01, f23, 0x88), _mm512_shuffle_f32x4(f01, f23, 0xDD));
 }
 
+/* The first row of a head finds the head's keys and values in DRAM (a decode
+ * pass streams the whole model's weights between two visits to a layer), one
+ * block-sized run at a time from scattered blocks, which the hardware
+ * prefetchers do not follow. While it scores block p0, fetch the next
+ * block's keys and this block's values into L2; later rows find them there. */
+A512_ALWAYS void att_prefetch(const kv_layer_view *kv, const attn_seq *s, int kvh, int p0, int pe, int n_keys) {
+    const int B = kv->block_size, E = kv->head_dim;
+    size_t run = (size_t)(pe - p0) * E * sizeof(float);
+    const char *vb = (const char *)(kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E);
+    for (size_t o = 0; o < run; o += 64) _mm_prefetch(vb + o, _MM_HINT_T1);
+    if (p0 + B >= n_keys) return;
+    int pn = p0 + B, pne = pn + B < n_keys ? pn + B : n_keys;
+    const char *kn = (const char *)(kv->k + (size_t)s->blocks[pn / B] * kv->block_stride + (size_t)kvh * B * E);
+    for (size_t o = 0; o < (size_t)(pne - pn) * E * sizeof(float); o += 64) _mm_prefetch(kn + o, _MM_HINT_T1);
+}
+
 /* One row i against one head's keys and values: NE = ceil(E / 16) vectors per
  * key, the last one masked to E % 16 lanes when E is not a multiple of 16.
  * NE is a constant in the common instantiations below, so q and the output
@@ -175,7 +191,7 @@ A512_ALWAYS __m512 v_hsum16(const __m512 *a) {
  * product in 16 lanes, then summed by v_hsum16; the softmax sums per lane (key
  * position mod 16) and then over lanes. */
 A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv, const attn_seq *s, int i, int kvh,
-                            int E, const int NE, float *scores) {
+                            int E, const int NE, float *scores, int pf) {
     const int B = kv->block_size, n_keys = s->n_past + s->n_new;
     const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)E)), ninf = _mm512_set1_ps(-INFINITY);
     int lo = 0;
@@ -189,6 +205,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
     for (int p0 = 0; p0 < n_keys; p0 += B) {
         const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
         int pe = p0 + B < n_keys ? p0 + B : n_keys;
+        if (pf) att_prefetch(kv, s, kvh, p0, pe, n_keys);
         for (int g0 = p0; g0 < pe; g0 += 16) {
             int nk = pe - g0 < 16 ? pe - g0 : 16;
             __m512 a[16];
@@ -262,9 +279,9 @@ static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
         switch (NE) { /* constant NE for the common head dims (64, 128) */
-        case 4: att_row512(oi, qi, kv, s, i, kvh, E, 4, scores); break;
-        case 8: att_row512(oi, qi, kv, s, i, kvh, E, 8, scores); break;
-        default: att_row512(oi, qi, kv, s, i, kvh, E, NE, scores); break;
+        case 4: att_row512(oi, qi, kv, s, i, kvh, E, 4, scores, i == 0); break;
+        case 8: att_row512(oi, qi, kv, s, i, kvh, E, 8, scores, i == 0); break;
+        default: att_row512(oi, qi, kv, s, i, kvh, E, NE, scores, i == 0); break;
         }
     }
 }

@@ -174,11 +174,14 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
     int tasks = 0, quant = 0;
     double work = 0;
     for (int i = 0; i < n; i++) {
-        /* One row (decode) is memory-bound: 2 tasks per thread keep each weight
-         * stream long (a new task restarts the prefetchers). More rows are
-         * compute-bound: 8 tasks per thread balance better. Chunks stay
-         * multiples of the 4-row tile. */
-        int chunk = N[i] / (c->n_threads * (M == 1 ? 2 : 8));
+        /* Tasks per thread: one row (decode) is memory-bound, and 2 tasks
+         * keep each weight stream long (a new task restarts the prefetchers).
+         * A few rows (verification) are both: 4 tasks (Q8_0 widen model, 5
+         * rows, alternated: verify/decode 1.17-1.24 against 1.26-1.28 with 8
+         * and 1.20-1.29 with 2). Many rows are compute-bound: 8 balance
+         * better. Chunks stay multiples of the 4-row tile. */
+        int per = M == 1 ? 2 : M <= 8 ? 4 : 8;
+        int chunk = N[i] / (c->n_threads * per);
         chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
         if (wtype[i] == SPECD_TYPE_Q8_0_R8) chunk = (chunk + 7) / 8 * 8; /* whole 8-row groups */
         j.mat[i] = (mm_mat){y[i], w[i], wtype[i], N[i], chunk, tasks};

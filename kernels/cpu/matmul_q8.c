@@ -44,15 +44,17 @@ int mm_q8_path(int wtype) {
 }
 
 /* Row layout: q (K int8), |q| (K uint8), dx (K/32 float), bsum (K/32 float),
- * xsum (K/32 int32: the block's sum of q), then per block the sums of q over
+ * xcorr (K/32 int32: -128 times the block's sum of q), then per block the sums of q over
  * its halves as 8 int32 (lo x4, hi x4): the correction for weights stored with
  * an offset (q + o) is o times these. */
 size_t mm_qx_row_bytes(int K) { return ((size_t)3 * K + (size_t)3 * K / 8 + 63) / 64 * 64; }
 
 static inline const float *qx_scale(const uint8_t *xr, int K) { return (const float *)(xr + 2 * (size_t)K); }
 static inline const float *qx_bsum(const uint8_t *xr, int K) { return qx_scale(xr, K) + K / 32; }
-static inline const int32_t *qx_sum(const uint8_t *xr, int K) { return (const int32_t *)(qx_bsum(xr, K) + K / 32); }
-static inline const int32_t *qx_halves(const uint8_t *xr, int K) { return qx_sum(xr, K) + K / 32; }
+/* -128 times each block's sum of q: the start of a vpdpbusd sum over weights
+ * stored + 128 (Q8_0 x8), so that sum comes out as the sum of q * qx */
+static inline const int32_t *qx_corr(const uint8_t *xr, int K) { return (const int32_t *)(qx_bsum(xr, K) + K / 32); }
+static inline const int32_t *qx_halves(const uint8_t *xr, int K) { return qx_corr(xr, K) + K / 32; }
 
 static void quantize_generic(uint8_t *xq, const float *x, int M, int K) {
     size_t rs = mm_qx_row_bytes(K);
@@ -61,7 +63,7 @@ static void quantize_generic(uint8_t *xq, const float *x, int M, int K) {
         int8_t *q = (int8_t *)xr;
         uint8_t *a = xr + K;
         float *dx = (float *)(xr + 2 * (size_t)K), *bs = dx + K / 32;
-        int32_t *xsum = (int32_t *)(bs + K / 32), *hv = xsum + K / 32;
+        int32_t *xcorr = (int32_t *)(bs + K / 32), *hv = xcorr + K / 32;
         const float *xm = x + (size_t)m * K;
         for (int b = 0; b < K / 32; b++) {
             const float *v = xm + 32 * b;
@@ -85,7 +87,7 @@ static void quantize_generic(uint8_t *xq, const float *x, int M, int K) {
                 half[l >= 16] += qi;
             }
             for (int l = 0; l < 8; l++) hv[8 * b + l] = half[l >= 4];
-            xsum[b] = sum;
+            xcorr[b] = -128 * sum;
             dx[b] = d;
             bs[b] = d * (float)sum;
         }
@@ -102,7 +104,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void quantize_avx512
     for (int m = 0; m < M; m++) {
         uint8_t *xr = xq + (size_t)m * rs;
         float *dx = (float *)(xr + 2 * (size_t)K), *bs = dx + K / 32;
-        int32_t *xsum = (int32_t *)(bs + K / 32), *hv = xsum + K / 32;
+        int32_t *xcorr = (int32_t *)(bs + K / 32), *hv = xcorr + K / 32;
         const float *xm = x + (size_t)m * K;
         for (int b = 0; b < K / 32; b++) {
             __m512 v0 = _mm512_loadu_ps(xm + 32 * b), v1 = _mm512_loadu_ps(xm + 32 * b + 16);
@@ -120,7 +122,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void quantize_avx512
             _mm_storeu_si128((__m128i *)(xr + K + 32 * b + 16), _mm_abs_epi8(q1));
             int h0 = _mm512_reduce_add_epi32(i0), h1 = _mm512_reduce_add_epi32(i1);
             _mm256_storeu_si256((__m256i *)(hv + 8 * b), _mm256_setr_epi32(h0, h0, h0, h0, h1, h1, h1, h1));
-            xsum[b] = h0 + h1;
+            xcorr[b] = -128 * (h0 + h1);
             dx[b] = d;
             bs[b] = d * (float)(h0 + h1);
         }

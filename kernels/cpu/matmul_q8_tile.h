@@ -162,7 +162,7 @@ static inline QT_TARGET void QT_(qt_r8_tile2)(int mr, float *y, int ldy, const u
         __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)b0)),
                                                            _mm_loadu_si128((const __m128i *)b1), 1));
         __m512i sm[MQ_MR];
-        for (int m = 0; m < mr; m++) sm[m] = _mm512_set1_epi32(-128 * qx_sum(xq + m * xs, K)[b]);
+        for (int m = 0; m < mr; m++) sm[m] = _mm512_set1_epi32(qx_corr(xq + m * xs, K)[b]);
         for (int j = 0; j < 8; j++) {
             __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 16 + 32 * j))),
                                             _mm256_loadu_si256((const __m256i *)(b1 + 16 + 32 * j)), 1);
@@ -224,7 +224,7 @@ static inline QT_TARGET void QT_(qt_r8_tile)(int mr, int ng, float *y, int ldy, 
             d[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
             for (int m = 0; m < mr; m++) {
 #if QT_VNNI
-                s[q][m] = _mm256_set1_epi32(-128 * qx_sum(xq + m * xs, K)[b]);
+                s[q][m] = _mm256_set1_epi32(qx_corr(xq + m * xs, K)[b]);
 #else
                 s[q][m] = _mm256_setzero_si256();
 #endif

@@ -228,9 +228,56 @@ static void cpu_get_rows(backend *be, float *y, const void *table, int type, con
     PROF_END(P_GET_ROWS)
 }
 
+/* Row-wise ops over many rows (prefill) run a slice of rows per thread; a few
+ * rows (decode, verification) stay on the caller, where waking the pool would
+ * cost more than the op. Rows are independent, so the split changes no bit. */
+enum { ROWS_RMSNORM, ROWS_ROPE, ROWS_ADD, ROWS_SILU_MUL };
+#ifndef ROWS_SPLIT_MIN
+#define ROWS_SPLIT_MIN 32768 /* floats */
+#endif
+typedef struct {
+    cpu_ctx *c;
+    int op, M, D; /* D: floats per row of a (and b) */
+    float *a;
+    const float *b, *w; /* rmsnorm: a = norm(b) * w; add: a += b; silu_mul: a = silu(a) * b */
+    const float *cs, *sn;
+    int H, E, n_rot, neox;
+    float eps;
+} rows_job;
+
+/* Rows [m0, m1) of j. */
+static void rows_do(const rows_job *j, int m0, int m1) {
+    size_t o = (size_t)m0 * j->D;
+    int half = j->n_rot / 2;
+    switch (j->op) {
+    case ROWS_RMSNORM: ops_rmsnorm(j->c->simd, j->a + o, j->b + o, j->w, m1 - m0, j->D, j->eps); break;
+    case ROWS_ROPE:
+        ops_rope_apply(j->a + o, j->cs + (size_t)m0 * half, j->sn + (size_t)m0 * half, m1 - m0, j->H, j->E,
+                       j->n_rot, j->neox);
+        break;
+    case ROWS_ADD: ops_add(j->a + o, j->b + o, m1 - m0, j->D); break;
+    default: ops_silu_mul(j->c->simd, j->a + o, j->b + o, m1 - m0, j->D); break;
+    }
+}
+
+static void rows_task(void *arg, int task, int thread) {
+    const rows_job *j = arg;
+    int n = tp_threads(j->c->tp);
+    int m0 = (int)((long)j->M * task / n), m1 = (int)((long)j->M * (task + 1) / n);
+    if (m1 > m0) rows_do(j, m0, m1);
+}
+
+/* Runs j over its rows, split over the threads when there are enough. */
+static void rows_run(rows_job *j) {
+    int n = tp_threads(j->c->tp);
+    if (n > 1 && j->M >= 4 * n && (size_t)j->M * j->D >= ROWS_SPLIT_MIN) tp_run(j->c->tp, n, rows_task, j);
+    else if (j->M > 0) rows_do(j, 0, j->M);
+}
+
 static void cpu_rmsnorm(backend *be, float *y, const float *x, const float *w, int M, int D, float eps) {
     PROF_BEGIN(be)
-    ops_rmsnorm(ctx_of(be)->simd, y, x, w, M, D, eps);
+    rows_job j = {.c = ctx_of(be), .op = ROWS_RMSNORM, .M = M, .D = D, .a = y, .b = x, .w = w, .eps = eps};
+    rows_run(&j);
     PROF_END(P_RMSNORM)
 }
 
@@ -247,7 +294,9 @@ static void cpu_rope(backend *be, float *x, const int32_t *pos, const float *inv
             memcpy(c->rope_freq, inv_freq, sizeof(float) * (size_t)half);
             c->rope_M = M, c->rope_half = half;
         }
-        ops_rope_apply(x, c->rope_cs, c->rope_sn, M, H, E, n_rot, neox);
+        rows_job j = {.c = c, .op = ROWS_ROPE, .M = M, .D = H * E, .a = x, .cs = c->rope_cs, .sn = c->rope_sn,
+                      .H = H, .E = E, .n_rot = n_rot, .neox = neox};
+        rows_run(&j);
     } else { /* more rows than reserved (or n_rot > 128): tables a row at a time, no allocation */
         float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
         for (int m = 0; m < M; m++) {
@@ -260,13 +309,15 @@ static void cpu_rope(backend *be, float *x, const int32_t *pos, const float *inv
 
 static void cpu_add(backend *be, float *x, const float *y, int M, int D) {
     PROF_BEGIN(be)
-    ops_add(x, y, M, D);
+    rows_job j = {.c = ctx_of(be), .op = ROWS_ADD, .M = M, .D = D, .a = x, .b = y};
+    rows_run(&j);
     PROF_END(P_ADD)
 }
 
 static void cpu_silu_mul(backend *be, float *g, const float *u, int M, int F) {
     PROF_BEGIN(be)
-    ops_silu_mul(ctx_of(be)->simd, g, u, M, F);
+    rows_job j = {.c = ctx_of(be), .op = ROWS_SILU_MUL, .M = M, .D = F, .a = g, .b = u};
+    rows_run(&j);
     PROF_END(P_SILU_MUL)
 }
 

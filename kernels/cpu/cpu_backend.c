@@ -3,6 +3,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/warena.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "engine/gguf.h"
@@ -23,6 +24,7 @@ static const char *const prof_names[P_COUNT] = {"matmul", "attention", "get_rows
 
 typedef struct {
     threadpool *tp;
+    warena *wa;             /* the repacked weights (huge pages) */
     simd_level simd;
     int n_threads;
     float **scratch;        /* (n_threads) each scratch_floats */
@@ -65,6 +67,7 @@ static double prof_now(void) {
 static void cpu_destroy(backend *be) {
     cpu_ctx *c = ctx_of(be);
     tp_destroy(c->tp);
+    warena_destroy(c->wa);
     free(c->xq);
     free(c->rope_cs), free(c->rope_sn), free(c->rope_pos);
     for (int i = 0; i < c->n_threads; i++) free(c->scratch[i]);
@@ -363,14 +366,14 @@ static const void *cpu_weight(backend *be, const void *host, int *type, int64_t 
     if (*type != GGML_TYPE_Q8_0 || cols % 32 || rows < 8 || rows > INT32_MAX || cols > INT32_MAX ||
         (env && !strcmp(env, "0")))
         return host;
-    uint8_t *p = malloc(mm_r8_bytes((int)rows, (int)cols));
+    uint8_t *p = warena_alloc(ctx_of(be)->wa, mm_r8_bytes((int)rows, (int)cols));
     if (!p) return host; /* the in-place layout works too, just slower */
     mm_r8_repack(p, host, (int)rows, (int)cols);
     *type = SPECD_TYPE_Q8_0_R8;
     return p;
 }
 static void cpu_weight_release(backend *be, const void *host, const void *w) {
-    if (w != host) free((void *)w);
+    if (w != host) warena_free(ctx_of(be)->wa, (void *)w);
 }
 static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) {
     PROF_BEGIN(be)
@@ -467,6 +470,11 @@ backend *backend_cpu_create(int n_threads) {
     c->scratch = scr;
     c->simd = simd_detect();
     c->tp = tp_create(n_threads);
+    c->wa = warena_create();
+    if (!c->wa) {
+        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
+        abort();
+    }
     be->i = &cpu_iface;
     be->ctx = c;
     be->n_threads = n_threads;

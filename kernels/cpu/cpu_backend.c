@@ -361,6 +361,18 @@ static void cpu_release(backend *be, void *ptr) {
  * stream 8 rows at a time; SPECD_REPACK=0 keeps them in place (the kernels read
  * both layouts and give the same results). The copy is not counted against
  * backend_cpu_limit_memory (weights never were). */
+typedef struct {
+    uint8_t *dst;
+    const uint8_t *src;
+    int N, K, per; /* per: 8-row groups per task */
+} repack_job;
+
+static void repack_task(void *arg, int task, int thread) {
+    repack_job *j = arg;
+    int ng = (j->N + 7) / 8, g0 = task * j->per, g1 = g0 + j->per < ng ? g0 + j->per : ng;
+    mm_r8_repack_groups(j->dst, j->src, j->N, j->K, g0, g1);
+}
+
 static const void *cpu_weight(backend *be, const void *host, int *type, int64_t rows, int64_t cols) {
     const char *env = getenv("SPECD_REPACK");
     if (*type != GGML_TYPE_Q8_0 || cols % 32 || rows < 8 || rows > INT32_MAX || cols > INT32_MAX ||
@@ -368,7 +380,9 @@ static const void *cpu_weight(backend *be, const void *host, int *type, int64_t 
         return host;
     uint8_t *p = warena_alloc(ctx_of(be)->wa, mm_r8_bytes((int)rows, (int)cols));
     if (!p) return host; /* the in-place layout works too, just slower */
-    mm_r8_repack(p, host, (int)rows, (int)cols);
+    /* on all threads: an 8B model's Q8_0 matrices are 8.5 GB to rewrite */
+    repack_job j = {p, host, (int)rows, (int)cols, 16};
+    tp_run(ctx_of(be)->tp, (int)(((rows + 7) / 8 + j.per - 1) / j.per), repack_task, &j);
     *type = SPECD_TYPE_Q8_0_R8;
     return p;
 }

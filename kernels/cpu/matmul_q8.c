@@ -255,21 +255,26 @@ QG void qg_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, const uint
 
 size_t mm_r8_bytes(int N, int K) { return (size_t)(N + 7) / 8 * (size_t)(K / 32) * R8_BLOCK_BYTES; }
 
-void mm_r8_repack(uint8_t *dst, const uint8_t *src, int N, int K) {
-    size_t rb = (size_t)(K / 32) * sizeof(blk_q8_0);
-    memset(dst, 0, mm_r8_bytes(N, K));
-    for (int n = 0; n < N; n++) {
-        const blk_q8_0 *row = (const blk_q8_0 *)(src + (size_t)n * rb);
-        uint8_t *g = dst + (size_t)(n / 8) * (size_t)(K / 32) * R8_BLOCK_BYTES;
-        int r = n % 8;
-        for (int b = 0; b < K / 32; b++) {
-            uint8_t *blk = g + (size_t)b * R8_BLOCK_BYTES;
-            memcpy(blk + 2 * r, &row[b].d, 2);
-            for (int k = 0; k < 32; k++) /* stored + 128 (see quant.h) */
-                blk[16 + 32 * (k / 4) + 4 * r + k % 4] = (uint8_t)row[b].q[k] ^ 0x80;
+void mm_r8_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1) {
+    size_t rb = (size_t)(K / 32) * sizeof(blk_q8_0), gb = (size_t)(K / 32) * R8_BLOCK_BYTES;
+    for (int g = g0; g < g1; g++) {
+        uint8_t *gd = dst + (size_t)g * gb;
+        int nv = N - 8 * g < 8 ? N - 8 * g : 8; /* rows past N stay zero (scale 0) */
+        if (nv < 8) memset(gd, 0, gb);
+        for (int b = 0; b < K / 32; b++) { /* one 272-byte block at a time, written whole */
+            uint8_t *blk = gd + (size_t)b * R8_BLOCK_BYTES;
+            for (int r = 0; r < nv; r++) {
+                const blk_q8_0 *q = (const blk_q8_0 *)(src + (size_t)(8 * g + r) * rb) + b;
+                uint8_t u[32];
+                for (int k = 0; k < 32; k++) u[k] = (uint8_t)q->q[k] ^ 0x80; /* stored + 128 (see quant.h) */
+                memcpy(blk + 2 * r, &q->d, 2);
+                for (int j = 0; j < 8; j++) memcpy(blk + 16 + 32 * j + 4 * r, u + 4 * j, 4);
+            }
         }
     }
 }
+
+void mm_r8_repack(uint8_t *dst, const uint8_t *src, int N, int K) { mm_r8_repack_groups(dst, src, N, K, 0, (N + 7) / 8); }
 
 void mm_r8_dequant_row(float *out, const uint8_t *w, int n, int K) {
     const uint8_t *g = w + (size_t)(n / 8) * (size_t)(K / 32) * R8_BLOCK_BYTES;

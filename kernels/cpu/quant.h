@@ -103,6 +103,8 @@ static inline kq_view kq_at(const uint8_t *row, int q5, int i) {
 size_t mm_r8_bytes(int N, int K);
 /* Repacks N rows of K Q8_0 weights (src, row after row) into dst. */
 void mm_r8_repack(uint8_t *dst, const uint8_t *src, int N, int K);
+/* The same for groups [g0, g1) of 8 rows only (threads split a matrix). */
+void mm_r8_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1);
 /* Dequantizes row n of a repacked matrix into out (K). */
 void mm_r8_dequant_row(float *out, const uint8_t *w, int n, int K);
 /* Rows [n0, n1) of y (n0 a multiple of 8; rows past n1 are not written). */

@@ -177,8 +177,8 @@ int main(void) {
      * exactly what the file layout gives, on every path, for N not a multiple
      * of 8 and every tile height; its rows dequantize to the same values */
     for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
-        const int Ns[] = {8, 13, 300}, Ks[] = {32, 256, 768};
-        for (int ni = 0; ni < 3; ni++)
+        const int Ns[] = {8, 13, 300, 1001}, Ks[] = {32, 256, 768};
+        for (int ni = 0; ni < 4; ni++)
             for (int ki = 0; ki < 3; ki++) {
                 int N = Ns[ni], K = Ks[ki], Mmax = 13;
                 size_t rb = mm_row_bytes(GGML_TYPE_Q8_0, K);
@@ -191,6 +191,13 @@ int main(void) {
                     mkmodel_row_from_f32(w + rb * n, GGML_TYPE_Q8_0, wf, K);
                 }
                 mm_r8_repack(r8, w, N, K);
+                if (lvl == SIMD_GENERIC) { /* the backend repacks on its threads: the same bytes */
+                    int t = GGML_TYPE_Q8_0;
+                    const void *bw = b3->i->weight(b3, w, &t, N, K);
+                    CHECKF(t == SPECD_TYPE_Q8_0_R8 && !memcmp(bw, r8, mm_r8_bytes(N, K)),
+                           "backend weight() repack of %d x %d differs from mm_r8_repack", N, K);
+                    b3->i->weight_release(b3, w, bw);
+                }
                 for (int i = 0; i < Mmax * K; i++) x[i] = frand();
                 mm_quantize_x((simd_level)lvl, xq, x, Mmax, K);
                 for (int M = 1; M <= Mmax; M += (M < 6 ? 1 : 7)) {

@@ -71,7 +71,8 @@ typedef struct backend_i {
      * `host` (the GGUF mapping, which outlives the model), usable by the ops.
      * The CPU returns host itself; CUDA uploads, and may convert to a type it has
      * kernels for (updating *type). NULL when out of memory. Undo with
-     * weight_release(host, returned pointer). */
+     * weight_release(host, returned pointer). Called from the thread that
+     * runs the ops (the CPU repacks Q8_0 on its thread pool). */
     const void *(*weight)(backend *be, const void *host, int *type, int64_t rows, int64_t cols);
     void (*weight_release)(backend *be, const void *host, const void *w);
     /* Host <-> backend copies; download returns when the bytes have arrived
@@ -90,8 +91,8 @@ typedef struct backend_i {
     /* y (M, N) = x (M, K) . W^T, W (N, K) rows of `wtype` (ggml_type). K must be a
      * multiple of the type's block size. Reads each weight row once for all M. */
     void (*matmul)(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N);
-    /* n (<= BACKEND_MATMUL_N_MAX) matmuls of one x: y[i] (M, N[i]) = x (M, K) .
-     * W[i]^T, the same results as n matmul calls. One op lets a backend share the
+    /* n matmuls of one x: y[i] (M, N[i]) = x (M, K) . W[i]^T, the same results
+     * as n matmul calls (more than BACKEND_MATMUL_N_MAX run as several ops). One op lets a backend share the
      * work on x and run every matrix in one dispatch (the CPU quantizes x once
      * and wakes its threads once: q/k/v and gate/up of a layer). */
     void (*matmul_n)(backend *be, int n, float *const *y, const float *x, const void *const *w, const int *wtype,

@@ -210,6 +210,10 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
 
 static void cpu_matmul_n(backend *be, int n, float *const *y, const float *x, const void *const *w,
                          const int *wtype, int M, int K, const int *N) {
+    for (; n > BACKEND_MATMUL_N_MAX; n -= BACKEND_MATMUL_N_MAX, y += BACKEND_MATMUL_N_MAX, w += BACKEND_MATMUL_N_MAX,
+                                     wtype += BACKEND_MATMUL_N_MAX, N += BACKEND_MATMUL_N_MAX)
+        cpu_matmul_n(be, BACKEND_MATMUL_N_MAX, y, x, w, wtype, M, K, N); /* more than one op holds */
+    if (n <= 0) return;
     PROF_BEGIN(be)
     cpu_matmul_n_run(be, n, y, x, w, wtype, M, K, N);
     PROF_END(P_MATMUL)

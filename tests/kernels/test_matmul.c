@@ -173,6 +173,36 @@ int main(void) {
                 if (!big) break;
             }
     }
+    /* more matrices than one op takes (BACKEND_MATMUL_N_MAX) still give each
+     * its own call's result */
+    {
+        enum { NM = BACKEND_MATMUL_N_MAX + 2 };
+        int M = 5, K = 64, N[NM], t[NM];
+        float *ya[NM], *yb[NM], *x = malloc(sizeof(float) * M * K);
+        uint8_t *host[NM];
+        const void *w[NM];
+        for (int i = 0; i < M * K; i++) x[i] = frand();
+        for (int i = 0; i < NM; i++) {
+            N[i] = 40 + 8 * i, t[i] = i % 2 ? GGML_TYPE_F16 : GGML_TYPE_Q8_0;
+            size_t rb = mm_row_bytes(t[i], K);
+            host[i] = malloc(rb * N[i]);
+            float wf[64];
+            for (int r = 0; r < N[i]; r++) {
+                for (int k = 0; k < K; k++) wf[k] = frand();
+                mkmodel_row_from_f32(host[i] + rb * r, t[i], wf, K);
+            }
+            w[i] = b3->i->weight(b3, host[i], &t[i], N[i], K);
+            ya[i] = malloc(sizeof(float) * M * N[i]), yb[i] = malloc(sizeof(float) * M * N[i]);
+            b3->i->matmul(b3, ya[i], x, w[i], t[i], M, K, N[i]);
+        }
+        b3->i->matmul_n(b3, NM, yb, x, w, t, M, K, N);
+        for (int i = 0; i < NM; i++) {
+            CHECKF(!memcmp(ya[i], yb[i], sizeof(float) * M * N[i]), "matmul_n of %d matrices: matrix %d differs", NM, i);
+            b3->i->weight_release(b3, host[i], w[i]);
+            free(host[i]), free(ya[i]), free(yb[i]);
+        }
+        free(x);
+    }
     /* Q8_0 repacked 8 rows at a time (the CPU backend's weight() layout) gives
      * exactly what the file layout gives, on every path, for N not a multiple
      * of 8 and every tile height; its rows dequantize to the same values */

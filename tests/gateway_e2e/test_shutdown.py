@@ -22,7 +22,9 @@ async def drain_scenario(srv, grace_ms, expect_cancel):
         for rid in ids:
             await ws.send(gen_msg(rid, "Once upon a time", LONG, speculation={"mode": "off"}))
         streams = {rid: Stream(rid) for rid in ids}
-        while not any(s.events for s in streams.values()):
+        # every request running (a message the server has not read when the
+        # signal lands is new work, and is refused as such)
+        while not all(s.events for s in streams.values()):
             m = await recv_json(ws, 30)
             streams[m["id"]].add(m)
         t_sig = time.monotonic()

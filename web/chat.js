@@ -65,8 +65,16 @@ function addMessage(kind, who, text) {
   if (text) body.textContent = text;
   el.append(h, body);
   conv.appendChild(el);
-  el.scrollIntoView({ block: 'end' });
+  conv.scrollTop = conv.scrollHeight;
   return el;
+}
+
+/** Runs fn (which grows the conversation) and keeps the view on the newest
+ * text if it was there: a reader who scrolled up is left where they are. */
+function following(fn) {
+  const atEnd = conv.scrollHeight - conv.scrollTop - conv.clientHeight < 40;
+  fn();
+  if (atEnd) conv.scrollTop = conv.scrollHeight;
 }
 
 /** Appends s to the last run of textEl when it has class cls, else starts a new run. */
@@ -109,8 +117,10 @@ function onFrame(f) {
     c.el.dataset.session = f.session || '';
   } else if (f.type === 'tokens') {
     const [draft, target] = splitAccepted(f.text || '', f.accepted_bytes);
-    appendRun(c.textEl, 'd', draft);
-    appendRun(c.textEl, 't', target);
+    following(() => {
+      appendRun(c.textEl, 'd', draft);
+      appendRun(c.textEl, 't', target);
+    });
     c.text += f.text || '';
     c.frames++;
     c.el.dataset.frames = String(c.frames);

@@ -92,9 +92,10 @@ typedef struct backend_i {
      * multiple of the type's block size. Reads each weight row once for all M. */
     void (*matmul)(backend *be, float *y, const float *x, const void *w, int wtype, int M, int K, int N);
     /* n matmuls of one x: y[i] (M, N[i]) = x (M, K) . W[i]^T, the same results
-     * as n matmul calls (more than BACKEND_MATMUL_N_MAX run as several ops). One op lets a backend share the
-     * work on x and run every matrix in one dispatch (the CPU quantizes x once
-     * and wakes its threads once: q/k/v and gate/up of a layer). */
+     * as n matmul calls (more than BACKEND_MATMUL_N_MAX run as several ops).
+     * One op lets a backend share the work on x and run every matrix in one
+     * dispatch (the CPU quantizes x once and wakes its threads once: q/k/v
+     * and gate/up of a layer). */
     void (*matmul_n)(backend *be, int n, float *const *y, const float *x, const void *const *w, const int *wtype,
                      int M, int K, const int *N);
     /* y (M, D) = rows ids (M) of table (n, D) of `type`, dequantized. */

@@ -173,15 +173,16 @@ A512_ALWAYS __m512 v_hsum16(const __m512 *a) {
  * block-sized run at a time from scattered blocks, which the hardware
  * prefetchers do not follow. While it scores block p0, fetch the next
  * block's keys and this block's values into L2; later rows find them there. */
-A512_ALWAYS void att_prefetch(const kv_layer_view *kv, const attn_seq *s, int kvh, int p0, int pe, int n_keys) {
+A512_ALWAYS void att_prefetch_run(const float *base, const kv_layer_view *kv, const attn_seq *s, int kvh, int p0,
+                                  int pe) {
     const int B = kv->block_size, E = kv->head_dim;
-    size_t run = (size_t)(pe - p0) * E * sizeof(float);
-    const char *vb = (const char *)(kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E);
-    for (size_t o = 0; o < run; o += 64) _mm_prefetch(vb + o, _MM_HINT_T1);
-    if (p0 + B >= n_keys) return;
-    int pn = p0 + B, pne = pn + B < n_keys ? pn + B : n_keys;
-    const char *kn = (const char *)(kv->k + (size_t)s->blocks[pn / B] * kv->block_stride + (size_t)kvh * B * E);
-    for (size_t o = 0; o < (size_t)(pne - pn) * E * sizeof(float); o += 64) _mm_prefetch(kn + o, _MM_HINT_T1);
+    const char *r = (const char *)(base + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E);
+    for (size_t o = 0; o < (size_t)(pe - p0) * E * sizeof(float); o += 64) _mm_prefetch(r + o, _MM_HINT_T1);
+}
+A512_ALWAYS void att_prefetch(const kv_layer_view *kv, const attn_seq *s, int kvh, int p0, int pe, int n_keys) {
+    const int B = kv->block_size;
+    att_prefetch_run(kv->v, kv, s, kvh, p0, pe);
+    if (pe < n_keys) att_prefetch_run(kv->k, kv, s, kvh, pe, pe + B < n_keys ? pe + B : n_keys);
 }
 
 /* One row i against one head's keys and values: NE = ceil(E / 16) vectors per

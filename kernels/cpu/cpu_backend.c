@@ -202,7 +202,7 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
     cpu_ctx *c = ctx_of(be);
     mm_job j = {.c = c, .x = x, .M = M, .K = K, .n = n};
     int tasks = 0, quant = 0;
-    double work = 0;
+    double work = 0; /* multiply-adds of the whole op */
     for (int i = 0; i < n; i++) {
         /* Tasks per thread: one row (decode) is memory-bound, and 2 tasks
          * keep each weight stream long (a new task restarts the prefetchers).
@@ -219,6 +219,7 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
         quant |= mm_q8_path(wtype[i]);
         work += (double)M * K * N[i];
     }
+    int inline_op = work < 32768.0; /* too small to be worth waking the pool */
     if (quant) {
         if (cpu_reserve_xq(c, M, K) != 0) {
             fprintf(stderr, "%s:%d: out of memory for quantized activations\n", __FILE__, __LINE__);
@@ -226,7 +227,7 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
         }
         if (M >= XQ_OWN_ROWS) {
             tp_run(c->tp, (M + 7) / 8, xq_task, &j);
-        } else if (work < 32768.0) {
+        } else if (inline_op) {
             mm_quantize_x(c->simd, c->xq, x, M, K);
         } else {
             /* few rows: every thread rounds x itself, in parallel, into memory
@@ -237,7 +238,7 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
             j.own = ++c->xq_gen;
         }
     }
-    if (work < 32768.0) { /* too small to be worth waking the pool */
+    if (inline_op) {
         for (int i = 0; i < n; i++)
             mm_rows(c->simd, y[i], N[i], x, c->xq, w[i], wtype[i], M, K, 0, N[i]);
         return;
@@ -517,25 +518,20 @@ backend *backend_cpu_create(int n_threads) {
     backend *be = calloc(1, sizeof(*be));
     cpu_ctx *c = calloc(1, sizeof(*c));
     float **scr = calloc((size_t)n_threads, sizeof(float *));
-    if (!be || !c || !scr) {
+    uint8_t **xq_t = calloc((size_t)n_threads, sizeof(uint8_t *));
+    uint64_t *xq_t_gen = calloc((size_t)n_threads, sizeof(uint64_t));
+    warena *wa = warena_create();
+    if (!be || !c || !scr || !xq_t || !xq_t_gen || !wa) {
         fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
         abort();
     }
     c->n_threads = n_threads;
     c->scratch = scr;
-    c->xq_t = calloc((size_t)n_threads, sizeof(uint8_t *));
-    c->xq_t_gen = calloc((size_t)n_threads, sizeof(uint64_t));
-    if (!c->xq_t || !c->xq_t_gen) {
-        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
-        abort();
-    }
+    c->xq_t = xq_t;
+    c->xq_t_gen = xq_t_gen;
+    c->wa = wa;
     c->simd = simd_detect();
     c->tp = tp_create(n_threads);
-    c->wa = warena_create();
-    if (!c->wa) {
-        fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
-        abort();
-    }
     be->i = &cpu_iface;
     be->ctx = c;
     be->n_threads = n_threads;

@@ -6,6 +6,7 @@
  * per step, padding ratio, peak KV blocks, and the on/off ratio. Not a test:
  * it prints figures and asserts nothing. */
 #include "cli/cmd.h"
+#include "cli/hub.h"
 #include "cli/util.h"
 #include "engine/engine.h"
 #include "engine/tokenizer.h"
@@ -188,6 +189,7 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
 static void be_usage(void) {
     fprintf(stderr,
             "usage: specd bench --concurrency N[,N...] -m TARGET.gguf [--draft DRAFT.gguf] [-n TOKENS (64)]\n"
+            "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
             "  N greedy streams at once through the engine API, speculation off then on (same prompts),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
@@ -206,7 +208,7 @@ static void be_row(int conc, const char *mode, const be_result *r, int kv_total)
 }
 
 int bench_engine(int argc, char **argv) {
-    const char *target = NULL, *draft = NULL, *prompts_path = NULL;
+    const char *target = NULL, *draft = NULL, *prompts_path = NULL, *hf = NULL, *hf_draft = NULL;
     int conc[BE_MAX_CONC], n_conc = 0, n_tokens = 64, prompt_tokens = 32, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -225,6 +227,8 @@ int bench_engine(int argc, char **argv) {
             }
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) target = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-n")) n_tokens = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--prompts")) prompts_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--prompt-tokens")) prompt_tokens = (int)arg_long(argc, argv, &i, 1, 4096);
@@ -234,6 +238,10 @@ int bench_engine(int argc, char **argv) {
             return 2;
         }
     }
+    static char hf_path[2048], hf_draft_path[2048];
+    int hrc = hub_resolve_flag("bench", hf, hf_path, sizeof(hf_path), &target);
+    if (!hrc) hrc = hub_resolve_flag("bench", hf_draft, hf_draft_path, sizeof(hf_draft_path), &draft);
+    if (hrc) return hrc;
     if (!target || n_conc == 0) {
         be_usage();
         return 2;

@@ -4,6 +4,7 @@
  * verification call relative to a 1-position decode call. All ratios come from
  * the same run. */
 #include "cli/cmd.h"
+#include "cli/hub.h"
 #include "cli/util.h"
 #include "engine/model.h"
 #include "kernels/cpu/membw.h"
@@ -101,12 +102,13 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--concurrency")) return bench_engine(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--kernels")) return bench_kernels(argc, argv);
-    const char *model_path = NULL;
+    const char *model_path = NULL, *hf = NULL;
     int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) reps = (int)arg_long(argc, argv, &i, 1, 1000);
         else if (!strcmp(a, "--gamma")) gamma = (int)arg_long(argc, argv, &i, 1, 15);
@@ -114,15 +116,18 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--backend")) kind = arg_backend(argc, argv, &i);
         else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
         else {
-            fprintf(stderr, "usage: specd bench -m MODEL.gguf [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
+            fprintf(stderr, "usage: specd bench -m MODEL.gguf | -hf REPO[:QUANT] [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
                             "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n"
                             "       specd bench --kernels [-t THREADS] [-r REPS]   (CPU matmul kernels alone)\n"
                             "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...\n");
             return 2;
         }
     }
+    static char hf_path[2048];
+    int hrc = hub_resolve_flag("bench", hf, hf_path, sizeof(hf_path), &model_path);
+    if (hrc) return hrc;
     if (!model_path) {
-        fprintf(stderr, "specd bench: -m MODEL.gguf is required\n");
+        fprintf(stderr, "specd bench: -m MODEL.gguf (or -hf REPO[:QUANT]) is required\n");
         return 2;
     }
     bench_ctx b = {0};

@@ -5,6 +5,7 @@
  * the measured speedup next to the cost model's prediction.
  * Without a model it runs on a demo pair with random weights and says so. */
 #include "cli/cmd.h"
+#include "cli/hub.h"
 #include "cli/util.h"
 #include "engine/mkmodel.h"
 #include "engine/engine.h"
@@ -32,6 +33,8 @@ static void generate_usage(void) {
             "  -m MODEL     target GGUF (llama family); overrides the config. With neither, a demo pair\n"
             "               with RANDOM weights is created under demo-models/ (its output is gibberish).\n"
             "  --draft D    draft GGUF sharing the target's tokenizer: enables speculative decoding\n"
+            "  -hf REPO[:QUANT], --hf-draft REPO[:QUANT]  target / draft from a Hugging Face repository\n"
+            "               (downloaded once into the cache, see specd pull)\n"
             "  --gamma G    fixed speculation depth (1..16); --adaptive picks γ per step (default when\n"
             "               a draft is given) within [--gamma-min, --gamma-max] (default 2..8)\n"
             "  --no-spec    plain decoding even with a draft\n"
@@ -184,6 +187,7 @@ static void print_stats(FILE *f, const char *label, const gen_result *r, int n_p
 
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *draft_path = NULL, *prompt = "", *config_path = NULL;
+    const char *hf = NULL, *hf_draft = NULL;
     int n_gen = 64, threads = 0, gamma_fixed = 0, backend_kind = 0, device = 0, tp = 1, repeat = 1;
     bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
@@ -194,6 +198,8 @@ int cmd_generate(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--draft")) draft_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-c") || !strcmp(a, "--config")) config_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-n")) n_gen = (int)arg_long(argc, argv, &i, 0, 1 << 20);
@@ -247,6 +253,10 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "specd generate: %s\n", err);
         return 2;
     }
+    static char hf_path[2048], hf_draft_path[2048];
+    int hrc = hub_resolve_flag("generate", hf, hf_path, sizeof(hf_path), &model_path);
+    if (!hrc) hrc = hub_resolve_flag("generate", hf_draft, hf_draft_path, sizeof(hf_draft_path), &draft_path);
+    if (hrc) return hrc;
     char cfg_model[1024] = "", cfg_draft[1024] = "";
     if (!model_path && (config_path || access("config.yaml", R_OK) == 0)) {
         pol_yaml *y = pol_yaml_load(config_path ? config_path : "config.yaml", err, sizeof(err));

@@ -17,6 +17,9 @@ static const struct {
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},
     {"detokenize", cmd_detokenize, "print the text of the token ids on stdin"},
     {"telemetry", cmd_telemetry, "read back the SQLite speculation telemetry: summary, recent sessions"},
+    {"pull", cmd_pull, "download a GGUF from a Hugging Face repository into the cache (REPO[:QUANT])"},
+    {"models", cmd_models, "list the cached models: architecture, size, quant, tokenizer"},
+    {"gguf-split", cmd_gguf_split, "merge or split llama.cpp split GGUF files"},
     {"eval", cmd_eval, "write the logits of a token sequence to a file (testing)"},
 };
 

@@ -12,8 +12,12 @@
 typedef struct {
     char *out;
     size_t cap, len; /* len counts every byte, written or not */
+    tok_span *spans; /* markup spans written so far (max_spans of them fit) */
+    int max_spans, n_spans; /* n_spans counts every span, written or not */
+    size_t last_end; /* end of the last markup span (valid when n_spans > 0) */
 } chat_buf;
 
+/* Message content: always plain text. */
 static void put(chat_buf *b, const char *s, size_t n) {
     if (b->len < b->cap) {
         size_t room = b->cap - b->len;
@@ -23,6 +27,34 @@ static void put(chat_buf *b, const char *s, size_t n) {
 }
 
 static void puts_(chat_buf *b, const char *s) { put(b, s, strlen(s)); }
+
+/* The template's own markup (and the role names, which come from a fixed
+ * set): the only bytes that may spell special tokens. Adjacent markup joins
+ * one span. */
+static void lit(chat_buf *b, const char *s) {
+    size_t n = strlen(s), start = b->len;
+    put(b, s, n);
+    if (n == 0) return;
+    if (b->n_spans > 0 && b->last_end == start) {
+        if (b->n_spans <= b->max_spans) b->spans[b->n_spans - 1].end = b->len;
+    } else {
+        if (b->n_spans < b->max_spans) b->spans[b->n_spans] = (tok_span){start, b->len};
+        b->n_spans++;
+    }
+    b->last_end = b->len;
+}
+
+/* Role names are markup when they are the standard ones; any other name a
+ * caller passes is rendered as plain text. */
+static void role(chat_buf *b, const char *r) {
+    static const char *const known[] = {"system", "user", "assistant", "tool"};
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+        if (!strcmp(r, known[k])) {
+            lit(b, r);
+            return;
+        }
+    puts_(b, r);
+}
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
@@ -50,18 +82,18 @@ static void render_llama2(chat_buf *b, const chat_msg *m, int n, const char *bos
         start = 1;
     }
     if (sys && start == n) { /* only a system message: the template would drop it; keep it as a turn */
-        puts_(b, "[INST] <<SYS>>\n");
+        lit(b, "[INST] <<SYS>>\n");
         puts_(b, sys);
-        puts_(b, "\n<</SYS>> [/INST]");
+        lit(b, "\n<</SYS>> [/INST]");
         return;
     }
     for (int i = start; i < n; i++) {
         bool user = !role_is(&m[i], "assistant");
         if (user) {
-            if (i > start) puts_(b, bos);
-            puts_(b, "[INST] ");
+            if (i > start) lit(b, bos);
+            lit(b, "[INST] ");
         } else {
-            puts_(b, " ");
+            lit(b, " ");
         }
         if (i == start && sys) {
             /* strip() applies to the whole folded text: leading space of the
@@ -69,37 +101,37 @@ static void render_llama2(chat_buf *b, const chat_msg *m, int n, const char *bos
             const char *c = text(m[i].content);
             size_t len = strlen(c);
             while (len > 0 && is_space(c[len - 1])) len--;
-            puts_(b, "<<SYS>>\n");
+            lit(b, "<<SYS>>\n");
             puts_(b, sys);
-            puts_(b, len ? "\n<</SYS>>\n\n" : "\n<</SYS>>"); /* empty text: strip eats the "\n\n" */
+            lit(b, len ? "\n<</SYS>>\n\n" : "\n<</SYS>>"); /* empty text: strip eats the "\n\n" */
             put(b, c, len);
         } else {
             put_stripped(b, text(m[i].content));
         }
-        puts_(b, user ? " [/INST]" : " </s>");
+        lit(b, user ? " [/INST]" : " </s>");
     }
 }
 
 static void render_llama3(chat_buf *b, const chat_msg *m, int n, bool gen) {
     for (int i = 0; i < n; i++) {
-        puts_(b, "<|start_header_id|>");
-        puts_(b, text(m[i].role));
-        puts_(b, "<|end_header_id|>\n\n");
+        lit(b, "<|start_header_id|>");
+        role(b, text(m[i].role));
+        lit(b, "<|end_header_id|>\n\n");
         put_stripped(b, text(m[i].content));
-        puts_(b, "<|eot_id|>");
+        lit(b, "<|eot_id|>");
     }
-    if (gen) puts_(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (gen) lit(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 static void render_chatml(chat_buf *b, const chat_msg *m, int n, bool gen) {
     for (int i = 0; i < n; i++) {
-        puts_(b, "<|im_start|>");
-        puts_(b, text(m[i].role));
-        puts_(b, "\n");
+        lit(b, "<|im_start|>");
+        role(b, text(m[i].role));
+        lit(b, "\n");
         puts_(b, text(m[i].content));
-        puts_(b, "<|im_end|>\n");
+        lit(b, "<|im_end|>\n");
     }
-    if (gen) puts_(b, "<|im_start|>assistant\n");
+    if (gen) lit(b, "<|im_start|>assistant\n");
 }
 
 /* Mistral-7B-Instruct v0.1: "[INST] " u " [/INST]" then a "</s>". The original
@@ -113,62 +145,67 @@ static void render_mistral(chat_buf *b, const chat_msg *m, int n) {
         start = 1;
     }
     if (sys && (start == n || role_is(&m[start], "assistant"))) {
-        puts_(b, "[INST] ");
+        lit(b, "[INST] ");
         puts_(b, sys);
-        puts_(b, " [/INST]");
+        lit(b, " [/INST]");
         sys = NULL;
     }
     for (int i = start; i < n; i++) {
         if (role_is(&m[i], "assistant")) {
             puts_(b, text(m[i].content));
-            puts_(b, "</s>");
+            lit(b, "</s>");
             continue;
         }
-        puts_(b, "[INST] ");
+        lit(b, "[INST] ");
         if (sys) {
             puts_(b, sys);
-            puts_(b, "\n\n");
+            lit(b, "\n\n");
             sys = NULL;
         }
         puts_(b, text(m[i].content));
-        puts_(b, " [/INST]");
+        lit(b, " [/INST]");
     }
 }
 
 static void render_zephyr(chat_buf *b, const chat_msg *m, int n, bool gen) {
     for (int i = 0; i < n; i++) {
-        puts_(b, "<|");
-        puts_(b, text(m[i].role));
-        puts_(b, "|>\n");
+        lit(b, "<|");
+        role(b, text(m[i].role));
+        lit(b, "|>\n");
         puts_(b, text(m[i].content));
-        puts_(b, "</s>\n");
+        lit(b, "</s>\n");
     }
-    if (gen) puts_(b, "<|assistant|>\n");
+    if (gen) lit(b, "<|assistant|>\n");
 }
 
 static void render_plain(chat_buf *b, const chat_msg *m, int n, bool gen) {
     for (int i = 0; i < n; i++) {
         const char *r = text(m[i].role);
-        if (!strcmp(r, "system")) puts_(b, "System");
-        else if (!strcmp(r, "user")) puts_(b, "User");
-        else if (!strcmp(r, "assistant")) puts_(b, "Assistant");
+        if (!strcmp(r, "system")) lit(b, "System");
+        else if (!strcmp(r, "user")) lit(b, "User");
+        else if (!strcmp(r, "assistant")) lit(b, "Assistant");
         else if (r[0]) {
             char c = (char)toupper((unsigned char)r[0]);
             put(b, &c, 1);
             puts_(b, r + 1);
         } else {
-            puts_(b, "User");
+            lit(b, "User");
         }
-        puts_(b, ": ");
+        lit(b, ": ");
         puts_(b, text(m[i].content));
-        puts_(b, "\n");
+        lit(b, "\n");
     }
-    if (gen) puts_(b, "Assistant:");
+    if (gen) lit(b, "Assistant:");
 }
 
 int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt, const char *bos_text,
                 char *out, size_t cap) {
-    chat_buf b = {out, cap ? cap - 1 : 0, 0};
+    return chat_render_spans(k, msgs, n, add_generation_prompt, bos_text, out, cap, NULL, 0, NULL);
+}
+
+int chat_render_spans(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
+                      const char *bos_text, char *out, size_t cap, tok_span *spans, int max_spans, int *n_spans) {
+    chat_buf b = {out, cap ? cap - 1 : 0, 0, spans, spans ? max_spans : 0, 0, 0};
     if (n < 0) n = 0;
     const char *bos = bos_text ? bos_text : "<s>";
     switch (k) {
@@ -180,6 +217,7 @@ int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_gene
     default: render_plain(&b, msgs, n, add_generation_prompt); break;
     }
     if (cap) out[b.len < cap - 1 ? b.len : cap - 1] = '\0';
+    if (n_spans) *n_spans = b.n_spans;
     return b.len > (size_t)2147483647 ? 2147483647 : (int)b.len;
 }
 

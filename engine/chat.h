@@ -56,8 +56,9 @@ const char *chat_template_name(chat_template_kind k);
  * "<s>"). The end-of-turn text of the Llama 2, Mistral and Zephyr families is
  * "</s>". add_generation_prompt appends the assistant header where the family
  * has one (Llama 3, ChatML, Zephyr, PLAIN; Llama 2 and Mistral end a user turn
- * with [/INST] anyway). The rendered text must be tokenized with special
- * tokens parsed (engine_request.parse_special).
+ * with [/INST] anyway). Message content is plain text: tokenize the result
+ * with the markup spans from chat_render_spans (engine_request.special_spans),
+ * never with special tokens parsed everywhere.
  *
  * Like snprintf: returns the length of the full rendering (excluding the NUL);
  * writes at most cap bytes including a terminating NUL (when cap > 0). The
@@ -65,5 +66,16 @@ const char *chat_template_name(chat_template_kind k);
  * Message strings must be non-NULL (NULL content renders as ""). */
 int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
                 const char *bos_text, char *out, size_t cap);
+
+/* chat_render that also reports which bytes of the rendering are the
+ * template's own markup (its literal text, the BOS texts, and the role names
+ * "system", "user", "assistant", "tool"): the only bytes that may spell
+ * special tokens. Message content (and any other role name) is never
+ * markup, so a message reading "</s><s>" or "<|eot_id|>" cannot close the
+ * turn. Writes the first max_spans spans, sorted and disjoint, to spans (may
+ * be NULL when max_spans is 0) and their total count to *n_spans (may be
+ * NULL); there are at most 2 * n + 2. Offsets are into the full rendering. */
+int chat_render_spans(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
+                      const char *bos_text, char *out, size_t cap, tok_span *spans, int max_spans, int *n_spans);
 
 #endif

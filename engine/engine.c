@@ -230,7 +230,14 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         size_t len = strlen(text);
         int cap = (int)len + 8;
         r->prompt = malloc(sizeof(int32_t) * (size_t)cap);
-        r->n_prompt = r->prompt ? tok_encode(e->sp->tok, text, len, true, rq->parse_special, r->prompt, cap) : -1;
+        for (int k = 0; k < rq->n_special_spans; k++)
+            if (rq->special_spans[k].start > rq->special_spans[k].end ||
+                (k > 0 && rq->special_spans[k].start < rq->special_spans[k - 1].end)) {
+                req_free(r);
+                return eng_fail(err, errlen, "special_spans must be sorted and disjoint"), 0;
+            }
+        r->n_prompt = r->prompt ? tok_encode_spans(e->sp->tok, text, len, true, rq->special_spans,
+                                                   rq->n_special_spans, r->prompt, cap) : -1;
     }
     if (!r->ring || !r->prompt) {
         req_free(r);

@@ -21,6 +21,7 @@
 
 #include "engine/sampler.h"
 #include "engine/spec.h"
+#include "engine/tokenizer.h"
 #include "policy/config.h"
 
 #include <stdbool.h>
@@ -68,7 +69,13 @@ typedef struct {
     const int32_t *prompt;         /* token ids, or NULL to tokenize prompt_text */
     int n_prompt;
     const char *prompt_text;       /* used when prompt is NULL; BOS added per the vocabulary */
-    bool parse_special;            /* special tokens written in prompt_text are tokens (chat templates) */
+    /* Byte spans of prompt_text that may spell special tokens (a chat
+     * template's own markup, from chat_render_spans; sorted, disjoint;
+     * borrowed for the engine_submit call only). Everything else, and the
+     * whole text when n_special_spans is 0, is plain text: a prompt never
+     * turns "</s>" or "<|eot_id|>" typed by a user into control tokens. */
+    const tok_span *special_spans;
+    int n_special_spans;
     sampler_config sc;             /* ONE config for draft and target */
     uint64_t seed;
     int max_tokens;

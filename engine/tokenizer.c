@@ -1317,15 +1317,15 @@ int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, in
     return count <= max ? count : -count;
 }
 
-/* Longest special token starting at text (leftmost-longest). */
-static int32_t match_special(const tokenizer *t, const char *text, size_t len, bool parse_special,
-                             size_t *mlen) {
+/* Longest special token starting at text (leftmost-longest): user-defined
+ * tokens within len bytes, control and unknown tokens within ctl_len bytes
+ * (0: none; ctl_len <= len). */
+static int32_t match_special(const tokenizer *t, const char *text, size_t len, size_t ctl_len, size_t *mlen) {
     uint8_t c = (uint8_t)text[0];
     for (uint32_t k = t->special_start[c]; k < t->special_start[c + 1]; k++) {
         int32_t id = t->special[k];
-        if (!parse_special && t->type[id] != TOK_TYPE_USER_DEFINED) continue;
         size_t n = t->len[id];
-        if (n <= len && memcmp(text, t->text + t->off[id], n) == 0) {
+        if (n <= (t->type[id] == TOK_TYPE_USER_DEFINED ? len : ctl_len) && memcmp(text, t->text + t->off[id], n) == 0) {
             *mlen = n;
             return id;
         }
@@ -1333,8 +1333,9 @@ static int32_t match_special(const tokenizer *t, const char *text, size_t len, b
     return -1;
 }
 
-int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
-               bool parse_special, int32_t *out, int max_out) {
+/* parse_special: control tokens anywhere; else only inside spans[0..n_spans). */
+static int encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                  const tok_span *spans, int n_spans, int32_t *out, int max_out) {
     if (len > TOK_MAX_TEXT) TOK_ABORT("tok_encode: text of %zu bytes (limit %zu)", len, TOK_MAX_TEXT);
     if (max_out < 0) max_out = 0;
     const bool bpe = t->kind == TOK_KIND_BPE;
@@ -1361,10 +1362,16 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
         /* every run starts the text or follows a special token, so each one
          * gets the space prefix (as llama.cpp and HF's legacy SPM do) */
         size_t run = 0;
-        if (parse_special ? t->n_special > 0 : t->n_user > 0) {
+        if (parse_special || n_spans > 0 ? t->n_special > 0 : t->n_user > 0) {
+            int si = 0; /* first span that ends after i */
             for (size_t i = 0; i < len;) {
-                size_t mlen = 0;
-                int32_t id = match_special(t, text + i, len - i, parse_special, &mlen);
+                size_t mlen = 0, ctl_len = parse_special ? len - i : 0;
+                if (!parse_special) {
+                    while (si < n_spans && spans[si].end <= i) si++;
+                    if (si < n_spans && spans[si].start <= i)
+                        ctl_len = (spans[si].end < len ? spans[si].end : len) - i;
+                }
+                int32_t id = match_special(t, text + i, len - i, ctl_len, &mlen);
                 if (id < 0) { i++; continue; }
                 if (i > run) (bpe ? bpe_run : spm_run)(&st, text + run, i - run);
                 emit(&st, id);
@@ -1377,6 +1384,19 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     }
     if (add_special && t->add_eos && t->eos >= 0) emit(&st, t->eos);
     return st.count <= max_out ? st.count : -st.count;
+}
+
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special, int32_t *out,
+               int max_out) {
+    return encode(t, text, len, add_special, parse_special, NULL, 0, out, max_out);
+}
+
+int tok_encode_spans(const tokenizer *t, const char *text, size_t len, bool add_special, const tok_span *spans,
+                     int n_spans, int32_t *out, int max_out) {
+    if (!spans) n_spans = 0;
+    for (int k = 1; k < n_spans; k++)
+        if (spans[k].start < spans[k - 1].end) TOK_ABORT("tok_encode_spans: span %d overlaps or is out of order", k);
+    return encode(t, text, len, add_special, false, spans, n_spans > 0 ? n_spans : 0, out, max_out);
 }
 
 /* ---- decode -------------------------------------------------------------- */

@@ -134,6 +134,23 @@ int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n);
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                bool parse_special, int32_t *out, int max_out);
 
+/* A byte range [start, end) of a text. */
+typedef struct {
+    size_t start, end;
+} tok_span;
+
+/* tok_encode for text in which only some bytes may spell control tokens: a
+ * control or unknown token is matched only where its whole text lies inside
+ * one of spans[0..n_spans) (sorted by start, not overlapping; out of order
+ * aborts; ends past len are clipped). Everything else is tokenized exactly as
+ * tok_encode with parse_special = false does (user-defined tokens still match
+ * whole anywhere). So a chat prompt whose spans are the template's own markup
+ * gives the same ids as tok_encode(parse_special = true) whenever the message
+ * content spells no special token, and content that does spell one (e.g.
+ * "</s><s>") stays plain text. spans may be NULL when n_spans is 0 (= plain). */
+int tok_encode_spans(const tokenizer *t, const char *text, size_t len, bool add_special, const tok_span *spans,
+                     int n_spans, int32_t *out, int max_out);
+
 /* The pre-tokenizer alone (BPE; testing and diagnostics): splits
  * text[0..len) (no special-token matching) and writes the end byte offset of
  * each piece to ends. SPM has no pre-tokenizer: one piece (none when len is 0).

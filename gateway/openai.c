@@ -421,7 +421,8 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
         r->req.content_type = r->content_type;
     }
     r->req.prompt_text = r->prompt;
-    r->req.parse_special = false;
+    r->req.special_spans = NULL; /* a completion prompt is plain text: never special tokens */
+    r->req.n_special_spans = 0;
     r->req.n_prompt = 0;
     return 0;
 }
@@ -466,6 +467,7 @@ void oa_request_free(oa_request *r) {
     for (int i = 0; i < r->n_messages; i++) free((char *)r->messages[i].content);
     free(r->messages);
     free(r->rendered);
+    free(r->spans);
     for (int i = 0; i < ENGINE_MAX_STOP; i++) free(r->stop_owned[i]);
     free(r->content_type);
     memset(r, 0, sizeof *r);
@@ -474,16 +476,25 @@ void oa_request_free(oa_request *r) {
 int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, char *err, size_t errlen) {
     if (!r->chat) return 0;
     int need = chat_render(k, r->messages, r->n_messages, true, bos_text, NULL, 0);
+    int max_spans = 2 * r->n_messages + 2, n_spans = 0;
     char *buf = malloc((size_t)need + 1);
-    if (!buf) {
+    tok_span *spans = malloc(sizeof *spans * (size_t)max_spans);
+    if (!buf || !spans) {
+        free(buf);
+        free(spans);
         snprintf(err, errlen, "out of memory rendering %d bytes of chat prompt", need);
         return -1;
     }
-    chat_render(k, r->messages, r->n_messages, true, bos_text, buf, (size_t)need + 1);
+    /* only the template's markup may spell special tokens: message content is plain text */
+    chat_render_spans(k, r->messages, r->n_messages, true, bos_text, buf, (size_t)need + 1, spans, max_spans,
+                      &n_spans);
     free(r->rendered);
+    free(r->spans);
     r->rendered = buf;
+    r->spans = spans;
     r->req.prompt_text = buf;
-    r->req.parse_special = true;
+    r->req.special_spans = spans;
+    r->req.n_special_spans = n_spans < max_spans ? n_spans : max_spans;
     return 0;
 }
 

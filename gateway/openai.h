@@ -39,7 +39,8 @@ typedef struct {
  * oa_request_free. req is ready for engine_submit once the caller has set
  * notify/user and, for chat, rendered the messages (oa_render_prompt):
  *   prompt_text (completions: the prompt; chat: NULL until rendered),
- *   parse_special (false; true once rendered), sc, seed (0 unless seed_set),
+ *   special_spans (none: plain text; chat: the template's markup once
+ *   rendered), sc, seed (0 unless seed_set),
  *   max_tokens (default applied), stop[] → stop_owned, mode, gamma (0 =
  *   engine default), adaptive/adaptive_set, content_type. */
 typedef struct {
@@ -54,6 +55,7 @@ typedef struct {
                                    ("developer" becomes "system"); text parts are joined with "\n" */
     int n_messages;
     char *rendered;             /* chat: the rendered prompt (oa_render_prompt) */
+    tok_span *spans;            /* chat: its markup spans (req.special_spans points here) */
     char *stop_owned[ENGINE_MAX_STOP];
     char *content_type;
 } oa_request;
@@ -79,7 +81,8 @@ void oa_request_free(oa_request *r); /* accepts NULL and a zeroed request; zeroe
 
 /* Chat: renders r->messages with template k (see chat_render; bos_text may be
  * NULL) into r->rendered, with the generation prompt, and points
- * r->req.prompt_text at it with parse_special = true. Completions: nothing to
+ * r->req.prompt_text at it, with r->req.special_spans at the template's own
+ * markup (message content never yields special tokens). Completions: nothing to
  * do. Returns 0, or -1 with err filled when out of memory. */
 int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, char *err, size_t errlen);
 

@@ -2,6 +2,8 @@
  * messages and the non-allocating writer of server messages (see protocol.h). */
 #include "gateway/protocol.h"
 
+#include "policy/suggest.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
@@ -31,6 +33,16 @@ const char *gw_msg_type_name(gw_msg_type t) {
 }
 
 static const char *const role_names[] = {"system", "user", "assistant"};
+
+/* The fields each message defines (anything else is refused as unknown_field).
+ * A new field goes into its list here and gets parsed in parse_generate. */
+static const char *const generate_fields[] = {"type",  "id",    "prompt", "messages",    "max_tokens",
+                                              "temperature", "top_p", "top_k", "min_p", "seed",
+                                              "stop",  "speculation", "content_type"};
+static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
+static const char *const speculation_fields[] = {"mode", "gamma", "adaptive"};
+static const char *const message_fields[] = {"role", "content", "name"}; /* name: OpenAI's, not rendered */
+#define NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 const char *gw_role_name(gw_role r) {
     return (unsigned)r < sizeof(role_names) / sizeof(role_names[0]) ? role_names[r] : "?";
@@ -509,6 +521,24 @@ static int parse_id(const json_t *v, char *out, gw_error *err) {
 
 /* Draft and target share one sampling config: per-model keys are refused
  * rather than silently ignored. `where` is "" or "speculation.". */
+/* Refuses the first key of obj that is not in known[0..n), naming the closest
+ * known one when it looks like a typo. where prefixes the field ("speculation."). */
+static int reject_unknown(json_t *obj, const char *where, const char *const *known, int n, gw_error *err) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        int k = 0;
+        while (k < n && strcmp(key, known[k]) != 0) k++;
+        if (k < n) continue;
+        const char *s = pol_suggest(key, known, n);
+        if (s)
+            return fail(err, GW_ERR_UNKNOWN_FIELD, "unknown field '%s%.48s' (did you mean '%s%s'?)", where, key, where,
+                        s);
+        return fail(err, GW_ERR_UNKNOWN_FIELD, "unknown field '%s%.48s'", where, key);
+    }
+    return 0;
+}
+
 static int reject_split_sampling(json_t *obj, const char *where, gw_error *err) {
     static const char *const base[] = {"temperature", "top_p", "top_k", "min_p", "seed"};
     static const char *const pat[] = {"draft_%s", "%s_draft", "target_%s", "%s_target"};
@@ -539,6 +569,8 @@ static int parse_messages(json_t *jm, gw_msg *m, gw_error *err) {
         if (!json_is_object(e))
             return fail(err, GW_ERR_WRONG_TYPE, "field 'messages[%zu]' must be an object {role, content}, got %s", i,
                         describe(e, d, sizeof(d)));
+        snprintf(f, sizeof(f), "messages[%zu].", i);
+        if (reject_unknown(e, f, message_fields, NFIELDS(message_fields), err)) return -1;
         json_t *role = opt(e, "role"), *content = opt(e, "content");
         if (!role) return fail(err, GW_ERR_MISSING_FIELD, "field 'messages[%zu].role' is required", i);
         snprintf(f, sizeof(f), "messages[%zu].role", i);
@@ -599,6 +631,7 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
         return fail(err, GW_ERR_WRONG_TYPE, "field 'speculation' must be an object {mode, gamma, adaptive}, got %s",
                     describe(js, d, sizeof(d)));
     if (reject_split_sampling(js, "speculation.", err)) return -1;
+    if (reject_unknown(js, "speculation.", speculation_fields, NFIELDS(speculation_fields), err)) return -1;
     json_t *v;
     if ((v = opt(js, "mode"))) {
         if (get_string(v, "speculation.mode", err)) return -1;
@@ -654,6 +687,7 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
     m->req.sc = sampler_config_default();
     m->req.mode = SPEC_MODE_AUTO;
     if (reject_split_sampling(root, "", err)) return -1;
+    if (reject_unknown(root, "", generate_fields, NFIELDS(generate_fields), err)) return -1;
 
     json_t *jp = opt(root, "prompt"), *jm = opt(root, "messages");
     if (!jp && !jm) return fail(err, GW_ERR_MISSING_FIELD, "one of the fields 'prompt' or 'messages' is required");
@@ -772,6 +806,8 @@ int gw_parse(const char *buf, size_t len, const gw_limits *lim, gw_msg *out, gw_
         fail(err, GW_ERR_MISSING_FIELD, "field 'id' is required for %s", t);
         goto done;
     }
+    if (out->type != GW_MSG_GENERATE && reject_unknown(root, "", control_fields, NFIELDS(control_fields), err))
+        goto done;
     if (out->type == GW_MSG_GENERATE && parse_generate(root, lim, out, err)) goto done;
     rc = 0;
 done:
@@ -787,5 +823,6 @@ void gw_msg_free(gw_msg *m) {
     free(m->messages);
     for (int i = 0; i < ENGINE_MAX_STOP; i++) free(m->stop_owned[i]);
     free(m->content_type);
+    free(m->spans);
     memset(m, 0, sizeof(*m));
 }

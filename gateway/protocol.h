@@ -44,6 +44,7 @@
 #define GW_ERR_NOT_OBJECT "not_object"
 #define GW_ERR_UNKNOWN_TYPE "unknown_type"
 #define GW_ERR_MISSING_FIELD "missing_field"
+#define GW_ERR_UNKNOWN_FIELD "unknown_field"
 #define GW_ERR_WRONG_TYPE "wrong_type"
 #define GW_ERR_OUT_OF_RANGE "out_of_range"
 #define GW_ERR_MESSAGE_TOO_LARGE "message_too_large"
@@ -97,13 +98,15 @@ typedef struct {
     int n_messages;
     bool seed_set;          /* false: no seed given, req.seed is 0 — the server picks one */
     /* Ready for engine_submit once the server has set notify/user (and, for
-     * messages, rendered the chat template into prompt_text/parse_special):
-     *   prompt_text = prompt (or NULL), parse_special = false, sc, seed,
+     * messages, rendered the chat template into prompt_text and its markup
+     * into special_spans → spans):
+     *   prompt_text = prompt (or NULL), no special spans (plain text), sc, seed,
      *   max_tokens (default applied), stop[] → stop_owned, mode, gamma (0 =
      *   engine default), adaptive/adaptive_set, content_type → content_type. */
     engine_request req;
     char *stop_owned[ENGINE_MAX_STOP]; /* owned; req.stop[i] points at these */
     char *content_type;     /* owned or NULL; req.content_type points at it */
+    tok_span *spans;        /* owned or NULL: the chat template's markup; req.special_spans points at it */
 } gw_msg;
 
 /* Why a frame was refused. code is one of the GW_ERR_* literals (static
@@ -123,7 +126,11 @@ typedef struct {
  * keys and \u0000 count as invalid), object (not_object), id, type
  * (missing_field / unknown_type), then each field of a generate
  * (wrong_type, out_of_range, missing_field, no_draft); the first failure is
- * reported; on success err->code is NULL. Integer fields may be written as
+ * reported; on success err->code is NULL. A field the message type does not
+ * define, at the top level or inside speculation / messages[i], is refused
+ * (unknown_field, "unknown field 'max_token' (did you mean 'max_tokens'?)")
+ * rather than ignored: a typo must not quietly become a default. (The
+ * draft_/target_ sampling keys keep their own out_of_range message.) Integer fields may be written as
  * integral reals (3.0, 1e3); an integer id may not. */
 int gw_parse(const char *buf, size_t len, const gw_limits *lim, gw_msg *out, gw_error *err);
 

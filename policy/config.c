@@ -3,6 +3,7 @@
  * table per section; parsing, range checks, suggestions and the restart diff
  * are all driven by it. */
 #include "policy/config.h"
+#include "policy/suggest.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -230,42 +231,10 @@ static bool is_null(const yaml_node_t *n) {
     return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
-static size_t lev(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 40 || lb > 40) return 99;
-    size_t row[41];
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t cost = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]) ? 0 : 1;
-            size_t best = diag + cost;
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
-
-/* The closest of names (distance <= 2), or NULL. */
-static const char *suggest(const char *word, const char *const *names, int n) {
-    const char *best = NULL;
-    size_t bd = 3;
-    for (int i = 0; i < n; i++) {
-        size_t d = lev(word, names[i]);
-        if (d < bd) bd = d, best = names[i];
-    }
-    return best;
-}
-
 static int unknown_key(ctx *x, const yaml_node_t *k, const char *where, const char *const *names, int n) {
     char buf[96];
     const char *word = excerpt(k, buf, sizeof(buf));
-    const char *s = k->data.scalar.length == strlen(sval(k)) ? suggest(sval(k), names, n) : NULL;
+    const char *s = k->data.scalar.length == strlen(sval(k)) ? pol_suggest(sval(k), names, n) : NULL;
     if (s) return fail(x, k, "unknown key '%s%s%s'; did you mean '%s'?", where, *where ? "." : "", word, s);
     return fail(x, k, "unknown key '%s%s%s'", where, *where ? "." : "", word);
 }
@@ -371,7 +340,7 @@ static int set_value(ctx *x, const keydef *kd, void *base, const yaml_node_t *v,
         char list[128] = "";
         for (int i = 0; i < n; i++)
             snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "", kd->enums[i]);
-        const char *s = suggest(sval(v), kd->enums, n);
+        const char *s = pol_suggest(sval(v), kd->enums, n);
         if (s)
             return fail(x, v, "%s.%s: expected one of %s, got '%s'; did you mean '%s'?", where, kd->name, list,
                         excerpt(v, buf, sizeof(buf)), s);
@@ -670,7 +639,7 @@ static int load_doc(ctx *x, pol_config *c, const pol_env *env) {
                 if (k->data.scalar.length == strlen(sections[i].name) && !strcmp(sval(k), sections[i].name)) idx = i;
             if (idx < 0) {
                 char buf[96];
-                const char *s = suggest(sval(k), names, NSECTIONS);
+                const char *s = pol_suggest(sval(k), names, NSECTIONS);
                 if (s) return fail(x, k, "unknown section '%s'; did you mean '%s'?", excerpt(k, buf, sizeof(buf)), s);
                 return fail(x, k, "unknown section '%s' (expected server, models, engine, speculation, policy or telemetry)",
                             excerpt(k, buf, sizeof(buf)));
@@ -768,6 +737,13 @@ pol_config *pol_config_load_mem(const char *yaml, size_t len, const char *name, 
     if (!yaml_parser_load(&p, &doc)) {
         snprintf(err, errlen, "%s:%zu:%zu: %s%s%s", name, p.problem_mark.line + 1, p.problem_mark.column + 1,
                  p.problem ? p.problem : "YAML syntax error", p.context ? " " : "", p.context ? p.context : "");
+    } else if (!yaml_document_get_root_node(&doc) || is_null(yaml_document_get_root_node(&doc))) {
+        /* an empty file is almost always an editor mid-write (or a truncated
+         * copy): taking it as "all defaults" would silently reset live limits */
+        yaml_node_t *root = yaml_document_get_root_node(&doc);
+        snprintf(err, errlen, "%s:%zu:%zu: the file holds no settings (empty, blank or only comments); write {} to "
+                 "use every default", name, root ? root->start_mark.line + 1 : 1, root ? root->start_mark.column + 1 : 1);
+        yaml_document_delete(&doc);
     } else {
         rc = load_doc(&x, c, env);
         yaml_node_t *root = yaml_document_get_root_node(&doc);
@@ -834,7 +810,7 @@ pol_config *pol_config_load(const char *path, const pol_env *env, char *err, siz
 pol_config *pol_config_default(void) {
     char err[256];
     pol_env none = {NULL};
-    pol_config *c = pol_config_load_mem("", 0, "<defaults>", &none, err, sizeof(err));
+    pol_config *c = pol_config_load_mem("{}", 2, "<defaults>", &none, err, sizeof(err));
     if (!c) {
         fprintf(stderr, "%s:%d: built-in defaults do not validate: %s\n", __FILE__, __LINE__, err);
         abort();

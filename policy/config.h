@@ -128,7 +128,10 @@ typedef struct {
 } pol_env;
 
 /* Loads and validates PATH. Returns a new snapshot (the caller owns one
- * reference: pol_config_free), or NULL with "FILE:LINE:COL: message" in err. A
+ * reference: pol_config_free), or NULL with "FILE:LINE:COL: message" in err.
+ * A file without settings (empty, whitespace, only comments, a bare "---" or
+ * null) is refused: it is almost always an editor mid-write, and taking it as
+ * "all defaults" would reset live limits on reload; "{}" means every default. A
  * missing model file is checked with access(R_OK) relative to the current
  * directory. Thread-safe (no shared state). */
 pol_config *pol_config_load(const char *path, const pol_env *env, char *err, size_t errlen);
@@ -136,7 +139,7 @@ pol_config *pol_config_load(const char *path, const pol_env *env, char *err, siz
  * NUL-terminated; any bytes are accepted (the fuzz target). */
 pol_config *pol_config_load_mem(const char *yaml, size_t len, const char *name, const pol_env *env, char *err,
                                 size_t errlen);
-/* The built-in defaults (what an empty file gives, without environment). */
+/* The built-in defaults (what "{}" gives, without environment). */
 pol_config *pol_config_default(void);
 /* Drops one reference (the loader's, or one taken by pol_store_acquire via
  * pol_store_release); the last one frees. Accepts NULL. */

@@ -176,7 +176,7 @@ static void test_good_bodies(void) {
                        "\"adaptive\":false},\"content_type\":\"chat\"}";
     CHECK(oa_parse(false, full, strlen(full), &L, &r, &e) == 0);
     CHECK(!r.chat && !strcmp(r.model, "stories"));
-    CHECK(r.prompt && !strcmp(r.prompt, "Once upon") && r.req.prompt_text == r.prompt && !r.req.parse_special);
+    CHECK(r.prompt && !strcmp(r.prompt, "Once upon") && r.req.prompt_text == r.prompt && r.req.n_special_spans == 0);
     CHECK(r.req.max_tokens == 12);
     CHECK(r.req.sc.temperature == 0.5f && r.req.sc.top_p == 0.9f && r.req.sc.top_k == 40 && r.req.sc.min_p == 0.05f);
     CHECK(r.seed_set && r.req.seed == UINT64_MAX);
@@ -217,7 +217,20 @@ static void test_good_bodies(void) {
     CHECK(!strcmp(r.messages[1].role, "user") && !strcmp(r.messages[1].content, "Hello\nthere"));
     CHECK(!strcmp(r.messages[2].role, "assistant") && !strcmp(r.messages[2].content, ""));
     CHECK(oa_render_prompt(&r, CHAT_TEMPLATE_CHATML, NULL, err, sizeof err) == 0);
-    CHECK(r.req.parse_special && r.req.prompt_text == r.rendered);
+    CHECK(r.req.prompt_text == r.rendered && r.req.special_spans == r.spans);
+    /* markup is everything but the message content: 4 spans around 3 non-empty contents */
+    CHECKF(r.req.n_special_spans == 4, "%d spans", r.req.n_special_spans);
+    {
+        char plain[64] = "";
+        size_t at = 0, np = 0;
+        for (int k = 0; k <= r.req.n_special_spans && np < sizeof plain - 1; k++) {
+            size_t end = k < r.req.n_special_spans ? r.req.special_spans[k].start : strlen(r.rendered);
+            for (; at < end && np < sizeof plain - 1; at++) plain[np++] = r.rendered[at];
+            if (k < r.req.n_special_spans) at = r.req.special_spans[k].end;
+        }
+        plain[np] = '\0';
+        CHECKF(!strcmp(plain, "Be brief.Hello\nthereAgain"), "outside the markup: '%s'", plain);
+    }
     CHECKF(!strcmp(r.rendered, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHello\nthere<|im_end|>\n"
                                "<|im_start|>assistant\n<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n"
                                "<|im_start|>assistant\n"),

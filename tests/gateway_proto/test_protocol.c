@@ -50,7 +50,7 @@ static void test_valid_shapes(void) {
     CHECK(m.type == GW_MSG_GENERATE);
     CHECK(strcmp(m.id, "\"a1\"") == 0);
     CHECK(m.prompt && strcmp(m.prompt, "Hello") == 0 && m.prompt_len == 5);
-    CHECK(m.req.prompt_text == m.prompt && m.req.prompt == NULL && !m.req.parse_special);
+    CHECK(m.req.prompt_text == m.prompt && m.req.prompt == NULL && m.req.n_special_spans == 0);
     CHECK(m.messages == NULL && m.n_messages == 0);
     CHECK(m.req.max_tokens == L.default_max_tokens);
     sampler_config d = sampler_config_default();
@@ -66,8 +66,7 @@ static void test_valid_shapes(void) {
     ld.has_draft = true;
     const char *full = "{\"type\":\"generate\",\"id\":7,\"prompt\":\"x\",\"max_tokens\":100,\"temperature\":0.7,"
                        "\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":12345678901,\"stop\":[\"\\n\\n\",\"END\"],"
-                       "\"speculation\":{\"mode\":\"draft\",\"gamma\":5,\"adaptive\":false},\"content_type\":\"code\","
-                       "\"stream\":true,\"future_field\":{\"x\":[1,2]}}";
+                       "\"speculation\":{\"mode\":\"draft\",\"gamma\":5,\"adaptive\":false},\"content_type\":\"code\"}";
     CHECK(gw_parse(full, strlen(full), &ld, &m, &e) == 0);
     CHECK(strcmp(m.id, "7") == 0);
     CHECK(m.req.max_tokens == 100);
@@ -145,9 +144,8 @@ static void test_valid_shapes(void) {
     EXPECT_OK("{\"type\":\"ping\",\"id\":99}", &m);
     CHECK(m.type == GW_MSG_PING && strcmp(m.id, "99") == 0);
     gw_msg_free(&m);
-    /* a cancel ignores generate fields, even bad ones */
-    EXPECT_OK("{\"type\":\"cancel\",\"id\":3,\"temperature\":-5}", &m);
-    gw_msg_free(&m);
+    /* a cancel carries only type and id: generate fields are unknown there */
+    EXPECT_ERR("{\"type\":\"cancel\",\"id\":3,\"temperature\":-5}", GW_ERR_UNKNOWN_FIELD);
     /* not NUL-terminated input: only len bytes are read */
     const char *pad = "{\"type\":\"ping\"}garbage";
     CHECK(gw_parse(pad, 15, &L, &m, &e) == 0 && m.type == GW_MSG_PING);
@@ -302,6 +300,34 @@ static void test_errors(void) {
     CHECK(strcmp(e.id, "\"w\"") == 0);
     EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"stop\":[\"a\",1]}", GW_ERR_WRONG_TYPE);
     CHECKF(strstr(e.message, "'stop[1]'"), "%s", e.message);
+
+    /* unknown_field: a typo is refused with the closest field, never defaulted */
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":\"u\",\"prompt\":\"p\",\"max_token\":5}", GW_ERR_UNKNOWN_FIELD);
+    CHECKF(strcmp(e.message, "unknown field 'max_token' (did you mean 'max_tokens'?)") == 0, "%s", e.message);
+    CHECK(strcmp(e.id, "\"u\"") == 0);
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"Temperature\":0}", GW_ERR_UNKNOWN_FIELD);
+    CHECKF(strcmp(e.message, "unknown field 'Temperature' (did you mean 'temperature'?)") == 0, "%s", e.message);
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"frobnicate\":null}", GW_ERR_UNKNOWN_FIELD);
+    CHECKF(strcmp(e.message, "unknown field 'frobnicate'") == 0, "%s", e.message);
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"gama\":4}}", GW_ERR_UNKNOWN_FIELD);
+    CHECKF(strcmp(e.message, "unknown field 'speculation.gama' (did you mean 'speculation.gamma'?)") == 0, "%s",
+           e.message);
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+               "{\"role\":\"user\",\"contents\":\"b\"}]}", GW_ERR_UNKNOWN_FIELD);
+    CHECKF(strcmp(e.message, "unknown field 'messages[1].contents' (did you mean 'messages[1].content'?)") == 0, "%s",
+           e.message);
+    EXPECT_ERR("{\"type\":\"cancel\",\"id\":1,\"prompt\":\"p\"}", GW_ERR_UNKNOWN_FIELD);
+    EXPECT_ERR("{\"type\":\"ping\",\"idd\":1}", GW_ERR_UNKNOWN_FIELD);
+    CHECKF(strcmp(e.message, "unknown field 'idd' (did you mean 'id'?)") == 0, "%s", e.message);
+    /* the split-sampling keys keep their own explanation */
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"draft_temperature\":0.5}", GW_ERR_OUT_OF_RANGE);
+    /* every defined field together is fine (see test_valid_shapes for their values) */
+    EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"max_tokens\":3,\"temperature\":0,\"top_p\":1,"
+              "\"top_k\":0,\"min_p\":0,\"seed\":1,\"stop\":\"x\",\"speculation\":{\"mode\":\"auto\",\"gamma\":4,"
+              "\"adaptive\":true},\"content_type\":\"chat\",\"messages\":null}", &m);
+    gw_msg_free(&m);
+    EXPECT_OK("{\"type\":\"cancel\",\"id\":1}", &m);
+    gw_msg_free(&m);
 
     /* out_of_range, with the precise messages for the common ones */
     EXPECT_ERR("{\"type\":\"generate\",\"id\":\"t\",\"prompt\":\"p\",\"temperature\":-1}", GW_ERR_OUT_OF_RANGE);

@@ -175,9 +175,21 @@ int main(void) {
     CHECKF(strstr(err, "/nonexistent/specd.yaml: cannot open") != NULL, "got '%s'", err);
 
     /* ---- valid odds and ends ---- */
-    c = load_str("", &no_env, err, sizeof(err));
-    CHECKF(c && !memcmp(&c->speculation, &d->speculation, sizeof(d->speculation)), "empty file: %s", err);
+    c = load_str("{}", &no_env, err, sizeof(err));
+    CHECKF(c && !memcmp(&c->speculation, &d->speculation, sizeof(d->speculation)), "{}: %s", err);
     pol_config_free(c);
+    c = load_str("# all defaults\n---\n{}\n", &no_env, err, sizeof(err));
+    CHECKF(c && c->server.port == d->server.port, "comment and {}: %s", err);
+    pol_config_free(c);
+    /* a file without settings is refused (an editor mid-write), not taken as all defaults */
+    static const char *const empties[] = {"", "   \n  \n\n", "# only a comment\n# and another\n", "---\n", "~\n",
+                                          "null", "\n---\n# nothing\n"};
+    for (size_t i = 0; i < sizeof empties / sizeof *empties; i++) {
+        err[0] = 0;
+        CHECKF(load_str(empties[i], &no_env, err, sizeof(err)) == NULL, "empty file %zu accepted", i);
+        CHECKF(!strncmp(err, "t.yaml:", 7) && strstr(err, "holds no settings") && strstr(err, "write {}"),
+               "empty file %zu: '%s'", i, err);
+    }
     c = load_str("server:\nmodels: ~\n", &no_env, err, sizeof(err));
     CHECKF(c != NULL, "null sections: %s", err);
     pol_config_free(c);
@@ -212,17 +224,17 @@ int main(void) {
     pol_config_free(c);
     const char *bad_port[] = {"SPECD_PORT=http", NULL};
     env.vars = bad_port;
-    CHECK(load_str("", &env, err, sizeof(err)) == NULL);
+    CHECK(load_str("{}", &env, err, sizeof(err)) == NULL);
     CHECKF(!strcmp(err, "SPECD_PORT (environment, for server.port): expected an integer, got 'http'"), "got '%s'", err);
     const char *bad_model[] = {"SPECD_DRAFT=/nonexistent/d.gguf", model_var, NULL};
     env.vars = bad_model;
-    CHECK(load_str("", &env, err, sizeof(err)) == NULL);
+    CHECK(load_str("{}", &env, err, sizeof(err)) == NULL);
     CHECKF(strstr(err, "SPECD_DRAFT (environment, for models.draft): cannot read model file '/nonexistent/d.gguf'"),
            "got '%s'", err);
     /* NULL env = the process environment */
     setenv("SPECD_PORT", "9123", 1);
     setenv("SPECD_ADMIN_TOKEN", "tok", 1);
-    c = pol_config_load_mem("", 0, "t.yaml", NULL, err, sizeof(err));
+    c = pol_config_load_mem("{}", 2, "t.yaml", NULL, err, sizeof(err));
     CHECKF(c && c->server.port == 9123 && !strcmp(c->server.admin_token, "tok") &&
                pol_config_from_env(c, "server.admin_token"), "%s", err);
     pol_config_free(c);

@@ -61,6 +61,10 @@ static bool utf8_valid(const unsigned char *s, size_t n) {
     return true;
 }
 
+static bool ids_same(const int32_t *a, int na, const int32_t *b, int nb) {
+    return na == nb && na >= 0 && memcmp(a, b, (size_t)na * sizeof *a) == 0;
+}
+
 /* encode -> decode must give s back; returns the token count. */
 static int roundtrip(const tokenizer *t, const char *s, size_t n, bool add_special, bool parse_special,
                      unsigned flags, const char *what) {
@@ -185,6 +189,34 @@ static void test_stories(void) {
     for (int i = 0; i < n; i++) CHECK(ids[i] != byte_tok(t, 'A'));
     roundtrip(t, "<0x41>", 6, false, false, 0, "<0x41>");
 
+    /* spans: control tokens only where their whole text lies inside a span
+     * (a chat template's markup); elsewhere exactly the plain tokenization */
+    {
+        int32_t a[64], b[64];
+        const tok_span all = {0, strlen(st)}, first = {0, 3}, cut = {0, 2}, last = {7, 11};
+        int na = tok_encode_spans(t, st, strlen(st), false, &all, 1, a, 64);
+        int nb = tok_encode(t, st, strlen(st), false, true, b, 64);
+        CHECKF(ids_same(a, na, b, nb), "spans over everything = parse_special (%d vs %d)", na, nb);
+        na = tok_encode_spans(t, st, strlen(st), true, NULL, 0, a, 64);
+        nb = tok_encode(t, st, strlen(st), true, false, b, 64);
+        CHECKF(ids_same(a, na, b, nb), "no spans = plain text (%d vs %d)", na, nb);
+        /* "<s>" in the span is BOS; "Once</s>" after it is plain text, tokenized as on its own */
+        na = tok_encode_spans(t, st, strlen(st), false, &first, 1, a, 64);
+        nb = tok_encode(t, st + 3, strlen(st) - 3, false, false, b, 64);
+        CHECKF(na == nb + 1 && a[0] == 1 && ids_same(a + 1, na - 1, b, nb), "span over <s> only: %d", na);
+        /* a span that holds only part of "<s>": no special token */
+        na = tok_encode_spans(t, st, strlen(st), false, &cut, 1, a, 64);
+        nb = tok_encode(t, st, strlen(st), false, false, b, 64);
+        CHECKF(ids_same(a, na, b, nb), "a span cutting <s>: plain (%d vs %d)", na, nb);
+        /* a span over the closing "</s>" (end clipped to the text) */
+        const tok_span two[2] = {{0, 3}, {7, 100}};
+        na = tok_encode_spans(t, st, strlen(st), false, two, 2, a, 64);
+        CHECKF(na == 3 && a[0] == 1 && a[1] == 403 && a[2] == 2, "two spans: %d tokens", na);
+        na = tok_encode_spans(t, st, strlen(st), false, &last, 1, a, 64);
+        CHECKF(na >= 2 && a[na - 1] == 2 && a[0] != 1, "span over </s>: %d tokens", na);
+        CHECK(tok_encode_spans(t, st, strlen(st), false, &all, 1, NULL, 0) == -3);
+    }
+
     /* corpus: whole text, each story, each line; ids in range; curly quotes
      * exercise byte fallback */
     char path[4096];
@@ -197,6 +229,14 @@ static void test_stories(void) {
         int32_t *cids = malloc(((size_t)clen + 8) * sizeof *cids);
         int cn = tok_encode(t, corpus, clen, true, false, cids, (int)clen + 8);
         CHECK(cn == k && cn > 100 && cn < (int)clen / 2);
+        /* text without special tokens: spans anywhere change nothing */
+        {
+            int32_t *sids = malloc(((size_t)clen + 8) * sizeof *sids);
+            const tok_span sp[3] = {{0, 100}, {clen / 3, clen / 3 + 3}, {clen / 2, clen}};
+            int sn = tok_encode_spans(t, corpus, clen, true, sp, 3, sids, (int)clen + 8);
+            CHECK(ids_same(sids, sn, cids, cn));
+            free(sids);
+        }
         int nbyte = 0;
         for (int i = 0; i < cn; i++) {
             CHECK(tok_valid_id(t, cids[i]));
@@ -457,6 +497,13 @@ static void test_synthetic_merges(void) {
     CHECKF(ids_eq(ids, n, (int32_t[]){NB + 0, NB + 6, NB + 6}, 3), "xx as text: %d tokens", n);
     n = tok_encode(t, "xx", 2, false, true, ids, 64);
     CHECKF(ids_eq(ids, n, (int32_t[]){NB + 7}, 1), "xx special: %d tokens", n);
+    n = tok_encode_spans(t, "xx", 2, false, &(tok_span){0, 2}, 1, ids, 64);
+    CHECKF(ids_eq(ids, n, (int32_t[]){NB + 7}, 1), "xx in a span: %d tokens", n);
+    n = tok_encode_spans(t, "xx", 2, false, &(tok_span){1, 2}, 1, ids, 64);
+    CHECKF(ids_eq(ids, n, (int32_t[]){NB + 0, NB + 6, NB + 6}, 3), "xx half in a span: %d tokens", n);
+    /* user-defined tokens outside the spans still match whole, as in plain text */
+    n = tok_encode_spans(t, "a<ud>b", 6, false, &(tok_span){0, 1}, 1, ids, 64);
+    CHECKF(ids_eq(ids, n, (int32_t[]){NB + 0, NB + 1, NB + 8, NB + 0, NB + 2}, 5), "a<ud>b with spans: %d", n);
     /* user-defined tokens are matched whole even without parse_special, and
      * the text after them gets the space prefix again */
     n = tok_encode(t, "a<ud>b", 6, false, false, ids, 64);

@@ -72,8 +72,19 @@ int cmd_demo_models(const char **target, const char **draft, char *err, size_t e
         if (mkmodel_random(dpath, &o, &info, err, errlen) != 0) return -1;
     }
     fprintf(stderr, "specd: no model given: using the demo pair %s + %s with RANDOM weights (not trained models: the "
-                    "output is gibberish and the draft is rarely accepted). Pass -m MODEL.gguf [--draft DRAFT.gguf] "
-                    "or set models.target in config.yaml for real text.\n", tpath, dpath);
+                    "output is gibberish and the draft is rarely accepted).\n", tpath, dpath);
+    char cache[1024];
+    if (cmd_models_hint(NULL, 0) > 0) {
+        fprintf(stderr, "specd: models in the cache (%s; `specd models` describes them), use one with -hf:\n",
+                hub_cache_dir(cache, sizeof(cache)));
+        int n = cmd_models_hint(stderr, 8);
+        if (n > 8) fprintf(stderr, "    ... and %d more\n", n - 8);
+    } else {
+        fprintf(stderr, "specd: for real text, fetch a small target + draft pair that share one tokenizer (2.2 GB, "
+                        "runs at chat speed on a CPU) and serve it:\n"
+                        "    specd serve -hf " SPECD_RECOMMENDED_TARGET " --hf-draft " SPECD_RECOMMENDED_DRAFT "\n");
+    }
+    fprintf(stderr, "specd: or pass -m MODEL.gguf [--draft DRAFT.gguf], or set models.target in config.yaml.\n");
     *target = tpath;
     *draft = dpath;
     return 0;

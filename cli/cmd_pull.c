@@ -121,7 +121,8 @@ typedef struct {
     bool json;
     int count;
     const char *root;
-    FILE *hint; /* non-NULL: print "-hf REF" lines there instead of the table */
+    bool hint_only; /* count, and print "-hf REF" lines to hint (may be NULL), instead of the table */
+    FILE *hint;
     int hint_max;
 } walk_ctx;
 
@@ -131,8 +132,8 @@ static void show_file(walk_ctx *w, const char *rel, const char *full, off_t size
     if (!s2) return;
     char ref[1024];
     snprintf(ref, sizeof(ref), "%s", rel);
-    if (w->hint) {
-        if (w->count++ < w->hint_max) fprintf(w->hint, "    -hf %s\n", ref);
+    if (w->hint_only) {
+        if (w->count++ < w->hint_max && w->hint) fprintf(w->hint, "    -hf %s\n", ref);
         return;
     }
     model_facts m;
@@ -223,10 +224,10 @@ int cmd_models(int argc, char **argv) {
     return 0;
 }
 
-/* Prints "    -hf REF" for up to max cached models to f; returns how many there are. */
+/* Prints "    -hf REF" for up to max cached models to f (NULL: count only); returns how many there are. */
 int cmd_models_hint(FILE *f, int max) {
     char cache[1024];
-    walk_ctx w = {.root = hub_cache_dir(cache, sizeof(cache)), .hint = f, .hint_max = max};
+    walk_ctx w = {.root = hub_cache_dir(cache, sizeof(cache)), .hint_only = true, .hint = f, .hint_max = max};
     walk(&w, "", 0);
     return w.count;
 }

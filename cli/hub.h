@@ -22,6 +22,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The pair the no-model start message recommends: Qwen2.5 1.5B verified by a
+ * 0.5B draft of the same family (one tokenizer, byte-level BPE "qwen2"); Q8_0
+ * because their 896/1536-wide rows send llama.cpp's K-quant mixes to Q5_0,
+ * which specd does not compute with. */
+#define SPECD_RECOMMENDED_TARGET "Qwen/Qwen2.5-1.5B-Instruct-GGUF:Q8_0"
+#define SPECD_RECOMMENDED_DRAFT "Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q8_0"
+
 typedef enum {
     HUB_OK = 0,
     HUB_ERR_USAGE,     /* the reference is malformed */

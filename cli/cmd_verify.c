@@ -181,7 +181,7 @@ int cmd_verify(int argc, char **argv) {
         fprintf(stderr, "specd verify: cannot tokenize the prompt\n");
         goto done;
     }
-    int max_ctx = sp->target->mp.max_ctx < sp->draft->mp.max_ctx ? sp->target->mp.max_ctx : sp->draft->mp.max_ctx;
+    int max_ctx = sp->max_ctx;
     if (n_prompt + K + GAMMA_MAX + 1 > max_ctx) {
         fprintf(stderr, "specd verify: prompt (%d tokens) + %d positions do not fit the context of %d\n", n_prompt,
                 K, max_ctx);

@@ -7,7 +7,13 @@
  * min(1, p[d]/q[d]); on rejection sample from normalize(max(0, p - q)); if
  * all γ drafts are accepted, sample a bonus token from the target's (γ+1)-th
  * distribution. The marginal of every output token is exactly p.
- * Greedy (temperature 0): accept iff d == argmax p; the correction is argmax p. */
+ * Greedy (temperature 0): accept iff d == argmax p; the correction is argmax p.
+ *
+ * Point mass: a deterministic proposal (an n-gram lookup picked d without
+ * sampling) has q = the point mass at d, and the same rule becomes: accept d
+ * with probability p[d]; on rejection sample from p with d removed,
+ * renormalised (max(0, p - e_d) is p without d). Greedy: accept iff d is the
+ * argmax. */
 #ifndef SPECD_ACCEPT_H
 #define SPECD_ACCEPT_H
 
@@ -18,7 +24,9 @@
  * fail. Never set outside tests and `specd verify --broken`. */
 typedef enum {
     ACCEPT_CORRECT = 0,
-    ACCEPT_BROKEN_RESIDUAL_ABS = 1, /* residual normalize(|p - q|) instead of max(0, p - q) */
+    ACCEPT_BROKEN_RESIDUAL_ABS = 1, /* residual normalize(|p - q|) instead of max(0, p - q); for a point
+                                     * mass: resample from p itself, d not removed */
+    ACCEPT_BROKEN_POINT_KEEP = 2,   /* point mass only: on rejection resample from p, d not removed */
 } accept_variant;
 
 /* Randomness for one step: counter-based, keyed by (seed, absolute position of
@@ -44,5 +52,15 @@ double accept_residual(float *out, const float *p, const float *q, int V, accept
  * scratch: V floats. greedy: temperature 0 (p and q are one-hot). */
 int accept_step(int32_t *out, const float *p, const float *q, const int32_t *draft, int gamma, int V, bool greedy,
                 const accept_rng *rng, float *scratch);
+
+/* The same where det[j] marks draft j as deterministic (a point mass: q row j
+ * is not read); det NULL = every draft was sampled (accept_step). */
+int accept_chain(int32_t *out, const float *p, const float *q, const bool *det, const int32_t *draft, int gamma, int V,
+                 bool greedy, const accept_rng *rng, float *scratch);
+
+/* The point-mass correction: a draw with u in [0, 1) from p without token d,
+ * renormalised (inverse CDF in index order, as sampler_sample). When p holds
+ * no mass outside d (a rejection had probability 0) it draws from p. */
+int accept_sample_without(const float *p, int V, int32_t d, double u);
 
 #endif

@@ -153,4 +153,19 @@ typedef struct {
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,
                   size_t errlen);
 
+/* Feeds tokens [from, to) of one sequence in max_batch chunks; the last row's
+ * logits land in `logits` (n_vocab). Returns 0 or -1 with err. */
+int model_feed(model *m, kv_pool *pool, kv_seq *kv, const int32_t *tokens, int from, int to, float *logits,
+               char *err, size_t errlen);
+
+/* The cost model's timer: times forward calls of n[j] positions (<= 32) after
+ * past[j] cached ones (>= ctx0, which is computed once; the rest is only
+ * reserved, since cache contents do not change what a pass costs) for the k
+ * (<= 8) configurations, round-robin so every configuration sees the same
+ * moments of a shared host, and keeps each one's fastest call (noise only ever
+ * adds time). Each call is rolled back after. t[j] is 0 for a configuration
+ * the pool cannot hold. logits: room for max(n) rows. */
+void model_time_calls(model *m, kv_pool *pool, int ctx0, const int *n, const int *past, int k, double *t,
+                      float *logits);
+
 #endif

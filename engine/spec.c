@@ -2,8 +2,11 @@
  * (see spec.h for the cache invariant). */
 #include "engine/spec.h"
 
+#include "engine/draft_model.h"
+#include "engine/draft_ngram.h"
 #include "engine/errkind.h"
 #include "engine/rng.h"
+
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,6 +14,15 @@
 #include <string.h>
 #include <time.h>
 
+
+/* Invariants abort with file:line in every build. */
+#define SPEC_ASSERT(c)                                                                                          \
+    do {                                                                                                       \
+        if (!(c)) {                                                                                            \
+            fprintf(stderr, "%s:%d: spec invariant failed: %s\n", __FILE__, __LINE__, #c);                     \
+            abort();                                                                                           \
+        }                                                                                                      \
+    } while (0)
 
 static double spec_now_ms(void) {
     struct timespec ts;
@@ -48,6 +60,13 @@ void spec_stats_add(spec_stats *a, const spec_stats *s) {
     for (int i = 0; i < GAMMA_MAX; i++) a->pos_reached[i] += s->pos_reached[i], a->pos_accepted[i] += s->pos_accepted[i];
     a->fallbacks += s->fallbacks, a->probes += s->probes, a->draft_failures += s->draft_failures;
     a->kv_resets += s->kv_resets, a->draft_ms += s->draft_ms, a->target_ms += s->target_ms;
+    for (int m = 0; m < SPEC_DRAFTERS; m++) {
+        spec_method_stats *x = &a->by[m];
+        const spec_method_stats *y = &s->by[m];
+        x->verify_steps += y->verify_steps, x->drafted += y->drafted, x->accepted += y->accepted;
+        x->rejections += y->rejections, x->tokens += y->tokens;
+        for (int i = 0; i < GAMMA_MAX; i++) x->pos_reached[i] += y->pos_reached[i], x->pos_accepted[i] += y->pos_accepted[i];
+    }
 }
 
 /* ---- identity ------------------------------------------------------------- */
@@ -71,22 +90,52 @@ void spec_model_identity(const model *m, const tokenizer *t, spec_model_id *out)
     snprintf(out->id, sizeof(out->id), "%s-%016llx", m->arch, (unsigned long long)h);
 }
 
+/* ---- methods and drafter slots ---------------------------------------------- */
+
+static const char *const method_names[] = {"draft", "ngram", "auto", "off"};
+
+const char *spec_method_name(spec_method m) {
+    return (unsigned)m < sizeof(method_names) / sizeof(method_names[0]) ? method_names[m] : "?";
+}
+
+int spec_method_parse(const char *s) {
+    for (int i = 0; i < (int)(sizeof(method_names) / sizeof(method_names[0])); i++)
+        if (s && !strcmp(s, method_names[i])) return i;
+    return -1;
+}
+
+const char *spec_drafter_name(int slot) {
+    return slot == SPEC_DRAFTER_MODEL ? "draft" : slot == SPEC_DRAFTER_NGRAM ? "ngram" : "plain";
+}
+
+bool spec_pair_has_draft(const spec_pair *sp) { return sp->drafters[SPEC_DRAFTER_MODEL] != NULL; }
+model *spec_pair_draft_model(const spec_pair *sp) { return draft_model_model(sp->drafters[SPEC_DRAFTER_MODEL]); }
+kv_pool *spec_pair_draft_pool(const spec_pair *sp) { return draft_model_pool(sp->drafters[SPEC_DRAFTER_MODEL]); }
+
+drafter *spec_pair_set_drafter(spec_pair *sp, int slot, drafter *d) {
+    SPEC_ASSERT(slot >= 0 && slot < SPEC_DRAFTERS);
+    SPEC_ASSERT(!d || d->i->version == DRAFTER_INTERFACE_VERSION);
+    drafter *old = sp->drafters[slot];
+    sp->drafters[slot] = d;
+    return old;
+}
+
 /* ---- the pair ------------------------------------------------------------- */
 
 void spec_pair_free(spec_pair *sp) {
     if (!sp) return;
     kv_pool_destroy(sp->tpool);
-    kv_pool_destroy(sp->dpool);
+    for (int i = 0; i < SPEC_DRAFTERS; i++) drafter_destroy(sp->drafters[i]);
     model_free(sp->target);
-    model_free(sp->draft);
     tok_destroy(sp->tok);
     sampler_destroy(sp->smp);
     free(sp->p);
     free(sp->logits);
     free(sp->scratch);
     free(sp->ms);
-    free(sp->row_of);
     free(sp->gam);
+    free(sp->props);
+    free(sp->prop_of);
     free(sp);
 }
 
@@ -129,50 +178,37 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
         goto fail_quiet;
     }
     int max_ctx = sp->target->mp.max_ctx;
+    drafter *dm = NULL;
     if (draft_path) {
-        mp.max_ctx = max_ctx;
-        if (!(sp->draft = model_load(draft_path, be, &mp, err, errlen))) {
+        if (!(dm = draft_model_load(draft_path, be, max_ctx, sp->tok, sp->n_vocab, err, errlen))) {
             if (!err_is_oom(err)) goto fail_quiet;
             draft_dropped(sp, draft_path, err, log);
-            draft_path = NULL;
+        } else {
+            sp->drafters[SPEC_DRAFTER_MODEL] = dm;
+            spec_model_identity(draft_model_model(dm), sp->tok, &sp->draft_id);
+            if (draft_model_model(dm)->mp.max_ctx < max_ctx) max_ctx = draft_model_model(dm)->mp.max_ctx;
         }
-    }
-    if (draft_path) {
-        tokenizer *dt = tok_create(sp->draft->gguf, sub, sizeof(sub));
-        if (!dt) {
-            spec_fail(err, errlen, "draft %s: %s", draft_path, sub);
-            goto fail_quiet;
-        }
-        int diff = tok_compare(sp->tok, dt, sub, sizeof(sub));
-        spec_model_identity(sp->draft, dt, &sp->draft_id);
-        tok_destroy(dt);
-        if (diff != 0) {
-            spec_fail(err, errlen, "draft %s refused: its tokenizer differs from the target's (%s); draft and target "
-                      "must share one vocabulary", draft_path, sub);
-            goto fail_quiet;
-        }
-        if (sp->draft->hp.n_vocab != sp->n_vocab) {
-            spec_fail(err, errlen, "draft %s refused: vocabulary %d vs target %d", draft_path, sp->draft->hp.n_vocab,
-                      sp->n_vocab);
-            goto fail_quiet;
-        }
-        if (sp->draft->mp.max_ctx < max_ctx) max_ctx = sp->draft->mp.max_ctx;
     }
     spec_model_identity(sp->target, sp->tok, &sp->target_id);
     /* one full-context sequence, the γ+1 verify overhang, and calibration */
     sp->max_ctx = max_ctx;
     int blocks = prm.kv_blocks > 0 ? prm.kv_blocks : (max_ctx + GAMMA_MAX + 2) / prm.block_size + 4;
     if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, err, errlen))) goto fail_quiet;
-    if (sp->draft && !(sp->dpool = model_kv_pool(sp->draft, prm.block_size, blocks, err, errlen))) {
+    sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;
+    if (dm && draft_model_reserve(dm, prm.block_size, blocks, sp->max_seqs, err, errlen) != 0) {
         if (!err_is_oom(err)) goto fail_quiet;
         draft_dropped(sp, draft_path, err, log);
-        model_free(sp->draft);
-        sp->draft = NULL;
+        drafter_destroy(dm);
+        dm = sp->drafters[SPEC_DRAFTER_MODEL] = NULL;
         memset(&sp->draft_id, 0, sizeof(sp->draft_id));
+    }
+    if (!(sp->drafters[SPEC_DRAFTER_NGRAM] = draft_ngram_create(sp->n_vocab, prm.ngram_min, prm.ngram_max))) {
+        spec_fail(err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of memory)", prm.ngram_min,
+                  prm.ngram_max, NGRAM_MAX_N);
+        goto fail_quiet;
     }
     size_t V = (size_t)sp->n_vocab;
     sp->smp = sampler_create(sp->n_vocab);
-    sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;
     sp->max_gamma = prm.max_gamma > 0 && prm.max_gamma <= GAMMA_MAX ? prm.max_gamma : 8;
     size_t rows = (size_t)sp->max_seqs * (size_t)(sp->max_gamma + 1);
     if (rows < GAMMA_CAL_ROWS) rows = GAMMA_CAL_ROWS; /* calibration's widest call */
@@ -180,19 +216,21 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->logits = malloc(sizeof(float) * V * rows);
     sp->scratch = malloc(sizeof(float) * V);
     sp->ms = malloc(sizeof(model_seq) * (size_t)sp->max_seqs);
-    sp->row_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
     sp->gam = malloc(sizeof(int) * (size_t)sp->max_seqs);
-    if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->ms || !sp->row_of || !sp->gam) {
+    sp->props = malloc(sizeof(drafter_prop) * (size_t)sp->max_seqs);
+    sp->prop_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
+    if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->ms || !sp->gam || !sp->props || !sp->prop_of) {
         spec_fail(err, errlen, "out of memory");
         goto fail_quiet;
     }
-    if (sp->draft) {
+    if (dm) {
+        model *d = draft_model_model(dm);
         double tmem = (double)sp->target->weight_bytes + (double)kv_pool_bytes(sp->tpool);
-        double dmem = (double)sp->draft->weight_bytes + (double)kv_pool_bytes(sp->dpool);
+        double dmem = (double)d->weight_bytes + (double)kv_pool_bytes(draft_model_pool(dm));
         sp->draft_mem_pct = 100.0 * dmem / tmem;
         if (log) {
             fprintf(log, "specd: draft %s: %.1f MB weights + %.1f MB KV = %.1f%% of the target's %.1f MB%s\n",
-                    draft_path, sp->draft->weight_bytes / 1e6, kv_pool_bytes(sp->dpool) / 1e6, sp->draft_mem_pct,
+                    draft_path, d->weight_bytes / 1e6, kv_pool_bytes(draft_model_pool(dm)) / 1e6, sp->draft_mem_pct,
                     tmem / 1e6,
                     sp->draft_mem_pct > prm.draft_mem_warn_pct ? " — WARNING: above the limit; speculation pays "
                                                                  "best with a much smaller draft" : "");
@@ -204,52 +242,18 @@ fail_quiet:
     return NULL;
 }
 
-/* Times forward calls of n[j] tokens at context past[j] (>= GAMMA_CAL_CTX) for the k
- * configurations, round-robin so every configuration sees the same moments of
- * a shared host, and keeps each one's fastest call (noise only ever adds time;
- * medians taken seconds apart were off by 5x on a busy machine). CAL_ROUNDS
- * rounds, or CAL_MIN_ROUNDS once the rounds have taken CAL_BUDGET_MS (a big
- * model on a CPU must not spend half a minute here). Each call is rolled back
- * after. Past GAMMA_CAL_CTX the cache is only reserved, not computed (its contents do not
- * change what a pass costs), so a long-context probe is as cheap as a short
- * one. t[j] is 0 for a configuration the pool cannot hold. */
-#define CAL_ROUNDS 7
-#define CAL_MIN_ROUNDS 3
-#define CAL_BUDGET_MS 3000.0
-#define CAL_MAX 8
-static void time_calls(model *m, kv_pool *pool, const int *n, const int *past, int k, double *t, float *logits) {
-    kv_seq *s[CAL_MAX] = {0};
-    int32_t toks[GAMMA_CAL_ROWS + GAMMA_CAL_CTX] = {0};
-    char err[256];
-    for (int j = 0; j < k; j++) {
-        t[j] = 0;
-        s[j] = kv_seq_create(pool, past[j] + n[j] + 8);
-        model_seq ms = {.kv = s[j], .n = GAMMA_CAL_CTX, .tokens = toks};
-        if (!s[j] || model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0 ||
-            (past[j] > GAMMA_CAL_CTX && kv_seq_reserve(pool, s[j], past[j]) != 0)) {
-            kv_seq_destroy(pool, s[j]);
-            s[j] = NULL;
-            continue;
-        }
-        if (past[j] > GAMMA_CAL_CTX) s[j]->len = past[j];
-    }
-    double start = spec_now_ms();
-    for (int r = 0; r < CAL_ROUNDS && (r < CAL_MIN_ROUNDS || spec_now_ms() - start < CAL_BUDGET_MS); r++)
-        for (int j = 0; j < k; j++) {
-            if (!s[j]) continue;
-            model_seq ms = {.kv = s[j], .n = n[j], .tokens = toks, .all_logits = true};
-            double t0 = spec_now_ms();
-            if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) {
-                kv_seq_destroy(pool, s[j]);
-                s[j] = NULL;
-                t[j] = 0;
-                continue;
-            }
-            double dt = spec_now_ms() - t0;
-            if (t[j] == 0 || dt < t[j]) t[j] = dt;
-            kv_seq_truncate(pool, s[j], past[j]);
-        }
-    for (int j = 0; j < k; j++) kv_seq_destroy(pool, s[j]);
+/* The draft figures of the cost model come from the drafter in slot `slot`. */
+static gamma_costs costs_for(const spec_pair *sp, int slot) {
+    gamma_costs c = sp->costs;
+    drafter *d = sp->drafters[slot];
+    if (d) d->i->cost(d, &c.draft_ms, &c.draft_ms_per_row);
+    return c;
+}
+
+/* Keeps the published cost model's draft figures those of the draft model. */
+static void sync_draft_costs(spec_pair *sp) {
+    drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+    if (d) d->i->cost(d, &sp->costs.draft_ms, &sp->costs.draft_ms_per_row);
 }
 
 void spec_pair_calibrate(spec_pair *sp) {
@@ -259,16 +263,12 @@ void spec_pair_calibrate(spec_pair *sp) {
     int far = sp->max_ctx - 16 < 520 ? sp->max_ctx - 16 : 520;
     int n[5] = {1, 5, GAMMA_CAL_ROWS, 1, 5}, past[5] = {GAMMA_CAL_CTX, GAMMA_CAL_CTX, GAMMA_CAL_CTX, far, far};
     double t[5];
-    time_calls(sp->target, sp->tpool, n, past, far > 64 ? 5 : 3, t, sp->logits);
+    model_time_calls(sp->target, sp->tpool, GAMMA_CAL_CTX, n, past, far > 64 ? 5 : 3, t, sp->logits);
     if (far <= 64) t[3] = t[4] = 0;
     gamma_costs_calibrate(&sp->costs, t[0], t[1], t[2], far, t[3], t[4]);
-    if (sp->draft) {
-        int dn[2] = {1, 9}, dp[2] = {GAMMA_CAL_CTX, GAMMA_CAL_CTX};
-        double d[2];
-        time_calls(sp->draft, sp->dpool, dn, dp, 2, d, sp->logits);
-        sp->costs.draft_ms = d[0];
-        sp->costs.draft_ms_per_row = d[1] > d[0] ? (d[1] - d[0]) / 8 : 0.0;
-    }
+    for (int i = 0; i < SPEC_DRAFTERS; i++)
+        if (sp->drafters[i] && sp->drafters[i]->i->calibrate) sp->drafters[i]->i->calibrate(sp->drafters[i]);
+    sync_draft_costs(sp);
 }
 
 /* ---- sequences -------------------------------------------------------------- */
@@ -276,23 +276,11 @@ void spec_pair_calibrate(spec_pair *sp) {
 void spec_seq_free(spec_seq *s) {
     if (!s) return;
     if (s->tkv) kv_seq_destroy(s->sp->tpool, s->tkv);
-    if (s->dkv) kv_seq_destroy(s->sp->dpool, s->dkv);
+    for (int i = 0; i < SPEC_DRAFTERS; i++)
+        if (s->ds[i]) s->sp->drafters[i]->i->seq_destroy(s->sp->drafters[i], s->ds[i]);
     free(s->tokens);
     free(s->q);
     free(s);
-}
-
-/* Feeds tokens [from, to) to a model in max_batch chunks; the last row's logits
- * land in `logits`. */
-static int feed(model *m, kv_pool *pool, kv_seq *kv, const int32_t *tokens, int from, int to, float *logits, char *err,
-                size_t errlen) {
-    for (int p = from; p < to;) {
-        int n = to - p < m->mp.max_batch ? to - p : m->mp.max_batch;
-        model_seq ms = {.kv = kv, .n = n, .tokens = tokens + p};
-        if (model_forward(m, pool, &ms, 1, logits, err, errlen) != 0) return -1;
-        p += n;
-    }
-    return 0;
 }
 
 static bool greedy(const spec_seq *s) { return s->prm.sc.temperature == 0.0f; }
@@ -304,6 +292,13 @@ static int32_t draw(spec_seq *s, const float *logits, float *probs, uint64_t pos
     return sampler_sample(probs, s->sp->n_vocab, rng_uniform(s->prm.seed, pos, purpose, 0));
 }
 
+/* Whether a sequence of this method may use the drafter in slot i. */
+static bool method_uses(spec_method m, int slot) {
+    if (m == SPEC_METHOD_OFF) return false;
+    if (m == SPEC_METHOD_AUTO) return true;
+    return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
+}
+
 spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
                           size_t errlen) {
     int max_ctx = sp->max_ctx;
@@ -311,13 +306,18 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     if (n_prompt >= max_ctx)
         return spec_fail(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, max_ctx), NULL;
     if (!sampler_config_validate(&p->sc, err, errlen)) return NULL;
+    if ((unsigned)p->method > SPEC_METHOD_OFF) return spec_fail(err, errlen, "unknown speculation method"), NULL;
     spec_seq *s = calloc(1, sizeof(*s));
     if (!s) return spec_fail(err, errlen, "out of memory"), NULL;
     s->sp = sp;
     s->prm = *p;
-    if (!sp->draft) s->prm.speculate = false;
+    s->slot = -1;
+    bool any = false;
+    for (int i = 0; i < SPEC_DRAFTERS; i++) any |= sp->drafters[i] && method_uses(s->prm.method, i);
+    if (!any) s->prm.speculate = false;
     if (s->prm.speculate && !gamma_params_validate(&s->prm.gp, err, errlen)) goto fail;
     gamma_ctl_init(&s->ctl, &s->prm.gp);
+    gamma_ctl_init(&s->ctl_ngram, &s->prm.gp);
     s->cap = max_ctx + GAMMA_MAX + 2;
     if (s->prm.speculate && s->prm.gp.gamma_max > sp->max_gamma) {
         spec_fail(err, errlen, "gamma_max %d exceeds the pair's limit of %d", s->prm.gp.gamma_max, sp->max_gamma);
@@ -330,10 +330,19 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
         goto fail;
     }
     s->tkv = kv_seq_create(sp->tpool, max_ctx + GAMMA_MAX + 1);
-    s->dkv = sp->draft ? kv_seq_create(sp->dpool, max_ctx + GAMMA_MAX + 1) : NULL;
-    if (!s->tokens || !s->tkv || (sp->draft && !s->dkv)) {
+    if (!s->tokens || !s->tkv) {
         spec_fail(err, errlen, "out of memory");
         goto fail;
+    }
+    /* the draft model keeps a cache even for plain sequences (as before: its
+     * pool is sized for every sequence); other drafters only where used */
+    for (int i = 0; i < SPEC_DRAFTERS; i++) {
+        drafter *d = sp->drafters[i];
+        if (!d || !(i == SPEC_DRAFTER_MODEL || (s->prm.speculate && method_uses(s->prm.method, i)))) continue;
+        if (!(s->ds[i] = d->i->seq_create(d, max_ctx + GAMMA_MAX + 1))) {
+            spec_fail(err, errlen, "out of memory");
+            goto fail;
+        }
     }
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s->n_tokens = s->n_prompt = n_prompt;
@@ -349,7 +358,7 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     int from = s->tkv->len, to = s->n_prompt;
     if (max_tokens > 0 && to - from > max_tokens) to = from + max_tokens;
     double t0 = spec_now_ms();
-    if (feed(sp->target, sp->tpool, s->tkv, s->tokens, from, to, sp->logits, err, errlen) != 0) return -1;
+    if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, from, to, sp->logits, err, errlen) != 0) return -1;
     s->st.target_ms += spec_now_ms() - t0;
     if (to < s->n_prompt) return 0;
     s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)s->n_prompt, RNG_SAMPLE);
@@ -369,71 +378,118 @@ spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, con
     return s;
 }
 
+void spec_seq_set_gamma_params(spec_seq *s, const gamma_params *gp) {
+    gamma_ctl_set_params(&s->ctl, gp);
+    gamma_ctl_set_params(&s->ctl_ngram, gp);
+}
 
 int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
     spec_pair *sp = s->sp;
     int want = s->n_tokens - 1;
-    bool ok = s->tkv->len == want && (!s->dkv || s->dkv->len <= want);
+    bool ok = s->tkv->len == want;
+    for (int i = 0; i < SPEC_DRAFTERS; i++)
+        if (s->ds[i] && drafter_state_len(sp->drafters[i], s->ds[i]) > want) ok = false;
     if (ok) return 0;
-    /* a desynchronised cache would attend over a stale context: rebuild both */
+    /* a desynchronised cache would attend over a stale context: rebuild them */
     s->st.kv_resets++;
     kv_seq_truncate(sp->tpool, s->tkv, 0);
-    if (s->dkv) kv_seq_truncate(sp->dpool, s->dkv, 0);
-    if (feed(sp->target, sp->tpool, s->tkv, s->tokens, 0, want, sp->logits, err, errlen) != 0) return -1;
+    for (int i = 0; i < SPEC_DRAFTERS; i++)
+        if (s->ds[i]) sp->drafters[i]->i->commit(sp->drafters[i], s->ds[i], s->tokens, 0);
+    if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, 0, want, sp->logits, err, errlen) != 0) return -1;
     return 1;
 }
 
-/* Plans one sequence's γ for this step: the controller's choice capped by the
- * tokens still wanted and the context. */
-static int plan_gamma(spec_seq *s, int max_new, int batch) {
+/* The tokens still wanted and the context cap a step's γ. */
+static int cap_gamma(const spec_seq *s, int g, int max_new) {
     int max_ctx = s->sp->max_ctx; /* the verify call fills positions up to n_tokens + γ */
-    int g = s->prm.speculate ? gamma_ctl_next_batch(&s->ctl, &s->sp->costs, batch, s->n_tokens - 1) : 0;
     if (g > max_new - 1) g = max_new - 1;
     if (g > max_ctx - s->n_tokens) g = max_ctx - s->n_tokens;
     if (g > s->sp->max_gamma) g = s->sp->max_gamma;
     return g < 0 ? 0 : g;
 }
 
-/* Draft phase for every sequence with γ > 0: catch-up, then one batched call
- * per draft position over the sequences still drafting. Distributions go to
- * each sequence's q, tokens to its draft[]. Returns 0, or -1 on a draft
- * failure (every drafting sequence's draft cache is rolled back). */
-static int draft_phase(spec_pair *sp, spec_seq **S, int n, const int *gam, char *err, size_t errlen) {
-    size_t V = (size_t)sp->n_vocab;
-    model_seq *ms = sp->ms;
-    int *row_of = sp->row_of;
-    if (sp->fail_draft_after > 0 && ++sp->draft_calls >= sp->fail_draft_after) {
-        spec_fail(err, errlen, "injected draft failure");
-        goto fail;
+/* Plans one sequence's step: which drafter proposes (s->slot, -1 plain) and
+ * its γ from that drafter's controller and costs. n-gram first (when the
+ * method allows it and the lookup has a match: it costs nothing), else the
+ * draft model. */
+static int plan_gamma(spec_seq *s, int max_new, int batch) {
+    spec_pair *sp = s->sp;
+    s->slot = -1;
+    if (!s->prm.speculate) return 0;
+    int ctx = s->n_tokens - 1;
+    if (s->ds[SPEC_DRAFTER_NGRAM] && method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) {
+        drafter *d = sp->drafters[SPEC_DRAFTER_NGRAM];
+        int avail = drafter_available(d, s->ds[SPEC_DRAFTER_NGRAM], s->tokens, s->n_tokens, GAMMA_MAX);
+        if (avail > 0) {
+            gamma_costs c = costs_for(sp, SPEC_DRAFTER_NGRAM);
+            int g = gamma_ctl_next_batch(&s->ctl_ngram, &c, batch, ctx);
+            if (g > avail) g = avail;
+            g = cap_gamma(s, g, max_new);
+            if (g > 0) {
+                s->slot = SPEC_DRAFTER_NGRAM;
+                return g;
+            }
+        }
     }
-    /* long catch-ups (after plain steps) go alone; the last token joins the batch */
-    for (int i = 0; i < n; i++)
-        if (gam[i] > 0 && S[i]->dkv->len < S[i]->n_tokens - 1 &&
-            feed(sp->draft, sp->dpool, S[i]->dkv, S[i]->tokens, S[i]->dkv->len, S[i]->n_tokens - 1, sp->logits, err,
-                 errlen) != 0)
-            goto fail;
-    int gmax = 0;
-    for (int i = 0; i < n; i++) gmax = gam[i] > gmax ? gam[i] : gmax;
-    for (int j = 0; j < gmax; j++) {
-        int m = 0;
-        for (int i = 0; i < n; i++) {
-            if (gam[i] <= j) continue;
-            const int32_t *t = j == 0 ? &S[i]->tokens[S[i]->n_tokens - 1] : &S[i]->draft[j - 1];
-            ms[m] = (model_seq){.kv = S[i]->dkv, .n = 1, .tokens = t};
-            row_of[m++] = i;
-        }
-        if (model_forward(sp->draft, sp->dpool, ms, m, sp->logits, err, errlen) != 0) goto fail;
-        for (int r = 0; r < m; r++) {
-            spec_seq *s = S[row_of[r]];
-            s->draft[j] = draw(s, sp->logits + (size_t)r * V, s->q + (size_t)j * V, (uint64_t)(s->n_tokens + j),
-                               RNG_DRAFT);
-        }
+    if (s->ds[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL] &&
+        method_uses(s->prm.method, SPEC_DRAFTER_MODEL)) {
+        gamma_costs c = costs_for(sp, SPEC_DRAFTER_MODEL);
+        int g = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c, batch, ctx), max_new);
+        if (g > 0) s->slot = SPEC_DRAFTER_MODEL;
+        return g;
     }
     return 0;
-fail:
-    for (int i = 0; i < n; i++)
-        if (gam[i] > 0 && S[i]->dkv->len > S[i]->n_tokens - 1) kv_seq_truncate(sp->dpool, S[i]->dkv, S[i]->n_tokens - 1);
-    return -1;
+}
+
+static gamma_ctl *ctl_of(spec_seq *s, int slot) { return slot == SPEC_DRAFTER_NGRAM ? &s->ctl_ngram : &s->ctl; }
+
+/* Propose phase for every sequence with γ > 0: one batched propose call per
+ * drafter over the sequences it serves. Tokens go to each sequence's draft[]
+ * (and q, det); gam[] becomes what was proposed. A failing drafter's
+ * sequences step plainly (no output gap) and are counted. */
+static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_info *info) {
+    for (int slot = 0; slot < SPEC_DRAFTERS; slot++) {
+        drafter *d = sp->drafters[slot];
+        int m = 0, gmax = 0;
+        for (int i = 0; i < n; i++) {
+            if (gam[i] == 0 || S[i]->slot != slot) continue;
+            SPEC_ASSERT(d && S[i]->ds[slot]);
+            sp->props[m] = (drafter_prop){.ds = S[i]->ds[slot], .tokens = S[i]->tokens, .n_tokens = S[i]->n_tokens,
+                                          .budget = gam[i], .sc = &S[i]->prm.sc, .seed = S[i]->prm.seed,
+                                          .q = S[i]->q};
+            sp->prop_of[m++] = i;
+            gmax = gam[i] > gmax ? gam[i] : gmax;
+        }
+        if (!m) continue;
+        char derr[256];
+        double t0 = spec_now_ms();
+        int rc = d->i->propose(d, sp->props, m, derr, sizeof(derr));
+        double dt = spec_now_ms() - t0;
+        for (int r = 0; r < m; r++) {
+            int i = sp->prop_of[r];
+            spec_seq *s = S[i];
+            s->st.draft_ms += dt;
+            info[i].draft_ms = dt;
+            const drafter_prop *p = &sp->props[r];
+            if (rc != 0) { /* no output gap: the step becomes a plain step */
+                s->st.draft_failures++;
+                gamma_ctl_fail(ctl_of(s, slot));
+                gam[i] = 0;
+                s->slot = -1;
+                continue;
+            }
+            int g = p->n_nodes < gam[i] ? p->n_nodes : gam[i];
+            for (int j = 0; j < g; j++) {
+                SPEC_ASSERT(p->nodes[j].parent == j - 1); /* chains only until tree verification lands */
+                s->draft[j] = p->nodes[j].token;
+                s->det[j] = p->nodes[j].deterministic;
+            }
+            gam[i] = g;
+            if (g == 0) s->slot = -1;
+        }
+        if (rc == 0 && d->i->observe) d->i->observe(d, gmax, m, dt);
+    }
+    sync_draft_costs(sp);
 }
 
 /* Accept/reject and commit for one sequence after the verify call; logits are
@@ -442,6 +498,7 @@ static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step
     spec_pair *sp = s->sp;
     size_t V = (size_t)sp->n_vocab;
     int N = s->n_tokens;
+    int slot = gamma > 0 ? s->slot : -1;
     int32_t out[GAMMA_MAX + 1];
     int k, n_new;
     if (gamma == 0) {
@@ -449,19 +506,23 @@ static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step
         k = 0;
         n_new = 1;
         s->st.plain_steps++;
-        if (s->prm.speculate) gamma_ctl_observe_plain(&s->ctl);
+        if (s->prm.speculate) {
+            if (method_uses(s->prm.method, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
+            if (method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
+        }
     } else {
         for (int j = 0; j <= gamma; j++) sampler_probs(sp->smp, &s->prm.sc, logits + (size_t)j * V, sp->p + (size_t)j * V);
         accept_rng rng = {s->prm.seed, (uint64_t)N, sp->variant};
-        k = accept_step(out, sp->p, s->q, s->draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
+        k = accept_chain(out, sp->p, s->q, s->det, s->draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
         n_new = k + 1;
-        s->st.verify_steps++;
-        s->st.drafted += (uint64_t)gamma;
-        s->st.accepted += (uint64_t)k;
-        s->st.rejections += k < gamma;
-        for (int j = 0; j < gamma; j++) s->st.pos_reached[j]++;
-        for (int j = 0; j < k; j++) s->st.pos_accepted[j]++;
-        gamma_ctl_observe(&s->ctl, gamma, k);
+        spec_method_stats *bm = &s->st.by[slot];
+        s->st.verify_steps++, bm->verify_steps++;
+        s->st.drafted += (uint64_t)gamma, bm->drafted += (uint64_t)gamma;
+        s->st.accepted += (uint64_t)k, bm->accepted += (uint64_t)k;
+        s->st.rejections += k < gamma, bm->rejections += k < gamma;
+        for (int j = 0; j < gamma; j++) s->st.pos_reached[j]++, bm->pos_reached[j]++;
+        for (int j = 0; j < k; j++) s->st.pos_accepted[j]++, bm->pos_accepted[j]++;
+        gamma_ctl_observe(ctl_of(s, slot), gamma, k);
     }
     for (int i = 0; i < n_new; i++)
         if (tok_is_eog(sp->tok, out[i])) {
@@ -469,20 +530,21 @@ static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step
             info->stopped = true;
             break;
         }
-    /* commit the accepted prefix in both caches together: length updates only */
+    /* commit the accepted prefix in the target cache and every drafter
+     * together: length updates only */
     memcpy(s->tokens + N, out, sizeof(int32_t) * (size_t)n_new);
     s->n_tokens = N + n_new;
     kv_seq_truncate(sp->tpool, s->tkv, s->n_tokens - 1);
-    if (s->dkv) {
-        int dvalid = gamma > 0 ? N + (k < gamma - 1 ? k : gamma - 1) : s->dkv->len;
-        if (dvalid > s->n_tokens - 1) dvalid = s->n_tokens - 1;
-        kv_seq_truncate(sp->dpool, s->dkv, dvalid);
-    }
+    int keep = N + k < s->n_tokens - 1 ? N + k : s->n_tokens - 1;
+    for (int i = 0; i < SPEC_DRAFTERS; i++)
+        if (s->ds[i]) sp->drafters[i]->i->commit(sp->drafters[i], s->ds[i], s->tokens, keep);
     s->st.tokens += (uint64_t)n_new;
-    s->st.fallbacks = s->ctl.fallbacks;
-    s->st.probes = s->ctl.probes;
+    if (slot >= 0) s->st.by[slot].tokens += (uint64_t)n_new;
+    s->st.fallbacks = s->ctl.fallbacks + s->ctl_ngram.fallbacks;
+    s->st.probes = s->ctl.probes + s->ctl_ngram.probes;
     info->n_new = n_new;
     info->gamma = gamma;
+    info->method = slot;
     info->accepted = k < n_new ? k : n_new;
     info->bonus = gamma > 0 && k == gamma && n_new == gamma + 1;
 }
@@ -511,36 +573,16 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
     int nd = 0, rows = 0;
     for (int i = 0; i < n; i++) {
         memset(&info[i], 0, sizeof(info[i]));
+        info[i].method = -1;
         if (max_new[i] < 1) return spec_fail(err, errlen, "max_new must be >= 1");
         if (spec_seq_check_kv(S[i], err, errlen) < 0) return -1;
-        int max_ctx = sp->max_ctx;
-        if (S[i]->n_tokens > max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
+        if (S[i]->n_tokens > sp->max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
         gam[i] = planned ? planned[i] : plan_gamma(S[i], max_new[i], n);
-        if (gam[i] > max_new[i] - 1) gam[i] = max_new[i] - 1;
-        if (gam[i] > max_ctx - S[i]->n_tokens) gam[i] = max_ctx - S[i]->n_tokens;
-        if (gam[i] > sp->max_gamma) gam[i] = sp->max_gamma;
-        if (gam[i] < 0 || !S[i]->prm.speculate) gam[i] = 0;
+        gam[i] = cap_gamma(S[i], gam[i], max_new[i]);
+        if (!S[i]->prm.speculate || S[i]->slot < 0) gam[i] = 0;
         nd += gam[i] > 0;
     }
-    if (nd) {
-        double t0 = spec_now_ms();
-        char derr[256];
-        int rc = draft_phase(sp, S, n, gam, derr, sizeof(derr));
-        double dt = spec_now_ms() - t0;
-        int drafted = 0;
-        for (int i = 0; i < n; i++) drafted = gam[i] > drafted ? gam[i] : drafted;
-        for (int i = 0; i < n; i++) {
-            if (gam[i] == 0) continue;
-            S[i]->st.draft_ms += dt;
-            info[i].draft_ms = dt;
-            if (rc != 0) { /* no output gap: the step becomes a plain step */
-                S[i]->st.draft_failures++;
-                gamma_ctl_fail(&S[i]->ctl);
-                gam[i] = 0;
-            }
-        }
-        if (rc == 0) gamma_costs_observe_draft(&sp->costs, dt / drafted);
-    }
+    if (nd) draft_phase(sp, S, n, gam, info);
 
     /* verify: ONE target call over every sequence's last token and drafts */
     model_seq *ms = sp->ms;
@@ -556,9 +598,10 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
     }
     double t0 = spec_now_ms();
     if (model_forward(sp->target, sp->tpool, ms, n, sp->logits, err, errlen) != 0) {
+        /* the sequences are unchanged: drafters drop what they proposed */
         for (int i = 0; i < n; i++)
-            if (S[i]->dkv && S[i]->dkv->len > S[i]->n_tokens - 1)
-                kv_seq_truncate(sp->dpool, S[i]->dkv, S[i]->n_tokens - 1);
+            for (int j = 0; j < SPEC_DRAFTERS; j++)
+                if (S[i]->ds[j]) sp->drafters[j]->i->commit(sp->drafters[j], S[i]->ds[j], S[i]->tokens, S[i]->n_tokens - 1);
         return -1;
     }
     double tt = spec_now_ms() - t0;

@@ -1,15 +1,17 @@
-/* spec.h — speculative decoding of one sequence over a draft/target pair:
+/* spec.h — speculative decoding of one sequence over a target and its proposers:
  * pairing checks (tokenizer identity, model identity, draft memory share),
- * the linear speculation step (draft γ → verify γ+1 in ONE target call →
- * accept/reject → commit/rollback both KV caches together), plain decoding as
- * the γ = 0 case and the fallback path, and per-sequence statistics.
+ * the linear speculation step (propose γ → verify γ+1 in ONE target call →
+ * accept/reject → commit/rollback the target cache and the proposer
+ * together), plain decoding as the γ = 0 case and the fallback path, and
+ * per-sequence statistics. Proposers are drafters (drafter.h): the draft model
+ * (draft_model.c) and prompt-lookup n-grams (draft_ngram.c); this file talks
+ * to them only through that interface.
  *
  * Cache invariant between steps, for a sequence of n accepted tokens
  * (prompt + output): the target cache holds positions [0, n−1) — every token
- * but the last, which the next step feeds — and the draft cache holds
- * [0, n−1−lag) where lag is the number of accepted tokens the draft has not
- * yet seen (1 after an all-accepted step, more after plain steps); the draft
- * catches up in one call before it drafts again.
+ * but the last, which the next step feeds — and no drafter's state holds more
+ * than n−1 positions (drafter state_len; the draft model lags and catches up
+ * itself, see draft_model.h).
  *
  * Threading: a spec_pair and its sequences belong to one thread (the engine
  * thread); nothing here locks. */
@@ -17,6 +19,7 @@
 #define SPECD_SPEC_H
 
 #include "engine/accept.h"
+#include "engine/drafter.h"
 #include "engine/gamma.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -25,6 +28,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+
+/* Which proposer a sequence uses. DRAFT is 0 so a zeroed spec_seq_params
+ * keeps the draft model; AUTO: the n-gram proposal whenever a lookup match
+ * exists (it is free), else the draft model when one is loaded. */
+typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3 } spec_method;
+const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off" */
+/* Parses a method name; -1 when unknown. */
+int spec_method_parse(const char *s);
+
+/* Drafter slots of a pair: what a step's proposal came from. */
+enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTERS = 2 };
+const char *spec_drafter_name(int slot); /* "draft", "ngram"; "plain" for -1 */
+
+/* The per-step counters of one proposer. */
+typedef struct {
+    uint64_t verify_steps, drafted, accepted, rejections, tokens;
+    uint64_t pos_reached[GAMMA_MAX], pos_accepted[GAMMA_MAX];
+} spec_method_stats;
 
 typedef struct {
     uint64_t verify_steps;      /* target passes that verified drafts */
@@ -37,6 +58,7 @@ typedef struct {
     uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
     uint64_t fallbacks, probes, draft_failures, kv_resets;
     double draft_ms, target_ms; /* time spent in the draft and target models */
+    spec_method_stats by[SPEC_DRAFTERS]; /* the verify-step counters above, per proposer */
 } spec_stats;
 
 /* Derived figures (0 when undefined). */
@@ -69,14 +91,16 @@ typedef struct {
     int tensor_parallel;
     backend *const *target_shards;
     struct comm *tp_comm;
+    int ngram_min, ngram_max;   /* n-gram lookup lengths (2, 5) */
 } spec_pair_params;
 
-/* A loaded target (and optional draft) with their KV pools, one tokenizer and
- * the scratch for one step. */
+/* A loaded target with its KV pool, its proposers, one tokenizer and the
+ * scratch for one step. */
 typedef struct spec_pair {
-    model *target, *draft;      /* owned; draft may be NULL (plain decoding only) */
+    model *target;              /* owned */
+    drafter *drafters[SPEC_DRAFTERS]; /* owned; [SPEC_DRAFTER_MODEL] NULL without a draft model */
     tokenizer *tok;             /* the target's (identical to the draft's) */
-    kv_pool *tpool, *dpool;
+    kv_pool *tpool;
     spec_model_id target_id, draft_id;
     double draft_mem_pct;       /* draft weights + KV as % of the target's */
     bool draft_oom;             /* a draft was asked for but did not fit in memory: plain decoding */
@@ -89,11 +113,22 @@ typedef struct spec_pair {
     float *logits;              /* (max_seqs * (max_gamma+1), V) rows of a batched call */
     float *scratch;             /* (V) */
     model_seq *ms;              /* (max_seqs) */
-    int *row_of, *gam;          /* (max_seqs) */
-    accept_variant variant;     /* tests only */
-    int fail_draft_after;       /* tests only: > 0 makes the draft fail on that call (fault injection) */
-    int draft_calls;
+    int *gam;                   /* (max_seqs) */
+    drafter_prop *props;        /* (max_seqs) one drafter's batched proposal */
+    int *prop_of;               /* (max_seqs) the sequence of each props entry */
+    accept_variant variant;     /* tests and `specd verify --broken` only */
 } spec_pair;
+
+/* The draft model's pieces (NULL without one), for reports and tests. */
+bool spec_pair_has_draft(const spec_pair *sp);
+model *spec_pair_draft_model(const spec_pair *sp);
+kv_pool *spec_pair_draft_pool(const spec_pair *sp);
+
+/* Installs d in a drafter slot and returns what was there (the caller owns
+ * it now; the pair owns d). Sequences created before must be freed before
+ * the drafter that made their state goes (tests wrap a drafter to inject
+ * faults and put the original back). */
+drafter *spec_pair_set_drafter(spec_pair *sp, int slot, drafter *d);
 
 /* Loads the pair. draft_path may be NULL. A draft that does not fit in memory
  * (its weights, scratch or KV pool: the brief's "draft model OOM on GPU") is
@@ -115,19 +150,24 @@ typedef struct {
     uint64_t seed;
     gamma_params gp;            /* gamma_max = 0 or no draft: plain decoding */
     bool speculate;             /* false: plain decoding always */
+    spec_method method;         /* the proposer (DRAFT without a draft model: plain) */
 } spec_seq_params;
 
 typedef struct spec_seq {
     spec_pair *sp;
-    kv_seq *tkv, *dkv;
+    kv_seq *tkv;
+    drafter_seq *ds[SPEC_DRAFTERS]; /* each usable drafter's state (NULL where none) */
     int32_t *tokens;            /* (cap) accepted tokens: prompt then output */
     int n_tokens, n_prompt, cap;
     bool prefilled;             /* the prompt is in the target cache and the first token sampled */
     spec_seq_params prm;
-    gamma_ctl ctl;
+    gamma_ctl ctl;              /* γ of the draft model's proposals */
+    gamma_ctl ctl_ngram;        /* γ of the n-gram proposals */
     spec_stats st;
+    int slot;                   /* this step's drafter (set by planning), -1: plain */
     float *q;                   /* (max_gamma, V) draft distributions of the current step */
     int32_t draft[GAMMA_MAX];   /* drafted tokens of the current step */
+    bool det[GAMMA_MAX];        /* ... each a point mass (deterministic proposal) */
     int32_t vtoks[GAMMA_MAX + 1];/* tokens fed to the verify call */
 } spec_seq;
 
@@ -154,6 +194,7 @@ typedef struct {
     int accepted;               /* drafts accepted */
     bool bonus;                 /* all accepted: the last token is the bonus */
     bool stopped;               /* an end-of-generation token was appended (output ends there) */
+    int method;                 /* the drafter slot that proposed (SPEC_DRAFTER_*), -1: plain step */
     double draft_ms, target_ms;
 } spec_step_info;
 
@@ -179,6 +220,10 @@ int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, s
 int spec_seq_plan(spec_seq *s, int max_new, int batch);
 int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
                             spec_step_info *info, char *err, size_t errlen);
+
+/* Replaces the γ bounds of every controller of the sequence (policy rule,
+ * per-request override); takes effect at its next step. */
+void spec_seq_set_gamma_params(spec_seq *s, const gamma_params *gp);
 
 /* Cache-invariant check (also run by every step): on mismatch the caches are
  * reset and re-prefilled from the tokens, counted in kv_resets. Returns 0 if

@@ -5,8 +5,10 @@
 #ifndef SPECD_TEST_SPEC_UTIL_H
 #define SPECD_TEST_SPEC_UTIL_H
 
+#include "engine/draft_model.h"
 #include "engine/mkmodel.h"
 #include "engine/spec.h"
+#include "tests/spec/test_drafter.h"
 #include "tests/testutil.h"
 
 #include <math.h>
@@ -285,15 +287,25 @@ static inline void su_cache_print(const su_cache_stats *cs) {
                     "K/V %.2g, logits %.2g", cs->kv_checks, cs->checks, cs->identical_logits, cs->worst_kv, cs->worst);
 }
 
+/* The draft model's pieces behind the drafter interface (NULL without one). */
+static inline drafter *su_draft_drafter(const spec_pair *sp) {
+    drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+    return d && d->i == &test_drafter_i ? ((test_drafter *)d)->inner : d; /* see through fault injection */
+}
+static inline model *su_draft(const spec_pair *sp) { return draft_model_model(su_draft_drafter(sp)); }
+static inline kv_pool *su_dpool(const spec_pair *sp) { return draft_model_pool(su_draft_drafter(sp)); }
+static inline kv_seq *su_dkv(const spec_seq *s) { return draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]); }
+
 /* The spec.h cache invariant and contents after a step. */
 static inline void su_check_caches(spec_seq *s, su_cache_stats *cs) {
     spec_pair *sp = s->sp;
     int n = s->n_tokens;
     CHECKF(s->tkv->len == n - 1, "target cache holds %d positions, want %d", s->tkv->len, n - 1);
-    if (s->dkv) CHECKF(s->dkv->len <= n - 1, "draft cache holds %d positions, more than %d", s->dkv->len, n - 1);
+    kv_seq *dkv = su_dkv(s);
+    if (dkv) CHECKF(dkv->len <= n - 1, "draft cache holds %d positions, more than %d", dkv->len, n - 1);
     if (s->tkv->len != n - 1) return;
     su_check_one("target", sp->target, sp->tpool, s->tkv, s->tokens, n, cs);
-    if (s->dkv && s->dkv->len <= n - 1) su_check_one("draft", sp->draft, sp->dpool, s->dkv, s->tokens, n, cs);
+    if (dkv && dkv->len <= n - 1) su_check_one("draft", su_draft(sp), su_dpool(sp), dkv, s->tokens, n, cs);
 }
 
 #endif

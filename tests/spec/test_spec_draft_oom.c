@@ -64,7 +64,7 @@ int main(void) {
     spec_pair *sp = spec_pair_load(tpath, dpath, be, &pp, log, err, sizeof(err));
     CHECKF(sp != NULL, "the pair must load without its draft: %s", sp ? "" : err);
     if (sp) {
-        CHECK(sp->draft == NULL && sp->dpool == NULL && sp->draft_oom);
+        CHECK(su_draft(sp) == NULL && su_dpool(sp) == NULL && sp->draft_oom);
         char text[2048] = "";
         rewind(log);
         size_t n = fread(text, 1, sizeof(text) - 1, log);
@@ -92,7 +92,7 @@ int main(void) {
     /* room for both: the draft is there and drafts */
     backend_cpu_limit_memory(be, 0);
     sp = spec_pair_load(tpath, dpath, be, &pp, NULL, err, sizeof(err));
-    CHECK(sp && sp->draft && !sp->draft_oom);
+    CHECK(sp && su_draft(sp) && !sp->draft_oom);
     size_t pair_bytes = backend_cpu_memory_used(be);
     CHECK(pair_bytes > target_bytes);
     spec_pair_free(sp);
@@ -101,7 +101,7 @@ int main(void) {
     /* room for the draft's weights and scratch but not its KV pool (allocated last) */
     backend_cpu_limit_memory(be, pair_bytes - 1);
     sp = spec_pair_load(tpath, dpath, be, &pp, NULL, err, sizeof(err));
-    CHECKF(sp && !sp->draft && !sp->dpool && sp->draft_oom, "draft KV pool OOM: %s", sp ? "draft kept" : err);
+    CHECKF(sp && !su_draft(sp) && !su_dpool(sp) && sp->draft_oom, "draft KV pool OOM: %s", sp ? "draft kept" : err);
     CHECK(backend_cpu_memory_used(be) == target_bytes); /* the dropped draft's scratch went back */
     spec_pair_free(sp);
 

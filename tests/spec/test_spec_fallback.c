@@ -25,11 +25,16 @@ static void run_case(spec_pair *sp, const char *label, int gamma, bool adaptive,
     for (int i = 0; i < n_prompts; i++) {
         int nr = su_plain_greedy(sp, prompts[i].ids, prompts[i].n, N_GEN, ref);
         spec_seq_params prm = su_params(0.0f, 1, gamma, adaptive);
-        sp->fail_draft_after = fail_after;
-        sp->draft_calls = 0;
+        /* fault injection: a test drafter around the draft model */
+        drafter *real = NULL, *failing = NULL;
+        if (fail_after) {
+            failing = test_drafter_failing(sp->drafters[SPEC_DRAFTER_MODEL], fail_after);
+            CHECK(failing != NULL);
+            real = spec_pair_set_drafter(sp, SPEC_DRAFTER_MODEL, failing);
+        }
         spec_seq *s = NULL;
         int n = su_generate(sp, prompts[i].ids, prompts[i].n, N_GEN, &prm, out, check_step, &cs, &s);
-        sp->fail_draft_after = 0;
+        if (fail_after) drafter_destroy(spec_pair_set_drafter(sp, SPEC_DRAFTER_MODEL, real));
         CHECKF(n == nr && !memcmp(out, ref, sizeof(int32_t) * (size_t)nr),
                "%s prompt %d: output differs from plain greedy", label, i);
         if (!s) continue;

@@ -70,7 +70,7 @@ static void every_position(spec_pair *sp) {
  * blamed, and the caches stay exact. */
 static void context_limit(spec_pair *sp, const char *label, float temp) {
     int limit = sp->target->mp.max_ctx;
-    if (sp->draft->mp.max_ctx < limit) limit = sp->draft->mp.max_ctx;
+    if (su_draft(sp)->mp.max_ctx < limit) limit = su_draft(sp)->mp.max_ctx;
     obs o = {.gamma_req = GMAX, .limit = limit};
     int32_t out[SU_MAX_GEN], ref[SU_MAX_GEN];
     long full = 0;
@@ -136,7 +136,7 @@ static void check_kv_repair(spec_pair *sp) {
         for (int k = 0; k < 3; k++) CHECK(spec_seq_step(s, 40 - (s->n_tokens - pr->n), &info, err, sizeof(err)) == 0);
         CHECK(spec_seq_check_kv(s, err, sizeof(err)) == 0 && s->st.kv_resets == 0);
         if (which == 0) s->tkv->len = s->n_tokens - 3;  /* target lost two positions */
-        else s->dkv->len = s->n_tokens;                /* draft claims a position it cannot have */
+        else su_dkv(s)->len = s->n_tokens;               /* draft claims a position it cannot have */
         int rc = spec_seq_check_kv(s, err, sizeof(err));
         CHECKF(rc == 1 && s->st.kv_resets == 1, "%s corruption: check_kv returned %d, kv_resets %llu",
                which ? "draft" : "target", rc, (unsigned long long)s->st.kv_resets);

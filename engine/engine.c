@@ -19,6 +19,9 @@
 #include <string.h>
 #include <time.h>
 
+#define ENGINE_ASSERT(c) do { if (!(c)) { fprintf(stderr, "%s:%d: engine invariant failed: %s\n", \
+                                                  __FILE__, __LINE__, #c); abort(); } } while (0)
+
 typedef enum { RQ_WAITING = 0, RQ_PREFILL, RQ_RUNNING, RQ_DONE } rq_state;
 
 typedef struct req {
@@ -37,7 +40,10 @@ typedef struct req {
     char content_type[32];
     engine_notify_fn notify;
     void *user;
+    uint64_t client;              /* the fair-share group (0: none) */
     bool cancel;                  /* requested by a client */
+    bool paused;                  /* admitted, waiting for its reader: holds KV but no running slot */
+    uint64_t pause_seq;           /* when it paused (resume order) */
     bool final_pushed;            /* finished/error is in the ring: nothing more */
     int reserved;                 /* KV blocks reserved per pool */
     spec_seq *seq;
@@ -71,8 +77,9 @@ struct engine {
     uint64_t gen;
     req *wait_head, *wait_tail;
     int n_waiting;
-    req **active;                 /* (max_running) prefilling or running, engine thread */
+    req **active;                 /* (n_slots) admitted: prefilling, running or paused; engine thread */
     int n_active;
+    uint64_t pause_ctr;
     int reserved_blocks;          /* per pool */
     plan_history hist;
     /* step scratch (engine thread) */
@@ -119,7 +126,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     memset(out, 0, sizeof(*out));
     out->gamma = e->cfg.gamma;
     out->max_ctx = e->sp->max_ctx;
-    out->has_draft = spec_pair_has_draft(e->sp);
+    out->has_draft = e->sp->draft != NULL;
     out->chat_template = (int)chat_template_detect(e->sp->target->gguf, e->sp->tok);
     size_t n = 0;
     const char *b = tok_bos(e->sp->tok) >= 0 ? tok_token_str(e->sp->tok, tok_bos(e->sp->tok), &n) : "";
@@ -206,7 +213,7 @@ static int eng_fail(char *err, size_t n, const char *fmt, ...) {
 uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t errlen) {
     if (!sampler_config_validate(&rq->sc, err, errlen)) return 0;
     if (rq->max_tokens < 1) return eng_fail(err, errlen, "max_tokens must be at least 1"), 0;
-    if (rq->mode == SPEC_MODE_DRAFT && !spec_pair_has_draft(e->sp))
+    if (rq->mode == SPEC_MODE_DRAFT && !e->sp->draft)
         return eng_fail(err, errlen, "speculation mode 'draft' needs a draft model, and none is loaded"), 0;
     gamma_params gp = e->cfg.gamma;
     if (rq->gamma) {
@@ -270,7 +277,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         r->n_stop_ids = rq->n_stop_ids;
     }
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
-                               .speculate = rq->mode != SPEC_MODE_OFF && spec_pair_has_draft(e->sp)};
+                               .speculate = rq->mode != SPEC_MODE_OFF && e->sp->draft != NULL};
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
         return 0;
@@ -281,6 +288,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     r->max_tokens = rq->max_tokens;
     r->notify = rq->notify;
     r->user = rq->user;
+    r->client = rq->client;
     r->t_submit = eng_now_ms();
     {
         static _Atomic uint64_t counter;
@@ -345,7 +353,7 @@ int engine_poll(engine *e, uint64_t id, engine_event *ev) {
             r->head = (r->head + 1) % e->cfg.ring_events;
             r->count--;
             rc = 1;
-            wake = r->count == e->cfg.ring_events - 2; /* a paused request may run again */
+            wake = r->count == e->cfg.ring_events / 2; /* a paused request may run again */
             if (r->count == 0 && r->final_pushed) {
                 e->slots[id & 0xffff] = NULL; /* released: the engine no longer references it */
                 req_free(r);
@@ -387,6 +395,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
     for (int i = 0; i < e->n_active; i++) {
         if (e->active[i]->state == RQ_PREFILL) out->prefilling++;
         else out->running++;
+        out->paused += e->active[i]->paused;
     }
     out->kv_free_target = e->kv_free_t;
     out->kv_free_draft = e->kv_free_d;
@@ -403,7 +412,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
     snprintf(out->backend, sizeof(out->backend), "%s", e->be->i->name);
     out->tensor_parallel = e->n_shards;
     snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
-    snprintf(out->draft_id, sizeof(out->draft_id), "%s", spec_pair_has_draft(e->sp) ? e->sp->draft_id.id : "");
+    snprintf(out->draft_id, sizeof(out->draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -548,20 +557,46 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
         r->prm.gp = gp;
     } else if (r->seq) {
         r->prm.gp = gp;
-        spec_seq_set_gamma_params(r->seq, &gp); /* picked up at the next step */
+        gamma_ctl_set_params(&r->seq->ctl, &gp); /* picked up at the next step */
     }
 }
 
 static int blocks_needed(const engine *e, const req *r) {
-    int len = r->n_prompt + r->max_tokens + e->sp->max_gamma + 2;
-    return kv_blocks_for(e->sp->tpool, len);
+    int len = r->n_prompt + r->max_tokens; /* a sequence never grows past the context */
+    if (len > e->sp->max_ctx + 1) len = e->sp->max_ctx + 1;
+    return kv_blocks_for(e->sp->tpool, len + e->sp->max_gamma + 2);
+}
+
+/* Admitted requests (prefilling, running or paused) of r's client; 0 for a
+ * request without one. Engine thread, mu held. */
+static int client_held(const engine *e, const req *r) {
+    int n = 0;
+    if (r->client)
+        for (int i = 0; i < e->n_active; i++) n += e->active[i]->client == r->client;
+    return n;
+}
+
+/* The waiting request to admit next: the first (FIFO) among those whose
+ * client holds the fewest admitted requests, skipping clients at their
+ * max_per_client bound. NULL when none may enter. *prev gets its
+ * predecessor in the FIFO (NULL at the head). Engine thread, mu held. */
+static req *pick_waiting(const engine *e, req **prev) {
+    req *best = NULL;
+    int best_held = 0;
+    for (req *p = NULL, *r = e->wait_head; r; p = r, r = r->next_wait) {
+        int held = client_held(e, r);
+        if (r->client && held >= e->cfg.max_per_client) continue;
+        if (!best || held < best_held) best = r, best_held = held, *prev = p;
+        if (held == 0) break; /* nobody waiting can beat it */
+    }
+    return best;
 }
 
 /* Copies the pools' free counts for engine_get_stats (mu held; the pools
  * themselves change during model work, outside the lock). */
 static void publish_pools(engine *e) {
     e->kv_free_t = e->sp->tpool->n_free;
-    e->kv_free_d = spec_pair_draft_pool(e->sp) ? spec_pair_draft_pool(e->sp)->n_free : 0;
+    e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
 }
 
 /* Running requests' statistics so far (finished ones are already in e->st).
@@ -594,8 +629,7 @@ static void *engine_main(void *arg) {
         }
         /* cancelled while waiting, or never able to fit: answered at once */
         int pool_blocks = e->sp->tpool->n_blocks;
-        const kv_pool *dpool = spec_pair_draft_pool(e->sp);
-        if (dpool && dpool->n_blocks < pool_blocks) pool_blocks = dpool->n_blocks;
+        if (e->sp->dpool && e->sp->dpool->n_blocks < pool_blocks) pool_blocks = e->sp->dpool->n_blocks;
         for (req **pp = &e->wait_head; *pp;) {
             req *r = *pp;
             bool never = blocks_needed(e, r) > pool_blocks || r->n_prompt + 1 > e->sp->max_ctx;
@@ -630,14 +664,37 @@ static void *engine_main(void *arg) {
             }
             pol_store_release(e->cfg.policy, pc);
         }
-        /* 2. admission in FIFO order: a request enters when its prompt plus a
+        /* 2. slots: a request whose ring is full pauses and gives its slot
+         * up; paused requests whose reader has caught up (ring half empty)
+         * take free slots first, oldest pause first */
+        int holding = 0;
+        for (int i = 0; i < e->n_active; i++) {
+            req *r = e->active[i];
+            if (!r->paused && ring_free(e, r) < 2) r->paused = true, r->pause_seq = ++e->pause_ctr;
+            holding += !r->paused;
+        }
+        while (holding < e->cfg.max_running) {
+            req *up = NULL;
+            for (int i = 0; i < e->n_active; i++) {
+                req *r = e->active[i];
+                if (r->paused && r->count <= e->cfg.ring_events / 2 && (!up || r->pause_seq < up->pause_seq)) up = r;
+            }
+            if (!up) break;
+            up->paused = false;
+            holding++;
+        }
+        /* then admission into the remaining slots, fairly between clients
+         * (pick_waiting): a request enters when its prompt plus a
          * reservation for its output fits in both pools */
-        while (e->wait_head && e->n_active < e->cfg.max_running) {
-            req *r = e->wait_head;
+        while (e->wait_head && holding < e->cfg.max_running && e->n_active < e->n_slots) {
+            req *prev = NULL, *r = pick_waiting(e, &prev);
+            if (!r) break;
             int need = blocks_needed(e, r);
             if (e->reserved_blocks + need > pool_blocks) break;
-            e->wait_head = r->next_wait;
-            if (!e->wait_head) e->wait_tail = NULL;
+            if (prev) prev->next_wait = r->next_wait;
+            else e->wait_head = r->next_wait;
+            if (e->wait_tail == r) e->wait_tail = prev;
+            r->next_wait = NULL;
             e->n_waiting--;
             if (e->cfg.policy) {
                 const pol_config *pc = pol_store_acquire(e->cfg.policy);
@@ -664,11 +721,12 @@ static void *engine_main(void *arg) {
                 snprintf(ts.content_type, sizeof(ts.content_type), "%s", r->content_type);
                 snprintf(ts.spec_mode, sizeof(ts.spec_mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
                 snprintf(ts.target_id, sizeof(ts.target_id), "%s", e->sp->target_id.id);
-                snprintf(ts.draft_id, sizeof(ts.draft_id), "%s", spec_pair_has_draft(e->sp) ? e->sp->draft_id.id : "");
+                snprintf(ts.draft_id, sizeof(ts.draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
                 telemetry_session_start(e->cfg.telemetry, &ts);
             }
             ev->queue_ms = r->t_admit - r->t_submit;
             e->active[e->n_active++] = r;
+            holding++;
             if (r->notify) r->notify(r->user);
         }
         /* 3. work: one prefill chunk, then one step over the running requests */
@@ -676,11 +734,13 @@ static void *engine_main(void *arg) {
         int n_run = 0, n_pre = 0;
         for (int i = 0; i < e->n_active; i++) {
             req *r = e->active[i];
+            if (r->paused) continue; /* backpressure: this request waits for its reader */
+            ENGINE_ASSERT(ring_free(e, r) >= 2);
             n_pre += r->state == RQ_PREFILL;
-            if (ring_free(e, r) < 2) continue; /* backpressure: this request waits for its reader */
             if (r->state == RQ_PREFILL && !pre) pre = r;
             else if (r->state == RQ_RUNNING) e->bseq[n_run++] = r->seq;
         }
+        ENGINE_ASSERT(n_run <= e->cfg.max_running);
         if (!pre && n_run == 0) {
             publish_pools(e);
             pthread_cond_wait(&e->cv, &e->mu);
@@ -822,6 +882,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     if (c->max_running <= 0) c->max_running = 32;
     if (c->max_running > 1024) c->max_running = 1024;
     if (c->max_waiting <= 0) c->max_waiting = 1024;
+    if (c->max_per_client <= 0) c->max_per_client = c->max_running / 2 > 0 ? c->max_running / 2 : 1;
     if (c->prefill_chunk <= 0) c->prefill_chunk = 256;
     if (c->ring_events < 4) c->ring_events = 64;
     if (c->padding_cap < 1.0f) c->padding_cap = 1.5f;
@@ -854,7 +915,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     if (e->n_slots > 65535) e->n_slots = 65535;
     int R = c->max_running;
     e->slots = calloc((size_t)e->n_slots, sizeof(req *));
-    e->active = calloc((size_t)R, sizeof(req *));
+    e->active = calloc((size_t)e->n_slots, sizeof(req *));
     e->bseq = calloc((size_t)R, sizeof(spec_seq *));
     e->mseq = calloc((size_t)R, sizeof(spec_seq *));
     e->mmax = calloc((size_t)R, sizeof(int));

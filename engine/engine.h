@@ -9,6 +9,21 @@
  * Events: each request has a bounded ring of events that the engine fills and
  * the consumer drains with engine_poll. When a request's ring is full the
  * engine pauses THAT request (backpressure) and keeps stepping the others.
+ * A paused request gives up its max_running slot, so a consumer that stops
+ * reading stalls only its own requests: waiting requests are admitted into
+ * the freed slots. It keeps its KV blocks (its reservation too) and all
+ * sequence state, so once its ring is half empty it resumes — taking the
+ * next free slot ahead of waiting requests — with no gap and the tokens it
+ * would have produced unpaused. KV space is not taken from paused requests:
+ * admission still waits for room in the pools, and the per-client bound
+ * below keeps one client from holding all of it.
+ *
+ * Fair share: requests that carry the same client (> 0; the gateway passes
+ * its connection) may hold at most max_per_client admitted (prefilling,
+ * running or paused) requests at once; the rest wait in the queue as usual
+ * and enter as that client's earlier ones finish. Among waiting requests the
+ * one whose client holds the fewest goes first (FIFO on ties), so a newcomer
+ * is not queued behind a busy client's backlog.
  * The submitter's notify callback is called (on the engine thread) after new
  * events were pushed; it must be cheap and must not call back into the engine
  * with a lock held (the gateway passes one that calls lws_cancel_service).
@@ -44,7 +59,8 @@ typedef struct {
     int max_ctx;                   /* per sequence (0 = model's, capped) */
     int kv_blocks;                 /* per model pool (0 = room for max_running full contexts) */
     int block_size;                /* 16 */
-    int max_running;               /* sequences stepped together (32) */
+    int max_running;               /* sequences stepped together (32); paused requests do not count */
+    int max_per_client;            /* admitted requests one client may hold (0 = max_running / 2, at least 1) */
     int max_waiting;               /* queued requests before submit refuses (1024) */
     int prefill_chunk;             /* prompt tokens prefilled per loop iteration (256) */
     int ring_events;               /* per-request event ring capacity (64) */
@@ -87,6 +103,8 @@ typedef struct {
     bool adaptive;                 /* adaptive γ (default true in auto mode) */
     bool adaptive_set;             /* whether `adaptive` was given explicitly */
     const char *content_type;      /* "chat", "code", ... (policy hook; may be NULL) */
+    uint64_t client;               /* who asked (the gateway: its connection); > 0 groups requests under
+                                    * the max_per_client bound; 0 = a client of its own */
     engine_notify_fn notify;
     void *user;
 } engine_request;
@@ -148,6 +166,7 @@ int engine_poll(engine *e, uint64_t id, engine_event *ev);
 /* A snapshot of engine-wide counters (cheap; any thread). */
 typedef struct {
     int running, waiting, prefilling;
+    int paused;                    /* of running + prefilling: waiting for their reader (hold no slot) */
     int kv_free_target, kv_free_draft, kv_total;
     uint64_t steps, tokens, requests_done;
     double mean_microbatches, padding_ratio;

@@ -49,6 +49,7 @@ typedef struct gw_conn {
     gw_req *reqs;
     int n_reqs;
     bool closing;
+    uint64_t client_id;           /* engine fair-share group of its requests (0 until the first) */
     /* receive buffer (WS message or HTTP body) */
     char *body;
     size_t rx_len, rx_cap;
@@ -76,6 +77,7 @@ typedef struct {
     bool policy_reload_ok;
     char policy_reload_msg[256];
     uint64_t connections, requests, tokens_out, slow_disconnects;
+    uint64_t last_client_id;      /* the last gw_conn.client_id handed out */
 } gw_server;
 
 extern gw_server *gw_srv;

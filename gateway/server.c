@@ -287,6 +287,10 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
             engine_request rq = m.req;
             rq.notify = gw_engine_notify;
             rq.user = NULL;
+            /* one connection is one client: the engine bounds what its
+             * requests hold at once (engine.h, fair share) */
+            if (!c->client_id) c->client_id = ++gw_srv->last_client_id;
+            rq.client = c->client_id;
             if (!m.seed_set) rq.seed = gw_random_seed();
             if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
             char eerr[300];

@@ -126,7 +126,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     memset(out, 0, sizeof(*out));
     out->gamma = e->cfg.gamma;
     out->max_ctx = e->sp->max_ctx;
-    out->has_draft = e->sp->draft != NULL;
+    out->has_draft = spec_pair_has_draft(e->sp);
     out->chat_template = (int)chat_template_detect(e->sp->target->gguf, e->sp->tok);
     size_t n = 0;
     const char *b = tok_bos(e->sp->tok) >= 0 ? tok_token_str(e->sp->tok, tok_bos(e->sp->tok), &n) : "";
@@ -213,7 +213,7 @@ static int eng_fail(char *err, size_t n, const char *fmt, ...) {
 uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t errlen) {
     if (!sampler_config_validate(&rq->sc, err, errlen)) return 0;
     if (rq->max_tokens < 1) return eng_fail(err, errlen, "max_tokens must be at least 1"), 0;
-    if (rq->mode == SPEC_MODE_DRAFT && !e->sp->draft)
+    if (rq->mode == SPEC_MODE_DRAFT && !spec_pair_has_draft(e->sp))
         return eng_fail(err, errlen, "speculation mode 'draft' needs a draft model, and none is loaded"), 0;
     gamma_params gp = e->cfg.gamma;
     if (rq->gamma) {
@@ -277,7 +277,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         r->n_stop_ids = rq->n_stop_ids;
     }
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
-                               .speculate = rq->mode != SPEC_MODE_OFF && e->sp->draft != NULL};
+                               .speculate = rq->mode != SPEC_MODE_OFF && spec_pair_has_draft(e->sp)};
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
         return 0;
@@ -412,7 +412,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
     snprintf(out->backend, sizeof(out->backend), "%s", e->be->i->name);
     out->tensor_parallel = e->n_shards;
     snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
-    snprintf(out->draft_id, sizeof(out->draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
+    snprintf(out->draft_id, sizeof(out->draft_id), "%s", spec_pair_has_draft(e->sp) ? e->sp->draft_id.id : "");
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -557,7 +557,7 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
         r->prm.gp = gp;
     } else if (r->seq) {
         r->prm.gp = gp;
-        gamma_ctl_set_params(&r->seq->ctl, &gp); /* picked up at the next step */
+        spec_seq_set_gamma_params(r->seq, &gp); /* picked up at the next step */
     }
 }
 
@@ -596,7 +596,7 @@ static req *pick_waiting(const engine *e, req **prev) {
  * themselves change during model work, outside the lock). */
 static void publish_pools(engine *e) {
     e->kv_free_t = e->sp->tpool->n_free;
-    e->kv_free_d = e->sp->dpool ? e->sp->dpool->n_free : 0;
+    e->kv_free_d = spec_pair_draft_pool(e->sp) ? spec_pair_draft_pool(e->sp)->n_free : 0;
 }
 
 /* Running requests' statistics so far (finished ones are already in e->st).
@@ -629,7 +629,8 @@ static void *engine_main(void *arg) {
         }
         /* cancelled while waiting, or never able to fit: answered at once */
         int pool_blocks = e->sp->tpool->n_blocks;
-        if (e->sp->dpool && e->sp->dpool->n_blocks < pool_blocks) pool_blocks = e->sp->dpool->n_blocks;
+        const kv_pool *dpool = spec_pair_draft_pool(e->sp);
+        if (dpool && dpool->n_blocks < pool_blocks) pool_blocks = dpool->n_blocks;
         for (req **pp = &e->wait_head; *pp;) {
             req *r = *pp;
             bool never = blocks_needed(e, r) > pool_blocks || r->n_prompt + 1 > e->sp->max_ctx;
@@ -721,7 +722,7 @@ static void *engine_main(void *arg) {
                 snprintf(ts.content_type, sizeof(ts.content_type), "%s", r->content_type);
                 snprintf(ts.spec_mode, sizeof(ts.spec_mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
                 snprintf(ts.target_id, sizeof(ts.target_id), "%s", e->sp->target_id.id);
-                snprintf(ts.draft_id, sizeof(ts.draft_id), "%s", e->sp->draft ? e->sp->draft_id.id : "");
+                snprintf(ts.draft_id, sizeof(ts.draft_id), "%s", spec_pair_has_draft(e->sp) ? e->sp->draft_id.id : "");
                 telemetry_session_start(e->cfg.telemetry, &ts);
             }
             ev->queue_ms = r->t_admit - r->t_submit;

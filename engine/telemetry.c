@@ -563,6 +563,24 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
         if (rc == SQLITE_OK) rc = sqlite3_exec(t->db, "PRAGMA user_version=1; COMMIT", NULL, NULL, NULL);
         if (rc != SQLITE_OK) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
     }
+    if (rc == SQLITE_OK) {
+        /* sessions an earlier run never ended (it crashed or was killed with
+         * -9) would stay 'active' forever: nothing runs them any more. One
+         * server per database file is assumed (as for retention). */
+        stage = "recover the sessions of an earlier run in";
+        sqlite3_stmt *st = NULL;
+        rc = sqlite3_prepare_v2(t->db, "UPDATE speculation_sessions SET status='failed', "
+                                       "ended_at=COALESCE(ended_at, ?1) WHERE status='active'", -1, &st, NULL);
+        if (rc == SQLITE_OK) {
+            sqlite3_bind_int64(st, 1, now_ms());
+            rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(t->db);
+        }
+        int n = rc == SQLITE_OK ? sqlite3_changes(t->db) : 0;
+        sqlite3_finalize(st);
+        if (n > 0)
+            fprintf(stderr, "telemetry: %d session%s left 'active' by an earlier run (crash or kill -9) marked "
+                            "'failed'\n", n, n == 1 ? "" : "s");
+    }
     struct { sqlite3_stmt **st; const char *sql; } stmts[] = {
         {&t->st_session,
          "INSERT INTO speculation_sessions(session_id, request_id, created_at, prompt_token_count, current_gamma,"

@@ -109,7 +109,13 @@ int gw_ws_filter(struct lws *wsi, const char *path);
 void gw_reload_init(void);
 void gw_reload_poll(void);                /* loop thread: handles a pending SIGHUP or file change */
 int gw_reload(const char *why, char *msg, size_t n); /* 0 ok, -1 kept the old policy */
-char *gw_stats_json(void);
+/* The /api/stats body (malloc'd). The config path, the reload message (which
+ * names the file and quotes YAML from it) and telemetry's last error (which
+ * names the database) are in it only when admin is true. */
+char *gw_stats_json(bool admin);
+/* Whether the request on wsi carries "Authorization: Bearer <server.admin_token>"
+ * (false when no token is configured). Responds nothing. Loop thread. */
+bool gw_admin_bearer_ok(struct lws *wsi);
 void gw_reload_stop(void);
 
 /* monitor.c */

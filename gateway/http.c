@@ -290,7 +290,7 @@ static int route(gw_conn *c) {
         free(text);
         return rc;
     }
-    if (!strcmp(u, "/api/stats")) return respond_json(c, 200, gw_stats_json());
+    if (!strcmp(u, "/api/stats")) return respond_json(c, 200, gw_stats_json(gw_admin_bearer_ok(c->wsi)));
     if (!strcmp(u, "/v1/models")) return respond_json(c, 200, oa_models_json(gw_srv->cfg.model_name));
     if (!strncmp(u, "/v1/", 4)) return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
     return serve_static(c, u);

@@ -150,7 +150,22 @@ void gw_reload_stop(void) {
     rl.inotify_fd = -1;
 }
 
-char *gw_stats_json(void) {
+bool gw_admin_bearer_ok(struct lws *wsi) {
+    char token[300] = "", auth[400] = "";
+    if (gw_srv->cfg.policy) {
+        const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
+        snprintf(token, sizeof(token), "%s", pc->server.admin_token);
+        pol_store_release(gw_srv->cfg.policy, pc);
+    }
+    if (!token[0] || lws_hdr_copy(wsi, auth, sizeof(auth), WSI_TOKEN_HTTP_AUTHORIZATION) < 0) return false;
+    size_t tl = strlen(token);
+    if (strncmp(auth, "Bearer ", 7) != 0 || strlen(auth + 7) != tl) return false;
+    unsigned diff = 0; /* constant time in the token's bytes */
+    for (size_t i = 0; i < tl; i++) diff |= (unsigned)(auth[7 + i] ^ token[i]);
+    return diff == 0;
+}
+
+char *gw_stats_json(bool admin) {
     engine_stats es;
     engine_get_stats(gw_srv->eng, &es);
     json_t *o = json_object();
@@ -179,7 +194,11 @@ char *gw_stats_json(void) {
     json_t *pol = json_object();
     json_object_set_new(pol, "version", json_integer(gw_srv->policy_version));
     json_object_set_new(pol, "last_reload_ok", json_boolean(gw_srv->policy_reload_ok));
-    json_object_set_new(pol, "last_reload_message", json_string(gw_srv->policy_reload_msg));
+    /* the message names the config file and quotes YAML from it: admin only */
+    if (admin) {
+        json_object_set_new(pol, "config_path", json_string(gw_srv->cfg.config_path));
+        json_object_set_new(pol, "last_reload_message", json_string(gw_srv->policy_reload_msg));
+    }
     json_object_set_new(o, "policy", pol);
     if (gw_srv->cfg.telemetry) {
         tel_counters tc;
@@ -188,7 +207,8 @@ char *gw_stats_json(void) {
         json_object_set_new(t, "queued", json_integer((json_int_t)tc.queued));
         json_object_set_new(t, "written", json_integer((json_int_t)tc.written));
         json_object_set_new(t, "dropped", json_integer((json_int_t)tc.dropped));
-        json_object_set_new(t, "last_error", json_string(tc.last_error));
+        if (admin) json_object_set_new(t, "last_error", json_string(tc.last_error)); /* names the database */
+        else json_object_set_new(t, "failing", json_boolean(tc.last_error[0] != '\0'));
         json_object_set_new(o, "telemetry", t);
     }
     char *s = json_dumps(o, JSON_COMPACT);

@@ -217,8 +217,9 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, e.read()
 
-    def stats(self):
-        st, body = self.http("GET", "/api/stats")
+    def stats(self, token=TOKEN):
+        """/api/stats as the admin sees it (with the reload message); token=None: as anyone sees it."""
+        st, body = self.http("GET", "/api/stats", headers={"Authorization": "Bearer " + token} if token else None)
         check(st == 200, "/api/stats answered %d: %r" % (st, body[:200]))
         try:
             return json.loads(body)

@@ -73,6 +73,18 @@ def run():
         check(r.stderr.startswith(want), "%s: stderr %r, expected it to start with %r" % (name, r.stderr, want))
         check("serving on" not in r.stdout, "%s: the server started anyway" % name)
 
+    # a file without settings (an editor mid-write) is refused, not taken as all defaults
+    for name, text in (("empty", ""), ("blank", "\n   \n"), ("comments", "# server:\n#   port: 1\n")):
+        path = os.path.join(d, name + ".yaml")
+        write_file(path, text)
+        r = run_serve(["-c", path, "--port", "0"])
+        check(r.returncode == 2 and "holds no settings" in r.stderr and "write {}" in r.stderr,
+              "%s config: exit %d, stderr %r" % (name, r.returncode, r.stderr))
+    path = os.path.join(d, "braces.yaml")
+    write_file(path, "{}\n")
+    srv = Server(d, path, port=0).start()
+    with_server(srv, lambda: check(srv.stop() == 0, "'{}' config: bad exit"))
+
     ok = os.path.join(d, "config.yaml")
     write_file(ok, base)
     # a bad override is an error that names the variable
@@ -93,6 +105,15 @@ def run():
         check(st == 401, "/admin/reload with a wrong token answered %d %r" % (st, j))
         st, j = srv.admin_reload("tok-from-env")
         check(st == 200 and j.get("ok") is True and j.get("version") == 2, "/admin/reload answered %d %r" % (st, j))
+        # an emptied file on reload keeps the old policy (version 2) and says why
+        write_file(ok, "")
+        st, j = srv.admin_reload("tok-from-env")
+        check(st == 422 and j.get("ok") is False and "holds no settings" in j.get("message", ""),
+              "reload of an empty file answered %d %r" % (st, j))
+        s = srv.stats("tok-from-env")
+        check(s["policy"]["version"] == 2 and s["policy"]["last_reload_ok"] is False, "after the empty reload: %r"
+              % s["policy"])
+        write_file(ok, base)
         rc = srv.stop()
         check(rc == 0, "specd serve exited %r after SIGTERM" % rc)
 

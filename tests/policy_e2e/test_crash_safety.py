@@ -91,8 +91,23 @@ def run():
         print("kill -9 with %d requests running: %d sessions, %d steps survive (%d rows committed before), "
               "integrity ok" % (seen["running"], n_sess, n_steps, written))
 
-        # the server restarts on the same database
+        c = sqlite3.connect(db)
+        left = [r[0] for r in c.execute("SELECT session_id FROM speculation_sessions WHERE status = 'active'")]
+        c.close()
+        check(len(left) >= 8, "only %d sessions were left 'active' by the kill" % len(left))
+
+        # the server restarts on the same database, and marks what the killed run left active as failed
         srv.start()
+        c = sqlite3.connect(db)
+        n_active = c.execute("SELECT COUNT(*) FROM speculation_sessions WHERE status = 'active'").fetchone()[0]
+        rows = c.execute("SELECT status, ended_at, created_at FROM speculation_sessions WHERE session_id IN (%s)"
+                         % ",".join("?" * len(left)), left).fetchall()
+        c.close()
+        check(n_active == 0, "%d sessions still 'active' after the restart" % n_active)
+        check(len(rows) == len(left) and all(r[0] == "failed" and r[1] is not None and r[1] >= r[2] for r in rows),
+              "the killed run's sessions after the restart: %r" % rows[:5])
+        check("%d sessions left 'active' by an earlier run" % len(left) in srv.stderr_tail(100000),
+              "the restart did not log the recovered sessions: %r" % srv.stderr_tail(500))
 
         async def one():
             async with ws_connect(srv) as ws:

@@ -68,6 +68,8 @@ int cmd_serve(int argc, char **argv) {
     gc.max_requests_per_conn = pc->server.max_requests_per_connection;
     gc.max_requests_total = pc->server.max_requests_total;
     gc.max_connections = pc->server.max_connections;
+    snprintf(gc.allowed_hosts, sizeof(gc.allowed_hosts), "%s", pc->server.allowed_hosts);
+    gc.idle_timeout_s = pc->server.idle_timeout_s;
     gc.max_tokens_limit = pc->server.max_tokens_limit;
     gc.grace_ms = pc->server.grace_ms;
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);

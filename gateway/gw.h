@@ -8,12 +8,15 @@
 #include "gateway/metrics.h"
 #include "gateway/protocol.h"
 #include "gateway/server.h"
+#include "gateway/wsrx.h"
 
 #include <libwebsockets.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #define GW_PUMP_HIGH_WATER (256 * 1024) /* stop pulling engine events above this many queued bytes */
+#define GW_MAX_HEADER_BYTES 16384       /* request line + headers lws buffers (its default is 4096); lws 4.1
+                                         * drops a larger request without a status line (no hook to answer) */
 
 enum { GW_OUT_TEXT = 1, GW_OUT_HTTP = 2, GW_OUT_HTTP_FINAL = 3 };
 enum { GW_CONN_WS = 1, GW_CONN_HTTP = 2, GW_CONN_MONITOR = 3 };
@@ -50,7 +53,9 @@ typedef struct gw_conn {
     int n_reqs;
     bool closing;
     uint64_t client_id;           /* engine fair-share group of its requests (0 until the first) */
-    /* receive buffer (WS message or HTTP body) */
+    ws_rx rx;                     /* WebSocket message being received */
+    double last_rx_ms;            /* last client message (idle timeout) */
+    /* HTTP request body */
     char *body;
     size_t rx_len, rx_cap;
     bool rx_binary, rx_too_big;
@@ -71,6 +76,8 @@ typedef struct {
     int port;
     gw_conn *conns;
     int n_conns, n_reqs;
+    int n_tcp;                    /* accepted TCP connections now open (max_connections counts these) */
+    bool loopback;                /* the bind address is a loopback address */
     gw_req *orphans;
     bool draining, cancelled_rest;
     int policy_version;
@@ -78,6 +85,7 @@ typedef struct {
     char policy_reload_msg[256];
     uint64_t connections, requests, tokens_out, slow_disconnects;
     uint64_t last_client_id;      /* the last gw_conn.client_id handed out */
+    uint64_t idle_disconnects, refused_connections;
 } gw_server;
 
 extern gw_server *gw_srv;
@@ -101,7 +109,12 @@ void gw_engine_notify(void *user);
 /* http.c */
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 void gw_http_pump(gw_conn *c);
-int gw_pick_port(const char *host);
+int gw_pick_port(const char *num, int family); /* a free port on the numeric address */
+bool gw_host_allowed(struct lws *wsi);
+/* Answers 503 (over max_connections, except /healthz) or 403 (Host not
+ * allowed) and returns -1, or returns 0 to go on. */
+int gw_refuse_if_full(struct lws *wsi, const char *uri);
+void gw_count_connection(struct lws *wsi, int reason);
 int gw_origin_allowed(struct lws *wsi);
 int gw_ws_filter(struct lws *wsi, const char *path);
 

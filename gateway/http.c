@@ -12,23 +12,137 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-int gw_pick_port(const char *host) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+int gw_pick_port(const char *num, int family) {
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    socklen_t len;
+    if (family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        if (inet_pton(AF_INET6, num, &a->sin6_addr) != 1) return -1;
+        len = sizeof(*a);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        if (inet_pton(AF_INET, num, &a->sin_addr) != 1) return -1;
+        len = sizeof(*a);
+    }
+    int fd = socket(family == AF_INET6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    if (inet_pton(AF_INET, host, &a.sin_addr) != 1) a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(a);
     int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
+    if (bind(fd, (struct sockaddr *)&ss, len) == 0 && getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+        port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
     close(fd);
     return port;
+}
+
+/* ---- who may talk to us ------------------------------------------------------------ */
+
+static int accepted_marker; /* lws opaque user data of the TCP connections counted in n_tcp */
+
+/* True for a Host header naming this machine's loopback: localhost, 127.x.y.z
+ * or [::1], with or without a port. */
+static bool host_is_loopback(const char *h) {
+    char name[256];
+    snprintf(name, sizeof(name), "%s", h);
+    if (name[0] == '[') {
+        char *e = strchr(name, ']');
+        if (!e) return false;
+        *e = 0;
+        struct in6_addr a6;
+        return inet_pton(AF_INET6, name + 1, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+    }
+    char *colon = strchr(name, ':');
+    if (colon) *colon = 0;
+    if (!strcasecmp(name, "localhost") || !strcasecmp(name, "localhost.")) return true;
+    struct in_addr a4;
+    return inet_pton(AF_INET, name, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
+}
+
+/* DNS rebinding guard: on a loopback bind the Host header must name the
+ * loopback (a page of evil.example whose name now resolves to 127.0.0.1 sends
+ * Host: evil.example), unless server.allowed_hosts lists it. Other binds take
+ * any Host unless allowed_hosts is set. No Host header (HTTP/1.0) passes. */
+bool gw_host_allowed(struct lws *wsi) {
+    char host[256] = "";
+    if (lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST) <= 0) return true;
+    const char *list = gw_srv->cfg.allowed_hosts;
+    if (!list[0] && !gw_srv->loopback) return true;
+    if (gw_srv->loopback && host_is_loopback(host)) return true;
+    size_t hl = strcspn(host[0] == '[' ? host + strcspn(host, "]") : host, ":");
+    if (host[0] == '[') hl += strcspn(host, "]");
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        size_t n = strcspn(p, ", ");
+        if (n && ((n == 1 && *p == '*') || (n == hl && !strncasecmp(p, host, n)) ||
+                  (n == strlen(host) && !strncasecmp(p, host, n))))
+            return true;
+        p += n;
+    }
+    return false;
+}
+
+/* Writes a complete refusal on a connection that has sent its headers and
+ * not been answered: status, a JSON error body, Connection: close. Returns
+ * what an lws callback returns after it (-1: close when written). */
+static int refuse_now(struct lws *wsi, int status, const char *code, const char *message, const char *extra_name,
+                      const char *extra_value) {
+    char body[400];
+    int blen = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n", code, message);
+    unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+    if (lws_add_http_common_headers(wsi, (unsigned int)status, "application/json", (lws_filepos_t)blen, &p, end) ||
+        lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:", (const unsigned char *)"close", 5, &p,
+                                    end))
+        return -1;
+    if (extra_name &&
+        lws_add_http_header_by_name(wsi, (const unsigned char *)extra_name, (const unsigned char *)extra_value,
+                                    (int)strlen(extra_value), &p, end))
+        return -1;
+    if (lws_finalize_http_header(wsi, &p, end)) return -1;
+    if (p + blen >= end) return -1;
+    memcpy(p, body, (size_t)blen);
+    p += blen;
+    lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS);
+    return -1;
+}
+
+/* Connections over server.max_connections: answered 503 with Retry-After and
+ * closed (a WebSocket before its upgrade). /healthz is always answered, so a
+ * health check can tell a full server from a dead one. */
+static bool over_connection_limit(void) { return gw_srv->n_tcp > gw_srv->cfg.max_connections; }
+
+int gw_refuse_if_full(struct lws *wsi, const char *uri) {
+    if (over_connection_limit() && strcmp(uri, "/healthz") != 0) {
+        gw_srv->refused_connections++;
+        gw_metrics_error("too_many_connections");
+        char msg[160];
+        snprintf(msg, sizeof(msg), "the server is at its connection limit (%d); retry later", gw_srv->cfg.max_connections);
+        return refuse_now(wsi, 503, "too_many_connections", msg, "retry-after:", "1");
+    }
+    if (!gw_host_allowed(wsi)) {
+        gw_metrics_error("host_not_allowed");
+        return refuse_now(wsi, 403, "host_not_allowed",
+                          "this Host is not allowed (a loopback server answers only loopback names; see "
+                          "server.allowed_hosts)",
+                          NULL, NULL);
+    }
+    return 0;
+}
+
+/* Counts accepted TCP connections (any callback's WSI_DESTROY calls this). */
+void gw_count_connection(struct lws *wsi, int reason) {
+    if (reason == LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED) {
+        lws_set_opaque_user_data(wsi, &accepted_marker);
+        gw_srv->n_tcp++;
+    } else if (reason == LWS_CALLBACK_WSI_DESTROY && lws_get_opaque_user_data(wsi) == &accepted_marker) {
+        lws_set_opaque_user_data(wsi, NULL);
+        gw_srv->n_tcp--;
+    }
 }
 
 /* WebSocket upgrade filter: the path must match the subprotocol's and the
@@ -298,11 +412,40 @@ static int route(gw_conn *c) {
 
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     gw_conn *c = user;
+
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return 1; /* a WebSocket without one of our subprotocols */
+    case LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED:
+    case LWS_CALLBACK_WSI_DESTROY:
+        gw_count_connection(wsi, (int)reason);
+        break;
+    case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
+        char uri[128] = "";
+        lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+        int r = gw_refuse_if_full(wsi, uri);
+        return r ? 1 : 0; /* > 0: answered here */
+    }
     case LWS_CALLBACK_HTTP: {
         if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c); /* keep-alive: a new transaction */
+        if (gw_refuse_if_full(wsi, (const char *)in)) return -1;
+        if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
+            /* a POST must say how long its body is: without Content-Length
+             * (or with a chunked body, which specd does not read) it would
+             * wait for a body that never completes */
+            char te[64] = "";
+            lws_hdr_copy(wsi, te, sizeof(te), WSI_TOKEN_HTTP_TRANSFER_ENCODING);
+            if (te[0]) {
+                gw_metrics_error("length_required");
+                return refuse_now(wsi, 411, "length_required",
+                                  "Transfer-Encoding bodies are not accepted; send the body with Content-Length", NULL,
+                                  NULL);
+            }
+            if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0) {
+                gw_metrics_error("length_required");
+                return refuse_now(wsi, 411, "length_required", "a POST needs a Content-Length header", NULL, NULL);
+            }
+        }
         gw_conn_link(c, wsi, GW_CONN_HTTP);
         snprintf(c->path, sizeof(c->path), "%s", (const char *)in);
         c->is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;

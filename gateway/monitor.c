@@ -189,6 +189,9 @@ int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user,
         if (gw_write_head(c, NULL) < 0) return -1;
         if (c->out_head) lws_callback_on_writable(wsi);
         break;
+    case LWS_CALLBACK_WSI_DESTROY:
+        gw_count_connection(wsi, (int)reason);
+        break;
     case LWS_CALLBACK_CLOSED:
         gw_conn_unlink(c);
         break;

@@ -9,8 +9,11 @@
 #include "gateway/protocol.h"
 #include "policy/classify.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +35,7 @@ gw_config gw_config_default(void) {
     c.default_max_tokens = 256;
     c.out_limit_bytes = (size_t)8 << 20;
     c.grace_ms = 10000;
+    c.idle_timeout_s = 300;
     snprintf(c.model_name, sizeof(c.model_name), "specd");
     return c;
 }
@@ -120,6 +124,7 @@ void gw_req_remove(gw_conn *c, gw_req *r) {
             *pp = r->next;
             c->n_reqs--;
             gw_srv->n_reqs--;
+            c->last_rx_ms = gw_now_ms(); /* a finished request restarts the idle clock */
             free(r->acc);
             free(r);
             return;
@@ -188,6 +193,7 @@ void gw_conn_unlink(gw_conn *c) {
         }
     gw_conn_drop_requests(c);
     gw_queue_free(c);
+    ws_rx_free(&c->rx);
     free(c->body);
     c->body = NULL;
 }
@@ -245,9 +251,23 @@ static void pump_all(void) {
     drain_orphans();
 }
 
+/* The engine thread's wake-up. It may run while the loop thread tears the
+ * context down (requests still in the engine at shutdown): the lock keeps
+ * lws_cancel_service off a destroyed context. */
+static pthread_mutex_t notify_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct lws_context *notify_ctx;
+
 void gw_engine_notify(void *user) {
     (void)user;
-    lws_cancel_service(gw_srv->ctx);
+    pthread_mutex_lock(&notify_lock);
+    if (notify_ctx) lws_cancel_service(notify_ctx);
+    pthread_mutex_unlock(&notify_lock);
+}
+
+static void notify_target(struct lws_context *ctx) {
+    pthread_mutex_lock(&notify_lock);
+    notify_ctx = ctx;
+    pthread_mutex_unlock(&notify_lock);
 }
 
 /* ---- WebSocket protocol specd.v1 ---------------------------------------------- */
@@ -261,6 +281,10 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
     gw_limits lim = gw_srv->limits;
     gw_msg m;
     gw_error er;
+    if (len == 0) {
+        ws_error(c, NULL, "invalid_json", "empty message: send one JSON object per text message");
+        return;
+    }
     if (gw_parse(buf, len, &lim, &m, &er) != 0) {
         ws_error(c, er.id[0] ? er.id : NULL, er.code, er.message);
         return;
@@ -319,41 +343,34 @@ static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *us
         return gw_ws_filter(wsi, "/v1/stream");
     case LWS_CALLBACK_ESTABLISHED:
         gw_conn_link(c, wsi, GW_CONN_WS);
+        ws_rx_init(&c->rx, (size_t)gw_srv->cfg.max_message_bytes);
+        c->last_rx_ms = gw_now_ms();
         gw_srv->connections++;
         break;
     case LWS_CALLBACK_RECEIVE: {
-        if (lws_frame_is_binary(wsi)) {
-            c->rx_binary = true;
-        }
-        if (c->rx_len + len > (size_t)gw_srv->cfg.max_message_bytes) {
-            c->rx_too_big = true;
-        } else {
-            if (c->rx_len + len > c->rx_cap) {
-                size_t cap = c->rx_cap ? c->rx_cap : 4096;
-                while (cap < c->rx_len + len) cap *= 2;
-                char *nb = realloc(c->body, cap + 1);
-                if (!nb) return -1;
-                c->body = nb;
-                c->rx_cap = cap;
-            }
-            memcpy(c->body + c->rx_len, in, len);
-            c->rx_len += len;
-        }
-        if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi)) break;
-        if (c->rx_binary) ws_error(c, NULL, "binary_frame", "binary frames are not part of specd.v1; send JSON text");
-        else if (c->rx_too_big) {
+        c->last_rx_ms = gw_now_ms();
+        bool final = lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi);
+        ws_rx_status st = ws_rx_feed(&c->rx, in, len, lws_frame_is_binary(wsi), final);
+        if (st == WS_RX_NOMEM) return -1;
+        if (st == WS_RX_MORE) break;
+        if (st == WS_RX_BINARY) {
+            ws_error(c, NULL, "binary_frame", "binary frames are not part of specd.v1; send JSON text");
+        } else if (st == WS_RX_TOO_BIG) {
             char msg[128];
             snprintf(msg, sizeof(msg), "message larger than the limit of %d bytes", gw_srv->cfg.max_message_bytes);
             ws_error(c, NULL, "message_too_large", msg);
         } else {
-            c->body[c->rx_len] = 0;
-            ws_handle_message(c, c->body, c->rx_len);
+            ws_handle_message(c, c->rx.buf, c->rx.len);
         }
-        c->rx_len = 0;
-        c->rx_binary = c->rx_too_big = false;
+        ws_rx_reset(&c->rx);
         ws_pump(c);
         break;
     }
+    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
+        /* a malformed close (1 byte, a code no peer may send, bad UTF-8)
+         * fails the connection: no echo */
+        if (!ws_close_payload_ok(in, len)) return -1;
+        break;
     case LWS_CALLBACK_SERVER_WRITEABLE: {
         if (c->out_bytes > gw_srv->cfg.out_limit_bytes) {
             static const char why[] = "client too slow: output limit exceeded";
@@ -370,6 +387,9 @@ static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *us
     }
     case LWS_CALLBACK_CLOSED:
         gw_conn_unlink(c);
+        break;
+    case LWS_CALLBACK_WSI_DESTROY:
+        gw_count_connection(wsi, (int)reason);
         break;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         pump_all();
@@ -397,6 +417,62 @@ static struct lws_protocols protocols[] = {
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
+/* The bind address: host resolved to one numeric address (a name such as
+ * localhost to its IPv4 address when it has one), its family, and whether it
+ * is a loopback address. lws is given the numeric form with IPv6 off for an
+ * IPv4 address, so 127.0.0.1 never becomes a dual-stack [::] socket. */
+static int resolve_bind(const char *host, char *num, size_t n, int *family, bool *loopback, char *err, size_t errlen) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(err, errlen, "cannot resolve server.host '%s': %s", host, rc ? gai_strerror(rc) : "no address");
+        return -1;
+    }
+    const struct addrinfo *pick = NULL;
+    for (const struct addrinfo *a = res; a && !pick; a = a->ai_next)
+        if (a->ai_family == AF_INET) pick = a;
+    for (const struct addrinfo *a = res; a && !pick; a = a->ai_next)
+        if (a->ai_family == AF_INET6) pick = a;
+    if (!pick) {
+        freeaddrinfo(res);
+        snprintf(err, errlen, "server.host '%s' has no IPv4 or IPv6 address", host);
+        return -1;
+    }
+    *family = pick->ai_family;
+    if (pick->ai_family == AF_INET) {
+        const struct in_addr *a4 = &((const struct sockaddr_in *)pick->ai_addr)->sin_addr;
+        inet_ntop(AF_INET, a4, num, (socklen_t)n);
+        *loopback = (ntohl(a4->s_addr) >> 24) == 127;
+    } else {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr;
+        inet_ntop(AF_INET6, a6, num, (socklen_t)n);
+        *loopback = IN6_IS_ADDR_LOOPBACK(a6);
+    }
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Closes WebSockets that sent nothing and ran nothing for idle_timeout_s;
+ * runs once a second on the loop's scheduler. */
+static lws_sorted_usec_list_t idle_sul;
+
+static void close_idle(lws_sorted_usec_list_t *sul) {
+    double now = gw_now_ms(), limit = gw_srv->cfg.idle_timeout_s * 1e3;
+    for (gw_conn *c = gw_srv->conns; c; c = c->next) {
+        if (c->kind != GW_CONN_WS || c->closing || c->n_reqs || c->out_head) continue;
+        if (now - c->last_rx_ms < limit) continue;
+        static const char why[] = "idle timeout";
+        lws_close_reason(c->wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)why, sizeof(why) - 1);
+        c->closing = true;
+        gw_srv->idle_disconnects++;
+        lws_callback_on_writable(c->wsi);
+    }
+    lws_sul_schedule(gw_srv->ctx, 0, sul, close_idle, LWS_US_PER_SEC);
+}
+
 int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     static gw_server srv;
     memset(&srv, 0, sizeof(srv));
@@ -422,16 +498,23 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
 
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof(info));
+    char bind_num[INET6_ADDRSTRLEN];
+    int family = AF_INET;
+    if (resolve_bind(cfg->host, bind_num, sizeof(bind_num), &family, &srv.loopback, err, errlen)) return -1;
     info.port = cfg->port == 0 ? CONTEXT_PORT_NO_LISTEN_SERVER : cfg->port;
-    info.iface = cfg->host;
+    info.iface = bind_num;
     info.protocols = protocols;
-    info.options = LWS_SERVER_OPTION_HTTP_HEADERS_SECURITY_BEST_PRACTICES_ENFORCE * 0 |
-                   LWS_SERVER_OPTION_VALIDATE_UTF8;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+    if (family == AF_INET) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    else info.options |= LWS_SERVER_OPTION_IPV6_V6ONLY_MODIFY | LWS_SERVER_OPTION_IPV6_V6ONLY_VALUE;
     info.count_threads = 1;
-    info.fd_limit_per_thread = (unsigned int)(cfg->max_connections + 64);
+    /* room past max_connections, so that connections over the limit are
+     * accepted and answered 503 instead of waiting in the kernel's backlog */
+    info.fd_limit_per_thread = (unsigned int)(2 * cfg->max_connections + 64);
+    info.max_http_header_data2 = GW_MAX_HEADER_BYTES;
     info.ka_time = 0;
     info.timeout_secs = 30;
-    if (cfg->port == 0) info.port = gw_pick_port(cfg->host);
+    if (cfg->port == 0) info.port = gw_pick_port(bind_num, family);
     if (info.port <= 0) {
         snprintf(err, errlen, "cannot find a free port on %s", cfg->host);
         return -1;
@@ -442,6 +525,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot listen on %s:%d (in use or not permitted)", cfg->host, info.port);
         return -1;
     }
+    notify_target(srv.ctx);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -449,10 +533,14 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     gw_reload_init();
-    printf("specd: serving on http://%s:%d/ (WebSocket ws://%s:%d/v1/stream)\n", cfg->host, srv.port, cfg->host,
-           srv.port);
+    /* the address really bound (localhost names 127.0.0.1; IPv6 in brackets) */
+    char shown[INET6_ADDRSTRLEN + 2];
+    snprintf(shown, sizeof(shown), family == AF_INET6 ? "[%s]" : "%s", bind_num);
+    printf("specd: serving on http://%s:%d/ (WebSocket ws://%s:%d/v1/stream)\n", shown, srv.port, shown, srv.port);
     fflush(stdout);
 
+    memset(&idle_sul, 0, sizeof(idle_sul));
+    if (cfg->idle_timeout_s > 0) lws_sul_schedule(srv.ctx, 0, &idle_sul, close_idle, LWS_US_PER_SEC);
     double drain_deadline = 0;
     while (lws_service(srv.ctx, 0) >= 0) {
         if (stop_signal && !srv.draining) {
@@ -473,8 +561,10 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
             if (idle || gw_now_ms() > drain_deadline + 2000) break;
         }
     }
+    lws_sul_cancel(&idle_sul);
     gw_monitor_stop();
     gw_reload_stop();
+    notify_target(NULL);
     lws_context_destroy(srv.ctx);
     srv.ctx = NULL;
     drain_orphans();

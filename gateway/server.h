@@ -19,6 +19,8 @@ typedef struct {
     int port;                   /* 0 = pick a free port */
     char web_root[512];         /* static files; "" = none */
     char allowed_origins[512];  /* comma-separated; "" = same host only */
+    char allowed_hosts[512];    /* Host names accepted besides loopback ones, comma-separated; "*" = any */
+    int idle_timeout_s;         /* close a WebSocket that sent nothing and ran nothing this long (300; 0 = never) */
     int max_message_bytes;      /* largest client WebSocket message / HTTP body (1 MiB) */
     int max_requests_per_conn;  /* concurrent requests per connection (64) */
     int max_requests_total;     /* concurrent requests in the whole server (1024) */

@@ -71,6 +71,8 @@ static const keydef server_keys[] = {
     KI(pol_server, port, 0, 65535, true),
     KS(pol_server, web_root, true),
     {"allowed_origins", K_ORIGINS, 0, 0, 0, 0, NULL, false},
+    KS(pol_server, allowed_hosts, true),
+    KI(pol_server, idle_timeout_s, 0, 86400, true),
     KI(pol_server, max_message_bytes, 256, 64 << 20, true),
     KI(pol_server, max_requests_per_connection, 1, 100000, false),
     KI(pol_server, max_requests_total, 1, 1000000, false),
@@ -158,6 +160,7 @@ static void cfg_defaults(pol_config *c) {
     s->max_requests_per_connection = 64;
     s->max_requests_total = 1024;
     s->max_connections = 1024;
+    s->idle_timeout_s = 300;
     s->max_tokens_limit = 4096;
     s->grace_ms = 10000;
     c->engine = (pol_engine){.backend = POL_BACKEND_AUTO, .tensor_parallel = 1, .devices = {.n = 1, .v = {0}},

@@ -32,6 +32,8 @@ typedef struct {
     int n_origins;                         /* allowed WebSocket origins besides the same host */
     char origins[POL_MAX_ORIGINS][256];    /* "*" = any */
     char allowed_origins[512];             /* the same, comma-joined (gw_config.allowed_origins) */
+    char allowed_hosts[512];               /* Host names served besides loopback ones (comma-separated; "*" = any) */
+    int idle_timeout_s;                    /* close idle WebSockets after this long (300; 0 = never) */
     int max_message_bytes;                 /* 1 MiB */
     int max_requests_per_connection;       /* 64 */
     int max_requests_total;                /* 1024 */

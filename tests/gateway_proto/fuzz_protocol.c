@@ -13,7 +13,7 @@
 
 static const char *const codes[] = {GW_ERR_INVALID_JSON, GW_ERR_NOT_OBJECT, GW_ERR_UNKNOWN_TYPE,
                                     GW_ERR_MISSING_FIELD, GW_ERR_WRONG_TYPE, GW_ERR_OUT_OF_RANGE,
-                                    GW_ERR_MESSAGE_TOO_LARGE, GW_ERR_NO_DRAFT, GW_ERR_INTERNAL};
+                                    GW_ERR_MESSAGE_TOO_LARGE, GW_ERR_NO_DRAFT, GW_ERR_INTERNAL, GW_ERR_UNKNOWN_FIELD};
 
 static json_t *reload(const char *s) {
     json_error_t je;

@@ -11,8 +11,9 @@
 #include "engine/engine.h"
 #include "engine/spec.h"
 
+#include "policy/config.h"
+
 #include <pthread.h>
-#include "policy/yamlcfg.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +28,10 @@ static void generate_usage(void) {
             "                      [--gamma G | --adaptive] [--gamma-min G] [--gamma-max G] [--no-spec]\n"
             "                      [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "                      [--backend auto|cpu|cuda] [--device N] [--tensor-parallel N] [--no-bos] [--json]\n"
-            "                      [--compare-plain [--repeat N]]\n"
+            "                      [--compare-plain [--repeat N]] [--method auto|draft|ngram|off]\n"
             "                      [--quiet]\n"
-            "  -c FILE      config file (default: config.yaml when present): models.target, models.draft\n"
+            "  -c FILE      config file (default: config.yaml when present), validated as `specd serve` does:\n"
+            "               models, engine and speculation settings (flags given here override them)\n"
             "  -m MODEL     target GGUF (llama family); overrides the config. With neither, a demo pair\n"
             "               with RANDOM weights is created under demo-models/ (its output is gibberish).\n"
             "  --draft D    draft GGUF sharing the target's tokenizer: enables speculative decoding\n"
@@ -38,6 +40,8 @@ static void generate_usage(void) {
             "  --gamma G    fixed speculation depth (1..16); --adaptive picks γ per step (default when\n"
             "               a draft is given) within [--gamma-min, --gamma-max] (default 2..8)\n"
             "  --no-spec    plain decoding even with a draft\n"
+            "  --method M   proposer: auto (n-gram lookup when the text repeats, else the draft; default),\n"
+            "               draft, ngram (prompt lookup, no draft model needed) or off\n"
             "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
             "               identically to draft and target\n"
@@ -118,7 +122,7 @@ static void wake(void *user) {
 
 /* Runs one generation through the engine API; streams text to `stream` when
  * non-NULL. */
-static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_gen, spec_mode mode,
+static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_gen, spec_mode mode, int method,
                           const sampler_config *sc, uint64_t seed, FILE *stream, gen_result *r, char *err,
                           size_t errlen) {
     memset(r, 0, sizeof(*r));
@@ -128,7 +132,8 @@ static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_
     r->finish = "length";
     waker w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
     engine_request rq = {.prompt = prompt, .n_prompt = n_prompt, .sc = *sc, .seed = seed, .max_tokens = n_gen,
-                         .mode = mode, .notify = wake, .user = &w};
+                         .mode = mode, .method = method >= 0 ? (spec_method)method : SPEC_METHOD_AUTO,
+                         .method_set = method >= 0, .notify = wake, .user = &w};
     uint64_t id = engine_submit(e, &rq, err, errlen);
     if (!id) return -1;
     for (bool done = false; !done;) {
@@ -173,7 +178,7 @@ static double decode_tps(const gen_result *r) {
     return r->n_out > 1 && r->decode_ms > 0 ? (r->n_out - 1) / (r->decode_ms / 1e3) : 0;
 }
 
-static void print_stats(FILE *f, const char *label, const gen_result *r, int n_prompt) {
+static void print_stats(FILE *f, const char *label, const char *method, const gen_result *r, int n_prompt) {
     const spec_stats *st = &r->st;
     double dec_tps = decode_tps(r);
     fprintf(f, "%s: prompt tokens %d, generated %d (%s), prefill %.1f tok/s, decode %.1f tok/s\n", label, n_prompt,
@@ -184,7 +189,16 @@ static void print_stats(FILE *f, const char *label, const gen_result *r, int n_p
                 (unsigned long long)st->verify_steps, (unsigned long long)st->plain_steps,
                 (unsigned long long)st->drafted, (unsigned long long)st->accepted, spec_stats_alpha(st),
                 spec_stats_mean_accepted(st), spec_stats_tokens_per_pass(st));
-        fprintf(f, "  per-position acceptance:");
+        fprintf(f, "  method %s:", method);
+        for (int m = 0; m < SPEC_DRAFTERS; m++) {
+            const spec_method_stats *b = &st->by[m];
+            if (!b->verify_steps) continue;
+            fprintf(f, " %s %llu verify passes, alpha %.3f, %.2f tokens per pass;", spec_drafter_name(m),
+                    (unsigned long long)b->verify_steps,
+                    b->accepted + b->rejections ? (double)b->accepted / (double)(b->accepted + b->rejections) : 0.0,
+                    (double)b->tokens / (double)b->verify_steps);
+        }
+        fprintf(f, "\n  per-position acceptance:");
         for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
             fprintf(f, " %d:%.2f", i + 1, (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
         fprintf(f, "\n  gamma used:");
@@ -199,7 +213,8 @@ static void print_stats(FILE *f, const char *label, const gen_result *r, int n_p
 int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *draft_path = NULL, *prompt = "", *config_path = NULL;
     const char *hf = NULL, *hf_draft = NULL;
-    int n_gen = 64, threads = 0, gamma_fixed = 0, backend_kind = 0, device = 0, tp = 1, repeat = 1;
+    int n_gen = 64, threads = 0, gamma_fixed = 0, backend_kind = -1, device = -1, tp = 0, repeat = 1, method = -1;
+    bool gamma_flags = false;
     bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
     sampler_config sc = sampler_config_default();
@@ -214,10 +229,17 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "-c") || !strcmp(a, "--config")) config_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-n")) n_gen = (int)arg_long(argc, argv, &i, 0, 1 << 20);
-        else if (!strcmp(a, "--gamma")) gamma_fixed = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
-        else if (!strcmp(a, "--gamma-min")) gp.gamma_min = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
-        else if (!strcmp(a, "--gamma-max")) gp.gamma_max = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
-        else if (!strcmp(a, "--adaptive")) adaptive = true;
+        else if (!strcmp(a, "--gamma")) gamma_fixed = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX), gamma_flags = true;
+        else if (!strcmp(a, "--gamma-min")) gp.gamma_min = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX), gamma_flags = true;
+        else if (!strcmp(a, "--gamma-max")) gp.gamma_max = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX), gamma_flags = true;
+        else if (!strcmp(a, "--adaptive")) adaptive = true, gamma_flags = true;
+        else if (!strcmp(a, "--method")) {
+            const char *v = arg_str(argc, argv, &i);
+            if ((method = spec_method_parse(v)) < 0) {
+                fprintf(stderr, "specd generate: --method must be auto, draft, ngram or off, got '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--no-spec")) no_spec = true;
         else if (!strcmp(a, "--compare-plain")) compare = true;
         else if (!strcmp(a, "--repeat")) repeat = (int)arg_long(argc, argv, &i, 1, GEN_MAX_REPEAT);
@@ -268,21 +290,21 @@ int cmd_generate(int argc, char **argv) {
     int hrc = hub_resolve_flag("generate", hf, hf_path, sizeof(hf_path), &model_path);
     if (!hrc) hrc = hub_resolve_flag("generate", hf_draft, hf_draft_path, sizeof(hf_draft_path), &draft_path);
     if (hrc) return hrc;
-    char cfg_model[1024] = "", cfg_draft[1024] = "";
-    if (!model_path && (config_path || access("config.yaml", R_OK) == 0)) {
-        pol_yaml *y = pol_yaml_load(config_path ? config_path : "config.yaml", err, sizeof(err));
-        const char *t = y ? pol_yaml_scalar(y, "models.target", err, sizeof(err)) : NULL;
-        const char *d = y && !err[0] ? pol_yaml_scalar(y, "models.draft", err, sizeof(err)) : NULL;
-        if (!y || err[0]) {
+    /* config.yaml through the one validated loader (as serve): models when -m is not given, and the engine
+     * and speculation settings */
+    pol_config *pc = NULL;
+    static char cfg_model[1024], cfg_draft[1024];
+    if (config_path || access("config.yaml", R_OK) == 0) {
+        if (!(pc = pol_config_load(config_path ? config_path : "config.yaml", NULL, err, sizeof(err)))) {
             fprintf(stderr, "specd generate: %s\n", err);
-            pol_yaml_free(y);
             return 2;
         }
-        if (t && *t) snprintf(cfg_model, sizeof(cfg_model), "%s", t);
-        if (d && *d) snprintf(cfg_draft, sizeof(cfg_draft), "%s", d);
-        pol_yaml_free(y);
-        if (cfg_model[0]) model_path = cfg_model;
-        if (cfg_model[0] && cfg_draft[0] && !draft_path) draft_path = cfg_draft;
+        snprintf(cfg_model, sizeof(cfg_model), "%s", pc->models.target);
+        snprintf(cfg_draft, sizeof(cfg_draft), "%s", pc->models.draft);
+        if (!model_path && cfg_model[0]) {
+            model_path = cfg_model;
+            if (cfg_draft[0] && !draft_path) draft_path = cfg_draft;
+        }
     }
     if (!model_path && cmd_demo_models(&model_path, &draft_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd generate: cannot create the demo models: %s\n", err);
@@ -292,16 +314,28 @@ int cmd_generate(int argc, char **argv) {
 
     int rc = 1;
     engine_config ec = engine_config_default();
+    ec.backend = BACKEND_AUTO;
+    if (pc) {
+        engine_config_from_policy(&ec, pc);
+        pol_config_free(pc);
+        pc = NULL;
+    }
     ec.target_path = model_path;
     ec.draft_path = draft_path;
-    ec.threads = threads;
-    ec.backend = backend_kind;
-    ec.device = device;
-    ec.tensor_parallel = tp;
-    for (int r = 0; r < tp; r++) ec.devices[r] = device + r;
+    if (threads > 0) ec.threads = threads;
+    if (backend_kind >= 0) ec.backend = backend_kind;
+    if (device >= 0) ec.device = device;
+    if (tp > 0) ec.tensor_parallel = tp;
+    if (device >= 0 || tp > 0)
+        for (int r = 0; r < ec.tensor_parallel; r++) ec.devices[r] = ec.device + r;
     ec.max_running = 2;
-    ec.gamma = gp;
-    ec.calibrate = draft_path != NULL;
+    if (ec.max_batch > ec.max_running) ec.max_batch = ec.max_running;
+    if (gamma_flags || !config_path) ec.gamma = gp;
+    if (no_spec) ec.mode = SPEC_MODE_OFF;
+    int eff_method = method >= 0 ? method : ec.method;
+    bool speculating = ec.mode != SPEC_MODE_OFF && eff_method != SPEC_METHOD_OFF &&
+                       (draft_path || eff_method != SPEC_METHOD_DRAFT);
+    ec.calibrate = speculating;
     if (quiet) ec.draft_mem_warn_pct = 1e9f;
     engine *e = engine_create(&ec, err, sizeof(err));
     int32_t *ids = NULL;
@@ -326,12 +360,12 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     bool has_draft = draft_path != NULL;
-    if (compare && has_draft &&
-        run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_OFF, &sc, seed, NULL, &plain, err, sizeof(err)) != 0) {
+    if (compare && speculating &&
+        run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_OFF, method, &sc, seed, NULL, &plain, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd generate: %s\n", err);
         goto done;
     }
-    if (run_generation(e, ids, n_prompt, n_gen, has_draft ? SPEC_MODE_AUTO : SPEC_MODE_OFF, &sc, seed,
+    if (run_generation(e, ids, n_prompt, n_gen, speculating ? SPEC_MODE_AUTO : SPEC_MODE_OFF, method, &sc, seed,
                        json ? NULL : stdout, &spec, err, sizeof(err)) != 0) {
         fprintf(stderr, "\nspecd generate: %s\n", err);
         goto done;
@@ -343,8 +377,10 @@ int cmd_generate(int argc, char **argv) {
     if (plain_tps > 0) ratios[n_ratios++] = dec_tps / plain_tps;
     for (int r = 1; r < repeat && plain_tps > 0; r++) {
         gen_result p2 = {0}, s2 = {0};
-        int bad = run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_OFF, &sc, seed, NULL, &p2, err, sizeof(err)) ||
-                  run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_AUTO, &sc, seed, NULL, &s2, err, sizeof(err));
+        int bad = run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_OFF, method, &sc, seed, NULL, &p2, err,
+                                 sizeof(err)) ||
+                  run_generation(e, ids, n_prompt, n_gen, SPEC_MODE_AUTO, method, &sc, seed, NULL, &s2, err,
+                                 sizeof(err));
         double pt = decode_tps(&p2), st = decode_tps(&s2);
         free(p2.out), free(p2.text), free(s2.out), free(s2.text);
         if (bad) {
@@ -395,6 +431,13 @@ int cmd_generate(int argc, char **argv) {
                spec.finish, spec.prefill_ms, spec.decode_ms,
                spec.prefill_ms > 0 ? n_prompt / (spec.prefill_ms / 1e3) : 0, dec_tps);
         const spec_stats *st = &spec.st;
+        printf(",\"method\":\"%s\",\"by_method\":{", speculating ? spec_method_name((spec_method)eff_method) : "off");
+        for (int m = 0; m < SPEC_DRAFTERS; m++)
+            printf("%s\"%s\":{\"verify_steps\":%llu,\"drafted\":%llu,\"accepted\":%llu,\"tokens\":%llu}", m ? "," : "",
+                   spec_drafter_name(m), (unsigned long long)st->by[m].verify_steps,
+                   (unsigned long long)st->by[m].drafted, (unsigned long long)st->by[m].accepted,
+                   (unsigned long long)st->by[m].tokens);
+        printf("}");
         printf(",\"speculation\":{\"verify_steps\":%llu,\"plain_steps\":%llu,\"drafted\":%llu,\"accepted\":%llu,"
                "\"alpha\":%.4f,\"mean_accepted\":%.4f,\"tokens_per_pass\":%.4f,\"draft_ms\":%.3f,\"target_ms\":%.3f,"
                "\"fallbacks\":%llu,\"probes\":%llu,\"draft_failures\":%llu,\"kv_resets\":%llu,\"per_position\":[",
@@ -418,8 +461,9 @@ int cmd_generate(int argc, char **argv) {
         printf("\n");
     }
     if (!quiet) {
-        if (plain.n_out) print_stats(stderr, "plain", &plain, n_prompt);
-        print_stats(stderr, has_draft ? "speculative" : "plain", &spec, n_prompt);
+        if (plain.n_out) print_stats(stderr, "plain", "off", &plain, n_prompt);
+        print_stats(stderr, speculating ? "speculative" : "plain",
+                    speculating ? spec_method_name((spec_method)eff_method) : "off", &spec, n_prompt);
         if (plain.n_out && plain_tps > 0) {
             fprintf(stderr, "speedup over plain decoding: %.2fx measured, %.2fx predicted by the cost model "
                             "(draft %.3f ms/token, target %.3f ms + %.3f ms per extra position + %.2f us per cached key "

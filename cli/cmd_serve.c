@@ -74,28 +74,7 @@ int cmd_serve(int argc, char **argv) {
     gc.grace_ms = pc->server.grace_ms;
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);
     snprintf(dpath, sizeof(dpath), "%s", pc->models.draft);
-    ec.backend = pc->engine.backend == POL_BACKEND_CUDA ? BACKEND_CUDA
-                 : pc->engine.backend == POL_BACKEND_CPU ? BACKEND_CPU : BACKEND_AUTO;
-    ec.threads = pc->engine.threads;
-    ec.tensor_parallel = pc->engine.tensor_parallel;
-    for (int r = 0; r < pc->engine.devices.n && r < ENGINE_MAX_SHARDS; r++) ec.devices[r] = pc->engine.devices.v[r];
-    ec.device = pc->engine.devices.n > 0 ? pc->engine.devices.v[0] : 0;
-    ec.max_running = pc->engine.max_running;
-    ec.max_ctx = pc->engine.max_ctx;
-    ec.kv_blocks = pc->engine.kv_blocks;
-    ec.block_size = pc->engine.block_size;
-    ec.prefill_chunk = pc->engine.prefill_chunk;
-    ec.padding_cap = (float)pc->speculation.padding_cap;
-    ec.draft_mem_warn_pct = (float)pc->speculation.draft_mem_warn_pct;
-    const pol_speculation *ps = &pc->speculation;
-    ec.gamma = (gamma_params){.gamma_min = ps->gamma_min, .gamma_max = ps->gamma_max, .gamma_default = ps->gamma_default,
-                              .adaptive = ps->adaptive, .window = ps->window, .warmup = ps->warmup,
-                              .fallback_alpha = (float)ps->fallback_alpha, .fallback_steps = ps->fallback_steps,
-                              .probe_interval = ps->probe_interval};
-    /* policy rules may ask for a larger γ than the request default bounds */
-    for (int i = 0; i < pc->n_rules; i++)
-        if (pc->rules[i].gamma_max > ec.gamma.gamma_max && pc->rules[i].gamma_max <= GAMMA_MAX)
-            ec.gamma.gamma_max = pc->rules[i].gamma_max;
+    engine_config_from_policy(&ec, pc); /* engine and speculation sections, max_batch and mode included */
     bool tel_enabled = pc->telemetry.enabled;
     telemetry_config tc = telemetry_config_default();
     char tel_path[1024];

@@ -37,6 +37,7 @@ typedef struct req {
     int n_stop_ids;
     bool adaptive;
     bool policy_bounds;           /* γ bounds come from the policy (the request did not fix γ) */
+    bool method_set;              /* the request chose its proposer (else the policy rule's) */
     char content_type[32];
     engine_notify_fn notify;
     void *user;
@@ -53,6 +54,7 @@ typedef struct req {
     int n_out;
     int step_num;
     int pub_gamma;                /* published under mu after each step */
+    int pub_method;               /* drafter slot of the last step, -1 plain */
     double pub_alpha;
     char session[40];
     double t_submit, t_admit, t_first, t_last;
@@ -92,6 +94,7 @@ struct engine {
     gamma_costs costs_pub;
     /* counters (under mu) */
     uint64_t steps, tokens, done, microbatches;
+    uint64_t verify_calls;        /* target calls of decode steps (more than bins when max_batch splits them) */
     uint64_t accepted_hist[GAMMA_MAX + 1];
     spec_stats st_run;
     /* policy: the version the running requests' bounds come from, and the
@@ -112,7 +115,7 @@ static double eng_now_ms(void) {
 engine_config engine_config_default(void) {
     return (engine_config){.backend = BACKEND_CPU, .ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
                            .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),
-                           .draft_mem_warn_pct = 20.0f, .calibrate = true};
+                           .draft_mem_warn_pct = 20.0f, .calibrate = true, .method = SPEC_METHOD_AUTO};
 }
 
 const char *engine_finish_name(engine_finish f) {
@@ -215,6 +218,11 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     if (rq->max_tokens < 1) return eng_fail(err, errlen, "max_tokens must be at least 1"), 0;
     if (rq->mode == SPEC_MODE_DRAFT && !spec_pair_has_draft(e->sp))
         return eng_fail(err, errlen, "speculation mode 'draft' needs a draft model, and none is loaded"), 0;
+    if (rq->method_set && rq->method == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))
+        return eng_fail(err, errlen, "speculation method 'draft' needs a draft model, and none is loaded"), 0;
+    spec_method method = rq->mode == SPEC_MODE_DRAFT ? SPEC_METHOD_DRAFT : rq->method_set ? rq->method : (spec_method)e->cfg.method;
+    bool can_speculate = rq->mode != SPEC_MODE_OFF && e->cfg.mode != SPEC_MODE_OFF && method != SPEC_METHOD_OFF &&
+                         (method != SPEC_METHOD_DRAFT || spec_pair_has_draft(e->sp));
     gamma_params gp = e->cfg.gamma;
     if (rq->gamma) {
         if (rq->gamma < gp.gamma_min || rq->gamma > gp.gamma_max)
@@ -277,13 +285,15 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         r->n_stop_ids = rq->n_stop_ids;
     }
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
-                               .speculate = rq->mode != SPEC_MODE_OFF && spec_pair_has_draft(e->sp)};
+                               .speculate = can_speculate, .method = method};
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
         return 0;
     }
     r->adaptive = gp.adaptive;
     r->policy_bounds = rq->gamma == 0;
+    r->method_set = rq->method_set || rq->mode == SPEC_MODE_DRAFT;
+    r->pub_method = -1;
     snprintf(r->content_type, sizeof(r->content_type), "%s", rq->content_type ? rq->content_type : "");
     r->max_tokens = rq->max_tokens;
     r->notify = rq->notify;
@@ -380,6 +390,7 @@ int engine_get_sequences(engine *e, engine_seq_info *out, int max) {
         snprintf(o->mode, sizeof(o->mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
         o->prefilling = r->state == RQ_PREFILL;
         o->gamma = r->pub_gamma;
+        snprintf(o->method, sizeof(o->method), "%s", spec_drafter_name(r->pub_method));
         o->alpha = r->pub_alpha;
         o->tokens = r->n_out;
         o->tokens_per_s = r->t_first > 0 && now > r->t_first && r->n_out > 1 ? (r->n_out - 1) / ((now - r->t_first) / 1e3) : 0;
@@ -401,6 +412,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
     out->kv_free_draft = e->kv_free_d;
     out->kv_total = e->sp->tpool->n_blocks;
     out->steps = e->steps, out->tokens = e->tokens, out->requests_done = e->done;
+    out->verify_calls = e->verify_calls;
     out->mean_microbatches = e->steps ? (double)e->microbatches / (double)e->steps : 0;
     out->padding_ratio = e->steps ? e->pad_sum / (double)e->steps : 0;
     out->st = e->st;
@@ -535,9 +547,16 @@ static void ct_observe(engine *e, const char *type, const spec_stats *st) {
  * bounds — unless the request fixed its own γ — and starts it from the γ its
  * content type's recent acceptance favours. Engine thread. */
 static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting) {
-    if (!r->prm.speculate || !r->policy_bounds) return;
+    if (!r->prm.speculate) return;
     const pol_rule *rule = pol_config_rule(pc, e->cfg.model_name ? e->cfg.model_name : "*",
                                            r->content_type[0] ? r->content_type : "chat");
+    if (starting && !r->method_set) { /* the rule's proposer, for the whole request */
+        int m = spec_method_parse(pol_method_name(rule->method));
+        if (m == SPEC_METHOD_OFF || (m == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))) r->prm.speculate = false;
+        if (m >= 0) r->prm.method = (spec_method)m;
+        if (!r->prm.speculate) return;
+    }
+    if (!r->policy_bounds) return;
     gamma_params gp = r->prm.gp;
     gp.gamma_min = rule->gamma_min;
     gp.gamma_max = rule->gamma_max > e->sp->max_gamma ? e->sp->max_gamma : rule->gamma_max;
@@ -753,7 +772,7 @@ static void *engine_main(void *arg) {
         if (pre) pre_rc = spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, err, sizeof(err));
         int nb = 0;
         double pad = 1.0;
-        int step_rc = 0;
+        int step_rc = 0, n_calls = 0;
         char step_err[512] = "";
         if (n_run > 0) {
             for (int i = 0; i < n_run; i++) {
@@ -787,8 +806,12 @@ static void *engine_main(void *arg) {
                     mmax[k] = e->bmax[i];
                     mg[k] = e->gam_all[i];
                 }
-                step_rc = spec_step_batch_planned(e->sp, mseq, m, mmax, mg, e->binfo + e->bins[b].first, step_err,
-                                                  sizeof(step_err));
+                /* engine.max_batch: at most that many sequences per verify call */
+                int cap = e->cfg.max_batch > 0 && e->cfg.max_batch < m ? e->cfg.max_batch : m;
+                for (int c0 = 0; c0 < m && step_rc == 0; c0 += cap, n_calls++)
+                    step_rc = spec_step_batch_planned(e->sp, mseq + c0, m - c0 < cap ? m - c0 : cap, mmax + c0,
+                                                      mg + c0, e->binfo + e->bins[b].first + c0, step_err,
+                                                      sizeof(step_err));
                 for (int k = 0; k < m && step_rc == 0; k++)
                     if (e->binfo[e->bins[b].first + k].gamma > 0)
                         plan_history_add(&e->hist, e->binfo[e->bins[b].first + k].accepted);
@@ -809,6 +832,7 @@ static void *engine_main(void *arg) {
         if (n_run > 0) {
             e->steps++;
             e->microbatches += (uint64_t)nb;
+            e->verify_calls += (uint64_t)n_calls;
             e->pad_sum += pad;
             for (int b = 0; b < nb; b++)
                 for (int k = 0; k < e->bins[b].n; k++) {
@@ -820,6 +844,7 @@ static void *engine_main(void *arg) {
                     const spec_step_info *si = &e->binfo[e->bins[b].first + k];
                     if (step_rc == 0) {
                         r->pub_gamma = si->gamma;
+                        r->pub_method = si->method;
                         r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
                         if (si->gamma > 0) e->accepted_hist[si->accepted]++;
                     }
@@ -898,7 +923,8 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     spec_pair_params pp = {.max_ctx = c->max_ctx, .kv_blocks = c->kv_blocks, .block_size = c->block_size,
                            .draft_mem_warn_pct = c->draft_mem_warn_pct, .max_seqs = c->max_running,
                            .max_gamma = c->gamma.gamma_max, .tensor_parallel = e->n_shards,
-                           .target_shards = e->shards, .tp_comm = e->tp_comm};
+                           .target_shards = e->shards, .tp_comm = e->tp_comm,
+                           .ngram_min = c->ngram_min, .ngram_max = c->ngram_max};
     if (!c->kv_blocks) {
         /* room for every running sequence at a modest context; admission queues the rest */
         int ctx = c->max_ctx > 0 ? c->max_ctx : 2048;

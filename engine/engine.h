@@ -73,9 +73,17 @@ typedef struct {
     struct telemetry *telemetry;   /* per-step rows go here (not owned; NULL = off) */
     pol_store *policy;             /* γ rules per (model, content type), hot-reloadable (not owned; NULL = none) */
     const char *model_name;        /* the name policy rules match (the target file's base name) */
+    int max_batch;                 /* most sequences in one verify call (0 = max_running) */
+    int mode;                      /* spec_mode: SPEC_MODE_OFF turns speculation off for every request */
+    int method;                    /* spec_method of requests that do not choose (auto) */
+    int ngram_min, ngram_max;      /* n-gram lookup lengths (0: 2 and 5) */
 } engine_config;
 
 engine_config engine_config_default(void);
+/* The engine settings of a validated config snapshot (engine and speculation
+ * sections; not models, telemetry or policy, which the caller wires): the one
+ * path `specd serve`, `generate -c` and `bench -c` share. */
+void engine_config_from_policy(engine_config *ec, const pol_config *pc);
 
 typedef enum { SPEC_MODE_AUTO = 0, SPEC_MODE_DRAFT = 1, SPEC_MODE_OFF = 2 } spec_mode;
 
@@ -98,7 +106,9 @@ typedef struct {
     const char *stop[ENGINE_MAX_STOP]; /* stop strings (NULL-terminated list, may be NULL) */
     const int32_t *stop_ids;       /* extra stop token ids */
     int n_stop_ids;
-    spec_mode mode;                /* auto: speculate when a draft is loaded; off: plain */
+    spec_mode mode;                /* auto: speculate when a proposer can; draft: the draft model; off: plain */
+    spec_method method;            /* the proposer, when method_set (else the policy rule's / the engine's) */
+    bool method_set;
     int gamma;                     /* 0: the engine's default; else fixed γ within bounds (adaptive=false) */
     bool adaptive;                 /* adaptive γ (default true in auto mode) */
     bool adaptive_set;             /* whether `adaptive` was given explicitly */
@@ -170,6 +180,7 @@ typedef struct {
     int kv_free_target, kv_free_draft, kv_total;
     uint64_t steps, tokens, requests_done;
     double mean_microbatches, padding_ratio;
+    uint64_t verify_calls;         /* target calls made by decode steps */
     spec_stats st;                 /* totals over finished requests, plus running ones' steps so far */
     uint64_t accepted_hist[GAMMA_MAX + 1]; /* verify steps by number of accepted drafts */
     gamma_costs costs;
@@ -188,6 +199,7 @@ typedef struct {
     char session[40];
     char content_type[32];
     char mode[12];                 /* "adaptive", "fixed", "off" */
+    char method[8];                /* the proposer of its last step: "draft", "ngram", "plain" */
     bool prefilling;
     int gamma;                     /* γ of its last step */
     double alpha;                  /* its rolling α (-1 before data) */

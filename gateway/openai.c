@@ -356,6 +356,24 @@ static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_
             return -1;
         }
     }
+    json_t *mt = field(s, "method");
+    if (mt) {
+        const char *ms = json_is_string(mt) ? json_string_value(mt) : NULL;
+        if (!ms) FAIL(GW_ERR_WRONG_TYPE, "speculation.method", "'speculation.method' must be a string");
+        int meth = spec_method_parse(ms);
+        if (meth < 0)
+            FAIL(GW_ERR_OUT_OF_RANGE, "speculation.method",
+                 "'speculation.method' must be auto, draft, ngram or off, got '%s'", ms);
+        if (meth == SPEC_METHOD_DRAFT && !lim->has_draft) {
+            err->status = 400;
+            err->code = GW_ERR_NO_DRAFT;
+            snprintf(err->param, sizeof err->param, "speculation.method");
+            snprintf(err->message, sizeof err->message, "'speculation.method' is draft but no draft model is loaded");
+            return -1;
+        }
+        r->req.method = (spec_method)meth;
+        r->req.method_set = true;
+    }
     json_t *g = field(s, "gamma");
     if (g) {
         int64_t gv;

@@ -40,7 +40,7 @@ static const char *const generate_fields[] = {"type",  "id",    "prompt", "messa
                                               "temperature", "top_p", "top_k", "min_p", "seed",
                                               "stop",  "speculation", "content_type"};
 static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
-static const char *const speculation_fields[] = {"mode", "gamma", "adaptive"};
+static const char *const speculation_fields[] = {"mode", "method", "gamma", "adaptive"};
 static const char *const message_fields[] = {"role", "content", "name"}; /* name: OpenAI's, not rendered */
 #define NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -644,6 +644,18 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
                         describe(v, d, sizeof(d)));
         if (m->req.mode == SPEC_MODE_DRAFT && !lim->has_draft)
             return fail(err, GW_ERR_NO_DRAFT, "speculation mode 'draft' needs a draft model, and none is loaded");
+    }
+    if ((v = opt(js, "method"))) {
+        if (get_string(v, "speculation.method", err)) return -1;
+        int meth = spec_method_parse(json_string_value(v));
+        if (meth < 0)
+            return fail(err, GW_ERR_OUT_OF_RANGE,
+                        "field 'speculation.method' must be one of auto, draft, ngram, off, got %s",
+                        describe(v, d, sizeof(d)));
+        if (meth == SPEC_METHOD_DRAFT && !lim->has_draft)
+            return fail(err, GW_ERR_NO_DRAFT, "speculation method 'draft' needs a draft model, and none is loaded");
+        m->req.method = (spec_method)meth;
+        m->req.method_set = true;
     }
     if ((v = opt(js, "gamma"))) {
         long long g;

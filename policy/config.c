@@ -58,6 +58,9 @@ typedef struct {
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const mode_names[] = {"auto", "draft", "off", NULL};
+static const char *const method_names[] = {"auto", "draft", "ngram", "off", NULL};
+
+const char *pol_method_name(pol_spec_method m) { return (unsigned)m <= POL_METHOD_OFF ? method_names[m] : "?"; }
 
 #define KI(s, f, lo, hi, rs) {#f, K_INT, offsetof(s, f), 0, lo, hi, NULL, rs}
 #define KF(s, f, lo, hi, rs) {#f, K_FLOAT, offsetof(s, f), 0, lo, hi, NULL, rs}
@@ -100,6 +103,9 @@ static const keydef engine_keys[] = {
 };
 static const keydef spec_keys[] = {
     KE(pol_speculation, mode, mode_names, true),
+    KE(pol_speculation, method, method_names, false),
+    KI(pol_speculation, ngram_min, 1, 8, true),
+    KI(pol_speculation, ngram_max, 1, 8, true),
     KI(pol_speculation, gamma_min, 1, POL_GAMMA_LIMIT, false),
     KI(pol_speculation, gamma_max, 1, POL_GAMMA_LIMIT, false),
     KI(pol_speculation, gamma_default, 1, POL_GAMMA_LIMIT, false),
@@ -119,6 +125,7 @@ static const keydef rule_keys[] = {
     KI(pol_rule, gamma_max, 1, POL_GAMMA_LIMIT, false),
     KI(pol_rule, gamma_default, 1, POL_GAMMA_LIMIT, false),
     KF(pol_rule, alpha_threshold, 0, 1, false),
+    KE(pol_rule, method, method_names, false),
 };
 static const keydef telemetry_keys[] = {
     KB(pol_telemetry, enabled, true),
@@ -168,6 +175,7 @@ static void cfg_defaults(pol_config *c) {
     c->speculation = (pol_speculation){.mode = POL_SPEC_AUTO, .gamma_min = 2, .gamma_max = 8, .gamma_default = 4,
                                        .adaptive = true, .window = 20, .warmup = 5, .fallback_alpha = 0.4,
                                        .fallback_steps = 10, .probe_interval = 32, .padding_cap = 1.5,
+                                       .method = POL_METHOD_AUTO, .ngram_min = 2, .ngram_max = 5,
                                        .draft_mem_warn_pct = 20};
     c->telemetry = (pol_telemetry){.enabled = true, .sample_rate = 1.0, .retention_rows = 1000000,
                                    .retention_days = 7, .queue_size = 65536};
@@ -524,6 +532,7 @@ static int parse_rules(ctx *x, pol_config *c, const yaml_node_t *policy) {
         r->gamma_max = sp->gamma_max;
         r->gamma_default = sp->gamma_default;
         r->alpha_threshold = sp->fallback_alpha;
+        r->method = sp->method;
         r->line = (int)rn->start_mark.line + 1;
         if (parse_map(x, rn, rule_keys, NKEYS(rule_keys), r, where, marks)) return -1;
         const yaml_node_t *nmodel = marks[key_index(rule_keys, NKEYS(rule_keys), "model")];
@@ -665,7 +674,12 @@ static int load_doc(ctx *x, pol_config *c, const pol_env *env) {
                     sm[key_index(sd->keys, sd->n, "gamma_default")], snode[3] ? snode[3] : root))
         return -1;
     c->default_rule = (pol_rule){.gamma_min = sp->gamma_min, .gamma_max = sp->gamma_max,
-                                 .gamma_default = sp->gamma_default, .alpha_threshold = sp->fallback_alpha};
+                                 .gamma_default = sp->gamma_default, .alpha_threshold = sp->fallback_alpha,
+                                 .method = sp->method};
+    if (sp->ngram_min > sp->ngram_max)
+        return fail(x, sm[key_index(sd->keys, sd->n, "ngram_min")] ? sm[key_index(sd->keys, sd->n, "ngram_min")]
+                                                                   : snode[3] ? snode[3] : root,
+                    "speculation.ngram_min %d > speculation.ngram_max %d", sp->ngram_min, sp->ngram_max);
     snprintf(c->default_rule.model, sizeof(c->default_rule.model), "*");
     snprintf(c->default_rule.content_type, sizeof(c->default_rule.content_type), "*");
     if (snode[4] && parse_rules(x, c, snode[4])) return -1;

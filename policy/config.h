@@ -24,6 +24,10 @@
 typedef enum { POL_BACKEND_AUTO = 0, POL_BACKEND_CPU, POL_BACKEND_CUDA } pol_backend;
 /* Same order as the engine's spec_mode (auto, draft, off). */
 typedef enum { POL_SPEC_AUTO = 0, POL_SPEC_DRAFT, POL_SPEC_OFF } pol_spec_mode;
+/* The proposer (speculation.method, a rule's method): names as the engine's
+ * spec_method_parse takes them. */
+typedef enum { POL_METHOD_AUTO = 0, POL_METHOD_DRAFT, POL_METHOD_NGRAM, POL_METHOD_OFF } pol_spec_method;
+const char *pol_method_name(pol_spec_method m); /* "auto", "draft", "ngram", "off" */
 
 typedef struct {
     char host[256];                        /* 127.0.0.1 */
@@ -71,7 +75,9 @@ typedef struct {
 } pol_engine;
 
 typedef struct {
-    pol_spec_mode mode;                    /* auto */
+    pol_spec_mode mode;                    /* auto; off: no speculation for any request */
+    pol_spec_method method;                /* auto: n-gram lookup when it matches, else the draft model */
+    int ngram_min, ngram_max;              /* n-gram lookup lengths (2, 5; 1..8) */
     int gamma_min, gamma_max, gamma_default; /* 2, 8, 4 */
     bool adaptive;                         /* true */
     int window;                            /* 20 (1..64) */
@@ -91,6 +97,7 @@ typedef struct {
     char content_type[32];                 /* "chat", "code", "structured", any [a-z0-9_-] name, or "*" */
     int gamma_min, gamma_max, gamma_default;
     double alpha_threshold;                /* rolling α below this → fall back to plain decoding */
+    pol_spec_method method;                /* the proposer for this content (speculation.method when left out) */
     int line;                              /* where it was defined (0 = the built-in default rule) */
 } pol_rule;
 

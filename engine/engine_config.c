@@ -1,0 +1,38 @@
+/* engine_config.c — the engine settings of a validated config snapshot: the
+ * one mapping from config.yaml to engine_config that serve, generate and
+ * bench use (see engine.h). */
+#include "engine/engine.h"
+
+#include <string.h>
+
+void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
+    const pol_engine *pe = &pc->engine;
+    const pol_speculation *ps = &pc->speculation;
+    ec->backend = pe->backend == POL_BACKEND_CUDA ? BACKEND_CUDA : pe->backend == POL_BACKEND_CPU ? BACKEND_CPU
+                                                                                              : BACKEND_AUTO;
+    ec->threads = pe->threads;
+    ec->tensor_parallel = pe->tensor_parallel;
+    for (int r = 0; r < pe->devices.n && r < ENGINE_MAX_SHARDS; r++) ec->devices[r] = pe->devices.v[r];
+    ec->device = pe->devices.n > 0 ? pe->devices.v[0] : 0;
+    ec->max_running = pe->max_running;
+    ec->max_batch = pe->max_batch;
+    ec->max_ctx = pe->max_ctx;
+    ec->kv_blocks = pe->kv_blocks;
+    ec->block_size = pe->block_size;
+    ec->prefill_chunk = pe->prefill_chunk;
+    ec->padding_cap = (float)ps->padding_cap;
+    ec->draft_mem_warn_pct = (float)ps->draft_mem_warn_pct;
+    ec->mode = ps->mode == POL_SPEC_OFF ? SPEC_MODE_OFF : ps->mode == POL_SPEC_DRAFT ? SPEC_MODE_DRAFT : SPEC_MODE_AUTO;
+    int m = spec_method_parse(pol_method_name(ps->method));
+    ec->method = m >= 0 ? m : SPEC_METHOD_AUTO;
+    ec->ngram_min = ps->ngram_min;
+    ec->ngram_max = ps->ngram_max;
+    ec->gamma = (gamma_params){.gamma_min = ps->gamma_min, .gamma_max = ps->gamma_max,
+                               .gamma_default = ps->gamma_default, .adaptive = ps->adaptive, .window = ps->window,
+                               .warmup = ps->warmup, .fallback_alpha = (float)ps->fallback_alpha,
+                               .fallback_steps = ps->fallback_steps, .probe_interval = ps->probe_interval};
+    /* policy rules may ask for a larger γ than the request default bounds */
+    for (int i = 0; i < pc->n_rules; i++)
+        if (pc->rules[i].gamma_max > ec->gamma.gamma_max && pc->rules[i].gamma_max <= GAMMA_MAX)
+            ec->gamma.gamma_max = pc->rules[i].gamma_max;
+}

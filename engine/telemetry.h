@@ -68,6 +68,7 @@ typedef struct {
     double draft_ms, target_ms;
     double effective_tpot_ms;   /* (draft_ms + target_ms) / tokens emitted */
     int64_t recorded_ms;        /* unix ms; 0 = now */
+    char method[8];             /* the proposer: "draft", "ngram"; "plain" for a plain step */
 } tel_step;
 
 typedef struct {

@@ -212,6 +212,30 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
         for (int i = 0; i < last; i++)
             tb_printf(&b, "specd:spec_decode_num_drafted_tokens_per_pos_total{position=\"%d\"} %llu\n", i + 1,
                       (unsigned long long)st->pos_reached[i]);
+        /* the same per proposer: separate families, so a sum over a family's samples stays the total */
+        static const char *const fams[3][2] = {
+            {"specd:spec_decode_num_drafts_by_method_total", "Verify steps that checked drafted tokens, per proposer."},
+            {"specd:spec_decode_num_draft_tokens_by_method_total", "Draft tokens proposed, per proposer."},
+            {"specd:spec_decode_num_accepted_tokens_by_method_total", "Draft tokens accepted, per proposer."}};
+        for (int f = 0; f < 3; f++) {
+            family(&b, fams[f][0], "counter", fams[f][1]);
+            for (int m = 0; m < SPEC_DRAFTERS; m++) {
+                const spec_method_stats *bm = &st->by[m];
+                uint64_t v = f == 0 ? bm->verify_steps : f == 1 ? bm->drafted : bm->accepted;
+                tb_printf(&b, "%s{method=\"%s\"} %llu\n", fams[f][0], spec_drafter_name(m), (unsigned long long)v);
+            }
+        }
+        for (int f = 0; f < 2; f++) {
+            const char *name = f ? "specd:spec_decode_num_drafted_tokens_per_pos_by_method_total"
+                                 : "specd:spec_decode_num_accepted_tokens_per_pos_by_method_total";
+            family(&b, name, "counter",
+                   f ? "Draft tokens proposed at each draft position, per proposer."
+                     : "Draft tokens accepted at each draft position, per proposer.");
+            for (int m = 0; m < SPEC_DRAFTERS; m++)
+                for (int i = 0; i < GAMMA_MAX && st->by[m].pos_reached[i]; i++)
+                    tb_printf(&b, "%s{method=\"%s\",position=\"%d\"} %llu\n", name, spec_drafter_name(m), i + 1,
+                              (unsigned long long)(f ? st->by[m].pos_reached[i] : st->by[m].pos_accepted[i]));
+        }
         counter(&b, "specd:spec_decode_fallbacks_total", "Times a sequence dropped to plain decoding for low acceptance.",
                 st->fallbacks);
         counter(&b, "specd:kv_resets_total", "KV cache resets after a failed draft or verify.", st->kv_resets);

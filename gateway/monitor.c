@@ -140,6 +140,7 @@ static char *snapshot_json(void) {
         json_object_set_new(x, "id", json_string(q->session));
         json_object_set_new(x, "content_type", json_string(q->content_type));
         json_object_set_new(x, "mode", json_string(q->mode));
+        json_object_set_new(x, "method", json_string(q->method));
         json_object_set_new(x, "prefilling", json_boolean(q->prefilling));
         json_object_set_new(x, "gamma", json_integer(q->gamma));
         json_object_set_new(x, "alpha", q->alpha >= 0 ? json_real(q->alpha) : json_null());

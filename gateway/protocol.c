@@ -303,7 +303,19 @@ size_t gw_write_done(char *dst, size_t cap, const char *id_json, int prompt_toke
     w_u64(&w, st->rejections);
     w_str(&w, ",\"tokens\":");
     w_u64(&w, st->tokens);
-    w_str(&w, ",\"per_position\":[");
+    w_str(&w, ",\"by_method\":{");
+    for (int m = 0; m < SPEC_DRAFTERS; m++) { /* which proposer made the verify steps */
+        w_str(&w, m ? ",\"" : "\"");
+        w_str(&w, spec_drafter_name(m));
+        w_str(&w, "\":{\"verify_steps\":");
+        w_u64(&w, st->by[m].verify_steps);
+        w_str(&w, ",\"accepted\":");
+        w_u64(&w, st->by[m].accepted);
+        w_str(&w, ",\"rejections\":");
+        w_u64(&w, st->by[m].rejections);
+        w_str(&w, "}");
+    }
+    w_str(&w, "},\"per_position\":[");
     int last = 0;
     for (int i = 0; i < GAMMA_MAX; i++)
         if (st->pos_reached[i]) last = i + 1;

@@ -143,6 +143,9 @@ function finish(d) {
   const parts = [`TTFT ${fmtMs(d.ttft_ms)}`, `TPOT ${fmtMs(d.tpot_ms)}`];
   if (d.speculation && d.speculation.verify_steps > 0) {
     parts.push(`α ${fmt(d.alpha, 2)}`, `mean accepted ${fmt(d.mean_accepted, 2)}`, `γ ${fmt(d.gamma_used, 1)}`);
+    const bm = d.speculation.by_method || {};
+    const used = Object.keys(bm).filter((k) => bm[k].verify_steps > 0);
+    if (used.length) parts.push(`method ${used.map((k) => `${k} ×${bm[k].verify_steps}`).join(', ')}`);
   } else parts.push('no speculation');
   parts.push(`${d.usage ? d.usage.completion_tokens : '?'} tokens`);
   const why = { length: 'max tokens reached', stop: 'finished', cancelled: 'stopped', error: 'engine error' }[d.finish_reason];

@@ -142,7 +142,7 @@ function showSequences(seqs) {
       rows.set(id, tr);
       body.appendChild(tr);
     }
-    const vals = [id.slice(0, 8), s.content_type || '—', (s.mode || '—') + (s.prefilling ? ' · prefill' : ''), String(s.gamma ?? '—'), fmt(s.alpha, 2),
+    const vals = [id.slice(0, 8), s.content_type || '—', (s.mode || '—') + (s.method && s.method !== 'plain' ? ' · ' + s.method : '') + (s.prefilling ? ' · prefill' : ''), String(s.gamma ?? '—'), fmt(s.alpha, 2),
       String(s.tokens ?? '—'), fmt(s.tokens_per_s, 1)];
     vals.forEach((v, i) => { if (tr.cells[i].textContent !== v) tr.cells[i].textContent = v; });
   }

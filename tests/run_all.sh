@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_all.sh — installs dependencies, builds specd and runs every test (unit,
 # reference, statistical, sanitizer, bounded fuzzing), then the engine suite
-# again under ThreadSanitizer. Ends with one line
+# again under ThreadSanitizer and the gateway's hostile-input suite against an
+# AddressSanitizer build of specd. Ends with one line
 # "N passed, N failed[, N skipped]" and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,29 @@ if [ "${SPECD_TSAN:-1}" != 0 ]; then
   fi
   [ -f "$tsan_log" ] || tsan_log="BUILD-FAILED"
 fi
-/usr/bin/python3 - "$BUILD/meson-logs/testlog.json" $tsan_log <<'PY'
+# AddressSanitizer + UBSan: specd itself (only the binary is built) under the
+# gateway's bad-input, hardening, guard and untrusted-input end-to-end tests,
+# so a NULL write or an overflow on a hostile input fails CI; a report, or a
+# leak at exit, makes the server's exit code non-zero. SPECD_ASAN=0 skips it.
+ASAN=${SPECD_ASAN_BUILD:-build-asan}
+asan_log=""
+if [ "${SPECD_ASAN:-1}" != 0 ]; then
+  asan_log="$ASAN/meson-logs/testlog.json"
+  rm -f "$asan_log"
+  asan_ok=1
+  if [ ! -f "$ASAN/build.ninja" ]; then
+    meson setup "$ASAN" -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
+      --buildtype=debugoptimized >/dev/null || asan_ok=0
+  fi
+  [ $asan_ok = 1 ] && { ninja -C "$ASAN" cli/specd || asan_ok=0; }
+  if [ $asan_ok = 1 ]; then
+    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
+      meson test -C "$ASAN" --no-rebuild --num-processes "${SPECD_TEST_JOBS:-2}" --timeout-multiplier 3 \
+      --print-errorlogs bad_input hardening guards untrusted_input ws_stream
+  fi
+  [ -f "$asan_log" ] || asan_log="BUILD-FAILED"
+fi
+/usr/bin/python3 - "$BUILD/meson-logs/testlog.json" $tsan_log $asan_log <<'PY'
 import json, sys
 p = f = s = 0
 for path in sys.argv[1:]:

@@ -82,7 +82,8 @@ typedef struct {
     bool draining, cancelled_rest;
     int policy_version;
     bool policy_reload_ok;
-    char policy_reload_msg[256];
+    char policy_reload_msg[256];  /* the full message (path, YAML excerpt): admin only */
+    char policy_reload_public[160]; /* outcome and version only (the monitor feed) */
     uint64_t connections, requests, tokens_out, slow_disconnects;
     uint64_t last_client_id;      /* the last gw_conn.client_id handed out */
     uint64_t idle_disconnects, refused_connections;

@@ -124,7 +124,7 @@ static char *snapshot_json(void) {
     json_t *pol = json_object();
     json_object_set_new(pol, "version", json_integer(gw_srv->policy_version));
     json_object_set_new(pol, "last_reload_ok", json_boolean(gw_srv->policy_reload_ok));
-    json_object_set_new(pol, "last_reload_message", json_string(gw_srv->policy_reload_msg));
+    json_object_set_new(pol, "last_reload_message", json_string(gw_srv->policy_reload_public));
     json_object_set_new(o, "policy", pol);
     json_t *model = json_object();
     json_object_set_new(model, "target", json_string(gw_srv->cfg.model_name));

@@ -51,11 +51,22 @@ static void mirror_policy(const pol_config *pc) {
     telemetry_policy(gw_srv->cfg.telemetry, rules, n + 1, pc->version);
 }
 
+/* What anyone may read (the monitor feed): the outcome and the version in
+ * force, never the file's path or the YAML the error quotes (those are for
+ * the admin, at /api/stats). */
+static void set_public_message(bool ok) {
+    snprintf(gw_srv->policy_reload_public, sizeof(gw_srv->policy_reload_public),
+             ok ? "reloaded: version %d in force" : "reload failed: version %d stays in force (the admin sees why "
+                                                    "at /api/stats)",
+             gw_srv->policy_version);
+}
+
 int gw_reload(const char *why, char *msg, size_t n) {
     if (!gw_srv->cfg.policy || !gw_srv->cfg.config_path[0]) {
         snprintf(msg, n, "no config file to reload (started without one)");
         gw_srv->policy_reload_ok = false;
         snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
+        set_public_message(false);
         return -1;
     }
     char err[768] = "", note[512] = "";
@@ -80,6 +91,7 @@ int gw_reload(const char *why, char *msg, size_t n) {
     pol_store_release(gw_srv->cfg.policy, pc);
     gw_srv->policy_reload_ok = rc == 0;
     snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
+    set_public_message(rc == 0);
     fprintf(stderr, "specd: %s\n", msg);
     return rc;
 }

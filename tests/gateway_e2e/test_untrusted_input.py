@@ -88,7 +88,19 @@ def stats_admin_only(srv):
     check(s["policy"].get("config_path") == cfg, "admin: config_path %r" % s["policy"].get("config_path"))
     check(cfg in s["policy"].get("last_reload_message", "") and "secret-excerpt" in s["policy"]["last_reload_message"],
           "admin: last_reload_message %r" % s["policy"].get("last_reload_message"))
-    print("/api/stats: config path and reload message only with the admin token")
+    # the public monitor feed says only that the reload failed
+    async def monitor():
+        ws = need_websockets()
+        async with ws.connect("ws://127.0.0.1:%d/v1/monitor" % srv.port, subprotocols=["specd.monitor.v1"],
+                              open_timeout=15) as m:
+            return json.loads(await asyncio.wait_for(m.recv(), 15))
+    snap = asyncio.run(monitor())
+    pol = snap.get("policy", {})
+    check(pol.get("last_reload_ok") is False and "failed" in pol.get("last_reload_message", ""),
+          "monitor: policy %r" % pol)
+    check(cfg not in json.dumps(snap) and "secret-excerpt" not in json.dumps(snap),
+          "the monitor feed shows the config path or the YAML excerpt: %r" % pol)
+    print("/api/stats: config path and reload message only with the admin token; the monitor says 'failed' only")
 
 
 def run():

@@ -19,12 +19,17 @@ static void verify_usage(void) {
             "usage: specd verify -m TARGET.gguf --draft DRAFT.gguf [--samples N] [--positions K] [--temp T]\n"
             "                    [--top-k K] [--top-p P] [--min-p P] [--gamma G | --adaptive] [-p PROMPT]\n"
             "                    [--seed S] [--alpha A] [-t THREADS] [--quiet] [--broken]\n"
+            "                    [--method draft|ngram|auto] [--ngram-min N] [--ngram-max N]\n"
             "  Draws N sequences with plain decoding and N with speculation (independent seeds) for the\n"
             "  same prompt, K tokens each, and tests per position that the token distributions agree:\n"
             "  chi-square homogeneity on the two token histograms (tokens with expected count < 5 merged),\n"
             "  Bonferroni-corrected over the K positions at level --alpha. End-of-generation is a token\n"
             "  category; a sequence that ended contributes nothing to later positions.\n"
-            "  -m, --draft  target and draft GGUF (they must share the tokenizer)\n"
+            "  -m, --draft  target and draft GGUF (they must share the tokenizer); --draft is optional\n"
+            "               with --method ngram\n"
+            "  --method M   the proposer under test: draft (default), ngram (prompt lookup: deterministic\n"
+            "               proposals, the point-mass rule) or auto (both); --ngram-min/--ngram-max the\n"
+            "               lookup lengths (default 2 and 5)\n"
             "  --samples N  sequences per decoding mode (default 5000); --positions K (default 8)\n"
             "  --temp T     temperature (default 1.0); --top-k/--top-p/--min-p filters as in generate\n"
             "  --gamma G    fixed speculation depth (default 4); --adaptive lets the controller choose\n"
@@ -108,7 +113,8 @@ static int largest_gap(const uint64_t *a, const uint64_t *b, int V, double *fa, 
 
 int cmd_verify(int argc, char **argv) {
     const char *model_path = NULL, *draft_path = NULL, *prompt = "";
-    int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0;
+    int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0, method = SPEC_METHOD_DRAFT, ngram_min = 0,
+        ngram_max = 0;
     bool adaptive = false, broken = false, quiet = false;
     uint64_t seed = 1;
     double alpha = 0.01;
@@ -132,13 +138,24 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--alpha")) alpha = arg_double(argc, argv, &i, 1e-12, 0.5);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--broken")) broken = true;
+        else if (!strcmp(a, "--method")) {
+            const char *v = arg_str(argc, argv, &i);
+            method = spec_method_parse(v);
+            if (method != SPEC_METHOD_DRAFT && method != SPEC_METHOD_NGRAM && method != SPEC_METHOD_AUTO) {
+                fprintf(stderr, "specd verify: --method must be draft, ngram or auto, got '%s'\n", v);
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--ngram-min")) ngram_min = (int)arg_long(argc, argv, &i, 1, 8);
+        else if (!strcmp(a, "--ngram-max")) ngram_max = (int)arg_long(argc, argv, &i, 1, 8);
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { verify_usage(); return 0; }
         else { fprintf(stderr, "specd verify: unknown option '%s'\n", a); verify_usage(); return 2; }
     }
     char err[1024] = "";
-    if (!model_path || !draft_path) {
-        fprintf(stderr, "specd verify: both -m TARGET and --draft DRAFT are required\n");
+    if (!model_path || (!draft_path && method != SPEC_METHOD_NGRAM)) {
+        fprintf(stderr, "specd verify: both -m TARGET and --draft DRAFT are required (the draft is optional with "
+                        "--method ngram)\n");
         verify_usage();
         return 2;
     }
@@ -164,7 +181,8 @@ int cmd_verify(int argc, char **argv) {
 
     int rc = 2;
     backend *be = backend_cpu_create(threads);
-    spec_pair *sp = spec_pair_load(model_path, draft_path, be, NULL, quiet ? NULL : stderr, err, sizeof(err));
+    spec_pair_params pp = {.ngram_min = ngram_min, .ngram_max = ngram_max};
+    spec_pair *sp = spec_pair_load(model_path, draft_path, be, &pp, quiet ? NULL : stderr, err, sizeof(err));
     int32_t *ids = NULL;
     verify_set plain = {0}, spec = {0};
     int *scratch = NULL;
@@ -197,12 +215,15 @@ int cmd_verify(int argc, char **argv) {
     if (broken) sp->variant = ACCEPT_BROKEN_RESIDUAL_ABS;
     if (adaptive) spec_pair_calibrate(sp);
 
-    spec_seq_params prm = {.sc = sc, .gp = gp, .speculate = false};
+    spec_seq_params prm = {.sc = sc, .gp = gp, .speculate = false, .method = (spec_method)method};
     if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_PLAIN, n_samples, K, &plain, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd verify: plain decoding failed: %s\n", err);
         goto done;
     }
     prm.speculate = true;
+    /* lookups propose whenever the text repeats, however often they miss: the
+     * low-acceptance fallback would leave the point-mass rule mostly untested */
+    if (method != SPEC_METHOD_DRAFT) prm.gp.fallback_alpha = 0.0f;
     if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_SPEC, n_samples, K, &spec, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd verify: speculative decoding failed: %s\n", err);
         goto done;
@@ -215,6 +236,7 @@ int cmd_verify(int argc, char **argv) {
            n_samples, n_samples, K, n_prompt, (double)sc.temperature, sc.top_k, (double)sc.top_p, (double)sc.min_p);
     if (adaptive) printf("adaptive gamma %d..%d, seed %llu\n", gp.gamma_min, gp.gamma_max, (unsigned long long)seed);
     else printf("gamma %d, seed %llu\n", gp.gamma_default, (unsigned long long)seed);
+    printf("  proposer: %s\n", spec_method_name((spec_method)method));
     if (broken) printf("  TESTING ONLY: --broken residual |p-q| in use: this run is expected to FAIL\n");
     printf("%4s %7s %7s %5s %6s %10s %4s %10s  %7s %10s  %s\n", "pos", "n_plain", "n_spec", "bins", "merged", "chi2",
            "dof", "p", "KS_D", "KS_p", "result");
@@ -250,6 +272,11 @@ int cmd_verify(int argc, char **argv) {
            (unsigned long long)st->verify_steps, (unsigned long long)st->plain_steps, (unsigned long long)st->drafted,
            (unsigned long long)st->accepted, spec_stats_alpha(st), spec_stats_mean_accepted(st),
            spec_stats_tokens_per_pass(st));
+    for (int m = 0; m < SPEC_DRAFTERS; m++)
+        if (st->by[m].verify_steps)
+            printf("  %s: %llu verify passes, drafted %llu, accepted %llu\n", spec_drafter_name(m),
+                   (unsigned long long)st->by[m].verify_steps, (unsigned long long)st->by[m].drafted,
+                   (unsigned long long)st->by[m].accepted);
     printf("  per-position acceptance:");
     for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
         printf(" %d:%.3f", i + 1, (double)st->pos_accepted[i] / (double)st->pos_reached[i]);

@@ -91,6 +91,28 @@ def case_real(temp_args):
     expect_broken_fails(base, 8, 1e-20)
 
 
+# A prompt that repeats itself: prompt lookup proposes its continuation at
+# almost every position, and the model at T=1 follows it about half the time,
+# so both branches of the point-mass rule are exercised thousands of times.
+REPEAT_PROMPT = "Tom and Sue. Tom and Sue. Tom and Sue. Tom and"
+
+
+def case_method(method, temp_args):
+    """The n-gram proposer (deterministic proposals: the point-mass rule) and
+    auto (n-gram where the text repeats, the draft model elsewhere)."""
+    t, d = real_pair()
+    draft = ["--draft", d] if method == "auto" else []
+    base = ["-m", t, *draft, "--quiet", "--method", method, "--ngram-min", "1", "--samples", "5000",
+            "--positions", "8", "-p", REPEAT_PROMPT, "--seed", "1", *temp_args]
+    out, _ = expect_pass(base, 8)
+    m = re.search(r"ngram: (\d+) verify passes, drafted (\d+), accepted (\d+)", out)
+    check(m and int(m[1]) > 1000 and int(m[3]) > 500 and int(m[2]) - int(m[3]) > 1000,
+          "n-gram proposals were not exercised enough (verify passes, accepted and rejected)", out)
+    if method == "auto":
+        check(re.search(r"draft: \d+ verify passes", out), "auto never used the draft model", out)
+    expect_broken_fails(base, 8, 1e-10)
+
+
 def case_random_pair():
     """A random-weights pair emits end-of-generation now and then: the EOG
     bookkeeping (shrinking per-position counts) is exercised here."""
@@ -126,6 +148,8 @@ def case_adaptive():
 def case_usage():
     t, d = real_pair()
     run(["-m", t], 2)                                                     # no draft
+    run(["-m", t, "--method", "ngram", "--bogus"], 2)                     # ngram needs no draft; bad option
+    run(["-m", t, "--method", "lookup"], 2)                               # unknown method
     run(pair_args(t, d, ["--gamma", "3", "--adaptive"]), 2)               # exclusive
     run(pair_args(t, d, ["--bogus"]), 2)                                  # unknown option
     run(pair_args(t, d, ["--samples", "0"]), 2)                           # out of range
@@ -147,6 +171,10 @@ if __name__ == "__main__":
         "real_t1": lambda: case_real(["--temp", "1.0"]),
         "real_t07": lambda: case_real(["--temp", "0.7", "--top-p", "0.9"]),
         "random_pair": case_random_pair,
+        "ngram_t1": lambda: case_method("ngram", ["--temp", "1.0"]),
+        "ngram_t07": lambda: case_method("ngram", ["--temp", "0.7", "--top-p", "0.9"]),
+        "auto_t1": lambda: case_method("auto", ["--temp", "1.0"]),
+        "auto_t07": lambda: case_method("auto", ["--temp", "0.7", "--top-p", "0.9"]),
         "adaptive": case_adaptive,
         "usage": case_usage,
     }

@@ -23,6 +23,8 @@ enum rng_purpose {
     RNG_RESIDUAL = 4, /* correction sampling from normalize(max(0, p - q)) after a reject */
     RNG_BONUS    = 5, /* the bonus token after all drafts at a step were accepted */
     RNG_TREE     = 6, /* tree/multi-candidate verification; use `counter` for the sibling */
+    RNG_GUMBEL   = 7, /* coupled verification: Gumbel noise of vocabulary entries at a position (counter
+                       * and word per gumbel.h; one noise for the draft, the target and plain sampling) */
 };
 
 /* The 4 raw 32-bit output words of Philox4x32-10 for counter block ctr and key

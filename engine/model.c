@@ -508,13 +508,10 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
     }
     if (M > m->mp.max_batch)
         return model_fail(err, errlen, "batch of %d positions exceeds max_batch %d", M, m->mp.max_batch);
-    int need = 0;
-    for (int s = 0; s < n_seqs; s++)
-        need += kv_blocks_for(pool, seqs[s].kv->len + seqs[s].n) - seqs[s].kv->n_blocks > 0
-                    ? kv_blocks_for(pool, seqs[s].kv->len + seqs[s].n) - seqs[s].kv->n_blocks
-                    : 0;
-    if (need > pool->n_free)
-        return model_fail(err, errlen, "KV cache full: need %d more blocks, %d free", need, pool->n_free);
+    int need = 0; /* growth plus copies of shared prefix blocks (kv.h) */
+    for (int s = 0; s < n_seqs; s++) need += kv_seq_reserve_cost(pool, seqs[s].kv, seqs[s].kv->len + seqs[s].n);
+    if (need > kv_pool_available(pool))
+        return model_fail(err, errlen, "KV cache full: need %d more blocks, %d free", need, kv_pool_available(pool));
     for (int s = 0; s < n_seqs; s++) {
         if (kv_seq_reserve(pool, seqs[s].kv, seqs[s].kv->len + seqs[s].n) != 0)
             return model_fail(err, errlen, "sequence %d exceeds its KV block table", s);

@@ -1,6 +1,8 @@
 /* test_kv.c — paged KV cache: pool accounting stays exact through append,
- * truncate (rollback) and free; and the decode path (forward calls, rollback)
- * performs no heap allocation, counted by interposing malloc. */
+ * truncate (rollback) and free; prefix reuse (publish, attach, copy on write,
+ * LRU eviction, reference counts under a random mixed load); and the decode
+ * path (forward calls, rollback) performs no heap allocation, counted by
+ * interposing malloc. */
 #include "engine/kv.h"
 #include "engine/mkmodel.h"
 #include "engine/model.h"
@@ -64,6 +66,184 @@ static void test_accounting(void) {
     CHECK(kv_pool_create(2, 8, 3, 16, 10, err, sizeof(err)) == NULL && strstr(err, "bad shape")); /* 8 % 3 */
 }
 
+
+/* Fills block b's storage (all layers, K and V) with a value derived from tag. */
+static void fill_block(kv_pool *p, int b, float tag) {
+    for (size_t i = 0; i < p->block_stride; i++) {
+        p->k[(size_t)b * p->block_stride + i] = tag + (float)i;
+        p->v[(size_t)b * p->block_stride + i] = -tag - (float)i;
+    }
+}
+
+static int same_block(const kv_pool *p, int a, int b) {
+    size_t n = p->block_stride * sizeof(float);
+    return !memcmp(p->k + (size_t)a * p->block_stride, p->k + (size_t)b * p->block_stride, n) &&
+           !memcmp(p->v + (size_t)a * p->block_stride, p->v + (size_t)b * p->block_stride, n);
+}
+
+#define POOL_OK(p, s, n)                                                                                          \
+    do {                                                                                                       \
+        char e_[256];                                                                                          \
+        CHECKF(kv_pool_check(p, s, n, e_, sizeof(e_)) == 0, "%s", e_);                                         \
+    } while (0)
+
+static void test_prefix(void) {
+    char err[256];
+    kv_pool *p = kv_pool_create(2, 8, 4, 4, 12, err, sizeof(err)); /* B = 4 */
+    CHECK(p != NULL);
+    kv_pool_set_prefix(p, true, 0x1234, 0);
+    int32_t t[16] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+    kv_seq *a = kv_seq_create(p, 64), *b = kv_seq_create(p, 64), *c = kv_seq_create(p, 64);
+    /* a: 10 positions computed; its two full blocks are published */
+    CHECK(kv_seq_reserve(p, a, 10) == 0 && a->n_blocks == 3);
+    for (int j = 0; j < 3; j++) fill_block(p, a->blocks[j], 1000.0f * (j + 1));
+    a->len = 10;
+    CHECK(kv_prefix_match(p, t, 10, 99, NULL) == 0); /* nothing published yet */
+    kv_seq_publish(p, a, t, 10);
+    CHECK(p->n_indexed == 2 && a->n_hashed == 2);
+    kv_seq_publish(p, a, t, 10); /* idempotent */
+    CHECK(p->n_indexed == 2);
+    int used = -1;
+    CHECK(kv_prefix_match(p, t, 16, 99, &used) == 2 && used == 2);
+    CHECK(kv_prefix_match(p, t, 7, 99, NULL) == 1);  /* only full blocks of the prompt */
+    CHECK(kv_prefix_match(p, t, 16, 1, NULL) == 1);  /* the cap */
+    int32_t d[16];
+    memcpy(d, t, sizeof(d));
+    d[5] = 99; /* diverges mid-block 1 */
+    CHECK(kv_prefix_match(p, d, 16, 99, NULL) == 1);
+    d[5] = t[5], d[0] = 99; /* differs in block 0: the chain breaks for every later block */
+    CHECK(kv_prefix_match(p, d, 16, 99, NULL) == 0);
+    /* another model's identity sees nothing */
+    kv_pool_set_prefix(p, true, 0x9999, 0);
+    CHECK(kv_prefix_match(p, t, 16, 99, NULL) == 0);
+    kv_pool_set_prefix(p, true, 0x1234, 0);
+    /* b: a longer prompt attaches both blocks and extends with new ones */
+    CHECK(kv_seq_attach(p, b, t, 14, 13) == 8 && b->n_blocks == 2 && b->blocks[0] == a->blocks[0] &&
+          b->blocks[1] == a->blocks[1]);
+    CHECK(p->ref[a->blocks[0]] == 2 && kv_seq_cow_pending(p, b) == 0);
+    CHECK(kv_seq_reserve(p, b, 13) == 0 && b->n_blocks == 4 && b->blocks[1] == a->blocks[1]);
+    b->len = 13;
+    kv_seq *all[3] = {a, b, c};
+    POOL_OK(p, all, 3);
+    /* c: a prompt that ends on a block edge keeps its last token to compute:
+     * the cut block is shared, and its first write copies it */
+    CHECK(kv_seq_attach(p, c, t, 8, 7) == 7 && c->n_blocks == 2 && kv_seq_cow_pending(p, c) == 1);
+    CHECK(kv_seq_reserve_cost(p, c, 8) == 1);
+    int shared = c->blocks[1];
+    CHECK(kv_seq_reserve(p, c, 8) == 0 && c->blocks[1] != shared && c->blocks[0] == a->blocks[0]);
+    CHECK(same_block(p, c->blocks[1], shared) && p->cow_copies == 1 && p->ref[shared] == 2);
+    CHECK(c->n_hashed == 1 && kv_seq_cow_pending(p, c) == 0);
+    c->len = 8;
+    POOL_OK(p, all, 3);
+    /* finished sequences leave their indexed blocks idle, the rest free */
+    kv_seq_truncate(p, a, 0);
+    kv_seq_truncate(p, b, 0);
+    kv_seq_truncate(p, c, 0);
+    CHECK(p->n_idle == 2 && p->n_free == 10 && kv_pool_available(p) == 12);
+    POOL_OK(p, all, 3);
+    /* a sole holder writing into an indexed block takes it out of the index */
+    CHECK(kv_seq_attach(p, c, t, 8, 7) == 7 && kv_seq_cow_pending(p, c) == 0 && p->n_idle == 0);
+    CHECK(kv_seq_reserve(p, c, 8) == 0 && p->n_indexed == 1 && p->cow_copies == 1);
+    c->len = 8;
+    kv_seq_publish(p, c, t, 8); /* full again: published again */
+    CHECK(p->n_indexed == 2);
+    kv_seq_truncate(p, c, 0);
+    /* an allocation larger than the free stack evicts idle blocks, oldest first */
+    CHECK(kv_seq_reserve(p, a, 4 * 11) == 0 && p->evicted == 1 && p->n_idle == 1);
+    /* a finished sequence hands its blocks back last first: the end of a chain
+     * is evicted before the start that more prompts share */
+    CHECK(kv_prefix_match(p, t, 16, 99, NULL) == 1);
+    CHECK(kv_seq_reserve(p, a, 4 * 12) == 0 && p->evicted == 2 && p->n_idle == 0 && p->n_indexed == 0);
+    CHECK(kv_seq_reserve(p, b, 4) == -1);
+    POOL_OK(p, all, 3);
+    kv_seq_truncate(p, a, 0);
+    /* eviction never takes a held block */
+    CHECK(kv_seq_reserve(p, a, 8) == 0);
+    a->len = 8;
+    kv_seq_publish(p, a, t, 8);
+    CHECK(kv_seq_attach(p, b, t, 12, 11) == 8 && p->ref[a->blocks[0]] == 2);
+    kv_seq_truncate(p, a, 0); /* b still holds both */
+    CHECK(p->n_idle == 0 && kv_pool_available(p) == 10);
+    CHECK(kv_seq_reserve(p, c, 4 * 11) == -1 && c->n_blocks == 0);
+    CHECK(kv_seq_reserve(p, c, 4 * 10) == 0 && b->blocks[0] != c->blocks[0]);
+    CHECK(kv_prefix_match(p, t, 16, 99, NULL) == 2);
+    POOL_OK(p, all, 3);
+    kv_seq_truncate(p, b, 0);
+    kv_seq_truncate(p, c, 0);
+    /* max_idle bounds the idle blocks; turning the index off drops them */
+    kv_pool_set_prefix(p, true, 0x1234, 1);
+    CHECK(p->n_idle == 1 && p->n_indexed == 1);
+    kv_pool_set_prefix(p, false, 0x1234, 0);
+    CHECK(p->n_idle == 0 && p->n_indexed == 0 && p->n_free == 12);
+    CHECK(kv_seq_reserve(p, a, 8) == 0);
+    a->len = 8;
+    kv_seq_publish(p, a, t, 8);
+    CHECK(p->n_indexed == 0 && kv_seq_attach(p, b, t, 8, 7) == 0);
+    POOL_OK(p, all, 3);
+    kv_seq_destroy(p, a);
+    kv_seq_destroy(p, b);
+    kv_seq_destroy(p, c);
+    CHECK(p->n_free == 12);
+    kv_pool_destroy(p);
+}
+
+/* A random mixed load (attach, grow, publish, roll back, reset, finish) over
+ * a few prompt families that share prefixes: after every operation each
+ * block is free, idle or held with a count equal to its holders. */
+static void test_prefix_random(void) {
+    char err[256];
+    kv_pool *p = kv_pool_create(1, 4, 4, 4, 40, err, sizeof(err));
+    kv_pool_set_prefix(p, true, 77, 0);
+    enum { NS = 8, LEN = 64 };
+    int32_t fam[3][LEN];
+    for (int f = 0; f < 3; f++)
+        for (int i = 0; i < LEN; i++) fam[f][i] = i < 12 ? i : f * 100 + i; /* 3 shared blocks */
+    kv_seq *s[NS];
+    int which[NS] = {0};
+    for (int i = 0; i < NS; i++) s[i] = kv_seq_create(p, LEN);
+    uint64_t x = 12345;
+    int ops = 0, fails = 0;
+    for (int it = 0; it < 20000; it++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((x >> 33) % NS), op = (int)((x >> 40) % 6);
+        kv_seq *q = s[i];
+        if (op == 0 && q->n_blocks == 0) { /* admit: attach what the index has */
+            which[i] = (int)((x >> 20) % 3);
+            int n = 4 + (int)((x >> 24) % 40);
+            kv_seq_attach(p, q, fam[which[i]], n, n - 1);
+        } else if (op <= 2) { /* a step: write a few positions, keep some */
+            int add = 1 + (int)((x >> 24) % 6), len = q->len + add;
+            if (len > LEN) len = LEN;
+            if (kv_seq_reserve(p, q, len) == 0) {
+                q->len = len;
+                kv_seq_truncate(p, q, len - (int)((x >> 28) % (add + 1)) / 2);
+            } else {
+                fails++;
+            }
+        } else if (op == 3) {
+            kv_seq_publish(p, q, fam[which[i]], LEN);
+        } else if (op == 4 && (x >> 50) % 8 == 0) { /* a hard reset */
+            kv_seq_truncate(p, q, 0);
+        } else if (op == 5) { /* finish or cancel */
+            if ((x >> 45) % 2) kv_seq_publish(p, q, fam[which[i]], LEN);
+            kv_seq_truncate(p, q, 0);
+        }
+        char e[256];
+        if (kv_pool_check(p, s, NS, e, sizeof(e)) != 0) {
+            CHECKF(0, "after %d operations: %s", it, e);
+            break;
+        }
+        ops++;
+    }
+    CHECK(ops == 20000 && fails > 0 && p->evicted > 0 && p->cow_copies > 0);
+    fprintf(stderr, "random load: %d ops, %d refused, %llu evicted, %llu copies on write\n", ops, fails,
+            (unsigned long long)p->evicted, (unsigned long long)p->cow_copies);
+    for (int i = 0; i < NS; i++) kv_seq_destroy(p, s[i]);
+    CHECK(p->n_free + p->n_idle == 40);
+    POOL_OK(p, s, 0);
+    kv_pool_destroy(p);
+}
+
 static void test_no_alloc_decode(void) {
     char path[] = "/tmp/specd-kv-XXXXXX", file[64], err[512];
     CHECK(mkdtemp(path) != NULL);
@@ -122,6 +302,8 @@ static void test_no_alloc_decode(void) {
 
 int main(void) {
     test_accounting();
+    test_prefix();
+    test_prefix_random();
     test_no_alloc_decode();
     TEST_DONE();
 }

@@ -67,7 +67,8 @@ static void dm_seq_destroy(drafter *d, drafter_seq *ds) {
 
 /* Turns logits into the processed distribution and draws a token from it: the
  * same draw as the target's (one sampler config), keyed by RNG_DRAFT. */
-static int32_t dm_draw(draft_model *dm, const drafter_prop *p, const float *logits, float *q, uint64_t pos) {
+static int32_t dm_draw(draft_model *dm, const drafter_prop *p, float *logits, float *q, uint64_t pos, int j) {
+    if (p->mask) p->mask(p->mask_ctx, j, p->nodes, logits); /* constrained: the same mask as the target's */
     sampler_probs(dm->smp, p->sc, logits, q);
     if (p->sc->temperature == 0.0f) return sampler_sample(q, dm->base.n_vocab, 0.0);
     return sampler_sample(q, dm->base.n_vocab, rng_uniform(p->seed, pos, RNG_DRAFT, 0));
@@ -102,7 +103,7 @@ static int dm_propose(drafter *d, drafter_prop *P, int n, char *err, size_t errl
         for (int r = 0; r < m; r++) {
             drafter_prop *p = &P[dm->row_of[r]];
             p->nodes[j] = (drafter_node){
-                .token = dm_draw(dm, p, dm->logits + (size_t)r * V, p->q + (size_t)j * V, (uint64_t)(p->n_tokens + j)),
+                .token = dm_draw(dm, p, dm->logits + (size_t)r * V, p->q + (size_t)j * V, (uint64_t)(p->n_tokens + j), j),
                 .parent = (int16_t)(j - 1)};
             p->n_nodes = j + 1;
         }
@@ -124,14 +125,6 @@ static void dm_commit(drafter *d, drafter_seq *ds, const int32_t *tokens, int ac
 static int dm_state_len(drafter *d, drafter_seq *ds) {
     (void)d;
     return ds->kv->len;
-}
-
-static int dm_prefix_attach(drafter *d, drafter_seq *ds, const int32_t *tokens, int n, int max_len) {
-    return kv_seq_attach(((draft_model *)d)->pool, ds->kv, tokens, n, max_len);
-}
-
-static void dm_prefix_publish(drafter *d, drafter_seq *ds, const int32_t *tokens, int n) {
-    kv_seq_publish(((draft_model *)d)->pool, ds->kv, tokens, n);
 }
 
 static void dm_cost(drafter *d, double *node_ms, double *per_row_ms) {
@@ -170,8 +163,6 @@ static const drafter_i draft_model_i = {
     .cost = dm_cost,
     .calibrate = dm_calibrate,
     .observe = dm_observe,
-    .prefix_attach = dm_prefix_attach,
-    .prefix_publish = dm_prefix_publish,
 };
 
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,

@@ -50,6 +50,12 @@ typedef struct {
     const sampler_config *sc;/* the sequence's ONE sampler config (draft and target) */
     uint64_t seed;
     float *q;                /* (budget, V) caller's memory: row i for each non-deterministic node i */
+    /* Optional constraint (grammar.h): a sampling drafter calls it on node
+     * i's logits (its own, mutable) before turning them into q row i, so q is
+     * masked by the grammar state after nodes[0..i) exactly as the target's
+     * p will be. NULL: unconstrained. */
+    void (*mask)(void *mask_ctx, int i, const drafter_node *nodes, float *logits);
+    void *mask_ctx;
     /* out */
     int n_nodes;             /* 0..budget (0: nothing to propose; the step is plain) */
     drafter_node nodes[DRAFTER_MAX_NODES];
@@ -86,15 +92,6 @@ typedef struct drafter_i {
     /* Optional: after a successful propose of `nodes` nodes in all over `rows`
      * sequences taking ms, refines the cost estimate. */
     void (*observe)(drafter *d, int nodes, int rows, double ms);
-    /* Optional, prefix reuse (kv.h; NULL: the drafter keeps no cache to
-     * share): attaches to a fresh ds the cached run of full blocks of
-     * tokens[0, n) its cache holds, at most max_len positions, and returns the
-     * positions attached (0 when none). The caller then commit()s both caches
-     * to the shorter of theirs. */
-    int (*prefix_attach)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n, int max_len);
-    /* Optional: offers the state's final full blocks of tokens[0, n) (the
-     * sequence's accepted tokens) to its prefix cache. */
-    void (*prefix_publish)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n);
 } drafter_i;
 
 /* Every drafter struct starts with this. */

@@ -3,6 +3,7 @@
  * with backpressure (see engine.h). One mutex guards the request table, the
  * waiting FIFO, cancel flags and the rings; model work runs without it. */
 #include "engine/engine.h"
+#include "engine/constrain.h"
 
 #include "engine/chat.h"
 #include "engine/plan.h"
@@ -48,6 +49,9 @@ typedef struct req {
     bool final_pushed;            /* finished/error is in the ring: nothing more */
     int reserved;                 /* KV blocks reserved per pool */
     spec_seq *seq;
+    char *grammar_text;           /* GBNF of a constrained request (NULL: none) */
+    size_t grammar_len;
+    grammar_matcher *gm;          /* held from the cache while admitted (engine thread, under mu) */
     tok_stream ts;
     char hold[ENGINE_STOP_LEN * 2];/* text held back: may be the start of a stop string */
     int hold_len;
@@ -70,6 +74,7 @@ struct engine {
     int n_shards;
     comm *tp_comm;                 /* all-reduce between the shards (n_shards > 1) */
     spec_pair *sp;
+    constrain_cache *gc;           /* grammars and matchers of constrained requests (under mu) */
     pthread_t th;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -91,8 +96,6 @@ struct engine {
     plan_bin *bins;
     /* copies of engine-thread state for engine_get_stats (under mu) */
     int kv_free_t, kv_free_d;
-    int pfx_cached[2], pfx_idle[2];
-    uint64_t pfx_evicted[2], pfx_cow[2];
     gamma_costs costs_pub;
     /* counters (under mu) */
     uint64_t steps, tokens, done, microbatches;
@@ -117,8 +120,7 @@ static double eng_now_ms(void) {
 engine_config engine_config_default(void) {
     return (engine_config){.backend = BACKEND_CPU, .ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
                            .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),
-                           .draft_mem_warn_pct = 20.0f, .calibrate = true, .method = SPEC_METHOD_AUTO,
-                           .prefix_cache = true};
+                           .draft_mem_warn_pct = 20.0f, .calibrate = true, .method = SPEC_METHOD_AUTO};
 }
 
 const char *engine_finish_name(engine_finish f) {
@@ -163,6 +165,7 @@ static void req_free(req *r) {
     spec_seq_free(r->seq);
     free(r->prompt);
     free(r->stop_ids);
+    free(r->grammar_text);
     free(r->ring);
     free(r);
 }
@@ -175,6 +178,8 @@ static void finish(engine *e, req *r, engine_finish why, const char *msg) {
     spec_stats st = r->seq ? r->seq->st : (spec_stats){0};
     spec_seq_free(r->seq);
     r->seq = NULL;
+    constrain_release(e->gc, r->gm);
+    r->gm = NULL;
     e->reserved_blocks -= r->reserved;
     r->reserved = 0;
     if (r->count == e->cfg.ring_events) r->count--; /* never lose the final event: drop the oldest unread */
@@ -287,6 +292,21 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         memcpy(r->stop_ids, rq->stop_ids, sizeof(int32_t) * (size_t)rq->n_stop_ids);
         r->n_stop_ids = rq->n_stop_ids;
     }
+    if (rq->grammar) { /* refused here with the parser's reason; compiled again (cached) at admission */
+        size_t gl = strlen(rq->grammar);
+        grammar *g = grammar_parse(rq->grammar, gl, err, errlen);
+        if (!g) {
+            req_free(r);
+            return 0;
+        }
+        grammar_destroy(g);
+        if (!(r->grammar_text = malloc(gl + 1))) {
+            req_free(r);
+            return eng_fail(err, errlen, "out of memory"), 0;
+        }
+        memcpy(r->grammar_text, rq->grammar, gl + 1);
+        r->grammar_len = gl;
+    }
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
                                .speculate = can_speculate, .method = method};
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
@@ -294,7 +314,6 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         return 0;
     }
     r->adaptive = gp.adaptive;
-    r->prm.no_prefix = rq->no_prefix_cache;
     r->policy_bounds = rq->gamma == 0;
     r->method_set = rq->method_set || rq->mode == SPEC_MODE_DRAFT;
     r->pub_method = -1;
@@ -429,11 +448,6 @@ void engine_get_stats(engine *e, engine_stats *out) {
     out->tensor_parallel = e->n_shards;
     snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
     snprintf(out->draft_id, sizeof(out->draft_id), "%s", spec_pair_has_draft(e->sp) ? e->sp->draft_id.id : "");
-    for (int k = 0; k < 2; k++) {
-        out->prefix_cached[k] = e->pfx_cached[k], out->prefix_idle[k] = e->pfx_idle[k];
-        out->prefix_evicted[k] = e->pfx_evicted[k], out->prefix_cow[k] = e->pfx_cow[k];
-    }
-    out->prefix_cache = e->sp->prefix_cache;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -623,37 +637,8 @@ static req *pick_waiting(const engine *e, req **prev) {
 /* Copies the pools' free counts for engine_get_stats (mu held; the pools
  * themselves change during model work, outside the lock). */
 static void publish_pools(engine *e) {
-    const kv_pool *pl[2] = {e->sp->tpool, spec_pair_draft_pool(e->sp)};
-    e->kv_free_t = kv_pool_available(pl[0]); /* cached blocks nobody holds count as free: they are evicted on demand */
-    e->kv_free_d = pl[1] ? kv_pool_available(pl[1]) : 0;
-    for (int k = 0; k < 2; k++) {
-        e->pfx_cached[k] = pl[k] ? pl[k]->n_indexed : 0;
-        e->pfx_idle[k] = pl[k] ? pl[k]->n_idle : 0;
-        e->pfx_evicted[k] = pl[k] ? pl[k]->evicted : 0;
-        e->pfx_cow[k] = pl[k] ? pl[k]->cow_copies : 0;
-    }
-}
-
-/* Whether waiting request w (needing `need` blocks per pool) fits now. Per
- * pool: what the admitted requests may still allocate (their reservation less
- * the blocks they hold, plus pending copies on write) plus what w needs beyond
- * the cached blocks other requests hold must fit in the free and idle
- * (evictable) blocks. Without prefix reuse this is the plain sum of
- * reservations against the pool. Engine thread, mu held. */
-static bool admit_fits(engine *e, const req *w, int need) {
-    const kv_pool *pools[2] = {e->sp->tpool, spec_pair_draft_pool(e->sp)};
-    int shared[2], cow[2], rem[2] = {0, 0};
-    spec_prefix_probe(e->sp, w->prompt, w->n_prompt, &w->prm, shared, cow);
-    for (int i = 0; i < e->n_active; i++) {
-        const req *r = e->active[i];
-        if (!r->seq || r->final_pushed) continue;
-        int held[2], c[2];
-        spec_seq_blocks(r->seq, held, c);
-        for (int k = 0; k < 2; k++) rem[k] += r->reserved - held[k] + c[k] > 0 ? r->reserved - held[k] + c[k] : 0;
-    }
-    for (int k = 0; k < 2; k++)
-        if (pools[k] && rem[k] + need - shared[k] + cow[k] > kv_pool_available(pools[k])) return false;
-    return true;
+    e->kv_free_t = e->sp->tpool->n_free;
+    e->kv_free_d = spec_pair_draft_pool(e->sp) ? spec_pair_draft_pool(e->sp)->n_free : 0;
 }
 
 /* Running requests' statistics so far (finished ones are already in e->st).
@@ -748,7 +733,7 @@ static void *engine_main(void *arg) {
             req *prev = NULL, *r = pick_waiting(e, &prev);
             if (!r) break;
             int need = blocks_needed(e, r);
-            if (!admit_fits(e, r, need)) break;
+            if (e->reserved_blocks + need > pool_blocks) break;
             if (prev) prev->next_wait = r->next_wait;
             else e->wait_head = r->next_wait;
             if (e->wait_tail == r) e->wait_tail = prev;
@@ -759,7 +744,12 @@ static void *engine_main(void *arg) {
                 apply_policy(e, r, pc, true);
                 pol_store_release(e->cfg.policy, pc);
             }
-            r->seq = spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, sizeof(err));
+            if (r->grammar_text) {
+                r->gm = constrain_acquire(e->gc, r->grammar_text, r->grammar_len, err, sizeof(err));
+                r->prm.grammar = r->gm;
+                r->prm.grammar_budget = r->max_tokens;
+            }
+            r->seq = r->grammar_text && !r->gm ? NULL : spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, sizeof(err));
             if (!r->seq) {
                 finish(e, r, FINISH_ERROR, err);
                 if (r->notify) r->notify(r->user);
@@ -962,8 +952,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
                            .draft_mem_warn_pct = c->draft_mem_warn_pct, .max_seqs = c->max_running,
                            .max_gamma = c->gamma.gamma_max, .tensor_parallel = e->n_shards,
                            .target_shards = e->shards, .tp_comm = e->tp_comm,
-                           .ngram_min = c->ngram_min, .ngram_max = c->ngram_max,
-                           .prefix_cache = c->prefix_cache, .prefix_max_idle = c->prefix_cache_blocks};
+                           .ngram_min = c->ngram_min, .ngram_max = c->ngram_max};
     if (!c->kv_blocks) {
         /* room for every running sequence at a modest context; admission queues the rest */
         int ctx = c->max_ctx > 0 ? c->max_ctx : 2048;
@@ -977,6 +966,12 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         return NULL;
     }
     if (c->calibrate) spec_pair_calibrate(e->sp);
+    if (!(e->gc = constrain_cache_create(e->sp->tok))) {
+        spec_pair_free(e->sp);
+        engine_backends_free(e);
+        free(e);
+        return eng_fail(err, errlen, "out of memory"), NULL;
+    }
     e->n_slots = c->max_waiting + c->max_running;
     if (e->n_slots > 65535) e->n_slots = 65535;
     int R = c->max_running;
@@ -1027,6 +1022,7 @@ void engine_destroy(engine *e) {
     for (int i = 0; e->slots && i < e->n_slots; i++) req_free(e->slots[i]);
     free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
+    constrain_cache_destroy(e->gc);
     spec_pair_free(e->sp);
     engine_backends_free(e);
     free(e);

@@ -5,6 +5,7 @@
 #include "engine/draft_model.h"
 #include "engine/draft_ngram.h"
 #include "engine/errkind.h"
+#include "engine/grammar.h"
 #include "engine/rng.h"
 
 
@@ -60,9 +61,6 @@ void spec_stats_add(spec_stats *a, const spec_stats *s) {
     for (int i = 0; i < GAMMA_MAX; i++) a->pos_reached[i] += s->pos_reached[i], a->pos_accepted[i] += s->pos_accepted[i];
     a->fallbacks += s->fallbacks, a->probes += s->probes, a->draft_failures += s->draft_failures;
     a->kv_resets += s->kv_resets, a->draft_ms += s->draft_ms, a->target_ms += s->target_ms;
-    a->prefix_offered += s->prefix_offered, a->prefix_reused += s->prefix_reused;
-    a->prefix_draft_offered += s->prefix_draft_offered, a->prefix_draft_reused += s->prefix_draft_reused;
-    a->prefill_tokens += s->prefill_tokens;
     for (int m = 0; m < SPEC_DRAFTERS; m++) {
         spec_method_stats *x = &a->by[m];
         const spec_method_stats *y = &s->by[m];
@@ -205,14 +203,6 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
         dm = sp->drafters[SPEC_DRAFTER_MODEL] = NULL;
         memset(&sp->draft_id, 0, sizeof(sp->draft_id));
     }
-    if (prm.prefix_cache) { /* each pool's chains start from its own model's identity */
-        sp->prefix_cache = true;
-        kv_pool_set_prefix(sp->tpool, true, sp->target_id.header_hash ^ sp->target_id.tokenizer_hash,
-                           prm.prefix_max_idle);
-        if (spec_pair_draft_pool(sp))
-            kv_pool_set_prefix(spec_pair_draft_pool(sp), true, sp->draft_id.header_hash ^ sp->draft_id.tokenizer_hash,
-                               prm.prefix_max_idle);
-    }
     if (!(sp->drafters[SPEC_DRAFTER_NGRAM] = draft_ngram_create(sp->n_vocab, prm.ngram_min, prm.ngram_max))) {
         spec_fail(err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of memory)", prm.ngram_min,
                   prm.ngram_max, NGRAM_MAX_N);
@@ -296,8 +286,47 @@ void spec_seq_free(spec_seq *s) {
 
 static bool greedy(const spec_seq *s) { return s->prm.sc.temperature == 0.0f; }
 
+/* ---- constraints (grammar.h): masks in lockstep ----------------------------- */
+
+/* The token budget at absolute position pos: what is left of grammar_budget
+ * when the token there is drawn (-1: no budget). */
+static int grammar_budget_at(const spec_seq *s, uint64_t pos) {
+    if (s->prm.grammar_budget <= 0) return -1;
+    int b = s->prm.grammar_budget - (int)(pos - (uint64_t)s->n_prompt);
+    return b < 1 ? 1 : b;
+}
+
+/* Masks logits (mutable) with grammar state st for the token at pos. */
+static void grammar_mask_at(const spec_seq *s, int32_t st, uint64_t pos, float *logits) {
+    grammar_mask_logits(s->prm.grammar, st, grammar_budget_at(s, pos), logits);
+}
+
+/* The drafter's hook: q row j is masked by the state after the accepted
+ * tokens and drafts [0, j) — the same state the target's row j will see. */
+static void draft_mask(void *ctx, int j, const drafter_node *nodes, float *logits) {
+    spec_seq *s = ctx;
+    if (j == 0) s->gpos[0] = s->gst;
+    else s->gpos[j] = grammar_advance_token(s->prm.grammar, s->gpos[j - 1], nodes[j - 1].token);
+    grammar_mask_at(s, s->gpos[j], (uint64_t)(s->n_tokens + j), logits);
+}
+
+/* After proposing: the state copies for every position, and the chain cut at
+ * the first draft the grammar refuses (a deterministic proposal may; a masked
+ * sampled one cannot). The cut depends only on the context and the proposal,
+ * so it keeps the rule lossless for point masses. Returns the kept length. */
+static int grammar_cut(spec_seq *s, int g) {
+    grammar_matcher *m = s->prm.grammar;
+    s->gpos[0] = s->gst;
+    for (int j = 0; j < g; j++) {
+        if (!grammar_allows(m, s->gpos[j], grammar_budget_at(s, (uint64_t)(s->n_tokens + j)), s->draft[j])) return j;
+        s->gpos[j + 1] = grammar_advance_token(m, s->gpos[j], s->draft[j]);
+    }
+    return g;
+}
+
 /* Turns logits into the processed distribution and draws a token from it. */
-static int32_t draw(spec_seq *s, const float *logits, float *probs, uint64_t pos, uint32_t purpose) {
+static int32_t draw(spec_seq *s, float *logits, float *probs, uint64_t pos, uint32_t purpose) {
+    if (s->prm.grammar) grammar_mask_at(s, s->gst, pos, logits);
     sampler_probs(s->sp->smp, &s->prm.sc, logits, probs);
     if (greedy(s)) return sampler_sample(probs, s->sp->n_vocab, 0.0);
     return sampler_sample(probs, s->sp->n_vocab, rng_uniform(s->prm.seed, pos, purpose, 0));
@@ -308,69 +337,6 @@ static bool method_uses(spec_method m, int slot) {
     if (m == SPEC_METHOD_OFF) return false;
     if (m == SPEC_METHOD_AUTO) return true;
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
-}
-
-/* ---- prefix reuse (kv.h) ---------------------------------------------------- */
-
-/* Whether the sequence's draft cache must start from the target's prefix
- * length (it may draft with the draft model, which keeps a cache to share). */
-static bool prefix_lockstep(const spec_pair *sp, const spec_seq_params *p, bool has_ds) {
-    drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
-    return d && has_ds && d->i->prefix_attach && p->speculate && method_uses(p->method, SPEC_DRAFTER_MODEL);
-}
-
-/* Attaches the cached prefix of the prompt to the target cache and, in
- * lockstep, to the draft's; the shorter of the two hits wins in both. At least
- * the last prompt token is left to prefill (its logits give the first token). */
-static void prefix_attach(spec_seq *s, const int32_t *prompt, int n) {
-    spec_pair *sp = s->sp;
-    int lt = kv_seq_attach(sp->tpool, s->tkv, prompt, n, n - 1);
-    if (prefix_lockstep(sp, &s->prm, s->ds[SPEC_DRAFTER_MODEL] != NULL)) {
-        drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
-        int ld = d->i->prefix_attach(d, s->ds[SPEC_DRAFTER_MODEL], prompt, n, lt);
-        if (ld < lt) kv_seq_truncate(sp->tpool, s->tkv, lt = ld);
-        s->st.prefix_draft_offered += (uint64_t)n;
-        s->st.prefix_draft_reused += (uint64_t)lt;
-    }
-    s->st.prefix_offered += (uint64_t)n;
-    s->st.prefix_reused += (uint64_t)lt;
-}
-
-/* Offers the sequence's final full blocks to every cache that shares. */
-static void prefix_publish(spec_seq *s) {
-    spec_pair *sp = s->sp;
-    if (!s->prefix) return;
-    kv_seq_publish(sp->tpool, s->tkv, s->tokens, s->n_tokens);
-    for (int i = 0; i < SPEC_DRAFTERS; i++)
-        if (s->ds[i] && sp->drafters[i]->i->prefix_publish)
-            sp->drafters[i]->i->prefix_publish(sp->drafters[i], s->ds[i], s->tokens, s->n_tokens);
-}
-
-void spec_prefix_probe(const spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p,
-                       int shared[2], int cow[2]) {
-    shared[0] = shared[1] = cow[0] = cow[1] = 0;
-    if (!sp->prefix_cache || p->no_prefix || n_prompt < 2) return;
-    /* the policy may still change whether the draft attaches in lockstep, so
-     * the figures hold either way: the target's shared blocks of the shorter
-     * (lockstep) run, a copy when either run ends in a cut block, and nothing
-     * taken off the draft's need */
-    int B = sp->tpool->block_size, cap = kv_blocks_for(sp->tpool, n_prompt - 1);
-    int k = kv_prefix_match(sp->tpool, prompt, n_prompt, cap, NULL), kl = k;
-    const kv_pool *dp = spec_pair_draft_pool(sp);
-    if (dp && sp->drafters[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL]->i->prefix_attach)
-        kl = kv_prefix_match(dp, prompt, n_prompt, k, NULL);
-    kv_prefix_match(sp->tpool, prompt, n_prompt, kl, &shared[0]);
-    cow[0] = (k > 0 && k * B > n_prompt - 1) || (kl > 0 && kl * B > n_prompt - 1);
-    cow[1] = cow[0];
-}
-
-void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]) {
-    held[0] = s->tkv->n_blocks;
-    cow[0] = kv_seq_cow_pending(s->sp->tpool, s->tkv);
-    const kv_seq *dk = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
-    const kv_pool *dp = spec_pair_draft_pool(s->sp);
-    held[1] = dk ? dk->n_blocks : 0;
-    cow[1] = dk && dp ? kv_seq_cow_pending(dp, dk) : 0;
 }
 
 spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
@@ -418,10 +384,12 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
             goto fail;
         }
     }
-    s->prefix = sp->prefix_cache && !p->no_prefix;
-    if (s->prefix) prefix_attach(s, prompt, n_prompt);
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s->n_tokens = s->n_prompt = n_prompt;
+    if (s->prm.grammar && (s->gst = grammar_start(s->prm.grammar)) < 0) {
+        spec_fail(err, errlen, "the grammar matches nothing");
+        goto fail;
+    }
     return s;
 fail:
     spec_seq_free(s);
@@ -436,10 +404,9 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     double t0 = spec_now_ms();
     if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, from, to, sp->logits, err, errlen) != 0) return -1;
     s->st.target_ms += spec_now_ms() - t0;
-    s->st.prefill_tokens += (uint64_t)(to - from);
-    prefix_publish(s);
     if (to < s->n_prompt) return 0;
     s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)s->n_prompt, RNG_SAMPLE);
+    if (s->prm.grammar) s->gst = grammar_advance_token(s->prm.grammar, s->gst, s->tokens[s->n_tokens]);
     s->n_tokens++;
     s->st.tokens++;
     s->prefilled = true;
@@ -535,6 +502,8 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
             sp->props[m] = (drafter_prop){.ds = S[i]->ds[slot], .tokens = S[i]->tokens, .n_tokens = S[i]->n_tokens,
                                           .budget = gam[i], .sc = &S[i]->prm.sc, .seed = S[i]->prm.seed,
                                           .q = S[i]->q};
+            if (S[i]->prm.grammar)
+                sp->props[m].mask = draft_mask, sp->props[m].mask_ctx = S[i];
             sp->prop_of[m++] = i;
             gmax = gam[i] > gmax ? gam[i] : gmax;
         }
@@ -562,6 +531,7 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
                 s->draft[j] = p->nodes[j].token;
                 s->det[j] = p->nodes[j].deterministic;
             }
+            if (s->prm.grammar) g = grammar_cut(s, g);
             gam[i] = g;
             if (g == 0) s->slot = -1;
         }
@@ -572,7 +542,7 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
 
 /* Accept/reject and commit for one sequence after the verify call; logits are
  * its gamma+1 rows. */
-static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step_info *info) {
+static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info *info) {
     spec_pair *sp = s->sp;
     size_t V = (size_t)sp->n_vocab;
     int N = s->n_tokens;
@@ -589,7 +559,12 @@ static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step
             if (method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
         }
     } else {
-        for (int j = 0; j <= gamma; j++) sampler_probs(sp->smp, &s->prm.sc, logits + (size_t)j * V, sp->p + (size_t)j * V);
+        for (int j = 0; j <= gamma; j++) {
+            /* row j: masked by the same state copy as the draft's q row j */
+            if (s->prm.grammar && !s->prm.grammar_broken)
+                grammar_mask_at(s, s->gpos[j], (uint64_t)(N + j), logits + (size_t)j * V);
+            sampler_probs(sp->smp, &s->prm.sc, logits + (size_t)j * V, sp->p + (size_t)j * V);
+        }
         accept_rng rng = {s->prm.seed, (uint64_t)N, sp->variant};
         k = accept_chain(out, sp->p, s->q, s->det, s->draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
         n_new = k + 1;
@@ -612,11 +587,16 @@ static void accept_commit(spec_seq *s, int gamma, const float *logits, spec_step
      * together: length updates only */
     memcpy(s->tokens + N, out, sizeof(int32_t) * (size_t)n_new);
     s->n_tokens = N + n_new;
+    /* the committed grammar state advances by the accepted tokens and the
+     * correction/bonus only; the other copies are dropped */
+    if (s->prm.grammar) {
+        s->gst = k > 0 && k <= gamma ? s->gpos[k < n_new ? k : n_new] : s->gst;
+        for (int i = k < n_new ? k : n_new; i < n_new; i++) s->gst = grammar_advance_token(s->prm.grammar, s->gst, out[i]);
+    }
     kv_seq_truncate(sp->tpool, s->tkv, s->n_tokens - 1);
     int keep = N + k < s->n_tokens - 1 ? N + k : s->n_tokens - 1;
     for (int i = 0; i < SPEC_DRAFTERS; i++)
         if (s->ds[i]) sp->drafters[i]->i->commit(sp->drafters[i], s->ds[i], s->tokens, keep);
-    prefix_publish(s);
     s->st.tokens += (uint64_t)n_new;
     if (slot >= 0) s->st.by[slot].tokens += (uint64_t)n_new;
     s->st.fallbacks = s->ctl.fallbacks + s->ctl_ngram.fallbacks;

@@ -2,6 +2,8 @@
  * jansson (see openai.h). Per request, not per token: allocation is fine here,
  * except that stream chunks are one json_dumps each. */
 #include "gateway/openai.h"
+#include "engine/grammar.h"
+#include "gateway/json_schema.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -211,11 +213,7 @@ static int check_unsupported(json_t *o, bool chat, oa_error *err) {
     for (int k = 0; k < 2; k++)
         if ((v = field(o, pen[k])) && !(json_is_number(v) && json_number_value(v) == 0))
             FAIL(OA_ERR_UNSUPPORTED, pen[k], "'%s' is not supported (only 0)", pen[k]);
-    if (chat && (v = field(o, "response_format"))) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-            FAIL(OA_ERR_UNSUPPORTED, "response_format", "only 'response_format' {\"type\":\"text\"} is supported");
-    }
+    (void)chat; /* response_format and grammar: parse_constraint */
     return 0;
 }
 
@@ -393,6 +391,59 @@ static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_
     return 0;
 }
 
+/* response_format ({"type":"text"|"json_object"|"json_schema","json_schema":
+ * {"name","schema","strict"}}) or grammar (GBNF text) into r->grammar, checked
+ * by compiling it: a bad schema or grammar is a 400 with the reason. */
+static int parse_constraint(json_t *o, oa_request *r, oa_error *err) {
+    json_t *rf = field(o, "response_format"), *g = field(o, "grammar");
+    char msg[200];
+    char *text = NULL;
+    const char *param = "grammar";
+    if (rf) {
+        if (!json_is_object(rf)) FAIL(GW_ERR_WRONG_TYPE, "response_format", "'response_format' must be an object");
+        json_t *t = json_object_get(rf, "type");
+        const char *ts = json_is_string(t) ? json_string_value(t) : NULL;
+        if (!ts) FAIL(GW_ERR_MISSING_FIELD, "response_format.type", "'response_format.type' (a string) is required");
+        if (!strcmp(ts, "json_object")) {
+            if (!(text = dupn(grammar_json_gbnf(), strlen(grammar_json_gbnf())))) OOM();
+            param = "response_format";
+        } else if (!strcmp(ts, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema");
+            if (!json_is_object(js))
+                FAIL(GW_ERR_WRONG_TYPE, "response_format.json_schema", "'response_format.json_schema' must be an object");
+            json_t *sc = json_object_get(js, "schema");
+            if (!sc) FAIL(GW_ERR_MISSING_FIELD, "response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+            if (!(text = js_schema_to_gbnf(sc, msg, sizeof msg)))
+                FAIL(GW_ERR_INVALID_GRAMMAR, "response_format.json_schema.schema", "JSON Schema not supported: %s", msg);
+            param = "response_format.json_schema.schema";
+        } else if (strcmp(ts, "text") != 0) {
+            FAIL(OA_ERR_UNSUPPORTED, "response_format.type",
+                 "'response_format.type' must be text, json_object or json_schema, got '%.40s'", ts);
+        }
+    }
+    if (g) {
+        if (!json_is_string(g)) {
+            free(text);
+            FAIL(GW_ERR_WRONG_TYPE, "grammar", "'grammar' must be a string (GBNF)");
+        }
+        if (text) {
+            free(text);
+            FAIL(GW_ERR_OUT_OF_RANGE, "grammar", "'grammar' cannot be combined with a JSON 'response_format'");
+        }
+        if (json_string_length(g) > 0 && !(text = dupn(json_string_value(g), json_string_length(g)))) OOM();
+    }
+    if (!text) return 0;
+    grammar *gr = grammar_parse(text, strlen(text), msg, sizeof msg);
+    if (!gr) {
+        free(text);
+        FAIL(GW_ERR_INVALID_GRAMMAR, param, "invalid grammar: %s", msg);
+    }
+    grammar_destroy(gr);
+    r->grammar = text;
+    r->req.grammar = text;
+    return 0;
+}
+
 static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *r, oa_error *err) {
     json_t *v;
     if (check_unsupported(o, chat, err)) return -1;
@@ -428,6 +479,7 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
         r->include_usage = json_is_true(u);
     }
     if (parse_speculation(o, lim, r, err)) return -1;
+    if (parse_constraint(o, r, err)) return -1;
     if ((v = field(o, "content_type"))) {
         if (!json_is_string(v)) FAIL(GW_ERR_WRONG_TYPE, "content_type", "'content_type' must be a string");
         size_t l = json_string_length(v);
@@ -488,6 +540,7 @@ void oa_request_free(oa_request *r) {
     free(r->spans);
     for (int i = 0; i < ENGINE_MAX_STOP; i++) free(r->stop_owned[i]);
     free(r->content_type);
+    free(r->grammar);
     memset(r, 0, sizeof *r);
 }
 

@@ -58,6 +58,7 @@ typedef struct {
     tok_span *spans;            /* chat: its markup spans (req.special_spans points here) */
     char *stop_owned[ENGINE_MAX_STOP];
     char *content_type;
+    char *grammar;              /* GBNF of response_format json_object/json_schema or of 'grammar' (req.grammar) */
 } oa_request;
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) of
@@ -72,9 +73,13 @@ typedef struct {
  * ENGINE_MAX_STOP strings of 1..ENGINE_STOP_LEN-1 bytes), stream (bool),
  * stream_options {include_usage}, speculation {mode: auto|draft|off, gamma
  * in [lim->gamma_min, lim->gamma_max], adaptive: bool}, content_type (string).
+ * response_format {type: text | json_object | json_schema, json_schema:
+ * {name, schema, strict}} and grammar (GBNF text; not with a JSON
+ * response_format) become req.grammar (a schema or grammar that does not
+ * compile: 400 invalid_grammar with the reason).
  * null means absent; unknown fields are ignored; n != 1, best_of > 1, echo,
- * logprobs, suffix, tools, logit_bias, non-zero presence/frequency penalties
- * and a response_format other than text are refused (unsupported).
+ * logprobs, suffix, tools, logit_bias and non-zero presence/frequency
+ * penalties are refused (unsupported).
  * Integers may be written as integral reals. */
 int oa_parse(bool chat, const char *body, size_t len, const gw_limits *lim, oa_request *out, oa_error *err);
 void oa_request_free(oa_request *r); /* accepts NULL and a zeroed request; zeroes it */

@@ -2,6 +2,8 @@
  * messages and the non-allocating writer of server messages (see protocol.h). */
 #include "gateway/protocol.h"
 
+#include "engine/grammar.h"
+#include "gateway/json_schema.h"
 #include "policy/suggest.h"
 
 #include <errno.h>
@@ -38,7 +40,8 @@ static const char *const role_names[] = {"system", "user", "assistant"};
  * A new field goes into its list here and gets parsed in parse_generate. */
 static const char *const generate_fields[] = {"type",  "id",    "prompt", "messages",    "max_tokens",
                                               "temperature", "top_p", "top_k", "min_p", "seed",
-                                              "stop",  "speculation", "content_type"};
+                                              "stop",  "speculation", "content_type", "grammar",
+                                              "response_format"};
 static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
 static const char *const speculation_fields[] = {"mode", "method", "gamma", "adaptive"};
 static const char *const message_fields[] = {"role", "content", "name"}; /* name: OpenAI's, not rendered */
@@ -685,6 +688,52 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
     return 0;
 }
 
+/* grammar (GBNF) or response_format (as OpenAI's) into m->grammar, compiled
+ * once here so a bad one is refused with its reason. */
+static int parse_constraint(json_t *root, gw_msg *m, gw_error *err) {
+    json_t *rf = json_object_get(root, "response_format"), *g = json_object_get(root, "grammar");
+    char msg[160];
+    char *text = NULL;
+    if (json_is_null(rf)) rf = NULL;
+    if (json_is_null(g)) g = NULL;
+    if (rf) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        const char *ts = json_is_string(t) ? json_string_value(t) : "";
+        if (!strcmp(ts, "json_object")) {
+            text = strdup(grammar_json_gbnf());
+        } else if (!strcmp(ts, "json_schema")) {
+            json_t *js = json_object_get(rf, "json_schema"), *sc = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+            if (!sc) return fail(err, GW_ERR_MISSING_FIELD, "field 'response_format.json_schema.schema' is required");
+            if (!(text = js_schema_to_gbnf(sc, msg, sizeof msg)))
+                return fail(err, GW_ERR_INVALID_GRAMMAR, "JSON Schema not supported: %s", msg);
+        } else if (strcmp(ts, "text") != 0) {
+            return fail(err, GW_ERR_OUT_OF_RANGE,
+                        "field 'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+        }
+    }
+    if (g) {
+        if (!json_is_string(g)) {
+            free(text);
+            return fail(err, GW_ERR_WRONG_TYPE, "field 'grammar' must be a string (GBNF)");
+        }
+        if (text) {
+            free(text);
+            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'grammar' cannot be combined with a JSON 'response_format'");
+        }
+        if (json_string_length(g) > 0) text = strndup(json_string_value(g), json_string_length(g));
+    }
+    if (!text) return 0;
+    grammar *gr = grammar_parse(text, strlen(text), msg, sizeof msg);
+    if (!gr) {
+        free(text);
+        return fail(err, GW_ERR_INVALID_GRAMMAR, "invalid grammar: %s", msg);
+    }
+    grammar_destroy(gr);
+    m->grammar = text;
+    m->req.grammar = text;
+    return 0;
+}
+
 static int parse_content_type(json_t *v, gw_msg *m, gw_error *err) {
     if (get_string(v, "content_type", err)) return -1;
     const char *s = json_string_value(v);
@@ -772,6 +821,7 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
     if ((v = opt(root, "stop")) && parse_stop(v, m, err)) return -1;
     if ((v = opt(root, "speculation")) && parse_speculation(v, lim, m, err)) return -1;
     if ((v = opt(root, "content_type")) && parse_content_type(v, m, err)) return -1;
+    if (parse_constraint(root, m, err)) return -1;
 
     char msg[160];
     if (!sampler_config_validate(&m->req.sc, msg, sizeof(msg))) /* belt and braces: the checks above cover it */
@@ -847,6 +897,7 @@ void gw_msg_free(gw_msg *m) {
     free(m->messages);
     for (int i = 0; i < ENGINE_MAX_STOP; i++) free(m->stop_owned[i]);
     free(m->content_type);
+    free(m->grammar);
     free(m->spans);
     memset(m, 0, sizeof(*m));
 }

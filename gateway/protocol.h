@@ -55,6 +55,7 @@
 #define GW_ERR_PROMPT_TOO_LONG "prompt_too_long"
 #define GW_ERR_TOO_MANY_REQUESTS "too_many_requests"
 #define GW_ERR_INTERNAL "internal"
+#define GW_ERR_INVALID_GRAMMAR "invalid_grammar" /* a grammar or JSON Schema that does not compile */
 
 /* What the server allows; filled from the config and the loaded models. */
 typedef struct {
@@ -106,6 +107,7 @@ typedef struct {
     engine_request req;
     char *stop_owned[ENGINE_MAX_STOP]; /* owned; req.stop[i] points at these */
     char *content_type;     /* owned or NULL; req.content_type points at it */
+    char *grammar;          /* owned or NULL: GBNF of 'grammar' or 'response_format' (req.grammar) */
     tok_span *spans;        /* owned or NULL: the chat template's markup; req.special_spans points at it */
 } gw_msg;
 

@@ -1,0 +1,107 @@
+/* grammar.h — constrained generation: a context-free grammar over bytes in
+ * llama.cpp's GBNF syntax, compiled to a byte-level pushdown matcher, and the
+ * per-state token masks speculation applies to the draft's q and the target's
+ * p alike (the DESIGN's "constraints in lockstep").
+ *
+ * Not here: JSON Schema (gateway/json_schema.c turns a schema into GBNF text),
+ * regular-expression shortcuts, or token-level (non-byte) grammars.
+ *
+ * Pieces and ownership:
+ *   grammar          the compiled rules; immutable after grammar_parse.
+ *   grammar_vocab    every token's byte string and a prefix trie over them,
+ *                    built once per tokenizer.
+ *   grammar_matcher  grammar x vocab: interned parser states and their
+ *                    cached masks. A state is an int32 id, so "copying the
+ *                    state per draft position" is copying an int, and a
+ *                    rollback is forgetting ids. Engine thread only (one
+ *                    thread at a time); many sequences may share one matcher.
+ *
+ * Syntax accepted (a superset of llama.cpp's): `name ::= alternatives`;
+ * `|` alternation; grouping `( )`; postfix `*` `+` `?` `{m}` `{m,}` `{m,n}`;
+ * literals "..." with escapes \n \r \t \\ \" \[ \] \- \/ \xHH \uHHHH
+ * \UHHHHHHHH; character classes [a-z0-9_] [^"\\] over code points (UTF-8 in
+ * the output); `.` any code point; `#` comments to the end of the line. A rule
+ * ends where the next `name ::=` begins, so newlines are free inside rules.
+ * The start rule is `root`. Refused with "line L, column C: reason": syntax
+ * errors, undefined rules, left recursion (also through rules that can match
+ * nothing), a rule that can never finish, and grammars over the size bounds. */
+#ifndef SPECD_GRAMMAR_H
+#define SPECD_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct tokenizer;
+
+#define GRAMMAR_MAX_TEXT (1u << 20)      /* grammar source bytes */
+#define GRAMMAR_MAX_ELEMENTS (1u << 20)  /* compiled elements (after repetition expansion) */
+#define GRAMMAR_DEAD (-1)                /* the state id of "no continuation" (only end-of-generation is allowed there) */
+
+typedef struct grammar grammar;
+typedef struct grammar_vocab grammar_vocab;
+typedef struct grammar_matcher grammar_matcher;
+
+/* Parses and compiles GBNF text[0..len). Returns NULL with "line L, column C:
+ * reason" in err. The caller owns the result. */
+grammar *grammar_parse(const char *text, size_t len, char *err, size_t errlen);
+void grammar_destroy(grammar *g); /* NULL is fine */
+int grammar_n_rules(const grammar *g);
+
+/* The GBNF of JSON mode: any JSON value with an object or array at the top,
+ * whitespace bounded as llama.cpp's json.gbnf does. Static storage. */
+const char *grammar_json_gbnf(void);
+
+/* Token byte strings: from a tokenizer (tok_piece bytes: "▁" is a space,
+ * byte tokens are their byte, BPE maps back to raw bytes; control, unused and
+ * empty tokens are never allowed, end-of-generation tokens are allowed exactly
+ * where the grammar may end), or from explicit strings (tests, benchmarks).
+ * NULL on allocation failure. */
+grammar_vocab *grammar_vocab_create(const struct tokenizer *t);
+grammar_vocab *grammar_vocab_from_strings(int n, const char *const *s, const int *len, const bool *eog);
+void grammar_vocab_destroy(grammar_vocab *v); /* NULL is fine */
+int grammar_vocab_size(const grammar_vocab *v);
+/* Whether every single byte is some token: then a grammar can always be
+ * finished one byte a token (the token budget rule below relies on it). */
+bool grammar_vocab_has_all_bytes(const grammar_vocab *v);
+int grammar_vocab_trie_nodes(const grammar_vocab *v);
+
+/* A matcher for g over v; both must outlive it. NULL on allocation failure. */
+grammar_matcher *grammar_matcher_create(const grammar *g, const grammar_vocab *v);
+void grammar_matcher_destroy(grammar_matcher *m); /* NULL is fine */
+
+/* The state before any output. */
+int32_t grammar_start(grammar_matcher *m);
+/* The state after bytes s[0..n) from state st, GRAMMAR_DEAD if they leave the
+ * language (or st is dead, or the matcher hit its state bound). */
+int32_t grammar_advance_bytes(grammar_matcher *m, int32_t st, const uint8_t *s, int n);
+/* The same for one token's bytes. An end-of-generation token keeps an
+ * accepting state (the output is complete) and kills any other. */
+int32_t grammar_advance_token(grammar_matcher *m, int32_t st, int32_t token);
+/* Whether the output may end in st (the root rule is complete). */
+bool grammar_accepting(const grammar_matcher *m, int32_t st);
+/* The fewest bytes that complete the output from st (0: accepting). */
+int grammar_min_remaining(const grammar_matcher *m, int32_t st);
+
+/* Token budget: budget >= 0 also refuses tokens after which the output could
+ * not be completed in the remaining budget - 1 tokens (counting one byte per
+ * token, see grammar_vocab_has_all_bytes), so an output cut by max_tokens is
+ * still complete. budget < 0: no limit. */
+
+/* The allowed-token bitmap ((V + 31) / 32 words; bit t of word t/32) of st
+ * under budget. Cached per state (the budget-limited variant only when the
+ * budget is close enough to matter, which is not cached). The pointer is
+ * valid until the next grammar_mask* call on m. */
+const uint32_t *grammar_mask(grammar_matcher *m, int32_t st, int budget);
+/* Sets logits[t] = -INFINITY for every token grammar_mask refuses. */
+void grammar_mask_logits(grammar_matcher *m, int32_t st, int budget, float *logits);
+/* Whether token t is allowed in st under budget (a mask lookup). */
+bool grammar_allows(grammar_matcher *m, int32_t st, int budget, int32_t t);
+
+/* Counters for benchmarks and reports. */
+typedef struct {
+    uint64_t masks, mask_hits, walks, nodes_visited, states, stack_nodes;
+} grammar_stats;
+void grammar_matcher_stats(const grammar_matcher *m, grammar_stats *out);
+
+#endif

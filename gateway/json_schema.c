@@ -1,0 +1,424 @@
+/* json_schema.c — JSON Schema subset to GBNF (see json_schema.h). One rule
+ * per schema node (r0, r1, ...), shared primitives at the end; $defs are
+ * visited once under their own rule, so recursive schemas terminate. */
+#include "gateway/json_schema.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JS_MAX_DEPTH 64
+#define JS_MAX_BYTES (256u << 10)
+#define JS_MAX_REPEAT 1000
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+typedef struct {
+    const json_t *root;
+    sbuf out;
+    int next;
+    char *err;
+    size_t errlen;
+    bool failed;
+    const char *def_names[256];
+    int def_rule[256];
+    int n_defs;
+} jsc;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 1024;
+        while (c < b->n + n + 1) c *= 2;
+        char *q = realloc(b->s, c);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->s = q, b->cap = c;
+    }
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = 0;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k > 0) sb_add(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+static bool fail(jsc *c, const char *path, const char *fmt, ...) {
+    if (c->failed) return false;
+    c->failed = true;
+    int k = snprintf(c->err, c->errlen, "at %s: ", path);
+    va_list ap;
+    va_start(ap, fmt);
+    if (k >= 0 && (size_t)k < c->errlen) vsnprintf(c->err + k, c->errlen - (size_t)k, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+/* A GBNF literal for bytes s[0..n): quotes, backslashes and control bytes
+ * escaped, other bytes (UTF-8) as they are. */
+static void sb_lit(sbuf *b, const char *s, size_t n) {
+    sb_add(b, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            char e[2] = {'\\', (char)ch};
+            sb_add(b, e, 2);
+        } else if (ch < 0x20 || ch == 0x7F) {
+            sb_printf(b, "\\x%02X", ch);
+        } else {
+            sb_add(b, (const char *)&ch, 1);
+        }
+    }
+    sb_add(b, "\"", 1);
+}
+
+/* The JSON text of a value (compact, keys in order) as a literal. */
+static bool sb_json_lit(jsc *c, const json_t *v, const char *path) {
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+    if (!t) return fail(c, path, "value cannot be encoded");
+    sb_lit(&c->out, t, strlen(t));
+    free(t);
+    return true;
+}
+
+static int visit(jsc *c, const json_t *s, const char *path, int depth);
+
+static const char *const annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
+                                          "$comment", "deprecated", "readOnly", "writeOnly", "strict", "$defs",
+                                          "definitions", "nullable"};
+static const char *const handled[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
+                                      "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
+                                      "$ref", "format"};
+
+static bool in_list(const char *k, const char *const *l, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, l[i])) return true;
+    return false;
+}
+
+static bool get_count(jsc *c, const json_t *s, const char *key, long *out, const char *path) {
+    const json_t *v = json_object_get(s, key);
+    if (!v) return true;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return fail(c, path, "'%s' must be a non-negative integer", key);
+    *out = (long)json_integer_value(v);
+    return true;
+}
+
+static int new_rule(jsc *c) { return c->next++; }
+
+/* "{m,n}" repetition text of x (n < 0: unbounded) into the output. */
+static void sb_repeat(sbuf *b, const char *x, long lo, long hi) {
+    if (hi < 0) sb_printf(b, "%s{%ld,}", x, lo);
+    else sb_printf(b, "%s{%ld,%ld}", x, lo, hi);
+}
+
+static int visit_object(jsc *c, const json_t *s, const char *path, int depth) {
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *req = json_object_get(s, "required");
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props)) return fail(c, path, "'properties' must be an object"), -1;
+    if (req && !json_is_array(req)) return fail(c, path, "'required' must be an array"), -1;
+    size_t np = props ? json_object_size(props) : 0;
+    if (req)
+        for (size_t i = 0; i < json_array_size(req); i++) {
+            const json_t *k = json_array_get(req, i);
+            if (!json_is_string(k)) return fail(c, path, "'required' must list strings"), -1;
+            if (!props || !json_object_get(props, json_string_value(k)))
+                return fail(c, path, "required property '%s' is not in 'properties'", json_string_value(k)), -1;
+        }
+    if (np == 0) {
+        /* a map: any keys, values of additionalProperties (or anything) */
+        int val = -2; /* -2: the generic value */
+        if (addl && json_is_object(addl)) {
+            char sub[512];
+            snprintf(sub, sizeof sub, "%s/additionalProperties", path);
+            if ((val = visit(c, addl, sub, depth + 1)) < 0) return -1;
+        } else if (addl && json_is_false(addl)) {
+            int r = new_rule(c);
+            sb_printf(&c->out, "r%d ::= \"{\" ws \"}\" ws\n", r);
+            return r;
+        }
+        int r = new_rule(c);
+        char v[32];
+        if (val == -2) snprintf(v, sizeof v, "value");
+        else snprintf(v, sizeof v, "r%d", val);
+        sb_printf(&c->out, "r%d ::= \"{\" ws ( string \":\" ws %s ( \",\" ws string \":\" ws %s )* )? \"}\" ws\n", r, v, v);
+        return r;
+    }
+    /* each property's key-value rule */
+    int *kv = calloc(np, sizeof(int));
+    bool *isreq = calloc(np, sizeof(bool));
+    if (!kv || !isreq) {
+        free(kv), free(isreq);
+        return fail(c, path, "out of memory"), -1;
+    }
+    size_t i = 0;
+    const char *key;
+    json_t *sub;
+    int r = -1;
+    json_object_foreach((json_t *)props, key, sub) {
+        char p2[512];
+        snprintf(p2, sizeof p2, "%s/properties/%s", path, key);
+        int vr = visit(c, sub, p2, depth + 1);
+        if (vr < 0) goto out;
+        kv[i] = new_rule(c);
+        json_t *kj = json_string(key);
+        char *ks = kj ? json_dumps(kj, JSON_ENCODE_ANY) : NULL;
+        json_decref(kj);
+        sb_printf(&c->out, "r%d ::= ", kv[i]);
+        sb_lit(&c->out, ks ? ks : "\"\"", ks ? strlen(ks) : 2);
+        free(ks);
+        sb_printf(&c->out, " ws \":\" ws r%d\n", vr);
+        if (req)
+            for (size_t k = 0; k < json_array_size(req); k++)
+                if (!strcmp(json_string_value(json_array_get(req, k)), key)) isreq[i] = true;
+        i++;
+    }
+    r = new_rule(c);
+    /* required ones first in schema order, then the optional ones, each optional with its comma */
+    size_t nreq = 0;
+    for (i = 0; i < np; i++) nreq += isreq[i];
+    if (nreq) {
+        sb_printf(&c->out, "r%d ::= \"{\" ws", r);
+        bool first = true;
+        for (i = 0; i < np; i++)
+            if (isreq[i]) sb_printf(&c->out, first ? " r%d" : " \",\" ws r%d", kv[i]), first = false;
+        for (i = 0; i < np; i++)
+            if (!isreq[i]) sb_printf(&c->out, " ( \",\" ws r%d )?", kv[i]);
+        sb_printf(&c->out, " \"}\" ws\n");
+    } else {
+        /* any in-order subset: chain_i ::= kv_i ( "," ws chain_{i+1} )? | chain_{i+1} */
+        int base = c->next;
+        c->next += (int)np;
+        for (i = 0; i < np; i++) {
+            if (i + 1 < np)
+                sb_printf(&c->out, "r%d ::= r%d ( \",\" ws r%d )? | r%d\n", base + (int)i, kv[i], base + (int)i + 1,
+                          base + (int)i + 1);
+            else sb_printf(&c->out, "r%d ::= r%d\n", base + (int)i, kv[i]);
+        }
+        sb_printf(&c->out, "r%d ::= \"{\" ws r%d? \"}\" ws\n", r, base);
+    }
+out:
+    free(kv), free(isreq);
+    return c->failed ? -1 : r;
+}
+
+static int visit_type(jsc *c, const json_t *s, const char *type, const char *path, int depth) {
+    if (!strcmp(type, "object")) return visit_object(c, s, path, depth);
+    if (!strcmp(type, "null") || !strcmp(type, "boolean") || !strcmp(type, "number") || !strcmp(type, "integer")) {
+        int r = new_rule(c);
+        sb_printf(&c->out, "r%d ::= %s\n", r, type);
+        return r;
+    }
+    if (!strcmp(type, "string")) {
+        const json_t *f = json_object_get(s, "format");
+        long lo = 0, hi = -1;
+        if (!get_count(c, s, "minLength", &lo, path) || !get_count(c, s, "maxLength", &hi, path)) return -1;
+        if (hi >= 0 && hi < lo) return fail(c, path, "maxLength below minLength"), -1;
+        if (lo > JS_MAX_REPEAT || hi > JS_MAX_REPEAT) return fail(c, path, "string lengths above %d are not supported", JS_MAX_REPEAT), -1;
+        int r = new_rule(c);
+        if (f) {
+            const char *fs = json_is_string(f) ? json_string_value(f) : "";
+            if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+                return fail(c, path, "'format' with minLength/maxLength is not supported"), -1;
+            if (!strcmp(fs, "date")) sb_printf(&c->out, "r%d ::= \"\\\"\" date \"\\\"\" ws\n", r);
+            else if (!strcmp(fs, "time")) sb_printf(&c->out, "r%d ::= \"\\\"\" time \"\\\"\" ws\n", r);
+            else if (!strcmp(fs, "date-time")) sb_printf(&c->out, "r%d ::= \"\\\"\" date \"T\" time \"\\\"\" ws\n", r);
+            else if (!strcmp(fs, "uuid"))
+                sb_printf(&c->out, "r%d ::= \"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
+                                   "[0-9a-f]{12} \"\\\"\" ws\n", r);
+            else return fail(c, path, "'format' '%s' is not supported (date, time, date-time, uuid are)", fs), -1;
+            return r;
+        }
+        if (lo == 0 && hi < 0) {
+            sb_printf(&c->out, "r%d ::= string\n", r);
+            return r;
+        }
+        sb_printf(&c->out, "r%d ::= \"\\\"\" ", r);
+        sb_repeat(&c->out, "char", lo, hi);
+        sb_printf(&c->out, " \"\\\"\" ws\n");
+        return r;
+    }
+    if (!strcmp(type, "array")) {
+        const json_t *items = json_object_get(s, "items");
+        long lo = 0, hi = -1;
+        if (!get_count(c, s, "minItems", &lo, path) || !get_count(c, s, "maxItems", &hi, path)) return -1;
+        if (hi >= 0 && hi < lo) return fail(c, path, "maxItems below minItems"), -1;
+        if (lo > JS_MAX_REPEAT || hi > JS_MAX_REPEAT) return fail(c, path, "item counts above %d are not supported", JS_MAX_REPEAT), -1;
+        char it[32] = "value";
+        if (items) {
+            if (json_is_array(items)) return fail(c, path, "'items' as an array (tuple) is not supported"), -1;
+            char p2[512];
+            snprintf(p2, sizeof p2, "%s/items", path);
+            int ir = visit(c, items, p2, depth + 1);
+            if (ir < 0) return -1;
+            snprintf(it, sizeof it, "r%d", ir);
+        }
+        int r = new_rule(c);
+        if (hi == 0) {
+            sb_printf(&c->out, "r%d ::= \"[\" ws \"]\" ws\n", r);
+            return r;
+        }
+        char more[64];
+        snprintf(more, sizeof more, "( \",\" ws %s )", it);
+        sb_printf(&c->out, "r%d ::= \"[\" ws %s%s ", r, lo == 0 ? "( " : "", it);
+        sb_repeat(&c->out, more, lo > 0 ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
+        sb_printf(&c->out, "%s \"]\" ws\n", lo == 0 ? " )?" : "");
+        return r;
+    }
+    return fail(c, path, "unknown type '%s'", type), -1;
+}
+
+static int visit(jsc *c, const json_t *s, const char *path, int depth) {
+    if (c->failed) return -1;
+    if (depth > JS_MAX_DEPTH) return fail(c, path, "schema nested deeper than %d", JS_MAX_DEPTH), -1;
+    if (c->out.n > JS_MAX_BYTES) return fail(c, path, "schema too large (grammar over %u bytes)", JS_MAX_BYTES), -1;
+    if (json_is_true(s)) {
+        int r = new_rule(c);
+        sb_printf(&c->out, "r%d ::= value\n", r);
+        return r;
+    }
+    if (!json_is_object(s)) return fail(c, path, "a schema must be an object or true"), -1;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)s, key, v) {
+        if (!in_list(key, annotations, sizeof annotations / sizeof *annotations) &&
+            !in_list(key, handled, sizeof handled / sizeof *handled))
+            return fail(c, path, "'%s' is not supported", key), -1;
+    }
+    const json_t *ref = json_object_get(s, "$ref");
+    if (ref) {
+        const char *rs = json_is_string(ref) ? json_string_value(ref) : "";
+        const char *name = NULL;
+        const json_t *defs = NULL;
+        if (!strncmp(rs, "#/$defs/", 8)) name = rs + 8, defs = json_object_get(c->root, "$defs");
+        else if (!strncmp(rs, "#/definitions/", 14)) name = rs + 14, defs = json_object_get(c->root, "definitions");
+        const json_t *target = name && defs ? json_object_get(defs, name) : NULL;
+        if (!strcmp(rs, "#")) target = c->root, name = "#";
+        if (!target) return fail(c, path, "'$ref' '%s' does not name an entry of #/$defs or #/definitions", rs), -1;
+        for (int k = 0; k < c->n_defs; k++)
+            if (!strcmp(c->def_names[k], rs)) return c->def_rule[k];
+        if (c->n_defs == 256) return fail(c, path, "more than 256 $ref targets"), -1;
+        int r = new_rule(c);
+        c->def_names[c->n_defs] = rs, c->def_rule[c->n_defs++] = r;
+        int t = visit(c, target, rs, depth + 1);
+        if (t < 0) return -1;
+        sb_printf(&c->out, "r%d ::= r%d\n", r, t);
+        return r;
+    }
+    const json_t *cst = json_object_get(s, "const");
+    if (cst) {
+        int r = new_rule(c);
+        sb_printf(&c->out, "r%d ::= ", r);
+        if (!sb_json_lit(c, cst, path)) return -1;
+        sb_printf(&c->out, " ws\n");
+        return r;
+    }
+    const json_t *en = json_object_get(s, "enum");
+    if (en) {
+        if (!json_is_array(en) || json_array_size(en) == 0) return fail(c, path, "'enum' must be a non-empty array"), -1;
+        int r = new_rule(c);
+        sb_printf(&c->out, "r%d ::= (", r);
+        for (size_t i = 0; i < json_array_size(en); i++) {
+            if (i) sb_printf(&c->out, " |");
+            sb_printf(&c->out, " ");
+            if (!sb_json_lit(c, json_array_get(en, i), path)) return -1;
+        }
+        sb_printf(&c->out, " ) ws\n");
+        return r;
+    }
+    const json_t *any = json_object_get(s, "anyOf");
+    if (!any) any = json_object_get(s, "oneOf");
+    if (any) {
+        if (!json_is_array(any) || json_array_size(any) == 0) return fail(c, path, "'anyOf'/'oneOf' must be a non-empty array"), -1;
+        size_t n = json_array_size(any);
+        int *alt = calloc(n, sizeof(int));
+        if (!alt) return fail(c, path, "out of memory"), -1;
+        for (size_t i = 0; i < n; i++) {
+            char p2[512];
+            snprintf(p2, sizeof p2, "%s/anyOf/%zu", path, i);
+            if ((alt[i] = visit(c, json_array_get(any, i), p2, depth + 1)) < 0) {
+                free(alt);
+                return -1;
+            }
+        }
+        int r = new_rule(c);
+        sb_printf(&c->out, "r%d ::=", r);
+        for (size_t i = 0; i < n; i++) sb_printf(&c->out, "%s r%d", i ? " |" : "", alt[i]);
+        sb_printf(&c->out, "\n");
+        free(alt);
+        return r;
+    }
+    const json_t *ty = json_object_get(s, "type");
+    if (!ty) {
+        if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties")) return visit_type(c, s, "object", path, depth);
+        if (json_object_get(s, "items")) return visit_type(c, s, "array", path, depth);
+        int r = new_rule(c);
+        sb_printf(&c->out, "r%d ::= value\n", r);
+        return r;
+    }
+    if (json_is_string(ty)) return visit_type(c, s, json_string_value(ty), path, depth);
+    if (json_is_array(ty) && json_array_size(ty) > 0) {
+        size_t n = json_array_size(ty);
+        int alts[8];
+        if (n > 8) return fail(c, path, "'type' lists more than 8 types"), -1;
+        for (size_t i = 0; i < n; i++) {
+            const json_t *t = json_array_get(ty, i);
+            if (!json_is_string(t)) return fail(c, path, "'type' must list strings"), -1;
+            if ((alts[i] = visit_type(c, s, json_string_value(t), path, depth)) < 0) return -1;
+        }
+        int r = new_rule(c);
+        sb_printf(&c->out, "r%d ::=", r);
+        for (size_t i = 0; i < n; i++) sb_printf(&c->out, "%s r%d", i ? " |" : "", alts[i]);
+        sb_printf(&c->out, "\n");
+        return r;
+    }
+    return fail(c, path, "'type' must be a string or an array of strings"), -1;
+}
+
+char *js_schema_to_gbnf(const void *schema, char *err, size_t errlen) {
+    jsc c = {.root = schema, .err = err, .errlen = errlen};
+    int r = visit(&c, schema, "#", 0);
+    if (r < 0 || c.out.oom) {
+        if (c.out.oom && !c.failed) snprintf(err, errlen, "out of memory");
+        free(c.out.s);
+        return NULL;
+    }
+    sb_printf(&c.out, "root ::= r%d\n", r);
+    static const char prims[] =
+              "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+              "object ::= \"{\" ws ( string \":\" ws value (\",\" ws string \":\" ws value)* )? \"}\" ws\n"
+              "array  ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+              "char   ::= [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\bfnrt/] | \"u\" [0-9a-fA-F]{4})\n"
+              "string ::= \"\\\"\" char* \"\\\"\" ws\n"
+              "number ::= \"-\"? ([0-9] | [1-9] [0-9]{0,15}) (\".\" [0-9]{1,16})? ([eE] [-+]? [0-9]{1,4})? ws\n"
+              "integer ::= \"-\"? ([0-9] | [1-9] [0-9]{0,15}) ws\n"
+              "boolean ::= (\"true\" | \"false\") ws\n"
+              "null   ::= \"null\" ws\n"
+              "date   ::= [1-9] [0-9]{3} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] )\n" /* days 01-28: valid in every month */
+              "time   ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
+              "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
+              "ws     ::= | \" \" | \"\\n\" [ ]{0,8}\n";
+    sb_add(&c.out, prims, sizeof prims - 1);
+    if (c.out.oom) {
+        free(c.out.s);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    return c.out.s;
+}

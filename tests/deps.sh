@@ -6,8 +6,8 @@ pkgs=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libjansson-dev libwebsockets-dev libyaml-dev libsqlite3-dev
       python3 python3-numpy python3-scipy python3-websockets
       nodejs chromium
-      libcurl4-openssl-dev nginx prometheus)
-# libcurl: `specd pull` / -hf. nginx + prometheus (for promtool): tests/deploy.
+      curl libcurl4-openssl-dev nginx prometheus)
+# libcurl: `specd pull` / -hf. nginx + prometheus (for promtool) + curl: tests/deploy.
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

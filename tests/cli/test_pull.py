@@ -234,6 +234,13 @@ try:
     case("generate -hf T --hf-draft D equals generate -m", out.get("tokens") == td and "speculation" in out,
          g.stderr.strip()[-100:])
 
+    # -hf on bench (the engine bench, one stream, a few tokens)
+    r = subprocess.run([SPECD, "bench", "--concurrency", "1", "-hf", "test-org/stories-GGUF:Q8_0", "--hf-draft",
+                        "test-org/stories-GGUF:F16", "-n", "8", "--prompt-tokens", "4", "-t", "1"],
+                       capture_output=True, text=True, env=dict(env, HF_HUB_OFFLINE="1"), timeout=300)
+    case("bench -hf / --hf-draft resolve from the cache (offline)", r.returncode == 0 and
+         "stories260K-Q8_0.gguf" in r.stderr and "stories260K-F16.gguf" in r.stderr, (r.stderr + r.stdout).strip()[-120:])
+
     # 14. specd models: what the cache holds, read from the GGUF headers
     r = subprocess.run([SPECD, "models", "--json"], capture_output=True, text=True, env=env)
     ms = json.loads(r.stdout)["models"]

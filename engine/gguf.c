@@ -55,71 +55,7 @@ static void *xrealloc(void *p, size_t n)
     return p;
 }
 
-/* ---- type facts ------------------------------------------------------- */
-
-typedef struct {
-    const char *name;
-    uint32_t blck;
-    uint32_t size;
-} type_info;
-
-static const type_info k_types[GGML_TYPE_COUNT] = {
-    [GGML_TYPE_F32] = {"f32", 1, 4},
-    [GGML_TYPE_F16] = {"f16", 1, 2},
-    [GGML_TYPE_Q4_0] = {"q4_0", 32, 18},
-    [GGML_TYPE_Q4_1] = {"q4_1", 32, 20},
-    [GGML_TYPE_Q5_0] = {"q5_0", 32, 22},
-    [GGML_TYPE_Q5_1] = {"q5_1", 32, 24},
-    [GGML_TYPE_Q8_0] = {"q8_0", 32, 34},
-    [GGML_TYPE_Q8_1] = {"q8_1", 32, 36},
-    [GGML_TYPE_Q2_K] = {"q2_K", 256, 84},
-    [GGML_TYPE_Q3_K] = {"q3_K", 256, 110},
-    [GGML_TYPE_Q4_K] = {"q4_K", 256, 144},
-    [GGML_TYPE_Q5_K] = {"q5_K", 256, 176},
-    [GGML_TYPE_Q6_K] = {"q6_K", 256, 210},
-    [GGML_TYPE_Q8_K] = {"q8_K", 256, 292},
-    [GGML_TYPE_I8] = {"i8", 1, 1},
-    [GGML_TYPE_I16] = {"i16", 1, 2},
-    [GGML_TYPE_I32] = {"i32", 1, 4},
-    [GGML_TYPE_I64] = {"i64", 1, 8},
-    [GGML_TYPE_F64] = {"f64", 1, 8},
-    [GGML_TYPE_BF16] = {"bf16", 1, 2},
-};
-
-const char *ggml_type_name(int type)
-{
-    if (type < 0 || type >= GGML_TYPE_COUNT) return NULL;
-    return k_types[type].name;
-}
-
-int ggml_type_from_name(const char *name)
-{
-    if (!name) return -1;
-    for (int t = 0; t < GGML_TYPE_COUNT; t++)
-        if (k_types[t].name && strcasecmp(k_types[t].name, name) == 0) return t;
-    return -1;
-}
-
-uint32_t ggml_blck_size(int type)
-{
-    if (type < 0 || type >= GGML_TYPE_COUNT) return 0;
-    return k_types[type].blck;
-}
-
-uint32_t ggml_type_size(int type)
-{
-    if (type < 0 || type >= GGML_TYPE_COUNT) return 0;
-    return k_types[type].size;
-}
-
-uint64_t ggml_row_size(int type, uint64_t ne0)
-{
-    uint32_t bs = ggml_blck_size(type), ts = ggml_type_size(type);
-    if (!bs || !ts || ne0 % bs) return 0;
-    uint64_t blocks = ne0 / bs;
-    if (blocks > UINT64_MAX / ts) return 0;
-    return blocks * ts;
-}
+/* ---- value types ------------------------------------------------------ */
 
 static const char *const k_vtype_names[GGUF_TYPE_COUNT] = {
     "uint8", "int8", "uint16", "int16", "uint32", "int32", "float32", "bool",

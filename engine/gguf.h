@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/ggml_type.h" /* ggml_type, the type facts (names, block and row sizes) */
+
 /* Metadata value types (on-disk numbering). */
 typedef enum {
     GGUF_TYPE_UINT8 = 0, GGUF_TYPE_INT8 = 1, GGUF_TYPE_UINT16 = 2, GGUF_TYPE_INT16 = 3,
@@ -24,18 +26,6 @@ typedef enum {
     GGUF_TYPE_FLOAT64 = 12,
     GGUF_TYPE_COUNT
 } gguf_vtype;
-
-/* Tensor element types (ggml numbering). Only the ones specd can compute with
- * are accepted by the model loader; the reader knows block sizes of more so it
- * can name them in errors and validate sizes. */
-typedef enum {
-    GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q4_1 = 3,
-    GGML_TYPE_Q5_0 = 6, GGML_TYPE_Q5_1 = 7, GGML_TYPE_Q8_0 = 8, GGML_TYPE_Q8_1 = 9,
-    GGML_TYPE_Q2_K = 10, GGML_TYPE_Q3_K = 11, GGML_TYPE_Q4_K = 12, GGML_TYPE_Q5_K = 13,
-    GGML_TYPE_Q6_K = 14, GGML_TYPE_Q8_K = 15, GGML_TYPE_I8 = 24, GGML_TYPE_I16 = 25,
-    GGML_TYPE_I32 = 26, GGML_TYPE_I64 = 27, GGML_TYPE_F64 = 28, GGML_TYPE_BF16 = 30,
-    GGML_TYPE_COUNT = 40
-} ggml_type;
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
@@ -121,14 +111,6 @@ const gguf_kv *gguf_get_arr(const gguf_file *f, const char *key, gguf_vtype elem
 
 bool gguf_str_eq(gguf_str s, const char *cstr);
 
-/* Type facts. Unknown types give 0 (ggml_type_name: NULL). Names are ggml's
- * ("f32", "bf16", "q8_0", "q4_K"). */
-const char *ggml_type_name(int type);
-int ggml_type_from_name(const char *name); /* -1 if unknown (case-insensitive: "f16", "Q8_0") */
-uint32_t ggml_blck_size(int type);
-uint32_t ggml_type_size(int type);          /* bytes per block */
-/* Bytes of a row of ne0 elements; 0 if ne0 is not a multiple of the block size. */
-uint64_t ggml_row_size(int type, uint64_t ne0);
 const char *gguf_vtype_name(int type);
 
 /* ---- writer ---------------------------------------------------------- */

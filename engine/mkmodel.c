@@ -10,8 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "kernels/cpu/matmul.h"
-#include "kernels/half.h"
+#include "kernels/ggml_type.h"
 
 #define MK_MAX_DIM (1 << 20)
 #define MK_MAX_LAYERS 4096
@@ -46,245 +45,17 @@ uint32_t mkmodel_ftype(int type)
     }
 }
 
-static bool type_supported(int type)
-{
-    return type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 ||
-           type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 || type == GGML_TYPE_Q4_K ||
-           type == GGML_TYPE_Q5_K || type == GGML_TYPE_Q6_K;
-}
+static bool type_supported(int type) { return ggml_type_convertible(type); }
 
-/* Round half away from zero without the libm call; |v| must be < 2^31. */
-static inline int round_int(float v)
-{
-    int t = (int)v;
-    float frac = v - (float)t;
-    return t + (frac >= 0.5f) - (frac <= -0.5f);
-}
-
-static inline int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
-
-static inline void put_f16(uint8_t *p, float f)
-{
-    uint16_t h = f32_to_fp16(f);
-    memcpy(p, &h, 2);
-}
-
-static inline float get_f16(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return fp16_to_f32(h);
-}
-
-/* Q4_0 (18 bytes / 32): the value of largest magnitude maps to q = 0 (-8),
- * d = that value / -8 (f16); q = clamp(round(w / d) + 8, 0, 15) using the
- * stored d. Byte l holds weight l in the low nibble and l+16 in the high one. */
-static void q4_0_block(uint8_t *blk, const float *x)
-{
-    float amax = 0.0f, vmax = 0.0f;
-    for (int i = 0; i < 32; i++)
-        if (fabsf(x[i]) > amax) amax = fabsf(x[i]), vmax = x[i];
-    put_f16(blk, vmax / -8.0f);
-    float d = get_f16(blk), id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int l = 0; l < 16; l++) {
-        int lo = clampi(round_int(x[l] * id) + 8, 0, 15);
-        int hi = clampi(round_int(x[l + 16] * id) + 8, 0, 15);
-        blk[2 + l] = (uint8_t)(lo | (hi << 4));
-    }
-}
-
-/* Q4_K (144 bytes / 256) and Q5_K (176): per sub-block of 32, min/max fit
- * w ~ s_j * q - m_j with m_j = -min(0, min w) and s_j = (max w + m_j) / qmax;
- * then d = max s_j / 63 and dmin = max m_j / 63 (f16), sc_j = round(s_j / d),
- * mn_j = round(m_j / dmin) (6 bits), and q = round((w + dmin*mn_j) / (d*sc_j))
- * clamped to [0, qmax] with the stored, rounded scales. Packing: sc/mn of
- * sub-blocks 0-3 in the low 6 bits of bytes 0-3 / 4-7; those of 4-7 split into
- * a low nibble (bytes 8-11, sc low, mn high) and 2 high bits (top of bytes 0-3
- * for sc, 4-7 for mn). */
-static void qk_block(uint8_t *blk, const float *x, bool five)
-{
-    int qmax = five ? 31 : 15;
-    float s[8], m[8], smax = 0.0f, mmax = 0.0f;
-    for (int j = 0; j < 8; j++) {
-        float lo = 0.0f, hi = 0.0f;
-        for (int l = 0; l < 32; l++) {
-            float v = x[32 * j + l];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-        m[j] = -lo;
-        s[j] = (hi - lo) / (float)qmax;
-        smax = s[j] > smax ? s[j] : smax;
-        mmax = m[j] > mmax ? m[j] : mmax;
-    }
-    put_f16(blk, smax / 63.0f);
-    put_f16(blk + 2, mmax / 63.0f);
-    float d = get_f16(blk), dmin = get_f16(blk + 2);
-    int sc[8], mn[8];
-    for (int j = 0; j < 8; j++) {
-        sc[j] = d > 0.0f ? clampi(round_int(s[j] / d), 0, 63) : 0;
-        mn[j] = dmin > 0.0f ? clampi(round_int(m[j] / dmin), 0, 63) : 0;
-    }
-    uint8_t *scales = blk + 4;
-    for (int j = 0; j < 4; j++) {
-        scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-        scales[j + 4] = (uint8_t)((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
-        scales[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4));
-    }
-    uint8_t *qh = five ? blk + 16 : NULL, *qs = five ? blk + 48 : blk + 16;
-    memset(qs, 0, 128);
-    if (qh) memset(qh, 0, 32);
-    for (int j = 0; j < 8; j++) {
-        float ds = d * (float)sc[j], dm = dmin * (float)mn[j];
-        float ids = ds > 0.0f ? 1.0f / ds : 0.0f;
-        for (int l = 0; l < 32; l++) {
-            int q = clampi(round_int((x[32 * j + l] + dm) * ids), 0, qmax);
-            qs[32 * (j / 2) + l] |= (uint8_t)((q & 0xF) << (4 * (j & 1)));
-            if (qh) qh[l] |= (uint8_t)((q >> 4) << j);
-        }
-    }
-}
-
-/* Q6_K (210 bytes / 256): per 16 weights, s_i = (value of largest magnitude)
- * / -32; d = max |s_i| / 127 (f16), scales_i = round(s_i / d) (int8), and
- * q = clamp(round(w / (d*scales_i)) + 32, 0, 63). Layout: ql[128], qh[64],
- * scales[16], d; weight 128h + 32s + l (half h, sub-block s, l < 32) keeps its
- * low 4 bits in nibble s>>1 of ql[64h + 32(s&1) + l] and its high 2 bits in
- * bits 2s..2s+1 of qh[32h + l]. */
-static void q6_k_block(uint8_t *blk, const float *x)
-{
-    float s[16], amax_s = 0.0f;
-    for (int i = 0; i < 16; i++) {
-        float amax = 0.0f, vmax = 0.0f;
-        for (int l = 0; l < 16; l++)
-            if (fabsf(x[16 * i + l]) > amax) amax = fabsf(x[16 * i + l]), vmax = x[16 * i + l];
-        s[i] = vmax / -32.0f;
-        amax_s = fabsf(s[i]) > amax_s ? fabsf(s[i]) : amax_s;
-    }
-    uint8_t *ql = blk, *qh = blk + 128;
-    int8_t *scales = (int8_t *)(blk + 192);
-    put_f16(blk + 208, amax_s / 127.0f);
-    float d = get_f16(blk + 208);
-    memset(blk, 0, 192);
-    for (int i = 0; i < 16; i++) {
-        int sc = d > 0.0f ? clampi(round_int(s[i] / d), -127, 127) : 0;
-        scales[i] = (int8_t)sc;
-        float ds = d * (float)sc, ids = ds != 0.0f ? 1.0f / ds : 0.0f;
-        for (int l = 0; l < 16; l++) {
-            int idx = 16 * i + l, h = idx / 128, sb = (idx % 128) / 32, ll = idx % 32;
-            int q = clampi(round_int(x[idx] * ids) + 32, 0, 63);
-            ql[64 * h + 32 * (sb & 1) + ll] |= (uint8_t)((q & 0xF) << (4 * (sb >> 1)));
-            qh[32 * h + ll] |= (uint8_t)((q >> 4) << (2 * sb));
-        }
-    }
-}
-
+/* The reference pair of kernels/ggml_type.h: what the kernels compute with. */
 bool mkmodel_row_from_f32(void *dst, int type, const float *src, uint64_t n)
 {
-    uint8_t *d = dst;
-    switch (type) {
-    case GGML_TYPE_F32:
-        memcpy(d, src, n * 4);
-        return true;
-    case GGML_TYPE_F16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h = f32_to_fp16(src[i]);
-            memcpy(d + 2 * i, &h, 2);
-        }
-        return true;
-    case GGML_TYPE_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h = f32_to_bf16(src[i]);
-            memcpy(d + 2 * i, &h, 2);
-        }
-        return true;
-    case GGML_TYPE_Q8_0:
-        if (n % 32) return false;
-        for (uint64_t b = 0; b < n / 32; b++) {
-            const float *x = src + 32 * b;
-            uint8_t *blk = d + 34 * b;
-            float amax = 0.0f;
-            for (int i = 0; i < 32; i++) {
-                float a = fabsf(x[i]);
-                amax = a > amax ? a : amax; /* not fmaxf: that is a libm call here */
-            }
-            float dd = amax / 127.0f;
-            float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-            uint16_t h = f32_to_fp16(dd);
-            memcpy(blk, &h, 2);
-            for (int i = 0; i < 32; i++) {
-                /* roundf (half away from zero) without the libm call: |v| <= 127.5,
-                 * so the truncation and the difference are exact */
-                float v = x[i] * id;
-                int t = (int)v;
-                float frac = v - (float)t;
-                t += (frac >= 0.5f) - (frac <= -0.5f);
-                blk[2 + i] = (uint8_t)t;
-            }
-        }
-        return true;
-    case GGML_TYPE_Q4_0:
-        if (n % 32) return false;
-        for (uint64_t b = 0; b < n / 32; b++) q4_0_block(d + 18 * b, src + 32 * b);
-        return true;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K: {
-        if (n % 256) return false;
-        size_t bb = type == GGML_TYPE_Q4_K ? 144 : 176;
-        for (uint64_t b = 0; b < n / 256; b++) qk_block(d + bb * b, src + 256 * b, type == GGML_TYPE_Q5_K);
-        return true;
-    }
-    case GGML_TYPE_Q6_K:
-        if (n % 256) return false;
-        for (uint64_t b = 0; b < n / 256; b++) q6_k_block(d + 210 * b, src + 256 * b);
-        return true;
-    default:
-        return false;
-    }
+    return ggml_quantize_row(dst, type, src, n);
 }
 
 bool mkmodel_row_to_f32(float *dst, int type, const void *src, uint64_t n)
 {
-    const uint8_t *s = src;
-    switch (type) {
-    case GGML_TYPE_F32:
-        memcpy(dst, s, n * 4);
-        return true;
-    case GGML_TYPE_F16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = fp16_to_f32(h);
-        }
-        return true;
-    case GGML_TYPE_BF16:
-        for (uint64_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = bf16_to_f32(h);
-        }
-        return true;
-    case GGML_TYPE_Q8_0:
-        if (n % 32) return false;
-        for (uint64_t b = 0; b < n / 32; b++) {
-            const uint8_t *blk = s + 34 * b;
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            float dd = fp16_to_f32(h);
-            for (int i = 0; i < 32; i++) dst[32 * b + i] = dd * (float)(int8_t)blk[2 + i];
-        }
-        return true;
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-        /* the matmul kernels' own dequantizer: what a model computes with */
-        if (n > (uint64_t)INT32_MAX || mm_row_bytes(type, (int)n) == 0) return false;
-        mm_dequant_row(dst, s, type, (int)n);
-        return true;
-    default:
-        return false;
-    }
+    return ggml_dequantize_row(dst, type, src, n);
 }
 
 /* ---- counter-based randomness ---------------------------------------------

@@ -63,10 +63,11 @@ int mkmodel_widen(const char *out_path, const char *src_path, const mkmodel_opts
 int mkmodel_quantize(const char *out_path, const char *src_path, int type,
                      mkmodel_info *info, char *err, size_t errlen);
 
-/* Row conversion, exactly as the shared contracts say (f16/bf16: round to
- * nearest even; Q8_0: d = max|w|/127 stored as f16, q = roundf(w / d) with the
- * f32 d). n must be a multiple of the block size (32 for Q8_0). Return false on
- * an unsupported type or a bad n. */
+/* Row conversion: ggml_quantize_row / ggml_dequantize_row (kernels/ggml_type.h),
+ * exactly as the shared contracts say (f16/bf16: round to nearest even; Q8_0:
+ * d = max|w|/127 stored as f16, q = roundf(w / d) with the f32 d). n must be a
+ * multiple of the block size (32 for Q8_0). Return false on an unsupported
+ * type or a bad n. */
 bool mkmodel_row_from_f32(void *dst, int type, const float *src, uint64_t n);
 bool mkmodel_row_to_f32(float *dst, int type, const void *src, uint64_t n);
 

@@ -6,7 +6,7 @@
 #include "kernels/cpu/warena.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
-#include "engine/gguf.h"
+#include "kernels/ggml_type.h"
 #include "kernels/cpu/threadpool.h"
 
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/vmath.h"
 
-#include "engine/gguf.h"
+#include "kernels/ggml_type.h"
 #include "kernels/half.h"
 
 #include <stdlib.h>
@@ -33,8 +33,6 @@
 #define MR_MAX 5 /* 5 = γ+1 for γ=4: the verification shape fits one tile */
 #define NR 4
 
-static inline float mm_h2f(uint16_t h) { return fp16_to_f32(h); }
-
 size_t mm_row_bytes(int wtype, int K) {
     switch (wtype) {
     case GGML_TYPE_F32: return (size_t)K * 4;
@@ -52,78 +50,8 @@ size_t mm_row_bytes(int wtype, int K) {
 }
 
 void mm_dequant_row(float *out, const uint8_t *row, int wtype, int K) {
-    switch (wtype) {
-    case GGML_TYPE_F32: memcpy(out, row, (size_t)K * 4); break;
-    case GGML_TYPE_F16:
-        for (int k = 0; k < K; k++) {
-            uint16_t h;
-            memcpy(&h, row + 2 * k, 2);
-            out[k] = fp16_to_f32(h);
-        }
-        break;
-    case GGML_TYPE_BF16:
-        for (int k = 0; k < K; k++) {
-            uint16_t h;
-            memcpy(&h, row + 2 * k, 2);
-            out[k] = bf16_to_f32(h);
-        }
-        break;
-    case GGML_TYPE_Q8_0: {
-        const blk_q8_0 *b = (const blk_q8_0 *)row;
-        for (int i = 0; i < K / 32; i++) {
-            float d = fp16_to_f32(b[i].d);
-            for (int j = 0; j < 32; j++) out[i * 32 + j] = d * (float)b[i].q[j];
-        }
-        break;
-    }
-    case GGML_TYPE_Q4_0: {
-        const blk_q4_0 *b = (const blk_q4_0 *)row;
-        for (int i = 0; i < K / 32; i++) {
-            float d = mm_h2f(b[i].d);
-            for (int l = 0; l < 16; l++) {
-                out[i * 32 + l] = d * (float)((b[i].qs[l] & 0xF) - 8);
-                out[i * 32 + l + 16] = d * (float)((b[i].qs[l] >> 4) - 8);
-            }
-        }
-        break;
-    }
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-        for (int i = 0; i < K / 256; i++) {
-            kq_view v = kq_at(row, wtype == GGML_TYPE_Q5_K, i);
-            uint8_t sc[8], mn[8];
-            kq_unpack(v.scales, sc, mn);
-            float d = mm_h2f(v.d), dmin = mm_h2f(v.dmin);
-            for (int j = 0; j < 8; j++) {
-                float ds = d * (float)sc[j], dm = dmin * (float)mn[j];
-                for (int l = 0; l < 32; l++) {
-                    int q = (v.qs[32 * (j / 2) + l] >> (4 * (j & 1))) & 0xF;
-                    if (v.qh) q |= ((v.qh[l] >> j) & 1) << 4;
-                    out[i * 256 + 32 * j + l] = ds * (float)q - dm;
-                }
-            }
-        }
-        break;
-    case GGML_TYPE_Q6_K: {
-        const blk_q6_k *b = (const blk_q6_k *)row;
-        for (int i = 0; i < K / 256; i++) {
-            float d = mm_h2f(b[i].d);
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *ql = b[i].ql + 64 * h, *qh = b[i].qh + 32 * h;
-                const int8_t *sc = b[i].scales + 8 * h;
-                for (int l = 0; l < 32; l++) {
-                    float *o = out + i * 256 + 128 * h + l;
-                    o[0] = d * (float)sc[l / 16 + 0] * (float)(((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32);
-                    o[32] = d * (float)sc[l / 16 + 2] * (float)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                    o[64] = d * (float)sc[l / 16 + 4] * (float)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                    o[96] = d * (float)sc[l / 16 + 6] * (float)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
-                }
-            }
-        }
-        break;
-    }
-    default: abort(); /* the model loader only admits the types above */
-    }
+    /* the model loader only admits the types the reference converts */
+    if (!ggml_dequantize_row(out, wtype, row, (uint64_t)K)) abort();
 }
 
 /* ---- portable C path --------------------------------------------------

@@ -20,7 +20,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant.h"
 
-#include "engine/gguf.h"
+#include "kernels/ggml_type.h"
 #include "kernels/half.h"
 
 #include <string.h>

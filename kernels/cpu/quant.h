@@ -1,6 +1,7 @@
-/* quant.h — the GGML block layouts of the quantized weight types the CPU
- * kernels read (private to kernels/cpu: matmul.c dequantizes them, matmul_q8.c
- * takes integer dot products with them). Layouts as GGUF files store them. */
+/* quant.h — what the CPU kernels share about the quantized weight types
+ * (private to kernels/cpu): views into Q4_K/Q5_K blocks, the repacked Q8_0 x8
+ * layout, the tile dispatch. The file layouts themselves live in
+ * kernels/ggml_type.h. */
 #ifndef SPECD_CPU_QUANT_H
 #define SPECD_CPU_QUANT_H
 
@@ -8,64 +9,7 @@
 #include <string.h>
 
 #include "kernels/cpu/simd.h"
-
-/* 32 weights: w = d * q. */
-typedef struct {
-    uint16_t d;
-    int8_t q[32];
-} __attribute__((packed)) blk_q8_0;
-_Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
-
-/* 32 weights: w = d * (q - 8); byte l holds weight l (low nibble) and l+16. */
-typedef struct {
-    uint16_t d;
-    uint8_t qs[16];
-} __attribute__((packed)) blk_q4_0;
-_Static_assert(sizeof(blk_q4_0) == 18, "Q4_0 block is 18 bytes");
-
-/* 256 weights in 8 sub-blocks of 32: w = d*sc_j*q - dmin*m_j with 6-bit sc/m
- * packed in scales (see kq_unpack). qs: 4 groups of 32 bytes; group g holds
- * sub-block 2g in the low nibbles and 2g+1 in the high ones. Q5_K adds bit j
- * of qh[l] as bit 4 of weight l of sub-block j. */
-typedef struct {
-    uint16_t d, dmin;
-    uint8_t scales[12];
-    uint8_t qs[128];
-} __attribute__((packed)) blk_q4_k;
-_Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
-
-typedef struct {
-    uint16_t d, dmin;
-    uint8_t scales[12];
-    uint8_t qh[32];
-    uint8_t qs[128];
-} __attribute__((packed)) blk_q5_k;
-_Static_assert(sizeof(blk_q5_k) == 176, "Q5_K block is 176 bytes");
-
-/* 256 weights, two halves of 128 (ql + 64h, qh + 32h, scales + 8h). In a half,
- * sub-block s (32 weights) takes ql[(s&1)*32 + l] nibble s>>1 as bits 0-3 and
- * qh[l] bits 2s..2s+1 as bits 4-5; w = d * scales[16-weight group] * (q - 32). */
-typedef struct {
-    uint8_t ql[128];
-    uint8_t qh[64];
-    int8_t scales[16];
-    uint16_t d;
-} __attribute__((packed)) blk_q6_k;
-_Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
-
-/* All 8 scales and 8 mins of a Q4_K/Q5_K block at once, as bytes: sub-blocks
- * 0-3 keep their 6 bits in bytes 0-3 (scales) and 4-7 (mins); 4-7 take their
- * low 4 bits from the nibbles of bytes 8-11 and their top 2 bits from the top
- * bits of bytes 0-3 (scales) and 4-7 (mins). Word-wide, a dozen operations. */
-static inline void kq_unpack(const uint8_t *scales, uint8_t sc[8], uint8_t mn[8]) {
-    uint32_t w[3];
-    memcpy(w, scales, 12);
-    uint32_t s_lo = w[0] & 0x3f3f3f3fu, m_lo = w[1] & 0x3f3f3f3fu;
-    uint32_t s_hi = (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4);
-    uint32_t m_hi = ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4);
-    memcpy(sc, &s_lo, 4), memcpy(sc + 4, &s_hi, 4);
-    memcpy(mn, &m_lo, 4), memcpy(mn + 4, &m_hi, 4);
-}
+#include "kernels/ggml_type.h" /* the block layouts, kq_unpack, SPECD_TYPE_Q8_0_R8 */
 
 /* Where Q4_K/Q5_K super-block i of a row keeps its fields: the two types
  * share d, dmin and scales; Q5_K adds qh (NULL for Q4_K). */
@@ -95,8 +39,8 @@ static inline kq_view kq_at(const uint8_t *row, int q5, int i) {
  * columns 4j..4j+3 of rows 0..7 (4 bytes per row), each weight stored + 128 as
  * an unsigned byte (q ^ 0x80): vpdpbusd takes the weights as its unsigned
  * operand as they are, and one 32-byte load feeds one vpdpbusd that advances
- * all 8 rows by 4 columns. Internal type id, never in a file. */
-#define SPECD_TYPE_Q8_0_R8 0x1008
+ * all 8 rows by 4 columns. Type id SPECD_TYPE_Q8_0_R8 (kernels/ggml_type.h),
+ * never in a file. */
 #define R8_BLOCK_BYTES 272
 
 /* Bytes of the repacked form of an N x K Q8_0 matrix (K a multiple of 32). */

@@ -17,7 +17,7 @@ template <typename T> __global__ void convert_kernel(T *dst, const float *src, i
 extern "C" void cu_f32_to_half(cudaStream_t st, void *dst, int dtype, const float *src, int64_t n) {
     int64_t blocks = (n + 255) / 256;
     int grid = blocks > 65535 ? 65535 : (int)blocks;
-    if (dtype == CU_F16) convert_kernel<__half><<<grid, 256, 0, st>>>((__half *)dst, src, n);
+    if (dtype == GGML_TYPE_F16) convert_kernel<__half><<<grid, 256, 0, st>>>((__half *)dst, src, n);
     else convert_kernel<__nv_bfloat16><<<grid, 256, 0, st>>>((__nv_bfloat16 *)dst, src, n);
     CU_CHECK_LAUNCH();
 }

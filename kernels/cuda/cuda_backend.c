@@ -14,8 +14,8 @@
  * their arrays (the graph's copy nodes read the arena) and launch the graph —
  * the draft model's γ autoregressive steps replay one graph. */
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cpu/matmul.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/ggml_type.h"
 #include "kernels/half.h"
 
 #include <cublas_v2.h>
@@ -247,9 +247,9 @@ static const void *cu_weight(backend *be, const void *host, int *type, int64_t r
     void *staging = NULL;
     const void *src = host;
     size_t bytes;
-    if (t == CU_F32) bytes = n * 4;
-    else if (t == CU_F16 || t == CU_BF16) bytes = n * 2;
-    else if (t == CU_Q8_0) { /* split: quants then scales */
+    if (t == GGML_TYPE_F32) bytes = n * 4;
+    else if (t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) bytes = n * 2;
+    else if (t == GGML_TYPE_Q8_0) { /* split: quants then scales */
         bytes = n + n / 32 * 2;
         uint8_t *s = malloc(bytes);
         if (!s) return NULL;
@@ -270,15 +270,16 @@ static const void *cu_weight(backend *be, const void *host, int *type, int64_t r
             free(row);
             return NULL;
         }
-        size_t rb = mm_row_bytes(t, (int)cols);
+        size_t rb = ggml_row_size(t, (uint64_t)cols);
         for (int64_t r = 0; r < rows; r++) {
-            mm_dequant_row(row, (const uint8_t *)host + rb * r, t, (int)cols);
+            /* the loader admits only the types the reference converts */
+            if (!ggml_dequantize_row(row, t, (const uint8_t *)host + rb * r, (uint64_t)cols)) abort();
             for (int64_t k = 0; k < cols; k++) s[r * cols + k] = f32_to_fp16(row[k]);
         }
         free(row);
         staging = s;
         src = s;
-        t = CU_F16;
+        t = GGML_TYPE_F16;
     }
     void *d = NULL;
     if (cudaMalloc(&d, bytes) != cudaSuccess) {
@@ -288,7 +289,7 @@ static const void *cu_weight(backend *be, const void *host, int *type, int64_t r
     }
     CU_CHECK(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice));
     free(staging);
-    if (t == CU_Q8_0 && n * 2 > c->wdq_bytes) { /* cuBLAS path dequantizes into this */
+    if (t == GGML_TYPE_Q8_0 && n * 2 > c->wdq_bytes) { /* cuBLAS path dequantizes into this */
         if (c->wdq) CU_CHECK(cudaFree(c->wdq));
         c->wdq = NULL;
         c->wdq_bytes = 0;
@@ -440,19 +441,19 @@ static void cu_matmul(backend *be, float *y, const float *x, const void *w, int 
         return;
     }
     const float one = 1.0f, zero = 0.0f;
-    if (wtype == CU_F32) {
+    if (wtype == GGML_TYPE_F32) {
         CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, K, x, K, &zero, y, N));
     } else {
-        int ht = wtype == CU_F16 ? CU_F16 : CU_BF16;
+        int ht = wtype == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
         const void *wm = w;
-        if (wtype == CU_Q8_0) {
+        if (wtype == GGML_TYPE_Q8_0) {
             if ((size_t)N * K * 2 > c->wdq_bytes) cu_die(__FILE__, __LINE__, "matmul", "Q8_0 scratch too small");
             cu_q8_to_bf16(c->st, c->wdq, w, N, K);
             wm = c->wdq;
         }
         if ((size_t)M * K * 2 > c->xh_bytes) cu_die(__FILE__, __LINE__, "matmul", "more rows than reserved");
         cu_f32_to_half(c->st, c->xh, ht, x, (int64_t)M * K);
-        cudaDataType dt = ht == CU_F16 ? CUDA_R_16F : CUDA_R_16BF;
+        cudaDataType dt = ht == GGML_TYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
         CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, wm, dt, K, c->xh, dt, K, &zero, y,
                                   CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
@@ -471,7 +472,7 @@ static void cu_get_rows_op(backend *be, float *y, const void *table, int type, c
     const int32_t *dids = stage(c, ids, (size_t)M * 4);
     if (c->mode == 2) return;
     const weight_entry *we = weight_find(c, table);
-    if (type == CU_Q8_0 && !we) cu_die(__FILE__, __LINE__, "get_rows", "Q8_0 table not uploaded by weight()");
+    if (type == GGML_TYPE_Q8_0 && !we) cu_die(__FILE__, __LINE__, "get_rows", "Q8_0 table not uploaded by weight()");
     prof_start(c, OP_GET_ROWS);
     cu_get_rows(c->st, y, table, type, dids, M, D, we ? (int)we->rows : 0);
     prof_stop(c);

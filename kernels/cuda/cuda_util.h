@@ -1,5 +1,5 @@
 /* cuda_util.h — what every CUDA file of specd shares: checked calls that report
- * file:line, the ggml type numbers the kernels understand, and the device-side
+ * file:line, the ggml type ids (kernels/ggml_type.h), and the device-side
  * sequence descriptor of a batched attention/kv_write call. C and CUDA C++. */
 #ifndef SPECD_CUDA_UTIL_H
 #define SPECD_CUDA_UTIL_H
@@ -9,13 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "kernels/ggml_type.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ggml type numbers (engine/gguf.h) the CUDA kernels take. CU_Q8_0 weights are
- * stored split on the device: N*K int8 quants, then N*K/32 f16 scales. */
-enum { CU_F32 = 0, CU_F16 = 1, CU_Q8_0 = 8, CU_BF16 = 30 };
+/* The CUDA kernels take GGML_TYPE_F32/F16/BF16/Q8_0 (kernels/ggml_type.h).
+ * Q8_0 weights are stored split on the device: N*K int8 quants, then N*K/32
+ * f16 scales; other types are dequantized to F16 on the host by weight(). */
 
 /* One sequence of a batched step, as the kernels read it (staged by the
  * backend from attn_seq into device memory). */

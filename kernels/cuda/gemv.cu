@@ -15,14 +15,14 @@
 template <int WT>
 __device__ __forceinline__ void load8(float *o, const void *w, int N, int K, int n, int k);
 
-template <> __device__ __forceinline__ void load8<CU_F32>(float *o, const void *w, int N, int K, int n, int k) {
+template <> __device__ __forceinline__ void load8<GGML_TYPE_F32>(float *o, const void *w, int N, int K, int n, int k) {
     const float4 *p = (const float4 *)((const float *)w + (size_t)n * K + k);
     float4 a = __ldg(p), b = __ldg(p + 1);
     o[0] = a.x; o[1] = a.y; o[2] = a.z; o[3] = a.w;
     o[4] = b.x; o[5] = b.y; o[6] = b.z; o[7] = b.w;
 }
 
-template <> __device__ __forceinline__ void load8<CU_F16>(float *o, const void *w, int N, int K, int n, int k) {
+template <> __device__ __forceinline__ void load8<GGML_TYPE_F16>(float *o, const void *w, int N, int K, int n, int k) {
     uint4 u = __ldg((const uint4 *)((const __half *)w + (size_t)n * K + k));
     const __half2 *h = (const __half2 *)&u;
 #pragma unroll
@@ -33,7 +33,7 @@ template <> __device__ __forceinline__ void load8<CU_F16>(float *o, const void *
     }
 }
 
-template <> __device__ __forceinline__ void load8<CU_BF16>(float *o, const void *w, int N, int K, int n, int k) {
+template <> __device__ __forceinline__ void load8<GGML_TYPE_BF16>(float *o, const void *w, int N, int K, int n, int k) {
     uint4 u = __ldg((const uint4 *)((const __nv_bfloat16 *)w + (size_t)n * K + k));
     const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
 #pragma unroll
@@ -44,7 +44,7 @@ template <> __device__ __forceinline__ void load8<CU_BF16>(float *o, const void 
     }
 }
 
-template <> __device__ __forceinline__ void load8<CU_Q8_0>(float *o, const void *w, int N, int K, int n, int k) {
+template <> __device__ __forceinline__ void load8<GGML_TYPE_Q8_0>(float *o, const void *w, int N, int K, int n, int k) {
     const int8_t *qs = (const int8_t *)w;
     const __half *sc = (const __half *)(qs + (size_t)N * K);
     uint2 u = __ldg((const uint2 *)(qs + (size_t)n * K + k));
@@ -108,10 +108,10 @@ template <int M, int ROWS>
 static void launch_rows(cudaStream_t st, float *y, const float *x, const void *w, int wtype, int K, int N) {
     dim3 grid((N + ROWS - 1) / ROWS);
     switch (wtype) {
-    case CU_F32: gemv_kernel<M, ROWS, CU_F32><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
-    case CU_F16: gemv_kernel<M, ROWS, CU_F16><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
-    case CU_BF16: gemv_kernel<M, ROWS, CU_BF16><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
-    case CU_Q8_0: gemv_kernel<M, ROWS, CU_Q8_0><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_F32: gemv_kernel<M, ROWS, GGML_TYPE_F32><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_F16: gemv_kernel<M, ROWS, GGML_TYPE_F16><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_BF16: gemv_kernel<M, ROWS, GGML_TYPE_BF16><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_Q8_0: gemv_kernel<M, ROWS, GGML_TYPE_Q8_0><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
     default: cu_die(__FILE__, __LINE__, "cu_gemv", "weight type without a kernel");
     }
 }

@@ -11,10 +11,10 @@ __global__ void get_rows_kernel(float *y, const void *table, int type, const int
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float v;
         switch (type) {
-        case CU_F32: v = ((const float *)table)[r * D + d]; break;
-        case CU_F16: v = __half2float(((const __half *)table)[r * D + d]); break;
-        case CU_BF16: v = __bfloat162float(((const __nv_bfloat16 *)table)[r * D + d]); break;
-        default: { /* CU_Q8_0 split over the whole (n_rows, D) table */
+        case GGML_TYPE_F32: v = ((const float *)table)[r * D + d]; break;
+        case GGML_TYPE_F16: v = __half2float(((const __half *)table)[r * D + d]); break;
+        case GGML_TYPE_BF16: v = __bfloat162float(((const __nv_bfloat16 *)table)[r * D + d]); break;
+        default: { /* GGML_TYPE_Q8_0 split over the whole (n_rows, D) table */
             const int8_t *qs = (const int8_t *)table;
             const __half *sc = (const __half *)(qs + (size_t)n_rows * D);
             v = __half2float(sc[(r * D + d) / 32]) * (float)qs[r * D + d];

@@ -11,11 +11,11 @@ extern "C" {
 #endif
 
 /* gemv.cu: y (M, N) = x (M, K) . W^T for 1 <= M <= CU_GEMV_MAX_M, K % 8 == 0,
- * W of CU_F32/F16/BF16/Q8_0 (split). Reads each weight row once for all M. */
+ * W of GGML_TYPE_F32/F16/BF16/Q8_0 (split). Reads each weight row once for all M. */
 #define CU_GEMV_MAX_M 8
 void cu_gemv(cudaStream_t st, float *y, const float *x, const void *w, int wtype, int M, int K, int N);
 
-/* convert.cu: dst (n) of CU_F16 or CU_BF16 = src (n) floats. */
+/* convert.cu: dst (n) of GGML_TYPE_F16 or GGML_TYPE_BF16 = src (n) floats. */
 void cu_f32_to_half(cudaStream_t st, void *dst, int dtype, const float *src, int64_t n);
 /* dequant.cu: dst (N, K) bf16 = split Q8_0 weight (N, K). */
 void cu_q8_to_bf16(cudaStream_t st, void *dst, const void *w, int N, int K);

@@ -653,13 +653,9 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
         gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)V);
     }
     if (mistral) gguf_writer_set_u32(w, "llama.attention.sliding_window", (uint32_t)window);
-    if (o->rope_llama3) {
-        gguf_writer_set_str(w, "llama.rope.scaling.type", "llama3");
-        gguf_writer_set_f32(w, "llama.rope.scaling.factor", 8.0f);
-        gguf_writer_set_f32(w, "llama.rope.scaling.low_freq_factor", 1.0f);
-        gguf_writer_set_f32(w, "llama.rope.scaling.high_freq_factor", 4.0f);
-        gguf_writer_set_u32(w, "llama.rope.scaling.original_context_length", 8192);
-    }
+    /* Llama-3 rope scaling is the rope_freqs.weight tensor alone (below), as
+     * llama.cpp's converter writes it: llama.cpp aborts on a rope.scaling.type
+     * of "llama3" and would apply a rope.scaling.factor as linear scaling. */
     if (tok) rc = copy_kv_prefix(w, tok, "tokenizer.", err, errlen);
     else rc = write_synth_tokenizer(w, (uint32_t)V, err, errlen);
     gguf_close(tok);

@@ -20,7 +20,8 @@ typedef struct {
     float rope_base;            /* random only; 0 = 10000 (500000 with rope_llama3) */
     float eps;                  /* random only; 0 = 1e-5 */
     bool tied;                  /* random only: no output.weight (the head reuses token_embd) */
-    bool rope_llama3;           /* random only: Llama-3 rope scaling metadata + rope_freqs.weight */
+    bool rope_llama3;           /* random only: Llama-3 rope scaling as rope_freqs.weight (factor 8,
+                                 * low/high 1/4, original context 8192); no rope.scaling.* keys */
     const char *name;           /* general.name; NULL = "specd-random" / the source's */
     const char *arch;           /* random only: "llama" (NULL), "qwen2" (QKV biases, NeoX RoPE, qwen2.* keys,
                                  * rope base 1e6) or "mistral" (llama with llama.attention.sliding_window) */

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libjansson-dev libwebsockets-dev libyaml-dev libsqlite3-dev
-      python3 python3-numpy python3-scipy python3-websockets
+      python3 python3-numpy python3-scipy python3-websockets python3-jsonschema
       nodejs chromium
       curl libcurl4-openssl-dev nginx prometheus)
 # libcurl: `specd pull` / -hf. nginx + prometheus (for promtool) + curl: tests/deploy.

@@ -4,6 +4,7 @@
  * the common ones. */
 #include "cli/cmd.h"
 #include "cli/hub.h"
+#include "cli/logfmt.h"
 #include "cli/util.h"
 #include "engine/engine.h"
 #include "engine/mkmodel.h"
@@ -19,16 +20,18 @@
 static void serve_usage(void) {
     fprintf(stderr,
             "usage: specd serve [-c config.yaml] [--host H] [--port P] [-m TARGET.gguf] [--draft DRAFT.gguf]\n"
-            "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
+            "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]] [--log-format text|json]\n"
             "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N]\n"
             "  -hf / --hf-draft fetch the target / draft from a Hugging Face repository into the cache\n"
-            "  (see specd pull). --port 0 picks a free port; the ready line names the URL. Without a model (flag or\n"
+            "  (see specd pull). --log-format json: every stderr line as a JSON object (ts, pid, msg).\n"
+            "  --port 0 picks a free port; the ready line names the URL. Without a model (flag or\n"
             "  models.target in the config) a demo pair with RANDOM weights is served.\n");
 }
 
 int cmd_serve(int argc, char **argv) {
     const char *config_path = NULL, *host = NULL, *model = NULL, *draft = NULL, *web_root = NULL;
     const char *hf = NULL, *hf_draft = NULL;
+    bool log_json = false;
     int port = -1, threads = -1, max_running = -1, ctx = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -39,6 +42,14 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--log-format")) {
+            const char *v = arg_str(argc, argv, &i);
+            if (strcmp(v, "text") && strcmp(v, "json")) {
+                fprintf(stderr, "specd serve: bad value for --log-format: %s (text or json)\n", v);
+                return 2;
+            }
+            log_json = !strcmp(v, "json");
+        }
         else if (!strcmp(a, "--web-root")) web_root = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--max-running")) max_running = (int)arg_long(argc, argv, &i, 1, 1024);
@@ -46,6 +57,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { serve_usage(); return 0; }
         else { fprintf(stderr, "specd serve: unknown option '%s'\n", a); serve_usage(); return 2; }
     }
+    if (log_json && logfmt_json_start() != 0) perror("specd serve: --log-format json");
     static char hf_path[2048], hf_draft_path[2048];
     int hrc = hub_resolve_flag("serve", hf, hf_path, sizeof(hf_path), &model);
     if (!hrc) hrc = hub_resolve_flag("serve", hf_draft, hf_draft_path, sizeof(hf_draft_path), &draft);

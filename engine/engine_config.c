@@ -20,6 +20,8 @@ void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
     ec->kv_blocks = pe->kv_blocks;
     ec->block_size = pe->block_size;
     ec->prefill_chunk = pe->prefill_chunk;
+    ec->prefix_cache = pe->prefix_cache;
+    ec->prefix_cache_blocks = pe->prefix_cache_blocks;
     ec->padding_cap = (float)ps->padding_cap;
     ec->draft_mem_warn_pct = (float)ps->draft_mem_warn_pct;
     ec->mode = ps->mode == POL_SPEC_OFF ? SPEC_MODE_OFF : ps->mode == POL_SPEC_DRAFT ? SPEC_MODE_DRAFT : SPEC_MODE_AUTO;

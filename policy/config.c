@@ -100,6 +100,8 @@ static const keydef engine_keys[] = {
     KI(pol_engine, block_size, 1, 1024, true),
     KI(pol_engine, prefill_chunk, 1, 1 << 16, true),
     KI(pol_engine, max_running, 1, 1024, true),
+    KB(pol_engine, prefix_cache, true),
+    KI(pol_engine, prefix_cache_blocks, 0, 1 << 24, true),
 };
 static const keydef spec_keys[] = {
     KE(pol_speculation, mode, mode_names, true),
@@ -171,7 +173,8 @@ static void cfg_defaults(pol_config *c) {
     s->max_tokens_limit = 4096;
     s->grace_ms = 10000;
     c->engine = (pol_engine){.backend = POL_BACKEND_AUTO, .tensor_parallel = 1, .devices = {.n = 1, .v = {0}},
-                             .block_size = 16, .prefill_chunk = 256, .max_running = 32};
+                             .block_size = 16, .prefill_chunk = 256, .max_running = 32,
+                             .prefix_cache = true};
     c->speculation = (pol_speculation){.mode = POL_SPEC_AUTO, .gamma_min = 2, .gamma_max = 8, .gamma_default = 4,
                                        .adaptive = true, .window = 20, .warmup = 5, .fallback_alpha = 0.4,
                                        .fallback_steps = 10, .probe_interval = 32, .padding_cap = 1.5,

@@ -72,6 +72,8 @@ typedef struct {
     int block_size;                        /* 16 (power of two) */
     int prefill_chunk;                     /* 256 */
     int max_running;                       /* 32 */
+    bool prefix_cache;                     /* true: share prompt KV blocks by hash in both pools */
+    int prefix_cache_blocks;               /* most cached blocks no request holds, per pool; 0 = any free block */
 } pol_engine;
 
 typedef struct {

@@ -18,6 +18,18 @@ export function costPerMillion(pricePerHour, tokensPerS) {
   return (pricePerHour / (tokensPerS * 3600)) * 1e6;
 }
 
+/** Below this many tokens/s the server is idle (its rate is a decaying
+ *  average that only approaches 0): a price divided by it would read
+ *  "$4,332,431.86 per 1M", so there is nothing to price yet. */
+export const MIN_PRICED_TPS = 1;
+
+/** Cost per 1M output tokens at tokensPerS, or null (shown as a dash) while
+ *  the rate is below MIN_PRICED_TPS or the price is not a number ≥ 0. */
+export function pricedCost(pricePerHour, tokensPerS) {
+  if (!Number.isFinite(tokensPerS) || tokensPerS < MIN_PRICED_TPS) return null;
+  return costPerMillion(pricePerHour, tokensPerS);
+}
+
 const utf8 = new TextEncoder();
 const utf8dec = new TextDecoder();
 

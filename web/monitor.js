@@ -2,7 +2,7 @@
 // the /v1/monitor WebSocket (subprotocol specd.monitor.v1), keeps the last few
 // minutes of them for the uPlot charts, and updates the tiles, the banner and
 // the running-sequence table in place. Reconnects by itself (common.js).
-import { ReconnectingSocket, costPerMillion, fmt, fmtMs, fmtUsd, showConnState, wsUrl } from './common.js';
+import { MIN_PRICED_TPS, ReconnectingSocket, fmt, fmtMs, fmtUsd, pricedCost, showConnState, wsUrl } from './common.js';
 
 const WINDOW_S = 300; // seconds of history in the time charts
 const PRICE_KEY = 'specd.monitor.price_per_hour';
@@ -116,12 +116,12 @@ function showKv(id, kv) {
 let lastTps = null;
 function showCost() {
   const price = Number($('price').value);
-  const c = costPerMillion(price, lastTps);
-  setText('v-cost', lastTps !== null && lastTps <= 0 ? 'idle' : fmtUsd(c));
-  const busy = series.tps.filter((v) => v !== null && v > 0);
+  // a dash until there is throughput to price (idle: the rate decays towards 0)
+  setText('v-cost', fmtUsd(lastTps === null ? null : pricedCost(price, lastTps)));
+  const busy = series.tps.filter((v) => v !== null && v >= MIN_PRICED_TPS);
   const avg = busy.length ? busy.reduce((a, b) => a + b, 0) / busy.length : null;
-  setText('v-cost-avg', avg ? `${fmtUsd(costPerMillion(price, avg))} at the ${WINDOW_S / 60}-min busy average (${fmt(avg, 0)} tok/s)`
-    : `at $${fmt(price, 2)}/h and the current rate`);
+  setText('v-cost-avg', avg ? `${fmtUsd(pricedCost(price, avg))} at the ${WINDOW_S / 60}-min busy average (${fmt(avg, 0)} tok/s)`
+    : lastTps !== null ? `idle: no throughput to price yet (at $${fmt(price, 2)}/h)` : `at $${fmt(price, 2)}/h and the current rate`);
 }
 
 const rows = new Map(); // session id → <tr>

@@ -6,7 +6,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const SRC = process.env.SPECD_SRC || path.resolve(import.meta.dirname, '..', '..');
-const { splitAccepted, costPerMillion, backoffMs, fmtUsd } = await import(pathToFileURL(path.join(SRC, 'web', 'common.js')).href);
+const { splitAccepted, costPerMillion, pricedCost, MIN_PRICED_TPS, backoffMs, fmtUsd } = await import(pathToFileURL(path.join(SRC, 'web', 'common.js')).href);
 
 // split: byte counts, clamping, never inside a UTF-8 sequence
 assert.deepEqual(splitAccepted(' the cat', 4), [' the', ' cat']);
@@ -31,6 +31,11 @@ assert.equal(costPerMillion(8, null), null);
 assert.equal(costPerMillion(-1, 10), null);
 assert.equal(costPerMillion(NaN, 10), null);
 assert.equal(costPerMillion(0, 10), 0);
+// the monitor's cost card: a dash while idle, not "$4,332,431.86 per 1M" from a decaying rate
+assert.equal(pricedCost(8, 0.000513), null);
+assert.equal(fmtUsd(pricedCost(8, 0.000513)), '—');
+assert.equal(pricedCost(8, MIN_PRICED_TPS - 1e-9), null);
+assert.ok(Math.abs(pricedCost(8, 56) - 39.68) < 0.01);
 assert.equal(fmtUsd(39.6825), '$39.68');
 assert.equal(fmtUsd(null), '—');
 

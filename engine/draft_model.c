@@ -127,6 +127,14 @@ static int dm_state_len(drafter *d, drafter_seq *ds) {
     return ds->kv->len;
 }
 
+static int dm_prefix_attach(drafter *d, drafter_seq *ds, const int32_t *tokens, int n, int max_len) {
+    return kv_seq_attach(((draft_model *)d)->pool, ds->kv, tokens, n, max_len);
+}
+
+static void dm_prefix_publish(drafter *d, drafter_seq *ds, const int32_t *tokens, int n) {
+    kv_seq_publish(((draft_model *)d)->pool, ds->kv, tokens, n);
+}
+
 static void dm_cost(drafter *d, double *node_ms, double *per_row_ms) {
     draft_model *dm = (draft_model *)d;
     *node_ms = dm->c.draft_ms;
@@ -163,6 +171,8 @@ static const drafter_i draft_model_i = {
     .cost = dm_cost,
     .calibrate = dm_calibrate,
     .observe = dm_observe,
+    .prefix_attach = dm_prefix_attach,
+    .prefix_publish = dm_prefix_publish,
 };
 
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,

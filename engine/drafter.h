@@ -92,6 +92,15 @@ typedef struct drafter_i {
     /* Optional: after a successful propose of `nodes` nodes in all over `rows`
      * sequences taking ms, refines the cost estimate. */
     void (*observe)(drafter *d, int nodes, int rows, double ms);
+    /* Optional, prefix reuse (kv.h; NULL: the drafter keeps no cache to
+     * share): attaches to a fresh ds the cached run of full blocks of
+     * tokens[0, n) its cache holds, at most max_len positions, and returns the
+     * positions attached (0 when none). The caller then commit()s both caches
+     * to the shorter of theirs. */
+    int (*prefix_attach)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n, int max_len);
+    /* Optional: offers the state's final full blocks of tokens[0, n) (the
+     * sequence's accepted tokens) to its prefix cache. */
+    void (*prefix_publish)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n);
 } drafter_i;
 
 /* Every drafter struct starts with this. */

@@ -96,6 +96,8 @@ struct engine {
     plan_bin *bins;
     /* copies of engine-thread state for engine_get_stats (under mu) */
     int kv_free_t, kv_free_d;
+    int pfx_cached[2], pfx_idle[2];
+    uint64_t pfx_evicted[2], pfx_cow[2];
     gamma_costs costs_pub;
     /* counters (under mu) */
     uint64_t steps, tokens, done, microbatches;
@@ -120,7 +122,8 @@ static double eng_now_ms(void) {
 engine_config engine_config_default(void) {
     return (engine_config){.backend = BACKEND_CPU, .ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
                            .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),
-                           .draft_mem_warn_pct = 20.0f, .calibrate = true, .method = SPEC_METHOD_AUTO};
+                           .draft_mem_warn_pct = 20.0f, .calibrate = true, .method = SPEC_METHOD_AUTO,
+                           .prefix_cache = true};
 }
 
 const char *engine_finish_name(engine_finish f) {
@@ -314,6 +317,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         return 0;
     }
     r->adaptive = gp.adaptive;
+    r->prm.no_prefix = rq->no_prefix_cache;
     r->policy_bounds = rq->gamma == 0;
     r->method_set = rq->method_set || rq->mode == SPEC_MODE_DRAFT;
     r->pub_method = -1;
@@ -448,6 +452,11 @@ void engine_get_stats(engine *e, engine_stats *out) {
     out->tensor_parallel = e->n_shards;
     snprintf(out->target_id, sizeof(out->target_id), "%s", e->sp->target_id.id);
     snprintf(out->draft_id, sizeof(out->draft_id), "%s", spec_pair_has_draft(e->sp) ? e->sp->draft_id.id : "");
+    for (int k = 0; k < 2; k++) {
+        out->prefix_cached[k] = e->pfx_cached[k], out->prefix_idle[k] = e->pfx_idle[k];
+        out->prefix_evicted[k] = e->pfx_evicted[k], out->prefix_cow[k] = e->pfx_cow[k];
+    }
+    out->prefix_cache = e->sp->prefix_cache;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -637,8 +646,37 @@ static req *pick_waiting(const engine *e, req **prev) {
 /* Copies the pools' free counts for engine_get_stats (mu held; the pools
  * themselves change during model work, outside the lock). */
 static void publish_pools(engine *e) {
-    e->kv_free_t = e->sp->tpool->n_free;
-    e->kv_free_d = spec_pair_draft_pool(e->sp) ? spec_pair_draft_pool(e->sp)->n_free : 0;
+    const kv_pool *pl[2] = {e->sp->tpool, spec_pair_draft_pool(e->sp)};
+    e->kv_free_t = kv_pool_available(pl[0]); /* cached blocks nobody holds count as free: they are evicted on demand */
+    e->kv_free_d = pl[1] ? kv_pool_available(pl[1]) : 0;
+    for (int k = 0; k < 2; k++) {
+        e->pfx_cached[k] = pl[k] ? pl[k]->n_indexed : 0;
+        e->pfx_idle[k] = pl[k] ? pl[k]->n_idle : 0;
+        e->pfx_evicted[k] = pl[k] ? pl[k]->evicted : 0;
+        e->pfx_cow[k] = pl[k] ? pl[k]->cow_copies : 0;
+    }
+}
+
+/* Whether waiting request w (needing `need` blocks per pool) fits now. Per
+ * pool: what the admitted requests may still allocate (their reservation less
+ * the blocks they hold, plus pending copies on write) plus what w needs beyond
+ * the cached blocks other requests hold must fit in the free and idle
+ * (evictable) blocks. Without prefix reuse this is the plain sum of
+ * reservations against the pool. Engine thread, mu held. */
+static bool admit_fits(engine *e, const req *w, int need) {
+    const kv_pool *pools[2] = {e->sp->tpool, spec_pair_draft_pool(e->sp)};
+    int shared[2], cow[2], rem[2] = {0, 0};
+    spec_prefix_probe(e->sp, w->prompt, w->n_prompt, &w->prm, shared, cow);
+    for (int i = 0; i < e->n_active; i++) {
+        const req *r = e->active[i];
+        if (!r->seq || r->final_pushed) continue;
+        int held[2], c[2];
+        spec_seq_blocks(r->seq, held, c);
+        for (int k = 0; k < 2; k++) rem[k] += r->reserved - held[k] + c[k] > 0 ? r->reserved - held[k] + c[k] : 0;
+    }
+    for (int k = 0; k < 2; k++)
+        if (pools[k] && rem[k] + need - shared[k] + cow[k] > kv_pool_available(pools[k])) return false;
+    return true;
 }
 
 /* Running requests' statistics so far (finished ones are already in e->st).
@@ -733,7 +771,7 @@ static void *engine_main(void *arg) {
             req *prev = NULL, *r = pick_waiting(e, &prev);
             if (!r) break;
             int need = blocks_needed(e, r);
-            if (e->reserved_blocks + need > pool_blocks) break;
+            if (!admit_fits(e, r, need)) break;
             if (prev) prev->next_wait = r->next_wait;
             else e->wait_head = r->next_wait;
             if (e->wait_tail == r) e->wait_tail = prev;
@@ -952,7 +990,8 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
                            .draft_mem_warn_pct = c->draft_mem_warn_pct, .max_seqs = c->max_running,
                            .max_gamma = c->gamma.gamma_max, .tensor_parallel = e->n_shards,
                            .target_shards = e->shards, .tp_comm = e->tp_comm,
-                           .ngram_min = c->ngram_min, .ngram_max = c->ngram_max};
+                           .ngram_min = c->ngram_min, .ngram_max = c->ngram_max,
+                           .prefix_cache = c->prefix_cache, .prefix_max_idle = c->prefix_cache_blocks};
     if (!c->kv_blocks) {
         /* room for every running sequence at a modest context; admission queues the rest */
         int ctx = c->max_ctx > 0 ? c->max_ctx : 2048;

@@ -77,6 +77,8 @@ typedef struct {
     int mode;                      /* spec_mode: SPEC_MODE_OFF turns speculation off for every request */
     int method;                    /* spec_method of requests that do not choose (auto) */
     int ngram_min, ngram_max;      /* n-gram lookup lengths (0: 2 and 5) */
+    bool prefix_cache;             /* prefix KV reuse in both pools (true; kv.h, spec.h) */
+    int prefix_cache_blocks;       /* most cached blocks no request holds, per pool (0: any free block) */
 } engine_config;
 
 engine_config engine_config_default(void);
@@ -109,6 +111,7 @@ typedef struct {
     spec_mode mode;                /* auto: speculate when a proposer can; draft: the draft model; off: plain */
     spec_method method;            /* the proposer, when method_set (else the policy rule's / the engine's) */
     bool method_set;
+    bool no_prefix_cache;          /* neither reuse cached prompt blocks nor leave this prompt's behind */
     int gamma;                     /* 0: the engine's default; else fixed γ within bounds (adaptive=false) */
     bool adaptive;                 /* adaptive γ (default true in auto mode) */
     bool adaptive_set;             /* whether `adaptive` was given explicitly */
@@ -195,6 +198,12 @@ typedef struct {
     char backend[16];              /* "cpu" or "cuda" */
     int tensor_parallel;           /* target shards */
     char target_id[64], draft_id[64];
+    /* prefix reuse per pool ([0] target, [1] draft): blocks in the index
+     * (held or idle), idle ones (evictable), evicted and copied on write so
+     * far; the tokens offered and reused are in st.prefix_* */
+    int prefix_cached[2], prefix_idle[2];
+    uint64_t prefix_evicted[2], prefix_cow[2];
+    bool prefix_cache;             /* on for this engine */
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);

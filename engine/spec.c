@@ -61,6 +61,9 @@ void spec_stats_add(spec_stats *a, const spec_stats *s) {
     for (int i = 0; i < GAMMA_MAX; i++) a->pos_reached[i] += s->pos_reached[i], a->pos_accepted[i] += s->pos_accepted[i];
     a->fallbacks += s->fallbacks, a->probes += s->probes, a->draft_failures += s->draft_failures;
     a->kv_resets += s->kv_resets, a->draft_ms += s->draft_ms, a->target_ms += s->target_ms;
+    a->prefix_offered += s->prefix_offered, a->prefix_reused += s->prefix_reused;
+    a->prefix_draft_offered += s->prefix_draft_offered, a->prefix_draft_reused += s->prefix_draft_reused;
+    a->prefill_tokens += s->prefill_tokens;
     for (int m = 0; m < SPEC_DRAFTERS; m++) {
         spec_method_stats *x = &a->by[m];
         const spec_method_stats *y = &s->by[m];
@@ -203,6 +206,14 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
         dm = sp->drafters[SPEC_DRAFTER_MODEL] = NULL;
         memset(&sp->draft_id, 0, sizeof(sp->draft_id));
     }
+    if (prm.prefix_cache) { /* each pool's chains start from its own model's identity */
+        sp->prefix_cache = true;
+        kv_pool_set_prefix(sp->tpool, true, sp->target_id.header_hash ^ sp->target_id.tokenizer_hash,
+                           prm.prefix_max_idle);
+        if (spec_pair_draft_pool(sp))
+            kv_pool_set_prefix(spec_pair_draft_pool(sp), true, sp->draft_id.header_hash ^ sp->draft_id.tokenizer_hash,
+                               prm.prefix_max_idle);
+    }
     if (!(sp->drafters[SPEC_DRAFTER_NGRAM] = draft_ngram_create(sp->n_vocab, prm.ngram_min, prm.ngram_max))) {
         spec_fail(err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of memory)", prm.ngram_min,
                   prm.ngram_max, NGRAM_MAX_N);
@@ -339,6 +350,69 @@ static bool method_uses(spec_method m, int slot) {
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
 }
 
+/* ---- prefix reuse (kv.h) ---------------------------------------------------- */
+
+/* Whether the sequence's draft cache must start from the target's prefix
+ * length (it may draft with the draft model, which keeps a cache to share). */
+static bool prefix_lockstep(const spec_pair *sp, const spec_seq_params *p, bool has_ds) {
+    drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+    return d && has_ds && d->i->prefix_attach && p->speculate && method_uses(p->method, SPEC_DRAFTER_MODEL);
+}
+
+/* Attaches the cached prefix of the prompt to the target cache and, in
+ * lockstep, to the draft's; the shorter of the two hits wins in both. At least
+ * the last prompt token is left to prefill (its logits give the first token). */
+static void prefix_attach(spec_seq *s, const int32_t *prompt, int n) {
+    spec_pair *sp = s->sp;
+    int lt = kv_seq_attach(sp->tpool, s->tkv, prompt, n, n - 1);
+    if (prefix_lockstep(sp, &s->prm, s->ds[SPEC_DRAFTER_MODEL] != NULL)) {
+        drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+        int ld = d->i->prefix_attach(d, s->ds[SPEC_DRAFTER_MODEL], prompt, n, lt);
+        if (ld < lt) kv_seq_truncate(sp->tpool, s->tkv, lt = ld);
+        s->st.prefix_draft_offered += (uint64_t)n;
+        s->st.prefix_draft_reused += (uint64_t)lt;
+    }
+    s->st.prefix_offered += (uint64_t)n;
+    s->st.prefix_reused += (uint64_t)lt;
+}
+
+/* Offers the sequence's final full blocks to every cache that shares. */
+static void prefix_publish(spec_seq *s) {
+    spec_pair *sp = s->sp;
+    if (!s->prefix) return;
+    kv_seq_publish(sp->tpool, s->tkv, s->tokens, s->n_tokens);
+    for (int i = 0; i < SPEC_DRAFTERS; i++)
+        if (s->ds[i] && sp->drafters[i]->i->prefix_publish)
+            sp->drafters[i]->i->prefix_publish(sp->drafters[i], s->ds[i], s->tokens, s->n_tokens);
+}
+
+void spec_prefix_probe(const spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p,
+                       int shared[2], int cow[2]) {
+    shared[0] = shared[1] = cow[0] = cow[1] = 0;
+    if (!sp->prefix_cache || p->no_prefix || n_prompt < 2) return;
+    /* the policy may still change whether the draft attaches in lockstep, so
+     * the figures hold either way: the target's shared blocks of the shorter
+     * (lockstep) run, a copy when either run ends in a cut block, and nothing
+     * taken off the draft's need */
+    int B = sp->tpool->block_size, cap = kv_blocks_for(sp->tpool, n_prompt - 1);
+    int k = kv_prefix_match(sp->tpool, prompt, n_prompt, cap, NULL), kl = k;
+    const kv_pool *dp = spec_pair_draft_pool(sp);
+    if (dp && sp->drafters[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL]->i->prefix_attach)
+        kl = kv_prefix_match(dp, prompt, n_prompt, k, NULL);
+    kv_prefix_match(sp->tpool, prompt, n_prompt, kl, &shared[0]);
+    cow[0] = (k > 0 && k * B > n_prompt - 1) || (kl > 0 && kl * B > n_prompt - 1);
+    cow[1] = cow[0];
+}
+
+void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]) {
+    held[0] = s->tkv->n_blocks;
+    cow[0] = kv_seq_cow_pending(s->sp->tpool, s->tkv);
+    const kv_seq *dk = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
+    const kv_pool *dp = spec_pair_draft_pool(s->sp);
+    held[1] = dk ? dk->n_blocks : 0;
+    cow[1] = dk && dp ? kv_seq_cow_pending(dp, dk) : 0;
+}
+
 spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
                           size_t errlen) {
     int max_ctx = sp->max_ctx;
@@ -384,6 +458,8 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
             goto fail;
         }
     }
+    s->prefix = sp->prefix_cache && !p->no_prefix;
+    if (s->prefix) prefix_attach(s, prompt, n_prompt);
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s->n_tokens = s->n_prompt = n_prompt;
     if (s->prm.grammar && (s->gst = grammar_start(s->prm.grammar)) < 0) {
@@ -404,6 +480,8 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     double t0 = spec_now_ms();
     if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, from, to, sp->logits, err, errlen) != 0) return -1;
     s->st.target_ms += spec_now_ms() - t0;
+    s->st.prefill_tokens += (uint64_t)(to - from);
+    prefix_publish(s);
     if (to < s->n_prompt) return 0;
     s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)s->n_prompt, RNG_SAMPLE);
     if (s->prm.grammar) s->gst = grammar_advance_token(s->prm.grammar, s->gst, s->tokens[s->n_tokens]);
@@ -597,6 +675,7 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
     int keep = N + k < s->n_tokens - 1 ? N + k : s->n_tokens - 1;
     for (int i = 0; i < SPEC_DRAFTERS; i++)
         if (s->ds[i]) sp->drafters[i]->i->commit(sp->drafters[i], s->ds[i], s->tokens, keep);
+    prefix_publish(s);
     s->st.tokens += (uint64_t)n_new;
     if (slot >= 0) s->st.by[slot].tokens += (uint64_t)n_new;
     s->st.fallbacks = s->ctl.fallbacks + s->ctl_ngram.fallbacks;

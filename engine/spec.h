@@ -58,6 +58,9 @@ typedef struct {
     uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
     uint64_t fallbacks, probes, draft_failures, kv_resets;
     double draft_ms, target_ms; /* time spent in the draft and target models */
+    /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
+     * many came from it instead of a prefill; prompt tokens the target computed */
+    uint64_t prefix_offered, prefix_reused, prefix_draft_offered, prefix_draft_reused, prefill_tokens;
     spec_method_stats by[SPEC_DRAFTERS]; /* the verify-step counters above, per proposer */
 } spec_stats;
 
@@ -92,6 +95,8 @@ typedef struct {
     backend *const *target_shards;
     struct comm *tp_comm;
     int ngram_min, ngram_max;   /* n-gram lookup lengths (2, 5) */
+    bool prefix_cache;          /* share full KV blocks of prompts by hash in both pools (kv.h) */
+    int prefix_max_idle;        /* most cached blocks no sequence holds, per pool (0: any free block) */
 } spec_pair_params;
 
 /* A loaded target with its KV pool, its proposers, one tokenizer and the
@@ -117,6 +122,7 @@ typedef struct spec_pair {
     drafter_prop *props;        /* (max_seqs) one drafter's batched proposal */
     int *prop_of;               /* (max_seqs) the sequence of each props entry */
     accept_variant variant;     /* tests and `specd verify --broken` only */
+    bool prefix_cache;          /* the pools share prompt blocks (spec_pair_params.prefix_cache) */
 } spec_pair;
 
 /* The draft model's pieces (NULL without one), for reports and tests. */
@@ -148,6 +154,7 @@ void spec_pair_calibrate(spec_pair *sp);
 typedef struct {
     sampler_config sc;          /* ONE config for both draft and target */
     uint64_t seed;
+    bool no_prefix;             /* neither reuse cached prompt blocks nor offer this sequence's */
     gamma_params gp;            /* gamma_max = 0 or no draft: plain decoding */
     bool speculate;             /* false: plain decoding always */
     spec_method method;         /* the proposer (DRAFT without a draft model: plain) */
@@ -166,6 +173,7 @@ typedef struct spec_seq {
     int32_t *tokens;            /* (cap) accepted tokens: prompt then output */
     int n_tokens, n_prompt, cap;
     bool prefilled;             /* the prompt is in the target cache and the first token sampled */
+    bool prefix;                /* shares blocks through the pools' prefix caches */
     spec_seq_params prm;
     gamma_ctl ctl;              /* γ of the draft model's proposals */
     gamma_ctl ctl_ngram;        /* γ of the n-gram proposals */
@@ -232,6 +240,24 @@ int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *ma
 /* Replaces the γ bounds of every controller of the sequence (policy rule,
  * per-request override); takes effect at its next step. */
 void spec_seq_set_gamma_params(spec_seq *s, const gamma_params *gp);
+
+/* Prefix reuse. spec_seq_create attaches the longest cached run of the
+ * prompt's full blocks to the target cache and, for a sequence that may use
+ * the draft model, the same length to the draft cache (a hit in one pool
+ * only reuses the shorter), always leaving at least the last prompt token to
+ * prefill; the rest is prefilled as usual. Full blocks are offered to the
+ * caches as the sequence's tokens become final. Outputs never change: the
+ * reused rows are the ones a prefill of the same tokens computes.
+ *
+ * For admission: spec_prefix_probe says, per pool (0 target, 1 draft), how
+ * many blocks an attach of this prompt would take that some sequence holds
+ * now (shared[]: at most that many, 0 for the draft) and whether the last
+ * one may be copied on write (cow[]);
+ * read-only. spec_seq_blocks gives what a sequence holds per pool and the
+ * copies its next write would make. */
+void spec_prefix_probe(const spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p,
+                       int shared[2], int cow[2]);
+void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]);
 
 /* Cache-invariant check (also run by every step): on mismatch the caches are
  * reset and re-prefilled from the tokens, counted in kv_resets. Returns 0 if

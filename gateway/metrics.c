@@ -254,6 +254,27 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
         family(&b, "specd:kv_blocks_free", "gauge", "KV cache blocks free, per model.");
         tb_printf(&b, "specd:kv_blocks_free{model=\"target\"} %d\n", es->kv_free_target);
         if (draft) tb_printf(&b, "specd:kv_blocks_free{model=\"draft\"} %d\n", es->kv_free_draft);
+        /* prefix reuse (issue 20), per pool; the hit ratio is reused / prompt tokens */
+        const uint64_t pt[2] = {es->st.prefix_offered, es->st.prefix_draft_offered};
+        const uint64_t pr[2] = {es->st.prefix_reused, es->st.prefix_draft_reused};
+        static const char *const pm[2] = {"target", "draft"};
+        int np = draft ? 2 : 1;
+        family(&b, "specd:prefix_cache_prompt_tokens_total", "counter",
+               "Prompt tokens offered to the prefix cache, per model pool.");
+        for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_prompt_tokens_total{model=\"%s\"} %llu\n", pm[k], (unsigned long long)pt[k]);
+        family(&b, "specd:prefix_cache_reused_tokens_total", "counter",
+               "Prompt tokens taken from cached KV blocks instead of a prefill, per model pool.");
+        for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_reused_tokens_total{model=\"%s\"} %llu\n", pm[k], (unsigned long long)pr[k]);
+        family(&b, "specd:prefix_cache_hit_ratio", "gauge", "Reused / offered prompt tokens since start, per model pool.");
+        for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_hit_ratio{model=\"%s\"} %.4f\n", pm[k], pt[k] ? (double)pr[k] / (double)pt[k] : 0.0);
+        family(&b, "specd:prefix_cache_blocks", "gauge", "KV blocks in the prefix index (held or idle), per model pool.");
+        for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_blocks{model=\"%s\"} %d\n", pm[k], es->prefix_cached[k]);
+        family(&b, "specd:prefix_cache_idle_blocks", "gauge", "Cached KV blocks no request holds (evictable), per model pool.");
+        for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_idle_blocks{model=\"%s\"} %d\n", pm[k], es->prefix_idle[k]);
+        family(&b, "specd:prefix_cache_evicted_blocks_total", "counter", "Cached KV blocks evicted (LRU), per model pool.");
+        for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_evicted_blocks_total{model=\"%s\"} %llu\n", pm[k], (unsigned long long)es->prefix_evicted[k]);
+        family(&b, "specd:prefix_cache_cow_blocks_total", "counter", "Shared KV blocks copied before a write, per model pool.");
+        for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_cow_blocks_total{model=\"%s\"} %llu\n", pm[k], (unsigned long long)es->prefix_cow[k]);
     }
 
     histogram(&b, "specd:time_to_first_token_seconds", "Time from request arrival to its first token.", &g.ttft);

@@ -47,7 +47,7 @@ static int32_t *ng_table(const ngram *g, drafter_seq *ds, int n) {
 /* Indexes end positions up to n_tokens - 2 (the ones whose continuation is
  * known). */
 static void ng_sync(const ngram *g, drafter_seq *ds, const int32_t *t, int n_tokens) {
-    uint32_t h[NGRAM_MAX_N];
+    uint32_t h[NGRAM_MAX_N] = {0};
     for (int e = ds->next_end; e <= n_tokens - 2; e++) {
         ng_hashes(t, e, g->nmax, h);
         for (int n = g->nmin; n <= g->nmax && n <= e + 1; n++) {
@@ -69,7 +69,7 @@ int draft_ngram_lookup(drafter *d, drafter_seq *ds, const int32_t *t, int n_toke
     if (n_tokens > ds->max_len) n_tokens = ds->max_len;
     ng_sync(g, ds, t, n_tokens);
     int last = n_tokens - 1;
-    uint32_t h[NGRAM_MAX_N];
+    uint32_t h[NGRAM_MAX_N] = {0};
     ng_hashes(t, last, g->nmax, h);
     for (int n = g->nmax; n >= g->nmin; n--) {
         if (n > last) continue; /* an earlier match needs n tokens before the last one's start */

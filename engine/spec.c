@@ -540,28 +540,36 @@ static int plan_gamma(spec_seq *s, int max_new, int batch) {
     s->slot = -1;
     if (!s->prm.speculate) return 0;
     int ctx = s->n_tokens - 1;
+    int g_ng = 0, g_dm = 0;
+    gamma_costs c_ng = costs_for(sp, SPEC_DRAFTER_NGRAM), c_dm = costs_for(sp, SPEC_DRAFTER_MODEL);
     if (s->ds[SPEC_DRAFTER_NGRAM] && method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) {
         drafter *d = sp->drafters[SPEC_DRAFTER_NGRAM];
         int avail = drafter_available(d, s->ds[SPEC_DRAFTER_NGRAM], s->tokens, s->n_tokens, GAMMA_MAX);
         if (avail > 0) {
-            gamma_costs c = costs_for(sp, SPEC_DRAFTER_NGRAM);
-            int g = gamma_ctl_next_batch(&s->ctl_ngram, &c, batch, ctx);
-            if (g > avail) g = avail;
-            g = cap_gamma(s, g, max_new);
-            if (g > 0) {
-                s->slot = SPEC_DRAFTER_NGRAM;
-                return g;
-            }
+            g_ng = gamma_ctl_next_batch(&s->ctl_ngram, &c_ng, batch, ctx);
+            if (g_ng > avail) g_ng = avail; /* a lookup proposes no more than the earlier text continues */
+            g_ng = cap_gamma(s, g_ng, max_new);
         }
     }
-    if (s->ds[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL] &&
-        method_uses(s->prm.method, SPEC_DRAFTER_MODEL)) {
-        gamma_costs c = costs_for(sp, SPEC_DRAFTER_MODEL);
-        int g = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c, batch, ctx), max_new);
-        if (g > 0) s->slot = SPEC_DRAFTER_MODEL;
-        return g;
+    bool dm = s->ds[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL] &&
+              method_uses(s->prm.method, SPEC_DRAFTER_MODEL);
+    if (dm && (g_ng == 0 || s->prm.method == SPEC_METHOD_AUTO))
+        g_dm = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c_dm, batch, ctx), max_new);
+    if (g_ng > 0 && g_dm > 0) {
+        /* auto with both on offer: the one the cost model expects more tokens
+         * per millisecond from, at each proposer's own rolling α (the prior
+         * before it has data); the lookup's near-zero cost wins ties */
+        double a_ng = gamma_ctl_alpha(&s->ctl_ngram), a_dm = gamma_ctl_alpha(&s->ctl);
+        double r_ng = gamma_rate_batch(&c_ng, a_ng < 0 ? GAMMA_PRIOR_ALPHA : a_ng, g_ng, batch, ctx);
+        double r_dm = gamma_rate_batch(&c_dm, a_dm < 0 ? GAMMA_PRIOR_ALPHA : a_dm, g_dm, batch, ctx);
+        if (r_dm > r_ng) g_ng = 0;
     }
-    return 0;
+    if (g_ng > 0) {
+        s->slot = SPEC_DRAFTER_NGRAM;
+        return g_ng;
+    }
+    if (g_dm > 0) s->slot = SPEC_DRAFTER_MODEL;
+    return g_dm;
 }
 
 static gamma_ctl *ctl_of(spec_seq *s, int slot) { return slot == SPEC_DRAFTER_NGRAM ? &s->ctl_ngram : &s->ctl; }

@@ -368,18 +368,34 @@ static hub_status http_status(long code, const char *what, const char *repo, cha
     return HUB_ERR_NETWORK;
 }
 
-/* GETs the repository listing and keeps its .gguf files. */
-static hub_status list_repo(const hub_ref *r, hub_file **out, int *n_out, char *err, size_t errlen) {
-    char url[1200];
-    snprintf(url, sizeof(url), "%s/api/models/%s/tree/main?recursive=true", endpoint(), r->repo);
+/* The hub pages long listings: the next page is in a Link header, rel="next". */
+static size_t link_header(char *p, size_t sz, size_t nm, void *u) {
+    char *next = u;
+    size_t n = sz * nm;
+    if (n > 5 && !strncasecmp(p, "link:", 5)) {
+        char line[2400];
+        snprintf(line, sizeof(line), "%.*s", (int)(n < sizeof(line) - 1 ? n : sizeof(line) - 1), p);
+        char *rel = strstr(line, "rel=\"next\"");
+        char *lt = rel ? memchr(line, '<', (size_t)(rel - line)) : NULL;
+        char *gt = lt ? strchr(lt, '>') : NULL;
+        if (lt && gt && gt < rel && (size_t)(gt - lt - 1) < 2000) snprintf(next, 2000, "%.*s", (int)(gt - lt - 1), lt + 1);
+    }
+    return n;
+}
+
+/* GETs one page of the listing into *root (a JSON array); next = its next page or "". */
+static hub_status list_page(const hub_ref *r, const char *url, json_t **root, char *next, char *err, size_t errlen) {
     CURL *c = curl_easy_init();
     if (!c) return snprintf(err, errlen, "libcurl failed to start"), HUB_ERR_NETWORK;
     membuf b = {0};
+    next[0] = 0;
     struct curl_slist *h = auth_headers();
     curl_common(c, h);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, mem_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, link_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, next);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 120L);
     CURLcode cr = curl_easy_perform(c);
     long code = 0;
@@ -393,33 +409,54 @@ static hub_status list_repo(const hub_ref *r, hub_file **out, int *n_out, char *
     } else if (code != 200) s = http_status(code, "listing the repository", r->repo, err, errlen);
     if (s != HUB_OK) return free(b.data), s;
     json_error_t je;
-    json_t *root = json_loadb(b.data ? b.data : "", b.len, 0, &je);
+    *root = json_loadb(b.data ? b.data : "", b.len, 0, &je);
     free(b.data);
-    if (!json_is_array(root)) {
-        json_decref(root);
+    if (!json_is_array(*root)) {
+        json_decref(*root);
+        *root = NULL;
         snprintf(err, errlen, "listing %s: the hub's answer is not a JSON array", r->repo);
         return HUB_ERR_NETWORK;
     }
+    return HUB_OK;
+}
+
+/* GETs the repository listing (every page) and keeps its .gguf files. */
+static hub_status list_repo(const hub_ref *r, hub_file **out, int *n_out, char *err, size_t errlen) {
+    char url[2000], next[2000];
+    snprintf(url, sizeof(url), "%s/api/models/%s/tree/main?recursive=true", endpoint(), r->repo);
     hub_file *files = calloc(HUB_MAX_FILES, sizeof(hub_file));
-    int n = 0;
-    size_t i;
-    json_t *e;
-    json_array_foreach(root, i, e) {
-        const char *type = json_string_value(json_object_get(e, "type"));
-        const char *path = json_string_value(json_object_get(e, "path"));
-        if (!files || n >= HUB_MAX_FILES || !path || (type && strcmp(type, "file"))) continue;
-        if (!ends_with_ci(path, ".gguf") || !path_ok(path) || strlen(path) >= sizeof(files[n].path)) continue;
-        hub_file *f = &files[n++];
-        snprintf(f->path, sizeof(f->path), "%s", path);
-        json_t *lfs = json_object_get(e, "lfs");
-        json_t *sz = json_object_get(lfs ? lfs : e, "size");
-        f->size = json_is_integer(sz) ? (long long)json_integer_value(sz) : -1;
-        const char *oid = json_string_value(json_object_get(lfs, "oid"));
-        if (oid && !strncmp(oid, "sha256:", 7)) oid += 7;
-        if (oid && is_hex64(oid, strlen(oid))) snprintf(f->sha256, sizeof(f->sha256), "%s", oid);
-    }
-    json_decref(root);
     if (!files) return snprintf(err, errlen, "out of memory"), HUB_ERR_IO;
+    int n = 0;
+    for (int page = 0; page < 64 && url[0]; page++) {
+        json_t *root = NULL;
+        hub_status s = list_page(r, url, &root, next, err, errlen);
+        if (s != HUB_OK) return free(files), s;
+        size_t i;
+        json_t *e;
+        json_array_foreach(root, i, e) {
+            const char *type = json_string_value(json_object_get(e, "type"));
+            const char *path = json_string_value(json_object_get(e, "path"));
+            if (n >= HUB_MAX_FILES || !path || (type && strcmp(type, "file"))) continue;
+            if (!ends_with_ci(path, ".gguf") || !path_ok(path) || strlen(path) >= sizeof(files[n].path)) continue;
+            hub_file *f = &files[n++];
+            snprintf(f->path, sizeof(f->path), "%s", path);
+            json_t *lfs = json_object_get(e, "lfs");
+            json_t *sz = json_object_get(lfs ? lfs : e, "size");
+            f->size = json_is_integer(sz) ? (long long)json_integer_value(sz) : -1;
+            const char *oid = json_string_value(json_object_get(lfs, "oid"));
+            if (oid && !strncmp(oid, "sha256:", 7)) oid += 7;
+            if (oid && is_hex64(oid, strlen(oid))) snprintf(f->sha256, sizeof(f->sha256), "%s", oid);
+        }
+        json_decref(root);
+        /* a relative next link is resolved against the endpoint; one to another
+         * host is not followed (it would receive the token) */
+        if (next[0] == '/') snprintf(url, sizeof(url), "%s%s", endpoint(), next);
+        else if (!next[0] || !strncmp(next, endpoint(), strlen(endpoint()))) snprintf(url, sizeof(url), "%s", next);
+        else {
+            snprintf(err, errlen, "listing %s: the next page is on another host (%.200s)", r->repo, next);
+            return free(files), HUB_ERR_NETWORK;
+        }
+    }
     *out = files;
     *n_out = n;
     return HUB_OK;

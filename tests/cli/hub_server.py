@@ -9,6 +9,7 @@ tests (no network here). Serves ROOT/OWNER/NAME/... with the hub's URL layout:
 Faults for the tests, set per file name with flags or at run time through
 POST /_control (JSON): cut (close the connection after N bytes, once),
 corrupt (flip a byte in what is served while the listing keeps the true hash),
+page_size (page the listing, next page in a Link header as the hub does),
 throttle (bytes/s), no_range (ignore Range, answer 200). A repo with a
 .token file is gated: it wants "Authorization: Bearer <that token>".
 Every request is appended to --log as one JSON line. Prints the port.
@@ -23,7 +24,7 @@ ap.add_argument("--log", required=True)
 ap.add_argument("--port-file")
 args = ap.parse_args()
 
-state = {"cut": {}, "corrupt": set(), "throttle": 0, "no_range": False}
+state = {"cut": {}, "corrupt": set(), "throttle": 0, "no_range": False, "page_size": 0}
 lock = threading.Lock()
 sha_cache = {}
 
@@ -85,6 +86,8 @@ class H(BaseHTTPRequestHandler):
                     state["throttle"] = c["throttle"]
                 if "no_range" in c:
                     state["no_range"] = c["no_range"]
+                if "page_size" in c:
+                    state["page_size"] = c["page_size"]
             return self.send(200, b"{}")
         self.send(404, b"{}")
 
@@ -97,7 +100,7 @@ class H(BaseHTTPRequestHandler):
         log({"method": self.command, "path": u.path, "range": self.headers.get("Range"),
              "auth": self.headers.get("Authorization")})
         if len(parts) >= 6 and parts[:2] == ["api", "models"] and parts[4:6] == ["tree", "main"]:
-            return self.listing(parts[2], parts[3])
+            return self.listing(parts[2], parts[3], u.query)
         if len(parts) >= 5 and parts[2:4] == ["resolve", "main"]:
             d = self.repo_dir(parts[0], parts[1])
             rel = "/".join(parts[4:])
@@ -117,7 +120,7 @@ class H(BaseHTTPRequestHandler):
             return self.blob(os.path.join(d, rel), os.path.basename(rel))
         self.send(404, b'{"error":"not found"}')
 
-    def listing(self, owner, name):
+    def listing(self, owner, name, query=""):
         d = self.repo_dir(owner, name)
         if not d:
             return self.send(404, b'{"error":"Repository not found"}')
@@ -136,7 +139,16 @@ class H(BaseHTTPRequestHandler):
                 if fn.endswith(".gguf"):
                     e["lfs"] = {"oid": sha256(p), "size": size, "pointerSize": 134}
                 out.append(e)
-        self.send(200, json.dumps(out).encode())
+        ps = state["page_size"]
+        if not ps:
+            return self.send(200, json.dumps(out).encode())
+        q = dict(kv.split("=", 1) for kv in query.split("&") if "=" in kv)
+        at = int(q.get("cursor", "0"))
+        hdrs = []
+        if at + ps < len(out):  # the hub's paging: an absolute next link
+            hdrs.append(("Link", '<http://127.0.0.1:%d/api/models/%s/%s/tree/main?recursive=true&cursor=%d>; rel="next"'
+                         % (self.server.server_address[1], owner, name, at + ps)))
+        self.send(200, json.dumps(out[at:at + ps]).encode(), headers=hdrs)
 
     def blob(self, path, fname):
         size = os.path.getsize(path)

@@ -97,6 +97,7 @@ def case(name, ok, detail=""):
 
 try:
     repo_file = lambda repo, f: os.path.join(cache, repo, f)
+    control(page_size=2)  # every listing comes in pages of 2, linked as the hub links them
 
     # 1. quant tag picks its file; the bytes and hash are the hub's
     clear_log()
@@ -240,6 +241,19 @@ try:
                        capture_output=True, text=True, env=dict(env, HF_HUB_OFFLINE="1"), timeout=300)
     case("bench -hf / --hf-draft resolve from the cache (offline)", r.returncode == 0 and
          "stories260K-Q8_0.gguf" in r.stderr and "stories260K-F16.gguf" in r.stderr, (r.stderr + r.stdout).strip()[-120:])
+
+    # a progress bar on a terminal (under script(1)'s pty): \r-updated, with rate and ETA
+    if shutil.which("script"):
+        r = subprocess.run(["script", "-qec", "%s pull test-org/stories-GGUF/sub/dir/stories-extra-BF16.gguf --refresh"
+                            % SPECD, "/dev/null"], capture_output=True, env=dict(env, SPECD_CACHE=tmp + "/c2"),
+                           timeout=60)
+        r.stdout = r.stdout.decode(errors="replace")  # bytes: text mode would turn \r into \n
+        case("progress bar on a tty: \\r updates, rate, ETA", r.returncode == 0 and "\r" in r.stdout and "ETA" in r.stdout
+             and "[####" in r.stdout and "/s" in r.stdout, repr(r.stdout[-100:]))
+    clear_log()
+    pull("test-org/stories-GGUF:F16", "--refresh")
+    pages = [q for q in requests() if q["path"].startswith("/api/")]
+    case("a paged listing (Link: rel=next) is read to the end", len(pages) >= 4, "%d pages" % len(pages))
 
     # 14. specd models: what the cache holds, read from the GGUF headers
     r = subprocess.run([SPECD, "models", "--json"], capture_output=True, text=True, env=env)

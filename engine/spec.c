@@ -94,24 +94,6 @@ void spec_model_identity(const model *m, const tokenizer *t, spec_model_id *out)
     snprintf(out->id, sizeof(out->id), "%s-%016llx", m->arch, (unsigned long long)h);
 }
 
-/* ---- methods and drafter slots ---------------------------------------------- */
-
-static const char *const method_names[] = {"draft", "ngram", "auto", "off"};
-
-const char *spec_method_name(spec_method m) {
-    return (unsigned)m < sizeof(method_names) / sizeof(method_names[0]) ? method_names[m] : "?";
-}
-
-int spec_method_parse(const char *s) {
-    for (int i = 0; i < (int)(sizeof(method_names) / sizeof(method_names[0])); i++)
-        if (s && !strcmp(s, method_names[i])) return i;
-    return -1;
-}
-
-const char *spec_drafter_name(int slot) {
-    return slot == SPEC_DRAFTER_MODEL ? "draft" : slot == SPEC_DRAFTER_NGRAM ? "ngram" : "plain";
-}
-
 bool spec_pair_has_draft(const spec_pair *sp) { return sp->drafters[SPEC_DRAFTER_MODEL] != NULL; }
 model *spec_pair_draft_model(const spec_pair *sp) { return draft_model_model(sp->drafters[SPEC_DRAFTER_MODEL]); }
 kv_pool *spec_pair_draft_pool(const spec_pair *sp) { return draft_model_pool(sp->drafters[SPEC_DRAFTER_MODEL]); }

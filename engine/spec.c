@@ -537,10 +537,13 @@ static int plan_gamma(spec_seq *s, int max_new, int batch) {
               method_uses(s->prm.method, SPEC_DRAFTER_MODEL);
     if (dm && (g_ng == 0 || s->prm.method == SPEC_METHOD_AUTO))
         g_dm = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c_dm, batch, ctx), max_new);
-    if (g_ng > 0 && g_dm > 0) {
-        /* auto with both on offer: the one the cost model expects more tokens
-         * per millisecond from, at each proposer's own rolling α (the prior
-         * before it has data); the lookup's near-zero cost wins ties */
+    if (g_ng > 0 && g_dm > 0 && s->prm.gp.adaptive) {
+        /* auto with both on offer, adaptive γ: the one the cost model expects
+         * more tokens per millisecond from, at each proposer's own rolling α
+         * (the prior before it has data); the lookup's near-zero cost wins
+         * ties. Timing enters here, so a fixed-γ sequence keeps the rule that
+         * depends on its tokens alone (lookup when it matches): its sampled
+         * output stays the same in any batch. */
         double a_ng = gamma_ctl_alpha(&s->ctl_ngram), a_dm = gamma_ctl_alpha(&s->ctl);
         double r_ng = gamma_rate_batch(&c_ng, a_ng < 0 ? GAMMA_PRIOR_ALPHA : a_ng, g_ng, batch, ctx);
         double r_dm = gamma_rate_batch(&c_dm, a_dm < 0 ? GAMMA_PRIOR_ALPHA : a_dm, g_dm, batch, ctx);

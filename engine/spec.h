@@ -31,9 +31,10 @@
 
 /* Which proposer a sequence uses. DRAFT is 0 so a zeroed spec_seq_params
  * keeps the draft model; AUTO: the n-gram proposal when a lookup match exists
- * and the cost model expects at least as many tokens per millisecond from it
- * as from the draft model (each at its own rolling α; the lookup is nearly
- * free, so it wins ties), else the draft model when one is loaded. */
+ * (with adaptive γ: and the cost model expects at least as many tokens per
+ * millisecond from it as from the draft model, each at its own rolling α; the
+ * lookup is nearly free, so it wins ties), else the draft model when one is
+ * loaded. */
 typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3 } spec_method;
 const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off" */
 /* Parses a method name; -1 when unknown. */

@@ -132,6 +132,11 @@ typedef enum { ENGINE_EV_STARTED = 1, ENGINE_EV_TOKENS, ENGINE_EV_FINISHED, ENGI
 typedef enum { FINISH_LENGTH = 0, FINISH_STOP, FINISH_CANCELLED, FINISH_ERROR } engine_finish;
 
 const char *engine_finish_name(engine_finish f); /* "length", "stop", "cancelled", "error" */
+    /* Log probabilities (spec.h spec_logprob: the target's raw distribution,
+     * grammar-masked under a constraint): tokens events carry one per token,
+     * with top_logprobs (0..SPEC_TOP_LOGPROBS) alternatives each. */
+    bool logprobs;
+    int top_logprobs;
 
 typedef struct {
     engine_ev_type type;
@@ -158,6 +163,8 @@ typedef struct {
     spec_stats st;                 /* this request's speculation statistics */
     /* error */
     char message[256];
+    bool has_logprobs;             /* the request asked for logprobs: lp[i] belongs to tokens[i] */
+    spec_logprob lp[GAMMA_MAX + 1];
 } engine_event;
 
 typedef struct engine engine;

@@ -10,6 +10,7 @@
 
 
 #include <stdarg.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +328,62 @@ static int32_t draw(spec_seq *s, float *logits, float *probs, uint64_t pos, uint
 
 /* Whether a sequence of this method may use the drafter in slot i. */
 static bool method_uses(spec_method m, int slot) {
+/* ---- logprobs (spec.h spec_logprob) ----------------------------------------- */
+
+static bool lp_better(float a, int32_t ia, float b, int32_t ib) { return a > b || (a == b && ia < ib); }
+
+/* The emitted token's log softmax and the k best alternatives of one row of
+ * raw (grammar-masked) logits; -inf entries are never alternatives. */
+static void logprob_fill(const float *x, int V, int32_t tok, int k, spec_logprob *out) {
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (x[i] > mx) mx = x[i];
+    double z = 0;
+    if (mx > -INFINITY)
+        for (int i = 0; i < V; i++) z += exp((double)x[i] - (double)mx);
+    double lse = (double)mx + log(z > 0 ? z : 1);
+    out->logprob = (float)((double)x[tok] - lse);
+    /* a min-heap of the k best (worst at the root) */
+    int n = 0;
+    int32_t *hid = out->top_id;
+    float *hv = out->top_logprob;
+    if (k > SPEC_TOP_LOGPROBS) k = SPEC_TOP_LOGPROBS;
+    for (int i = 0; i < V && k > 0; i++) {
+        float v = x[i];
+        if (v == -INFINITY || v != v) continue;
+        int at;
+        if (n < k) {
+            at = n++;
+            while (at > 0 && lp_better(hv[(at - 1) / 2], hid[(at - 1) / 2], v, i)) {
+                hv[at] = hv[(at - 1) / 2], hid[at] = hid[(at - 1) / 2];
+                at = (at - 1) / 2;
+            }
+        } else {
+            if (!lp_better(v, i, hv[0], hid[0])) continue;
+            at = 0;
+            for (;;) {
+                int c = 2 * at + 1;
+                if (c >= n) break;
+                if (c + 1 < n && lp_better(hv[c], hid[c], hv[c + 1], hid[c + 1])) c++;
+                if (!lp_better(v, i, hv[c], hid[c])) break;
+                hv[at] = hv[c], hid[at] = hid[c];
+                at = c;
+            }
+        }
+        hv[at] = v, hid[at] = i;
+    }
+    /* heap → best first (insertion sort: k <= 20) */
+    for (int i = 1; i < n; i++) {
+        float v = hv[i];
+        int32_t id = hid[i];
+        int j = i;
+        while (j > 0 && lp_better(v, id, hv[j - 1], hid[j - 1])) hv[j] = hv[j - 1], hid[j] = hid[j - 1], j--;
+        hv[j] = v, hid[j] = id;
+    }
+    for (int i = 0; i < n; i++) hv[i] = (float)((double)hv[i] - lse);
+    out->n_top = n;
+}
+
     if (m == SPEC_METHOD_OFF) return false;
     if (m == SPEC_METHOD_AUTO) return true;
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
@@ -468,6 +525,7 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)s->n_prompt, RNG_SAMPLE);
     if (s->prm.grammar) s->gst = grammar_advance_token(s->prm.grammar, s->gst, s->tokens[s->n_tokens]);
     s->n_tokens++;
+    if (s->prm.logprobs) logprob_fill(sp->logits, sp->n_vocab, s->tokens[s->n_tokens], s->prm.top_logprobs, &s->lp[0]);
     s->st.tokens++;
     s->prefilled = true;
     return 1;
@@ -659,6 +717,9 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
     memcpy(s->tokens + N, out, sizeof(int32_t) * (size_t)n_new);
     s->n_tokens = N + n_new;
     /* the committed grammar state advances by the accepted tokens and the
+    /* token i was drawn from row i (masked in place by its grammar state) */
+    if (s->prm.logprobs)
+        for (int i = 0; i < n_new; i++) logprob_fill(logits + (size_t)i * V, (int)V, out[i], s->prm.top_logprobs, &s->lp[i]);
      * correction/bonus only; the other copies are dropped */
     if (s->prm.grammar) {
         s->gst = k > 0 && k <= gamma ? s->gpos[k < n_new ? k : n_new] : s->gst;

@@ -29,6 +29,23 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Log probabilities of an emitted token (the OpenAI `logprobs` fields):
+ * log softmax of the target's raw logits at the token's position — the
+ * model's own distribution, before temperature, top-k, top-p and min-p
+ * (as the OpenAI API reports it) — but AFTER the grammar mask under a
+ * constraint (renormalised over the tokens the grammar allows there, so the
+ * alternatives are tokens that could have been emitted). For accepted drafts,
+ * corrections and bonus tokens alike it is the verify pass's row at that
+ * position, so a draft never changes it: the same numbers with speculation
+ * on or off (greedy, up to the float rounding of the batch shape). */
+#define SPEC_TOP_LOGPROBS 20
+typedef struct {
+    float logprob;              /* of the emitted token */
+    int n_top;                  /* alternatives below (the request's top count, fewer when the mask allows fewer) */
+    int32_t top_id[SPEC_TOP_LOGPROBS]; /* most probable first; ties: lower id first */
+    float top_logprob[SPEC_TOP_LOGPROBS];
+} spec_logprob;
+
 /* Which proposer a sequence uses. DRAFT is 0 so a zeroed spec_seq_params
  * keeps the draft model; AUTO: the n-gram proposal when a lookup match exists
  * (with adaptive γ: and the cost model expects at least as many tokens per
@@ -170,6 +187,8 @@ typedef struct {
 } spec_seq_params;
 
 typedef struct spec_seq {
+    bool logprobs;              /* fill spec_seq.lp for every appended token */
+    int top_logprobs;           /* alternatives per token in lp (0..SPEC_TOP_LOGPROBS) */
     spec_pair *sp;
     kv_seq *tkv;
     drafter_seq *ds[SPEC_DRAFTERS]; /* each usable drafter's state (NULL where none) */
@@ -191,6 +210,7 @@ typedef struct spec_seq {
 } spec_seq;
 
 /* Creates a sequence and prefills the prompt into the target (the draft
+    spec_logprob lp[GAMMA_MAX + 1]; /* prm.logprobs: of the tokens the last step (or the prefill) appended, in order */
  * catches up at its first draft). The first output token is sampled from the
  * prefill's logits and appended. Returns NULL with err filled (prompt too long
  * for the context, KV full, ...). */

@@ -41,6 +41,9 @@ typedef struct gw_req {
     char *acc;                    /* accumulated text (non-streaming) */
     size_t acc_len, acc_cap;
     int prompt_tokens;
+    bool logprobs;                /* the request asked for logprobs */
+    void *lp;                     /* accumulated logprobs (non-streaming; openai.h oa_logprobs_*) */
+    size_t lp_offset;             /* completions: text_offset of the next token */
 } gw_req;
 
 typedef struct gw_conn {

@@ -284,6 +284,8 @@ static int start_completion(gw_conn *c, int api) {
             } else {
                 r->api = api;
                 r->stream = oq.stream;
+                r->logprobs = oq.req.logprobs;
+                if (r->logprobs && !r->stream) r->lp = oa_logprobs_new(r->api == GW_HTTP_CHAT);
                 gw_uuid4(r->session);
                 gw_srv->requests++;
                 if (r->stream) {
@@ -312,9 +314,14 @@ void gw_http_pump(gw_conn *c) {
             r->prompt_tokens = ev.prompt_tokens;
         } else if (ev.type == ENGINE_EV_TOKENS) {
             gw_srv->tokens_out += (uint64_t)ev.n_tokens;
+            bool chat = r->api == GW_HTTP_CHAT;
+            if (r->lp) oa_logprobs_add(r->lp, chat, engine_tokenizer(gw_srv->eng), &ev, &r->lp_offset);
             if (r->stream) {
-                char *chunk = oa_stream_chunk(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name, ev.text,
-                                              (size_t)ev.text_len, NULL);
+                void *lp = NULL;
+                if (r->logprobs && (lp = oa_logprobs_new(chat)))
+                    oa_logprobs_add(lp, chat, engine_tokenizer(gw_srv->eng), &ev, &r->lp_offset);
+                char *chunk = oa_stream_chunk_lp(chat, r->session, gw_srv->cfg.model_name, ev.text,
+                                                 (size_t)ev.text_len, lp, NULL);
                 if (chunk) gw_queue(c, chunk, strlen(chunk), GW_OUT_HTTP), free(chunk);
             } else if (ev.text_len) {
                 if (r->acc_len + (size_t)ev.text_len + 1 > r->acc_cap) {
@@ -341,8 +348,10 @@ void gw_http_pump(gw_conn *c) {
                 snprintf(oe.message, sizeof(oe.message), "%s", ev.message);
                 respond_json(c, 500, oa_error_json(&oe));
             } else {
-                respond_json(c, 200, oa_response_json(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name,
-                                                      r->acc ? r->acc : "", r->acc_len, &ev, r->prompt_tokens));
+                void *lp = r->lp;
+                r->lp = NULL; /* handed over */
+                respond_json(c, 200, oa_response_json_lp(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name,
+                                                         r->acc ? r->acc : "", r->acc_len, &ev, r->prompt_tokens, lp));
             }
             gw_req_remove(c, r);
             return;

@@ -197,10 +197,8 @@ static int check_unsupported(json_t *o, bool chat, oa_error *err) {
     if ((v = field(o, "best_of")) && (!as_int(v, &i) || i != 1))
         FAIL(OA_ERR_UNSUPPORTED, "best_of", "'best_of' must be 1");
     if ((v = field(o, "echo")) && !json_is_false(v)) FAIL(OA_ERR_UNSUPPORTED, "echo", "'echo' is not supported");
-    if ((v = field(o, "logprobs")) && !json_is_false(v) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        FAIL(OA_ERR_UNSUPPORTED, "logprobs", "'logprobs' is not supported");
-    if ((v = field(o, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
-        FAIL(OA_ERR_UNSUPPORTED, "top_logprobs", "'top_logprobs' is not supported");
+    if (!chat && (v = field(o, "top_logprobs")) && !(json_is_integer(v) && json_integer_value(v) == 0))
+        FAIL(OA_ERR_UNSUPPORTED, "top_logprobs", "'top_logprobs' is a chat field: completions take 'logprobs': n");
     if ((v = field(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         FAIL(OA_ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");
     if ((v = field(o, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
@@ -452,6 +450,32 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
     if (chat ? parse_messages(o, r, err) : parse_prompt(o, r, err)) return -1;
 
     int64_t i;
+/* chat: logprobs (bool) and top_logprobs (0..20, needs logprobs true);
+ * completions: logprobs (0..20 alternatives; null/absent = none). */
+static int parse_logprobs(json_t *o, bool chat, oa_request *r, oa_error *err) {
+    int64_t i;
+    bool present;
+    if (chat) {
+        json_t *v = field(o, "logprobs");
+        if (v && !json_is_boolean(v)) FAIL(GW_ERR_WRONG_TYPE, "logprobs", "'logprobs' must be a boolean");
+        r->req.logprobs = json_is_true(v);
+        if (get_int(o, "top_logprobs", 0, SPEC_TOP_LOGPROBS, &i, &present, err)) return -1;
+        if (present && i > 0 && !r->req.logprobs)
+            FAIL(GW_ERR_OUT_OF_RANGE, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->req.top_logprobs = present ? (int)i : 0;
+        return 0;
+    }
+    json_t *v = field(o, "logprobs");
+    if (v && json_is_boolean(v)) { /* a chat-style flag sent to completions: on with no alternatives */
+        r->req.logprobs = json_is_true(v);
+        return 0;
+    }
+    if (get_int(o, "logprobs", 0, SPEC_TOP_LOGPROBS, &i, &present, err)) return -1;
+    r->req.logprobs = present;
+    r->req.top_logprobs = present ? (int)i : 0;
+    return 0;
+}
+
     bool present;
     int64_t max_tok = lim->max_tokens_limit;
     if (lim->max_ctx > 0 && max_tok > lim->max_ctx - 1) max_tok = lim->max_ctx - 1;
@@ -488,6 +512,7 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
             FAIL(GW_ERR_OUT_OF_RANGE, "content_type", "'content_type' must be 1..%d bytes of [A-Za-z0-9_.-]",
                  GW_CONTENT_TYPE_MAX - 1);
         if (!(r->content_type = dupn(json_string_value(v), l))) OOM();
+    if (parse_logprobs(o, chat, r, err)) return -1;
         r->req.content_type = r->content_type;
     }
     r->req.prompt_text = r->prompt;
@@ -643,10 +668,15 @@ static json_t *choice_object(bool chat, bool chunk, const char *text, size_t len
     } else {
         json_t *m = json_object();
         if (!chunk || text) json_object_set_new(m, "role", json_string("assistant"));
+static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp);
         if (!chunk || text) json_object_set_new(m, "content", jstr(text, len));
+    return choice_object_lp(chat, chunk, text, len, finish, NULL);
+}
+
+static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp) {
         json_object_set_new(c, chunk ? "delta" : "message", m);
     }
-    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "logprobs", lp ? lp : json_null());
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     return c;
 }
@@ -654,13 +684,19 @@ static json_t *choice_object(bool chat, bool chunk, const char *text, size_t len
 char *oa_response_json(bool chat, const char *id, const char *model, const char *text, size_t len,
                        const engine_event *ev, int prompt_tokens) {
     json_t *o = envelope(chat, false, id, model,
-                         choice_object(chat, false, text ? text : "", text ? len : 0, oa_finish_reason(ev->reason)));
+                         choice_object_lp(chat, false, text ? text : "", text ? len : 0, oa_finish_reason(ev->reason),
+                                          logprobs));
     json_object_set_new(o, "usage", usage_object(prompt_tokens, ev->completion_tokens));
     json_object_set_new(o, "speculation", oa_speculation_object(ev));
     return dump(o, NULL);
 }
 
 /* "data: " json "\n\n" [+ tail] */
+    return oa_response_json_lp(chat, id, model, text, len, ev, prompt_tokens, NULL);
+}
+
+char *oa_response_json_lp(bool chat, const char *id, const char *model, const char *text, size_t len,
+                          const engine_event *ev, int prompt_tokens, void *logprobs) {
 static char *sse(json_t *o, const char *tail, size_t *out_len) {
     size_t jl;
     char *js = dump(o, &jl);
@@ -680,7 +716,13 @@ static char *sse(json_t *o, const char *tail, size_t *out_len) {
 }
 
 char *oa_stream_chunk(bool chat, const char *id, const char *model, const char *text, size_t len, size_t *out_len) {
-    json_t *o = envelope(chat, true, id, model, choice_object(chat, true, text ? text : "", text ? len : 0, NULL));
+    return oa_stream_chunk_lp(chat, id, model, text, len, NULL, out_len);
+}
+
+char *oa_stream_chunk_lp(bool chat, const char *id, const char *model, const char *text, size_t len, void *logprobs,
+                         size_t *out_len) {
+    json_t *o = envelope(chat, true, id, model,
+                         choice_object_lp(chat, true, text ? text : "", text ? len : 0, NULL, logprobs));
     return sse(o, NULL, out_len);
 }
 
@@ -692,6 +734,78 @@ char *oa_stream_final(bool chat, const char *id, const char *model, const engine
     json_object_set_new(o, "speculation", oa_speculation_object(ev));
     return sse(o, OA_SSE_DONE, NULL);
 }
+/* ---- logprobs ------------------------------------------------------------------ */
+
+void *oa_logprobs_new(bool chat) {
+    json_t *o = json_object();
+    if (chat) {
+        json_object_set_new(o, "content", json_array());
+        json_object_set_new(o, "refusal", json_null());
+    } else {
+        json_object_set_new(o, "tokens", json_array());
+        json_object_set_new(o, "token_logprobs", json_array());
+        json_object_set_new(o, "top_logprobs", json_array());
+        json_object_set_new(o, "text_offset", json_array());
+    }
+    return o;
+}
+
+void oa_logprobs_free(void *lp) { json_decref(lp); }
+
+/* -inf (a token the mask or the model rules out) has no JSON spelling: the
+ * API's convention is -9999.0. */
+static json_t *jlp(float x) { return json_real(isfinite(x) ? (double)x : -9999.0); }
+
+/* {"token","logprob","bytes":[...]} of one token (chat) */
+static json_t *chat_token(const char *piece, int n, float lp) {
+    json_t *t = json_object(), *b = json_array();
+    json_object_set_new(t, "token", jstr(piece, (size_t)n));
+    json_object_set_new(t, "logprob", jlp(lp));
+    for (int i = 0; i < n; i++) json_array_append_new(b, json_integer((uint8_t)piece[i]));
+    json_object_set_new(t, "bytes", b);
+    return t;
+}
+
+static int piece_of(const tokenizer *t, int32_t id, char *buf, size_t n) {
+    int k = tok_piece(t, id, buf, n);
+    return k < 0 ? 0 : k;
+}
+
+void oa_logprobs_add(void *lp_obj, bool chat, const tokenizer *t, const engine_event *ev, size_t *text_offset) {
+    json_t *o = lp_obj;
+    if (!o || !ev->has_logprobs) return;
+    char piece[256], alt[256];
+    for (int i = 0; i < ev->n_tokens; i++) {
+        int32_t id = ev->tokens[i];
+        if (tok_is_eog(t, id)) continue; /* the end-of-generation token is not part of the text */
+        const spec_logprob *l = &ev->lp[i];
+        int n = piece_of(t, id, piece, sizeof piece);
+        if (chat) {
+            json_t *e = chat_token(piece, n, l->logprob), *top = json_array();
+            for (int k = 0; k < l->n_top; k++) {
+                int m = piece_of(t, l->top_id[k], alt, sizeof alt);
+                json_array_append_new(top, chat_token(alt, m, l->top_logprob[k]));
+            }
+            json_object_set_new(e, "top_logprobs", top);
+            json_array_append_new(json_object_get(o, "content"), e);
+        } else {
+            json_array_append_new(json_object_get(o, "tokens"), jstr(piece, (size_t)n));
+            json_array_append_new(json_object_get(o, "token_logprobs"), jlp(l->logprob));
+            json_t *top = json_object();
+            for (int k = 0; k < l->n_top; k++) {
+                int m = piece_of(t, l->top_id[k], alt, sizeof alt);
+                char key[256];
+                size_t kl = oa_utf8_sanitize(key, alt, (size_t)m < 80 ? (size_t)m : 80);
+                key[kl] = 0;
+                if (!json_object_get(top, key)) json_object_set_new(top, key, jlp(l->top_logprob[k]));
+            }
+            json_array_append_new(json_object_get(o, "top_logprobs"), top);
+            json_array_append_new(json_object_get(o, "text_offset"), json_integer((json_int_t)*text_offset));
+            *text_offset += (size_t)n;
+        }
+    }
+}
+
 
 char *oa_stream_error(const char *message) {
     oa_error e = {.status = 500, .code = "engine_error"};

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OA_ERR_UNSUPPORTED "unsupported" /* a field specd cannot honour (n > 1, logprobs, tools, ...) */
+#define OA_ERR_UNSUPPORTED "unsupported" /* a field specd cannot honour (n > 1, echo, tools, ...) */
 
 /* A refused request. code: a static string (GW_ERR_* or OA_ERR_UNSUPPORTED);
  * type: NULL = derived from status ("invalid_request_error" for 4xx,
@@ -77,9 +77,12 @@ typedef struct {
  * {name, schema, strict}} and grammar (GBNF text; not with a JSON
  * response_format) become req.grammar (a schema or grammar that does not
  * compile: 400 invalid_grammar with the reason).
+ * logprobs: chat {logprobs: bool, top_logprobs: 0..20 (needs logprobs
+ * true)}, completions {logprobs: 0..20 alternatives} → req.logprobs /
+ * req.top_logprobs (values: spec.h spec_logprob).
  * null means absent; unknown fields are ignored; n != 1, best_of > 1, echo,
- * logprobs, suffix, tools, logit_bias and non-zero presence/frequency
- * penalties are refused (unsupported).
+ * suffix, tools, logit_bias, top_logprobs on completions and non-zero
+ * presence/frequency penalties are refused (unsupported).
  * Integers may be written as integral reals. */
 int oa_parse(bool chat, const char *body, size_t len, const gw_limits *lim, oa_request *out, oa_error *err);
 void oa_request_free(oa_request *r); /* accepts NULL and a zeroed request; zeroes it */
@@ -128,6 +131,25 @@ char *oa_response_json(bool chat, const char *id, const char *model, const char 
  * {"role":"assistant","content"},"logprobs":null,"finish_reason":null}]}.
  * *out_len (may be NULL) receives the length. */
 char *oa_stream_chunk(bool chat, const char *id, const char *model, const char *text, size_t len, size_t *out_len);
+/* Logprobs in the OpenAI shapes, typed void * (a json_t *) to keep jansson
+ * out of this header. oa_logprobs_new: chat {"content":[],"refusal":null},
+ * completions {"tokens":[],"token_logprobs":[],"top_logprobs":[],
+ * "text_offset":[]}. oa_logprobs_add appends the tokens of a tokens event
+ * (nothing unless ev->has_logprobs; end-of-generation tokens are skipped):
+ * chat entries {"token","logprob","bytes":[..],"top_logprobs":[{"token",
+ * "logprob","bytes"}]}, completions a token string, its logprob, a
+ * {token: logprob} object of the alternatives and the token's byte offset in
+ * the completion text (*text_offset, advanced). A logprob of -inf is written
+ * -9999.0. The _lp builders below take ownership of the object they are given
+ * (NULL: "logprobs":null); oa_logprobs_free frees one not handed over. */
+void *oa_logprobs_new(bool chat);
+void oa_logprobs_add(void *lp, bool chat, const tokenizer *t, const engine_event *ev, size_t *text_offset);
+void oa_logprobs_free(void *lp); /* NULL is fine */
+char *oa_response_json_lp(bool chat, const char *id, const char *model, const char *text, size_t len,
+                          const engine_event *ev, int prompt_tokens, void *logprobs);
+char *oa_stream_chunk_lp(bool chat, const char *id, const char *model, const char *text, size_t len, void *logprobs,
+                         size_t *out_len);
+
 /* The end of a stream: the final chunk (empty text / empty delta,
  * finish_reason, "usage" and "speculation"), then "data: [DONE]\n\n", in one
  * string. */

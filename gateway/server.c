@@ -6,6 +6,7 @@
 
 #include "gateway/gw.h"
 #include "gateway/metrics.h"
+#include "gateway/openai.h"
 #include "gateway/protocol.h"
 #include "policy/classify.h"
 
@@ -126,6 +127,7 @@ void gw_req_remove(gw_conn *c, gw_req *r) {
             gw_srv->n_reqs--;
             c->last_rx_ms = gw_now_ms(); /* a finished request restarts the idle clock */
             free(r->acc);
+            oa_logprobs_free(r->lp);
             free(r);
             return;
         }
@@ -168,6 +170,7 @@ static void drain_orphans(void) {
         if (gone) {
             *pp = r->orphan_next;
             free(r->acc);
+            oa_logprobs_free(r->lp);
             free(r);
             continue;
         }

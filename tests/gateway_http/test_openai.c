@@ -94,7 +94,9 @@ static const bad_case bad[] = {
     {false, "{\"prompt\":\"a\",\"n\":2}", "n", "unsupported"},
     {false, "{\"prompt\":\"a\",\"best_of\":3}", "best_of", "unsupported"},
     {false, "{\"prompt\":\"a\",\"echo\":true}", "echo", "unsupported"},
-    {false, "{\"prompt\":\"a\",\"logprobs\":5}", "logprobs", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"logprobs\":\"5\"}", "logprobs", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"logprobs\":2,\"top_logprobs\":2}", "top_logprobs", "unsupported"},
     {false, "{\"prompt\":\"a\",\"suffix\":\"x\"}", "suffix", "unsupported"},
     {false, "{\"prompt\":\"a\",\"presence_penalty\":0.5}", "presence_penalty", "unsupported"},
     {false, "{\"prompt\":\"a\",\"logit_bias\":{\"50256\":-100}}", "logit_bias", "unsupported"},
@@ -116,9 +118,11 @@ static const bad_case bad[] = {
      "max_completion_tokens", "out_of_range"},
     {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\"}]}", "tools",
      "unsupported"},
-    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
-     "response_format", "unsupported"},
-    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true}", "logprobs", "unsupported"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":1}", "logprobs", "wrong_type"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "top_logprobs",
+     "out_of_range"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,\"top_logprobs\":21}",
+     "top_logprobs", "out_of_range"},
 };
 
 static void test_bad_bodies(void) {
@@ -191,6 +195,15 @@ static void test_good_bodies(void) {
     CHECK(r.prompt == NULL && r.model == NULL);
     oa_request_free(&r); /* twice is fine */
     oa_request_free(NULL);
+    /* logprobs: chat flag + top count, completions count */
+    const char *lc = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true,\"top_logprobs\":3}";
+    CHECK(oa_parse(true, lc, strlen(lc), &L, &r, &e) == 0 && r.req.logprobs && r.req.top_logprobs == 3);
+    oa_request_free(&r);
+    const char *lp = "{\"prompt\":\"a\",\"logprobs\":0}";
+    CHECK(oa_parse(false, lp, strlen(lp), &L, &r, &e) == 0 && r.req.logprobs && r.req.top_logprobs == 0);
+    oa_request_free(&r);
+    CHECK(oa_parse(false, full, strlen(full), &L, &r, &e) == 0 && !r.req.logprobs);
+    oa_request_free(&r);
 
     /* defaults, nulls as absent, a stop string, integral reals */
     const char *min = "{\"prompt\":\"hi\",\"temperature\":null,\"stop\":\"END\",\"top_k\":3.0}";

@@ -318,9 +318,9 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     }
     r->adaptive = gp.adaptive;
     r->prm.no_prefix = rq->no_prefix_cache;
-    r->policy_bounds = rq->gamma == 0;
     r->prm.logprobs = rq->logprobs;
     r->prm.top_logprobs = rq->top_logprobs < 0 ? 0 : rq->top_logprobs > SPEC_TOP_LOGPROBS ? SPEC_TOP_LOGPROBS : rq->top_logprobs;
+    r->policy_bounds = rq->gamma == 0;
     r->method_set = rq->method_set || rq->mode == SPEC_MODE_DRAFT;
     r->pub_method = -1;
     snprintf(r->content_type, sizeof(r->content_type), "%s", rq->content_type ? rq->content_type : "");
@@ -514,8 +514,8 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
     ev->gamma = info->gamma;
     ev->last_is_bonus = info->bonus;
     ev->last_is_correction = info->gamma > 0 && !info->bonus;
-    double now = eng_now_ms();
     ev->has_logprobs = r->prm.logprobs;
+    double now = eng_now_ms();
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
     bool stop = false;
@@ -523,8 +523,8 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
     char piece[512];
     for (int i = 0; i < n_new && !stop; i++) {
         int32_t t = toks[i];
-        ev->tokens[ev->n_tokens++] = t;
         if (r->prm.logprobs) ev->lp[ev->n_tokens] = s->lp[i];
+        ev->tokens[ev->n_tokens++] = t;
         r->n_out++;
         bool eog = tok_is_eog(e->sp->tok, t);
         for (int k = 0; k < r->n_stop_ids; k++) eog |= r->stop_ids[k] == t;

@@ -122,6 +122,11 @@ typedef struct {
      * "line L, column C: reason". Every output token, drafted or verified,
      * is masked by it, and the output is finished within max_tokens. */
     const char *grammar;
+    /* Log probabilities (spec.h spec_logprob: the target's raw distribution,
+     * grammar-masked under a constraint): tokens events carry one per token,
+     * with top_logprobs (0..SPEC_TOP_LOGPROBS) alternatives each. */
+    bool logprobs;
+    int top_logprobs;
     uint64_t client;               /* who asked (the gateway: its connection); > 0 groups requests under
                                     * the max_per_client bound; 0 = a client of its own */
     engine_notify_fn notify;
@@ -132,11 +137,6 @@ typedef enum { ENGINE_EV_STARTED = 1, ENGINE_EV_TOKENS, ENGINE_EV_FINISHED, ENGI
 typedef enum { FINISH_LENGTH = 0, FINISH_STOP, FINISH_CANCELLED, FINISH_ERROR } engine_finish;
 
 const char *engine_finish_name(engine_finish f); /* "length", "stop", "cancelled", "error" */
-    /* Log probabilities (spec.h spec_logprob: the target's raw distribution,
-     * grammar-masked under a constraint): tokens events carry one per token,
-     * with top_logprobs (0..SPEC_TOP_LOGPROBS) alternatives each. */
-    bool logprobs;
-    int top_logprobs;
 
 typedef struct {
     engine_ev_type type;
@@ -153,6 +153,8 @@ typedef struct {
     int gamma;                     /* drafts proposed this step (0: plain step or the first token) */
     bool last_is_correction;       /* the last token corrected a rejected draft */
     bool last_is_bonus;            /* all drafts accepted: the last token is the bonus */
+    bool has_logprobs;             /* the request asked for logprobs: lp[i] belongs to tokens[i] */
+    spec_logprob lp[GAMMA_MAX + 1];
     int text_len;
     int text_accepted_len;         /* leading bytes of text that came from the accepted draft tokens */
     char text[ENGINE_TEXT_MAX];
@@ -163,8 +165,6 @@ typedef struct {
     spec_stats st;                 /* this request's speculation statistics */
     /* error */
     char message[256];
-    bool has_logprobs;             /* the request asked for logprobs: lp[i] belongs to tokens[i] */
-    spec_logprob lp[GAMMA_MAX + 1];
 } engine_event;
 
 typedef struct engine engine;

@@ -9,8 +9,8 @@
 #include "engine/rng.h"
 
 
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,8 +326,6 @@ static int32_t draw(spec_seq *s, float *logits, float *probs, uint64_t pos, uint
     return sampler_sample(probs, s->sp->n_vocab, rng_uniform(s->prm.seed, pos, purpose, 0));
 }
 
-/* Whether a sequence of this method may use the drafter in slot i. */
-static bool method_uses(spec_method m, int slot) {
 /* ---- logprobs (spec.h spec_logprob) ----------------------------------------- */
 
 static bool lp_better(float a, int32_t ia, float b, int32_t ib) { return a > b || (a == b && ia < ib); }
@@ -384,6 +382,8 @@ static void logprob_fill(const float *x, int V, int32_t tok, int k, spec_logprob
     out->n_top = n;
 }
 
+/* Whether a sequence of this method may use the drafter in slot i. */
+static bool method_uses(spec_method m, int slot) {
     if (m == SPEC_METHOD_OFF) return false;
     if (m == SPEC_METHOD_AUTO) return true;
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
@@ -523,9 +523,9 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     prefix_publish(s);
     if (to < s->n_prompt) return 0;
     s->tokens[s->n_tokens] = draw(s, sp->logits, sp->p, (uint64_t)s->n_prompt, RNG_SAMPLE);
+    if (s->prm.logprobs) logprob_fill(sp->logits, sp->n_vocab, s->tokens[s->n_tokens], s->prm.top_logprobs, &s->lp[0]);
     if (s->prm.grammar) s->gst = grammar_advance_token(s->prm.grammar, s->gst, s->tokens[s->n_tokens]);
     s->n_tokens++;
-    if (s->prm.logprobs) logprob_fill(sp->logits, sp->n_vocab, s->tokens[s->n_tokens], s->prm.top_logprobs, &s->lp[0]);
     s->st.tokens++;
     s->prefilled = true;
     return 1;
@@ -712,14 +712,14 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
             info->stopped = true;
             break;
         }
+    /* token i was drawn from row i (masked in place by its grammar state) */
+    if (s->prm.logprobs)
+        for (int i = 0; i < n_new; i++) logprob_fill(logits + (size_t)i * V, (int)V, out[i], s->prm.top_logprobs, &s->lp[i]);
     /* commit the accepted prefix in the target cache and every drafter
      * together: length updates only */
     memcpy(s->tokens + N, out, sizeof(int32_t) * (size_t)n_new);
     s->n_tokens = N + n_new;
     /* the committed grammar state advances by the accepted tokens and the
-    /* token i was drawn from row i (masked in place by its grammar state) */
-    if (s->prm.logprobs)
-        for (int i = 0; i < n_new; i++) logprob_fill(logits + (size_t)i * V, (int)V, out[i], s->prm.top_logprobs, &s->lp[i]);
      * correction/bonus only; the other copies are dropped */
     if (s->prm.grammar) {
         s->gst = k > 0 && k <= gamma ? s->gpos[k < n_new ? k : n_new] : s->gst;

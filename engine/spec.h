@@ -184,11 +184,11 @@ typedef struct {
     struct grammar_matcher *grammar;
     int grammar_budget;         /* the output's token limit (max_tokens) for the finish-in-budget rule; 0 = none */
     bool grammar_broken;        /* tests only: the verify rows' p left unmasked (the draft's q masked) */
+    bool logprobs;              /* fill spec_seq.lp for every appended token */
+    int top_logprobs;           /* alternatives per token in lp (0..SPEC_TOP_LOGPROBS) */
 } spec_seq_params;
 
 typedef struct spec_seq {
-    bool logprobs;              /* fill spec_seq.lp for every appended token */
-    int top_logprobs;           /* alternatives per token in lp (0..SPEC_TOP_LOGPROBS) */
     spec_pair *sp;
     kv_seq *tkv;
     drafter_seq *ds[SPEC_DRAFTERS]; /* each usable drafter's state (NULL where none) */
@@ -207,10 +207,10 @@ typedef struct spec_seq {
     int32_t vtoks[GAMMA_MAX + 1];/* tokens fed to the verify call */
     int32_t gst;                /* grammar state after the accepted tokens (prm.grammar set) */
     int32_t gpos[GAMMA_MAX + 1];/* ... after the accepted tokens and drafts [0, j): this step's copies */
+    spec_logprob lp[GAMMA_MAX + 1]; /* prm.logprobs: of the tokens the last step (or the prefill) appended, in order */
 } spec_seq;
 
 /* Creates a sequence and prefills the prompt into the target (the draft
-    spec_logprob lp[GAMMA_MAX + 1]; /* prm.logprobs: of the tokens the last step (or the prefill) appended, in order */
  * catches up at its first draft). The first output token is sampled from the
  * prefill's logits and appended. Returns NULL with err filled (prompt too long
  * for the context, KV full, ...). */

@@ -442,14 +442,6 @@ static int parse_constraint(json_t *o, oa_request *r, oa_error *err) {
     return 0;
 }
 
-static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *r, oa_error *err) {
-    json_t *v;
-    if (check_unsupported(o, chat, err)) return -1;
-    if ((v = field(o, "model")) && !json_is_string(v)) FAIL(GW_ERR_WRONG_TYPE, "model", "'model' must be a string");
-    if (!(r->model = v ? dupn(json_string_value(v), json_string_length(v)) : dupn("", 0))) OOM();
-    if (chat ? parse_messages(o, r, err) : parse_prompt(o, r, err)) return -1;
-
-    int64_t i;
 /* chat: logprobs (bool) and top_logprobs (0..20, needs logprobs true);
  * completions: logprobs (0..20 alternatives; null/absent = none). */
 static int parse_logprobs(json_t *o, bool chat, oa_request *r, oa_error *err) {
@@ -476,6 +468,14 @@ static int parse_logprobs(json_t *o, bool chat, oa_request *r, oa_error *err) {
     return 0;
 }
 
+static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *r, oa_error *err) {
+    json_t *v;
+    if (check_unsupported(o, chat, err)) return -1;
+    if ((v = field(o, "model")) && !json_is_string(v)) FAIL(GW_ERR_WRONG_TYPE, "model", "'model' must be a string");
+    if (!(r->model = v ? dupn(json_string_value(v), json_string_length(v)) : dupn("", 0))) OOM();
+    if (chat ? parse_messages(o, r, err) : parse_prompt(o, r, err)) return -1;
+
+    int64_t i;
     bool present;
     int64_t max_tok = lim->max_tokens_limit;
     if (lim->max_ctx > 0 && max_tok > lim->max_ctx - 1) max_tok = lim->max_ctx - 1;
@@ -504,6 +504,7 @@ static int parse_logprobs(json_t *o, bool chat, oa_request *r, oa_error *err) {
     }
     if (parse_speculation(o, lim, r, err)) return -1;
     if (parse_constraint(o, r, err)) return -1;
+    if (parse_logprobs(o, chat, r, err)) return -1;
     if ((v = field(o, "content_type"))) {
         if (!json_is_string(v)) FAIL(GW_ERR_WRONG_TYPE, "content_type", "'content_type' must be a string");
         size_t l = json_string_length(v);
@@ -512,7 +513,6 @@ static int parse_logprobs(json_t *o, bool chat, oa_request *r, oa_error *err) {
             FAIL(GW_ERR_OUT_OF_RANGE, "content_type", "'content_type' must be 1..%d bytes of [A-Za-z0-9_.-]",
                  GW_CONTENT_TYPE_MAX - 1);
         if (!(r->content_type = dupn(json_string_value(v), l))) OOM();
-    if (parse_logprobs(o, chat, r, err)) return -1;
         r->req.content_type = r->content_type;
     }
     r->req.prompt_text = r->prompt;
@@ -660,7 +660,12 @@ static json_t *envelope(bool chat, bool chunk, const char *id, const char *model
     return o;
 }
 
+static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp);
 static json_t *choice_object(bool chat, bool chunk, const char *text, size_t len, const char *finish) {
+    return choice_object_lp(chat, chunk, text, len, finish, NULL);
+}
+
+static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp) {
     json_t *c = json_object();
     json_object_set_new(c, "index", json_integer(0));
     if (!chat) {
@@ -668,12 +673,7 @@ static json_t *choice_object(bool chat, bool chunk, const char *text, size_t len
     } else {
         json_t *m = json_object();
         if (!chunk || text) json_object_set_new(m, "role", json_string("assistant"));
-static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp);
         if (!chunk || text) json_object_set_new(m, "content", jstr(text, len));
-    return choice_object_lp(chat, chunk, text, len, finish, NULL);
-}
-
-static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp) {
         json_object_set_new(c, chunk ? "delta" : "message", m);
     }
     json_object_set_new(c, "logprobs", lp ? lp : json_null());
@@ -683,6 +683,11 @@ static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t 
 
 char *oa_response_json(bool chat, const char *id, const char *model, const char *text, size_t len,
                        const engine_event *ev, int prompt_tokens) {
+    return oa_response_json_lp(chat, id, model, text, len, ev, prompt_tokens, NULL);
+}
+
+char *oa_response_json_lp(bool chat, const char *id, const char *model, const char *text, size_t len,
+                          const engine_event *ev, int prompt_tokens, void *logprobs) {
     json_t *o = envelope(chat, false, id, model,
                          choice_object_lp(chat, false, text ? text : "", text ? len : 0, oa_finish_reason(ev->reason),
                                           logprobs));
@@ -692,11 +697,6 @@ char *oa_response_json(bool chat, const char *id, const char *model, const char 
 }
 
 /* "data: " json "\n\n" [+ tail] */
-    return oa_response_json_lp(chat, id, model, text, len, ev, prompt_tokens, NULL);
-}
-
-char *oa_response_json_lp(bool chat, const char *id, const char *model, const char *text, size_t len,
-                          const engine_event *ev, int prompt_tokens, void *logprobs) {
 static char *sse(json_t *o, const char *tail, size_t *out_len) {
     size_t jl;
     char *js = dump(o, &jl);
@@ -726,14 +726,6 @@ char *oa_stream_chunk_lp(bool chat, const char *id, const char *model, const cha
     return sse(o, NULL, out_len);
 }
 
-char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens) {
-    json_t *c = chat ? choice_object(true, true, NULL, 0, oa_finish_reason(ev->reason))
-                     : choice_object(false, true, "", 0, oa_finish_reason(ev->reason));
-    json_t *o = envelope(chat, true, id, model, c);
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, ev->completion_tokens));
-    json_object_set_new(o, "speculation", oa_speculation_object(ev));
-    return sse(o, OA_SSE_DONE, NULL);
-}
 /* ---- logprobs ------------------------------------------------------------------ */
 
 void *oa_logprobs_new(bool chat) {
@@ -806,6 +798,14 @@ void oa_logprobs_add(void *lp_obj, bool chat, const tokenizer *t, const engine_e
     }
 }
 
+char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens) {
+    json_t *c = chat ? choice_object(true, true, NULL, 0, oa_finish_reason(ev->reason))
+                     : choice_object(false, true, "", 0, oa_finish_reason(ev->reason));
+    json_t *o = envelope(chat, true, id, model, c);
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, ev->completion_tokens));
+    json_object_set_new(o, "speculation", oa_speculation_object(ev));
+    return sse(o, OA_SSE_DONE, NULL);
+}
 
 char *oa_stream_error(const char *message) {
     oa_error e = {.status = 500, .code = "engine_error"};

@@ -407,3 +407,34 @@ out:
     free(holders);
     return rc;
 }
+
+int kv_seq_move(kv_pool *p, kv_seq *s, const int *dst, const int *src, int n) {
+    int B = p->block_size, E = p->head_dim, Hkv = p->kv_dim / p->head_dim;
+    for (int j = 0; j < n; j++) {
+        if (!(dst[j] >= 0 && dst[j] < src[j] && src[j] < s->len) || (j > 0 && !(dst[j] > dst[j - 1] && src[j] > src[j - 1])))
+            return -1;
+        int32_t b = s->blocks[dst[j] / B];
+        if (p->ref[b] != 1 || p->bhash[b] != 0) return -1;
+    }
+    size_t bytes = (size_t)E * sizeof(float);
+    for (int j = 0; j < n; j++) {
+        size_t bd = (size_t)s->blocks[dst[j] / B] * p->block_stride, bs = (size_t)s->blocks[src[j] / B] * p->block_stride;
+        int od = dst[j] % B, os = src[j] % B;
+        for (int r = 0; r < p->n_shards; r++) {
+            kv_shard *sh = &p->shards[r];
+            for (int l = 0; l < p->n_layer; l++)
+                for (int h = 0; h < Hkv; h++) { /* a layer's block is (Hkv, B, E) */
+                    size_t in = (size_t)l * B * p->kv_dim + (size_t)h * B * E;
+                    size_t d = bd + in + (size_t)od * E, o = bs + in + (size_t)os * E;
+                    if (sh->be) {
+                        sh->be->i->copy(sh->be, sh->k + d, sh->k + o, bytes);
+                        sh->be->i->copy(sh->be, sh->v + d, sh->v + o, bytes);
+                    } else {
+                        memcpy(sh->k + d, sh->k + o, bytes);
+                        memcpy(sh->v + d, sh->v + o, bytes);
+                    }
+                }
+        }
+    }
+    return 0;
+}

@@ -123,6 +123,15 @@ void kv_seq_truncate(kv_pool *p, kv_seq *s, int len);
 /* Blocks needed to hold len positions. */
 int kv_blocks_for(const kv_pool *p, int len);
 
+/* Tree compaction: copies cached position src[j] to dst[j] for j = 0..n-1 in
+ * order (every shard, layer, K and V; E-float segments through the backend's
+ * copy op), so the accepted path of a verified tree becomes contiguous before
+ * the truncate. Requires dst[j] < src[j] < s->len, dst and src increasing,
+ * and every destination block private to s (ref 1, not indexed: the verify
+ * forward's kv_seq_reserve made the blocks it wrote so — copy on write is
+ * never bypassed). Returns 0, or -1 (nothing moved) when that fails. */
+int kv_seq_move(kv_pool *p, kv_seq *s, const int *dst, const int *src, int n);
+
 /* ---- prefix reuse ---- */
 
 /* Turns the prefix index on (ident: the model's identity, e.g. its GGUF

@@ -9,18 +9,19 @@
 #
 # Stopping and starting: SPECD_STOP / SPECD_START (shell commands with $PORT),
 # default systemd: systemctl stop specd@$PORT / systemctl start specd@$PORT.
-# NGINX_RELOAD overrides "nginx -s reload".
+# NGINX_RELOAD overrides "nginx -s reload"; SPECD_SETTLE_S (1) is the pause after it.
 set -euo pipefail
 site=$1; shift
 stop=${SPECD_STOP:-'systemctl stop specd@$PORT'}
 start=${SPECD_START:-'systemctl start specd@$PORT'}
 reload=${NGINX_RELOAD:-'nginx -s reload'}
+settle=${SPECD_SETTLE_S:-1}   # seconds for nginx's new workers to take over before the SIGTERM
 for PORT in "$@"; do
   export PORT
   echo "rolling-restart: $PORT out of rotation"
   sed -i -E "s|^(\s*server 127\.0\.0\.1:$PORT\b[^;]*)( down)?;|\1 down;|" "$site"
   eval "$reload"
-  sleep 1
+  sleep "$settle"
   echo "rolling-restart: $PORT stopping (drains running requests)"
   eval "$stop"
   echo "rolling-restart: $PORT starting"

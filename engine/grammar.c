@@ -801,13 +801,14 @@ struct grammar_vocab {
     int32_t *nskip;            /* (n_nodes) the first node after the subtree */
     int32_t *ntok_off;         /* (n_nodes + 1) into ntok */
     int32_t *ntok;             /* token ids, grouped by node */
+    uint32_t *nsub;            /* (n_nodes, 8) bitmap of the edge bytes below each node (its subtree) */
     int max_len;
 };
 
 void grammar_vocab_destroy(grammar_vocab *v) {
     if (!v) return;
     free(v->blob), free(v->off), free(v->eog), free(v->eog_ids);
-    free(v->nbyte), free(v->ndepth), free(v->nskip), free(v->ntok_off), free(v->ntok);
+    free(v->nbyte), free(v->ndepth), free(v->nskip), free(v->ntok_off), free(v->ntok), free(v->nsub);
     free(v);
 }
 
@@ -879,6 +880,15 @@ static bool vocab_trie(grammar_vocab *v) {
     for (int32_t i = 0; i < nn; i++) tokcnt[i] = v->ntok_off[i];
     for (int k = 0; k < m; k++) v->ntok[tokcnt[tok_node[k]]++] = ord[k];
     free(tok_node), free(ord), free(path), free(tokcnt);
+    /* subtree byte sets, children before parents (reverse preorder) */
+    if (!(v->nsub = calloc((size_t)nn * 8, sizeof(uint32_t)))) return false;
+    for (int32_t i = nn - 1; i >= 0; i--)
+        for (int32_t c = i + 1; c < v->nskip[i]; c = v->nskip[c]) {
+            uint32_t *dst = v->nsub + (size_t)i * 8;
+            const uint32_t *src = v->nsub + (size_t)c * 8;
+            for (int w = 0; w < 8; w++) dst[w] |= src[w];
+            dst[v->nbyte[c] >> 5] |= 1u << (v->nbyte[c] & 31);
+        }
     return true;
 }
 
@@ -974,6 +984,11 @@ struct grammar_matcher {
     uint64_t *vkey;
     uint32_t vmask;
     int32_t *walk_state;       /* (max_len + 2) trie walk: state per depth */
+    /* dense byte-step rows over the memo above: drow[st][b] (G_UNSEEN until
+     * computed), allocated on a state's first step, at most G_DENSE_ROWS rows;
+     * a trie walk is one load per node instead of a hash probe */
+    int32_t **drow;
+    size_t ndrow, nrows;
     bool overflow;
     grammar_stats st;
 };
@@ -1176,8 +1191,41 @@ static bool amemo_grow(grammar_matcher *m) {
     return true;
 }
 
+#define G_UNSEEN (-2)
+#define G_DENSE_ROWS 65536 /* 64 MiB of rows at most */
+
+/* Records st --b--> r in st's dense row (allocating it; silently nothing
+ * when out of memory or rows: the hash memo still has it). */
+static void dense_put(grammar_matcher *m, int32_t st, uint8_t b, int32_t r) {
+    if ((size_t)st >= m->ndrow) {
+        size_t nc = m->ndrow ? m->ndrow : 256;
+        while (nc <= (size_t)st) nc *= 2;
+        int32_t **nd = realloc(m->drow, sizeof(int32_t *) * nc);
+        if (!nd) return;
+        memset(nd + m->ndrow, 0, sizeof(int32_t *) * (nc - m->ndrow));
+        m->drow = nd, m->ndrow = nc;
+    }
+    int32_t *row = m->drow[st];
+    if (!row) {
+        if (m->nrows >= G_DENSE_ROWS || !(row = malloc(sizeof(int32_t) * 256))) return;
+        for (int k = 0; k < 256; k++) row[k] = G_UNSEEN;
+        m->drow[st] = row;
+        m->nrows++;
+    }
+    row[b] = r;
+}
+
+static int32_t step_byte_memo(grammar_matcher *m, int32_t st, uint8_t b);
+
 static int32_t step_byte(grammar_matcher *m, int32_t st, uint8_t b) {
     if (st < 0) return GRAMMAR_DEAD;
+    if ((size_t)st < m->ndrow && m->drow[st] && m->drow[st][b] != G_UNSEEN) return m->drow[st][b];
+    int32_t r = step_byte_memo(m, st, b);
+    if (!m->overflow) dense_put(m, st, b, r);
+    return r;
+}
+
+static int32_t step_byte_memo(grammar_matcher *m, int32_t st, uint8_t b) {
     uint64_t key = (uint64_t)st * 256 + b + 1;
     uint32_t h = mix(key) & m->amask;
     for (; m->akey[h]; h = (h + 1) & m->amask)
@@ -1240,6 +1288,8 @@ void grammar_matcher_destroy(grammar_matcher *m) {
     free(m->spool), free(m->soff), free(m->scnt), free(m->sdist), free(m->smask), free(m->smaxd), free(m->shash);
     free(m->akey), free(m->aval), free(m->masks), free(m->tmp), free(m->work), free(m->tops), free(m->vkey);
     free(m->walk_state);
+    for (size_t k = 0; k < m->ndrow; k++) free(m->drow[k]);
+    free(m->drow);
     free(m);
 }
 
@@ -1272,6 +1322,20 @@ int32_t grammar_advance_token(grammar_matcher *m, int32_t st, int32_t t) {
     return grammar_advance_bytes(m, st, v->blob + v->off[t], (int)len);
 }
 
+#define G_FIXED_MIN 16 /* subtrees smaller than this are walked: the check costs more */
+
+/* Whether every byte of sub (a 256-bit set) steps s to s itself. */
+static bool subtree_fixed(grammar_matcher *m, int32_t s, const uint32_t *sub) {
+    for (int w = 0; w < 8; w++)
+        for (uint32_t bits = sub[w]; bits; bits &= bits - 1) {
+            uint8_t b = (uint8_t)(w * 32 + __builtin_ctz(bits));
+            const int32_t *row = (size_t)s < m->ndrow ? m->drow[s] : NULL;
+            int32_t r = row && row[b] != G_UNSEEN ? row[b] : step_byte(m, s, b);
+            if (r != s) return false;
+        }
+    return true;
+}
+
 /* One preorder walk of the trie from st into mask; budget < 0: no limit.
  * Returns the largest remaining distance among allowed tokens. */
 static int32_t walk(grammar_matcher *m, int32_t st, int budget, uint32_t *mask) {
@@ -1287,13 +1351,20 @@ static int32_t walk(grammar_matcher *m, int32_t st, int budget, uint32_t *mask) 
     while (i < n) {
         visited++;
         int d = v->ndepth[i];
-        int32_t s = step_byte(m, ws[d - 1], v->nbyte[i]);
+        int32_t ps = ws[d - 1];
+        const int32_t *row = (size_t)ps < m->ndrow ? m->drow[ps] : NULL;
+        int32_t s = row && row[v->nbyte[i]] != G_UNSEEN ? row[v->nbyte[i]] : step_byte(m, ps, v->nbyte[i]);
         if (s < 0) {
             i = v->nskip[i];
             continue;
         }
         ws[d] = s;
-        int32_t t0 = v->ntok_off[i], t1 = v->ntok_off[i + 1];
+        int32_t end = v->nskip[i];
+        /* a state every byte below this node maps to itself (a JSON string's
+         * character loop): the whole subtree's tokens end in s, so they are
+         * all allowed or all refused alike, without visiting a node */
+        bool fixed = end - i > G_FIXED_MIN && subtree_fixed(m, s, v->nsub + (size_t)i * 8);
+        int32_t t0 = v->ntok_off[i], t1 = v->ntok_off[fixed ? end : i + 1];
         if (t0 < t1) {
             int32_t dist = m->sdist[s];
             if (budget < 0 || dist <= budget - 1) {
@@ -1301,7 +1372,8 @@ static int32_t walk(grammar_matcher *m, int32_t st, int budget, uint32_t *mask) 
                 if (dist > maxd) maxd = dist;
             }
         }
-        i++;
+        if (fixed) m->st.subtrees_skipped++;
+        i = fixed ? end : i + 1;
     }
     m->st.nodes_visited += visited;
     if (grammar_accepting(m, st))

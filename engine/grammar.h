@@ -101,6 +101,7 @@ bool grammar_allows(grammar_matcher *m, int32_t st, int budget, int32_t t);
 /* Counters for benchmarks and reports. */
 typedef struct {
     uint64_t masks, mask_hits, walks, nodes_visited, states, stack_nodes;
+    uint64_t subtrees_skipped;  /* trie subtrees a walk took whole (a state that maps every byte below to itself) */
 } grammar_stats;
 void grammar_matcher_stats(const grammar_matcher *m, grammar_stats *out);
 

@@ -1,0 +1,114 @@
+/* bench_grammar.c — token-mask cost per generated token (issue 19): seeded
+ * random walks through JSON mode and a schema-shaped grammar on the real
+ * vocabularies (llama-spm 32k, gpt-2 50k, deepseek-llm 102k). Each walk asks
+ * for the mask of its state, draws an allowed token uniformly, advances, and
+ * restarts at an accepting state now and then. Every grammar starts with a
+ * fresh matcher, so a state's first mask is a cold walk of the trie and a
+ * later one a cache hit; the figures are median and p99 per mask call, cold
+ * and warm apart, plus all calls together (what a token pays). A figure, not
+ * a timed assertion (`meson test --benchmark -C BUILD grammar_bench`;
+ * BENCH_DEBUG=1 also lists every cold mask over 1 ms with its trie nodes). */
+#include "tests/grammar/grammar_util.h"
+#include "tests/testutil.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WALKS 40
+#define STEPS 64
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void pct(double *x, int n, double *med, double *p99) {
+    if (n == 0) {
+        *med = *p99 = 0;
+        return;
+    }
+    qsort(x, (size_t)n, sizeof(double), cmp_d);
+    *med = x[n / 2];
+    int k = (int)(0.99 * (n - 1) + 0.5);
+    *p99 = x[k];
+}
+
+static void bench(const char *vname, grammar_vocab *v, const char *gname, const char *gtext) {
+    char err[256];
+    grammar *g = grammar_parse(gtext, strlen(gtext), err, sizeof err);
+    CHECKF(g != NULL, "%s: %s", gname, err);
+    grammar_matcher *m = grammar_matcher_create(g, v);
+    CHECK(m != NULL);
+    int V = grammar_vocab_size(v), cap = WALKS * STEPS;
+    double *cold = malloc(sizeof(double) * (size_t)cap), *warm = malloc(sizeof(double) * (size_t)cap);
+    double *all = malloc(sizeof(double) * (size_t)cap);
+    int32_t *allowed = malloc(sizeof(int32_t) * (size_t)V);
+    CHECK(cold && warm && all && allowed);
+    int nc = 0, nw = 0, na = 0;
+    gu_rng = 0x9E3779B97F4A7C15ull;
+    for (int w = 0; w < WALKS; w++) {
+        int32_t st = grammar_start(m);
+        for (int k = 0; k < STEPS && st >= 0; k++) {
+            grammar_stats a, b;
+            grammar_matcher_stats(m, &a);
+            double t0 = now_us();
+            const uint32_t *mask = grammar_mask(m, st, -1);
+            double dt = now_us() - t0;
+            grammar_matcher_stats(m, &b);
+            if (b.mask_hits > a.mask_hits) warm[nw++] = dt;
+            else {
+                cold[nc++] = dt;
+                if (getenv("BENCH_DEBUG") && dt > 1000)
+                    fprintf(stderr, "  cold %s %s: %.0f us, %llu nodes, %llu new states, %llu new stack nodes\n", vname, gname, dt,
+                            (unsigned long long)(b.nodes_visited - a.nodes_visited),
+                            (unsigned long long)(b.states - a.states), (unsigned long long)(b.stack_nodes - a.stack_nodes));
+            }
+            all[na++] = dt;
+            int n = 0;
+            for (int t = 0; t < V; t++)
+                if (mask[t >> 5] >> (t & 31) & 1) allowed[n++] = t;
+            if (n == 0) break;
+            if (grammar_accepting(m, st) && gu_next() % 8 == 0) break;
+            st = grammar_advance_token(m, st, allowed[gu_next() % (uint32_t)n]);
+        }
+    }
+    double cm, cp, wm, wp, am, ap;
+    pct(cold, nc, &cm, &cp);
+    pct(warm, nw, &wm, &wp);
+    pct(all, na, &am, &ap);
+    grammar_stats s;
+    grammar_matcher_stats(m, &s);
+    printf("%-10s %-7s V=%6d  cold n=%4d median %8.1f us p99 %8.1f us | warm n=%4d median %5.1f us p99 %6.1f us | "
+           "all median %6.1f us p99 %8.1f us | %llu states, %.0f trie nodes per walk\n",
+           vname, gname, V, nc, cm, cp, nw, wm, wp, am, ap, (unsigned long long)s.states,
+           s.walks ? (double)s.nodes_visited / (double)s.walks : 0.0);
+    free(cold), free(warm), free(all), free(allowed);
+    grammar_matcher_destroy(m);
+    grammar_destroy(g);
+}
+
+int main(void) {
+    const char *files[] = {"tokenizer-vectors/ggml-vocab-llama-spm.gguf", "tokenizer-vectors/ggml-vocab-gpt-2.gguf",
+                           "tokenizer-vectors/ggml-vocab-deepseek-llm.gguf"};
+    const char *names[] = {"llama-spm", "gpt-2", "deepseek"};
+    for (int f = 0; f < 3; f++) {
+        char path[512];
+        tu_model(path, sizeof path, files[f]);
+        tokenizer *t = gu_tokenizer(path);
+        if (!t) SKIP("cannot load %s", path);
+        grammar_vocab *v = grammar_vocab_create(t);
+        CHECK(v != NULL);
+        bench(names[f], v, "json", grammar_json_gbnf());
+        bench(names[f], v, "schema", GU_SCHEMA);
+        grammar_vocab_destroy(v);
+        tok_destroy(t);
+    }
+    TEST_DONE();
+}

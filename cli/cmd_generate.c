@@ -42,6 +42,8 @@ static void generate_usage(void) {
             "  --no-spec    plain decoding even with a draft\n"
             "  --method M   proposer: auto (n-gram lookup when the text repeats, else the draft; default),\n"
             "               draft, ngram (prompt lookup, no draft model needed) or off\n"
+            "  --verify V   rejection (min(1,p/q) + residual; default) or coupled (Gumbel-max with shared\n"
+            "               noise: the seeded output equals --no-spec's token for token, any gamma/method)\n"
             "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
             "               identically to draft and target\n"
@@ -211,6 +213,7 @@ static void print_stats(FILE *f, const char *label, const char *method, const ge
 }
 
 int cmd_generate(int argc, char **argv) {
+    int verify = -1; /* --verify: -1 = the config's speculation.verify, 0 rejection, 1 coupled */
     const char *model_path = NULL, *draft_path = NULL, *prompt = "", *config_path = NULL;
     const char *hf = NULL, *hf_draft = NULL;
     int n_gen = 64, threads = 0, gamma_fixed = 0, backend_kind = -1, device = -1, tp = 0, repeat = 1, method = -1;
@@ -239,6 +242,14 @@ int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "specd generate: --method must be auto, draft, ngram or off, got '%s'\n", v);
                 return 2;
             }
+        }
+        else if (!strcmp(a, "--verify")) {
+            const char *v = arg_str(argc, argv, &i);
+            if (strcmp(v, "rejection") && strcmp(v, "coupled")) {
+                fprintf(stderr, "specd generate: --verify must be rejection or coupled, got '%s'\n", v);
+                return 2;
+            }
+            verify = !strcmp(v, "coupled") ? 1 : 0;
         }
         else if (!strcmp(a, "--no-spec")) no_spec = true;
         else if (!strcmp(a, "--compare-plain")) compare = true;
@@ -332,6 +343,7 @@ int cmd_generate(int argc, char **argv) {
     if (ec.max_batch > ec.max_running) ec.max_batch = ec.max_running;
     if (gamma_flags || !config_path) ec.gamma = gp;
     if (no_spec) ec.mode = SPEC_MODE_OFF;
+    if (verify >= 0) ec.coupled = verify == 1;
     int eff_method = method >= 0 ? method : ec.method;
     bool speculating = ec.mode != SPEC_MODE_OFF && eff_method != SPEC_METHOD_OFF &&
                        (draft_path || eff_method != SPEC_METHOD_DRAFT);

@@ -6,6 +6,7 @@
  * or setup error, or nothing testable. */
 #include "cli/cmd.h"
 #include "cli/util.h"
+#include "engine/grammar.h"
 #include "engine/rng.h"
 #include "engine/spec.h"
 #include "engine/stattest.h"
@@ -19,7 +20,7 @@ static void verify_usage(void) {
             "usage: specd verify -m TARGET.gguf --draft DRAFT.gguf [--samples N] [--positions K] [--temp T]\n"
             "                    [--top-k K] [--top-p P] [--min-p P] [--gamma G | --adaptive] [-p PROMPT]\n"
             "                    [--seed S] [--alpha A] [-t THREADS] [--quiet] [--broken]\n"
-            "                    [--method draft|ngram|auto] [--ngram-min N] [--ngram-max N]\n"
+            "                    [--method draft|ngram|auto] [--ngram-min N] [--ngram-max N] [--verify rejection|coupled]\n"
             "  Draws N sequences with plain decoding and N with speculation (independent seeds) for the\n"
             "  same prompt, K tokens each, and tests per position that the token distributions agree:\n"
             "  chi-square homogeneity on the two token histograms (tokens with expected count < 5 merged),\n"
@@ -35,10 +36,15 @@ static void verify_usage(void) {
             "  --gamma G    fixed speculation depth (default 4); --adaptive lets the controller choose\n"
             "               (timing-dependent: not reproducible run to run)\n"
             "  -p PROMPT    prompt text after BOS (default: empty = BOS only)\n"
+            "  --grammar F  GBNF file: every token of both sample sets is constrained by it (draft and\n"
+            "               target masked in lockstep); --broken-grammar masks only the draft's q, the\n"
+            "               target's p left unmasked (testing only: expected to FAIL)\n"
             "  --seed S     base seed (default 1); each sample's seed is a hash of (S, mode, i), so the\n"
             "               plain and speculative sets, and runs with different S, are independent\n"
             "  --alpha A    family-wise significance level (default 0.01)\n"
             "  -t THREADS   CPU threads (default 1: tiny models gain nothing from more)\n"
+            "  --verify V   the verification rule under test: rejection (default) or coupled (Gumbel-max\n"
+            "               with noise shared by draft and target; plain samples stay inverse-CDF draws)\n"
             "  --broken     testing only: use a deliberately wrong residual (|p-q| instead of\n"
             "               max(0, p-q)) to prove the harness detects a lossy algorithm\n"
             "  exit status: 0 distributions agree, 1 they differ, 2 usage or setup error, or nothing to\n"
@@ -112,12 +118,15 @@ static int largest_gap(const uint64_t *a, const uint64_t *b, int V, double *fa, 
 }
 
 int cmd_verify(int argc, char **argv) {
+    bool coupled = false; /* --verify coupled */
     const char *model_path = NULL, *draft_path = NULL, *prompt = "";
     int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0, method = SPEC_METHOD_DRAFT, ngram_min = 0,
         ngram_max = 0;
     bool adaptive = false, broken = false, quiet = false;
     uint64_t seed = 1;
     double alpha = 0.01;
+    const char *grammar_path = NULL;
+    bool broken_grammar = false;
     sampler_config sc = sampler_config_default();
     sc.temperature = 1.0f;
     gamma_params gp = gamma_params_default();
@@ -134,10 +143,20 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--gamma")) gamma_fixed = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
         else if (!strcmp(a, "--adaptive")) adaptive = true;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--grammar")) grammar_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--broken-grammar")) broken_grammar = true;
         else if (!strcmp(a, "--seed")) seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "--alpha")) alpha = arg_double(argc, argv, &i, 1e-12, 0.5);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--broken")) broken = true;
+        else if (!strcmp(a, "--verify")) {
+            const char *v = arg_str(argc, argv, &i);
+            if (strcmp(v, "rejection") && strcmp(v, "coupled")) {
+                fprintf(stderr, "specd verify: --verify must be rejection or coupled, got '%s'\n", v);
+                return 2;
+            }
+            coupled = !strcmp(v, "coupled");
+        }
         else if (!strcmp(a, "--method")) {
             const char *v = arg_str(argc, argv, &i);
             method = spec_method_parse(v);
@@ -186,6 +205,9 @@ int cmd_verify(int argc, char **argv) {
     int32_t *ids = NULL;
     verify_set plain = {0}, spec = {0};
     int *scratch = NULL;
+    grammar *gr = NULL;
+    grammar_vocab *gv = NULL;
+    grammar_matcher *gm = NULL;
     if (!sp) {
         fprintf(stderr, "specd verify: %s\n", err);
         goto done;
@@ -212,18 +234,44 @@ int cmd_verify(int argc, char **argv) {
         fprintf(stderr, "specd verify: out of memory\n");
         goto done;
     }
-    if (broken) sp->variant = ACCEPT_BROKEN_RESIDUAL_ABS;
+    if (broken) sp->variant = coupled ? ACCEPT_BROKEN_COUPLED : ACCEPT_BROKEN_RESIDUAL_ABS;
     if (adaptive) spec_pair_calibrate(sp);
+    if (broken_grammar && !grammar_path) {
+        fprintf(stderr, "specd verify: --broken-grammar needs --grammar FILE\n");
+        goto done;
+    }
+    if (grammar_path) {
+        FILE *f = fopen(grammar_path, "rb");
+        char *text = NULL;
+        long n = -1;
+        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+            (text = malloc((size_t)n + 1)) && fread(text, 1, (size_t)n, f) == (size_t)n) {
+            gr = grammar_parse(text, (size_t)n, err, sizeof(err));
+            if (!gr) fprintf(stderr, "specd verify: %s: %s\n", grammar_path, err);
+        } else {
+            fprintf(stderr, "specd verify: cannot read %s\n", grammar_path);
+        }
+        if (f) fclose(f);
+        free(text);
+        if (!gr) goto done;
+        if (!(gv = grammar_vocab_create(sp->tok)) || !(gm = grammar_matcher_create(gr, gv))) {
+            fprintf(stderr, "specd verify: out of memory (grammar)\n");
+            goto done;
+        }
+    }
 
     spec_seq_params prm = {.sc = sc, .gp = gp, .speculate = false, .method = (spec_method)method};
+    prm.grammar = gm; /* no token budget: K positions of an unfinished output are what is compared */
     if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_PLAIN, n_samples, K, &plain, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd verify: plain decoding failed: %s\n", err);
         goto done;
     }
     prm.speculate = true;
+    prm.coupled = coupled;
     /* lookups propose whenever the text repeats, however often they miss: the
      * low-acceptance fallback would leave the point-mass rule mostly untested */
     if (method != SPEC_METHOD_DRAFT) prm.gp.fallback_alpha = 0.0f;
+    prm.grammar_broken = broken_grammar;
     if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_SPEC, n_samples, K, &spec, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd verify: speculative decoding failed: %s\n", err);
         goto done;
@@ -236,8 +284,10 @@ int cmd_verify(int argc, char **argv) {
            n_samples, n_samples, K, n_prompt, (double)sc.temperature, sc.top_k, (double)sc.top_p, (double)sc.min_p);
     if (adaptive) printf("adaptive gamma %d..%d, seed %llu\n", gp.gamma_min, gp.gamma_max, (unsigned long long)seed);
     else printf("gamma %d, seed %llu\n", gp.gamma_default, (unsigned long long)seed);
-    printf("  proposer: %s\n", spec_method_name((spec_method)method));
+    printf("  proposer: %s, verification: %s\n", spec_method_name((spec_method)method), coupled ? "coupled" : "rejection");
     if (broken) printf("  TESTING ONLY: --broken residual |p-q| in use: this run is expected to FAIL\n");
+    if (gm) printf("  grammar: %s (both sets masked%s)\n", grammar_path,
+                   broken_grammar ? "; TESTING ONLY: --broken-grammar, the target's p unmasked: expected to FAIL" : "");
     printf("%4s %7s %7s %5s %6s %10s %4s %10s  %7s %10s  %s\n", "pos", "n_plain", "n_spec", "bins", "merged", "chi2",
            "dof", "p", "KS_D", "KS_p", "result");
     for (int k = 0; k < K; k++) {
@@ -295,6 +345,9 @@ int cmd_verify(int argc, char **argv) {
                        failed, K);
     rc = failed ? 1 : 0;
 done:
+    grammar_matcher_destroy(gm);
+    grammar_destroy(gr);
+    grammar_vocab_destroy(gv);
     free(ids);
     free(scratch);
     free(plain.hist), free(spec.hist);

@@ -1,6 +1,8 @@
 /* accept.c — the lossless accept/reject rule (see accept.h). */
 #include "engine/accept.h"
 
+#include "engine/gumbel.h"
+
 #include "engine/rng.h"
 #include "engine/sampler.h"
 
@@ -87,4 +89,14 @@ int accept_chain(int32_t *out, const float *p, const float *q, const bool *det, 
     out[gamma] = greedy ? sampler_sample(pb, V, 0.0)
                         : sampler_sample(pb, V, rng_uniform(rng->seed, rng->pos0 + (uint64_t)gamma, RNG_BONUS, 0));
     return gamma;
+}
+
+int accept_coupled(int32_t *out, const float *p, const int32_t *draft, int gamma, int V, uint64_t seed,
+                   uint64_t pos0, accept_variant variant) {
+    for (int j = 0;; j++) {
+        const float *pj = p + (size_t)j * (size_t)V;
+        out[j] = gumbel_sample(pj, V, seed, pos0 + (uint64_t)j);
+        if (j < gamma && variant == ACCEPT_BROKEN_COUPLED && pj[draft[j]] >= pj[out[j]]) out[j] = draft[j];
+        if (j == gamma || draft[j] != out[j]) return j;
+    }
 }

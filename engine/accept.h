@@ -27,6 +27,8 @@ typedef enum {
     ACCEPT_BROKEN_RESIDUAL_ABS = 1, /* residual normalize(|p - q|) instead of max(0, p - q); for a point
                                      * mass: resample from p itself, d not removed */
     ACCEPT_BROKEN_POINT_KEEP = 2,   /* point mass only: on rejection resample from p, d not removed */
+    ACCEPT_BROKEN_COUPLED = 3,      /* coupled only: also accept a draft the target likes at least as much as
+                                     * its own Gumbel-max token (p[d] >= p[g]): biased toward likely tokens */
 } accept_variant;
 
 /* Randomness for one step: counter-based, keyed by (seed, absolute position of
@@ -57,6 +59,16 @@ int accept_step(int32_t *out, const float *p, const float *q, const int32_t *dra
  * is not read); det NULL = every draft was sampled (accept_step). */
 int accept_chain(int32_t *out, const float *p, const float *q, const bool *det, const int32_t *draft, int gamma, int V,
                  bool greedy, const accept_rng *rng, float *scratch);
+
+/* Coupled verification (gumbel.h): the target's own Gumbel-max token g_j of
+ * each p row j at position pos0 + j under seed; a draft (sampled with the same
+ * noise, or deterministic) is accepted iff it equals g_j, the first mismatch
+ * emits g_j, and after gamma accepted drafts the bonus is g_gamma. Every
+ * emitted token is thus the target's Gumbel-max at its position: the output
+ * is plain Gumbel-max sampling's, token for token, whatever was drafted.
+ * Returns the accepted count k; out holds k + 1 tokens. */
+int accept_coupled(int32_t *out, const float *p, const int32_t *draft, int gamma, int V, uint64_t seed,
+                   uint64_t pos0, accept_variant variant);
 
 /* The point-mass correction: a draw with u in [0, 1) from p without token d,
  * renormalised (inverse CDF in index order, as sampler_sample). When p holds

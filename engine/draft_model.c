@@ -5,6 +5,7 @@
 #include "engine/draft_model.h"
 
 #include "engine/errkind.h"
+#include "engine/gumbel.h"
 #include "engine/rng.h"
 
 #include <stdarg.h>
@@ -66,11 +67,13 @@ static void dm_seq_destroy(drafter *d, drafter_seq *ds) {
 }
 
 /* Turns logits into the processed distribution and draws a token from it: the
- * same draw as the target's (one sampler config), keyed by RNG_DRAFT. */
+ * same draw as the target's (one sampler config), keyed by RNG_DRAFT; under
+ * coupled verification the Gumbel-max of q with the target's noise at pos. */
 static int32_t dm_draw(draft_model *dm, const drafter_prop *p, float *logits, float *q, uint64_t pos, int j) {
     if (p->mask) p->mask(p->mask_ctx, j, p->nodes, logits); /* constrained: the same mask as the target's */
     sampler_probs(dm->smp, p->sc, logits, q);
     if (p->sc->temperature == 0.0f) return sampler_sample(q, dm->base.n_vocab, 0.0);
+    if (p->coupled) return gumbel_sample(q, dm->base.n_vocab, p->seed, pos);
     return sampler_sample(q, dm->base.n_vocab, rng_uniform(p->seed, pos, RNG_DRAFT, 0));
 }
 

@@ -49,6 +49,8 @@ typedef struct {
     int budget;              /* most nodes to propose, 1..DRAFTER_MAX_NODES */
     const sampler_config *sc;/* the sequence's ONE sampler config (draft and target) */
     uint64_t seed;
+    bool coupled;            /* coupled verification: a sampling drafter draws node i as the Gumbel-max of
+                              * its q row at its position (gumbel.h), the target's noise, not inverse CDF */
     float *q;                /* (budget, V) caller's memory: row i for each non-deterministic node i */
     /* Optional constraint (grammar.h): a sampling drafter calls it on node
      * i's logits (its own, mutable) before turning them into q row i, so q is

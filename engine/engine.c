@@ -312,6 +312,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     }
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
                                .speculate = can_speculate, .method = method};
+    r->prm.coupled = rq->verify == ENGINE_VERIFY_COUPLED || (rq->verify == ENGINE_VERIFY_DEFAULT && e->cfg.coupled);
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
         return 0;

@@ -76,6 +76,7 @@ typedef struct {
     int max_batch;                 /* most sequences in one verify call (0 = max_running) */
     int mode;                      /* spec_mode: SPEC_MODE_OFF turns speculation off for every request */
     int method;                    /* spec_method of requests that do not choose (auto) */
+    bool coupled;                  /* speculation.verify: coupled for requests that do not choose (false) */
     int ngram_min, ngram_max;      /* n-gram lookup lengths (0: 2 and 5) */
     bool prefix_cache;             /* prefix KV reuse in both pools (true; kv.h, spec.h) */
     int prefix_cache_blocks;       /* most cached blocks no request holds, per pool (0: any free block) */
@@ -88,6 +89,14 @@ engine_config engine_config_default(void);
 void engine_config_from_policy(engine_config *ec, const pol_config *pc);
 
 typedef enum { SPEC_MODE_AUTO = 0, SPEC_MODE_DRAFT = 1, SPEC_MODE_OFF = 2 } spec_mode;
+
+/* Verification of a seeded sampled request. rejection: accept min(1, p/q),
+ * residual correction — the output is distributed as the target's, and for a
+ * seed reproducible at a fixed γ. coupled: Gumbel-max with one noise per
+ * (seed, position, token) for plain steps, drafts and verification — the
+ * output is plain seeded sampling's token for token, for any γ, drafter,
+ * batch and schedule (gumbel.h). Greedy requests are unaffected. */
+typedef enum { ENGINE_VERIFY_DEFAULT = 0, ENGINE_VERIFY_REJECTION = 1, ENGINE_VERIFY_COUPLED = 2 } engine_verify;
 
 typedef void (*engine_notify_fn)(void *user);
 
@@ -111,6 +120,7 @@ typedef struct {
     spec_mode mode;                /* auto: speculate when a proposer can; draft: the draft model; off: plain */
     spec_method method;            /* the proposer, when method_set (else the policy rule's / the engine's) */
     bool method_set;
+    engine_verify verify;          /* how drafts are verified (default: the engine's speculation.verify) */
     bool no_prefix_cache;          /* neither reuse cached prompt blocks nor leave this prompt's behind */
     int gamma;                     /* 0: the engine's default; else fixed γ within bounds (adaptive=false) */
     bool adaptive;                 /* adaptive γ (default true in auto mode) */

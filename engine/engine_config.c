@@ -27,6 +27,7 @@ void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
     ec->mode = ps->mode == POL_SPEC_OFF ? SPEC_MODE_OFF : ps->mode == POL_SPEC_DRAFT ? SPEC_MODE_DRAFT : SPEC_MODE_AUTO;
     int m = spec_method_parse(pol_method_name(ps->method));
     ec->method = m >= 0 ? m : SPEC_METHOD_AUTO;
+    ec->coupled = ps->verify == POL_VERIFY_COUPLED;
     ec->ngram_min = ps->ngram_min;
     ec->ngram_max = ps->ngram_max;
     ec->gamma = (gamma_params){.gamma_min = ps->gamma_min, .gamma_max = ps->gamma_max,

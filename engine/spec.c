@@ -6,6 +6,7 @@
 #include "engine/draft_ngram.h"
 #include "engine/errkind.h"
 #include "engine/grammar.h"
+#include "engine/gumbel.h"
 #include "engine/rng.h"
 
 
@@ -323,6 +324,7 @@ static int32_t draw(spec_seq *s, float *logits, float *probs, uint64_t pos, uint
     if (s->prm.grammar) grammar_mask_at(s, s->gst, pos, logits);
     sampler_probs(s->sp->smp, &s->prm.sc, logits, probs);
     if (greedy(s)) return sampler_sample(probs, s->sp->n_vocab, 0.0);
+    if (s->prm.coupled) return gumbel_sample(probs, s->sp->n_vocab, s->prm.seed, pos);
     return sampler_sample(probs, s->sp->n_vocab, rng_uniform(s->prm.seed, pos, purpose, 0));
 }
 
@@ -630,7 +632,7 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
             SPEC_ASSERT(d && S[i]->ds[slot]);
             sp->props[m] = (drafter_prop){.ds = S[i]->ds[slot], .tokens = S[i]->tokens, .n_tokens = S[i]->n_tokens,
                                           .budget = gam[i], .sc = &S[i]->prm.sc, .seed = S[i]->prm.seed,
-                                          .q = S[i]->q};
+                                          .coupled = S[i]->prm.coupled, .q = S[i]->q};
             if (S[i]->prm.grammar)
                 sp->props[m].mask = draft_mask, sp->props[m].mask_ctx = S[i];
             sp->prop_of[m++] = i;
@@ -695,7 +697,10 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
             sampler_probs(sp->smp, &s->prm.sc, logits + (size_t)j * V, sp->p + (size_t)j * V);
         }
         accept_rng rng = {s->prm.seed, (uint64_t)N, sp->variant};
-        k = accept_chain(out, sp->p, s->q, s->det, s->draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
+        if (s->prm.coupled && !greedy(s))
+            k = accept_coupled(out, sp->p, s->draft, gamma, (int)V, s->prm.seed, (uint64_t)N, sp->variant);
+        else
+            k = accept_chain(out, sp->p, s->q, s->det, s->draft, gamma, (int)V, greedy(s), &rng, sp->scratch);
         n_new = k + 1;
         spec_method_stats *bm = &s->st.by[slot];
         s->st.verify_steps++, bm->verify_steps++;

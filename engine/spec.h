@@ -178,6 +178,9 @@ typedef struct {
     gamma_params gp;            /* gamma_max = 0 or no draft: plain decoding */
     bool speculate;             /* false: plain decoding always */
     spec_method method;         /* the proposer (DRAFT without a draft model: plain) */
+    bool coupled;               /* coupled verification: plain steps, drafts and verification all sample by
+                                 * Gumbel-max with one noise per (seed, position, token) (gumbel.h), so the
+                                 * seeded output is plain seeded sampling's for any γ, drafter, batch */
     /* Constrained generation (grammar.h): every token, drafted or verified,
      * is drawn from distributions masked by the grammar state after the
      * tokens before it; NULL = unconstrained. Not owned: outlives the sequence. */

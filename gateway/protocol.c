@@ -43,7 +43,7 @@ static const char *const generate_fields[] = {"type",  "id",    "prompt", "messa
                                               "stop",  "speculation", "content_type", "grammar",
                                               "response_format"};
 static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
-static const char *const speculation_fields[] = {"mode", "method", "gamma", "adaptive"};
+static const char *const speculation_fields[] = {"mode", "method", "verify", "gamma", "adaptive"};
 static const char *const message_fields[] = {"role", "content", "name"}; /* name: OpenAI's, not rendered */
 #define NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -671,6 +671,15 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
             return fail(err, GW_ERR_NO_DRAFT, "speculation method 'draft' needs a draft model, and none is loaded");
         m->req.method = (spec_method)meth;
         m->req.method_set = true;
+    }
+    if ((v = opt(js, "verify"))) {
+        if (get_string(v, "speculation.verify", err)) return -1;
+        const char *s = json_string_value(v);
+        if (!strcmp(s, "rejection")) m->req.verify = ENGINE_VERIFY_REJECTION;
+        else if (!strcmp(s, "coupled")) m->req.verify = ENGINE_VERIFY_COUPLED;
+        else
+            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'speculation.verify' must be one of rejection, coupled, got %s",
+                        describe(v, d, sizeof(d)));
     }
     if ((v = opt(js, "gamma"))) {
         long long g;

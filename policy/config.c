@@ -59,6 +59,7 @@ typedef struct {
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const mode_names[] = {"auto", "draft", "off", NULL};
 static const char *const method_names[] = {"auto", "draft", "ngram", "off", NULL};
+static const char *const verify_names[] = {"rejection", "coupled", NULL};
 
 const char *pol_method_name(pol_spec_method m) { return (unsigned)m <= POL_METHOD_OFF ? method_names[m] : "?"; }
 
@@ -106,6 +107,7 @@ static const keydef engine_keys[] = {
 static const keydef spec_keys[] = {
     KE(pol_speculation, mode, mode_names, true),
     KE(pol_speculation, method, method_names, false),
+    KE(pol_speculation, verify, verify_names, true),
     KI(pol_speculation, ngram_min, 1, 8, true),
     KI(pol_speculation, ngram_max, 1, 8, true),
     KI(pol_speculation, gamma_min, 1, POL_GAMMA_LIMIT, false),

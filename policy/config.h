@@ -28,6 +28,10 @@ typedef enum { POL_SPEC_AUTO = 0, POL_SPEC_DRAFT, POL_SPEC_OFF } pol_spec_mode;
  * spec_method_parse takes them. */
 typedef enum { POL_METHOD_AUTO = 0, POL_METHOD_DRAFT, POL_METHOD_NGRAM, POL_METHOD_OFF } pol_spec_method;
 const char *pol_method_name(pol_spec_method m); /* "auto", "draft", "ngram", "off" */
+/* speculation.verify: how drafts are verified. rejection: min(1, p/q) with
+ * residual correction; coupled: Gumbel-max with shared noise (seeded output
+ * independent of γ, drafter and schedule). */
+enum { POL_VERIFY_REJECTION = 0, POL_VERIFY_COUPLED = 1 };
 
 typedef struct {
     char host[256];                        /* 127.0.0.1 */
@@ -79,6 +83,7 @@ typedef struct {
 typedef struct {
     pol_spec_mode mode;                    /* auto; off: no speculation for any request */
     pol_spec_method method;                /* auto: n-gram lookup when it matches, else the draft model */
+    int verify;                            /* POL_VERIFY_REJECTION (default) or POL_VERIFY_COUPLED */
     int ngram_min, ngram_max;              /* n-gram lookup lengths (2, 5; 1..8) */
     int gamma_min, gamma_max, gamma_default; /* 2, 8, 4 */
     bool adaptive;                         /* true */

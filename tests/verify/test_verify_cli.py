@@ -113,6 +113,19 @@ def case_method(method, temp_args):
     expect_broken_fails(base, 8, 1e-10)
 
 
+def case_coupled(method, temp_args):
+    """Coupled verification (Gumbel-max with the target's noise): passes, and
+    its broken variant (also accepting a draft the target likes at least as
+    much as its own choice) fails."""
+    t, d = real_pair()
+    prompt = REPEAT_PROMPT if method == "ngram" else "The"
+    base = pair_args(t, d, ["--samples", "5000", "--positions", "8", "-p", prompt, "--seed", "3", "--method", method,
+                            "--verify", "coupled", *temp_args])
+    out, rows = expect_pass(base, 8)
+    check("verification: coupled" in out, "the run did not say it verified coupled", out)
+    expect_broken_fails(base, 8, 1e-6)
+
+
 def case_random_pair():
     """A random-weights pair emits end-of-generation now and then: the EOG
     bookkeeping (shrinking per-position counts) is exercised here."""
@@ -176,6 +189,9 @@ if __name__ == "__main__":
         "auto_t1": lambda: case_method("auto", ["--temp", "1.0"]),
         "auto_t07": lambda: case_method("auto", ["--temp", "0.7", "--top-p", "0.9"]),
         "adaptive": case_adaptive,
+        "coupled_t1": lambda: case_coupled("draft", ["--temp", "1.0"]),
+        "coupled_t07": lambda: case_coupled("draft", ["--temp", "0.7", "--top-p", "0.9"]),
+        "coupled_ngram_t1": lambda: case_coupled("ngram", ["--temp", "1.0"]),
         "usage": case_usage,
     }
     cases[sys.argv[1]]()

@@ -24,7 +24,10 @@ struct spec_tree_ctx {
     spec_tree *cut;             /* (max_seqs) the trees as verified */
     int (*qrow)[DRAFTER_MAX_NODES]; /* (max_seqs) the q row of each verified node in its proposed tree */
     float *qc;                  /* (DRAFTER_MAX_NODES, V) q rows of a cut tree */
+    tree_variant variant;
 };
+
+void spec_tree_set_variant(spec_tree_ctx *tc, tree_variant v) { tc->variant = v; }
 
 spec_tree_ctx *spec_tree_create(spec_pair *sp) {
     spec_tree_ctx *tc = calloc(1, sizeof(*tc));
@@ -146,7 +149,7 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
             q = tc->qc;
         }
         tree_view tv = {nn, t->nodes, tc->p, q, (int)V};
-        tree_rng rng = {s->prm.seed, (uint64_t)N, TREE_CORRECT};
+        tree_rng rng = {s->prm.seed, (uint64_t)N, tc->variant};
         int32_t out[TR];
         int16_t path[DRAFTER_MAX_NODES];
         int k = tree_accept(out, path, &tv, s->prm.sc.temperature == 0.0f, &rng, tc->scratch);

@@ -35,6 +35,9 @@ typedef struct spec_tree_ctx spec_tree_ctx;
 spec_tree_ctx *spec_tree_create(spec_pair *sp);
 void spec_tree_destroy(spec_tree_ctx *tc); /* accepts NULL */
 
+/* Tests and `specd verify --broken` only: the acceptance variant (tree.h). */
+void spec_tree_set_variant(spec_tree_ctx *tc, tree_variant v);
+
 /* Steps n sequences with one tree each. A tree deeper than max_new[i] − 1 is
  * cut to that depth (so at most max_new[i] tokens are appended), and one the
  * context cannot hold becomes a plain step. Returns 0, or -1 with err (target

@@ -4,7 +4,7 @@ FAILS, with an overwhelming statistic, for the deliberately broken residual
 (--broken), so the harness is shown to detect a lossy algorithm.
 
 Usage: test_verify_cli.py CASE   (CASE: real_t1 | real_t07 | random_pair |
-adaptive | usage); env SPECD (binary), SPECD_MODELS (shared models dir).
+adaptive | usage | grammar_t1 | ...); env SPECD (binary), SPECD_MODELS (shared models dir).
 
 Seeds are fixed, so each case is deterministic on a given build; under a
 correct algorithm a run passes with probability >= 1 - alpha (alpha 0.01,
@@ -126,6 +126,32 @@ def case_coupled(method, temp_args):
     expect_broken_fails(base, 8, 1e-6)
 
 
+def case_grammar(temp_args):
+    """Under a grammar (--grammar FILE: lowercase words) both sets are masked,
+    draft and target in lockstep: passes at T=1; masking only the draft
+    (--broken-grammar: the target's p unmasked) fails; a grammar that does not
+    compile is a setup error naming line and column."""
+    t, d = real_pair()
+    with tempfile.TemporaryDirectory() as tmp:
+        g = os.path.join(tmp, "words.gbnf")
+        with open(g, "w") as f:
+            f.write('root ::= [a-z]+ (" " [a-z]+)*\n')
+        base = pair_args(t, d, ["--samples", "4000", "--positions", "6", "-p", "Once upon a time", "--seed", "1",
+                                "--grammar", g, *temp_args])
+        out, rows = expect_pass(base, 6)
+        check("grammar: " in out, "the run did not name its grammar", out)
+        out, rows, verdict = run(base + ["--broken-grammar"], 1)
+        check(verdict.startswith("verdict: FAIL"), "--broken-grammar did not fail", out)
+        best = min(r["p"] for r in rows)
+        check(best < 1e-10, f"--broken-grammar detected only weakly: min p {best:g}", out)
+        print(verdict, "[--broken-grammar]")
+        bad = os.path.join(tmp, "bad.gbnf")
+        with open(bad, "w") as f:
+            f.write("root ::= item\n")
+        p = subprocess.run([SPECD, "verify", *pair_args(t, d, ["--grammar", bad])], capture_output=True, text=True)
+        check(p.returncode == 2 and "line 1, column" in p.stderr, f"bad grammar: exit {p.returncode}: {p.stderr}")
+
+
 def case_random_pair():
     """A random-weights pair emits end-of-generation now and then: the EOG
     bookkeeping (shrinking per-position counts) is exercised here."""
@@ -193,6 +219,7 @@ if __name__ == "__main__":
         "coupled_t07": lambda: case_coupled("draft", ["--temp", "0.7", "--top-p", "0.9"]),
         "coupled_ngram_t1": lambda: case_coupled("ngram", ["--temp", "1.0"]),
         "usage": case_usage,
+        "grammar_t1": lambda: case_grammar(["--temp", "1.0"]),
     }
     cases[sys.argv[1]]()
     print("ok")

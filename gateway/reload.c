@@ -51,13 +51,35 @@ static void mirror_policy(const pol_config *pc) {
     telemetry_policy(gw_srv->cfg.telemetry, rules, n + 1, pc->version);
 }
 
-/* What anyone may read (the monitor feed): the outcome and the version in
- * force, never the file's path or the YAML the error quotes (those are for
- * the admin, at /api/stats). */
-static void set_public_message(bool ok) {
-    snprintf(gw_srv->policy_reload_public, sizeof(gw_srv->policy_reload_public),
-             ok ? "reloaded: version %d in force" : "reload failed: version %d stays in force (the admin sees why "
-                                                    "at /api/stats)",
+/* What anyone may read (the monitor feed): the outcome, the version in force
+ * and, for a failure, where and which key (the file's base name, line,
+ * column and the key the error names) — never the file's directory or the
+ * values and YAML the error quotes (those are for the admin, at /api/stats).
+ * err is the loader's "PATH:LINE:COL: KEY: reason" (or NULL). */
+static void set_public_message(bool ok, const char *err) {
+    char *out = gw_srv->policy_reload_public;
+    size_t n = sizeof(gw_srv->policy_reload_public);
+    if (ok) {
+        snprintf(out, n, "reloaded: version %d in force", gw_srv->policy_version);
+        return;
+    }
+    char where[160] = "";
+    const char *path = gw_srv->cfg.config_path;
+    size_t pl = strlen(path);
+    if (err && pl && !strncmp(err, path, pl) && err[pl] == ':') {
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        const char *p = err + pl + 1; /* LINE:COL: KEY: ... */
+        size_t pos = strspn(p, "0123456789:");
+        while (pos && p[pos - 1] == ':') pos--;
+        const char *key = p + pos;
+        while (*key == ':' || *key == ' ') key++;
+        size_t kl = strspn(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+        if (key[kl] != ':') kl = 0; /* not a key: a YAML syntax message */
+        snprintf(where, sizeof(where), " at %s:%.*s%s%.*s%s", base, (int)pos, p, kl ? " (" : "", (int)kl, key,
+                 kl ? ")" : "");
+    }
+    snprintf(out, n, "reload failed%s: version %d stays in force (the admin sees why at /api/stats)", where,
              gw_srv->policy_version);
 }
 
@@ -66,7 +88,7 @@ int gw_reload(const char *why, char *msg, size_t n) {
         snprintf(msg, n, "no config file to reload (started without one)");
         gw_srv->policy_reload_ok = false;
         snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
-        set_public_message(false);
+        set_public_message(false, NULL);
         return -1;
     }
     char err[768] = "", note[512] = "";
@@ -91,7 +113,7 @@ int gw_reload(const char *why, char *msg, size_t n) {
     pol_store_release(gw_srv->cfg.policy, pc);
     gw_srv->policy_reload_ok = rc == 0;
     snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
-    set_public_message(rc == 0);
+    set_public_message(rc == 0, rc == 0 ? NULL : err);
     fprintf(stderr, "specd: %s\n", msg);
     return rc;
 }

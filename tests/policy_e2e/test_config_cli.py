@@ -49,7 +49,7 @@ def broken_files(base):
                ("models.draft: cannot read model file '/nonexistent/draft.gguf'",))
     t = set_key(base, "server", "allowed_origins", "[a, b")
     # libyaml notices the unclosed list at the next token: the following key
-    out.append(("yaml_syntax", t) + position(t, "max_message_bytes:") + ("did not find expected ',' or ']'",))
+    out.append(("yaml_syntax", t) + position(t, "allowed_hosts:") + ("did not find expected ',' or ']'",))
     return out
 
 

@@ -432,6 +432,14 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
         char uri[128] = "";
         lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
+        if (gw_srv->draining) {
+            /* a draining instance takes no new streams: 503 before the
+             * upgrade, so a proxy retries the upgrade on another instance */
+            gw_metrics_error("shutting_down");
+            refuse_now(wsi, 503, "shutting_down", "the server is shutting down; retry on another instance",
+                       "retry-after:", "1");
+            return 1;
+        }
         int r = gw_refuse_if_full(wsi, uri);
         return r ? 1 : 0; /* > 0: answered here */
     }

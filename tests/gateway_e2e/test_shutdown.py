@@ -1,5 +1,5 @@
 # test_shutdown.py — SIGTERM while requests run: /healthz answers 200 before;
-# during the drain new work is refused (healthz 503, generate → shutting_down)
+# during the drain new work is refused (healthz 503, a new WebSocket 503 before its upgrade, generate → shutting_down)
 # while the running requests finish in full within the grace period and the
 # server exits 0. With a short grace period the unfinished requests are
 # cancelled — each still gets its `done` — and the server exits 0.
@@ -8,7 +8,7 @@ import json
 import signal
 import time
 
-from specd_e2e import Server, Stream, check, check_done, gen_msg, main, need_websockets, recv_json, ws_connect
+from specd_e2e import Server, Stream, check, check_done, gen_msg, main, need_websockets, raw_exchange, recv_json, ws_connect
 
 N_LONG = 4
 LONG = 800
@@ -37,6 +37,13 @@ async def drain_scenario(srv, grace_ms, expect_cancel):
                 await asyncio.sleep(0.05)  # let the loop see the signal
                 st, _, body = srv.http("GET", "/healthz")
                 check(st == 503, "/healthz while draining: %d %r" % (st, body))
+                # a new WebSocket is refused before its upgrade (a proxy retries it elsewhere)
+                resp = raw_exchange(srv.port, ("GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
+                                               "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                               "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: specd.v1\r\n\r\n"
+                                               % srv.port).encode(), timeout=5)
+                check(resp.split(b"\r\n", 1)[0].endswith(b"503 Service Unavailable") and b"shutting_down" in resp,
+                      "a WebSocket upgrade while draining got %r" % resp[:200])
                 await ws.send(gen_msg("late", "Once upon a time", 8))
             m = await recv_json(ws, 30)
             if m.get("id") == "late":

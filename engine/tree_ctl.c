@@ -1,0 +1,79 @@
+/* tree_ctl.c — the shape controller (see tree_ctl.h). */
+#include "engine/tree_ctl.h"
+
+#include <string.h>
+
+#define EWMA 0.1
+
+void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_max, int topk_max) {
+    static const tree_shape menu[] = {{0, 0, 0}, {2, 2, 1}, {4, 4, 1}, {6, 6, 1}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}};
+    memset(c, 0, sizeof(*c));
+    c->explore = 3;
+    for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])); i++) {
+        tree_shape s = menu[i];
+        if (s.budget > budget_max) s.budget = budget_max;
+        if (s.depth > depth_max) s.depth = depth_max;
+        if (s.topk > topk_max) s.topk = topk_max;
+        if (s.depth > s.budget) s.depth = s.budget; /* a budget of n holds at most n levels, n children */
+        if (s.topk > s.budget) s.topk = s.budget;
+        if (i > 0 && (s.budget < 1 || s.depth < 1 || s.topk < 1)) continue;
+        bool dup = false;
+        for (int j = 0; j < c->n; j++) dup |= !memcmp(&c->menu[j], &s, sizeof(s));
+        if (dup) continue;
+        c->menu[c->n] = s;
+        c->tpp[c->n] = 1.0; /* the prior: what plain decoding gives */
+        c->n++;
+    }
+    /* the curve: gaps interpolated linearly between measured points, held
+     * before the first, extrapolated along the last two after the last */
+    int prev = 0, prev2 = 0;
+    for (int r = 1; r <= TREE_CTL_ROWS; r++) {
+        if (!(t_rows[r] > 0)) continue;
+        c->t_rows[r] = t_rows[r];
+        if (prev)
+            for (int g = prev + 1; g < r; g++)
+                c->t_rows[g] = t_rows[prev] + (t_rows[r] - t_rows[prev]) * (double)(g - prev) / (double)(r - prev);
+        else
+            for (int g = 1; g < r; g++) c->t_rows[g] = t_rows[r];
+        prev2 = prev, prev = r;
+    }
+    if (prev)
+        for (int g = prev + 1; g <= TREE_CTL_ROWS; g++) {
+            double slope = prev2 ? (t_rows[prev] - t_rows[prev2]) / (double)(prev - prev2) : 0;
+            c->t_rows[g] = t_rows[prev] + (slope > 0 ? slope : 0) * (double)(g - prev);
+        }
+}
+
+/* ms of a pass of R rows: measured up to TREE_CTL_ROWS, beyond it linear at
+ * the slope of the last half (compute-bound there) */
+static double t_of(const tree_ctl *c, int R) {
+    if (R <= TREE_CTL_ROWS) return c->t_rows[R < 1 ? 1 : R];
+    int h = TREE_CTL_ROWS / 2;
+    double slope = (c->t_rows[TREE_CTL_ROWS] - c->t_rows[h]) / (double)(TREE_CTL_ROWS - h);
+    if (slope < 0) slope = 0;
+    return c->t_rows[TREE_CTL_ROWS] + slope * (double)(R - TREE_CTL_ROWS);
+}
+
+double tree_ctl_rate(const tree_ctl *c, int e, int batch) {
+    if (batch < 1) batch = 1;
+    int rows = c->menu[e].budget + 1;
+    double ms = t_of(c, batch * rows) / (double)batch + c->draft_ms[e];
+    return ms > 0 ? c->tpp[e] / ms : 0;
+}
+
+int tree_ctl_pick(const tree_ctl *c, int batch) {
+    for (int e = 1; e < c->n; e++)
+        if (c->seen[e] < c->explore) return e;
+    int best = 0;
+    for (int e = 1; e < c->n; e++)
+        if (tree_ctl_rate(c, e, batch) > tree_ctl_rate(c, best, batch)) best = e;
+    return best;
+}
+
+void tree_ctl_observe(tree_ctl *c, int e, int tokens, double draft_ms) {
+    if (e <= 0 || e >= c->n) return; /* plain: 1 token per pass, known */
+    double a = c->seen[e] ? EWMA : 1.0;
+    c->tpp[e] += a * ((double)tokens - c->tpp[e]);
+    c->draft_ms[e] += a * (draft_ms - c->draft_ms[e]);
+    c->seen[e]++;
+}

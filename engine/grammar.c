@@ -802,13 +802,15 @@ struct grammar_vocab {
     int32_t *ntok_off;         /* (n_nodes + 1) into ntok */
     int32_t *ntok;             /* token ids, grouped by node */
     uint32_t *nsub;            /* (n_nodes, 8) bitmap of the edge bytes below each node (its subtree) */
+    uint16_t *nheight;         /* (n_nodes) the longest path below each node */
+    uint16_t *ntok_len;        /* byte length of each ntok entry (a subtree's tokens in one sequential pass) */
     int max_len;
 };
 
 void grammar_vocab_destroy(grammar_vocab *v) {
     if (!v) return;
     free(v->blob), free(v->off), free(v->eog), free(v->eog_ids);
-    free(v->nbyte), free(v->ndepth), free(v->nskip), free(v->ntok_off), free(v->ntok), free(v->nsub);
+    free(v->nbyte), free(v->ndepth), free(v->nskip), free(v->ntok_off), free(v->ntok), free(v->nsub), free(v->nheight), free(v->ntok_len);
     free(v);
 }
 
@@ -881,9 +883,13 @@ static bool vocab_trie(grammar_vocab *v) {
     for (int k = 0; k < m; k++) v->ntok[tokcnt[tok_node[k]]++] = ord[k];
     free(tok_node), free(ord), free(path), free(tokcnt);
     /* subtree byte sets, children before parents (reverse preorder) */
-    if (!(v->nsub = calloc((size_t)nn * 8, sizeof(uint32_t)))) return false;
+    if (!(v->nsub = calloc((size_t)nn * 8, sizeof(uint32_t))) || !(v->nheight = calloc((size_t)nn, sizeof(uint16_t))) ||
+        !(v->ntok_len = malloc(sizeof(uint16_t) * (size_t)(m + 1))))
+        return false;
+    for (int k = 0; k < m; k++) v->ntok_len[k] = (uint16_t)(v->off[v->ntok[k] + 1] - v->off[v->ntok[k]]);
     for (int32_t i = nn - 1; i >= 0; i--)
         for (int32_t c = i + 1; c < v->nskip[i]; c = v->nskip[c]) {
+            if (v->nheight[c] + 1 > v->nheight[i]) v->nheight[i] = (uint16_t)(v->nheight[c] + 1);
             uint32_t *dst = v->nsub + (size_t)i * 8;
             const uint32_t *src = v->nsub + (size_t)c * 8;
             for (int w = 0; w < 8; w++) dst[w] |= src[w];
@@ -984,6 +990,7 @@ struct grammar_matcher {
     uint64_t *vkey;
     uint32_t vmask;
     int32_t *walk_state;       /* (max_len + 2) trie walk: state per depth */
+    int32_t *chain;            /* (max_len + 2) subtree_chain: the state at each depth below a node */
     /* dense byte-step rows over the memo above: drow[st][b] (G_UNSEEN until
      * computed), allocated on a state's first step, at most G_DENSE_ROWS rows;
      * a trie walk is one load per node instead of a hash probe */
@@ -1262,7 +1269,8 @@ grammar_matcher *grammar_matcher_create(const grammar *g, const grammar_vocab *v
     m->vkey = calloc(256, sizeof(uint64_t));
     m->tmp = malloc(sizeof(uint32_t) * (size_t)m->words);
     m->walk_state = malloc(sizeof(int32_t) * (size_t)(v->max_len + 2));
-    if (!m->nhash || !m->shash || !m->akey || !m->aval || !m->vkey || !m->tmp || !m->walk_state) {
+    m->chain = malloc(sizeof(int32_t) * (size_t)(v->max_len + 2));
+    if (!m->nhash || !m->shash || !m->akey || !m->aval || !m->vkey || !m->tmp || !m->walk_state || !m->chain) {
         grammar_matcher_destroy(m);
         return NULL;
     }
@@ -1287,7 +1295,7 @@ void grammar_matcher_destroy(grammar_matcher *m) {
     free(m->npos), free(m->npar), free(m->ndist), free(m->nhash);
     free(m->spool), free(m->soff), free(m->scnt), free(m->sdist), free(m->smask), free(m->smaxd), free(m->shash);
     free(m->akey), free(m->aval), free(m->masks), free(m->tmp), free(m->work), free(m->tops), free(m->vkey);
-    free(m->walk_state);
+    free(m->walk_state), free(m->chain);
     for (size_t k = 0; k < m->ndrow; k++) free(m->drow[k]);
     free(m->drow);
     free(m);
@@ -1324,15 +1332,34 @@ int32_t grammar_advance_token(grammar_matcher *m, int32_t st, int32_t t) {
 
 #define G_FIXED_MIN 16 /* subtrees smaller than this are walked: the check costs more */
 
-/* Whether every byte of sub (a 256-bit set) steps s to s itself. */
-static bool subtree_fixed(grammar_matcher *m, int32_t s, const uint32_t *sub) {
-    for (int w = 0; w < 8; w++)
-        for (uint32_t bits = sub[w]; bits; bits &= bits - 1) {
-            uint8_t b = (uint8_t)(w * 32 + __builtin_ctz(bits));
-            const int32_t *row = (size_t)s < m->ndrow ? m->drow[s] : NULL;
-            int32_t r = row && row[b] != G_UNSEEN ? row[b] : step_byte(m, s, b);
-            if (r != s) return false;
+/* Whether the state at every depth below a node is the same for all its
+ * paths: every byte of sub (the subtree's byte set) steps chain[j-1] to one
+ * chain[j], j = 1..h, chain[0] = s (a string's character loop maps s to
+ * itself; a bounded string {0,n} to the next position; a dead state stays
+ * dead). Then every token below ends in the chain state of its depth. */
+static bool subtree_chain(grammar_matcher *m, int32_t s, const uint32_t *sub, int h, int32_t *chain) {
+    chain[0] = s;
+    for (int j = 1; j <= h; j++) {
+        int32_t cur = chain[j - 1], nxt = G_UNSEEN;
+        if (cur < 0) {
+            chain[j] = GRAMMAR_DEAD;
+            continue;
         }
+        const int32_t *row = NULL;
+        for (int w = 0; w < 8; w++)
+            for (uint32_t bits = sub[w]; bits; bits &= bits - 1) {
+                uint8_t b = (uint8_t)(w * 32 + __builtin_ctz(bits));
+                row = (size_t)cur < m->ndrow ? m->drow[cur] : NULL;
+                int32_t r = row && row[b] != G_UNSEEN ? row[b] : step_byte(m, cur, b);
+                if (nxt == G_UNSEEN) nxt = r;
+                else if (r != nxt) return false;
+            }
+        chain[j] = nxt;
+        if (nxt == cur) { /* a fixpoint: the same below */
+            for (int k = j + 1; k <= h; k++) chain[k] = nxt;
+            break;
+        }
+    }
     return true;
 }
 
@@ -1363,8 +1390,23 @@ static int32_t walk(grammar_matcher *m, int32_t st, int budget, uint32_t *mask) 
         /* a state every byte below this node maps to itself (a JSON string's
          * character loop): the whole subtree's tokens end in s, so they are
          * all allowed or all refused alike, without visiting a node */
-        bool fixed = end - i > G_FIXED_MIN && subtree_fixed(m, s, v->nsub + (size_t)i * 8);
-        int32_t t0 = v->ntok_off[i], t1 = v->ntok_off[fixed ? end : i + 1];
+        int h = v->nheight[i];
+        bool fixed = end - i > G_FIXED_MIN && subtree_chain(m, s, v->nsub + (size_t)i * 8, h, m->chain);
+        if (fixed) { /* the tokens below, by their depth's chain state */
+            const int32_t *ch = m->chain;
+            bool all = true;
+            for (int j = 1; j <= h && all; j++)
+                all = ch[j] >= 0 && (budget < 0 || m->sdist[ch[j]] <= budget - 1);
+            int32_t u0 = v->ntok_off[i + 1], u1 = v->ntok_off[end];
+            for (int32_t k = u0; k < u1; k++) {
+                int32_t t = v->ntok[k];
+                int32_t cs = ch[v->ntok_len[k] - d];
+                if (!all && (cs < 0 || (budget >= 0 && m->sdist[cs] > budget - 1))) continue;
+                mask[t >> 5] |= 1u << (t & 31);
+                if (m->sdist[cs] > maxd) maxd = m->sdist[cs];
+            }
+        }
+        int32_t t0 = v->ntok_off[i], t1 = v->ntok_off[i + 1];
         if (t0 < t1) {
             int32_t dist = m->sdist[s];
             if (budget < 0 || dist <= budget - 1) {

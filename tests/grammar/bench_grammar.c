@@ -1,6 +1,8 @@
 /* bench_grammar.c — token-mask cost per generated token (issue 19): seeded
  * random walks through JSON mode and a schema-shaped grammar on the real
- * vocabularies (llama-spm 32k, gpt-2 50k, deepseek-llm 102k). Each walk asks
+ * vocabularies (llama-spm 32k, gpt-2 50k, deepseek-llm 102k) and a 128k-token
+ * one (Llama 3's size: `specd mkmodel`'s synthetic byte-fallback SPM
+ * vocabulary, written to TMPDIR and removed). Each walk asks
  * for the mask of its state, draws an allowed token uniformly, advances, and
  * restarts at an accepting state now and then. Every grammar starts with a
  * fresh matcher, so a state's first mask is a cold walk of the trie and a
@@ -8,8 +10,11 @@
  * and warm apart, plus all calls together (what a token pays). A figure, not
  * a timed assertion (`meson test --benchmark -C BUILD grammar_bench`;
  * BENCH_DEBUG=1 also lists every cold mask over 1 ms with its trie nodes). */
+#include "engine/mkmodel.h"
 #include "tests/grammar/grammar_util.h"
 #include "tests/testutil.h"
+
+#include <unistd.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -97,11 +102,23 @@ static void bench(const char *vname, grammar_vocab *v, const char *gname, const 
 int main(void) {
     const char *files[] = {"tokenizer-vectors/ggml-vocab-llama-spm.gguf", "tokenizer-vectors/ggml-vocab-gpt-2.gguf",
                            "tokenizer-vectors/ggml-vocab-deepseek-llm.gguf"};
-    const char *names[] = {"llama-spm", "gpt-2", "deepseek"};
-    for (int f = 0; f < 3; f++) {
+    const char *names[] = {"llama-spm", "gpt-2", "deepseek", "synth128k"};
+    for (int f = 0; f < 4; f++) {
         char path[512];
-        tu_model(path, sizeof path, files[f]);
+        if (f < 3) {
+            tu_model(path, sizeof path, files[f]);
+        } else { /* 128k tokens: a one-layer model whose tokenizer is all that is read */
+            const char *tmp = getenv("TMPDIR");
+            snprintf(path, sizeof path, "%s/specd-bench-v128k-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+            mkmodel_opts o;
+            mkmodel_opts_init(&o);
+            o.n_layers = 1, o.dim = 64, o.n_heads = 4, o.n_kv_heads = 4, o.ff = 128, o.ctx = 64, o.vocab = 128256;
+            o.seed = 1, o.name = "bench-v128k";
+            char err[512];
+            CHECKF(mkmodel_random(path, &o, NULL, err, sizeof err) == 0, "mkmodel: %s", err);
+        }
         tokenizer *t = gu_tokenizer(path);
+        if (f == 3) unlink(path);
         if (!t) SKIP("cannot load %s", path);
         grammar_vocab *v = grammar_vocab_create(t);
         CHECK(v != NULL);

@@ -7,7 +7,8 @@ import { ReconnectingSocket, fmt, fmtMs, showConnState, splitAccepted, wsUrl } f
 
 const $ = (id) => document.getElementById(id);
 const conv = $('conversation');
-const SETTINGS = ['temperature', 'top_p', 'max_tokens', 'seed', 'mode', 'gamma', 'gamma_control', 'content_type', 'system'];
+const SETTINGS = ['temperature', 'top_p', 'max_tokens', 'seed', 'mode', 'verify', 'gamma', 'gamma_control', 'content_type',
+  'system'];
 const KEY = 'specd.chat.';
 
 let history = [];   // finished turns: {role, content}
@@ -21,6 +22,19 @@ for (const k of SETTINGS) {
   if (v !== null) $(k).value = v;
   $(k).addEventListener('change', () => localStorage.setItem(KEY + k, $(k).value));
 }
+/* What a seed buys with these settings (shown under the verification choice). */
+function seedNote() {
+  const t = numberField('temperature'), seed = numberField('seed'), v = $('verify').value;
+  if (t === 0) return 'greedy: the same answer with any speculation settings';
+  if (seed === undefined) return 'no seed: a new sample each time';
+  if (v === 'coupled') return 'reproducible: this seed gives the same answer whatever γ, proposer or server load';
+  return 'reproducible only at a fixed γ and proposer; choose coupled verification to make this seed ' +
+    'give the same answer across settings';
+}
+function updateSeedNote() { $('seed-note').textContent = seedNote(); }
+for (const k of ['temperature', 'seed', 'verify']) $(k).addEventListener('input', updateSeedNote);
+for (const k of ['temperature', 'seed', 'verify']) $(k).addEventListener('change', updateSeedNote);
+updateSeedNote();
 const colourBox = $('colour');
 colourBox.checked = localStorage.getItem(KEY + 'colour') !== '0';
 conv.classList.toggle('colour', colourBox.checked);
@@ -47,6 +61,7 @@ function buildRequest(id, messages) {
   const g = numberField('gamma');
   if (g !== undefined) spec.gamma = g;
   if ($('gamma_control').value) spec.adaptive = $('gamma_control').value === 'adaptive';
+  if ($('verify').value) spec.verify = $('verify').value;
   req.speculation = spec;
   if ($('content_type').value) req.content_type = $('content_type').value;
   return req;

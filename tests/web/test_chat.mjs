@@ -3,12 +3,15 @@
 // streamed answer grows over time and equals an independent WebSocket client's
 // greedy output for the same messages, accepted/target runs and stats appear,
 // a second turn sends the history, Stop cancels a long answer, an out-of-policy
-// γ shows the server's error inline and the next message still works.
+// γ shows the server's error inline and the next message still works; with
+// coupled verification the seed note says so and a seeded sampled answer
+// equals plain coupled sampling's.
 import {
   artifactPath, check, connectWs, generate, launch, main, needBrowser, needSpecd, openPage, startSpecd, waitFor,
 } from './webtest.mjs';
 
 const PROMPT = 'Once upon a time';
+const text = (page, sel) => page.locator(sel).textContent();
 const REPLY = 'Tell me about the dog.';
 
 /** Fills the settings form the way a user would. */
@@ -154,6 +157,26 @@ async function run() {
   await waitFor(() => a5.evaluate((e) => !!e.dataset.finish || e.classList.contains('error')), 30000, 'message after the error never finished');
   check((await a5.getAttribute('data-finish')) === 'length', `message after the error: ${await a5.textContent()}`);
   check(((await a5.locator('.text').textContent()) || '').length > 0, 'message after the error produced no text');
+
+  // 5. coupled verification: the seed note says the answer is reproducible
+  // across settings, and the page's seeded sampled answer equals a direct
+  // client's with speculation off
+  await page.locator('#clear').click();
+  await settings(page, { max_tokens: 40, temperature: 0.8, top_p: 0.95, seed: 9, verify: 'coupled', gamma: '', gamma_control: '' });
+  const note = await text(page, '#seed-note');
+  check(/whatever γ/.test(note), `seed note with coupled verification: ${note}`);
+  await settings(page, { verify: 'rejection' });
+  check(/only at a fixed γ/.test(await text(page, '#seed-note')), 'seed note with rejection verification');
+  await settings(page, { verify: 'coupled' });
+  const a6 = await sendMessage(page, PROMPT);
+  await waitFor(() => a6.evaluate((e) => !!e.dataset.finish), 30000, 'coupled answer never finished');
+  const text6 = await a6.locator('.text').textContent();
+  const ref6 = await generate(ws, {
+    id: 'ref6', messages: [{ role: 'user', content: PROMPT }], temperature: 0.8, top_p: 0.95, max_tokens: 40, seed: 9,
+    speculation: { mode: 'off', verify: 'coupled' },
+  });
+  check(ref6.done && text6 === ref6.text, `coupled page answer differs from plain coupled sampling:\n page: ${JSON.stringify(text6)}\n ws:   ${JSON.stringify(ref6.text)}`);
+  await settings(page, { verify: '' });
 
   check(page.problems.length === 0, `page problems: ${page.problems.join('; ')}`);
   check(ctx.external.length === 0, `the page reached outside the server: ${ctx.external.join(', ')}`);

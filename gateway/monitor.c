@@ -121,6 +121,15 @@ static char *snapshot_json(void) {
         dropped = tc.dropped;
     }
     json_object_set_new(o, "telemetry_dropped", json_integer((json_int_t)dropped));
+    /* prefix reuse (target pool): reused / offered prompt tokens since start */
+    json_t *pc = json_object();
+    json_object_set_new(pc, "enabled", json_boolean(es.prefix_cache));
+    json_object_set_new(pc, "prompt_tokens", json_integer((json_int_t)es.st.prefix_offered));
+    json_object_set_new(pc, "reused_tokens", json_integer((json_int_t)es.st.prefix_reused));
+    json_object_set_new(pc, "hit_ratio", json_real(es.st.prefix_offered ? (double)es.st.prefix_reused /
+                                                                             (double)es.st.prefix_offered
+                                                                       : 0.0));
+    json_object_set_new(o, "prefix_cache", pc);
     json_t *pol = json_object();
     json_object_set_new(pol, "version", json_integer(gw_srv->policy_version));
     json_object_set_new(pol, "last_reload_ok", json_boolean(gw_srv->policy_reload_ok));

@@ -503,6 +503,9 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
     if (present) r->req.seed = (uint64_t)i, r->seed_set = true;
     if (parse_stop(o, r, err)) return -1;
     if (get_bool(o, "stream", &r->stream, err)) return -1;
+    bool cache = true;
+    if (get_bool(o, "prefix_cache", &cache, err)) return -1; /* false: this request's prompt is neither reused nor kept */
+    r->req.no_prefix_cache = !cache;
     if ((v = field(o, "stream_options"))) {
         if (!json_is_object(v)) FAIL(GW_ERR_WRONG_TYPE, "stream_options", "'stream_options' must be an object");
         json_t *u = field(v, "include_usage");

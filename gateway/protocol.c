@@ -41,7 +41,7 @@ static const char *const role_names[] = {"system", "user", "assistant"};
 static const char *const generate_fields[] = {"type",  "id",    "prompt", "messages",    "max_tokens",
                                               "temperature", "top_p", "top_k", "min_p", "seed",
                                               "stop",  "speculation", "content_type", "grammar",
-                                              "response_format"};
+                                              "response_format", "prefix_cache"};
 static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
 static const char *const speculation_fields[] = {"mode", "method", "verify", "gamma", "adaptive"};
 static const char *const message_fields[] = {"role", "content", "name"}; /* name: OpenAI's, not rendered */
@@ -826,6 +826,12 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
         if (get_int_range(v, "seed", 0, LLONG_MAX, "", &k, err)) return -1;
         m->req.seed = (uint64_t)k;
         m->seed_set = true;
+    }
+    if ((v = opt(root, "prefix_cache"))) {
+        if (!json_is_boolean(v))
+            return fail(err, GW_ERR_WRONG_TYPE, "field 'prefix_cache' must be true or false, got %s",
+                        describe(v, d, sizeof(d)));
+        m->req.no_prefix_cache = json_is_false(v); /* false: neither reuse cached blocks nor leave this prompt's */
     }
     if ((v = opt(root, "stop")) && parse_stop(v, m, err)) return -1;
     if ((v = opt(root, "speculation")) && parse_speculation(v, lim, m, err)) return -1;

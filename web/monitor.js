@@ -208,6 +208,9 @@ function onSnapshot(s) {
   setText('v-tpot', `${fmtNum(s.tpot_ms?.p50)} / ${fmtNum(s.tpot_ms?.p99)} ms`);
   setText('v-fallbacks', `${s.fallbacks ?? '—'} · ${s.kv_resets ?? '—'}`);
   setText('v-dropped', String(s.telemetry_dropped ?? '—'));
+  const pc = s.prefix_cache;
+  setText('v-prefix', !pc ? '—' : !pc.enabled ? 'off' : pc.prompt_tokens ? `${(100 * pc.hit_ratio).toFixed(1)}%` : '—');
+  setText('v-prefix-sub', pc && pc.enabled ? `${pc.reused_tokens} of ${pc.prompt_tokens} prompt tokens reused` : 'prompt tokens reused');
   showKv('kv-target', s.kv?.target);
   showKv('kv-draft', s.kv?.draft);
   showBanner(s);

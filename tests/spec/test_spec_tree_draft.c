@@ -97,6 +97,10 @@ static void greedy(spec_pair *sp, draft_tree *dt, spec_tree_ctx *tc) {
                     draft ? "draft" : "ngram", sh->budget, sh->depth, sh->topk, B, mism,
                     (unsigned long long)tot.verify_steps, (unsigned long long)tot.plain_steps,
                     (double)tot.drafted / vs, (double)tot.accepted / vs, spec_stats_tokens_per_pass(&tot));
+            fprintf(stderr, "      acceptance by depth:");
+            for (int j = 0; j < sh->depth && tot.pos_reached[j]; j++)
+                fprintf(stderr, " %d: %.2f", j + 1, (double)tot.pos_accepted[j] / (double)tot.pos_reached[j]);
+            fprintf(stderr, "\n");
             CHECK(tot.verify_steps > 0);
         }
     fprintf(stderr, "target caches vs fresh prefill: %ld K/V checks (worst %.3g), %ld logits checks (worst %.3g)\n",

@@ -245,11 +245,10 @@ int cmd_generate(int argc, char **argv) {
         }
         else if (!strcmp(a, "--verify")) {
             const char *v = arg_str(argc, argv, &i);
-            if (strcmp(v, "rejection") && strcmp(v, "coupled")) {
+            if ((verify = spec_verify_parse(v)) < 0) {
                 fprintf(stderr, "specd generate: --verify must be rejection or coupled, got '%s'\n", v);
                 return 2;
             }
-            verify = !strcmp(v, "coupled") ? 1 : 0;
         }
         else if (!strcmp(a, "--no-spec")) no_spec = true;
         else if (!strcmp(a, "--compare-plain")) compare = true;

@@ -151,11 +151,12 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--broken")) broken = true;
         else if (!strcmp(a, "--verify")) {
             const char *v = arg_str(argc, argv, &i);
-            if (strcmp(v, "rejection") && strcmp(v, "coupled")) {
+            int mode = spec_verify_parse(v);
+            if (mode < 0) {
                 fprintf(stderr, "specd verify: --verify must be rejection or coupled, got '%s'\n", v);
                 return 2;
             }
-            coupled = !strcmp(v, "coupled");
+            coupled = mode == 1;
         }
         else if (!strcmp(a, "--method")) {
             const char *v = arg_str(argc, argv, &i);

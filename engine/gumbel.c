@@ -8,10 +8,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define PHILOX_M0 0xD2511F53u /* the constants of rng.c (Salmon et al. 2011) */
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
 #define LANES 16              /* Philox blocks computed side by side: one span of 64 vocabulary entries */
 
 /* Entry v of the vocabulary takes word (v / 16) % 4 of block (v / 64) 16 +
@@ -46,14 +42,14 @@ AVX512 static inline void mul_lanes(__m512i a, __m512i m, __m512i *lo, __m512i *
 
 AVX512 static void philox_span_avx512(uint32_t out[4][LANES], uint32_t c, uint32_t pos_lo, uint32_t pos_hi,
                                       uint32_t key0, uint32_t key1) {
-    const __m512i m0 = _mm512_set1_epi32((int)PHILOX_M0), m1 = _mm512_set1_epi32((int)PHILOX_M1);
+    const __m512i m0 = _mm512_set1_epi32((int)RNG_PHILOX_M0), m1 = _mm512_set1_epi32((int)RNG_PHILOX_M1);
     __m512i c0 = _mm512_set1_epi32((int)pos_lo), c1 = _mm512_set1_epi32((int)pos_hi);
     __m512i c2 = _mm512_set1_epi32(RNG_GUMBEL);
     __m512i c3 = _mm512_add_epi32(_mm512_set1_epi32((int)c),
                                   _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     uint32_t k0 = key0, k1 = key1;
     for (int r = 0; r < 10; r++) {
-        if (r > 0) k0 += PHILOX_W0, k1 += PHILOX_W1;
+        if (r > 0) k0 += RNG_PHILOX_W0, k1 += RNG_PHILOX_W1;
         __m512i lo0, hi0, lo1, hi1;
         mul_lanes(c0, m0, &lo0, &hi0);
         mul_lanes(c2, m1, &lo1, &hi1);

@@ -2,18 +2,14 @@
  * counter); see rng.h for the contract and the reason for the choice. */
 #include "engine/rng.h"
 
-#define PHILOX_M0 0xD2511F53u  /* round multipliers (Salmon et al. 2011) */
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u  /* Weyl key increments: golden ratio, sqrt(3) - 1 */
-#define PHILOX_W1 0xBB67AE85u
 
 void rng_philox4x32_10(uint32_t out[4], const uint32_t ctr[4], const uint32_t key[2]) {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
     uint32_t k0 = key[0], k1 = key[1];
     for (int r = 0; r < 10; r++) {
-        if (r > 0) { k0 += PHILOX_W0; k1 += PHILOX_W1; }
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
+        if (r > 0) { k0 += RNG_PHILOX_W0; k1 += RNG_PHILOX_W1; }
+        uint64_t p0 = (uint64_t)RNG_PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)RNG_PHILOX_M1 * c2;
         uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
         uint32_t n1 = (uint32_t)p1;
         uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;

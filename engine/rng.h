@@ -27,6 +27,14 @@ enum rng_purpose {
                        * and word per gumbel.h; one noise for the draft, the target and plain sampling) */
 };
 
+/* Philox4x32-10's round multipliers and Weyl key increments (Salmon et al.
+ * 2011; golden ratio, sqrt(3) - 1), for vectorised copies of the generator
+ * (gumbel.c) that must give rng_philox4x32_10's bits. */
+#define RNG_PHILOX_M0 0xD2511F53u
+#define RNG_PHILOX_M1 0xCD9E8D57u
+#define RNG_PHILOX_W0 0x9E3779B9u
+#define RNG_PHILOX_W1 0xBB67AE85u
+
 /* The 4 raw 32-bit output words of Philox4x32-10 for counter block ctr and key
  * (exposed for the known-answer test). */
 void rng_philox4x32_10(uint32_t out[4], const uint32_t ctr[4], const uint32_t key[2]);

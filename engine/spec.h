@@ -59,7 +59,10 @@ int spec_method_parse(const char *s);
 
 /* Drafter slots of a pair: what a step's proposal came from. */
 enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTERS = 2 };
-const char *spec_drafter_name(int slot); /* "draft", "ngram"; "plain" for -1 */
+const char *spec_drafter_name(int slot);
+/* speculation.verify names: "rejection" -> 0, "coupled" -> 1, else -1
+ * (spec_seq_params.coupled; engine_verify is this + 1). */
+int spec_verify_parse(const char *s); /* "draft", "ngram"; "plain" for -1 */
 
 /* The per-step counters of one proposer. */
 typedef struct {

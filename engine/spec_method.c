@@ -17,6 +17,12 @@ int spec_method_parse(const char *s) {
     return -1;
 }
 
+int spec_verify_parse(const char *s) {
+    if (s && !strcmp(s, "rejection")) return 0;
+    if (s && !strcmp(s, "coupled")) return 1;
+    return -1;
+}
+
 const char *spec_drafter_name(int slot) {
     return slot == SPEC_DRAFTER_MODEL ? "draft" : slot == SPEC_DRAFTER_NGRAM ? "ngram" : "plain";
 }

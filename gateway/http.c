@@ -92,22 +92,22 @@ bool gw_host_allowed(struct lws *wsi) {
  * what an lws callback returns after it (-1: close when written). */
 static int refuse_now(struct lws *wsi, int status, const char *code, const char *message, const char *extra_name,
                       const char *extra_value) {
-    char body[400];
-    int blen = snprintf(body, sizeof(body), "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n", code, message);
+    char *body = oa_simple_error(status, code, message);
+    if (!body) return -1;
+    size_t blen = strlen(body);
     unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
-    if (lws_add_http_common_headers(wsi, (unsigned int)status, "application/json", (lws_filepos_t)blen, &p, end) ||
-        lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:", (const unsigned char *)"close", 5, &p,
-                                    end))
-        return -1;
-    if (extra_name &&
-        lws_add_http_header_by_name(wsi, (const unsigned char *)extra_name, (const unsigned char *)extra_value,
-                                    (int)strlen(extra_value), &p, end))
-        return -1;
-    if (lws_finalize_http_header(wsi, &p, end)) return -1;
-    if (p + blen >= end) return -1;
-    memcpy(p, body, (size_t)blen);
-    p += blen;
-    lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS);
+    if (!lws_add_http_common_headers(wsi, (unsigned int)status, "application/json", (lws_filepos_t)blen, &p, end) &&
+        !lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:", (const unsigned char *)"close", 5, &p,
+                                     end) &&
+        (!extra_name || !lws_add_http_header_by_name(wsi, (const unsigned char *)extra_name,
+                                                     (const unsigned char *)extra_value, (int)strlen(extra_value), &p,
+                                                     end)) &&
+        !lws_finalize_http_header(wsi, &p, end) && p + blen < end) {
+        memcpy(p, body, blen);
+        p += blen;
+        lws_write(wsi, start, (size_t)(p - start), LWS_WRITE_HTTP_HEADERS);
+    }
+    free(body);
     return -1;
 }
 

@@ -374,9 +374,10 @@ static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_
     if (vf) {
         const char *vs = json_is_string(vf) ? json_string_value(vf) : NULL;
         if (!vs) FAIL(GW_ERR_WRONG_TYPE, "speculation.verify", "'speculation.verify' must be a string");
-        if (!strcmp(vs, "rejection")) r->req.verify = ENGINE_VERIFY_REJECTION;
-        else if (!strcmp(vs, "coupled")) r->req.verify = ENGINE_VERIFY_COUPLED;
-        else FAIL(GW_ERR_OUT_OF_RANGE, "speculation.verify", "'speculation.verify' must be rejection or coupled, got '%s'", vs);
+        int mode = spec_verify_parse(vs);
+        if (mode < 0)
+            FAIL(GW_ERR_OUT_OF_RANGE, "speculation.verify", "'speculation.verify' must be rejection or coupled, got '%s'", vs);
+        r->req.verify = (engine_verify)(mode + 1);
     }
     json_t *g = field(s, "gamma");
     if (g) {

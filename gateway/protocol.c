@@ -674,12 +674,11 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
     }
     if ((v = opt(js, "verify"))) {
         if (get_string(v, "speculation.verify", err)) return -1;
-        const char *s = json_string_value(v);
-        if (!strcmp(s, "rejection")) m->req.verify = ENGINE_VERIFY_REJECTION;
-        else if (!strcmp(s, "coupled")) m->req.verify = ENGINE_VERIFY_COUPLED;
-        else
+        int mode = spec_verify_parse(json_string_value(v));
+        if (mode < 0)
             return fail(err, GW_ERR_OUT_OF_RANGE, "field 'speculation.verify' must be one of rejection, coupled, got %s",
                         describe(v, d, sizeof(d)));
+        m->req.verify = (engine_verify)(mode + 1);
     }
     if ((v = opt(js, "gamma"))) {
         long long g;

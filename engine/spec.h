@@ -80,6 +80,8 @@ typedef struct {
     uint64_t pos_reached[GAMMA_MAX]; /* verify steps that drafted a token at position i+1 */
     uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
     uint64_t fallbacks, probes, draft_failures, kv_resets;
+    uint64_t tree_steps;        /* verify steps whose proposal branched (a tree, not a chain; spec_tree.h) */
+    uint64_t tree_nodes;        /* nodes those and any other tree-path steps verified */
     double draft_ms, target_ms; /* time spent in the draft and target models */
     /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
      * many came from it instead of a prefill; prompt tokens the target computed */
@@ -146,6 +148,7 @@ typedef struct spec_pair {
     int *prop_of;               /* (max_seqs) the sequence of each props entry */
     accept_variant variant;     /* tests and `specd verify --broken` only */
     bool prefix_cache;          /* the pools share prompt blocks (spec_pair_params.prefix_cache) */
+    int ngram_min, ngram_max;   /* the n-gram lookup lengths in use (spec_pair_params, defaults applied) */
 } spec_pair;
 
 /* The draft model's pieces (NULL without one), for reports and tests. */

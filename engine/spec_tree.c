@@ -179,19 +179,29 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
             if (s->ds[d]) sp->drafters[d]->i->commit(sp->drafters[d], s->ds[d], s->tokens, s->n_tokens - 1);
         s->st.target_ms += tt;
         s->st.tokens += (uint64_t)n_new;
+        bool bonus = false;
         if (nn == 0) {
             s->st.plain_steps++;
         } else {
-            int depth = 0, dep[DRAFTER_MAX_NODES];
-            tree_validate(t->nodes, nn, (int)V, dep);
-            for (int j = 0; j < nn; j++) depth = dep[j] > depth ? dep[j] : depth;
+            /* per depth: the path reached depth j+1 when the path node at depth
+             * j (the root for j = 0) has children; accepted when k > j */
+            bool kids[TR] = {false};
+            for (int j = 0; j < nn; j++) kids[t->nodes[j].parent + 1] = true;
+            int reached = 0;
+            while (reached <= k && reached < GAMMA_MAX && kids[reached == 0 ? 0 : path[reached - 1] + 1]) reached++;
+            bonus = reached == k; /* the last path node is a leaf: every draft on the path accepted */
             s->st.verify_steps++;
             s->st.drafted += (uint64_t)nn;
             s->st.accepted += (uint64_t)k;
-            s->st.rejections += k < depth;
-            for (int j = 0; j < depth && j < GAMMA_MAX; j++) s->st.pos_reached[j]++;
+            s->st.rejections += !bonus;
+            for (int j = 0; j < reached; j++) s->st.pos_reached[j]++;
             for (int j = 0; j < k && j < GAMMA_MAX; j++) s->st.pos_accepted[j]++;
+            bool chain = true;
+            for (int j = 0; j < nn; j++) chain &= t->nodes[j].parent == j - 1;
+            s->st.tree_steps += !chain;
+            s->st.tree_nodes += (uint64_t)nn;
         }
+        info[i].bonus = bonus && n_new == k + 1;
         info[i].n_new = n_new;
         info[i].gamma = nn;
         info[i].accepted = k < n_new ? k : n_new;

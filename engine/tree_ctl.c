@@ -6,10 +6,10 @@
 #define EWMA 0.1
 
 void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_max, int topk_max) {
-    static const tree_shape menu[] = {{0, 0, 0}, {2, 2, 1}, {4, 4, 1}, {6, 6, 1}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}};
+    const tree_shape menu[] = {{0, 0, 0}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}, {budget_max, depth_max, topk_max}};
     memset(c, 0, sizeof(*c));
     c->explore = 3;
-    for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])); i++) {
+    for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])) && c->n < TREE_CTL_MENU; i++) {
         tree_shape s = menu[i];
         if (s.budget > budget_max) s.budget = budget_max;
         if (s.depth > depth_max) s.depth = depth_max;
@@ -22,6 +22,7 @@ void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_
         if (dup) continue;
         c->menu[c->n] = s;
         c->tpp[c->n] = 1.0; /* the prior: what plain decoding gives */
+        c->rows[c->n] = (double)s.budget + 1;
         c->n++;
     }
     /* the curve: gaps interpolated linearly between measured points, held
@@ -56,13 +57,13 @@ static double t_of(const tree_ctl *c, int R) {
 
 double tree_ctl_rate(const tree_ctl *c, int e, int batch) {
     if (batch < 1) batch = 1;
-    int rows = c->menu[e].budget + 1;
+    int rows = (int)(c->rows[e] + 0.5);
     double ms = t_of(c, batch * rows) / (double)batch + c->draft_ms[e];
     return ms > 0 ? c->tpp[e] / ms : 0;
 }
 
 int tree_ctl_pick(const tree_ctl *c, int batch) {
-    for (int e = 1; e < c->n; e++)
+    for (int e = 0; e < c->n; e++)
         if (c->seen[e] < c->explore) return e;
     int best = 0;
     for (int e = 1; e < c->n; e++)
@@ -70,10 +71,35 @@ int tree_ctl_pick(const tree_ctl *c, int batch) {
     return best;
 }
 
-void tree_ctl_observe(tree_ctl *c, int e, int tokens, double draft_ms) {
-    if (e <= 0 || e >= c->n) return; /* plain: 1 token per pass, known */
+void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior) {
+    for (int e = 0; e < c->n; e++)
+        for (int f = 0; f < prior->n; f++) {
+            if (memcmp(&c->menu[e], &prior->menu[f], sizeof(tree_shape)) || !prior->seen[f]) continue;
+            c->tpp[e] = prior->tpp[f], c->rows[e] = prior->rows[f], c->draft_ms[e] = prior->draft_ms[f];
+            c->seen[e] = prior->seen[f] < c->explore ? prior->seen[f] : c->explore;
+        }
+}
+
+void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, double draft_ms) {
+    if (e < 0 || e >= c->n) return;
     double a = c->seen[e] ? EWMA : 1.0;
     c->tpp[e] += a * ((double)tokens - c->tpp[e]);
+    c->rows[e] += a * ((double)rows - c->rows[e]);
     c->draft_ms[e] += a * (draft_ms - c->draft_ms[e]);
     c->seen[e]++;
+}
+
+void tree_ctl_measure(spec_pair *sp, double *t_rows) {
+    static const int R[] = {1, 2, 4, 8, 12, 16, 24, 32};
+    enum { NR = sizeof(R) / sizeof(R[0]) };
+    int n[NR], past[NR];
+    double t[NR];
+    int ctx = sp->max_ctx - TREE_CTL_ROWS - 1 < GAMMA_CAL_CTX ? sp->max_ctx - TREE_CTL_ROWS - 1 : GAMMA_CAL_CTX;
+    if (ctx < 1) ctx = 1;
+    int cap = sp->max_seqs * (sp->max_gamma + 1), k = 0; /* rows sp->logits holds */
+    for (int i = 0; i < NR; i++)
+        if (R[i] <= cap) n[k] = R[i], past[k++] = ctx;
+    for (int r = 0; r <= TREE_CTL_ROWS; r++) t_rows[r] = 0;
+    model_time_calls(sp->target, sp->tpool, ctx, n, past, k, t, sp->logits);
+    for (int i = 0; i < k; i++) t_rows[n[i]] = t[i];
 }

@@ -60,6 +60,7 @@ static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const mode_names[] = {"auto", "draft", "off", NULL};
 static const char *const method_names[] = {"auto", "draft", "ngram", "off", NULL};
 static const char *const verify_names[] = {"rejection", "coupled", NULL};
+static const char *const tree_names[] = {"off", "auto", "fixed", NULL};
 
 const char *pol_method_name(pol_spec_method m) { return (unsigned)m <= POL_METHOD_OFF ? method_names[m] : "?"; }
 
@@ -121,6 +122,10 @@ static const keydef spec_keys[] = {
     KI(pol_speculation, probe_interval, 1, 1000000, true),
     KF(pol_speculation, padding_cap, 1, 16, true),
     KF(pol_speculation, draft_mem_warn_pct, 0, 100, true),
+    KE(pol_speculation, tree, tree_names, true),
+    KI(pol_speculation, tree_budget, 1, POL_TREE_NODES, true),
+    KI(pol_speculation, tree_depth, 1, POL_TREE_NODES, true),
+    KI(pol_speculation, tree_topk, 1, 8, true),
 };
 static const keydef rule_keys[] = {
     KS(pol_rule, model, false),
@@ -159,7 +164,7 @@ static const secdef sections[] = {
     {"telemetry", telemetry_keys, NKEYS(telemetry_keys), offsetof(pol_config, telemetry)},
 };
 #define NSECTIONS NKEYS(sections)
-#define MAXKEYS 16
+#define MAXKEYS 24
 
 static void cfg_defaults(pol_config *c) {
     memset(c, 0, sizeof(*c));
@@ -181,7 +186,8 @@ static void cfg_defaults(pol_config *c) {
                                        .adaptive = true, .window = 20, .warmup = 5, .fallback_alpha = 0.4,
                                        .fallback_steps = 10, .probe_interval = 32, .padding_cap = 1.5,
                                        .method = POL_METHOD_AUTO, .ngram_min = 2, .ngram_max = 5,
-                                       .draft_mem_warn_pct = 20};
+                                       .draft_mem_warn_pct = 20, .tree = POL_TREE_OFF, .tree_budget = 16,
+                                       .tree_depth = 5, .tree_topk = 3};
     c->telemetry = (pol_telemetry){.enabled = true, .sample_rate = 1.0, .retention_rows = 1000000,
                                    .retention_days = 7, .queue_size = 65536};
     snprintf(c->telemetry.path, sizeof(c->telemetry.path), "specd-telemetry.db");

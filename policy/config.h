@@ -32,6 +32,8 @@ const char *pol_method_name(pol_spec_method m); /* "auto", "draft", "ngram", "of
  * residual correction; coupled: Gumbel-max with shared noise (seeded output
  * independent of γ, drafter and schedule). */
 enum { POL_VERIFY_REJECTION = 0, POL_VERIFY_COUPLED = 1 };
+typedef enum { POL_TREE_OFF = 0, POL_TREE_AUTO, POL_TREE_FIXED } pol_tree;
+#define POL_TREE_NODES 16                  /* most nodes of a speculation tree (DRAFTER_MAX_NODES) */
 
 typedef struct {
     char host[256];                        /* 127.0.0.1 */
@@ -94,6 +96,9 @@ typedef struct {
     int probe_interval;                    /* 32 */
     double padding_cap;                    /* 1.5 */
     double draft_mem_warn_pct;             /* 20 */
+    pol_tree tree;                         /* off: chains only; auto: the shape controller picks chain or tree
+                                            * per step; fixed: every step a tree of the bounds below */
+    int tree_budget, tree_depth, tree_topk; /* tree bounds: nodes (16, 1..16), levels (5), children per node (3, 1..8) */
 } pol_speculation;
 
 /* One γ rule (the brief's gamma_policy row). Fields the file leaves out are

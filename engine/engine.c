@@ -116,6 +116,10 @@ struct engine {
     spec_method *thow;
     int *tmax, *tent;
     spec_step_info *tinfo;
+    /* per stepped sequence (chain: binfo's index; tree: tinfo's): its call's
+     * wall time / sequences, the sequences and verify rows of the call */
+    double *cms, *tms;
+    int *cbatch, *crows, *tbatch, *trows;
     uint64_t tree_decisions[2], tree_auto; /* under mu */
     /* copies of engine-thread state for engine_get_stats (under mu) */
     int kv_free_t, kv_free_d;
@@ -821,17 +825,26 @@ static int pick_trees(engine *e, int n_run, int batch) {
     return n_tree;
 }
 
+/* One step call over m sequences took per_seq ms for each: noted for each
+ * with the call's size and verify rows (the shape controller's inputs). */
+static void note_call(const spec_step_info *info, int m, double per_seq, double *ms, int *batch, int *rows) {
+    int R = 0;
+    for (int k = 0; k < m; k++) R += info[k].gamma + 1;
+    for (int k = 0; k < m; k++) ms[k] = per_seq, batch[k] = m, rows[k] = R;
+}
+
 /* What a step of a tree-enabled auto request delivered, into its controller
  * and the engine-wide one (menu entry ent; 0 the chain path). mu held. */
-static void tree_learn(engine *e, req *r, int ent, const spec_step_info *si) {
+static void tree_learn(engine *e, req *r, int ent, const spec_step_info *si, int batch, int call_rows,
+                       double step_ms) {
     if (r->tree_mode != ENGINE_TREE_AUTO || !r->tctl_seeded) return;
     r->tctl.picks[ent]++;
-    tree_ctl_observe(&r->tctl, ent, si->n_new, si->gamma + 1, si->draft_ms);
+    tree_ctl_observe(&r->tctl, ent, si->n_new, si->gamma + 1, batch, call_rows, step_ms);
     const tree_shape *sh = &r->tctl.menu[ent];
     for (int f = 0; f < e->tree_prior.n; f++)
         if (!memcmp(&e->tree_prior.menu[f], sh, sizeof(*sh))) {
             e->tree_prior.picks[f]++;
-            tree_ctl_observe(&e->tree_prior, f, si->n_new, si->gamma + 1, si->draft_ms);
+            tree_ctl_observe(&e->tree_prior, f, si->n_new, si->gamma + 1, batch, call_rows, step_ms);
         }
 }
 
@@ -998,10 +1011,13 @@ static void *engine_main(void *arg) {
             int cap = e->sp->target->mp.max_batch / (DRAFTER_MAX_NODES + 1);
             if (e->cfg.max_batch > 0 && e->cfg.max_batch < cap) cap = e->cfg.max_batch;
             if (cap < 1) cap = 1;
-            for (int c0 = 0; c0 < n_tree && tree_rc == 0; c0 += cap, n_calls++)
-                tree_rc = draft_tree_step(e->dt, e->tc, e->tseq + c0, n_tree - c0 < cap ? n_tree - c0 : cap,
-                                          e->tsh + c0, e->thow + c0, e->tmax + c0, e->tinfo + c0, tree_err,
-                                          sizeof(tree_err));
+            for (int c0 = 0; c0 < n_tree && tree_rc == 0; c0 += cap, n_calls++) {
+                int m = n_tree - c0 < cap ? n_tree - c0 : cap;
+                double t0 = eng_now_ms();
+                tree_rc = draft_tree_step(e->dt, e->tc, e->tseq + c0, m, e->tsh + c0, e->thow + c0, e->tmax + c0,
+                                          e->tinfo + c0, tree_err, sizeof(tree_err));
+                note_call(e->tinfo + c0, m, (eng_now_ms() - t0) / m, e->tms + c0, e->tbatch + c0, e->trows + c0);
+            }
         }
         if (n_chain > 0) {
             for (int i = 0; i < n_chain; i++) {
@@ -1037,10 +1053,13 @@ static void *engine_main(void *arg) {
                 }
                 /* engine.max_batch: at most that many sequences per verify call */
                 int cap = e->cfg.max_batch > 0 && e->cfg.max_batch < m ? e->cfg.max_batch : m;
-                for (int c0 = 0; c0 < m && step_rc == 0; c0 += cap, n_calls++)
-                    step_rc = spec_step_batch_planned(e->sp, mseq + c0, m - c0 < cap ? m - c0 : cap, mmax + c0,
-                                                      mg + c0, e->binfo + e->bins[b].first + c0, step_err,
-                                                      sizeof(step_err));
+                for (int c0 = 0; c0 < m && step_rc == 0; c0 += cap, n_calls++) {
+                    int mc = m - c0 < cap ? m - c0 : cap, at = e->bins[b].first + c0;
+                    double t0 = eng_now_ms();
+                    step_rc = spec_step_batch_planned(e->sp, mseq + c0, mc, mmax + c0, mg + c0, e->binfo + at,
+                                                      step_err, sizeof(step_err));
+                    note_call(e->binfo + at, mc, (eng_now_ms() - t0) / mc, e->cms + at, e->cbatch + at, e->crows + at);
+                }
                 for (int k = 0; k < m && step_rc == 0; k++)
                     if (e->binfo[e->bins[b].first + k].gamma > 0)
                         plan_history_add(&e->hist, e->binfo[e->bins[b].first + k].accepted);
@@ -1072,8 +1091,9 @@ static void *engine_main(void *arg) {
                     if (!r) continue;
                     const spec_step_info *si = &e->binfo[e->bins[b].first + k];
                     if (step_rc == 0 && r->tree_mode != ENGINE_TREE_OFF) {
+                        int at = e->bins[b].first + k;
                         e->tree_decisions[0]++;
-                        tree_learn(e, r, 0, si);
+                        tree_learn(e, r, 0, si, e->cbatch[at], e->crows[at], e->cms[at]);
                     }
                     if (step_rc == 0) {
                         r->pub_gamma = si->gamma;
@@ -1097,7 +1117,7 @@ static void *engine_main(void *arg) {
                 if (tree_rc == 0) {
                     e->tree_decisions[1]++;
                     e->tree_auto += r->tree_mode == ENGINE_TREE_AUTO;
-                    tree_learn(e, r, e->tent[k], si);
+                    tree_learn(e, r, e->tent[k], si, e->tbatch[k], e->trows[k], e->tms[k]);
                     r->pub_gamma = si->gamma;
                     r->pub_method = si->method;
                     r->pub_shape = e->tsh[k];
@@ -1244,8 +1264,15 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     e->tmax = calloc((size_t)R, sizeof(int));
     e->tent = calloc((size_t)R, sizeof(int));
     e->tinfo = calloc((size_t)R, sizeof(spec_step_info));
+    e->cms = calloc((size_t)R, sizeof(double));
+    e->tms = calloc((size_t)R, sizeof(double));
+    e->cbatch = calloc((size_t)R, sizeof(int));
+    e->crows = calloc((size_t)R, sizeof(int));
+    e->tbatch = calloc((size_t)R, sizeof(int));
+    e->trows = calloc((size_t)R, sizeof(int));
     if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
-        !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo) {
+        !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo ||
+        !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows) {
         engine_destroy(e);
         return eng_fail(err, errlen, "out of memory"), NULL;
     }
@@ -1281,6 +1308,7 @@ void engine_destroy(engine *e) {
     free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
     free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tent), free(e->tinfo);
+    free(e->cms), free(e->tms), free(e->cbatch), free(e->crows), free(e->tbatch), free(e->trows);
     spec_tree_destroy(e->tc);
     draft_tree_destroy(e->dt);
     constrain_cache_destroy(e->gc);

@@ -9,6 +9,7 @@ void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_
     const tree_shape menu[] = {{0, 0, 0}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}, {budget_max, depth_max, topk_max}};
     memset(c, 0, sizeof(*c));
     c->explore = 3;
+    c->reprobe = 48;
     for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])) && c->n < TREE_CTL_MENU; i++) {
         tree_shape s = menu[i];
         if (s.budget > budget_max) s.budget = budget_max;
@@ -58,13 +59,16 @@ static double t_of(const tree_ctl *c, int R) {
 double tree_ctl_rate(const tree_ctl *c, int e, int batch) {
     if (batch < 1) batch = 1;
     int rows = (int)(c->rows[e] + 0.5);
-    double ms = t_of(c, batch * rows) / (double)batch + c->draft_ms[e];
-    return ms > 0 ? c->tpp[e] / ms : 0;
+    double ms = t_of(c, batch * rows) / (double)batch + c->extra_ms[e];
+    if (ms < 1e-6) ms = 1e-6; /* the residual may undershoot a curve measured too slow */
+    return c->tpp[e] / ms;
 }
 
 int tree_ctl_pick(const tree_ctl *c, int batch) {
     for (int e = 0; e < c->n; e++)
         if (c->seen[e] < c->explore) return e;
+    for (int e = 0; e < c->n; e++)
+        if (c->age[e] >= c->reprobe) return e;
     int best = 0;
     for (int e = 1; e < c->n; e++)
         if (tree_ctl_rate(c, e, batch) > tree_ctl_rate(c, best, batch)) best = e;
@@ -75,17 +79,21 @@ void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior) {
     for (int e = 0; e < c->n; e++)
         for (int f = 0; f < prior->n; f++) {
             if (memcmp(&c->menu[e], &prior->menu[f], sizeof(tree_shape)) || !prior->seen[f]) continue;
-            c->tpp[e] = prior->tpp[f], c->rows[e] = prior->rows[f], c->draft_ms[e] = prior->draft_ms[f];
+            c->tpp[e] = prior->tpp[f], c->rows[e] = prior->rows[f], c->extra_ms[e] = prior->extra_ms[f];
             c->seen[e] = prior->seen[f] < c->explore ? prior->seen[f] : c->explore;
         }
 }
 
-void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, double draft_ms) {
+void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int call_rows, double step_ms) {
     if (e < 0 || e >= c->n) return;
     double a = c->seen[e] ? EWMA : 1.0;
+    for (int f = 0; f < c->n; f++) c->age[f]++;
+    c->age[e] = 0;
     c->tpp[e] += a * ((double)tokens - c->tpp[e]);
     c->rows[e] += a * ((double)rows - c->rows[e]);
-    c->draft_ms[e] += a * (draft_ms - c->draft_ms[e]);
+    if (batch < 1) batch = 1;
+    double extra = step_ms - t_of(c, call_rows) / (double)batch; /* all but the verify pass's share */
+    c->extra_ms[e] += a * (extra - c->extra_ms[e]);
     c->seen[e]++;
 }
 

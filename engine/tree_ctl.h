@@ -4,7 +4,8 @@
  * tree of a node budget. Inputs are the target's verify cost curve t(rows)
  * (measured once per model and backend: flat while memory-bound, then
  * compute-bound) and, online, per entry the tokens each pass delivered, the
- * rows it verified and its proposal time (EWMA). It picks the entry with the
+ * rows it verified and the wall time its steps took beyond their share of
+ * the verify pass (EWMA). It picks the entry with the
  * most expected tokens per millisecond, where a batch of B sequences verified
  * together costs each t(B · rows) / B — so when the verify is compute-bound
  * (large batches, fast backends) trees stop paying and the controller keeps
@@ -27,11 +28,15 @@ typedef struct {
     tree_shape menu[TREE_CTL_MENU];
     double tpp[TREE_CTL_MENU];      /* EWMA tokens per target pass */
     double rows[TREE_CTL_MENU];     /* EWMA verify rows per pass (nodes + 1) */
-    double draft_ms[TREE_CTL_MENU]; /* EWMA ms to propose */
+    double extra_ms[TREE_CTL_MENU]; /* EWMA ms of a step beyond its share of the verify pass: proposing,
+                                     * sampling, acceptance, compaction, the engine's own work */
     long seen[TREE_CTL_MENU];
     long picks[TREE_CTL_MENU];      /* how often each entry was picked (reports) */
+    long age[TREE_CTL_MENU];        /* observations of other entries since this one's last */
     double t_rows[TREE_CTL_ROWS + 1]; /* [r]: ms of one verify pass of r rows (r >= 1) */
     int explore;                    /* passes each entry gets before the controller exploits */
+    int reprobe;                    /* an entry unobserved this many steps is tried again (what pays
+                                     * changes with the batch and the text) */
 } tree_ctl;
 
 /* Builds the menu (the chain path; trees of 4, 8, 16 nodes and the bounds'
@@ -53,8 +58,13 @@ double tree_ctl_rate(const tree_ctl *c, int e, int batch);
 int tree_ctl_pick(const tree_ctl *c, int batch);
 
 /* After a step with entry e that appended `tokens` in one target pass of
- * `rows` rows for this sequence and spent draft_ms proposing. */
-void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, double draft_ms);
+ * `rows` rows for this sequence. The step was one call over `batch`
+ * sequences and call_rows verify rows in all, whose wall time divided by
+ * batch is step_ms: what t(call_rows) / batch does not explain is the entry's
+ * extra cost (so overheads the curve misses — a draft model as large as the
+ * target, sampling over a big vocabulary — count against the shapes that
+ * cause them). */
+void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int call_rows, double step_ms);
 
 /* Measures t(rows) of sp's target for rows 1..TREE_CTL_ROWS (a few sampled
  * row counts, the rest left 0 for tree_ctl_init to interpolate) on scratch

@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
                             rc = e ? draft_tree_step(dt, tc, &s, 1, &ctl.menu[e], NULL, &mx, &info, err, sizeof(err))
                                    : spec_seq_step(s, mx, &info, err, sizeof(err)); /* the chain path */
                             if (!rc)
-                                tree_ctl_observe(&ctl, e, info.n_new, info.gamma + 1, now_ms() - a - info.target_ms);
+                                tree_ctl_observe(&ctl, e, info.n_new, info.gamma + 1, 1, info.gamma + 1, now_ms() - a);
                             picks[e]++;
                         } else {
                             rc = cfgs[c].sh.budget ? draft_tree_step(dt, tc, &s, 1, &cfgs[c].sh, NULL, &mx, &info, err,

@@ -4,7 +4,8 @@
  * compute-bound verify (t proportional to rows) it keeps the chain path
  * (which here decodes plainly); with a knee at 8 rows it picks a tree alone
  * but the chain path at a batch of 8; measured rows, not budgets, are the
- * cost; a controller seeded from an engine-wide one skips its exploration;
+ * cost, and so is wall time the curve does not explain (a slow proposer);
+ * entries left unobserved for `reprobe` steps are tried again; a controller seeded from an engine-wide one skips its exploration;
  * the policy bounds (tree_budget/depth/topk) bound the menu. */
 #include "engine/tree_ctl.h"
 #include "tests/testutil.h"
@@ -24,7 +25,7 @@ static int settle(tree_ctl *c, int batch) {
     int e = 0;
     for (int step = 0; step < 200; step++) {
         e = tree_ctl_pick(c, batch);
-        tree_ctl_observe(c, e, tokens_for(&c->menu[e]), rows_for(&c->menu[e]), 0.0);
+        tree_ctl_observe(c, e, tokens_for(&c->menu[e]), rows_for(&c->menu[e]), 1, rows_for(&c->menu[e]), c->t_rows[rows_for(&c->menu[e])]);
     }
     return e;
 }
@@ -39,7 +40,7 @@ int main(void) {
     for (int e = 0; e < c.n; e++)
         for (int k = 0; k < c.explore; k++) {
             CHECK(tree_ctl_pick(&c, 1) == e);
-            tree_ctl_observe(&c, e, tokens_for(&c.menu[e]), rows_for(&c.menu[e]), 0.0);
+            tree_ctl_observe(&c, e, tokens_for(&c.menu[e]), rows_for(&c.menu[e]), 1, rows_for(&c.menu[e]), c.t_rows[rows_for(&c.menu[e])]);
         }
     /* flat: the biggest tree */
     int e = settle(&c, 1);
@@ -59,19 +60,20 @@ int main(void) {
     CHECK(tree_ctl_rate(&c, e, 1) >= best);
     int e8 = tree_ctl_pick(&c, 8);
     CHECKF(e8 == 0, "knee, batch 8: picked budget %d", c.menu[e8].budget);
-    /* proposal time counts: an expensive drafter loses to plain */
+    /* time beyond the verify counts: an expensive drafter loses to the chain path */
     curve(t, 0);
     tree_ctl_init(&c, t, 16, 8, 4);
     for (int step = 0; step < 200; step++) {
         int k = tree_ctl_pick(&c, 1);
-        tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), rows_for(&c.menu[k]), k ? 10.0 : 0.0);
+        tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), rows_for(&c.menu[k]), 1, rows_for(&c.menu[k]),
+                         c.t_rows[rows_for(&c.menu[k])] + (k ? 10.0 : 0.0));
     }
     CHECK(tree_ctl_pick(&c, 1) == 0);
     /* measured rows count, not the budget: a tree that comes out smaller
      * (few candidates) costs what it verified */
     curve(t, 1);
     tree_ctl_init(&c, t, 16, 8, 4);
-    for (int k = 0; k < c.n; k++) tree_ctl_observe(&c, k, k ? 3 : 1, k ? 2 : 1, 0.0);
+    for (int k = 0; k < c.n; k++) tree_ctl_observe(&c, k, k ? 3 : 1, k ? 2 : 1, 1, k ? 2 : 1, c.t_rows[k ? 2 : 1]);
     CHECK(tree_ctl_rate(&c, 3, 1) > tree_ctl_rate(&c, 0, 1));
     /* seeding from an engine-wide controller skips what it explored */
     tree_ctl prior = c, fresh;
@@ -80,6 +82,18 @@ int main(void) {
     tree_ctl_seed(&fresh, &prior);
     CHECK(fresh.seen[1] == fresh.explore && fresh.tpp[1] == prior.tpp[1] && fresh.rows[1] == prior.rows[1]);
     CHECK(tree_ctl_pick(&fresh, 1) == tree_ctl_pick(&prior, 1));
+    /* an entry not observed for `reprobe` steps is tried again */
+    curve(t, 0);
+    tree_ctl_init(&c, t, 16, 8, 4);
+    settle(&c, 1);
+    int top = tree_ctl_pick(&c, 1), probed = 0;
+    for (int step = 0; step < 4 * c.reprobe; step++) {
+        int k = tree_ctl_pick(&c, 1);
+        probed += k != top;
+        tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), rows_for(&c.menu[k]), 1, rows_for(&c.menu[k]),
+                         c.t_rows[rows_for(&c.menu[k])]);
+    }
+    CHECKF(probed >= 4 && probed <= 4 * (c.n - 1) + 4, "%d re-probes in %d steps", probed, 4 * c.reprobe);
     /* bounds */
     tree_ctl_init(&c, t, 1, 8, 4);
     CHECK(c.n == 2 && c.menu[1].budget == 1);

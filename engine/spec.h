@@ -243,6 +243,7 @@ typedef struct {
     bool bonus;                 /* all accepted: the last token is the bonus */
     bool stopped;               /* an end-of-generation token was appended (output ends there) */
     int method;                 /* the drafter slot that proposed (SPEC_DRAFTER_*), -1: plain step */
+    bool tree;                  /* a tree step (spec_tree.h): gamma = nodes verified, accepted = path length */
     double draft_ms, target_ms;
 } spec_step_info;
 

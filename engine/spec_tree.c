@@ -204,6 +204,7 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
         info[i].bonus = bonus && n_new == k + 1;
         info[i].n_new = n_new;
         info[i].gamma = nn;
+        info[i].tree = nn > 0;
         info[i].accepted = k < n_new ? k : n_new;
         info[i].target_ms = tt;
     }

@@ -267,8 +267,8 @@ int cmd_verify(int argc, char **argv) {
     }
     if (broken) sp->variant = coupled ? ACCEPT_BROKEN_COUPLED : ACCEPT_BROKEN_RESIDUAL_ABS;
     if (tree.sh.budget > 0) {
-        if (grammar_path || coupled) {
-            fprintf(stderr, "specd verify: --tree cannot be combined with %s\n", grammar_path ? "--grammar" : "--verify coupled");
+        if (coupled) {
+            fprintf(stderr, "specd verify: --tree cannot be combined with --verify coupled\n");
             goto done;
         }
         tree.how = (spec_method)method;

@@ -2,6 +2,7 @@
 #include "engine/draft_tree.h"
 
 #include "engine/draft_model.h"
+#include "engine/grammar.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
 
@@ -166,6 +167,7 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
     if (n * TR > dt->m->mp.max_batch) return dt_fail(err, errlen, "tree draft rows exceed the draft's batch");
     double score[64][DRAFTER_MAX_NODES];
     int fr[64][TR], nf[64];
+    int32_t gst[64][DRAFTER_MAX_NODES]; /* constrained sequences: the grammar state after each node */
     for (int i = 0; i < n; i++) {
         spec_seq *s = S[i];
         kv_seq *kv = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
@@ -198,19 +200,32 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
         for (int r = 0; r < m; r++) {
             int i = who[r];
             spec_seq *s = S[i];
-            const float *lg = dt->logits + row * V;
+            float *lg = dt->logits + row * V;
             row += (size_t)dt->ms[r].n;
             /* greedy: rank children by the draft's own softmax (T = 1), not the one-hot */
             sampler_config rank = sampler_config_default();
             rank.temperature = 1.0f;
             const sampler_config *sc = s->prm.sc.temperature == 0.0f ? &rank : &s->prm.sc;
-            for (int f = 0; f < nf[i]; f++)
-                sampler_probs(dt->sp->smp, sc, lg + (size_t)(1 + fr[i][f]) * V, dt->fq + (size_t)f * V);
+            for (int f = 0; f < nf[i]; f++) {
+                float *lr = lg + (size_t)(1 + fr[i][f]) * V;
+                if (s->prm.grammar) { /* q masked by the state after the node's path, as the verify row will be */
+                    int pos = s->n_tokens + level - 1, b = -1;
+                    if (s->prm.grammar_budget > 0) b = s->prm.grammar_budget - (pos - s->n_prompt), b = b < 1 ? 1 : b;
+                    grammar_mask_logits(s->prm.grammar, fr[i][f] < 0 ? s->gst : gst[i][fr[i][f]], b, lr);
+                }
+                sampler_probs(dt->sp->smp, sc, lr, dt->fq + (size_t)f * V);
+            }
             int first = out[i].n_nodes;
             float *qout = dt->q + (size_t)i * DRAFTER_MAX_NODES * V;
             int added = grow(dt, s, &out[i], qout, fr[i], nf[i], score[i], &sh[i], level);
             nf[i] = 0;
-            for (int c = first; c < first + added; c++) fr[i][nf[i]++] = c;
+            for (int c = first; c < first + added; c++) {
+                fr[i][nf[i]++] = c;
+                if (s->prm.grammar) {
+                    int pa = out[i].nodes[c].parent;
+                    gst[i][c] = grammar_advance_token(s->prm.grammar, pa < 0 ? s->gst : gst[i][pa], out[i].nodes[c].token);
+                }
+            }
         }
     }
     for (int i = 0; i < n; i++) {

@@ -266,8 +266,8 @@ static int eng_fail(char *err, size_t n, const char *fmt, ...) {
 }
 
 /* The request's tree mode and bounds (engine_tree in engine.h). Trees need
- * the engine's tree setting on, and speculation without a grammar, logprobs
- * or coupled verification: a request that asks for trees without those is
+ * the engine's tree setting on, and speculation without logprobs or coupled
+ * verification (a grammar is fine: every node is masked by its own state): a request that asks for trees without those is
  * refused; one that inherits auto takes the chain path. */
 static int resolve_tree(const engine *e, const engine_request *rq, req *r, char *err, size_t errlen) {
     int eng = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
@@ -291,7 +291,6 @@ static int resolve_tree(const engine *e, const engine_request *rq, req *r, char 
     int mode = rq->tree == ENGINE_TREE_DEFAULT ? eng : (int)rq->tree;
     if (mode != ENGINE_TREE_OFF) {
         const char *why = !r->prm.speculate ? "speculation is off for it"
-                          : rq->grammar     ? "a grammar"
                           : r->prm.logprobs ? "logprobs"
                           : r->prm.coupled  ? "coupled verification"
                                             : NULL;

@@ -55,8 +55,9 @@
  * tree_depth levels and tree_topk children per node, by expected tokens per
  * millisecond from the measured verify cost curve and the acceptance each
  * shape achieved. fixed: every step proposes a tree of exactly those bounds.
- * Requests with a grammar, logprobs or coupled verification always take the
- * chain path (auto) or are refused (a request asking for trees). In a request
+ * Requests with logprobs or coupled verification always take the chain path
+ * (auto) or are refused (a request asking for trees); a grammar applies to
+ * every tree node (masked by the state after the node's own path). In a request
  * DEFAULT is the engine's setting; the engine's tree setting must not be off
  * for a request to ask for trees. */
 typedef enum { ENGINE_TREE_DEFAULT = 0, ENGINE_TREE_OFF, ENGINE_TREE_AUTO, ENGINE_TREE_FIXED } engine_tree;

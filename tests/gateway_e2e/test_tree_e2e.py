@@ -3,7 +3,8 @@
 # gives, whether the request takes the engine's auto shape, a fixed tree of
 # its own bounds or the chain path, on the WebSocket and the OpenAI endpoint,
 # several at once; /metrics counts the tree steps and the nodes verified; the
-# monitor feed reports the mode; bounds above the server's and bad types are
+# monitor feed reports the mode; JSON mode with trees answers what the chain
+# does; bounds above the server's, bad types and trees with logprobs are
 # refused with the field named. A server with trees off refuses a request
 # that asks for them, naming the setting.
 import asyncio
@@ -83,9 +84,19 @@ def run():
         check(st == 400 and e["param"] == "speculation.tree_budget" and "[1, 16]" in e["message"], "%d %r" % (st, e))
         m = asyncio.run(ws_error(srv, {"tree": "sideways"}))
         check(m["code"] == "out_of_range" and "speculation.tree" in m["message"], "%r" % m)
-        st, _, b = srv.http("POST", "/v1/completions", {"prompt": "x", "speculation": {"tree": "fixed"},
-                                                        "response_format": {"type": "json_object"}})
-        check(st == 400 and "grammar" in json.loads(b)["error"]["message"], "tree + json mode: %d %r" % (st, b[:300]))
+        # JSON mode with trees: every node masked, the answer parses and equals the chain's
+        outs = []
+        for spec in ({"tree": "fixed"}, {"tree": "off"}):
+            st, _, b = srv.http("POST", "/v1/completions", {"prompt": "A list:", "max_tokens": 48, "temperature": 0,
+                                                            "speculation": spec,
+                                                            "response_format": {"type": "json_object"}})
+            check(st == 200, "tree + json mode: %d %r" % (st, b[:300]))
+            outs.append(json.loads(b)["choices"][0])
+        check(outs[0]["text"] == outs[1]["text"], "JSON mode: trees %r != chain %r" % (outs[0]["text"], outs[1]["text"]))
+        if outs[0]["finish_reason"] == "stop":
+            json.loads(outs[0]["text"])
+        st, _, b = srv.http("POST", "/v1/completions", {"prompt": "x", "logprobs": 2, "speculation": {"tree": "auto"}})
+        check(st == 400 and "logprobs" in json.loads(b)["error"]["message"], "tree + logprobs: %d %r" % (st, b[:300]))
         print("tree e2e: %d prompts x %d shapes equal plain; %d tree steps, %d nodes" % (len(PROMPTS), len(shapes),
                                                                                          trees, nodes))
     with Server() as srv:

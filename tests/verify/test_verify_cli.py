@@ -144,12 +144,15 @@ def case_tree(method, temp_args):
     expect_broken_fails(base, 8, 1e-6)
 
 
-def case_grammar(temp_args):
+def case_grammar(temp_args, tree=None):
     """Under a grammar (--grammar FILE: lowercase words) both sets are masked,
     draft and target in lockstep: passes at T=1; masking only the draft
     (--broken-grammar: the target's p unmasked) fails; a grammar that does not
-    compile is a setup error naming line and column."""
+    compile is a setup error naming line and column. With tree, the same for
+    tree speculation (--tree: every node masked by its own path's state)."""
     t, d = real_pair()
+    if tree:
+        temp_args = [*temp_args, "--tree", tree]
     with tempfile.TemporaryDirectory() as tmp:
         g = os.path.join(tmp, "words.gbnf")
         with open(g, "w") as f:
@@ -241,6 +244,7 @@ if __name__ == "__main__":
         "tree_t1": lambda: case_tree("draft", ["--temp", "1.0"]),
         "tree_t07": lambda: case_tree("draft", ["--temp", "0.7", "--top-p", "0.9"]),
         "tree_ngram_t1": lambda: case_tree("ngram", ["--temp", "1.0"]),
+        "tree_grammar_t1": lambda: case_grammar(["--temp", "1.0"], tree="6/3/3"),
     }
     cases[sys.argv[1]]()
     print("ok")

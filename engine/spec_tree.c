@@ -24,6 +24,7 @@ struct spec_tree_ctx {
     spec_tree *cut;             /* (max_seqs) the trees as verified */
     int (*qrow)[DRAFTER_MAX_NODES]; /* (max_seqs) the q row of each verified node in its proposed tree */
     float *qc;                  /* (DRAFTER_MAX_NODES, V) q rows of a cut tree */
+    int *hrow;                  /* (max_seqs) the output row behind each sequence's last token */
     tree_variant variant;
 };
 
@@ -44,7 +45,8 @@ spec_tree_ctx *spec_tree_create(spec_pair *sp) {
     tc->cut = malloc(sizeof(spec_tree) * S);
     tc->qrow = malloc(sizeof(*tc->qrow) * S);
     tc->qc = malloc(sizeof(float) * DRAFTER_MAX_NODES * V);
-    if (!tc->tokens || !tc->pos || !tc->mask || !tc->logits || !tc->p || !tc->scratch || !tc->ms || !tc->cut ||
+    tc->hrow = malloc(sizeof(int) * S);
+    if (!tc->hrow || !tc->tokens || !tc->pos || !tc->mask || !tc->logits || !tc->p || !tc->scratch || !tc->ms || !tc->cut ||
         !tc->qrow || !tc->qc) {
         spec_tree_destroy(tc);
         return NULL;
@@ -64,6 +66,7 @@ void spec_tree_destroy(spec_tree_ctx *tc) {
     free(tc->cut);
     free(tc->qrow);
     free(tc->qc);
+    free(tc->hrow);
     free(tc);
 }
 
@@ -102,6 +105,11 @@ static void cut_tree(spec_tree *out, int *qrow, const spec_tree *in, int max_dep
 
 int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
                    spec_step_info *info, char *err, size_t errlen) {
+    return spec_tree_step_h(tc, S, n, trees, max_new, info, NULL, err, errlen);
+}
+
+int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                     spec_step_info *info, float *hidden, char *err, size_t errlen) {
     spec_pair *sp = tc->sp;
     size_t V = (size_t)sp->n_vocab;
     if (n < 1 || n > sp->max_seqs) return tree_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
@@ -137,6 +145,7 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
         const spec_tree *t = &tc->cut[i];
         int N = s->n_tokens, nn = t->n_nodes;
         const float *lg = tc->logits + row * V;
+        size_t row0 = row;
         row += (size_t)nn + 1;
         for (int r = 0; r <= nn; r++) sampler_probs(sp->smp, &s->prm.sc, lg + (size_t)r * V, tc->p + (size_t)r * V);
         /* q rows in the cut tree's order: point the view at a compact copy
@@ -192,10 +201,13 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
             for (int j = 0; j < depth && j < GAMMA_MAX; j++) s->st.pos_reached[j]++;
             for (int j = 0; j < k && j < GAMMA_MAX; j++) s->st.pos_accepted[j]++;
         }
+        /* out[j] came from row 0 (j = 0) or the row of path node j-1 */
+        tc->hrow[i] = (int)row0 + (n_new == 1 ? 0 : 1 + path[n_new - 2]);
         info[i].n_new = n_new;
         info[i].gamma = nn;
         info[i].accepted = k < n_new ? k : n_new;
         info[i].target_ms = tt;
     }
+    if (hidden) model_hidden_rows(sp->target, hidden, tc->hrow, n);
     return 0;
 }

@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "  --own-output       each head gets its own copy of the output matrix (default: shared)\n"
             "  --self-distill     train on the target's own sampled continuations of corpus prompts\n"
             "  --gen-len N        tokens generated per prompt with --self-distill (192)\n"
+            "  --samples N        continuations per prompt with --self-distill (1)\n"
             "  --tokens N         most training positions (200000; hidden states take N x dim x 4 bytes)\n"
             "  --epochs E         passes over the positions (1)      --steps N   exact step count instead\n"
             "  --lr LR            peak learning rate (0.001)        --batch B   positions per step (64)\n"
@@ -132,7 +133,7 @@ static void progress(void *ctx, const medusa_progress *p) {
 
 int cmd_train_medusa(int argc, char **argv) {
     const char *target = NULL, *out = NULL, *corpora[16];
-    int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192;
+    int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192, samples = 1;
     bool own = false, distill = false, quiet = false;
     long max_tokens = 200000;
     medusa_train_opts o;
@@ -155,6 +156,7 @@ int cmd_train_medusa(int argc, char **argv) {
         else if (!strcmp(a, "--own-output")) own = true;
         else if (!strcmp(a, "--self-distill")) distill = true;
         else if (!strcmp(a, "--gen-len")) gen_len = (int)arg_long(argc, argv, &i, 1, 4096);
+        else if (!strcmp(a, "--samples")) samples = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--tokens")) max_tokens = arg_long(argc, argv, &i, 16, 100000000);
         else if (!strcmp(a, "--epochs")) o.epochs = (int)arg_long(argc, argv, &i, 1, 10000);
         else if (!strcmp(a, "--steps")) o.max_steps = arg_long(argc, argv, &i, 1, 100000000);
@@ -224,23 +226,26 @@ int cmd_train_medusa(int argc, char **argv) {
             for (int s = 0; s + 3 < n && d->n < d->cap; s += chunk) {
                 const int32_t *seg = toks + s;
                 int ns = n - s < chunk + 1 ? n - s : chunk + 1;
-                if (distill) {
-                    int np = ns / 4 < 4 ? (ns < 4 ? ns : 4) : (ns / 4 > 32 ? 32 : ns / 4);
-                    ns = self_distill(sp, seg, np, gen_len, gen, logits, &rs, err, sizeof(err));
-                    if (ns < 0) {
+                if (!distill) {
+                    if (medusa_data_add(d, m, sp->tpool, seg, ns, chunk + 1, err, sizeof(err)) < 0) {
                         fprintf(stderr, "specd train-medusa: %s\n", err);
                         free(text);
                         goto done;
                     }
-                    seg = gen;
+                    n_text += ns;
+                    continue;
                 }
-                if (medusa_data_add(d, m, sp->tpool, seg, ns, chunk + 1, err, sizeof(err)) < 0) {
-                    fprintf(stderr, "specd train-medusa: %s\n", err);
-                    free(text);
-                    goto done;
+                /* the target's own continuations of this segment's start */
+                int np = ns / 4 < 4 ? (ns < 4 ? ns : 4) : (ns / 4 > 32 ? 32 : ns / 4);
+                for (int r = 0; r < samples && d->n < d->cap; r++) {
+                    int ng = self_distill(sp, seg, np, gen_len, gen, logits, &rs, err, sizeof(err));
+                    if (ng < 0 || medusa_data_add(d, m, sp->tpool, gen, ng, chunk + 1, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "specd train-medusa: %s\n", err);
+                        free(text);
+                        goto done;
+                    }
+                    n_text += ng;
                 }
-                n_text += ns;
-                if (distill) break; /* one prompt per document */
             }
             n_docs++;
             if (!quiet && n_docs % 64 == 0)

@@ -12,6 +12,7 @@
 struct medusa_seq {
     float *h;                   /* (D) */
     int at;                     /* the sequence's n_tokens when h was recorded; -1 none */
+    int dim;                    /* D */
 };
 
 struct draft_medusa {
@@ -95,6 +96,7 @@ medusa_seq *medusa_seq_create(draft_medusa *dm) {
         return NULL;
     }
     ms->at = -1;
+    ms->dim = dm->D;
     return ms;
 }
 
@@ -102,6 +104,11 @@ void medusa_seq_destroy(medusa_seq *ms) {
     if (!ms) return;
     free(ms->h);
     free(ms);
+}
+
+void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src) {
+    dst->at = src->at;
+    if (src->at >= 0) memcpy(dst->h, src->h, sizeof(float) * (size_t)src->dim);
 }
 
 void medusa_seq_prefilled(draft_medusa *dm, medusa_seq *ms, const spec_seq *s) {

@@ -37,6 +37,8 @@ void draft_medusa_destroy(draft_medusa *dm); /* accepts NULL */
 /* Per-sequence state: the last hidden state and the token count it is for. */
 medusa_seq *medusa_seq_create(draft_medusa *dm);
 void medusa_seq_destroy(medusa_seq *ms); /* accepts NULL */
+/* dst takes src's hidden state and token count (both of the same proposer). */
+void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src);
 
 /* Records s's hidden state from the target's last forward, which must be the
  * prefill that sampled s's last token (call right after spec_seq_start or the

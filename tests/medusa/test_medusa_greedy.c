@@ -5,9 +5,13 @@
  * equals a fresh prefill of the tokens; the trained heads' trees get drafts
  * accepted (more than one token per target pass), and the untrained
  * (identity) heads' do much worse. Also: the heads on the backend
- * (medusa_rt_logits) equal the host reference forward. */
+ * (medusa_rt_logits) equal the host reference forward. Then the law at
+ * T = 1.0 and at T = 0.7 / top-p 0.9: the first token of a sampled Medusa
+ * step (deterministic siblings) against the target's distribution by χ²
+ * (p >= 0.001), which the no-residual variant of the tree rule fails. */
 #include "engine/draft_medusa.h"
 #include "engine/medusa_train.h"
+#include "tests/sampler/chi2.h"
 #include "tests/spec/spec_util.h"
 
 #define N_PROMPTS 50
@@ -72,6 +76,68 @@ static int run(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc, const tree_sh
         }
     }
     return mism;
+}
+
+/* χ² of the first token of one sampled Medusa step after a fixed context,
+ * over `runs` seeds, against the target's processed distribution; the
+ * sequence (and its hidden state) is put back to the context after each step. */
+static double law(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc, sampler_config sc, tree_variant v, int runs,
+                  double *crit) {
+    char err[512];
+    spec_seq_params prm = su_params(0.0f, 1, 0, false);
+    spec_seq *s = spec_seq_start(sp, prompts[3].ids, prompts[3].n, &prm, err, sizeof(err));
+    medusa_seq *ms = medusa_seq_create(dm), *ms0 = medusa_seq_create(dm);
+    CHECK(s && ms && ms0);
+    medusa_seq_prefilled(dm, ms0, s);
+    int N0 = s->n_tokens, V = sp->n_vocab;
+    float *lg = malloc(sizeof(float) * (size_t)V), *p = malloc(sizeof(float) * (size_t)V);
+    kv_seq *f = kv_seq_create(sp->tpool, N0 + 1);
+    CHECK(su_feed(sp->target, sp->tpool, f, s->tokens, N0, lg) == 0);
+    kv_seq_destroy(sp->tpool, f);
+    sampler_probs(sp->smp, &sc, lg, p);
+    long *cnt = calloc((size_t)V, sizeof(long));
+    double *ex = malloc(sizeof(double) * (size_t)V);
+    for (int t = 0; t < V; t++) ex[t] = p[t];
+    s->prm.sc = sc;
+    spec_tree_set_variant(tc, v);
+    tree_shape sh = {8, 2, 4};
+    long nodes = 0;
+    for (int r = 0; r < runs; r++) {
+        s->prm.seed = 1000 + (uint64_t)r;
+        medusa_seq_copy(ms, ms0);
+        int mx = 4;
+        spec_step_info info;
+        CHECK(draft_medusa_step(dm, tc, &s, &ms, 1, &sh, &mx, &info, err, sizeof(err)) == 0);
+        nodes += info.gamma;
+        cnt[s->tokens[N0]]++;
+        s->n_tokens = N0;
+        kv_seq_truncate(sp->tpool, s->tkv, N0 - 1);
+        for (int d = 0; d < SPEC_DRAFTERS; d++)
+            if (s->ds[d]) sp->drafters[d]->i->commit(sp->drafters[d], s->ds[d], s->tokens, N0 - 1);
+    }
+    spec_tree_set_variant(tc, TREE_CORRECT);
+    int dof;
+    double x2 = chi2_stat(cnt, ex, V, runs, &dof);
+    *crit = chi2_critical_001(dof);
+    fprintf(stderr, "  T=%.1f top-p %.1f %s: chi2 %.1f (dof %d, critical %.1f at p=0.001), %.1f nodes per tree\n",
+            sc.temperature, sc.top_p, v == TREE_CORRECT ? "correct" : "no-residual variant", x2, dof, *crit,
+            (double)nodes / runs);
+    free(lg), free(p), free(cnt), free(ex);
+    medusa_seq_destroy(ms), medusa_seq_destroy(ms0);
+    spec_seq_free(s);
+    return x2;
+}
+
+static void sampled(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc) {
+    sampler_config a = sampler_config_default(), b = sampler_config_default();
+    a.temperature = 1.0f;
+    b.temperature = 0.7f;
+    b.top_p = 0.9f;
+    double crit;
+    fprintf(stderr, "first-token law of sampled Medusa steps (8 deterministic nodes: 4 wide, 2 deep):\n");
+    CHECK(law(sp, dm, tc, a, TREE_CORRECT, 12000, &crit) < crit);
+    CHECK(law(sp, dm, tc, b, TREE_CORRECT, 12000, &crit) < crit);
+    CHECK(law(sp, dm, tc, a, TREE_BROKEN_NO_RESIDUAL, 12000, &crit) > crit);
 }
 
 /* heads trained for `steps` steps on the corpus (0: untrained, the identity) */
@@ -158,6 +224,7 @@ int main(void) {
                 if (si == 1 && B == 1) tpp[trained] = t;
             }
         }
+        if (trained) sampled(sp, dm, tc);
         draft_medusa_destroy(dm);
         medusa_heads_destroy(mh);
     }

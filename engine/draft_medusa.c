@@ -194,9 +194,9 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
     }
     double hm = 0;
     if (nr > 0) {
-        medusa_rt_logits(dm->rt, dm->logits, dm->h, nr);
         int maxd = 0;
         for (int j = 0; j < dm->n_shape; j++) maxd = dm->depth[j] > maxd ? dm->depth[j] : maxd;
+        medusa_rt_logits(dm->rt, dm->logits, dm->h, nr, maxd);
         for (int i = 0; i < n; i++) {
             if (dm->row[i] < 0) continue;
             int32_t top[MEDUSA_MAX_HEADS][TOPK_MAX];

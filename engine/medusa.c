@@ -364,10 +364,10 @@ oom:
     return NULL;
 }
 
-int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n) {
+int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n, int K) {
     const medusa_heads *mh = rt->mh;
-    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
-    if (n < 1 || n > rt->max_rows) return -1;
+    int L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    if (n < 1 || n > rt->max_rows || K < 1 || K > mh->n_heads) return -1;
     backend *be = rt->be;
     const backend_i *op = be->i;
     const model_shard *s0 = &rt->m->shards[0];

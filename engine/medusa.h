@@ -83,11 +83,12 @@ typedef struct medusa_rt medusa_rt;
 medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char *err, size_t errlen);
 void medusa_rt_destroy(medusa_rt *rt); /* accepts NULL */
 
-/* logits (K, n, V) host: head k's logits for hidden row r at logits[(k*n + r)*V].
- * h (n, D) host, n <= max_rows. All heads of all rows in one backend step; the
- * output matrix is read once for the K*n rows when shared. Returns 0 or -1
- * when n is out of range. */
-int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n);
+/* logits (k_used, n, V) host: head k's logits for hidden row r at
+ * logits[(k*n + r)*V], for the first k_used heads (1..K; a shallow tree needs
+ * only its depth's). h (n, D) host, n <= max_rows. All of it in one backend
+ * step; the shared output matrix is read once for the k_used*n rows. Returns
+ * 0 or -1 when n or k_used is out of range. */
+int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n, int k_used);
 
 /* The same on the host in float, no backend (the trainer's and the tests'
  * reference): one row h (D) through head k into z (V); O is the shared

@@ -65,7 +65,7 @@ int main(void) {
             medusa_rt *rt = medusa_rt_create(mh, m[b], n, err, sizeof(err));
             CHECKF(rt, "%s", err);
             out[b] = malloc(sizeof(float) * K * n * V);
-            CHECK(rt && medusa_rt_logits(rt, out[b], hid[0], n) == 0);
+            CHECK(rt && medusa_rt_logits(rt, out[b], hid[0], n, K) == 0);
             medusa_rt_destroy(rt);
         }
         double e = rel_err(out[1], out[0], (size_t)K * n * V);

@@ -174,7 +174,7 @@ static medusa_heads *train(spec_pair *sp, int steps) {
     if (rt) {
         int V = m->hp.n_vocab, D = m->hp.dim;
         float *lg = malloc(sizeof(float) * 3 * 4 * V), *z = malloc(sizeof(float) * V), *ys = malloc(sizeof(float) * 2 * D);
-        CHECK(medusa_rt_logits(rt, lg, d->h, 4) == 0);
+        CHECK(medusa_rt_logits(rt, lg, d->h, 4, 3) == 0);
         double worst = 0;
         for (int k = 0; k < 3; k++)
             for (int r = 0; r < 4; r++) {

@@ -98,67 +98,128 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
 
 size_t medusa_scratch_floats(const medusa_heads *mh) {
     size_t D = (size_t)mh->dim, L = (size_t)mh->n_layers, V = (size_t)mh->n_vocab;
-    return (L + 1) * D + L * D + V + 2 * D;
+    return MEDUSA_GROUP * ((L + 1) * D + L * D + V + D);
 }
 
 static inline float sigm(float a) { return 1.0f / (1.0f + expf(-a)); }
 
-double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *h, const int32_t *lab, const float *hw,
-                          float *grad, float *scratch, int *correct) {
+/* Per-sample scratch of a group: ys (L+1, D), as (L, D), z (V), g (D). */
+typedef struct {
+    float *ys, *as, *z, *g;
+} gsample;
+
+/* The group's samples in lockstep, loops ordered so that each weight row is
+ * read once for all of them (W, the output matrix, and the gradient rows
+ * they update): per-sample outer products into a D x D gradient would
+ * stream it through memory once per sample. */
+double medusa_group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab,
+                         int G, const float *hw, float *grad, float *scratch, int *correct) {
     int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
-    float *ys = scratch, *as = ys + (size_t)(L + 1) * D, *z = as + (size_t)L * D, *g = z + V, *u = g + D;
+    size_t per = (size_t)(L + 1) * D + (size_t)L * D + V + D;
+    gsample sm[MEDUSA_GROUP];
+    if (G > MEDUSA_GROUP) G = MEDUSA_GROUP;
     double loss = 0;
     for (int k = 0; k < K; k++) {
-        int y = lab[k];
-        if (y < 0 || y >= V) continue;
-        medusa_head_forward(mh, O, k, h, z, ys, as);
-        float mx = z[0];
-        int am = 0;
-        for (int v = 1; v < V; v++)
-            if (z[v] > mx) mx = z[v], am = v;
-        if (correct && am == y) correct[k]++;
-        double se = 0;
-        for (int v = 0; v < V; v++) se += exp((double)(z[v] - mx));
-        double lse = mx + log(se);
-        loss += hw[k] * (lse - z[y]);
-        if (!grad) continue;
-        /* dz = hw (softmax(z) - e_y), in place */
-        float inv = (float)(1.0 / se), w = hw[k];
-        for (int v = 0; v < V; v++) z[v] = w * expf(z[v] - mx) * inv;
-        z[y] -= w;
-        const float *Om = mh->own_output ? mh->out + (size_t)k * V * D : O;
-        const float *yL = ys + (size_t)L * D;
-        memset(g, 0, sizeof(float) * (size_t)D);
-        float *gO = mh->own_output ? grad + (mh->out - mh->params) + (size_t)k * V * D : NULL;
-        for (int v = 0; v < V; v++) {
-            float dz = z[v];
-            const float *o = Om + (size_t)v * D;
-            for (int j = 0; j < D; j++) g[j] += dz * o[j];
-            if (gO) {
-                float *go = gO + (size_t)v * D;
-                for (int j = 0; j < D; j++) go[j] += dz * yL[j];
+        int act[MEDUSA_GROUP], na = 0;
+        for (int s = 0; s < G; s++)
+            if (lab[s][k] >= 0 && lab[s][k] < V) {
+                float *b0 = scratch + (size_t)na * per;
+                sm[na] = (gsample){b0, b0 + (size_t)(L + 1) * D, b0 + (size_t)(L + 1) * D + (size_t)L * D,
+                                   b0 + (size_t)(L + 1) * D + (size_t)L * D + V};
+                memcpy(sm[na].ys, h[s], sizeof(float) * (size_t)D);
+                act[na++] = s;
             }
-        }
-        /* back through the ResBlocks: y' = y + silu(W y + b) */
-        for (int l = L - 1; l >= 0; l--) {
+        if (!na) continue;
+        /* forward through the ResBlocks */
+        for (int l = 0; l < L; l++) {
             size_t i = (size_t)k * L + l;
-            const float *W = mh->w + i * D * D, *yl = ys + (size_t)l * D, *a = as + (size_t)l * D;
-            float *gW = grad + (mh->w - mh->params) + i * D * D, *gb = grad + (mh->b - mh->params) + i * D;
-            for (int r = 0; r < D; r++) {
-                float s = sigm(a[r]);
-                u[r] = g[r] * s * (1.0f + a[r] * (1.0f - s));
-                gb[r] += u[r];
-                float *gw = gW + (size_t)r * D;
-                for (int j = 0; j < D; j++) gw[j] += u[r] * yl[j];
-            }
+            const float *W = mh->w + i * D * D, *b = mh->b + i * D;
             for (int r = 0; r < D; r++) {
                 const float *wr = W + (size_t)r * D;
-                float ur = u[r];
-                for (int j = 0; j < D; j++) g[j] += ur * wr[j];
+                for (int s = 0; s < na; s++) {
+                    const float *y = sm[s].ys + (size_t)l * D;
+                    float a = b[r];
+                    for (int j = 0; j < D; j++) a += wr[j] * y[j];
+                    sm[s].as[(size_t)l * D + r] = a;
+                    sm[s].ys[(size_t)(l + 1) * D + r] = y[r] + a * sigm(a);
+                }
+            }
+        }
+        const float *Om = mh->own_output ? mh->out + (size_t)k * V * D : O;
+        for (int v = 0; v < V; v++) {
+            const float *o = Om + (size_t)v * D;
+            for (int s = 0; s < na; s++) {
+                const float *y = sm[s].ys + (size_t)L * D;
+                float zz = 0;
+                for (int j = 0; j < D; j++) zz += o[j] * y[j];
+                sm[s].z[v] = zz;
+            }
+        }
+        /* loss; dz = hw (softmax(z) - e_y) in place */
+        for (int s = 0; s < na; s++) {
+            float *z = sm[s].z;
+            int y = lab[act[s]][k], am = 0;
+            float mx = z[0];
+            for (int v = 1; v < V; v++)
+                if (z[v] > mx) mx = z[v], am = v;
+            if (correct && am == y) correct[k]++;
+            double se = 0;
+            for (int v = 0; v < V; v++) se += exp((double)(z[v] - mx));
+            loss += hw[k] * (mx + log(se) - z[y]);
+            if (!grad) continue;
+            float inv = (float)(1.0 / se), w = hw[k];
+            for (int v = 0; v < V; v++) z[v] = w * expf(z[v] - mx) * inv;
+            z[y] -= w;
+            memset(sm[s].g, 0, sizeof(float) * (size_t)D);
+        }
+        if (!grad) continue;
+        float *gO = mh->own_output ? grad + (mh->out - mh->params) + (size_t)k * V * D : NULL;
+        for (int v = 0; v < V; v++) {
+            const float *o = Om + (size_t)v * D;
+            float *go = gO ? gO + (size_t)v * D : NULL;
+            for (int s = 0; s < na; s++) {
+                float dz = sm[s].z[v];
+                float *g = sm[s].g;
+                for (int j = 0; j < D; j++) g[j] += dz * o[j];
+                if (go) {
+                    const float *y = sm[s].ys + (size_t)L * D;
+                    for (int j = 0; j < D; j++) go[j] += dz * y[j];
+                }
+            }
+        }
+        /* back through the ResBlocks: y' = y + silu(W y + b); u = g . silu'(a), kept in as */
+        for (int l = L - 1; l >= 0; l--) {
+            size_t i = (size_t)k * L + l;
+            const float *W = mh->w + i * D * D;
+            float *gW = grad + (mh->w - mh->params) + i * D * D, *gb = grad + (mh->b - mh->params) + i * D;
+            for (int s = 0; s < na; s++) {
+                float *a = sm[s].as + (size_t)l * D;
+                const float *g = sm[s].g;
+                for (int r = 0; r < D; r++) {
+                    float sg = sigm(a[r]);
+                    a[r] = g[r] * sg * (1.0f + a[r] * (1.0f - sg));
+                    gb[r] += a[r];
+                }
+            }
+            for (int r = 0; r < D; r++) {
+                float *gw = gW + (size_t)r * D;
+                const float *wr = W + (size_t)r * D;
+                for (int s = 0; s < na; s++) {
+                    float ur = sm[s].as[(size_t)l * D + r];
+                    const float *yl = sm[s].ys + (size_t)l * D;
+                    float *g = sm[s].g;
+                    for (int j = 0; j < D; j++) gw[j] += ur * yl[j];
+                    for (int j = 0; j < D; j++) g[j] += ur * wr[j];
+                }
             }
         }
     }
     return loss;
+}
+
+double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *h, const int32_t *lab, const float *hw,
+                          float *grad, float *scratch, int *correct) {
+    return medusa_group_grad(mh, O, &h, &lab, 1, hw, grad, scratch, correct);
 }
 
 /* ---- evaluation ---------------------------------------------------------------------- */
@@ -227,10 +288,16 @@ static void *work(void *arg) {
     memset(w->correct, 0, sizeof(w->correct));
     w->loss = 0;
     const medusa_data *d = w->d;
-    for (int j = 0; j < w->n; j++) {
-        int64_t i = w->idx[j];
-        w->loss += medusa_sample_grad(mh, w->O, d->h + (size_t)i * d->dim, d->lab + i * d->n_heads, w->hw, w->grad,
-                                      w->scratch, w->correct);
+    for (int j = 0; j < w->n; j += MEDUSA_GROUP) {
+        const float *h[MEDUSA_GROUP];
+        const int32_t *lab[MEDUSA_GROUP];
+        int G = w->n - j < MEDUSA_GROUP ? w->n - j : MEDUSA_GROUP;
+        for (int s = 0; s < G; s++) {
+            int64_t i = w->idx[j + s];
+            h[s] = d->h + (size_t)i * d->dim;
+            lab[s] = d->lab + i * d->n_heads;
+        }
+        w->loss += medusa_group_grad(mh, w->O, h, lab, G, w->hw, w->grad, w->scratch, w->correct);
     }
     return NULL;
 }

@@ -48,7 +48,9 @@ void medusa_data_destroy(medusa_data *d); /* accepts NULL */
 int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *tokens, int n, int chunk, char *err,
                         size_t errlen);
 
-/* Scratch floats medusa_sample_grad needs. */
+#define MEDUSA_GROUP 16          /* samples computed in lockstep (weight rows read once for all) */
+
+/* Scratch floats medusa_sample_grad / medusa_group_grad need. */
 size_t medusa_scratch_floats(const medusa_heads *mh);
 
 /* One sample: hidden h (D) with labels lab (K; < 0 = no target for that
@@ -58,6 +60,10 @@ size_t medusa_scratch_floats(const medusa_heads *mh);
  * correct (K, may be NULL) is incremented where the head's argmax is its label. */
 double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *h, const int32_t *lab, const float *hw,
                           float *grad, float *scratch, int *correct);
+/* The same summed over G <= MEDUSA_GROUP samples h[s], lab[s]: the loss is
+ * the sum of the samples' and the gradient their sum (what the trainer runs). */
+double medusa_group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab,
+                         int G, const float *hw, float *grad, float *scratch, int *correct);
 
 struct medusa_progress;
 

@@ -101,6 +101,37 @@ static double check(int K, int L, int D, int V, bool own, bool wrong_silu, int *
     return worst;
 }
 
+/* the trainer's grouped pass (G samples in lockstep) equals the sum of single samples */
+static double group_check(int K, int L, int D, int V, bool own, int G) {
+    char err[256];
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, err, sizeof(err));
+    size_t P = mh->n_params;
+    for (size_t i = 0; i < P; i++) mh->params[i] = (float)((urand() - 0.5) * 0.6);
+    float *O = malloc(sizeof(float) * V * D), *hs = malloc(sizeof(float) * G * D), hw[8];
+    int32_t *labs = malloc(sizeof(int32_t) * G * K);
+    for (int i = 0; i < V * D; i++) O[i] = (float)(urand() - 0.5);
+    for (int i = 0; i < G * D; i++) hs[i] = (float)((urand() - 0.5) * 2);
+    for (int i = 0; i < G * K; i++) labs[i] = urand() < 0.2 ? -1 : (int32_t)(urand() * V);
+    for (int k = 0; k < K; k++) hw[k] = k ? hw[k - 1] * 0.8f : 1.0f;
+    float *g1 = calloc(P, sizeof(float)), *g2 = calloc(P, sizeof(float));
+    float *scr = malloc(sizeof(float) * medusa_scratch_floats(mh));
+    const float *hp[MEDUSA_GROUP];
+    const int32_t *lp[MEDUSA_GROUP];
+    double l1 = 0;
+    int c1[8] = {0}, c2[8] = {0};
+    for (int s = 0; s < G; s++) {
+        hp[s] = hs + (size_t)s * D, lp[s] = labs + (size_t)s * K;
+        l1 += medusa_sample_grad(mh, O, hp[s], lp[s], hw, g1, scr, c1);
+    }
+    double l2 = medusa_group_grad(mh, O, hp, lp, G, hw, g2, scr, c2);
+    double worst = fabs(l1 - l2) / (1 + fabs(l1));
+    for (size_t i = 0; i < P; i++) worst = fmax(worst, fabs(g1[i] - g2[i]) / (1e-3 + fabs(g1[i])));
+    CHECK(!memcmp(c1, c2, sizeof(c1)));
+    free(O), free(hs), free(labs), free(g1), free(g2), free(scr);
+    medusa_heads_destroy(mh);
+    return worst;
+}
+
 int main(void) {
     struct { int K, L, D, V; bool own; } cases[] = {
         {1, 1, 6, 11, false},
@@ -115,6 +146,9 @@ int main(void) {
                 cases[c].L, cases[c].D, cases[c].V, cases[c].own ? "own" : "shared", n, w);
         CHECKF(w < 2e-3, "case %zu: worst relative gradient error %.3e", c, w);
     }
+    double gw = fmax(group_check(3, 2, 9, 14, true, MEDUSA_GROUP), group_check(2, 1, 12, 20, false, 5));
+    fprintf(stderr, "grouped pass vs sum of single samples: worst relative difference %.2e\n", gw);
+    CHECK(gw < 1e-4);
     /* the comparison has teeth: a gradient off by 30% on a third of the entries fails it */
     int n = 0;
     double w = check(2, 2, 6, 9, true, true, &n);

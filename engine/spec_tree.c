@@ -26,6 +26,7 @@ struct spec_tree_ctx {
     int (*qrow)[DRAFTER_MAX_NODES]; /* (max_seqs) the q row of each verified node in its proposed tree */
     int32_t (*gst)[DRAFTER_MAX_NODES]; /* (max_seqs) grammar state after each verified node (constrained) */
     float *qc;                  /* (DRAFTER_MAX_NODES, V) q rows of a cut tree */
+    int *hrow;                  /* (max_seqs) the output row behind each sequence's last token */
     tree_variant variant;
 };
 
@@ -47,8 +48,9 @@ spec_tree_ctx *spec_tree_create(spec_pair *sp) {
     tc->qrow = malloc(sizeof(*tc->qrow) * S);
     tc->qc = malloc(sizeof(float) * DRAFTER_MAX_NODES * V);
     tc->gst = malloc(sizeof(*tc->gst) * S);
-    if (!tc->tokens || !tc->pos || !tc->mask || !tc->logits || !tc->p || !tc->scratch || !tc->ms || !tc->cut ||
-        !tc->qrow || !tc->qc || !tc->gst) {
+    tc->hrow = malloc(sizeof(int) * S);
+    if (!tc->hrow || !tc->tokens || !tc->pos || !tc->mask || !tc->logits || !tc->p || !tc->scratch || !tc->ms ||
+        !tc->cut || !tc->qrow || !tc->qc || !tc->gst) {
         spec_tree_destroy(tc);
         return NULL;
     }
@@ -68,6 +70,7 @@ void spec_tree_destroy(spec_tree_ctx *tc) {
     free(tc->qrow);
     free(tc->qc);
     free(tc->gst);
+    free(tc->hrow);
     free(tc);
 }
 
@@ -141,6 +144,11 @@ static void cut_tree(spec_tree *out, int *qrow, const spec_tree *in, int max_dep
 
 int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
                    spec_step_info *info, char *err, size_t errlen) {
+    return spec_tree_step_h(tc, S, n, trees, max_new, info, NULL, err, errlen);
+}
+
+int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                     spec_step_info *info, float *hidden, char *err, size_t errlen) {
     spec_pair *sp = tc->sp;
     size_t V = (size_t)sp->n_vocab;
     if (n < 1 || n > sp->max_seqs) return tree_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
@@ -176,6 +184,7 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
         const spec_tree *t = &tc->cut[i];
         int N = s->n_tokens, nn = t->n_nodes;
         float *lg = tc->logits + row * V;
+        size_t row0 = row;
         row += (size_t)nn + 1;
         if (s->prm.grammar && !s->prm.grammar_broken) { /* each row masked by the state after its node's path,
                                                           * as the draft's q was (grammar_broken: tests only) */
@@ -251,11 +260,14 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
             s->st.tree_nodes += (uint64_t)nn;
         }
         info[i].bonus = bonus && n_new == k + 1;
+        /* out[j] came from row 0 (j = 0) or the row of path node j-1 */
+        tc->hrow[i] = (int)row0 + (n_new == 1 ? 0 : 1 + path[n_new - 2]);
         info[i].n_new = n_new;
         info[i].gamma = nn;
         info[i].tree = nn > 0;
         info[i].accepted = k < n_new ? k : n_new;
         info[i].target_ms = tt;
     }
+    if (hidden) model_hidden_rows(sp->target, hidden, tc->hrow, n);
     return 0;
 }

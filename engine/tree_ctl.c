@@ -4,6 +4,7 @@
 #include <string.h>
 
 #define EWMA 0.1
+#define TREE_MARGIN 1.05
 
 void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_max, int topk_max) {
     const tree_shape menu[] = {{0, 0, 0}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}, {budget_max, depth_max, topk_max}};
@@ -69,9 +70,14 @@ int tree_ctl_pick(const tree_ctl *c, int batch) {
         if (c->seen[e] < c->explore) return e;
     for (int e = 0; e < c->n; e++)
         if (c->age[e] >= c->reprobe) return e;
+    /* a tree must beat the chain path by TREE_MARGIN: measurements are noisy,
+     * and a tree that only ties costs compute other sequences could use */
     int best = 0;
-    for (int e = 1; e < c->n; e++)
-        if (tree_ctl_rate(c, e, batch) > tree_ctl_rate(c, best, batch)) best = e;
+    double br = tree_ctl_rate(c, 0, batch) * TREE_MARGIN;
+    for (int e = 1; e < c->n; e++) {
+        double r = tree_ctl_rate(c, e, batch);
+        if (r > br) best = e, br = r;
+    }
     return best;
 }
 

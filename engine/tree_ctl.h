@@ -5,8 +5,9 @@
  * (measured once per model and backend: flat while memory-bound, then
  * compute-bound) and, online, per entry the tokens each pass delivered, the
  * rows it verified and the wall time its steps took beyond their share of
- * the verify pass (EWMA). It picks the entry with the
- * most expected tokens per millisecond, where a batch of B sequences verified
+ * the verify pass (EWMA). It picks the entry with the most expected tokens
+ * per millisecond (a tree must beat the chain path by 5%: measurements are
+ * noisy, and a tie costs compute), where a batch of B sequences verified
  * together costs each t(B · rows) / B — so when the verify is compute-bound
  * (large batches, fast backends) trees stop paying and the controller keeps
  * the chain path, which itself falls back to plain decoding. Every entry is

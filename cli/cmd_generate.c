@@ -29,7 +29,7 @@ static void generate_usage(void) {
             "                      [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "                      [--backend auto|cpu|cuda] [--device N] [--tensor-parallel N] [--no-bos] [--json]\n"
             "                      [--compare-plain [--repeat N]] [--method auto|draft|ngram|off]\n"
-            "                      [--tree off|auto|B/D/K] [--quiet]\n"
+            "                      [--tree off|auto|B/D/K] [--medusa HEADS.gguf] [--quiet]\n"
             "  -c FILE      config file (default: config.yaml when present), validated as `specd serve` does:\n"
             "               models, engine and speculation settings (flags given here override them)\n"
             "  -m MODEL     target GGUF (llama family); overrides the config. With neither, a demo pair\n"
@@ -48,6 +48,8 @@ static void generate_usage(void) {
             "               tree of up to 16 nodes, 5 levels, 3 children), B/D/K (every step a tree of at\n"
             "               most B nodes, D levels, K children per node) or off (chains; default: the\n"
             "               config's speculation.tree)\n"
+            "  --medusa H   Medusa heads for the target (specd train-medusa): speculate with them\n"
+            "               (--method medusa implied; tree shape from --tree B/D/K, default 16/5/3)\n"
             "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
             "               identically to draft and target\n"
@@ -228,6 +230,7 @@ int cmd_generate(int argc, char **argv) {
     bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
     int tree_mode = -1; /* --tree: -1 = the config's */
+    const char *medusa_path = NULL, *medusa_cfg = NULL;
     tree_shape tree_sh = {0, 0, 0};
     sampler_config sc = sampler_config_default();
     sc.temperature = 0.8f;
@@ -260,6 +263,7 @@ int cmd_generate(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--no-spec")) no_spec = true;
+        else if (!strcmp(a, "--medusa")) medusa_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--tree")) {
             const char *v = arg_str(argc, argv, &i);
             if (!strcmp(v, "off")) tree_mode = ENGINE_TREE_OFF;
@@ -335,8 +339,11 @@ int cmd_generate(int argc, char **argv) {
         snprintf(cfg_model, sizeof(cfg_model), "%s", pc->models.target);
         snprintf(cfg_draft, sizeof(cfg_draft), "%s", pc->models.draft);
         if (!model_path && cfg_model[0]) {
+            static char cfg_medusa[1024];
+            snprintf(cfg_medusa, sizeof(cfg_medusa), "%s", pc->models.medusa);
             model_path = cfg_model;
             if (cfg_draft[0] && !draft_path) draft_path = cfg_draft;
+            if (cfg_medusa[0] && !medusa_path) medusa_cfg = cfg_medusa; /* used when the config's method says medusa */
         }
     }
     if (!model_path && cmd_demo_models(&model_path, &draft_path, err, sizeof(err)) != 0) {
@@ -366,7 +373,13 @@ int cmd_generate(int argc, char **argv) {
     if (gamma_flags || !config_path) ec.gamma = gp;
     if (no_spec) ec.mode = SPEC_MODE_OFF;
     if (verify >= 0) ec.coupled = verify == 1;
-    if (tree_mode >= 0) ec.tree = tree_mode;
+    if (tree_mode >= 0 && !medusa_path) ec.tree = tree_mode;
+    if (medusa_path) {
+        ec.medusa_path = medusa_path;
+        if (method < 0) method = SPEC_METHOD_MEDUSA;
+    } else if (medusa_cfg) {
+        ec.medusa_path = medusa_cfg;
+    }
     if (tree_mode == ENGINE_TREE_FIXED)
         ec.tree_budget = tree_sh.budget, ec.tree_depth = tree_sh.depth, ec.tree_topk = tree_sh.topk;
     int eff_method = method >= 0 ? method : ec.method;

@@ -6,6 +6,7 @@
 #include "engine/constrain.h"
 
 #include "engine/chat.h"
+#include "engine/draft_medusa.h"
 #include "engine/draft_tree.h"
 #include "engine/plan.h"
 #include "engine/rng.h"
@@ -68,6 +69,7 @@ typedef struct req {
     tree_ctl tctl;
     bool tctl_seeded;
     int tree_entry;               /* menu entry of this step (0: the chain path) */
+    medusa_seq *ms;               /* speculation.method medusa: the last hidden state (else NULL) */
     double pub_alpha;
     char session[40];
     double t_submit, t_admit, t_first, t_last;
@@ -108,6 +110,14 @@ struct engine {
      * sequences */
     spec_tree_ctx *tc;
     draft_tree *dt;
+    medusa_heads *mh;             /* cfg.medusa_path: the heads and their proposer (else NULL) */
+    draft_medusa *dm;
+    tree_shape medusa_sh;
+    spec_seq **useq;              /* this step's Medusa sequences (and their states, limits, info) */
+    medusa_seq **ums;
+    int *umax;
+    struct req **ureq;
+    spec_step_info *uinfo;
     double t_rows[TREE_CTL_ROWS + 1];
     tree_ctl tree_prior;
     struct req **treq;
@@ -176,6 +186,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     out->gamma = e->cfg.gamma;
     out->max_ctx = e->sp->max_ctx;
     out->has_draft = spec_pair_has_draft(e->sp);
+    out->has_medusa = e->dm != NULL;
     out->chat_template = (int)chat_template_detect(e->sp->target->gguf, e->sp->tok);
     out->tree = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
     out->tree_bounds = (tree_shape){e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
@@ -207,6 +218,7 @@ static void ct_observe(engine *e, const char *type, const spec_stats *st);
 static void req_free(req *r) {
     if (!r) return;
     spec_seq_free(r->seq);
+    medusa_seq_destroy(r->ms);
     free(r->prompt);
     free(r->stop_ids);
     free(r->grammar_text);
@@ -312,6 +324,15 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     if (rq->method_set && rq->method == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))
         return eng_fail(err, errlen, "speculation method 'draft' needs a draft model, and none is loaded"), 0;
     spec_method method = rq->mode == SPEC_MODE_DRAFT ? SPEC_METHOD_DRAFT : rq->method_set ? rq->method : (spec_method)e->cfg.method;
+    if (method == SPEC_METHOD_MEDUSA && !e->dm) {
+        if (rq->method_set)
+            return eng_fail(err, errlen, "speculation method 'medusa' needs Medusa heads (models.medusa), and none "
+                                         "are loaded"), 0;
+        method = SPEC_METHOD_AUTO;
+    }
+    if (method == SPEC_METHOD_MEDUSA && (rq->logprobs || rq->verify == ENGINE_VERIFY_COUPLED))
+        return eng_fail(err, errlen, "speculation method 'medusa' cannot be combined with %s",
+                        rq->logprobs ? "logprobs" : "coupled verification"), 0;
     bool can_speculate = rq->mode != SPEC_MODE_OFF && e->cfg.mode != SPEC_MODE_OFF && method != SPEC_METHOD_OFF &&
                          (method != SPEC_METHOD_DRAFT || spec_pair_has_draft(e->sp));
     gamma_params gp = e->cfg.gamma;
@@ -390,8 +411,14 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         memcpy(r->grammar_text, rq->grammar, gl + 1);
         r->grammar_len = gl;
     }
-    r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
-                               .speculate = can_speculate, .method = method};
+    /* Medusa sequences are stepped by draft_medusa (the tree path); to the
+     * spec layer they are n-gram sequences (cheap state, never used) */
+    r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp, .speculate = can_speculate,
+                               .method = method == SPEC_METHOD_MEDUSA ? SPEC_METHOD_NGRAM : method};
+    if (method == SPEC_METHOD_MEDUSA && can_speculate && !(r->ms = medusa_seq_create(e->dm))) {
+        req_free(r);
+        return eng_fail(err, errlen, "out of memory"), 0;
+    }
     r->prm.coupled = rq->verify == ENGINE_VERIFY_COUPLED || (rq->verify == ENGINE_VERIFY_DEFAULT && e->cfg.coupled);
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
@@ -504,7 +531,7 @@ int engine_get_sequences(engine *e, engine_seq_info *out, int max) {
         snprintf(o->mode, sizeof(o->mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
         o->prefilling = r->state == RQ_PREFILL;
         o->gamma = r->pub_gamma;
-        snprintf(o->method, sizeof(o->method), "%s", spec_drafter_name(r->pub_method));
+        snprintf(o->method, sizeof(o->method), "%s", r->ms ? "medusa" : spec_drafter_name(r->pub_method));
         if (r->pub_shape.budget > 0)
             snprintf(o->shape, sizeof(o->shape), "tree %d/%d/%d", r->pub_shape.budget, r->pub_shape.depth,
                      r->pub_shape.topk);
@@ -824,6 +851,29 @@ static int pick_trees(engine *e, int n_run, int batch) {
     return n_tree;
 }
 
+/* Moves the running Medusa sequences (speculation.method medusa) out of
+ * e->bseq[0, n_run) into e->useq etc., keeping the rest in order at the
+ * front; returns how many moved. Engine thread. */
+static int pick_medusa(engine *e, int n_run) {
+    if (!e->dm) return 0;
+    int n_med = 0, n_rest = 0;
+    for (int i = 0; i < n_run; i++) {
+        spec_seq *sq = e->bseq[i];
+        req *r = NULL;
+        for (int j = 0; j < e->n_active; j++)
+            if (e->active[j]->seq == sq) r = e->active[j];
+        if (r->ms && r->prm.speculate) {
+            e->ureq[n_med] = r;
+            e->useq[n_med] = sq;
+            e->ums[n_med] = r->ms;
+            e->umax[n_med++] = r->max_tokens - r->n_out;
+        } else {
+            e->bseq[n_rest++] = sq;
+        }
+    }
+    return n_med;
+}
+
 /* One step call over m sequences took per_seq ms for each: noted for each
  * with the call's size and verify rows (the shape controller's inputs). */
 static void note_call(const spec_step_info *info, int m, double per_seq, double *ms, int *batch, int *rows) {
@@ -996,14 +1046,29 @@ static void *engine_main(void *arg) {
 
         int pre_rc = 0;
         if (pre) pre_rc = spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, err, sizeof(err));
+        if (pre && pre_rc == 1 && pre->ms) medusa_seq_prefilled(e->dm, pre->ms, pre->seq); /* before any other pass */
         int nb = 0;
         double pad = 1.0;
         int step_rc = 0, n_calls = 0, tree_rc = 0;
         char step_err[512] = "", tree_err[512] = "";
         /* tree-enabled sequences whose shape this step is a tree leave the
          * chain path: all of them share one tree verify pass (per chunk) */
-        int n_tree = n_run ? pick_trees(e, n_run, n_run + n_pre) : 0;
-        int n_chain = n_run - n_tree;
+        int n_med = n_run ? pick_medusa(e, n_run) : 0;
+        int n_tree = n_run - n_med ? pick_trees(e, n_run - n_med, n_run + n_pre) : 0;
+        int n_chain = n_run - n_med - n_tree;
+        int med_rc = 0;
+        char med_err[512] = "";
+        if (n_med > 0) {
+            /* Medusa trees: one target pass per chunk, hidden states kept for the next proposal */
+            int cap = e->sp->target->mp.max_batch / (DRAFTER_MAX_NODES + 1);
+            if (e->cfg.max_batch > 0 && e->cfg.max_batch < cap) cap = e->cfg.max_batch;
+            if (cap < 1) cap = 1;
+            for (int c0 = 0; c0 < n_med && med_rc == 0; c0 += cap, n_calls++) {
+                int m = n_med - c0 < cap ? n_med - c0 : cap;
+                med_rc = draft_medusa_step(e->dm, e->tc, e->useq + c0, e->ums + c0, m, &e->medusa_sh, e->umax + c0,
+                                           e->uinfo + c0, med_err, sizeof(med_err));
+            }
+        }
         if (n_tree > 0) {
             /* chunks the draft and target batches hold: a tree is at most
              * DRAFTER_MAX_NODES + 1 rows in either */
@@ -1110,6 +1175,24 @@ static void *engine_main(void *arg) {
                     else if (si->n_new > 0) emit_tokens(e, r, si);
                     if (r->notify) r->notify(r->user);
                 }
+            for (int k = 0; k < n_med; k++) {
+                req *r = e->ureq[k];
+                const spec_step_info *si = &e->uinfo[k];
+                if (med_rc == 0) {
+                    r->pub_gamma = si->gamma;
+                    r->pub_method = si->method;
+                    r->pub_shape = e->medusa_sh;
+                    if (si->gamma > 0) e->accepted_hist[si->accepted]++;
+                    if (e->cfg.telemetry) {
+                        tel_step row;
+                        tel_step_from_info(&row, r->session, ++r->step_num, si);
+                        telemetry_step(e->cfg.telemetry, &row);
+                    }
+                }
+                if (med_rc != 0) finish(e, r, FINISH_ERROR, med_err);
+                else if (si->n_new > 0) emit_tokens(e, r, si);
+                if (r->notify) r->notify(r->user);
+            }
             for (int k = 0; k < n_tree; k++) {
                 req *r = e->treq[k];
                 const spec_step_info *si = &e->tinfo[k];
@@ -1220,16 +1303,35 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     if (c->tree_budget > DRAFTER_MAX_NODES) c->tree_budget = DRAFTER_MAX_NODES;
     if (c->tree_depth > c->tree_budget) c->tree_depth = c->tree_budget;
     if (c->tree == ENGINE_TREE_DEFAULT) c->tree = ENGINE_TREE_OFF;
+    if (c->medusa_path && c->medusa_path[0]) {
+        /* refused unless trained for exactly this target (its identity) */
+        e->mh = medusa_heads_load(c->medusa_path, e->sp->target_id.id, e->sp->target->hp.dim, e->sp->n_vocab, err,
+                                  errlen);
+        if (e->mh) e->dm = draft_medusa_create(e->sp, e->mh, err, errlen);
+        if (!e->mh || !e->dm || !(e->tc = spec_tree_create(e->sp))) {
+            if (e->mh && e->dm && !e->tc) eng_fail(err, errlen, "out of memory for Medusa");
+            draft_medusa_destroy(e->dm);
+            medusa_heads_destroy(e->mh);
+            spec_pair_free(e->sp);
+            engine_backends_free(e);
+            free(e);
+            return NULL;
+        }
+        e->medusa_sh = (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk};
+        if (e->medusa_sh.depth > e->mh->n_heads) e->medusa_sh.depth = e->mh->n_heads;
+    }
     if (c->tree != ENGINE_TREE_OFF) {
         /* the verify cost curve is measured always (the shape controller has
          * nothing else to go on); the draft proposal cost is learned online */
         tree_ctl_measure(e->sp, e->t_rows);
         tree_ctl_init(&e->tree_prior, e->t_rows, c->tree_budget, c->tree_depth, c->tree_topk);
-        e->tc = spec_tree_create(e->sp);
+        if (!e->tc) e->tc = spec_tree_create(e->sp);
         e->dt = spec_pair_has_draft(e->sp) ? draft_tree_create(e->sp) : NULL;
         if (!e->tc || (spec_pair_has_draft(e->sp) && !e->dt)) {
             spec_tree_destroy(e->tc);
             draft_tree_destroy(e->dt);
+            draft_medusa_destroy(e->dm);
+            medusa_heads_destroy(e->mh);
             spec_pair_free(e->sp);
             engine_backends_free(e);
             free(e);
@@ -1263,6 +1365,11 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     e->tmax = calloc((size_t)R, sizeof(int));
     e->tent = calloc((size_t)R, sizeof(int));
     e->tinfo = calloc((size_t)R, sizeof(spec_step_info));
+    e->useq = calloc((size_t)R, sizeof(spec_seq *));
+    e->ums = calloc((size_t)R, sizeof(medusa_seq *));
+    e->umax = calloc((size_t)R, sizeof(int));
+    e->ureq = calloc((size_t)R, sizeof(req *));
+    e->uinfo = calloc((size_t)R, sizeof(spec_step_info));
     e->cms = calloc((size_t)R, sizeof(double));
     e->tms = calloc((size_t)R, sizeof(double));
     e->cbatch = calloc((size_t)R, sizeof(int));
@@ -1271,7 +1378,8 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     e->trows = calloc((size_t)R, sizeof(int));
     if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
         !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo ||
-        !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows) {
+        !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows || !e->useq || !e->ums ||
+        !e->umax || !e->ureq || !e->uinfo) {
         engine_destroy(e);
         return eng_fail(err, errlen, "out of memory"), NULL;
     }
@@ -1308,8 +1416,11 @@ void engine_destroy(engine *e) {
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
     free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tent), free(e->tinfo);
     free(e->cms), free(e->tms), free(e->cbatch), free(e->crows), free(e->tbatch), free(e->trows);
+    free(e->useq), free(e->ums), free(e->umax), free(e->ureq), free(e->uinfo);
     spec_tree_destroy(e->tc);
     draft_tree_destroy(e->dt);
+    draft_medusa_destroy(e->dm);
+    medusa_heads_destroy(e->mh);
     constrain_cache_destroy(e->gc);
     spec_pair_free(e->sp);
     engine_backends_free(e);

@@ -67,6 +67,8 @@ int engine_tree_parse(const char *s);         /* "off", "auto", "fixed"; -1 othe
 typedef struct {
     const char *target_path;
     const char *draft_path;        /* NULL: plain decoding only */
+    const char *medusa_path;       /* Medusa heads for the target (specd train-medusa; NULL: none): requests with
+                                    * speculation.method medusa verify their trees (shape: the tree bounds) */
     int threads;                   /* kernel threads (0 = all CPUs) */
     int backend;                   /* backend_kind: auto (CUDA when built and a GPU is present), cpu, cuda */
     int device;                    /* CUDA device of the models (of target shard 0 and the draft) */
@@ -276,6 +278,7 @@ typedef struct {
     gamma_params gamma;            /* request bounds and defaults */
     int max_ctx;                   /* positions per sequence */
     bool has_draft;
+    bool has_medusa;               /* Medusa heads are loaded */
     int chat_template;             /* chat_template_kind detected from the target's metadata */
     char bos_text[32];             /* the BOS token's text (chat templates that spell it out) */
     int tree;                      /* engine_tree of the engine (OFF when trees are off) */

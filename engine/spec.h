@@ -52,8 +52,11 @@ typedef struct {
  * millisecond from it as from the draft model, each at its own rolling α; the
  * lookup is nearly free, so it wins ties), else the draft model when one is
  * loaded. */
-typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3 } spec_method;
-const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off" */
+/* MEDUSA: Medusa heads (draft_medusa.h) propose trees; the engine steps such
+ * sequences through the tree path only (this file never sees the value). */
+typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3,
+               SPEC_METHOD_MEDUSA = 4 } spec_method;
+const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa" */
 /* Parses a method name; -1 when unknown. */
 int spec_method_parse(const char *s);
 

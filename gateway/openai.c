@@ -359,7 +359,7 @@ static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_
         int meth = spec_method_parse(ms);
         if (meth < 0)
             FAIL(GW_ERR_OUT_OF_RANGE, "speculation.method",
-                 "'speculation.method' must be auto, draft, ngram or off, got '%s'", ms);
+                 "'speculation.method' must be auto, draft, ngram, medusa or off, got '%s'", ms);
         if (meth == SPEC_METHOD_DRAFT && !lim->has_draft) {
             err->status = 400;
             err->code = GW_ERR_NO_DRAFT;

@@ -666,7 +666,7 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
         int meth = spec_method_parse(json_string_value(v));
         if (meth < 0)
             return fail(err, GW_ERR_OUT_OF_RANGE,
-                        "field 'speculation.method' must be one of auto, draft, ngram, off, got %s",
+                        "field 'speculation.method' must be one of auto, draft, ngram, off, medusa, got %s",
                         describe(v, d, sizeof(d)));
         if (meth == SPEC_METHOD_DRAFT && !lim->has_draft)
             return fail(err, GW_ERR_NO_DRAFT, "speculation method 'draft' needs a draft model, and none is loaded");

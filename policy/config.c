@@ -58,11 +58,11 @@ typedef struct {
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const mode_names[] = {"auto", "draft", "off", NULL};
-static const char *const method_names[] = {"auto", "draft", "ngram", "off", NULL};
+static const char *const method_names[] = {"auto", "draft", "ngram", "off", "medusa", NULL};
 static const char *const verify_names[] = {"rejection", "coupled", NULL};
 static const char *const tree_names[] = {"off", "auto", "fixed", NULL};
 
-const char *pol_method_name(pol_spec_method m) { return (unsigned)m <= POL_METHOD_OFF ? method_names[m] : "?"; }
+const char *pol_method_name(pol_spec_method m) { return (unsigned)m <= POL_METHOD_MEDUSA ? method_names[m] : "?"; }
 
 #define KI(s, f, lo, hi, rs) {#f, K_INT, offsetof(s, f), 0, lo, hi, NULL, rs}
 #define KF(s, f, lo, hi, rs) {#f, K_FLOAT, offsetof(s, f), 0, lo, hi, NULL, rs}
@@ -90,6 +90,7 @@ static const keydef server_keys[] = {
 static const keydef models_keys[] = {
     KS(pol_models, target, true),
     KS(pol_models, draft, true),
+    KS(pol_models, medusa, true),
 };
 static const keydef engine_keys[] = {
     KE(pol_engine, backend, backend_names, true),

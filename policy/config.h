@@ -26,7 +26,7 @@ typedef enum { POL_BACKEND_AUTO = 0, POL_BACKEND_CPU, POL_BACKEND_CUDA } pol_bac
 typedef enum { POL_SPEC_AUTO = 0, POL_SPEC_DRAFT, POL_SPEC_OFF } pol_spec_mode;
 /* The proposer (speculation.method, a rule's method): names as the engine's
  * spec_method_parse takes them. */
-typedef enum { POL_METHOD_AUTO = 0, POL_METHOD_DRAFT, POL_METHOD_NGRAM, POL_METHOD_OFF } pol_spec_method;
+typedef enum { POL_METHOD_AUTO = 0, POL_METHOD_DRAFT, POL_METHOD_NGRAM, POL_METHOD_OFF, POL_METHOD_MEDUSA } pol_spec_method;
 const char *pol_method_name(pol_spec_method m); /* "auto", "draft", "ngram", "off" */
 /* speculation.verify: how drafts are verified. rejection: min(1, p/q) with
  * residual correction; coupled: Gumbel-max with shared noise (seeded output
@@ -58,6 +58,7 @@ typedef struct {
 typedef struct {
     char target[1024];                     /* GGUF path; "" = demo pair (the CLI decides) */
     char draft[1024];                      /* GGUF path; "" = no draft */
+    char medusa[1024];                     /* Medusa heads side file (specd train-medusa); "" = none */
 } pol_models;
 
 /* A list of small integers from the file (engine.devices). */

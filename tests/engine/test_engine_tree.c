@@ -7,8 +7,14 @@
  * by the controller in auto); every KV block comes back. Requests that ask
  * for trees the server cannot give (trees off, logprobs, bounds above the
  * server's) are refused with the reason; a grammar-constrained tree request
- * obeys its grammar; a sampled tree request produces its tokens. */
+ * obeys its grammar; a sampled tree request produces its tokens. With
+ * Medusa heads loaded, medusa requests beside chain and tree requests equal
+ * plain too; medusa without heads, and heads for another target, are
+ * refused. */
+#include "engine/medusa.h"
 #include "tests/engine/engine_util.h"
+
+#include <unistd.h>
 
 #define N_P 54
 #define N_GEN 40
@@ -181,6 +187,67 @@ int main(void) {
     CHECK(s1.tree_decisions[1] > 0 && s1.tree_auto < s1.tree_decisions[1]); /* only the mix's explicit auto ones */
     pools_back(e, "fixed");
     engine_destroy(e);
+
+    /* Medusa heads (identity heads, untrained: they propose, rarely well):
+     * medusa requests beside chain and tree ones, all equal plain */
+    {
+        char hp[600], err[512];
+        snprintf(hp, sizeof hp, "%s/specd-medusa-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+        engine_config c2 = engine_config_default();
+        c2.threads = 2;
+        c2.calibrate = false;
+        c2.tree = ENGINE_TREE_AUTO;
+        c2.tree_budget = 8, c2.tree_depth = 3, c2.tree_topk = 3;
+        engine *e0 = eu_create(&c2, true); /* for the target's identity and sizes */
+        engine_stats st0;
+        engine_get_stats(e0, &st0);
+        engine_info in0;
+        engine_get_info(e0, &in0);
+        CHECK(!in0.has_medusa);
+        r = base(0, SPEC_MODE_AUTO);
+        r.method = SPEC_METHOD_MEDUSA, r.method_set = true;
+        refused(e0, &r, "models.medusa");
+        engine_destroy(e0);
+        medusa_heads *mh = medusa_heads_create(3, 1, 64, 512, false, err, sizeof err);
+        CHECKF(mh, "%s", err);
+        snprintf(mh->target_id, sizeof mh->target_id, "%s", st0.target_id);
+        CHECKF(medusa_heads_save(mh, hp, err, sizeof err) == 0, "%s", err);
+        medusa_heads_destroy(mh);
+        c2.medusa_path = hp;
+        e = eu_create(&c2, true);
+        engine_get_info(e, &in0);
+        CHECK(in0.has_medusa);
+        eu_waiter w;
+        eu_waiter_init(&w);
+        for (int i = 0; i < N_P; i++) {
+            engine_request q = base(i, SPEC_MODE_AUTO);
+            if (i % 3 == 0) q.method = SPEC_METHOD_MEDUSA, q.method_set = true;
+            else if (i % 3 == 1) q.tree = ENGINE_TREE_AUTO;
+            eu_out_init(&got[i], eu_submit(e, &q, &w));
+            CHECK(got[i].id > 0);
+        }
+        for (int i = 0; i < N_P; i++) CHECK(eu_drain(e, &got[i], &w, 300000) && got[i].bad_events == 0);
+        eu_waiter_destroy(&w);
+        compare("medusa beside chains and trees");
+        engine_get_stats(e, &s1);
+        uint64_t med_nodes = 0;
+        for (int i = 0; i < N_P; i += 3) med_nodes += got[i].fin.st.tree_nodes;
+        CHECKF(med_nodes > 0, "medusa requests verified no tree nodes");
+        pools_back(e, "medusa");
+        engine_destroy(e);
+        unlink(hp);
+        /* heads for another target are refused at start, naming both */
+        mh = medusa_heads_create(3, 1, 64, 512, false, err, sizeof err);
+        snprintf(mh->target_id, sizeof mh->target_id, "llama-0000000000000000");
+        CHECK(medusa_heads_save(mh, hp, err, sizeof err) == 0);
+        medusa_heads_destroy(mh);
+        static char tpath[512];
+        c2.target_path = tu_model(tpath, sizeof tpath, "stories260K.gguf");
+        c2.draft_path = NULL;
+        CHECK(engine_create(&c2, err, sizeof err) == NULL);
+        CHECKF(strstr(err, "llama-0000000000000000"), "foreign heads: %s", err);
+        unlink(hp);
+    }
 
     /* trees off: a request asking for one is refused with the key to set */
     c.tree = ENGINE_TREE_OFF;

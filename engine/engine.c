@@ -707,6 +707,13 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
                                            r->content_type[0] ? r->content_type : "chat");
     if (starting && !r->method_set) { /* the rule's proposer, for the whole request */
         int m = spec_method_parse(pol_method_name(rule->method));
+        if (m == SPEC_METHOD_MEDUSA) { /* stepped by draft_medusa; without heads (or state) the engine's default */
+            if (e->dm && !r->ms && !r->prm.logprobs && !r->prm.coupled) r->ms = medusa_seq_create(e->dm);
+            m = r->ms ? SPEC_METHOD_NGRAM : -1;
+        } else if (r->ms && m >= 0) {
+            medusa_seq_destroy(r->ms);
+            r->ms = NULL;
+        }
         if (m == SPEC_METHOD_OFF || (m == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))) r->prm.speculate = false;
         if (m >= 0) r->prm.method = (spec_method)m;
         if (!r->prm.speculate) return;

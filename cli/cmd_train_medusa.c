@@ -180,6 +180,7 @@ int cmd_train_medusa(int argc, char **argv) {
     }
     o.threads = threads;
     char err[1024];
+    struct sigaction sa = {0}, old; /* installed once the model is loaded */
     double t_start = now_ms();
     backend *be = backend_cpu_create(threads);
     spec_pair_params pp = {.max_ctx = chunk + gen_len + 16 > 4096 ? 4096 : chunk + gen_len + 16, .max_seqs = 1};
@@ -206,11 +207,15 @@ int cmd_train_medusa(int argc, char **argv) {
     if (own)
         for (int k = 0; k < K; k++) memcpy(mh->out + (size_t)k * V * D, O, sizeof(float) * (size_t)V * D);
 
+    /* Ctrl-C from here on: the pass stops where it is, training stops after
+     * its current step, and what there is gets measured and written */
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, &old);
     /* the hidden-state pass */
     uint64_t rs = o.seed ^ 0x5eedull;
     int64_t n_text = 0;
     int n_docs = 0;
-    for (int c = 0; c < n_corpora && d->n < d->cap; c++) {
+    for (int c = 0; c < n_corpora && d->n < d->cap && !stop_flag; c++) {
         size_t len;
         char *text = read_file(corpora[c], &len);
         if (!text) {
@@ -219,7 +224,7 @@ int cmd_train_medusa(int argc, char **argv) {
         }
         const char *p = text, *ds;
         size_t dl;
-        while (d->n < d->cap && next_doc(&p, text + len, &ds, &dl)) {
+        while (d->n < d->cap && !stop_flag && next_doc(&p, text + len, &ds, &dl)) {
             /* long documents go in pieces of the chunk length */
             int n = tok_encode(sp->tok, ds, dl, true, false, toks, cap * 2);
             if (n < 0) n = cap * 2;
@@ -262,12 +267,8 @@ int cmd_train_medusa(int argc, char **argv) {
     o.progress_ctx = &pc;
     o.progress_every = 10;
     o.stop = &stop_flag;
-    struct sigaction sa = {0}, old;
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
     medusa_train_result res;
     int trc = medusa_train(mh, O, d, &o, &res, err, sizeof(err));
-    sigaction(SIGINT, &old, NULL);
     if (!quiet && pc.tty) fprintf(stderr, "\n");
     if (trc != 0) {
         fprintf(stderr, "specd train-medusa: %s\n", err);
@@ -295,6 +296,7 @@ int cmd_train_medusa(int argc, char **argv) {
            res.loss1, mh->acc[0][0], res.unigram_acc, (long long)res.steps, res.interrupted);
     rc = 0;
 done:
+    if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
     free(toks);
     free(gen);
     free(logits);

@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             "  --heads K          heads to train (4, at most %d)\n"
             "  --layers L         ResBlocks per head (1, at most %d)\n"
             "  --own-output       each head gets its own copy of the output matrix (default: shared)\n"
+            "  --type T           storage type of the heads' matrices: f32 (default), f16, q8_0\n"
             "  --self-distill     train on the target's own sampled continuations of corpus prompts\n"
             "  --gen-len N        tokens generated per prompt with --self-distill (192)\n"
             "  --samples N        continuations per prompt with --self-distill (1)\n"
@@ -135,6 +136,7 @@ int cmd_train_medusa(int argc, char **argv) {
     const char *target = NULL, *out = NULL, *corpora[16];
     int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192, samples = 1;
     bool own = false, distill = false, quiet = false;
+    int wtype = GGML_TYPE_F32;
     long max_tokens = 200000;
     medusa_train_opts o;
     medusa_train_opts_init(&o);
@@ -154,6 +156,14 @@ int cmd_train_medusa(int argc, char **argv) {
         } else if (!strcmp(a, "--heads")) K = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_HEADS);
         else if (!strcmp(a, "--layers")) L = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_LAYERS);
         else if (!strcmp(a, "--own-output")) own = true;
+        else if (!strcmp(a, "--type")) {
+            const char *tn = arg_str(argc, argv, &i);
+            wtype = ggml_type_from_name(tn);
+            if (wtype != GGML_TYPE_F32 && wtype != GGML_TYPE_F16 && wtype != GGML_TYPE_Q8_0) {
+                fprintf(stderr, "specd train-medusa: --type must be f32, f16 or q8_0 (got '%s')\n", tn);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--self-distill")) distill = true;
         else if (!strcmp(a, "--gen-len")) gen_len = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--samples")) samples = (int)arg_long(argc, argv, &i, 1, 4096);
@@ -274,13 +284,22 @@ int cmd_train_medusa(int argc, char **argv) {
         fprintf(stderr, "specd train-medusa: %s\n", err);
         goto done;
     }
+    if (wtype != GGML_TYPE_F32) {
+        /* the stored heads are the quantized ones: measure those */
+        if (medusa_heads_set_type(mh, wtype, err, sizeof(err)) != 0) {
+            fprintf(stderr, "specd train-medusa: %s\n", err);
+            goto done;
+        }
+        res.loss1 = medusa_evaluate(mh, O, d, d->n - res.n_heldout, d->n, o.head_decay, res.head_loss1, mh->acc);
+        mh->heldout_loss = (float)res.loss1;
+    }
     if (medusa_heads_save(mh, out, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd train-medusa: %s\n", err);
         goto done;
     }
     double total_s = (now_ms() - t_start) / 1e3;
-    printf("%s: %d heads x %d ResBlock%s (%s output), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K, L,
-           L > 1 ? "s" : "", own ? "own" : "shared", medusa_heads_bytes(mh) / 1024.0,
+    printf("%s: %d heads x %d ResBlock%s (%s output, %s), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K, L,
+           L > 1 ? "s" : "", own ? "own" : "shared", ggml_type_name(wtype), medusa_heads_bytes(mh) / 1024.0,
            100.0 * medusa_heads_bytes(mh) / (double)m->weight_bytes);
     printf("%s after %lld steps (%lld train / %lld held-out positions): hidden pass %.1f s, training %.1f s "
            "(%.0f positions/s), total %.1f s\n",

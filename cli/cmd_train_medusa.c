@@ -275,7 +275,7 @@ int cmd_train_medusa(int argc, char **argv) {
     prog_ctx pc = {quiet, isatty(2) == 1, K};
     o.progress = progress;
     o.progress_ctx = &pc;
-    o.progress_every = 10;
+    o.progress_every = pc.tty ? 10 : 200; /* a log gets a line now and then, a terminal a live bar */
     o.stop = &stop_flag;
     medusa_train_result res;
     int trc = medusa_train(mh, O, d, &o, &res, err, sizeof(err));

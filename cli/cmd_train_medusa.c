@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             "  --heads K          heads to train (4, at most %d)\n"
             "  --layers L         ResBlocks per head (1, at most %d)\n"
             "  --own-output       each head gets its own copy of the output matrix (default: shared)\n"
+            "  --type T           storage type of the heads' matrices: f32 (default), f16, q8_0\n"
             "  --self-distill     train on the target's own sampled continuations of corpus prompts\n"
             "  --gen-len N        tokens generated per prompt with --self-distill (192)\n"
             "  --samples N        continuations per prompt with --self-distill (1)\n"
@@ -135,6 +136,7 @@ int cmd_train_medusa(int argc, char **argv) {
     const char *target = NULL, *out = NULL, *corpora[16];
     int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192, samples = 1;
     bool own = false, distill = false, quiet = false;
+    int wtype = GGML_TYPE_F32;
     long max_tokens = 200000;
     medusa_train_opts o;
     medusa_train_opts_init(&o);
@@ -154,6 +156,14 @@ int cmd_train_medusa(int argc, char **argv) {
         } else if (!strcmp(a, "--heads")) K = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_HEADS);
         else if (!strcmp(a, "--layers")) L = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_LAYERS);
         else if (!strcmp(a, "--own-output")) own = true;
+        else if (!strcmp(a, "--type")) {
+            const char *tn = arg_str(argc, argv, &i);
+            wtype = ggml_type_from_name(tn);
+            if (wtype != GGML_TYPE_F32 && wtype != GGML_TYPE_F16 && wtype != GGML_TYPE_Q8_0) {
+                fprintf(stderr, "specd train-medusa: --type must be f32, f16 or q8_0 (got '%s')\n", tn);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--self-distill")) distill = true;
         else if (!strcmp(a, "--gen-len")) gen_len = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--samples")) samples = (int)arg_long(argc, argv, &i, 1, 4096);
@@ -180,6 +190,7 @@ int cmd_train_medusa(int argc, char **argv) {
     }
     o.threads = threads;
     char err[1024];
+    struct sigaction sa = {0}, old; /* installed once the model is loaded */
     double t_start = now_ms();
     backend *be = backend_cpu_create(threads);
     spec_pair_params pp = {.max_ctx = chunk + gen_len + 16 > 4096 ? 4096 : chunk + gen_len + 16, .max_seqs = 1};
@@ -206,11 +217,15 @@ int cmd_train_medusa(int argc, char **argv) {
     if (own)
         for (int k = 0; k < K; k++) memcpy(mh->out + (size_t)k * V * D, O, sizeof(float) * (size_t)V * D);
 
+    /* Ctrl-C from here on: the pass stops where it is, training stops after
+     * its current step, and what there is gets measured and written */
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, &old);
     /* the hidden-state pass */
     uint64_t rs = o.seed ^ 0x5eedull;
     int64_t n_text = 0;
     int n_docs = 0;
-    for (int c = 0; c < n_corpora && d->n < d->cap; c++) {
+    for (int c = 0; c < n_corpora && d->n < d->cap && !stop_flag; c++) {
         size_t len;
         char *text = read_file(corpora[c], &len);
         if (!text) {
@@ -219,7 +234,7 @@ int cmd_train_medusa(int argc, char **argv) {
         }
         const char *p = text, *ds;
         size_t dl;
-        while (d->n < d->cap && next_doc(&p, text + len, &ds, &dl)) {
+        while (d->n < d->cap && !stop_flag && next_doc(&p, text + len, &ds, &dl)) {
             /* long documents go in pieces of the chunk length */
             int n = tok_encode(sp->tok, ds, dl, true, false, toks, cap * 2);
             if (n < 0) n = cap * 2;
@@ -260,26 +275,31 @@ int cmd_train_medusa(int argc, char **argv) {
     prog_ctx pc = {quiet, isatty(2) == 1, K};
     o.progress = progress;
     o.progress_ctx = &pc;
-    o.progress_every = 10;
+    o.progress_every = pc.tty ? 10 : 200; /* a log gets a line now and then, a terminal a live bar */
     o.stop = &stop_flag;
-    struct sigaction sa = {0}, old;
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
     medusa_train_result res;
     int trc = medusa_train(mh, O, d, &o, &res, err, sizeof(err));
-    sigaction(SIGINT, &old, NULL);
     if (!quiet && pc.tty) fprintf(stderr, "\n");
     if (trc != 0) {
         fprintf(stderr, "specd train-medusa: %s\n", err);
         goto done;
+    }
+    if (wtype != GGML_TYPE_F32) {
+        /* the stored heads are the quantized ones: measure those */
+        if (medusa_heads_set_type(mh, wtype, err, sizeof(err)) != 0) {
+            fprintf(stderr, "specd train-medusa: %s\n", err);
+            goto done;
+        }
+        res.loss1 = medusa_evaluate(mh, O, d, d->n - res.n_heldout, d->n, o.head_decay, res.head_loss1, mh->acc);
+        mh->heldout_loss = (float)res.loss1;
     }
     if (medusa_heads_save(mh, out, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd train-medusa: %s\n", err);
         goto done;
     }
     double total_s = (now_ms() - t_start) / 1e3;
-    printf("%s: %d heads x %d ResBlock%s (%s output), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K, L,
-           L > 1 ? "s" : "", own ? "own" : "shared", medusa_heads_bytes(mh) / 1024.0,
+    printf("%s: %d heads x %d ResBlock%s (%s output, %s), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K, L,
+           L > 1 ? "s" : "", own ? "own" : "shared", ggml_type_name(wtype), medusa_heads_bytes(mh) / 1024.0,
            100.0 * medusa_heads_bytes(mh) / (double)m->weight_bytes);
     printf("%s after %lld steps (%lld train / %lld held-out positions): hidden pass %.1f s, training %.1f s "
            "(%.0f positions/s), total %.1f s\n",
@@ -295,6 +315,7 @@ int cmd_train_medusa(int argc, char **argv) {
            res.loss1, mh->acc[0][0], res.unigram_acc, (long long)res.steps, res.interrupted);
     rc = 0;
 done:
+    if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
     free(toks);
     free(gen);
     free(logits);

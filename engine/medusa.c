@@ -46,16 +46,57 @@ medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, c
     mh->w = mh->params;
     mh->b = mh->w + nw;
     mh->out = own_output ? mh->b + nb : NULL;
+    mh->wtype = GGML_TYPE_F32;
     return mh;
+}
+
+/* the matrices' rows in params order: W (K*L*D rows), then output (K*V rows); each D wide */
+static size_t mat_rows(const medusa_heads *mh) {
+    return (size_t)mh->n_heads * mh->n_layers * mh->dim + (mh->own_output ? (size_t)mh->n_heads * mh->n_vocab : 0);
+}
+static float *mat_row(medusa_heads *mh, size_t r) {
+    size_t nwr = (size_t)mh->n_heads * mh->n_layers * mh->dim;
+    return r < nwr ? mh->w + r * mh->dim : mh->out + (r - nwr) * mh->dim;
+}
+
+int medusa_heads_set_type(medusa_heads *mh, int type, char *err, size_t errlen) {
+    if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_Q8_0)
+        return mfail(err, errlen, "medusa heads: type %s is not supported (f32, f16, q8_0)",
+                     ggml_type_name(type) ? ggml_type_name(type) : "?");
+    free(mh->q);
+    mh->q = NULL;
+    mh->wtype = type;
+    if (type == GGML_TYPE_F32) return 0;
+    size_t rb = ggml_row_size(type, (uint64_t)mh->dim), R = mat_rows(mh);
+    if (!rb || (type == GGML_TYPE_Q8_0 && mh->dim % 32))
+        return mfail(err, errlen, "medusa heads: hidden size %d is not a multiple of %s's block", mh->dim,
+                     ggml_type_name(type));
+    if (!(mh->q = malloc(rb * R))) return mfail(err, errlen, SPECD_ERR_OOM "quantized medusa heads");
+    for (size_t r = 0; r < R; r++) {
+        uint8_t *qr = (uint8_t *)mh->q + r * rb;
+        ggml_quantize_row(qr, type, mat_row(mh, r), (uint64_t)mh->dim);
+        ggml_dequantize_row(mat_row(mh, r), type, qr, (uint64_t)mh->dim);
+    }
+    return 0;
 }
 
 void medusa_heads_destroy(medusa_heads *mh) {
     if (!mh) return;
     free(mh->params);
+    free(mh->q);
     free(mh);
 }
 
-uint64_t medusa_heads_bytes(const medusa_heads *mh) { return (uint64_t)mh->n_params * sizeof(float); }
+uint64_t medusa_heads_bytes(const medusa_heads *mh) {
+    uint64_t R = mat_rows(mh), bias = (uint64_t)mh->n_heads * mh->n_layers * mh->dim * sizeof(float);
+    return R * ggml_row_size(mh->wtype, (uint64_t)mh->dim) + bias;
+}
+
+/* host address of matrix row r as stored (q for a quantized type) */
+static const void *stored_row(const medusa_heads *mh, size_t r) {
+    if (mh->wtype == GGML_TYPE_F32) return mat_row((medusa_heads *)mh, r);
+    return (const uint8_t *)mh->q + r * ggml_row_size(mh->wtype, (uint64_t)mh->dim);
+}
 
 /* ---- the side file ----------------------------------------------------------- */
 
@@ -83,14 +124,15 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
         for (int l = 0; l < L; l++) {
             uint64_t ne_w[2] = {(uint64_t)D, (uint64_t)D}, ne_b[1] = {(uint64_t)D};
             snprintf(name, sizeof(name), "medusa.%d.%d.weight", k, l);
-            gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, ne_w, mh->w + ((size_t)k * L + l) * D * D);
+            gguf_writer_add_tensor(w, name, mh->wtype, 2, ne_w, stored_row(mh, ((size_t)k * L + l) * D));
             snprintf(name, sizeof(name), "medusa.%d.%d.bias", k, l);
             gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, ne_b, mh->b + ((size_t)k * L + l) * D);
         }
         if (mh->own_output) {
             uint64_t ne_o[2] = {(uint64_t)D, (uint64_t)V};
             snprintf(name, sizeof(name), "medusa.%d.output.weight", k);
-            gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, ne_o, mh->out + (size_t)k * V * D);
+            gguf_writer_add_tensor(w, name, mh->wtype, 2, ne_o,
+                                   stored_row(mh, (size_t)K * L * D + (size_t)k * V));
         }
     }
     int rc = gguf_writer_write(w, path, err, errlen);
@@ -98,18 +140,27 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
     return rc;
 }
 
-/* Copies tensor `name` of exactly shape (ne0, ne1) F32 into dst, checking every value is finite. */
-static int load_tensor(const gguf_file *f, const char *fname, const char *name, uint64_t ne0, uint64_t ne1, float *dst,
-                       char *err, size_t errlen) {
+/* Copies tensor `name` of exactly shape (ne0, ne1) and type `type` into dst
+ * as floats (dequantized; raw bytes also into qdst when not NULL), checking
+ * every value is finite. */
+static int load_tensor(const gguf_file *f, const char *fname, const char *name, uint64_t ne0, uint64_t ne1, int type,
+                       float *dst, void *qdst, char *err, size_t errlen) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) return mfail(err, errlen, "%s: medusa heads: tensor '%s' is missing", fname, name);
     uint32_t nd = ne1 > 1 ? 2 : 1;
-    if (t->type != GGML_TYPE_F32 || t->n_dims != nd || t->ne[0] != ne0 || t->ne[1] != ne1)
-        return mfail(err, errlen, "%s: medusa heads: tensor '%s' is %s (%llu, %llu), expected f32 (%llu, %llu)", fname,
-                     name, ggml_type_name(t->type), (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                     (unsigned long long)ne0, (unsigned long long)ne1);
+    if ((int)t->type != type || t->n_dims != nd || t->ne[0] != ne0 || t->ne[1] != ne1)
+        return mfail(err, errlen, "%s: medusa heads: tensor '%s' is %s (%llu, %llu), expected %s (%llu, %llu)", fname,
+                     name, ggml_type_name(t->type) ? ggml_type_name(t->type) : "?", (unsigned long long)t->ne[0],
+                     (unsigned long long)t->ne[1], ggml_type_name(type), (unsigned long long)ne0,
+                     (unsigned long long)ne1);
+    size_t rb = ggml_row_size(type, ne0);
+    for (uint64_t r = 0; r < ne1; r++) {
+        const uint8_t *src = (const uint8_t *)t->data + r * rb;
+        if (!ggml_dequantize_row(dst + r * ne0, type, src, ne0))
+            return mfail(err, errlen, "%s: medusa heads: tensor '%s' cannot be converted", fname, name);
+        if (qdst) memcpy((uint8_t *)qdst + r * rb, src, rb);
+    }
     size_t n = (size_t)ne0 * ne1;
-    memcpy(dst, t->data, n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         if (!isfinite(dst[i]))
             return mfail(err, errlen, "%s: medusa heads: tensor '%s' holds a non-finite value at element %zu", fname,
@@ -187,16 +238,33 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
     gguf_get_f32(f, "medusa.train_loss", &mh->train_loss);
     gguf_get_f32(f, "medusa.heldout_loss", &mh->heldout_loss);
     char name[64];
+    /* the matrices' type is the first one's; all must share it */
+    const gguf_tensor *t0 = gguf_find_tensor(f, "medusa.0.0.weight");
+    int wt = t0 ? (int)t0->type : GGML_TYPE_F32;
+    if (wt != GGML_TYPE_F32 && wt != GGML_TYPE_F16 && wt != GGML_TYPE_Q8_0) {
+        mfail(err, errlen, "%s: medusa heads: weight type %s is not supported (f32, f16, q8_0)", fname,
+              ggml_type_name(wt) ? ggml_type_name(wt) : "unknown");
+        goto fail;
+    }
+    if (wt != GGML_TYPE_F32 && medusa_heads_set_type(mh, wt, err, errlen) != 0) goto fail;
+    size_t rb = ggml_row_size(wt, D);
     for (uint32_t k = 0; k < K; k++) {
         for (uint32_t l = 0; l < L; l++) {
+            size_t r0 = ((size_t)k * L + l) * D;
             snprintf(name, sizeof(name), "medusa.%u.%u.weight", k, l);
-            if (load_tensor(f, fname, name, D, D, mh->w + ((size_t)k * L + l) * D * D, err, errlen)) goto fail;
+            if (load_tensor(f, fname, name, D, D, wt, mh->w + r0 * D, mh->q ? (uint8_t *)mh->q + r0 * rb : NULL, err,
+                            errlen))
+                goto fail;
             snprintf(name, sizeof(name), "medusa.%u.%u.bias", k, l);
-            if (load_tensor(f, fname, name, D, 1, mh->b + ((size_t)k * L + l) * D, err, errlen)) goto fail;
+            if (load_tensor(f, fname, name, D, 1, GGML_TYPE_F32, mh->b + ((size_t)k * L + l) * D, NULL, err, errlen))
+                goto fail;
         }
         if (!shared) {
+            size_t r0 = (size_t)K * L * D + (size_t)k * V;
             snprintf(name, sizeof(name), "medusa.%u.output.weight", k);
-            if (load_tensor(f, fname, name, D, V, mh->out + (size_t)k * V * D, err, errlen)) goto fail;
+            if (load_tensor(f, fname, name, D, V, wt, mh->out + (size_t)k * V * D,
+                            mh->q ? (uint8_t *)mh->q + r0 * rb : NULL, err, errlen))
+                goto fail;
         }
     }
     return mh;
@@ -300,11 +368,13 @@ void medusa_rt_destroy(medusa_rt *rt) {
     const backend_i *op = rt->be->i;
     int KL = rt->mh->n_heads * rt->mh->n_layers;
     for (int i = 0; i < KL; i++) {
-        if (rt->w && rt->w[i]) op->weight_release(rt->be, rt->mh->w + (size_t)i * rt->mh->dim * rt->mh->dim, rt->w[i]);
+        if (rt->w && rt->w[i]) op->weight_release(rt->be, stored_row(rt->mh, (size_t)i * rt->mh->dim), rt->w[i]);
         if (rt->b) op->release(rt->be, rt->b[i]);
     }
     for (int k = 0; rt->out && k < rt->mh->n_heads; k++)
-        if (rt->out[k]) op->weight_release(rt->be, rt->mh->out + (size_t)k * rt->mh->n_vocab * rt->mh->dim, rt->out[k]);
+        if (rt->out[k])
+            op->weight_release(rt->be, stored_row(rt->mh, (size_t)KL * rt->mh->dim + (size_t)k * rt->mh->n_vocab),
+                               rt->out[k]);
     float *bufs[] = {rt->h, rt->y, rt->t, rt->ones, rt->logits_be};
     for (int i = 0; i < 5; i++) op->release(rt->be, bufs[i]);
     free(rt->w);
@@ -334,15 +404,16 @@ medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char
     rt->out_t = calloc((size_t)K, sizeof(int));
     if (!rt->w || !rt->wt || !rt->b || !rt->out || !rt->out_t) goto oom;
     for (int i = 0; i < K * L; i++) {
-        rt->wt[i] = GGML_TYPE_F32;
-        rt->w[i] = op->weight(rt->be, mh->w + (size_t)i * D * D, &rt->wt[i], D, D);
+        rt->wt[i] = mh->wtype;
+        rt->w[i] = op->weight(rt->be, stored_row(mh, (size_t)i * D), &rt->wt[i], D, D);
         rt->b[i] = op->alloc(rt->be, sizeof(float) * (size_t)D);
         if (!rt->w[i] || !rt->b[i]) goto oom;
         op->upload(rt->be, rt->b[i], mh->b + (size_t)i * D, sizeof(float) * (size_t)D);
     }
     for (int k = 0; mh->own_output && k < K; k++) {
-        rt->out_t[k] = GGML_TYPE_F32;
-        if (!(rt->out[k] = op->weight(rt->be, mh->out + (size_t)k * V * D, &rt->out_t[k], V, D))) goto oom;
+        rt->out_t[k] = mh->wtype;
+        if (!(rt->out[k] = op->weight(rt->be, stored_row(mh, (size_t)K * L * D + (size_t)k * V), &rt->out_t[k], V, D)))
+            goto oom;
     }
     size_t R = (size_t)max_rows;
     rt->h = op->alloc(rt->be, sizeof(float) * R * D);

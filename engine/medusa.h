@@ -46,6 +46,12 @@ typedef struct {
     float *w;                   /* (K, L, D, D) W[k][l] row-major: out row i = sum_j W[i][j] y[j] */
     float *b;                   /* (K, L, D) */
     float *out;                 /* (K, V, D) when own_output, else NULL */
+    /* Storage type of W and the own output matrices (biases stay F32): F32,
+     * F16 or Q8_0. Not F32: q holds them in that type (W rows first, then
+     * output rows, in params order) — what the file stores and the backend
+     * computes with — and params hold exactly their dequantized values. */
+    int wtype;
+    void *q;                    /* owned, NULL for F32 */
 } medusa_heads;
 
 /* Zero-initialised heads (every head the identity on h); NULL when a size is
@@ -53,6 +59,13 @@ typedef struct {
 medusa_heads *medusa_heads_create(int n_heads, int n_layers, int dim, int n_vocab, bool own_output, char *err,
                                   size_t errlen);
 void medusa_heads_destroy(medusa_heads *mh); /* accepts NULL */
+
+/* Re-types W and the own output matrices (medusa_heads.wtype): quantizes
+ * params into q and replaces params by the dequantized values, so training
+ * figures measured afterwards are the stored heads'. F32 drops q. Returns 0,
+ * or -1 with err (a type other than F32/F16/Q8_0, D not a multiple of its
+ * block, out of memory). */
+int medusa_heads_set_type(medusa_heads *mh, int type, char *err, size_t errlen);
 
 /* Writes the side file (atomically: gguf_writer_write). Returns 0 or -1 with err. */
 int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_t errlen);
@@ -69,7 +82,7 @@ medusa_heads *medusa_heads_load(const char *path, const char *expect_id, int dim
 medusa_heads *medusa_heads_load_mem(const void *buf, size_t len, const char *expect_id, int dim, int n_vocab,
                                     char *err, size_t errlen);
 
-/* Weight bytes of the heads as stored (F32), for the "% of the target" figure. */
+/* Weight bytes of the heads as stored (wtype; biases F32), for the "% of the target" figure. */
 uint64_t medusa_heads_bytes(const medusa_heads *mh);
 
 /* ---- on the target's backend ------------------------------------------- */

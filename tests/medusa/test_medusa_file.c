@@ -73,6 +73,41 @@ int main(void) {
     CHECKF(c2 && same(c, c2), "round trip (own output): %s", c2 ? "differs" : err);
     CHECK(c2 && c2->out && c2->out[5] == c->out[5]);
 
+    /* quantized heads: the file keeps the type, params are the dequantized values */
+    for (int qt = 0; qt < 2; qt++) {
+        int type = qt ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+        medusa_heads *q = make(2, 1, 64, 512, qt == 1, tid);
+        CHECK(medusa_heads_set_type(q, type, err, sizeof(err)) == 0);
+        CHECK(medusa_heads_save(q, hp2, err, sizeof(err)) == 0);
+        medusa_heads *q2 = medusa_heads_load(hp2, tid, 64, 512, err, sizeof(err));
+        CHECKF(q2 && q2->wtype == type && same(q, q2), "round trip (%s): %s", ggml_type_name(type), q2 ? "differs" : err);
+        CHECK(medusa_heads_bytes(q) < medusa_heads_bytes(c) * (qt ? 2 : 1));
+        /* on the CPU backend the quantized rows are what the matmuls read */
+        medusa_rt *rt = q2 ? medusa_rt_create(q2, sp->target, 2, err, sizeof(err)) : NULL;
+        CHECKF(rt, "medusa_rt_create: %s", err);
+        if (rt) {
+            float h[2 * 64], lg[2 * 2 * 512], z[512], ys[2 * 64];
+            for (int i = 0; i < 128; i++) h[i] = (float)((double)(rnd() % 2001) / 1000.0 - 1.0);
+            float *O = medusa_target_output(sp->target, err, sizeof(err));
+            CHECK(medusa_rt_logits(rt, lg, h, 2, 2) == 0);
+            double num = 0, den = 0;
+            for (int k = 0; k < 2; k++)
+                for (int r = 0; r < 2; r++) {
+                    medusa_head_forward(q2, O, k, h + r * 64, z, ys, NULL);
+                    for (int v = 0; v < 512; v++) {
+                        double dd = z[v] - lg[(k * 2 + r) * 512 + v];
+                        num += dd * dd, den += (double)z[v] * z[v];
+                    }
+                }
+            fprintf(stderr, "%s heads on the CPU backend vs host forward: rel err %.2e\n", ggml_type_name(type),
+                    sqrt(num / den));
+            CHECK(sqrt(num / den) < 2e-2);
+            free(O);
+            medusa_rt_destroy(rt);
+        }
+        medusa_heads_destroy(q), medusa_heads_destroy(q2);
+    }
+
     /* another target: refused, naming both */
     medusa_heads *x = medusa_heads_load(hp, did, 64, 512, err, sizeof(err));
     CHECK(!x);

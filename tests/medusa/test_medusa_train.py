@@ -57,8 +57,8 @@ with tempfile.TemporaryDirectory() as tmp:
     # Ctrl-C: a long run interrupted still writes measured heads
     heads3 = os.path.join(tmp, "heads3.gguf")
     p = subprocess.Popen([SPECD, "train-medusa", "-m", TARGET, "-o", heads3, "--corpus", CORPUS, "--epochs", "1000",
-                          "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)
+                          "--tokens", "3000", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(5)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     s3 = summary(out)

@@ -6,6 +6,7 @@
  * or setup error, or nothing testable. */
 #include "cli/cmd.h"
 #include "cli/util.h"
+#include "engine/draft_medusa.h"
 #include "engine/draft_tree.h"
 #include "engine/grammar.h"
 #include "engine/rng.h"
@@ -22,7 +23,7 @@ static void verify_usage(void) {
             "                    [--top-k K] [--top-p P] [--min-p P] [--gamma G | --adaptive] [-p PROMPT]\n"
             "                    [--seed S] [--alpha A] [-t THREADS] [--quiet] [--broken]\n"
             "                    [--method draft|ngram|auto] [--ngram-min N] [--ngram-max N] [--verify rejection|coupled]\n"
-            "                    [--tree B/D/K]\n"
+            "                    [--tree B/D/K] [--medusa HEADS.gguf]\n"
             "  Draws N sequences with plain decoding and N with speculation (independent seeds) for the\n"
             "  same prompt, K tokens each, and tests per position that the token distributions agree:\n"
             "  chi-square homogeneity on the two token histograms (tokens with expected count < 5 merged),\n"
@@ -51,6 +52,8 @@ static void verify_usage(void) {
             "               (1..16), D levels and K children per node, drafted by --method (draft: the\n"
             "               draft model, siblings drawn without replacement; ngram: every earlier match\n"
             "               merged, deterministic nodes); with --broken the siblings skip the residual update\n"
+            "  --medusa H   Medusa heads (specd train-medusa) propose the trees of every speculative\n"
+            "               step (deterministic nodes; shape from --tree, default 16/4/4); no --draft needed\n"
             "  --broken     testing only: use a deliberately wrong residual (|p-q| instead of\n"
             "               max(0, p-q)) to prove the harness detects a lossy algorithm\n"
             "  exit status: 0 distributions agree, 1 they differ, 2 usage or setup error, or nothing to\n"
@@ -80,6 +83,8 @@ typedef struct {
     spec_method how;
     spec_tree_ctx *tc;
     draft_tree *dt;
+    draft_medusa *dm;           /* --medusa: the heads' proposer (then trees come from it) */
+    medusa_seq *ms;
 } verify_tree;
 
 static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *base, uint64_t seed,
@@ -91,6 +96,7 @@ static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const sp
         prm.seed = rng_u64(seed, (uint64_t)i, stream, 0);
         spec_seq *s = spec_seq_start(sp, prompt, n_prompt, &prm, err, errlen);
         if (!s) return -1;
+        if (vt && vt->dm) medusa_seq_prefilled(vt->dm, vt->ms, s); /* the prefill was the last target pass */
         int got = 0; /* output tokens recorded */
         bool done = false;
         for (;;) {
@@ -106,7 +112,10 @@ static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const sp
             if (done || got >= K) break;
             spec_step_info info;
             int mx = K - got;
-            int src = vt && prm.speculate
+            medusa_seq *msq = vt ? vt->ms : NULL;
+            int src = vt && prm.speculate && vt->dm
+                          ? draft_medusa_step(vt->dm, vt->tc, &s, &msq, 1, &vt->sh, &mx, &info, err, errlen)
+                      : vt && prm.speculate
                           ? draft_tree_step(vt->dt, vt->tc, &s, 1, &vt->sh, &vt->how, &mx, &info, err, errlen)
                           : spec_seq_step(s, mx, &info, err, errlen);
             if (src != 0) {
@@ -137,7 +146,9 @@ static int largest_gap(const uint64_t *a, const uint64_t *b, int V, double *fa, 
 }
 
 int cmd_verify(int argc, char **argv) {
-    verify_tree tree = {{0, 0, 0}, SPEC_METHOD_DRAFT, NULL, NULL};
+    verify_tree tree = {{0, 0, 0}, SPEC_METHOD_DRAFT, NULL, NULL, NULL, NULL};
+    const char *medusa_path = NULL;
+    medusa_heads *mh = NULL;
     bool coupled = false; /* --verify coupled */
     const char *model_path = NULL, *draft_path = NULL, *prompt = "";
     int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0, method = SPEC_METHOD_DRAFT, ngram_min = 0,
@@ -189,6 +200,7 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--ngram-min")) ngram_min = (int)arg_long(argc, argv, &i, 1, 8);
         else if (!strcmp(a, "--ngram-max")) ngram_max = (int)arg_long(argc, argv, &i, 1, 8);
         else if (!strcmp(a, "--quiet")) quiet = true;
+        else if (!strcmp(a, "--medusa")) medusa_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--tree")) {
             const char *v = arg_str(argc, argv, &i);
             if (sscanf(v, "%d/%d/%d", &tree.sh.budget, &tree.sh.depth, &tree.sh.topk) != 3 || tree.sh.budget < 1 ||
@@ -203,9 +215,9 @@ int cmd_verify(int argc, char **argv) {
         else { fprintf(stderr, "specd verify: unknown option '%s'\n", a); verify_usage(); return 2; }
     }
     char err[1024] = "";
-    if (!model_path || (!draft_path && method != SPEC_METHOD_NGRAM)) {
+    if (!model_path || (!draft_path && method != SPEC_METHOD_NGRAM && !medusa_path)) {
         fprintf(stderr, "specd verify: both -m TARGET and --draft DRAFT are required (the draft is optional with "
-                        "--method ngram)\n");
+                        "--method ngram or --medusa)\n");
         verify_usage();
         return 2;
     }
@@ -266,6 +278,7 @@ int cmd_verify(int argc, char **argv) {
         goto done;
     }
     if (broken) sp->variant = coupled ? ACCEPT_BROKEN_COUPLED : ACCEPT_BROKEN_RESIDUAL_ABS;
+    if (medusa_path && !tree.sh.budget) tree.sh = (tree_shape){16, 4, 4};
     if (tree.sh.budget > 0) {
         if (coupled) {
             fprintf(stderr, "specd verify: --tree cannot be combined with --verify coupled\n");
@@ -279,6 +292,13 @@ int cmd_verify(int argc, char **argv) {
             goto done;
         }
         if (broken) spec_tree_set_variant(tree.tc, TREE_BROKEN_NO_RESIDUAL);
+        if (medusa_path) {
+            mh = medusa_heads_load(medusa_path, sp->target_id.id, sp->target->hp.dim, sp->n_vocab, err, sizeof(err));
+            if (!mh || !(tree.dm = draft_medusa_create(sp, mh, err, sizeof(err))) || !(tree.ms = medusa_seq_create(tree.dm))) {
+                fprintf(stderr, "specd verify: %s\n", mh && tree.dm ? "out of memory (medusa)" : err);
+                goto done;
+            }
+        }
     }
     if (adaptive) spec_pair_calibrate(sp);
     if (broken_grammar && !grammar_path) {
@@ -331,6 +351,7 @@ int cmd_verify(int argc, char **argv) {
     if (adaptive) printf("adaptive gamma %d..%d, seed %llu\n", gp.gamma_min, gp.gamma_max, (unsigned long long)seed);
     else printf("gamma %d, seed %llu\n", gp.gamma_default, (unsigned long long)seed);
     printf("  proposer: %s, verification: %s\n", spec_method_name((spec_method)method), coupled ? "coupled" : "rejection");
+    if (tree.dm) printf("  proposer under test: Medusa heads %s (%d heads)\n", medusa_path, mh->n_heads);
     if (tree.sh.budget)
         printf("  tree: at most %d nodes, %d levels, %d children per node%s\n", tree.sh.budget, tree.sh.depth,
                tree.sh.topk, broken ? " (TESTING ONLY: --broken, siblings without the residual update)" : "");
@@ -398,6 +419,9 @@ int cmd_verify(int argc, char **argv) {
                        failed, K);
     rc = failed ? 1 : 0;
 done:
+    medusa_seq_destroy(tree.ms);
+    draft_medusa_destroy(tree.dm);
+    medusa_heads_destroy(mh);
     spec_tree_destroy(tree.tc);
     draft_tree_destroy(tree.dt);
     grammar_matcher_destroy(gm);

@@ -144,6 +144,35 @@ def case_tree(method, temp_args):
     expect_broken_fails(base, 8, 1e-6)
 
 
+def case_medusa(temp_args, broken):
+    """Medusa heads as the proposer (--medusa HEADS, trained here for a few
+    hundred steps): deterministic tree nodes, the point-mass tree rule,
+    passes. With broken, the no-residual variant (--broken) must fail: at
+    T=0.7/top-p 0.9, where the heads' drafts are accepted often enough for
+    the missing residual update to show in 5000 samples (at T=1 their
+    acceptance, about 0.1, leaves it below what 5000 samples resolve; the
+    rule itself is checked exactly by tree_exact)."""
+    t, _ = real_pair()
+    corpus = os.path.join(MODELS, "corpora", "tinystories_valid_30K.txt")
+    with tempfile.TemporaryDirectory() as tmp:
+        heads = os.path.join(tmp, "heads.gguf")
+        r = subprocess.run([SPECD, "train-medusa", "-m", t, "-o", heads, "--corpus", corpus, "--heads", "3",
+                            "--steps", "300", "--lr", "0.01", "-t", "2", "--quiet"], capture_output=True, text=True)
+        check(r.returncode == 0 and os.path.exists(heads), "train-medusa failed: " + r.stderr[-1500:])
+        base = ["-m", t, "--medusa", heads, "--quiet", "--samples", "5000", "--positions", "8", "-p", "The",
+                "--seed", "7", "--tree", "8/3/3", *temp_args]
+        out, rows = expect_pass(base, 8)
+        check("proposer under test: Medusa heads" in out, "the run did not name the Medusa heads", out)
+        m = re.search(r"tree: (\d+) of the verify passes branched", out)
+        check(m and int(m[1]) > 1000, "Medusa trees were not exercised", out)
+        if broken:
+            out, rows, verdict = run(base + ["--broken"], 1)
+            check(verdict.startswith("verdict: FAIL"), "--broken was not caught", out)
+            best = min(r["p"] for r in rows)
+            check(best <= 1e-3, f"--broken detected only weakly: min p {best:g}", out)
+            print(verdict, "[--broken]")
+
+
 def case_grammar(temp_args, tree=None):
     """Under a grammar (--grammar FILE: lowercase words) both sets are masked,
     draft and target in lockstep: passes at T=1; masking only the draft
@@ -245,6 +274,8 @@ if __name__ == "__main__":
         "tree_t07": lambda: case_tree("draft", ["--temp", "0.7", "--top-p", "0.9"]),
         "tree_ngram_t1": lambda: case_tree("ngram", ["--temp", "1.0"]),
         "tree_grammar_t1": lambda: case_grammar(["--temp", "1.0"], tree="6/3/3"),
+        "medusa_t1": lambda: case_medusa(["--temp", "1.0"], False),
+        "medusa_t07": lambda: case_medusa(["--temp", "0.7", "--top-p", "0.9"], True),
     }
     cases[sys.argv[1]]()
     print("ok")

@@ -1,10 +1,13 @@
 /* bench_engine.c — `specd bench --concurrency 1,8,32`: drives the batch engine
- * through its public API with N concurrent greedy streams (prompts cut from a
+ * through its public API with N concurrent streams (prompts cut from a
  * corpus), once with speculation off and once on (same engine, same prompts),
  * and prints per concurrency the aggregate tokens/s, TTFT and TPOT (mean, p50,
  * p99), α, mean accepted length, the γ speculation settled at, micro-batches
- * per step, padding ratio, peak KV blocks, and the on/off ratio. Not a test:
- * it prints figures and asserts nothing. */
+ * per step, padding ratio, peak KV blocks, and the on/off ratio. With --trees
+ * it compares speculation shapes instead (the chain path, fixed trees, the
+ * auto controller) against plain decoding over --rounds alternated rounds and
+ * prints medians and ranges. Not a test: it prints figures and asserts
+ * nothing. */
 #include "cli/cmd.h"
 #include "cli/hub.h"
 #include "cli/util.h"
@@ -18,6 +21,8 @@
 
 #define BE_MAX_CONC 16
 #define BE_MAX_STREAMS 1024
+#define BE_MAX_CFG 12
+#define BE_MAX_ROUNDS 1000
 
 int bench_engine(int argc, char **argv);
 
@@ -114,8 +119,16 @@ static double pct(double *v, int n, double p) {
     return v[k < n ? k : n - 1];
 }
 
-static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_tokens, bool spec, be_wake *w,
-                    be_result *res) {
+/* How one phase's requests speculate. */
+typedef struct {
+    char name[16];
+    bool spec;
+    engine_tree tree;
+    tree_shape sh;              /* fixed trees: the request's bounds */
+} be_cfg;
+
+static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_tokens, const be_cfg *cfg, float temp,
+                    be_wake *w, be_result *res) {
     memset(res, 0, sizeof(*res));
     uint64_t ids[BE_MAX_STREAMS];
     bool done[BE_MAX_STREAMS] = {false};
@@ -129,10 +142,13 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
         r.prompt = prompts[i].ids;
         r.n_prompt = prompts[i].n;
         r.sc = sampler_config_default();
-        r.sc.temperature = 0.0f;
+        r.sc.temperature = temp;
         r.seed = (uint64_t)i + 1;
         r.max_tokens = n_tokens;
-        r.mode = spec ? SPEC_MODE_AUTO : SPEC_MODE_OFF;
+        r.mode = cfg->spec ? SPEC_MODE_AUTO : SPEC_MODE_OFF;
+        r.tree = cfg->spec ? cfg->tree : ENGINE_TREE_DEFAULT;
+        if (cfg->tree == ENGINE_TREE_FIXED)
+            r.tree_budget = cfg->sh.budget, r.tree_depth = cfg->sh.depth, r.tree_topk = cfg->sh.topk;
         r.notify = be_notify;
         r.user = w;
         ids[i] = engine_submit(e, &r, err, sizeof(err));
@@ -191,9 +207,16 @@ static void be_usage(void) {
             "usage: specd bench --concurrency N[,N...] -m TARGET.gguf [--draft DRAFT.gguf] [-n TOKENS (64)]\n"
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
-            "  N greedy streams at once through the engine API, speculation off then on (same prompts),\n"
+            "                   [--temp T (0)] [--trees LIST [--rounds R (5)]]\n"
+            "  N streams at once through the engine API, speculation off then on (same prompts),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
-            "  (default ../shared/models/corpora/tinystories_valid_30K.txt beside the source tree)\n");
+            "  (default ../shared/models/corpora/tinystories_valid_30K.txt beside the source tree)\n"
+            "  --temp T     sampling temperature of every stream (0 = greedy; seeds 1..N)\n"
+            "  --trees LIST compare speculation shapes against plain decoding instead of on/off:\n"
+            "               chain (the chain path, adaptive gamma), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
+            "               16/5/3 nodes/levels/children), B/D/K (any fixed tree), auto (the shape\n"
+            "               controller); R rounds, the configurations' order rotated each round;\n"
+            "               medians and ranges of tokens/s and of the per-round ratio to plain\n");
 }
 
 static void be_row(int conc, const char *mode, const be_result *r, int kv_total) {
@@ -207,9 +230,92 @@ static void be_row(int conc, const char *mode, const be_result *r, int kv_total)
            r->errors ? "  (errors!)" : "");
 }
 
+/* --trees LIST: cfgs[0] is plain decoding, then the list. */
+static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
+    *n = 1;
+    cfgs[0] = (be_cfg){"plain", false, ENGINE_TREE_OFF, {0, 0, 0}};
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", list);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == BE_MAX_CFG) {
+            fprintf(stderr, "specd bench: --trees: at most %d configurations\n", BE_MAX_CFG - 1);
+            return -1;
+        }
+        be_cfg c = {"", true, ENGINE_TREE_FIXED, {0, 0, 0}};
+        if (!strcmp(t, "chain")) c.tree = ENGINE_TREE_OFF;
+        else if (!strcmp(t, "auto")) c.tree = ENGINE_TREE_AUTO;
+        else if (!strcmp(t, "4")) c.sh = (tree_shape){4, 3, 2};
+        else if (!strcmp(t, "8")) c.sh = (tree_shape){8, 4, 2};
+        else if (!strcmp(t, "16")) c.sh = (tree_shape){16, 5, 3};
+        else if (sscanf(t, "%d/%d/%d", &c.sh.budget, &c.sh.depth, &c.sh.topk) != 3 || c.sh.budget < 1 ||
+                 c.sh.budget > DRAFTER_MAX_NODES || c.sh.depth < 1 || c.sh.depth > c.sh.budget || c.sh.topk < 1 ||
+                 c.sh.topk > 8) {
+            fprintf(stderr, "specd bench: --trees: '%s' is not chain, auto, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
+            return -1;
+        }
+        if (c.tree == ENGINE_TREE_FIXED) snprintf(c.name, sizeof(c.name), "%d/%d/%d", c.sh.budget, c.sh.depth, c.sh.topk);
+        else snprintf(c.name, sizeof(c.name), "%s", t);
+        cfgs[(*n)++] = c;
+    }
+    return 0;
+}
+
+/* --trees: per concurrency, R rounds of every configuration (order rotated),
+ * then medians and ranges. */
+static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc, int n_conc, int n_tokens,
+                            float temp, const be_cfg *cfgs, int n_cfg, int rounds, be_wake *w) {
+    printf("T=%.2f, %d tokens per stream, %d rounds per configuration (order rotated each round)\n", (double)temp,
+           n_tokens, rounds);
+    printf("conc config      tok/s:median   min      max   x plain:median  min   max  tok/pass nodes/pass branched "
+           "tree-steps\n");
+    for (int c = 0; c < n_conc; c++) {
+        double tps[BE_MAX_CFG][BE_MAX_ROUNDS], ratio[BE_MAX_CFG][BE_MAX_ROUNDS];
+        spec_stats st[BE_MAX_CFG];
+        uint64_t dec[BE_MAX_CFG][2];
+        memset(st, 0, sizeof(st));
+        memset(dec, 0, sizeof(dec));
+        for (int r = 0; r < rounds; r++) {
+            double plain = 0;
+            double got[BE_MAX_CFG];
+            for (int k0 = 0; k0 < n_cfg; k0++) {
+                int k = (k0 + r) % n_cfg;
+                be_result res;
+                engine_stats a, b;
+                engine_get_stats(e, &a);
+                if (be_phase(e, prompts, conc[c], n_tokens, &cfgs[k], temp, w, &res) != 0 || res.errors) return 1;
+                engine_get_stats(e, &b);
+                got[k] = res.tok_s;
+                spec_stats_add(&st[k], &res.st);
+                dec[k][0] += b.tree_decisions[0] - a.tree_decisions[0];
+                dec[k][1] += b.tree_decisions[1] - a.tree_decisions[1];
+            }
+            plain = got[0];
+            for (int k = 0; k < n_cfg; k++) tps[k][r] = got[k], ratio[k][r] = plain > 0 ? got[k] / plain : 0;
+        }
+        for (int k = 0; k < n_cfg; k++) {
+            double t = sort_median(tps[k], rounds), tlo = tps[k][0], thi = tps[k][rounds - 1];
+            double x = sort_median(ratio[k], rounds), xlo = ratio[k][0], xhi = ratio[k][rounds - 1];
+            uint64_t passes = st[k].verify_steps + st[k].plain_steps;
+            printf("%4d %-10s %9.1f %8.1f %8.1f   %8.3f %6.3f %6.3f %8.2f %9.2f %8llu %5.0f%%\n", conc[c],
+                   cfgs[k].name, t, tlo, thi, x, xlo, xhi, spec_stats_tokens_per_pass(&st[k]),
+                   passes ? (double)st[k].tree_nodes / (double)passes : 0.0, (unsigned long long)st[k].tree_steps,
+                   dec[k][0] + dec[k][1] ? 100.0 * (double)dec[k][1] / (double)(dec[k][0] + dec[k][1]) : 0.0);
+        }
+        fflush(stdout);
+    }
+    printf("\nx plain: per-round ratio of tokens/s to plain decoding (same round); tok/pass: tokens per target pass;\n"
+           "nodes/pass: tree nodes verified per target pass; branched: tree steps that branched; tree-steps: share\n"
+           "of the tree-enabled sequences' steps that verified a tree (the rest took the chain path).\n");
+    return 0;
+}
+
 int bench_engine(int argc, char **argv) {
     const char *target = NULL, *draft = NULL, *prompts_path = NULL, *hf = NULL, *hf_draft = NULL;
     int conc[BE_MAX_CONC], n_conc = 0, n_tokens = 64, prompt_tokens = 32, threads = 0;
+    float temp = 0.0f;
+    int rounds = 5, n_cfg = 0;
+    bool trees = false;
+    be_cfg cfgs[BE_MAX_CFG];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--concurrency")) {
@@ -233,7 +339,12 @@ int bench_engine(int argc, char **argv) {
         else if (!strcmp(a, "--prompts")) prompts_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--prompt-tokens")) prompt_tokens = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 0, 1024);
-        else {
+        else if (!strcmp(a, "--temp")) temp = (float)arg_double(argc, argv, &i, 0, 100);
+        else if (!strcmp(a, "--rounds")) rounds = (int)arg_long(argc, argv, &i, 1, 1000);
+        else if (!strcmp(a, "--trees")) {
+            if (be_parse_trees(arg_str(argc, argv, &i), cfgs, &n_cfg) != 0) return 2;
+            trees = true;
+        } else {
             be_usage();
             return 2;
         }
@@ -262,6 +373,7 @@ int bench_engine(int argc, char **argv) {
     cfg.threads = threads;
     cfg.max_running = max_conc;
     cfg.max_ctx = prompt_tokens + n_tokens + GAMMA_MAX + 16;
+    if (trees) cfg.tree = ENGINE_TREE_AUTO; /* bounds 16/5/3; each request picks its shape */
     char err[1024];
     double tl = now_ms();
     engine *e = engine_create(&cfg, err, sizeof(err));
@@ -289,24 +401,34 @@ int bench_engine(int argc, char **argv) {
            "ms/token; engine ready in %.0f ms\n",
            st.costs.target_ms, st.costs.target_ms_per_pos, st.costs.target_ms_per_key * 1e3,
            st.costs.target_ms_per_pair * 1e3, st.costs.draft_ms, tl);
-    printf("%d greedy streams x %d tokens, prompts of %d tokens (%d distinct) from %s\n\n", max_conc, n_tokens,
+    printf("%d %s streams x %d tokens, prompts of %d tokens (%d distinct) from %s\n\n", max_conc, temp > 0 ? "sampled" : "greedy", n_tokens,
            prompt_tokens, n_distinct, prompts_path);
     /* warm-up: touch the weights and the code paths once */
     be_result warm;
-    be_phase(e, prompts, 1, 8, draft != NULL, &w, &warm);
+    be_cfg on_cfg = {"on", true, ENGINE_TREE_DEFAULT, {0, 0, 0}}, off_cfg = {"off", false, ENGINE_TREE_DEFAULT, {0, 0, 0}};
+    be_phase(e, prompts, 1, 8, draft != NULL ? &on_cfg : &off_cfg, temp, &w, &warm);
+    if (trees) {
+        int trc = be_compare_trees(e, prompts, conc, n_conc, n_tokens, temp, cfgs, n_cfg, rounds, &w);
+        engine_destroy(e);
+        for (int i = 0; i < n_distinct; i++) free(prompts[i].ids);
+        free(prompts);
+        pthread_mutex_destroy(&w.mu);
+        pthread_cond_destroy(&w.cv);
+        return trc;
+    }
 
     printf("conc mode     tok/s  TTFT ms:mean    p50      p99 TPOT ms:mean  p50     p99  alpha acclen gamma/spec  mb/stp  "
            "pad   KV peak\n");
     int rc = 0;
     for (int c = 0; c < n_conc && rc == 0; c++) {
         be_result off, on;
-        if (be_phase(e, prompts, conc[c], n_tokens, false, &w, &off) != 0) {
+        if (be_phase(e, prompts, conc[c], n_tokens, &off_cfg, temp, &w, &off) != 0) {
             rc = 1;
             break;
         }
         be_row(conc[c], "off", &off, st.kv_total);
         if (draft) {
-            if (be_phase(e, prompts, conc[c], n_tokens, true, &w, &on) != 0) {
+            if (be_phase(e, prompts, conc[c], n_tokens, &on_cfg, temp, &w, &on) != 0) {
                 rc = 1;
                 break;
             }

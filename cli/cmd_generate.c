@@ -29,7 +29,7 @@ static void generate_usage(void) {
             "                      [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "                      [--backend auto|cpu|cuda] [--device N] [--tensor-parallel N] [--no-bos] [--json]\n"
             "                      [--compare-plain [--repeat N]] [--method auto|draft|ngram|off]\n"
-            "                      [--quiet]\n"
+            "                      [--tree off|auto|B/D/K] [--medusa HEADS.gguf] [--quiet]\n"
             "  -c FILE      config file (default: config.yaml when present), validated as `specd serve` does:\n"
             "               models, engine and speculation settings (flags given here override them)\n"
             "  -m MODEL     target GGUF (llama family); overrides the config. With neither, a demo pair\n"
@@ -44,6 +44,12 @@ static void generate_usage(void) {
             "               draft, ngram (prompt lookup, no draft model needed) or off\n"
             "  --verify V   rejection (min(1,p/q) + residual; default) or coupled (Gumbel-max with shared\n"
             "               noise: the seeded output equals --no-spec's token for token, any gamma/method)\n"
+            "  --tree T     tree speculation: auto (per step the shape controller picks the chain or a\n"
+            "               tree of up to 16 nodes, 5 levels, 3 children), B/D/K (every step a tree of at\n"
+            "               most B nodes, D levels, K children per node) or off (chains; default: the\n"
+            "               config's speculation.tree)\n"
+            "  --medusa H   Medusa heads for the target (specd train-medusa): speculate with them\n"
+            "               (--method medusa implied; tree shape from --tree B/D/K, default 16/5/3)\n"
             "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
             "               identically to draft and target\n"
@@ -200,6 +206,9 @@ static void print_stats(FILE *f, const char *label, const char *method, const ge
                     b->accepted + b->rejections ? (double)b->accepted / (double)(b->accepted + b->rejections) : 0.0,
                     (double)b->tokens / (double)b->verify_steps);
         }
+        if (st->tree_nodes)
+            fprintf(f, "\n  tree: %llu of the verify passes branched, %.2f nodes verified per pass",
+                    (unsigned long long)st->tree_steps, (double)st->tree_nodes / (double)st->verify_steps);
         fprintf(f, "\n  per-position acceptance:");
         for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
             fprintf(f, " %d:%.2f", i + 1, (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
@@ -220,6 +229,9 @@ int cmd_generate(int argc, char **argv) {
     bool gamma_flags = false;
     bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
+    int tree_mode = -1; /* --tree: -1 = the config's */
+    const char *medusa_path = NULL, *medusa_cfg = NULL;
+    tree_shape tree_sh = {0, 0, 0};
     sampler_config sc = sampler_config_default();
     sc.temperature = 0.8f;
     gamma_params gp = gamma_params_default();
@@ -251,6 +263,21 @@ int cmd_generate(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--no-spec")) no_spec = true;
+        else if (!strcmp(a, "--medusa")) medusa_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--tree")) {
+            const char *v = arg_str(argc, argv, &i);
+            if (!strcmp(v, "off")) tree_mode = ENGINE_TREE_OFF;
+            else if (!strcmp(v, "auto")) tree_mode = ENGINE_TREE_AUTO;
+            else if (sscanf(v, "%d/%d/%d", &tree_sh.budget, &tree_sh.depth, &tree_sh.topk) == 3 && tree_sh.budget >= 1 &&
+                     tree_sh.budget <= DRAFTER_MAX_NODES && tree_sh.depth >= 1 && tree_sh.depth <= tree_sh.budget &&
+                     tree_sh.topk >= 1 && tree_sh.topk <= 8)
+                tree_mode = ENGINE_TREE_FIXED;
+            else {
+                fprintf(stderr, "specd generate: --tree must be off, auto or BUDGET/DEPTH/TOPK (budget 1..%d, depth "
+                                "1..budget, topk 1..8), got '%s'\n", DRAFTER_MAX_NODES, v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--compare-plain")) compare = true;
         else if (!strcmp(a, "--repeat")) repeat = (int)arg_long(argc, argv, &i, 1, GEN_MAX_REPEAT);
         else if (!strcmp(a, "--temp")) sc.temperature = (float)arg_double(argc, argv, &i, 0, 100);
@@ -312,8 +339,11 @@ int cmd_generate(int argc, char **argv) {
         snprintf(cfg_model, sizeof(cfg_model), "%s", pc->models.target);
         snprintf(cfg_draft, sizeof(cfg_draft), "%s", pc->models.draft);
         if (!model_path && cfg_model[0]) {
+            static char cfg_medusa[1024];
+            snprintf(cfg_medusa, sizeof(cfg_medusa), "%s", pc->models.medusa);
             model_path = cfg_model;
             if (cfg_draft[0] && !draft_path) draft_path = cfg_draft;
+            if (cfg_medusa[0] && !medusa_path) medusa_cfg = cfg_medusa; /* used when the config's method says medusa */
         }
     }
     if (!model_path && cmd_demo_models(&model_path, &draft_path, err, sizeof(err)) != 0) {
@@ -343,6 +373,15 @@ int cmd_generate(int argc, char **argv) {
     if (gamma_flags || !config_path) ec.gamma = gp;
     if (no_spec) ec.mode = SPEC_MODE_OFF;
     if (verify >= 0) ec.coupled = verify == 1;
+    if (tree_mode >= 0 && !medusa_path) ec.tree = tree_mode;
+    if (medusa_path) {
+        ec.medusa_path = medusa_path;
+        if (method < 0) method = SPEC_METHOD_MEDUSA;
+    } else if (medusa_cfg) {
+        ec.medusa_path = medusa_cfg;
+    }
+    if (tree_mode == ENGINE_TREE_FIXED)
+        ec.tree_budget = tree_sh.budget, ec.tree_depth = tree_sh.depth, ec.tree_topk = tree_sh.topk;
     int eff_method = method >= 0 ? method : ec.method;
     bool speculating = ec.mode != SPEC_MODE_OFF && eff_method != SPEC_METHOD_OFF &&
                        (draft_path || eff_method != SPEC_METHOD_DRAFT);
@@ -451,12 +490,14 @@ int cmd_generate(int argc, char **argv) {
         printf("}");
         printf(",\"speculation\":{\"verify_steps\":%llu,\"plain_steps\":%llu,\"drafted\":%llu,\"accepted\":%llu,"
                "\"alpha\":%.4f,\"mean_accepted\":%.4f,\"tokens_per_pass\":%.4f,\"draft_ms\":%.3f,\"target_ms\":%.3f,"
-               "\"fallbacks\":%llu,\"probes\":%llu,\"draft_failures\":%llu,\"kv_resets\":%llu,\"per_position\":[",
+               "\"fallbacks\":%llu,\"probes\":%llu,\"draft_failures\":%llu,\"kv_resets\":%llu,"
+               "\"tree_steps\":%llu,\"tree_nodes\":%llu,\"per_position\":[",
                (unsigned long long)st->verify_steps, (unsigned long long)st->plain_steps,
                (unsigned long long)st->drafted, (unsigned long long)st->accepted, spec_stats_alpha(st),
                spec_stats_mean_accepted(st), spec_stats_tokens_per_pass(st), st->draft_ms, st->target_ms,
                (unsigned long long)st->fallbacks, (unsigned long long)st->probes,
-               (unsigned long long)st->draft_failures, (unsigned long long)st->kv_resets);
+               (unsigned long long)st->draft_failures, (unsigned long long)st->kv_resets,
+               (unsigned long long)st->tree_steps, (unsigned long long)st->tree_nodes);
         for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
             printf("%s%.4f", i ? "," : "", (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
         printf("]}");

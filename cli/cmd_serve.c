@@ -20,6 +20,7 @@
 static void serve_usage(void) {
     fprintf(stderr,
             "usage: specd serve [-c config.yaml] [--host H] [--port P] [-m TARGET.gguf] [--draft DRAFT.gguf]\n"
+            "                   [--medusa HEADS.gguf]\n"
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]] [--log-format text|json]\n"
             "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N]\n"
             "  -hf / --hf-draft fetch the target / draft from a Hugging Face repository into the cache\n"
@@ -29,7 +30,8 @@ static void serve_usage(void) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *config_path = NULL, *host = NULL, *model = NULL, *draft = NULL, *web_root = NULL;
+    const char *config_path = NULL, *host = NULL, *model = NULL, *draft = NULL, *web_root = NULL, *medusa = NULL;
+    static char mpath[1024];
     const char *hf = NULL, *hf_draft = NULL;
     bool log_json = false;
     int port = -1, threads = -1, max_running = -1, ctx = -1;
@@ -40,6 +42,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--port")) port = (int)arg_long(argc, argv, &i, 0, 65535);
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--medusa")) medusa = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--log-format")) {
@@ -86,6 +89,7 @@ int cmd_serve(int argc, char **argv) {
     gc.grace_ms = pc->server.grace_ms;
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);
     snprintf(dpath, sizeof(dpath), "%s", pc->models.draft);
+    snprintf(mpath, sizeof(mpath), "%s", pc->models.medusa);
     engine_config_from_policy(&ec, pc); /* engine and speculation sections, max_batch and mode included */
     bool tel_enabled = pc->telemetry.enabled;
     telemetry_config tc = telemetry_config_default();
@@ -100,7 +104,8 @@ int cmd_serve(int argc, char **argv) {
     if (port >= 0) gc.port = port;
     if (web_root) snprintf(wroot, sizeof(wroot), "%s", web_root);
     snprintf(gc.web_root, sizeof(gc.web_root), "%s", access(wroot, R_OK) == 0 ? wroot : "");
-    if (model) snprintf(tpath, sizeof(tpath), "%s", model), dpath[0] = 0;
+    if (model) snprintf(tpath, sizeof(tpath), "%s", model), dpath[0] = 0, mpath[0] = 0;
+    if (medusa) snprintf(mpath, sizeof(mpath), "%s", medusa);
     if (draft) snprintf(dpath, sizeof(dpath), "%s", draft);
     if (threads > 0) ec.threads = threads;
     if (max_running > 0) ec.max_running = max_running;
@@ -116,6 +121,7 @@ int cmd_serve(int argc, char **argv) {
     }
     ec.target_path = tpath;
     ec.draft_path = dpath[0] ? dpath : NULL;
+    ec.medusa_path = mpath[0] ? mpath : NULL;
     if (!gamma_params_validate(&ec.gamma, err, sizeof(err))) {
         fprintf(stderr, "specd serve: config: speculation: %s\n", err);
         pol_config_free(pc);

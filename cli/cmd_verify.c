@@ -6,6 +6,7 @@
  * or setup error, or nothing testable. */
 #include "cli/cmd.h"
 #include "cli/util.h"
+#include "engine/draft_tree.h"
 #include "engine/grammar.h"
 #include "engine/rng.h"
 #include "engine/spec.h"
@@ -21,6 +22,7 @@ static void verify_usage(void) {
             "                    [--top-k K] [--top-p P] [--min-p P] [--gamma G | --adaptive] [-p PROMPT]\n"
             "                    [--seed S] [--alpha A] [-t THREADS] [--quiet] [--broken]\n"
             "                    [--method draft|ngram|auto] [--ngram-min N] [--ngram-max N] [--verify rejection|coupled]\n"
+            "                    [--tree B/D/K]\n"
             "  Draws N sequences with plain decoding and N with speculation (independent seeds) for the\n"
             "  same prompt, K tokens each, and tests per position that the token distributions agree:\n"
             "  chi-square homogeneity on the two token histograms (tokens with expected count < 5 merged),\n"
@@ -45,6 +47,10 @@ static void verify_usage(void) {
             "  -t THREADS   CPU threads (default 1: tiny models gain nothing from more)\n"
             "  --verify V   the verification rule under test: rejection (default) or coupled (Gumbel-max\n"
             "               with noise shared by draft and target; plain samples stay inverse-CDF draws)\n"
+            "  --tree B/D/K tree speculation: every speculative step verifies a tree of at most B nodes\n"
+            "               (1..16), D levels and K children per node, drafted by --method (draft: the\n"
+            "               draft model, siblings drawn without replacement; ngram: every earlier match\n"
+            "               merged, deterministic nodes); with --broken the siblings skip the residual update\n"
             "  --broken     testing only: use a deliberately wrong residual (|p-q| instead of\n"
             "               max(0, p-q)) to prove the harness detects a lossy algorithm\n"
             "  exit status: 0 distributions agree, 1 they differ, 2 usage or setup error, or nothing to\n"
@@ -67,8 +73,17 @@ typedef struct {
 /* Draws n sequences of up to K tokens into vs; sample i is seeded with
  * rng_u64(seed, i, stream, 0), a Philox hash, so different --seed values give
  * independent sample sets (consecutive raw seeds would share most samples). */
+/* tree speculation for the speculative set (--tree): the shape, the proposer
+ * and the scratch; budget 0 = chains */
+typedef struct {
+    tree_shape sh;
+    spec_method how;
+    spec_tree_ctx *tc;
+    draft_tree *dt;
+} verify_tree;
+
 static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *base, uint64_t seed,
-                    uint32_t stream, int n, int K, verify_set *vs, char *err, size_t errlen) {
+                    uint32_t stream, int n, int K, const verify_tree *vt, verify_set *vs, char *err, size_t errlen) {
     size_t V = (size_t)sp->n_vocab;
     double t0 = now_ms();
     for (int i = 0; i < n; i++) {
@@ -90,7 +105,11 @@ static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const sp
             }
             if (done || got >= K) break;
             spec_step_info info;
-            if (spec_seq_step(s, K - got, &info, err, errlen) != 0) {
+            int mx = K - got;
+            int src = vt && prm.speculate
+                          ? draft_tree_step(vt->dt, vt->tc, &s, 1, &vt->sh, &vt->how, &mx, &info, err, errlen)
+                          : spec_seq_step(s, mx, &info, err, errlen);
+            if (src != 0) {
                 spec_seq_free(s);
                 return -1;
             }
@@ -118,6 +137,7 @@ static int largest_gap(const uint64_t *a, const uint64_t *b, int V, double *fa, 
 }
 
 int cmd_verify(int argc, char **argv) {
+    verify_tree tree = {{0, 0, 0}, SPEC_METHOD_DRAFT, NULL, NULL};
     bool coupled = false; /* --verify coupled */
     const char *model_path = NULL, *draft_path = NULL, *prompt = "";
     int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0, method = SPEC_METHOD_DRAFT, ngram_min = 0,
@@ -169,6 +189,16 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--ngram-min")) ngram_min = (int)arg_long(argc, argv, &i, 1, 8);
         else if (!strcmp(a, "--ngram-max")) ngram_max = (int)arg_long(argc, argv, &i, 1, 8);
         else if (!strcmp(a, "--quiet")) quiet = true;
+        else if (!strcmp(a, "--tree")) {
+            const char *v = arg_str(argc, argv, &i);
+            if (sscanf(v, "%d/%d/%d", &tree.sh.budget, &tree.sh.depth, &tree.sh.topk) != 3 || tree.sh.budget < 1 ||
+                tree.sh.budget > DRAFTER_MAX_NODES || tree.sh.depth < 1 || tree.sh.depth > tree.sh.budget ||
+                tree.sh.topk < 1 || tree.sh.topk > 8) {
+                fprintf(stderr, "specd verify: --tree must be BUDGET/DEPTH/TOPK with budget 1..%d, depth 1..budget "
+                                "and topk 1..8, got '%s'\n", DRAFTER_MAX_NODES, v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { verify_usage(); return 0; }
         else { fprintf(stderr, "specd verify: unknown option '%s'\n", a); verify_usage(); return 2; }
     }
@@ -236,6 +266,20 @@ int cmd_verify(int argc, char **argv) {
         goto done;
     }
     if (broken) sp->variant = coupled ? ACCEPT_BROKEN_COUPLED : ACCEPT_BROKEN_RESIDUAL_ABS;
+    if (tree.sh.budget > 0) {
+        if (coupled) {
+            fprintf(stderr, "specd verify: --tree cannot be combined with --verify coupled\n");
+            goto done;
+        }
+        tree.how = (spec_method)method;
+        tree.tc = spec_tree_create(sp);
+        tree.dt = spec_pair_has_draft(sp) ? draft_tree_create(sp) : NULL;
+        if (!tree.tc || (spec_pair_has_draft(sp) && !tree.dt)) {
+            fprintf(stderr, "specd verify: out of memory (tree)\n");
+            goto done;
+        }
+        if (broken) spec_tree_set_variant(tree.tc, TREE_BROKEN_NO_RESIDUAL);
+    }
     if (adaptive) spec_pair_calibrate(sp);
     if (broken_grammar && !grammar_path) {
         fprintf(stderr, "specd verify: --broken-grammar needs --grammar FILE\n");
@@ -263,7 +307,7 @@ int cmd_verify(int argc, char **argv) {
 
     spec_seq_params prm = {.sc = sc, .gp = gp, .speculate = false, .method = (spec_method)method};
     prm.grammar = gm; /* no token budget: K positions of an unfinished output are what is compared */
-    if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_PLAIN, n_samples, K, &plain, err, sizeof(err)) != 0) {
+    if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_PLAIN, n_samples, K, NULL, &plain, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd verify: plain decoding failed: %s\n", err);
         goto done;
     }
@@ -273,7 +317,8 @@ int cmd_verify(int argc, char **argv) {
      * low-acceptance fallback would leave the point-mass rule mostly untested */
     if (method != SPEC_METHOD_DRAFT) prm.gp.fallback_alpha = 0.0f;
     prm.grammar_broken = broken_grammar;
-    if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_SPEC, n_samples, K, &spec, err, sizeof(err)) != 0) {
+    if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_SPEC, n_samples, K, tree.sh.budget ? &tree : NULL, &spec,
+                 err, sizeof(err)) != 0) {
         fprintf(stderr, "specd verify: speculative decoding failed: %s\n", err);
         goto done;
     }
@@ -286,6 +331,9 @@ int cmd_verify(int argc, char **argv) {
     if (adaptive) printf("adaptive gamma %d..%d, seed %llu\n", gp.gamma_min, gp.gamma_max, (unsigned long long)seed);
     else printf("gamma %d, seed %llu\n", gp.gamma_default, (unsigned long long)seed);
     printf("  proposer: %s, verification: %s\n", spec_method_name((spec_method)method), coupled ? "coupled" : "rejection");
+    if (tree.sh.budget)
+        printf("  tree: at most %d nodes, %d levels, %d children per node%s\n", tree.sh.budget, tree.sh.depth,
+               tree.sh.topk, broken ? " (TESTING ONLY: --broken, siblings without the residual update)" : "");
     if (broken) printf("  TESTING ONLY: --broken residual |p-q| in use: this run is expected to FAIL\n");
     if (gm) printf("  grammar: %s (both sets masked%s)\n", grammar_path,
                    broken_grammar ? "; TESTING ONLY: --broken-grammar, the target's p unmasked: expected to FAIL" : "");
@@ -328,6 +376,10 @@ int cmd_verify(int argc, char **argv) {
             printf("  %s: %llu verify passes, drafted %llu, accepted %llu\n", spec_drafter_name(m),
                    (unsigned long long)st->by[m].verify_steps, (unsigned long long)st->by[m].drafted,
                    (unsigned long long)st->by[m].accepted);
+    if (tree.sh.budget)
+        printf("  tree: %llu of the verify passes branched, %.2f nodes verified per pass\n",
+               (unsigned long long)st->tree_steps,
+               st->verify_steps ? (double)st->tree_nodes / (double)st->verify_steps : 0.0);
     printf("  per-position acceptance:");
     for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
         printf(" %d:%.3f", i + 1, (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
@@ -346,6 +398,8 @@ int cmd_verify(int argc, char **argv) {
                        failed, K);
     rc = failed ? 1 : 0;
 done:
+    spec_tree_destroy(tree.tc);
+    draft_tree_destroy(tree.dt);
     grammar_matcher_destroy(gm);
     grammar_destroy(gr);
     grammar_vocab_destroy(gv);

@@ -20,6 +20,7 @@ static const struct {
     {"pull", cmd_pull, "download a GGUF from a Hugging Face repository into the cache (REPO[:QUANT])"},
     {"models", cmd_models, "list the cached models: architecture, size, quant, tokenizer"},
     {"gguf-split", cmd_gguf_split, "merge or split llama.cpp split GGUF files"},
+    {"train-medusa", cmd_train_medusa, "train Medusa heads for a target on the CPU into a GGUF side file"},
     {"eval", cmd_eval, "write the logits of a token sequence to a file (testing)"},
 };
 

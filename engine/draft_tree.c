@@ -2,6 +2,7 @@
 #include "engine/draft_tree.h"
 
 #include "engine/draft_model.h"
+#include "engine/grammar.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define TR (DRAFTER_MAX_NODES + 1)
 #define TOPK_MAX 8
@@ -26,6 +28,12 @@ struct draft_tree {
     uint8_t *mask;              /* (max_seqs, TR, TR) */
     model_seq *ms;              /* (max_seqs) */
 };
+
+static double tree_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 static int dt_fail(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
@@ -147,12 +155,19 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
                        size_t errlen) {
     size_t V = (size_t)dt->sp->n_vocab;
     if (n > dt->max_seqs) return dt_fail(err, errlen, "tree draft batch of %d (limit %d)", n, dt->max_seqs);
-    if (sh->budget < 1 || sh->budget > DRAFTER_MAX_NODES || sh->depth < 1 || sh->topk < 1)
-        return dt_fail(err, errlen, "tree shape budget %d depth %d topk %d", sh->budget, sh->depth, sh->topk);
+    if (n > 64) return dt_fail(err, errlen, "tree draft batch of %d (limit 64)", n);
+    int max_depth = 0;
+    for (int i = 0; i < n; i++) {
+        if (sh[i].budget == 0) continue; /* no tree for this one */
+        if (sh[i].budget < 0 || sh[i].budget > DRAFTER_MAX_NODES || sh[i].depth < 1 || sh[i].topk < 1)
+            return dt_fail(err, errlen, "tree shape budget %d depth %d topk %d", sh[i].budget, sh[i].depth,
+                           sh[i].topk);
+        if (sh[i].depth > max_depth) max_depth = sh[i].depth;
+    }
     if (n * TR > dt->m->mp.max_batch) return dt_fail(err, errlen, "tree draft rows exceed the draft's batch");
     double score[64][DRAFTER_MAX_NODES];
     int fr[64][TR], nf[64];
-    if (n > 64) return dt_fail(err, errlen, "tree draft batch of %d (limit 64)", n);
+    int32_t gst[64][DRAFTER_MAX_NODES]; /* constrained sequences: the grammar state after each node */
     for (int i = 0; i < n; i++) {
         spec_seq *s = S[i];
         kv_seq *kv = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
@@ -162,12 +177,13 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
             model_feed(dt->m, dt->pool, kv, s->tokens, kv->len, s->n_tokens - 1, dt->logits, err, errlen) != 0)
             goto fail;
         fr[i][0] = -1;
-        nf[i] = s->n_tokens + sh->budget <= dt->sp->max_ctx; /* else no room for the rows: no tree */
+        /* no tree without a budget or without room for its rows */
+        nf[i] = sh[i].budget > 0 && s->n_tokens + sh[i].budget <= dt->sp->max_ctx;
     }
-    for (int level = 1; level <= sh->depth; level++) {
+    for (int level = 1; level <= max_depth; level++) {
         int m = 0, who[64];
         for (int i = 0; i < n; i++) {
-            if (!nf[i] || out[i].n_nodes >= sh->budget) continue;
+            if (!nf[i] || level > sh[i].depth || out[i].n_nodes >= sh[i].budget) continue;
             spec_seq *s = S[i];
             kv_seq *kv = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
             kv_seq_truncate(dt->pool, kv, s->n_tokens - 1);
@@ -184,19 +200,32 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
         for (int r = 0; r < m; r++) {
             int i = who[r];
             spec_seq *s = S[i];
-            const float *lg = dt->logits + row * V;
+            float *lg = dt->logits + row * V;
             row += (size_t)dt->ms[r].n;
             /* greedy: rank children by the draft's own softmax (T = 1), not the one-hot */
             sampler_config rank = sampler_config_default();
             rank.temperature = 1.0f;
             const sampler_config *sc = s->prm.sc.temperature == 0.0f ? &rank : &s->prm.sc;
-            for (int f = 0; f < nf[i]; f++)
-                sampler_probs(dt->sp->smp, sc, lg + (size_t)(1 + fr[i][f]) * V, dt->fq + (size_t)f * V);
+            for (int f = 0; f < nf[i]; f++) {
+                float *lr = lg + (size_t)(1 + fr[i][f]) * V;
+                if (s->prm.grammar) { /* q masked by the state after the node's path, as the verify row will be */
+                    int pos = s->n_tokens + level - 1, b = -1;
+                    if (s->prm.grammar_budget > 0) b = s->prm.grammar_budget - (pos - s->n_prompt), b = b < 1 ? 1 : b;
+                    grammar_mask_logits(s->prm.grammar, fr[i][f] < 0 ? s->gst : gst[i][fr[i][f]], b, lr);
+                }
+                sampler_probs(dt->sp->smp, sc, lr, dt->fq + (size_t)f * V);
+            }
             int first = out[i].n_nodes;
             float *qout = dt->q + (size_t)i * DRAFTER_MAX_NODES * V;
-            int added = grow(dt, s, &out[i], qout, fr[i], nf[i], score[i], sh, level);
+            int added = grow(dt, s, &out[i], qout, fr[i], nf[i], score[i], &sh[i], level);
             nf[i] = 0;
-            for (int c = first; c < first + added; c++) fr[i][nf[i]++] = c;
+            for (int c = first; c < first + added; c++) {
+                fr[i][nf[i]++] = c;
+                if (s->prm.grammar) {
+                    int pa = out[i].nodes[c].parent;
+                    gst[i][c] = grammar_advance_token(s->prm.grammar, pa < 0 ? s->gst : gst[i][pa], out[i].nodes[c].token);
+                }
+            }
         }
     }
     for (int i = 0; i < n; i++) {
@@ -271,19 +300,56 @@ int ngram_tree_propose(const int32_t *tokens, int n_tokens, int nmin, int nmax, 
     return out->n_nodes;
 }
 
-int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh, bool use_draft,
-                    const int *max_new, spec_step_info *info, char *err, size_t errlen) {
-    spec_tree t[64];
+int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh,
+                    const spec_method *how, const int *max_new, spec_step_info *info, char *err, size_t errlen) {
+    spec_tree t[64], dtree[64];
+    spec_seq *ds[64];
+    tree_shape dsh[64];
+    int who[64], nd = 0, slot[64];
+    double draft_ms[64] = {0};
     if (n > 64) return dt_fail(err, errlen, "tree batch of %d (limit 64)", n);
-    bool drafted = use_draft && dt;
-    if (drafted && draft_tree_propose(dt, S, n, sh, t, err, errlen) != 0) drafted = false; /* plain fallback */
-    if (!drafted)
-        for (int i = 0; i < n; i++) {
-            if (use_draft) t[i].n_nodes = 0, t[i].q = NULL;
-            else ngram_tree_propose(S[i]->tokens, S[i]->n_tokens, 2, 5, sh, &t[i]);
+    spec_pair *sp = S[0]->sp;
+    for (int i = 0; i < n; i++) {
+        spec_method m = how ? how[i] : SPEC_METHOD_DRAFT;
+        t[i] = (spec_tree){0};
+        slot[i] = -1;
+        if (sh[i].budget <= 0 || m == SPEC_METHOD_OFF) continue;
+        if (m == SPEC_METHOD_NGRAM || m == SPEC_METHOD_AUTO) {
+            double a = tree_now_ms();
+            ngram_tree_propose(S[i]->tokens, S[i]->n_tokens, sp->ngram_min, sp->ngram_max, &sh[i], &t[i]);
+            draft_ms[i] = tree_now_ms() - a;
+            if (t[i].n_nodes) slot[i] = SPEC_DRAFTER_NGRAM;
         }
+        if (!t[i].n_nodes && (m == SPEC_METHOD_DRAFT || m == SPEC_METHOD_AUTO) && dt && S[i]->ds[SPEC_DRAFTER_MODEL]) {
+            ds[nd] = S[i], dsh[nd] = sh[i], who[nd++] = i;
+        }
+    }
+    if (nd) {
+        /* one batched draft forward per depth over every sequence drafting;
+         * a failure leaves those sequences with plain steps */
+        double a = tree_now_ms();
+        char derr[256];
+        if (draft_tree_propose(dt, ds, nd, dsh, dtree, derr, sizeof(derr)) == 0) {
+            double each = (tree_now_ms() - a) / nd;
+            for (int k = 0; k < nd; k++) {
+                t[who[k]] = dtree[k];
+                draft_ms[who[k]] = each;
+                if (dtree[k].n_nodes) slot[who[k]] = SPEC_DRAFTER_MODEL;
+            }
+        } else {
+            for (int k = 0; k < nd; k++) ds[k]->st.draft_failures++;
+        }
+    }
     int rc = spec_tree_step(tc, S, n, t, max_new, info, err, errlen);
     if (rc == 0)
-        for (int i = 0; i < n; i++) info[i].method = t[i].n_nodes ? (use_draft ? SPEC_DRAFTER_MODEL : SPEC_DRAFTER_NGRAM) : -1;
+        for (int i = 0; i < n; i++) {
+            info[i].method = info[i].gamma > 0 ? slot[i] : -1;
+            info[i].draft_ms = draft_ms[i];
+            S[i]->st.draft_ms += draft_ms[i];
+            if (slot[i] < 0 || info[i].gamma == 0) continue;
+            spec_method_stats *b = &S[i]->st.by[slot[i]];
+            b->verify_steps++, b->drafted += (uint64_t)info[i].gamma, b->accepted += (uint64_t)info[i].accepted;
+            b->rejections += !info[i].bonus, b->tokens += (uint64_t)info[i].n_new;
+        }
     return rc;
 }

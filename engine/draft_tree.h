@@ -35,9 +35,10 @@ typedef struct draft_tree draft_tree;
 draft_tree *draft_tree_create(spec_pair *sp);
 void draft_tree_destroy(draft_tree *dt); /* accepts NULL */
 
-/* Draft-model trees for n sequences; out[i].q points into dt (valid until the
- * next call). Returns 0, or -1 with err (then every out[i] is empty and each
- * draft cache is back at its accepted tokens). */
+/* Draft-model trees for n sequences, sh[i] the shape of sequence i (budget 0:
+ * no tree for it); out[i].q points into dt (valid until the next call).
+ * Returns 0, or -1 with err (then every out[i] is empty and each draft cache
+ * is back at its accepted tokens). */
 int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh, spec_tree *out, char *err,
                        size_t errlen);
 
@@ -47,9 +48,16 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
  * recency); deterministic nodes. Returns the node count (0: no match). */
 int ngram_tree_propose(const int32_t *tokens, int n_tokens, int nmin, int nmax, const tree_shape *sh, spec_tree *out);
 
-/* Proposes (draft model when use_draft and one is loaded, else n-gram) and
- * steps n sequences through spec_tree_step. */
-int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh, bool use_draft,
-                    const int *max_new, spec_step_info *info, char *err, size_t errlen);
+/* Proposes a tree of shape sh[i] for each of n sequences and steps them all
+ * through spec_tree_step (one target pass). how[i] picks the proposer (NULL:
+ * the draft model for all): DRAFT the draft model (plain without one or dt),
+ * NGRAM prompt lookup (the pair's n-gram lengths), AUTO the lookup when it
+ * matches else the draft model, OFF plain; budget 0 is a plain step too. All
+ * draft-model trees of the batch share one draft forward per depth; a draft
+ * failure leaves those sequences a plain step (counted in draft_failures).
+ * info[i].method is the proposer's slot (-1 plain), draft_ms its share of the
+ * proposal time. */
+int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh,
+                    const spec_method *how, const int *max_new, spec_step_info *info, char *err, size_t errlen);
 
 #endif

@@ -6,6 +6,8 @@
 #include "engine/constrain.h"
 
 #include "engine/chat.h"
+#include "engine/draft_medusa.h"
+#include "engine/draft_tree.h"
 #include "engine/plan.h"
 #include "engine/rng.h"
 #include "engine/telemetry.h"
@@ -59,6 +61,15 @@ typedef struct req {
     int step_num;
     int pub_gamma;                /* published under mu after each step */
     int pub_method;               /* drafter slot of the last step, -1 plain */
+    tree_shape pub_shape;         /* the last step's tree shape (budget 0: the chain path) */
+    /* tree speculation: mode (ENGINE_TREE_OFF/AUTO/FIXED, resolved at submit),
+     * the bounds (the fixed shape), the controller (auto) and this step's pick */
+    int tree_mode;
+    tree_shape tree_sh;
+    tree_ctl tctl;
+    bool tctl_seeded;
+    int tree_entry;               /* menu entry of this step (0: the chain path) */
+    medusa_seq *ms;               /* speculation.method medusa: the last hidden state (else NULL) */
     double pub_alpha;
     char session[40];
     double t_submit, t_admit, t_first, t_last;
@@ -94,6 +105,32 @@ struct engine {
     int *bmax, *bgam, *order, *gam_all, *mmax;
     spec_step_info *binfo;
     plan_bin *bins;
+    /* tree speculation (cfg.tree != off): scratch, the measured cost curve,
+     * the engine-wide controller that seeds each sequence's, this step's tree
+     * sequences */
+    spec_tree_ctx *tc;
+    draft_tree *dt;
+    medusa_heads *mh;             /* cfg.medusa_path: the heads and their proposer (else NULL) */
+    draft_medusa *dm;
+    tree_shape medusa_sh;
+    spec_seq **useq;              /* this step's Medusa sequences (and their states, limits, info) */
+    medusa_seq **ums;
+    int *umax;
+    struct req **ureq;
+    spec_step_info *uinfo;
+    double t_rows[TREE_CTL_ROWS + 1];
+    tree_ctl tree_prior;
+    struct req **treq;
+    spec_seq **tseq;
+    tree_shape *tsh;
+    spec_method *thow;
+    int *tmax, *tent;
+    spec_step_info *tinfo;
+    /* per stepped sequence (chain: binfo's index; tree: tinfo's): its call's
+     * wall time / sequences, the sequences and verify rows of the call */
+    double *cms, *tms;
+    int *cbatch, *crows, *tbatch, *trows;
+    uint64_t tree_decisions[2], tree_auto; /* under mu */
     /* copies of engine-thread state for engine_get_stats (under mu) */
     int kv_free_t, kv_free_d;
     int pfx_cached[2], pfx_idle[2];
@@ -126,6 +163,17 @@ engine_config engine_config_default(void) {
                            .prefix_cache = true};
 }
 
+const char *engine_tree_name(engine_tree t) {
+    static const char *names[] = {"default", "off", "auto", "fixed"};
+    return (unsigned)t <= ENGINE_TREE_FIXED ? names[t] : "?";
+}
+
+int engine_tree_parse(const char *s) {
+    for (int t = ENGINE_TREE_OFF; t <= ENGINE_TREE_FIXED; t++)
+        if (!strcmp(s, engine_tree_name((engine_tree)t))) return t;
+    return -1;
+}
+
 const char *engine_finish_name(engine_finish f) {
     static const char *names[] = {"length", "stop", "cancelled", "error"};
     return f <= FINISH_ERROR ? names[f] : "?";
@@ -138,7 +186,11 @@ void engine_get_info(const engine *e, engine_info *out) {
     out->gamma = e->cfg.gamma;
     out->max_ctx = e->sp->max_ctx;
     out->has_draft = spec_pair_has_draft(e->sp);
+    out->has_medusa = e->dm != NULL;
     out->chat_template = (int)chat_template_detect(e->sp->target->gguf, e->sp->tok);
+    out->tree = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
+    out->tree_bounds = (tree_shape){e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
+    memcpy(out->tree_t_rows, e->t_rows, sizeof(out->tree_t_rows));
     size_t n = 0;
     const char *b = tok_bos(e->sp->tok) >= 0 ? tok_token_str(e->sp->tok, tok_bos(e->sp->tok), &n) : "";
     snprintf(out->bos_text, sizeof(out->bos_text), "%.*s", (int)n, b ? b : "");
@@ -166,6 +218,7 @@ static void ct_observe(engine *e, const char *type, const spec_stats *st);
 static void req_free(req *r) {
     if (!r) return;
     spec_seq_free(r->seq);
+    medusa_seq_destroy(r->ms);
     free(r->prompt);
     free(r->stop_ids);
     free(r->grammar_text);
@@ -224,6 +277,45 @@ static int eng_fail(char *err, size_t n, const char *fmt, ...) {
     return -1;
 }
 
+/* The request's tree mode and bounds (engine_tree in engine.h). Trees need
+ * the engine's tree setting on, and speculation without logprobs or coupled
+ * verification (a grammar is fine: every node is masked by its own state): a request that asks for trees without those is
+ * refused; one that inherits auto takes the chain path. */
+static int resolve_tree(const engine *e, const engine_request *rq, req *r, char *err, size_t errlen) {
+    int eng = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
+    bool asked = rq->tree == ENGINE_TREE_AUTO || rq->tree == ENGINE_TREE_FIXED;
+    if ((unsigned)rq->tree > ENGINE_TREE_FIXED) return eng_fail(err, errlen, "unknown tree mode %d", (int)rq->tree);
+    if (asked && eng == ENGINE_TREE_OFF)
+        return eng_fail(err, errlen, "tree speculation is off on this server (speculation.tree)");
+    const tree_shape lim = {e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
+    tree_shape sh = lim;
+    const int ask[3] = {rq->tree_budget, rq->tree_depth, rq->tree_topk}, top[3] = {lim.budget, lim.depth, lim.topk};
+    static const char *names[3] = {"tree_budget", "tree_depth", "tree_topk"};
+    for (int k = 0; k < 3; k++) {
+        if (ask[k] == 0) continue;
+        if (ask[k] < 1 || ask[k] > top[k])
+            return eng_fail(err, errlen, "%s %d is outside [1, %d] (the server's bound)", names[k], ask[k], top[k]);
+        if (k == 0) sh.budget = ask[k];
+        else if (k == 1) sh.depth = ask[k];
+        else sh.topk = ask[k];
+    }
+    if (sh.depth > sh.budget) sh.depth = sh.budget;
+    int mode = rq->tree == ENGINE_TREE_DEFAULT ? eng : (int)rq->tree;
+    if (mode != ENGINE_TREE_OFF) {
+        const char *why = !r->prm.speculate ? "speculation is off for it"
+                          : r->prm.logprobs ? "logprobs"
+                          : r->prm.coupled  ? "coupled verification"
+                                            : NULL;
+        if (why && asked) return eng_fail(err, errlen, "tree speculation cannot be combined with %s", why);
+        if (why) mode = ENGINE_TREE_OFF;
+    }
+    r->tree_mode = mode;
+    r->tree_sh = sh;
+    r->pub_shape = (tree_shape){0, 0, 0};
+    if (mode == ENGINE_TREE_AUTO) tree_ctl_init(&r->tctl, e->t_rows, sh.budget, sh.depth, sh.topk);
+    return 0;
+}
+
 uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t errlen) {
     if (!sampler_config_validate(&rq->sc, err, errlen)) return 0;
     if (rq->max_tokens < 1) return eng_fail(err, errlen, "max_tokens must be at least 1"), 0;
@@ -232,6 +324,15 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     if (rq->method_set && rq->method == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))
         return eng_fail(err, errlen, "speculation method 'draft' needs a draft model, and none is loaded"), 0;
     spec_method method = rq->mode == SPEC_MODE_DRAFT ? SPEC_METHOD_DRAFT : rq->method_set ? rq->method : (spec_method)e->cfg.method;
+    if (method == SPEC_METHOD_MEDUSA && !e->dm) {
+        if (rq->method_set)
+            return eng_fail(err, errlen, "speculation method 'medusa' needs Medusa heads (models.medusa), and none "
+                                         "are loaded"), 0;
+        method = SPEC_METHOD_AUTO;
+    }
+    if (method == SPEC_METHOD_MEDUSA && (rq->logprobs || rq->verify == ENGINE_VERIFY_COUPLED))
+        return eng_fail(err, errlen, "speculation method 'medusa' cannot be combined with %s",
+                        rq->logprobs ? "logprobs" : "coupled verification"), 0;
     bool can_speculate = rq->mode != SPEC_MODE_OFF && e->cfg.mode != SPEC_MODE_OFF && method != SPEC_METHOD_OFF &&
                          (method != SPEC_METHOD_DRAFT || spec_pair_has_draft(e->sp));
     gamma_params gp = e->cfg.gamma;
@@ -310,8 +411,14 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         memcpy(r->grammar_text, rq->grammar, gl + 1);
         r->grammar_len = gl;
     }
-    r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp,
-                               .speculate = can_speculate, .method = method};
+    /* Medusa sequences are stepped by draft_medusa (the tree path); to the
+     * spec layer they are n-gram sequences (cheap state, never used) */
+    r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp, .speculate = can_speculate,
+                               .method = method == SPEC_METHOD_MEDUSA ? SPEC_METHOD_NGRAM : method};
+    if (method == SPEC_METHOD_MEDUSA && can_speculate && !(r->ms = medusa_seq_create(e->dm))) {
+        req_free(r);
+        return eng_fail(err, errlen, "out of memory"), 0;
+    }
     r->prm.coupled = rq->verify == ENGINE_VERIFY_COUPLED || (rq->verify == ENGINE_VERIFY_DEFAULT && e->cfg.coupled);
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
@@ -321,6 +428,10 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     r->prm.no_prefix = rq->no_prefix_cache;
     r->prm.logprobs = rq->logprobs;
     r->prm.top_logprobs = rq->top_logprobs < 0 ? 0 : rq->top_logprobs > SPEC_TOP_LOGPROBS ? SPEC_TOP_LOGPROBS : rq->top_logprobs;
+    if (resolve_tree(e, rq, r, err, errlen) != 0) {
+        req_free(r);
+        return 0;
+    }
     r->policy_bounds = rq->gamma == 0;
     r->method_set = rq->method_set || rq->mode == SPEC_MODE_DRAFT;
     r->pub_method = -1;
@@ -420,7 +531,12 @@ int engine_get_sequences(engine *e, engine_seq_info *out, int max) {
         snprintf(o->mode, sizeof(o->mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
         o->prefilling = r->state == RQ_PREFILL;
         o->gamma = r->pub_gamma;
-        snprintf(o->method, sizeof(o->method), "%s", spec_drafter_name(r->pub_method));
+        snprintf(o->method, sizeof(o->method), "%s", r->ms ? "medusa" : spec_drafter_name(r->pub_method));
+        if (r->pub_shape.budget > 0)
+            snprintf(o->shape, sizeof(o->shape), "tree %d/%d/%d", r->pub_shape.budget, r->pub_shape.depth,
+                     r->pub_shape.topk);
+        else
+            snprintf(o->shape, sizeof(o->shape), "chain");
         o->alpha = r->pub_alpha;
         o->tokens = r->n_out;
         o->tokens_per_s = r->t_first > 0 && now > r->t_first && r->n_out > 1 ? (r->n_out - 1) / ((now - r->t_first) / 1e3) : 0;
@@ -460,6 +576,8 @@ void engine_get_stats(engine *e, engine_stats *out) {
         out->prefix_evicted[k] = e->pfx_evicted[k], out->prefix_cow[k] = e->pfx_cow[k];
     }
     out->prefix_cache = e->sp->prefix_cache;
+    out->tree_decisions[0] = e->tree_decisions[0], out->tree_decisions[1] = e->tree_decisions[1];
+    out->tree_auto = e->tree_auto;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -620,7 +738,8 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
 static int blocks_needed(const engine *e, const req *r) {
     int len = r->n_prompt + r->max_tokens; /* a sequence never grows past the context */
     if (len > e->sp->max_ctx + 1) len = e->sp->max_ctx + 1;
-    return kv_blocks_for(e->sp->tpool, len + e->sp->max_gamma + 2);
+    int ahead = e->sp->max_gamma > r->tree_sh.budget ? e->sp->max_gamma : r->tree_sh.budget; /* verify rows past it */
+    return kv_blocks_for(e->sp->tpool, len + ahead + 2);
 }
 
 /* Admitted requests (prefilling, running or paused) of r's client; 0 for a
@@ -690,6 +809,92 @@ static void refresh_running_stats(engine *e) {
     memset(&e->st_run, 0, sizeof(e->st_run));
     for (int i = 0; i < e->n_active; i++)
         if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
+}
+
+/* Tree speculation, engine thread. Picks each tree-enabled sequence's shape
+ * for this step (fixed: its bounds; auto: its controller, seeded from the
+ * engine-wide one at its first step) and moves the ones that get a tree out of
+ * e->bseq[0, n_run) into e->tseq etc., keeping the rest in order at the front.
+ * Returns how many moved. mu is not needed: only the engine thread touches
+ * these fields. */
+static int pick_trees(engine *e, int n_run, int batch) {
+    if (!e->tc) return 0;
+    int n_tree = 0, n_chain = 0;
+    for (int i = 0; i < n_run; i++) {
+        spec_seq *sq = e->bseq[i];
+        req *r = NULL;
+        for (int j = 0; j < e->n_active; j++)
+            if (e->active[j]->seq == sq) r = e->active[j];
+        int ent = 0;
+        tree_shape sh = {0, 0, 0};
+        if (r->tree_mode != ENGINE_TREE_OFF && r->prm.speculate) {
+            if (r->tree_mode == ENGINE_TREE_FIXED) {
+                ent = 1, sh = r->tree_sh;
+            } else {
+                if (!r->tctl_seeded) tree_ctl_seed(&r->tctl, &e->tree_prior), r->tctl_seeded = true;
+                ent = tree_ctl_pick(&r->tctl, batch);
+                sh = r->tctl.menu[ent];
+            }
+        }
+        r->tree_entry = ent;
+        if (sh.budget > 0) {
+            e->treq[n_tree] = r;
+            e->tseq[n_tree] = sq;
+            e->tsh[n_tree] = sh;
+            e->thow[n_tree] = r->prm.method;
+            e->tmax[n_tree] = r->max_tokens - r->n_out;
+            e->tent[n_tree++] = ent;
+        } else {
+            e->bseq[n_chain++] = sq;
+        }
+    }
+    return n_tree;
+}
+
+/* Moves the running Medusa sequences (speculation.method medusa) out of
+ * e->bseq[0, n_run) into e->useq etc., keeping the rest in order at the
+ * front; returns how many moved. Engine thread. */
+static int pick_medusa(engine *e, int n_run) {
+    if (!e->dm) return 0;
+    int n_med = 0, n_rest = 0;
+    for (int i = 0; i < n_run; i++) {
+        spec_seq *sq = e->bseq[i];
+        req *r = NULL;
+        for (int j = 0; j < e->n_active; j++)
+            if (e->active[j]->seq == sq) r = e->active[j];
+        if (r->ms && r->prm.speculate) {
+            e->ureq[n_med] = r;
+            e->useq[n_med] = sq;
+            e->ums[n_med] = r->ms;
+            e->umax[n_med++] = r->max_tokens - r->n_out;
+        } else {
+            e->bseq[n_rest++] = sq;
+        }
+    }
+    return n_med;
+}
+
+/* One step call over m sequences took per_seq ms for each: noted for each
+ * with the call's size and verify rows (the shape controller's inputs). */
+static void note_call(const spec_step_info *info, int m, double per_seq, double *ms, int *batch, int *rows) {
+    int R = 0;
+    for (int k = 0; k < m; k++) R += info[k].gamma + 1;
+    for (int k = 0; k < m; k++) ms[k] = per_seq, batch[k] = m, rows[k] = R;
+}
+
+/* What a step of a tree-enabled auto request delivered, into its controller
+ * and the engine-wide one (menu entry ent; 0 the chain path). mu held. */
+static void tree_learn(engine *e, req *r, int ent, const spec_step_info *si, int batch, int call_rows,
+                       double step_ms) {
+    if (r->tree_mode != ENGINE_TREE_AUTO || !r->tctl_seeded) return;
+    r->tctl.picks[ent]++;
+    tree_ctl_observe(&r->tctl, ent, si->n_new, si->gamma + 1, batch, call_rows, step_ms);
+    const tree_shape *sh = &r->tctl.menu[ent];
+    for (int f = 0; f < e->tree_prior.n; f++)
+        if (!memcmp(&e->tree_prior.menu[f], sh, sizeof(*sh))) {
+            e->tree_prior.picks[f]++;
+            tree_ctl_observe(&e->tree_prior, f, si->n_new, si->gamma + 1, batch, call_rows, step_ms);
+        }
 }
 
 static void *engine_main(void *arg) {
@@ -841,12 +1046,45 @@ static void *engine_main(void *arg) {
 
         int pre_rc = 0;
         if (pre) pre_rc = spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, err, sizeof(err));
+        if (pre && pre_rc == 1 && pre->ms) medusa_seq_prefilled(e->dm, pre->ms, pre->seq); /* before any other pass */
         int nb = 0;
         double pad = 1.0;
-        int step_rc = 0, n_calls = 0;
-        char step_err[512] = "";
-        if (n_run > 0) {
-            for (int i = 0; i < n_run; i++) {
+        int step_rc = 0, n_calls = 0, tree_rc = 0;
+        char step_err[512] = "", tree_err[512] = "";
+        /* tree-enabled sequences whose shape this step is a tree leave the
+         * chain path: all of them share one tree verify pass (per chunk) */
+        int n_med = n_run ? pick_medusa(e, n_run) : 0;
+        int n_tree = n_run - n_med ? pick_trees(e, n_run - n_med, n_run + n_pre) : 0;
+        int n_chain = n_run - n_med - n_tree;
+        int med_rc = 0;
+        char med_err[512] = "";
+        if (n_med > 0) {
+            /* Medusa trees: one target pass per chunk, hidden states kept for the next proposal */
+            int cap = e->sp->target->mp.max_batch / (DRAFTER_MAX_NODES + 1);
+            if (e->cfg.max_batch > 0 && e->cfg.max_batch < cap) cap = e->cfg.max_batch;
+            if (cap < 1) cap = 1;
+            for (int c0 = 0; c0 < n_med && med_rc == 0; c0 += cap, n_calls++) {
+                int m = n_med - c0 < cap ? n_med - c0 : cap;
+                med_rc = draft_medusa_step(e->dm, e->tc, e->useq + c0, e->ums + c0, m, &e->medusa_sh, e->umax + c0,
+                                           e->uinfo + c0, med_err, sizeof(med_err));
+            }
+        }
+        if (n_tree > 0) {
+            /* chunks the draft and target batches hold: a tree is at most
+             * DRAFTER_MAX_NODES + 1 rows in either */
+            int cap = e->sp->target->mp.max_batch / (DRAFTER_MAX_NODES + 1);
+            if (e->cfg.max_batch > 0 && e->cfg.max_batch < cap) cap = e->cfg.max_batch;
+            if (cap < 1) cap = 1;
+            for (int c0 = 0; c0 < n_tree && tree_rc == 0; c0 += cap, n_calls++) {
+                int m = n_tree - c0 < cap ? n_tree - c0 : cap;
+                double t0 = eng_now_ms();
+                tree_rc = draft_tree_step(e->dt, e->tc, e->tseq + c0, m, e->tsh + c0, e->thow + c0, e->tmax + c0,
+                                          e->tinfo + c0, tree_err, sizeof(tree_err));
+                note_call(e->tinfo + c0, m, (eng_now_ms() - t0) / m, e->tms + c0, e->tbatch + c0, e->trows + c0);
+            }
+        }
+        if (n_chain > 0) {
+            for (int i = 0; i < n_chain; i++) {
                 req *r = NULL;
                 for (int j = 0; j < e->n_active; j++)
                     if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
@@ -858,12 +1096,12 @@ static void *engine_main(void *arg) {
                 if (r->adaptive) g = plan_cap_gamma(g, &e->hist);
                 e->gam_all[i] = g;
             }
-            nb = plan_bins(e->gam_all, n_run, e->cfg.padding_cap, e->bins, e->order, &pad);
+            nb = plan_bins(e->gam_all, n_chain, e->cfg.padding_cap, e->bins, e->order, &pad);
             if (e->cfg.ragged && nb > 1) {
                 /* the backend takes ragged batches: every bin shares ONE verify
                  * call (weights read once); the bins are what a rectangular
                  * backend would launch, and their padding is reported */
-                e->bins[0] = (plan_bin){.gamma = e->bins[nb - 1].gamma, .n = n_run, .first = 0};
+                e->bins[0] = (plan_bin){.gamma = e->bins[nb - 1].gamma, .n = n_chain, .first = 0};
                 nb = 1;
             }
             /* each micro-batch: its draft calls and ONE verify call */
@@ -879,10 +1117,13 @@ static void *engine_main(void *arg) {
                 }
                 /* engine.max_batch: at most that many sequences per verify call */
                 int cap = e->cfg.max_batch > 0 && e->cfg.max_batch < m ? e->cfg.max_batch : m;
-                for (int c0 = 0; c0 < m && step_rc == 0; c0 += cap, n_calls++)
-                    step_rc = spec_step_batch_planned(e->sp, mseq + c0, m - c0 < cap ? m - c0 : cap, mmax + c0,
-                                                      mg + c0, e->binfo + e->bins[b].first + c0, step_err,
-                                                      sizeof(step_err));
+                for (int c0 = 0; c0 < m && step_rc == 0; c0 += cap, n_calls++) {
+                    int mc = m - c0 < cap ? m - c0 : cap, at = e->bins[b].first + c0;
+                    double t0 = eng_now_ms();
+                    step_rc = spec_step_batch_planned(e->sp, mseq + c0, mc, mmax + c0, mg + c0, e->binfo + at,
+                                                      step_err, sizeof(step_err));
+                    note_call(e->binfo + at, mc, (eng_now_ms() - t0) / mc, e->cms + at, e->cbatch + at, e->crows + at);
+                }
                 for (int k = 0; k < m && step_rc == 0; k++)
                     if (e->binfo[e->bins[b].first + k].gamma > 0)
                         plan_history_add(&e->hist, e->binfo[e->bins[b].first + k].accepted);
@@ -902,7 +1143,7 @@ static void *engine_main(void *arg) {
         }
         if (n_run > 0) {
             e->steps++;
-            e->microbatches += (uint64_t)nb;
+            e->microbatches += (uint64_t)nb + (n_tree > 0);
             e->verify_calls += (uint64_t)n_calls;
             e->pad_sum += pad;
             for (int b = 0; b < nb; b++)
@@ -913,9 +1154,15 @@ static void *engine_main(void *arg) {
                         if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
                     if (!r) continue;
                     const spec_step_info *si = &e->binfo[e->bins[b].first + k];
+                    if (step_rc == 0 && r->tree_mode != ENGINE_TREE_OFF) {
+                        int at = e->bins[b].first + k;
+                        e->tree_decisions[0]++;
+                        tree_learn(e, r, 0, si, e->cbatch[at], e->crows[at], e->cms[at]);
+                    }
                     if (step_rc == 0) {
                         r->pub_gamma = si->gamma;
                         r->pub_method = si->method;
+                        r->pub_shape = (tree_shape){0, 0, 0};
                         r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
                         if (si->gamma > 0) e->accepted_hist[si->accepted]++;
                     }
@@ -928,6 +1175,46 @@ static void *engine_main(void *arg) {
                     else if (si->n_new > 0) emit_tokens(e, r, si);
                     if (r->notify) r->notify(r->user);
                 }
+            for (int k = 0; k < n_med; k++) {
+                req *r = e->ureq[k];
+                const spec_step_info *si = &e->uinfo[k];
+                if (med_rc == 0) {
+                    r->pub_gamma = si->gamma;
+                    r->pub_method = si->method;
+                    r->pub_shape = e->medusa_sh;
+                    if (si->gamma > 0) e->accepted_hist[si->accepted]++;
+                    if (e->cfg.telemetry) {
+                        tel_step row;
+                        tel_step_from_info(&row, r->session, ++r->step_num, si);
+                        telemetry_step(e->cfg.telemetry, &row);
+                    }
+                }
+                if (med_rc != 0) finish(e, r, FINISH_ERROR, med_err);
+                else if (si->n_new > 0) emit_tokens(e, r, si);
+                if (r->notify) r->notify(r->user);
+            }
+            for (int k = 0; k < n_tree; k++) {
+                req *r = e->treq[k];
+                const spec_step_info *si = &e->tinfo[k];
+                if (tree_rc == 0) {
+                    e->tree_decisions[1]++;
+                    e->tree_auto += r->tree_mode == ENGINE_TREE_AUTO;
+                    tree_learn(e, r, e->tent[k], si, e->tbatch[k], e->trows[k], e->tms[k]);
+                    r->pub_gamma = si->gamma;
+                    r->pub_method = si->method;
+                    r->pub_shape = e->tsh[k];
+                    r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
+                    if (si->gamma > 0) e->accepted_hist[si->accepted]++;
+                    if (e->cfg.telemetry) {
+                        tel_step row;
+                        tel_step_from_info(&row, r->session, ++r->step_num, si);
+                        telemetry_step(e->cfg.telemetry, &row);
+                    }
+                }
+                if (tree_rc != 0) finish(e, r, FINISH_ERROR, tree_err);
+                else if (si->n_new > 0) emit_tokens(e, r, si);
+                if (r->notify) r->notify(r->user);
+            }
             refresh_running_stats(e);
         }
     }
@@ -1010,6 +1297,47 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         return NULL;
     }
     if (c->calibrate) spec_pair_calibrate(e->sp);
+    if (c->tree_budget <= 0) c->tree_budget = 16;
+    if (c->tree_depth <= 0) c->tree_depth = 5;
+    if (c->tree_topk <= 0) c->tree_topk = 3;
+    if (c->tree_budget > DRAFTER_MAX_NODES) c->tree_budget = DRAFTER_MAX_NODES;
+    if (c->tree_depth > c->tree_budget) c->tree_depth = c->tree_budget;
+    if (c->tree == ENGINE_TREE_DEFAULT) c->tree = ENGINE_TREE_OFF;
+    if (c->medusa_path && c->medusa_path[0]) {
+        /* refused unless trained for exactly this target (its identity) */
+        e->mh = medusa_heads_load(c->medusa_path, e->sp->target_id.id, e->sp->target->hp.dim, e->sp->n_vocab, err,
+                                  errlen);
+        if (e->mh) e->dm = draft_medusa_create(e->sp, e->mh, err, errlen);
+        if (!e->mh || !e->dm || !(e->tc = spec_tree_create(e->sp))) {
+            if (e->mh && e->dm && !e->tc) eng_fail(err, errlen, "out of memory for Medusa");
+            draft_medusa_destroy(e->dm);
+            medusa_heads_destroy(e->mh);
+            spec_pair_free(e->sp);
+            engine_backends_free(e);
+            free(e);
+            return NULL;
+        }
+        e->medusa_sh = (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk};
+        if (e->medusa_sh.depth > e->mh->n_heads) e->medusa_sh.depth = e->mh->n_heads;
+    }
+    if (c->tree != ENGINE_TREE_OFF) {
+        /* the verify cost curve is measured always (the shape controller has
+         * nothing else to go on); the draft proposal cost is learned online */
+        tree_ctl_measure(e->sp, e->t_rows);
+        tree_ctl_init(&e->tree_prior, e->t_rows, c->tree_budget, c->tree_depth, c->tree_topk);
+        if (!e->tc) e->tc = spec_tree_create(e->sp);
+        e->dt = spec_pair_has_draft(e->sp) ? draft_tree_create(e->sp) : NULL;
+        if (!e->tc || (spec_pair_has_draft(e->sp) && !e->dt)) {
+            spec_tree_destroy(e->tc);
+            draft_tree_destroy(e->dt);
+            draft_medusa_destroy(e->dm);
+            medusa_heads_destroy(e->mh);
+            spec_pair_free(e->sp);
+            engine_backends_free(e);
+            free(e);
+            return eng_fail(err, errlen, "out of memory for tree speculation (speculation.tree)"), NULL;
+        }
+    }
     if (!(e->gc = constrain_cache_create(e->sp->tok))) {
         spec_pair_free(e->sp);
         engine_backends_free(e);
@@ -1030,8 +1358,28 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     e->gam_all = calloc((size_t)R, sizeof(int));
     e->binfo = calloc((size_t)R, sizeof(spec_step_info));
     e->bins = calloc((size_t)R + 1, sizeof(plan_bin));
+    e->treq = calloc((size_t)R, sizeof(req *));
+    e->tseq = calloc((size_t)R, sizeof(spec_seq *));
+    e->tsh = calloc((size_t)R, sizeof(tree_shape));
+    e->thow = calloc((size_t)R, sizeof(spec_method));
+    e->tmax = calloc((size_t)R, sizeof(int));
+    e->tent = calloc((size_t)R, sizeof(int));
+    e->tinfo = calloc((size_t)R, sizeof(spec_step_info));
+    e->useq = calloc((size_t)R, sizeof(spec_seq *));
+    e->ums = calloc((size_t)R, sizeof(medusa_seq *));
+    e->umax = calloc((size_t)R, sizeof(int));
+    e->ureq = calloc((size_t)R, sizeof(req *));
+    e->uinfo = calloc((size_t)R, sizeof(spec_step_info));
+    e->cms = calloc((size_t)R, sizeof(double));
+    e->tms = calloc((size_t)R, sizeof(double));
+    e->cbatch = calloc((size_t)R, sizeof(int));
+    e->crows = calloc((size_t)R, sizeof(int));
+    e->tbatch = calloc((size_t)R, sizeof(int));
+    e->trows = calloc((size_t)R, sizeof(int));
     if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
-        !e->bins) {
+        !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo ||
+        !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows || !e->useq || !e->ums ||
+        !e->umax || !e->ureq || !e->uinfo) {
         engine_destroy(e);
         return eng_fail(err, errlen, "out of memory"), NULL;
     }
@@ -1066,6 +1414,13 @@ void engine_destroy(engine *e) {
     for (int i = 0; e->slots && i < e->n_slots; i++) req_free(e->slots[i]);
     free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
+    free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tent), free(e->tinfo);
+    free(e->cms), free(e->tms), free(e->cbatch), free(e->crows), free(e->tbatch), free(e->trows);
+    free(e->useq), free(e->ums), free(e->umax), free(e->ureq), free(e->uinfo);
+    spec_tree_destroy(e->tc);
+    draft_tree_destroy(e->dt);
+    draft_medusa_destroy(e->dm);
+    medusa_heads_destroy(e->mh);
     constrain_cache_destroy(e->gc);
     spec_pair_free(e->sp);
     engine_backends_free(e);

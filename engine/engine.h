@@ -37,6 +37,7 @@
 #include "engine/sampler.h"
 #include "engine/spec.h"
 #include "engine/tokenizer.h"
+#include "engine/tree_ctl.h"
 #include "policy/config.h"
 
 #include <stdbool.h>
@@ -48,9 +49,26 @@
 #define ENGINE_TEXT_MAX 1024       /* text bytes per tokens event */
 #define ENGINE_MAX_SHARDS 16       /* most backends the target can be split over */
 
+/* Tree speculation (spec_tree.h, draft_tree.h, tree_ctl.h). off: chains only.
+ * auto: per sequence and step, tree_ctl picks between the chain path (the
+ * adaptive chain, or plain decoding) and trees of up to tree_budget nodes,
+ * tree_depth levels and tree_topk children per node, by expected tokens per
+ * millisecond from the measured verify cost curve and the acceptance each
+ * shape achieved. fixed: every step proposes a tree of exactly those bounds.
+ * Requests with logprobs or coupled verification always take the chain path
+ * (auto) or are refused (a request asking for trees); a grammar applies to
+ * every tree node (masked by the state after the node's own path). In a request
+ * DEFAULT is the engine's setting; the engine's tree setting must not be off
+ * for a request to ask for trees. */
+typedef enum { ENGINE_TREE_DEFAULT = 0, ENGINE_TREE_OFF, ENGINE_TREE_AUTO, ENGINE_TREE_FIXED } engine_tree;
+const char *engine_tree_name(engine_tree t); /* "default", "off", "auto", "fixed" */
+int engine_tree_parse(const char *s);         /* "off", "auto", "fixed"; -1 otherwise */
+
 typedef struct {
     const char *target_path;
     const char *draft_path;        /* NULL: plain decoding only */
+    const char *medusa_path;       /* Medusa heads for the target (specd train-medusa; NULL: none): requests with
+                                    * speculation.method medusa verify their trees (shape: the tree bounds) */
     int threads;                   /* kernel threads (0 = all CPUs) */
     int backend;                   /* backend_kind: auto (CUDA when built and a GPU is present), cpu, cuda */
     int device;                    /* CUDA device of the models (of target shard 0 and the draft) */
@@ -80,6 +98,8 @@ typedef struct {
     int ngram_min, ngram_max;      /* n-gram lookup lengths (0: 2 and 5) */
     bool prefix_cache;             /* prefix KV reuse in both pools (true; kv.h, spec.h) */
     int prefix_cache_blocks;       /* most cached blocks no request holds, per pool (0: any free block) */
+    int tree;                      /* engine_tree: OFF (or DEFAULT), AUTO, FIXED */
+    int tree_budget, tree_depth, tree_topk; /* bounds of tree shapes (0: 16, 5, 3) */
 } engine_config;
 
 engine_config engine_config_default(void);
@@ -137,6 +157,10 @@ typedef struct {
      * with top_logprobs (0..SPEC_TOP_LOGPROBS) alternatives each. */
     bool logprobs;
     int top_logprobs;
+    /* tree speculation (engine_tree above); bounds 0 = the engine's, else at
+     * most the engine's */
+    engine_tree tree;
+    int tree_budget, tree_depth, tree_topk;
     uint64_t client;               /* who asked (the gateway: its connection); > 0 groups requests under
                                     * the max_per_client bound; 0 = a client of its own */
     engine_notify_fn notify;
@@ -221,6 +245,10 @@ typedef struct {
     int prefix_cached[2], prefix_idle[2];
     uint64_t prefix_evicted[2], prefix_cow[2];
     bool prefix_cache;             /* on for this engine */
+    /* tree speculation: steps of tree-enabled sequences by the path taken
+     * ([0] the chain path, [1] a tree), and of those trees, how many came
+     * from the controller (auto) rather than a fixed shape */
+    uint64_t tree_decisions[2], tree_auto;
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);
@@ -232,6 +260,7 @@ typedef struct {
     char content_type[32];
     char mode[12];                 /* "adaptive", "fixed", "off" */
     char method[8];                /* the proposer of its last step: "draft", "ngram", "plain" */
+    char shape[24];                /* its last step's shape: "chain", or "tree B/D/K" (budget/depth/topk) */
     bool prefilling;
     int gamma;                     /* γ of its last step */
     double alpha;                  /* its rolling α (-1 before data) */
@@ -249,8 +278,12 @@ typedef struct {
     gamma_params gamma;            /* request bounds and defaults */
     int max_ctx;                   /* positions per sequence */
     bool has_draft;
+    bool has_medusa;               /* Medusa heads are loaded */
     int chat_template;             /* chat_template_kind detected from the target's metadata */
     char bos_text[32];             /* the BOS token's text (chat templates that spell it out) */
+    int tree;                      /* engine_tree of the engine (OFF when trees are off) */
+    tree_shape tree_bounds;        /* its tree bounds */
+    double tree_t_rows[TREE_CTL_ROWS + 1]; /* the measured verify cost curve t(rows), ms (0: not measured) */
 } engine_info;
 
 void engine_get_info(const engine *e, engine_info *out);

@@ -30,6 +30,11 @@ void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
     ec->coupled = ps->verify == POL_VERIFY_COUPLED;
     ec->ngram_min = ps->ngram_min;
     ec->ngram_max = ps->ngram_max;
+    ec->tree = ps->tree == POL_TREE_AUTO ? ENGINE_TREE_AUTO : ps->tree == POL_TREE_FIXED ? ENGINE_TREE_FIXED
+                                                                                       : ENGINE_TREE_OFF;
+    ec->tree_budget = ps->tree_budget;
+    ec->tree_depth = ps->tree_depth > ps->tree_budget ? ps->tree_budget : ps->tree_depth;
+    ec->tree_topk = ps->tree_topk;
     ec->gamma = (gamma_params){.gamma_min = ps->gamma_min, .gamma_max = ps->gamma_max,
                                .gamma_default = ps->gamma_default, .adaptive = ps->adaptive, .window = ps->window,
                                .warmup = ps->warmup, .fallback_alpha = (float)ps->fallback_alpha,

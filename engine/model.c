@@ -614,6 +614,29 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
     if (s0->logits_be) op->download(be, logits, s0->logits_be, (size_t)n_out * hp->n_vocab * sizeof(float));
 
     for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n;
+    m->n_out_last = n_out;
+    return 0;
+}
+
+/* The output head normed s0->x in place and nothing writes it until the next
+ * forward: the hidden states are still there. */
+const float *model_hidden_be(const model *m, int row) {
+    if (row < 0 || row >= m->n_out_last) return NULL;
+    return m->shards[0].x + (size_t)row * m->hp.dim;
+}
+
+int model_hidden_rows(model *m, float *dst, const int *rows, int n) {
+    size_t D = (size_t)m->hp.dim;
+    backend *be = m->shards[0].be;
+    for (int j = 0; j < n; j++)
+        if (rows[j] < 0 || rows[j] >= m->n_out_last) return -1;
+    for (int j = 0; j < n; j++) {
+        /* consecutive rows go in one download */
+        int k = 1;
+        while (j + k < n && rows[j + k] == rows[j] + k) k++;
+        be->i->download(be, dst + (size_t)j * D, model_hidden_be(m, rows[j]), D * k * sizeof(float));
+        j += k - 1;
+    }
     return 0;
 }
 

@@ -110,6 +110,7 @@ typedef struct model {
     char name[128];
     int32_t *pos, *ids;       /* (MB) host, shared by all shards */
     attn_seq *aseq;           /* (MB) host, shared by all shards */
+    int n_out_last;           /* rows of the last successful forward's output (its logits rows) */
 } model;
 
 /* Loads PATH. Returns NULL with a clear reason in err (unsupported architecture
@@ -152,6 +153,16 @@ typedef struct {
  * id); on error no sequence's KV length changes. */
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,
                   size_t errlen);
+
+/* Hidden states without an extra pass: the final-normed hidden state (the
+ * output head's input) of output rows rows[0..n) of the LAST successful
+ * model_forward of m (row j = logits row j of that call), copied into host
+ * dst (n, D). Valid until m's next forward. Returns 0, or -1 when a row is not
+ * one of that call's output rows. Engine thread (the model's). */
+int model_hidden_rows(model *m, float *dst, const int *rows, int n);
+/* The same rows left in backend memory: a pointer to output row `row` of the
+ * last forward (D floats), or NULL when out of range; valid until the next forward. */
+const float *model_hidden_be(const model *m, int row);
 
 /* Feeds tokens [from, to) of one sequence in max_batch chunks; the last row's
  * logits land in `logits` (n_vocab). Returns 0 or -1 with err. */

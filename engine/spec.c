@@ -66,6 +66,7 @@ void spec_stats_add(spec_stats *a, const spec_stats *s) {
     a->prefix_offered += s->prefix_offered, a->prefix_reused += s->prefix_reused;
     a->prefix_draft_offered += s->prefix_draft_offered, a->prefix_draft_reused += s->prefix_draft_reused;
     a->prefill_tokens += s->prefill_tokens, a->kv_reset_reused += s->kv_reset_reused;
+    a->tree_steps += s->tree_steps, a->tree_nodes += s->tree_nodes;
     for (int m = 0; m < SPEC_DRAFTERS; m++) {
         spec_method_stats *x = &a->by[m];
         const spec_method_stats *y = &s->by[m];
@@ -198,6 +199,8 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
             kv_pool_set_prefix(spec_pair_draft_pool(sp), true, sp->draft_id.header_hash ^ sp->draft_id.tokenizer_hash,
                                prm.prefix_max_idle);
     }
+    sp->ngram_min = prm.ngram_min ? prm.ngram_min : 2;
+    sp->ngram_max = prm.ngram_max ? prm.ngram_max : 5;
     if (!(sp->drafters[SPEC_DRAFTER_NGRAM] = draft_ngram_create(sp->n_vocab, prm.ngram_min, prm.ngram_max))) {
         spec_fail(err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of memory)", prm.ngram_min,
                   prm.ngram_max, NGRAM_MAX_N);

@@ -52,8 +52,11 @@ typedef struct {
  * millisecond from it as from the draft model, each at its own rolling α; the
  * lookup is nearly free, so it wins ties), else the draft model when one is
  * loaded. */
-typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3 } spec_method;
-const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off" */
+/* MEDUSA: Medusa heads (draft_medusa.h) propose trees; the engine steps such
+ * sequences through the tree path only (this file never sees the value). */
+typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3,
+               SPEC_METHOD_MEDUSA = 4 } spec_method;
+const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa" */
 /* Parses a method name; -1 when unknown. */
 int spec_method_parse(const char *s);
 
@@ -80,6 +83,8 @@ typedef struct {
     uint64_t pos_reached[GAMMA_MAX]; /* verify steps that drafted a token at position i+1 */
     uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
     uint64_t fallbacks, probes, draft_failures, kv_resets;
+    uint64_t tree_steps;        /* verify steps whose proposal branched (a tree, not a chain; spec_tree.h) */
+    uint64_t tree_nodes;        /* nodes those and any other tree-path steps verified */
     double draft_ms, target_ms; /* time spent in the draft and target models */
     /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
      * many came from it instead of a prefill; prompt tokens the target computed */
@@ -147,6 +152,7 @@ typedef struct spec_pair {
     int *prop_of;               /* (max_seqs) the sequence of each props entry */
     accept_variant variant;     /* tests and `specd verify --broken` only */
     bool prefix_cache;          /* the pools share prompt blocks (spec_pair_params.prefix_cache) */
+    int ngram_min, ngram_max;   /* the n-gram lookup lengths in use (spec_pair_params, defaults applied) */
 } spec_pair;
 
 /* The draft model's pieces (NULL without one), for reports and tests. */
@@ -241,6 +247,7 @@ typedef struct {
     bool bonus;                 /* all accepted: the last token is the bonus */
     bool stopped;               /* an end-of-generation token was appended (output ends there) */
     int method;                 /* the drafter slot that proposed (SPEC_DRAFTER_*), -1: plain step */
+    bool tree;                  /* a tree step (spec_tree.h): gamma = nodes verified, accepted = path length */
     double draft_ms, target_ms;
 } spec_step_info;
 

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-static const char *const method_names[] = {"draft", "ngram", "auto", "off"};
+static const char *const method_names[] = {"draft", "ngram", "auto", "off", "medusa"};
 
 const char *spec_method_name(spec_method m) {
     return (unsigned)m < sizeof(method_names) / sizeof(method_names[0]) ? method_names[m] : "?";

@@ -1,6 +1,7 @@
 /* spec_tree.c — the engine's tree speculation step (see spec_tree.h). */
 #include "engine/spec_tree.h"
 
+#include "engine/grammar.h"
 #include "engine/rng.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
@@ -23,7 +24,9 @@ struct spec_tree_ctx {
     model_seq *ms;              /* (max_seqs) */
     spec_tree *cut;             /* (max_seqs) the trees as verified */
     int (*qrow)[DRAFTER_MAX_NODES]; /* (max_seqs) the q row of each verified node in its proposed tree */
+    int32_t (*gst)[DRAFTER_MAX_NODES]; /* (max_seqs) grammar state after each verified node (constrained) */
     float *qc;                  /* (DRAFTER_MAX_NODES, V) q rows of a cut tree */
+    int *hrow;                  /* (max_seqs) the output row behind each sequence's last token */
     tree_variant variant;
 };
 
@@ -44,8 +47,10 @@ spec_tree_ctx *spec_tree_create(spec_pair *sp) {
     tc->cut = malloc(sizeof(spec_tree) * S);
     tc->qrow = malloc(sizeof(*tc->qrow) * S);
     tc->qc = malloc(sizeof(float) * DRAFTER_MAX_NODES * V);
-    if (!tc->tokens || !tc->pos || !tc->mask || !tc->logits || !tc->p || !tc->scratch || !tc->ms || !tc->cut ||
-        !tc->qrow || !tc->qc) {
+    tc->gst = malloc(sizeof(*tc->gst) * S);
+    tc->hrow = malloc(sizeof(int) * S);
+    if (!tc->hrow || !tc->tokens || !tc->pos || !tc->mask || !tc->logits || !tc->p || !tc->scratch || !tc->ms ||
+        !tc->cut || !tc->qrow || !tc->qc || !tc->gst) {
         spec_tree_destroy(tc);
         return NULL;
     }
@@ -64,6 +69,8 @@ void spec_tree_destroy(spec_tree_ctx *tc) {
     free(tc->cut);
     free(tc->qrow);
     free(tc->qc);
+    free(tc->gst);
+    free(tc->hrow);
     free(tc);
 }
 
@@ -79,6 +86,41 @@ static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The token budget (grammar.h) when the token at absolute position pos is
+ * drawn, as spec.c's chain step computes it (-1: none). */
+static int budget_at(const spec_seq *s, int pos) {
+    if (s->prm.grammar_budget <= 0) return -1;
+    int b = s->prm.grammar_budget - (pos - s->n_prompt);
+    return b < 1 ? 1 : b;
+}
+
+/* Constrained sequences: drops every node the grammar refuses after its
+ * ancestors (and the subtree below it), in place, and fills gst with the
+ * state after each kept node. Only deterministic nodes can be refused (a
+ * sampled one was drawn from the masked q), and the cut depends on the
+ * context and the proposal alone, so the acceptance stays lossless (as for
+ * the chain's grammar_cut in spec.c). qrow is remapped with the nodes. */
+static void grammar_cut_tree(const spec_seq *s, spec_tree *t, int *qrow, int32_t *gst) {
+    grammar_matcher *m = s->prm.grammar;
+    int map[DRAFTER_MAX_NODES], depth[DRAFTER_MAX_NODES], n = 0;
+    for (int i = 0; i < t->n_nodes; i++) {
+        int pa = t->nodes[i].parent;
+        map[i] = -1;
+        if (pa >= 0 && map[pa] < 0) continue;
+        int32_t from = pa < 0 ? s->gst : gst[map[pa]];
+        int d = pa < 0 ? 1 : depth[map[pa]] + 1;
+        if (!grammar_allows(m, from, budget_at(s, s->n_tokens + d - 1), t->nodes[i].token)) continue;
+        map[i] = n;
+        gst[n] = grammar_advance_token(m, from, t->nodes[i].token);
+        depth[n] = d;
+        qrow[n] = qrow[i];
+        t->nodes[n] = t->nodes[i];
+        t->nodes[n].parent = (int16_t)(pa < 0 ? -1 : map[pa]);
+        n++;
+    }
+    t->n_nodes = n;
 }
 
 /* The tree cut to nodes of depth <= max_depth (node order and parents kept,
@@ -102,6 +144,11 @@ static void cut_tree(spec_tree *out, int *qrow, const spec_tree *in, int max_dep
 
 int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
                    spec_step_info *info, char *err, size_t errlen) {
+    return spec_tree_step_h(tc, S, n, trees, max_new, info, NULL, err, errlen);
+}
+
+int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                     spec_step_info *info, float *hidden, char *err, size_t errlen) {
     spec_pair *sp = tc->sp;
     size_t V = (size_t)sp->n_vocab;
     if (n < 1 || n > sp->max_seqs) return tree_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
@@ -112,11 +159,11 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
         info[i].method = -1;
         if (!s->prefilled) return tree_fail(err, errlen, "sequence %d is still prefilling", i);
         if (max_new[i] < 1) return tree_fail(err, errlen, "max_new must be >= 1");
-        if (s->prm.grammar) return tree_fail(err, errlen, "tree speculation with a grammar is not supported");
         if (s->n_tokens > sp->max_ctx) return tree_fail(err, errlen, "context full (%d tokens)", s->n_tokens);
         if (!tree_validate(trees[i].nodes, trees[i].n_nodes, (int)V, NULL))
             return tree_fail(err, errlen, "sequence %d: invalid tree", i);
         cut_tree(&tc->cut[i], tc->qrow[i], &trees[i], max_new[i] - 1);
+        if (s->prm.grammar) grammar_cut_tree(s, &tc->cut[i], tc->qrow[i], tc->gst[i]);
         /* the verify rows must fit the context; else a plain step */
         if (s->n_tokens + tc->cut[i].n_nodes > sp->max_ctx) tc->cut[i].n_nodes = 0;
         int32_t *tk = tc->tokens + (size_t)i * TR, *ps = tc->pos + (size_t)i * TR;
@@ -136,8 +183,17 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
         spec_seq *s = S[i];
         const spec_tree *t = &tc->cut[i];
         int N = s->n_tokens, nn = t->n_nodes;
-        const float *lg = tc->logits + row * V;
+        float *lg = tc->logits + row * V;
+        size_t row0 = row;
         row += (size_t)nn + 1;
+        if (s->prm.grammar && !s->prm.grammar_broken) { /* each row masked by the state after its node's path,
+                                                          * as the draft's q was (grammar_broken: tests only) */
+            int dep[TR];
+            tree_validate(t->nodes, nn, (int)V, dep);
+            grammar_mask_logits(s->prm.grammar, s->gst, budget_at(s, N), lg);
+            for (int j = 0; j < nn; j++)
+                grammar_mask_logits(s->prm.grammar, tc->gst[i][j], budget_at(s, N + dep[j]), lg + (size_t)(j + 1) * V);
+        }
         for (int r = 0; r <= nn; r++) sampler_probs(sp->smp, &s->prm.sc, lg + (size_t)r * V, tc->p + (size_t)r * V);
         /* q rows in the cut tree's order: point the view at a compact copy
          * only when the cut dropped nodes before a sampled one */
@@ -174,28 +230,44 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
         }
         memcpy(s->tokens + N, out, sizeof(int32_t) * (size_t)n_new);
         s->n_tokens = N + n_new;
+        if (s->prm.grammar) /* the committed state: advanced by the appended tokens only */
+            for (int j = 0; j < n_new; j++) s->gst = grammar_advance_token(s->prm.grammar, s->gst, out[j]);
         kv_seq_truncate(sp->tpool, s->tkv, s->n_tokens - 1);
         for (int d = 0; d < SPEC_DRAFTERS; d++)
             if (s->ds[d]) sp->drafters[d]->i->commit(sp->drafters[d], s->ds[d], s->tokens, s->n_tokens - 1);
         s->st.target_ms += tt;
         s->st.tokens += (uint64_t)n_new;
+        bool bonus = false;
         if (nn == 0) {
             s->st.plain_steps++;
         } else {
-            int depth = 0, dep[DRAFTER_MAX_NODES];
-            tree_validate(t->nodes, nn, (int)V, dep);
-            for (int j = 0; j < nn; j++) depth = dep[j] > depth ? dep[j] : depth;
+            /* per depth: the path reached depth j+1 when the path node at depth
+             * j (the root for j = 0) has children; accepted when k > j */
+            bool kids[TR] = {false};
+            for (int j = 0; j < nn; j++) kids[t->nodes[j].parent + 1] = true;
+            int reached = 0;
+            while (reached <= k && reached < GAMMA_MAX && kids[reached == 0 ? 0 : path[reached - 1] + 1]) reached++;
+            bonus = reached == k; /* the last path node is a leaf: every draft on the path accepted */
             s->st.verify_steps++;
             s->st.drafted += (uint64_t)nn;
             s->st.accepted += (uint64_t)k;
-            s->st.rejections += k < depth;
-            for (int j = 0; j < depth && j < GAMMA_MAX; j++) s->st.pos_reached[j]++;
+            s->st.rejections += !bonus;
+            for (int j = 0; j < reached; j++) s->st.pos_reached[j]++;
             for (int j = 0; j < k && j < GAMMA_MAX; j++) s->st.pos_accepted[j]++;
+            bool chain = true;
+            for (int j = 0; j < nn; j++) chain &= t->nodes[j].parent == j - 1;
+            s->st.tree_steps += !chain;
+            s->st.tree_nodes += (uint64_t)nn;
         }
+        info[i].bonus = bonus && n_new == k + 1;
+        /* out[j] came from row 0 (j = 0) or the row of path node j-1 */
+        tc->hrow[i] = (int)row0 + (n_new == 1 ? 0 : 1 + path[n_new - 2]);
         info[i].n_new = n_new;
         info[i].gamma = nn;
+        info[i].tree = nn > 0;
         info[i].accepted = k < n_new ? k : n_new;
         info[i].target_ms = tt;
     }
+    if (hidden) model_hidden_rows(sp->target, hidden, tc->hrow, n);
     return 0;
 }

@@ -46,4 +46,11 @@ void spec_tree_set_variant(spec_tree_ctx *tc, tree_variant v);
 int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
                    spec_step_info *info, char *err, size_t errlen);
 
+/* The same step, also returning in hidden (n, D) host (may be NULL) each
+ * sequence's final-normed target hidden state at the row whose logits gave
+ * its last appended token (the root row, or the last accepted node's): what
+ * a Medusa proposer reads for the next tree (model_hidden_rows, no extra pass). */
+int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                     spec_step_info *info, float *hidden, char *err, size_t errlen);
+
 #endif

@@ -15,7 +15,7 @@
 #define TEL_CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: telemetry invariant failed: %s\n", \
     __FILE__, __LINE__, #cond); abort(); } } while (0)
 
-#define TEL_SCHEMA_VERSION 2 /* 2: speculation_steps.method */
+#define TEL_SCHEMA_VERSION 3 /* 2: speculation_steps.method; 3: speculation_steps.shape */
 #define TEL_FLUSH_MS 50           /* the writer commits at least this often when rows are waiting */
 #define TEL_RETENTION_MS 1000     /* retention pass period */
 #define TEL_RETENTION_BATCH 2000  /* rows per retention DELETE (short write locks) */
@@ -98,6 +98,7 @@ void tel_step_from_info(tel_step *out, const char *session_id, int step_num, con
     out->target_ms = info->target_ms;
     out->effective_tpot_ms = info->n_new > 0 ? (info->draft_ms + info->target_ms) / info->n_new : 0.0;
     copy_str(out->method, sizeof out->method, spec_drafter_name(info->gamma > 0 ? info->method : -1));
+    out->tree = info->tree;
     out->recorded_ms = 0;
 }
 
@@ -269,7 +270,9 @@ static const char *k_schema =
     "  target_latency_ms REAL NOT NULL,\n"
     "  effective_tpot_ms REAL NOT NULL,\n"
     "  recorded_at       INTEGER NOT NULL,              -- unix ms\n"
-    "  method            TEXT NOT NULL DEFAULT 'plain'  -- proposer: draft|ngram, plain for a plain step\n"
+    "  method            TEXT NOT NULL DEFAULT 'plain', -- proposer: draft|ngram, plain for a plain step\n"
+    "  shape             TEXT NOT NULL DEFAULT 'chain'  -- chain, or tree (gamma_used = nodes verified,\n"
+    "                                                   -- n_accepted = the accepted path's length)\n"
     ");\n"
     "CREATE INDEX IF NOT EXISTS speculation_steps_session ON speculation_steps(session_id, step_num);\n"
     "CREATE INDEX IF NOT EXISTS speculation_steps_recorded ON speculation_steps(recorded_at);\n"
@@ -332,6 +335,7 @@ static int write_step(telemetry *t, const tel_step *s) {
     sqlite3_bind_double(st, 8, s->effective_tpot_ms);
     sqlite3_bind_int64(st, 9, s->recorded_ms);
     sqlite3_bind_text(st, 10, s->method[0] ? s->method : "plain", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 11, s->tree ? "tree" : "chain", -1, SQLITE_STATIC);
     return run_stmt(t, st);
 }
 
@@ -566,7 +570,10 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
         if (rc == SQLITE_OK && user_version == 1) /* a version-1 file: its steps table has no method column */
             rc = sqlite3_exec(t->db, "ALTER TABLE speculation_steps ADD COLUMN method TEXT NOT NULL DEFAULT 'plain'",
                               NULL, NULL, NULL);
-        if (rc == SQLITE_OK) rc = sqlite3_exec(t->db, "PRAGMA user_version=2; COMMIT", NULL, NULL, NULL);
+        if (rc == SQLITE_OK && user_version >= 1 && user_version <= 2) /* ... nor a shape column */
+            rc = sqlite3_exec(t->db, "ALTER TABLE speculation_steps ADD COLUMN shape TEXT NOT NULL DEFAULT 'chain'",
+                              NULL, NULL, NULL);
+        if (rc == SQLITE_OK) rc = sqlite3_exec(t->db, "PRAGMA user_version=3; COMMIT", NULL, NULL, NULL);
         if (rc != SQLITE_OK) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
     }
     if (rc == SQLITE_OK) {
@@ -597,7 +604,7 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
          " spec_mode=excluded.spec_mode"},
         {&t->st_step,
          "INSERT INTO speculation_steps(session_id, step_num, gamma_used, n_accepted, n_rejected, draft_latency_ms,"
-         " target_latency_ms, effective_tpot_ms, recorded_at, method) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"},
+         " target_latency_ms, effective_tpot_ms, recorded_at, method, shape) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)"},
         {&t->st_end,
          "INSERT INTO speculation_sessions(session_id, request_id, created_at, prompt_token_count, model_version,"
          " ended_at, generated_tokens, current_gamma, rolling_accept_sum, rolling_accept_n, total_accepted,"

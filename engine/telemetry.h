@@ -69,6 +69,7 @@ typedef struct {
     double effective_tpot_ms;   /* (draft_ms + target_ms) / tokens emitted */
     int64_t recorded_ms;        /* unix ms; 0 = now */
     char method[8];             /* the proposer: "draft", "ngram"; "plain" for a plain step */
+    bool tree;                  /* a tree step (shape 'tree'): gamma_used nodes verified, n_accepted the path */
 } tel_step;
 
 typedef struct {

@@ -4,12 +4,14 @@
 #include <string.h>
 
 #define EWMA 0.1
+#define TREE_MARGIN 1.05
 
 void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_max, int topk_max) {
-    static const tree_shape menu[] = {{0, 0, 0}, {2, 2, 1}, {4, 4, 1}, {6, 6, 1}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}};
+    const tree_shape menu[] = {{0, 0, 0}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}, {budget_max, depth_max, topk_max}};
     memset(c, 0, sizeof(*c));
     c->explore = 3;
-    for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])); i++) {
+    c->reprobe = 48;
+    for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])) && c->n < TREE_CTL_MENU; i++) {
         tree_shape s = menu[i];
         if (s.budget > budget_max) s.budget = budget_max;
         if (s.depth > depth_max) s.depth = depth_max;
@@ -22,6 +24,7 @@ void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_
         if (dup) continue;
         c->menu[c->n] = s;
         c->tpp[c->n] = 1.0; /* the prior: what plain decoding gives */
+        c->rows[c->n] = (double)s.budget + 1;
         c->n++;
     }
     /* the curve: gaps interpolated linearly between measured points, held
@@ -56,24 +59,61 @@ static double t_of(const tree_ctl *c, int R) {
 
 double tree_ctl_rate(const tree_ctl *c, int e, int batch) {
     if (batch < 1) batch = 1;
-    int rows = c->menu[e].budget + 1;
-    double ms = t_of(c, batch * rows) / (double)batch + c->draft_ms[e];
-    return ms > 0 ? c->tpp[e] / ms : 0;
+    int rows = (int)(c->rows[e] + 0.5);
+    double ms = t_of(c, batch * rows) / (double)batch + c->extra_ms[e];
+    if (ms < 1e-6) ms = 1e-6; /* the residual may undershoot a curve measured too slow */
+    return c->tpp[e] / ms;
 }
 
 int tree_ctl_pick(const tree_ctl *c, int batch) {
-    for (int e = 1; e < c->n; e++)
+    for (int e = 0; e < c->n; e++)
         if (c->seen[e] < c->explore) return e;
+    for (int e = 0; e < c->n; e++)
+        if (c->age[e] >= c->reprobe) return e;
+    /* a tree must beat the chain path by TREE_MARGIN: measurements are noisy,
+     * and a tree that only ties costs compute other sequences could use */
     int best = 0;
-    for (int e = 1; e < c->n; e++)
-        if (tree_ctl_rate(c, e, batch) > tree_ctl_rate(c, best, batch)) best = e;
+    double br = tree_ctl_rate(c, 0, batch) * TREE_MARGIN;
+    for (int e = 1; e < c->n; e++) {
+        double r = tree_ctl_rate(c, e, batch);
+        if (r > br) best = e, br = r;
+    }
     return best;
 }
 
-void tree_ctl_observe(tree_ctl *c, int e, int tokens, double draft_ms) {
-    if (e <= 0 || e >= c->n) return; /* plain: 1 token per pass, known */
+void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior) {
+    for (int e = 0; e < c->n; e++)
+        for (int f = 0; f < prior->n; f++) {
+            if (memcmp(&c->menu[e], &prior->menu[f], sizeof(tree_shape)) || !prior->seen[f]) continue;
+            c->tpp[e] = prior->tpp[f], c->rows[e] = prior->rows[f], c->extra_ms[e] = prior->extra_ms[f];
+            c->seen[e] = prior->seen[f] < c->explore ? prior->seen[f] : c->explore;
+        }
+}
+
+void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int call_rows, double step_ms) {
+    if (e < 0 || e >= c->n) return;
     double a = c->seen[e] ? EWMA : 1.0;
+    for (int f = 0; f < c->n; f++) c->age[f]++;
+    c->age[e] = 0;
     c->tpp[e] += a * ((double)tokens - c->tpp[e]);
-    c->draft_ms[e] += a * (draft_ms - c->draft_ms[e]);
+    c->rows[e] += a * ((double)rows - c->rows[e]);
+    if (batch < 1) batch = 1;
+    double extra = step_ms - t_of(c, call_rows) / (double)batch; /* all but the verify pass's share */
+    c->extra_ms[e] += a * (extra - c->extra_ms[e]);
     c->seen[e]++;
+}
+
+void tree_ctl_measure(spec_pair *sp, double *t_rows) {
+    static const int R[] = {1, 2, 4, 8, 12, 16, 24, 32};
+    enum { NR = sizeof(R) / sizeof(R[0]) };
+    int n[NR], past[NR];
+    double t[NR];
+    int ctx = sp->max_ctx - TREE_CTL_ROWS - 1 < GAMMA_CAL_CTX ? sp->max_ctx - TREE_CTL_ROWS - 1 : GAMMA_CAL_CTX;
+    if (ctx < 1) ctx = 1;
+    int cap = sp->max_seqs * (sp->max_gamma + 1), k = 0; /* rows sp->logits holds */
+    for (int i = 0; i < NR; i++)
+        if (R[i] <= cap) n[k] = R[i], past[k++] = ctx;
+    for (int r = 0; r <= TREE_CTL_ROWS; r++) t_rows[r] = 0;
+    model_time_calls(sp->target, sp->tpool, ctx, n, past, k, t, sp->logits);
+    for (int i = 0; i < k; i++) t_rows[n[i]] = t[i];
 }

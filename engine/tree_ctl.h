@@ -1,13 +1,19 @@
 /* tree_ctl.h — chooses each step's proposal shape from measurements, not
- * constants (issue 17): no speculation, a chain, or a tree of a node budget.
- * Inputs are the target's verify cost curve t(rows) (measured once per model
- * and backend: flat while memory-bound, then compute-bound) and, online, the
- * tokens per pass each shape delivered (EWMA) and its proposal time. It picks
- * the shape with the most expected tokens per millisecond, where a batch of
- * B sequences verified together costs each t(B · rows) / B — so when the
- * verify is compute-bound (large batches, fast backends) wide trees and then
- * chains stop paying and the controller falls back to a chain or to plain
- * decoding by itself. Every shape is tried `explore` times first.
+ * constants (issue 17): the chain path (spec.h's step: a chain of the γ its
+ * own controller picks, or plain decoding when speculation does not pay) or a
+ * tree of a node budget. Inputs are the target's verify cost curve t(rows)
+ * (measured once per model and backend: flat while memory-bound, then
+ * compute-bound) and, online, per entry the tokens each pass delivered, the
+ * rows it verified and the wall time its steps took beyond their share of
+ * the verify pass (EWMA). It picks the entry with the most expected tokens
+ * per millisecond (a tree must beat the chain path by 5%: measurements are
+ * noisy, and a tie costs compute), where a batch of B sequences verified
+ * together costs each t(B · rows) / B — so when the verify is compute-bound
+ * (large batches, fast backends) trees stop paying and the controller keeps
+ * the chain path, which itself falls back to plain decoding. Every entry is
+ * tried `explore` times first; tree_ctl_seed starts a sequence's controller
+ * from what earlier sequences learned, so short requests do not pay the
+ * exploration.
  *
  * Threading: one controller per sequence, engine thread. */
 #ifndef SPECD_TREE_CTL_H
@@ -19,29 +25,51 @@
 #define TREE_CTL_ROWS 32            /* t(rows) is measured up to here, extrapolated linearly beyond */
 
 typedef struct {
-    int n;                          /* menu entries; entry 0 is plain decoding (budget 0) */
+    int n;                          /* menu entries; entry 0 is the chain path (budget 0) */
     tree_shape menu[TREE_CTL_MENU];
     double tpp[TREE_CTL_MENU];      /* EWMA tokens per target pass */
-    double draft_ms[TREE_CTL_MENU]; /* EWMA ms to propose */
+    double rows[TREE_CTL_MENU];     /* EWMA verify rows per pass (nodes + 1) */
+    double extra_ms[TREE_CTL_MENU]; /* EWMA ms of a step beyond its share of the verify pass: proposing,
+                                     * sampling, acceptance, compaction, the engine's own work */
     long seen[TREE_CTL_MENU];
+    long picks[TREE_CTL_MENU];      /* how often each entry was picked (reports) */
+    long age[TREE_CTL_MENU];        /* observations of other entries since this one's last */
     double t_rows[TREE_CTL_ROWS + 1]; /* [r]: ms of one verify pass of r rows (r >= 1) */
     int explore;                    /* passes each entry gets before the controller exploits */
+    int reprobe;                    /* an entry unobserved this many steps is tried again (what pays
+                                     * changes with the batch and the text) */
 } tree_ctl;
 
-/* Builds the menu (plain; chains of 2, 4, 6; trees of 4, 8, 16 nodes),
- * every entry bounded by budget_max / depth_max / topk_max (policy and
- * request bounds: tree_budget, tree_depth, tree_topk); t_rows as above
- * (entries r = 1..TREE_CTL_ROWS; missing ones may be 0 and are interpolated). */
+/* Builds the menu (the chain path; trees of 4, 8, 16 nodes and the bounds'
+ * own shape), every tree bounded by budget_max / depth_max / topk_max
+ * (policy and request bounds: tree_budget, tree_depth, tree_topk); t_rows as
+ * above (entries r = 1..TREE_CTL_ROWS; missing ones may be 0 and are
+ * interpolated). */
 void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_max, int topk_max);
+
+/* Starts c (just initialised) from what prior (an engine-wide controller fed
+ * by every sequence) learned for the same shapes: each entry's averages, and
+ * its exploration counted as done as far as prior saw it. */
+void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior);
 
 /* Expected tokens per ms of menu entry e for a batch of `batch` sequences. */
 double tree_ctl_rate(const tree_ctl *c, int e, int batch);
 
-/* This step's entry (0 = plain). */
+/* This step's entry (0 = the chain path). */
 int tree_ctl_pick(const tree_ctl *c, int batch);
 
-/* After a step with entry e that appended `tokens` in one target pass and
- * spent draft_ms proposing. */
-void tree_ctl_observe(tree_ctl *c, int e, int tokens, double draft_ms);
+/* After a step with entry e that appended `tokens` in one target pass of
+ * `rows` rows for this sequence. The step was one call over `batch`
+ * sequences and call_rows verify rows in all, whose wall time divided by
+ * batch is step_ms: what t(call_rows) / batch does not explain is the entry's
+ * extra cost (so overheads the curve misses — a draft model as large as the
+ * target, sampling over a big vocabulary — count against the shapes that
+ * cause them). */
+void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int call_rows, double step_ms);
+
+/* Measures t(rows) of sp's target for rows 1..TREE_CTL_ROWS (a few sampled
+ * row counts, the rest left 0 for tree_ctl_init to interpolate) on scratch
+ * sequences; needs a few free blocks in the target pool. */
+void tree_ctl_measure(spec_pair *sp, double *t_rows);
 
 #endif

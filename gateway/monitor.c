@@ -130,6 +130,14 @@ static char *snapshot_json(void) {
                                                                              (double)es.st.prefix_offered
                                                                        : 0.0));
     json_object_set_new(o, "prefix_cache", pc);
+    /* tree speculation: the engine's mode and what tree-enabled requests' steps did */
+    json_t *tr = json_object();
+    json_object_set_new(tr, "mode", json_string(engine_tree_name((engine_tree)info.tree)));
+    json_object_set_new(tr, "chain_steps", json_integer((json_int_t)es.tree_decisions[0]));
+    json_object_set_new(tr, "tree_steps", json_integer((json_int_t)es.tree_decisions[1]));
+    json_object_set_new(tr, "branched_steps", json_integer((json_int_t)es.st.tree_steps));
+    json_object_set_new(tr, "nodes", json_integer((json_int_t)es.st.tree_nodes));
+    json_object_set_new(o, "tree", tr);
     json_t *pol = json_object();
     json_object_set_new(pol, "version", json_integer(gw_srv->policy_version));
     json_object_set_new(pol, "last_reload_ok", json_boolean(gw_srv->policy_reload_ok));
@@ -150,6 +158,7 @@ static char *snapshot_json(void) {
         json_object_set_new(x, "content_type", json_string(q->content_type));
         json_object_set_new(x, "mode", json_string(q->mode));
         json_object_set_new(x, "method", json_string(q->method));
+        json_object_set_new(x, "shape", json_string(q->shape));
         json_object_set_new(x, "prefilling", json_boolean(q->prefilling));
         json_object_set_new(x, "gamma", json_integer(q->gamma));
         json_object_set_new(x, "alpha", q->alpha >= 0 ? json_real(q->alpha) : json_null());

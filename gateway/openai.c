@@ -359,7 +359,7 @@ static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_
         int meth = spec_method_parse(ms);
         if (meth < 0)
             FAIL(GW_ERR_OUT_OF_RANGE, "speculation.method",
-                 "'speculation.method' must be auto, draft, ngram or off, got '%s'", ms);
+                 "'speculation.method' must be auto, draft, ngram, medusa or off, got '%s'", ms);
         if (meth == SPEC_METHOD_DRAFT && !lim->has_draft) {
             err->status = 400;
             err->code = GW_ERR_NO_DRAFT;
@@ -394,6 +394,33 @@ static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_
             FAIL(GW_ERR_WRONG_TYPE, "speculation.adaptive", "'speculation.adaptive' must be a boolean");
         r->req.adaptive = json_is_true(a);
         r->req.adaptive_set = true;
+    }
+    json_t *tr = field(s, "tree");
+    if (tr) {
+        const char *ts = json_is_string(tr) ? json_string_value(tr) : NULL;
+        if (!ts) FAIL(GW_ERR_WRONG_TYPE, "speculation.tree", "'speculation.tree' must be a string");
+        int t = engine_tree_parse(ts);
+        if (t < 0) FAIL(GW_ERR_OUT_OF_RANGE, "speculation.tree", "'speculation.tree' must be off, auto or fixed, got '%s'", ts);
+        if (t != ENGINE_TREE_OFF && lim->tree != ENGINE_TREE_AUTO && lim->tree != ENGINE_TREE_FIXED)
+            FAIL(GW_ERR_OUT_OF_RANGE, "speculation.tree",
+                 "'speculation.tree': tree speculation is off on this server (speculation.tree)");
+        r->req.tree = (engine_tree)t;
+    }
+    static const char *const tb[3] = {"tree_budget", "tree_depth", "tree_topk"};
+    const int top[3] = {lim->tree_budget, lim->tree_depth, lim->tree_topk};
+    int *dst[3] = {&r->req.tree_budget, &r->req.tree_depth, &r->req.tree_topk};
+    for (int k = 0; k < 3; k++) {
+        json_t *b = field(s, tb[k]);
+        if (!b) continue;
+        int64_t bv;
+        int hi = top[k] > 0 ? top[k] : 16;
+        char pn[32];
+        snprintf(pn, sizeof pn, "speculation.%s", tb[k]);
+        if (!as_int(b, &bv)) FAIL(GW_ERR_WRONG_TYPE, pn, "'%s' must be an integer", pn);
+        if (bv < 1 || bv > hi)
+            FAIL(GW_ERR_OUT_OF_RANGE, pn, "'%s' must be in [1, %d] (the server's tree bounds), got %lld", pn, hi,
+                 (long long)bv);
+        *dst[k] = (int)bv;
     }
     return 0;
 }

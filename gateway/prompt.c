@@ -16,6 +16,10 @@ void gw_limits_from_engine(gw_limits *lim, engine *e) {
     lim->gamma_max = info.gamma.gamma_max;
     lim->max_ctx = info.max_ctx;
     lim->has_draft = info.has_draft;
+    lim->tree = info.tree;
+    lim->tree_budget = info.tree_bounds.budget;
+    lim->tree_depth = info.tree_bounds.depth;
+    lim->tree_topk = info.tree_bounds.topk;
 }
 
 int gw_prepare_prompt(gw_msg *m, char *err, size_t errlen) {

@@ -43,7 +43,8 @@ static const char *const generate_fields[] = {"type",  "id",    "prompt", "messa
                                               "stop",  "speculation", "content_type", "grammar",
                                               "response_format", "prefix_cache"};
 static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
-static const char *const speculation_fields[] = {"mode", "method", "verify", "gamma", "adaptive"};
+static const char *const speculation_fields[] = {"mode",        "method",     "verify",    "gamma", "adaptive",
+                                                 "tree",        "tree_budget", "tree_depth", "tree_topk"};
 static const char *const message_fields[] = {"role", "content", "name"}; /* name: OpenAI's, not rendered */
 #define NFIELDS(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -665,7 +666,7 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
         int meth = spec_method_parse(json_string_value(v));
         if (meth < 0)
             return fail(err, GW_ERR_OUT_OF_RANGE,
-                        "field 'speculation.method' must be one of auto, draft, ngram, off, got %s",
+                        "field 'speculation.method' must be one of auto, draft, ngram, off, medusa, got %s",
                         describe(v, d, sizeof(d)));
         if (meth == SPEC_METHOD_DRAFT && !lim->has_draft)
             return fail(err, GW_ERR_NO_DRAFT, "speculation method 'draft' needs a draft model, and none is loaded");
@@ -692,6 +693,26 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
                         describe(v, d, sizeof(d)));
         m->req.adaptive = json_is_true(v);
         m->req.adaptive_set = true;
+    }
+    if ((v = opt(js, "tree"))) {
+        if (get_string(v, "speculation.tree", err)) return -1;
+        int t = engine_tree_parse(json_string_value(v));
+        if (t < 0)
+            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'speculation.tree' must be one of off, auto, fixed, got %s",
+                        describe(v, d, sizeof(d)));
+        if (t != ENGINE_TREE_OFF && lim->tree != ENGINE_TREE_AUTO && lim->tree != ENGINE_TREE_FIXED)
+            return fail(err, GW_ERR_OUT_OF_RANGE,
+                        "field 'speculation.tree': tree speculation is off on this server (speculation.tree)");
+        m->req.tree = (engine_tree)t;
+    }
+    static const char *const tb[3] = {"speculation.tree_budget", "speculation.tree_depth", "speculation.tree_topk"};
+    const int top[3] = {lim->tree_budget, lim->tree_depth, lim->tree_topk};
+    int *dst[3] = {&m->req.tree_budget, &m->req.tree_depth, &m->req.tree_topk};
+    for (int k = 0; k < 3; k++) {
+        long long n;
+        if (!(v = opt(js, tb[k] + 12))) continue;
+        if (get_int_range(v, tb[k], 1, top[k] > 0 ? top[k] : 16, " (the server's tree bounds)", &n, err)) return -1;
+        *dst[k] = (int)n;
     }
     return 0;
 }

@@ -65,6 +65,8 @@ typedef struct {
     int gamma_min, gamma_max; /* policy bounds for speculation.gamma */
     int max_ctx;            /* context per sequence; if > 0, max_tokens must also be < max_ctx */
     bool has_draft;         /* false: speculation.mode "draft" → no_draft */
+    int tree;               /* engine_tree of the engine: unless AUTO or FIXED, speculation.tree auto|fixed is refused */
+    int tree_budget, tree_depth, tree_topk; /* its tree bounds: request bounds must not exceed them */
 } gw_limits;
 
 /* 1 MiB frames, max_tokens ≤ 4096 (default 256), γ in [2, 8], no context bound, no draft. */

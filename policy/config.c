@@ -58,10 +58,11 @@ typedef struct {
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const mode_names[] = {"auto", "draft", "off", NULL};
-static const char *const method_names[] = {"auto", "draft", "ngram", "off", NULL};
+static const char *const method_names[] = {"auto", "draft", "ngram", "off", "medusa", NULL};
 static const char *const verify_names[] = {"rejection", "coupled", NULL};
+static const char *const tree_names[] = {"off", "auto", "fixed", NULL};
 
-const char *pol_method_name(pol_spec_method m) { return (unsigned)m <= POL_METHOD_OFF ? method_names[m] : "?"; }
+const char *pol_method_name(pol_spec_method m) { return (unsigned)m <= POL_METHOD_MEDUSA ? method_names[m] : "?"; }
 
 #define KI(s, f, lo, hi, rs) {#f, K_INT, offsetof(s, f), 0, lo, hi, NULL, rs}
 #define KF(s, f, lo, hi, rs) {#f, K_FLOAT, offsetof(s, f), 0, lo, hi, NULL, rs}
@@ -89,6 +90,7 @@ static const keydef server_keys[] = {
 static const keydef models_keys[] = {
     KS(pol_models, target, true),
     KS(pol_models, draft, true),
+    KS(pol_models, medusa, true),
 };
 static const keydef engine_keys[] = {
     KE(pol_engine, backend, backend_names, true),
@@ -121,6 +123,10 @@ static const keydef spec_keys[] = {
     KI(pol_speculation, probe_interval, 1, 1000000, true),
     KF(pol_speculation, padding_cap, 1, 16, true),
     KF(pol_speculation, draft_mem_warn_pct, 0, 100, true),
+    KE(pol_speculation, tree, tree_names, true),
+    KI(pol_speculation, tree_budget, 1, POL_TREE_NODES, true),
+    KI(pol_speculation, tree_depth, 1, POL_TREE_NODES, true),
+    KI(pol_speculation, tree_topk, 1, 8, true),
 };
 static const keydef rule_keys[] = {
     KS(pol_rule, model, false),
@@ -159,7 +165,7 @@ static const secdef sections[] = {
     {"telemetry", telemetry_keys, NKEYS(telemetry_keys), offsetof(pol_config, telemetry)},
 };
 #define NSECTIONS NKEYS(sections)
-#define MAXKEYS 16
+#define MAXKEYS 24
 
 static void cfg_defaults(pol_config *c) {
     memset(c, 0, sizeof(*c));
@@ -181,7 +187,8 @@ static void cfg_defaults(pol_config *c) {
                                        .adaptive = true, .window = 20, .warmup = 5, .fallback_alpha = 0.4,
                                        .fallback_steps = 10, .probe_interval = 32, .padding_cap = 1.5,
                                        .method = POL_METHOD_AUTO, .ngram_min = 2, .ngram_max = 5,
-                                       .draft_mem_warn_pct = 20};
+                                       .draft_mem_warn_pct = 20, .tree = POL_TREE_OFF, .tree_budget = 16,
+                                       .tree_depth = 5, .tree_topk = 3};
     c->telemetry = (pol_telemetry){.enabled = true, .sample_rate = 1.0, .retention_rows = 1000000,
                                    .retention_days = 7, .queue_size = 65536};
     snprintf(c->telemetry.path, sizeof(c->telemetry.path), "specd-telemetry.db");

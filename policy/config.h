@@ -26,12 +26,14 @@ typedef enum { POL_BACKEND_AUTO = 0, POL_BACKEND_CPU, POL_BACKEND_CUDA } pol_bac
 typedef enum { POL_SPEC_AUTO = 0, POL_SPEC_DRAFT, POL_SPEC_OFF } pol_spec_mode;
 /* The proposer (speculation.method, a rule's method): names as the engine's
  * spec_method_parse takes them. */
-typedef enum { POL_METHOD_AUTO = 0, POL_METHOD_DRAFT, POL_METHOD_NGRAM, POL_METHOD_OFF } pol_spec_method;
+typedef enum { POL_METHOD_AUTO = 0, POL_METHOD_DRAFT, POL_METHOD_NGRAM, POL_METHOD_OFF, POL_METHOD_MEDUSA } pol_spec_method;
 const char *pol_method_name(pol_spec_method m); /* "auto", "draft", "ngram", "off" */
 /* speculation.verify: how drafts are verified. rejection: min(1, p/q) with
  * residual correction; coupled: Gumbel-max with shared noise (seeded output
  * independent of γ, drafter and schedule). */
 enum { POL_VERIFY_REJECTION = 0, POL_VERIFY_COUPLED = 1 };
+typedef enum { POL_TREE_OFF = 0, POL_TREE_AUTO, POL_TREE_FIXED } pol_tree;
+#define POL_TREE_NODES 16                  /* most nodes of a speculation tree (DRAFTER_MAX_NODES) */
 
 typedef struct {
     char host[256];                        /* 127.0.0.1 */
@@ -56,6 +58,7 @@ typedef struct {
 typedef struct {
     char target[1024];                     /* GGUF path; "" = demo pair (the CLI decides) */
     char draft[1024];                      /* GGUF path; "" = no draft */
+    char medusa[1024];                     /* Medusa heads side file (specd train-medusa); "" = none */
 } pol_models;
 
 /* A list of small integers from the file (engine.devices). */
@@ -94,6 +97,9 @@ typedef struct {
     int probe_interval;                    /* 32 */
     double padding_cap;                    /* 1.5 */
     double draft_mem_warn_pct;             /* 20 */
+    pol_tree tree;                         /* off: chains only; auto: the shape controller picks chain or tree
+                                            * per step; fixed: every step a tree of the bounds below */
+    int tree_budget, tree_depth, tree_topk; /* tree bounds: nodes (16, 1..16), levels (5), children per node (3, 1..8) */
 } pol_speculation;
 
 /* One γ rule (the brief's gamma_policy row). Fields the file leaves out are

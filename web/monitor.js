@@ -142,7 +142,7 @@ function showSequences(seqs) {
       rows.set(id, tr);
       body.appendChild(tr);
     }
-    const vals = [id.slice(0, 8), s.content_type || '—', (s.mode || '—') + (s.method && s.method !== 'plain' ? ' · ' + s.method : '') + (s.prefilling ? ' · prefill' : ''), String(s.gamma ?? '—'), fmt(s.alpha, 2),
+    const vals = [id.slice(0, 8), s.content_type || '—', (s.mode || '—') + (s.method && s.method !== 'plain' ? ' · ' + s.method : '') + (s.shape && s.shape !== 'chain' ? ' · ' + s.shape : '') + (s.prefilling ? ' · prefill' : ''), String(s.gamma ?? '—'), fmt(s.alpha, 2),
       String(s.tokens ?? '—'), fmt(s.tokens_per_s, 1)];
     vals.forEach((v, i) => { if (tr.cells[i].textContent !== v) tr.cells[i].textContent = v; });
   }
@@ -211,6 +211,11 @@ function onSnapshot(s) {
   const pc = s.prefix_cache;
   setText('v-prefix', !pc ? '—' : !pc.enabled ? 'off' : pc.prompt_tokens ? `${(100 * pc.hit_ratio).toFixed(1)}%` : '—');
   setText('v-prefix-sub', pc && pc.enabled ? `${pc.reused_tokens} of ${pc.prompt_tokens} prompt tokens reused` : 'prompt tokens reused');
+  const tr = s.tree;
+  const trSteps = tr ? tr.chain_steps + tr.tree_steps : 0;
+  setText('v-tree', !tr ? '—' : tr.mode === 'off' ? 'off' : trSteps ? `${(100 * tr.tree_steps / trSteps).toFixed(1)}%` : '—');
+  setText('v-tree-sub', !tr || tr.mode === 'off' ? 'of tree-enabled steps'
+    : `${tr.mode} · ${tr.tree_steps} trees, ${tr.chain_steps} chain-path steps`);
   showKv('kv-target', s.kv?.target);
   showKv('kv-draft', s.kv?.draft);
   showBanner(s);

@@ -250,6 +250,7 @@ int main(void) {
     es.st.pos_reached[0] = 40, es.st.pos_accepted[0] = 35;
     es.st.pos_reached[1] = 40, es.st.pos_accepted[1] = 28;
     es.st.pos_reached[2] = 30, es.st.pos_accepted[2] = 20;
+    es.tree_decisions[0] = 7, es.tree_decisions[1] = 13, es.tree_auto = 5, es.st.tree_steps = 11, es.st.tree_nodes = 99;
     snprintf(es.target_id, sizeof es.target_id, "llama-1");
     snprintf(es.draft_id, sizeof es.draft_id, "llama-2");
     gw_counters gc = {.connections_open = 4, .connections_total = 17, .requests_total = 11, .slow_disconnects = 1};
@@ -279,6 +280,12 @@ int main(void) {
     CHECK(val(&E, "specd:spec_decode_fallbacks_total", "") == 2);
     CHECK(val(&E, "specd:kv_resets_total", "") == 1);
     CHECK(val(&E, "specd:kv_reset_reused_tokens_total", "") == 48);
+    CHECK(val(&E, "specd:spec_tree_decisions_total", "path=\"chain\"") == 7);
+    CHECK(val(&E, "specd:spec_tree_decisions_total", "path=\"tree\"") == 13);
+    CHECK(val(&E, "specd:spec_tree_auto_steps_total", "") == 5);
+    CHECK(val(&E, "specd:spec_tree_branched_steps_total", "") == 11);
+    CHECK(val(&E, "specd:spec_tree_nodes_total", "") == 99);
+    CHECK(!strcmp(type_of(&E, "specd:spec_tree_nodes_total"), "counter"));
     CHECK(val(&E, "specd:generation_tokens_total", "") == 1234);
     CHECK(val(&E, "specd:num_requests_running", "") == 3 && !strcmp(type_of(&E, "specd:num_requests_running"), "gauge"));
     CHECK(val(&E, "specd:num_requests_waiting", "") == 2);

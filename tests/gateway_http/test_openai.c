@@ -14,7 +14,8 @@
 
 static gw_limits lim(void) {
     return (gw_limits){.max_message_bytes = 4096, .max_tokens_limit = 1000, .default_max_tokens = 256,
-                       .gamma_min = 2, .gamma_max = 8, .max_ctx = 0, .has_draft = true};
+                       .gamma_min = 2, .gamma_max = 8, .max_ctx = 0, .has_draft = true,
+                       .tree = ENGINE_TREE_AUTO, .tree_budget = 16, .tree_depth = 5, .tree_topk = 3};
 }
 
 static json_t *load(const char *s) {
@@ -90,6 +91,11 @@ static const bad_case bad[] = {
     {false, "{\"prompt\":\"a\",\"speculation\":{\"gamma\":9}}", "speculation.gamma", "out_of_range"},
     {false, "{\"prompt\":\"a\",\"speculation\":{\"gamma\":\"4\"}}", "speculation.gamma", "wrong_type"},
     {false, "{\"prompt\":\"a\",\"speculation\":{\"adaptive\":\"no\"}}", "speculation.adaptive", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"tree\":\"big\"}}", "speculation.tree", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"tree\":true}}", "speculation.tree", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"tree_budget\":17}}", "speculation.tree_budget", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"tree_depth\":6}}", "speculation.tree_depth", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"speculation\":{\"tree_topk\":\"3\"}}", "speculation.tree_topk", "wrong_type"},
     {false, "{\"prompt\":\"a\",\"content_type\":\"has space\"}", "content_type", "out_of_range"},
     {false, "{\"prompt\":\"a\",\"n\":2}", "n", "unsupported"},
     {false, "{\"prompt\":\"a\",\"best_of\":3}", "best_of", "unsupported"},

@@ -118,6 +118,30 @@ static void test_valid_shapes(void) {
     EXPECT_OK("{\"type\":\"generate\",\"id\":\"s\",\"prompt\":\"p\",\"speculation\":{\"mode\":\"auto\"}}", &m);
     CHECK(m.req.mode == SPEC_MODE_AUTO);
     gw_msg_free(&m);
+    /* tree speculation: refused while the server has trees off, bounded by its bounds when on */
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"tree\":\"auto\"}}",
+               GW_ERR_OUT_OF_RANGE);
+    CHECKF(strstr(e.message, "tree speculation is off on this server (speculation.tree)"), "%s", e.message);
+    EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"tree\":\"off\"}}", &m);
+    CHECK(m.req.tree == ENGINE_TREE_OFF);
+    gw_msg_free(&m);
+    {
+        gw_limits keep = L;
+        L.tree = ENGINE_TREE_AUTO, L.tree_budget = 16, L.tree_depth = 5, L.tree_topk = 3;
+        EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"tree\":\"fixed\","
+                  "\"tree_budget\":8,\"tree_depth\":4,\"tree_topk\":2}}", &m);
+        CHECK(m.req.tree == ENGINE_TREE_FIXED && m.req.tree_budget == 8 && m.req.tree_depth == 4 && m.req.tree_topk == 2);
+        gw_msg_free(&m);
+        EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"tree_budget\":17}}",
+                   GW_ERR_OUT_OF_RANGE);
+        CHECKF(!strcmp(e.message, "field 'speculation.tree_budget' must be an integer in [1, 16] (the server's tree "
+                                  "bounds), got 17"), "%s", e.message);
+        EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"tree\":\"wide\"}}",
+                   GW_ERR_OUT_OF_RANGE);
+        EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"tree_topk\":1.5}}",
+                   GW_ERR_WRONG_TYPE);
+        L = keep;
+    }
     /* bounds are inclusive where documented */
     EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"max_tokens\":4096,\"top_p\":1,\"min_p\":0,"
               "\"speculation\":{\"gamma\":8}}",

@@ -89,13 +89,13 @@ int main(int argc, char **argv) {
                         if (cfgs[c].gamma < 0) { /* auto: the controller's shape, plain when it says so */
                             int e = tree_ctl_pick(&ctl, 1);
                             double a = now_ms();
-                            spec_tree none = {0};
-                            rc = e ? draft_tree_step(dt, tc, &s, 1, &ctl.menu[e], true, &mx, &info, err, sizeof(err))
-                                   : spec_tree_step(tc, &s, 1, &none, &mx, &info, err, sizeof(err));
-                            if (!rc) tree_ctl_observe(&ctl, e, info.n_new, now_ms() - a - info.target_ms);
+                            rc = e ? draft_tree_step(dt, tc, &s, 1, &ctl.menu[e], NULL, &mx, &info, err, sizeof(err))
+                                   : spec_seq_step(s, mx, &info, err, sizeof(err)); /* the chain path */
+                            if (!rc)
+                                tree_ctl_observe(&ctl, e, info.n_new, info.gamma + 1, 1, info.gamma + 1, now_ms() - a);
                             picks[e]++;
                         } else {
-                            rc = cfgs[c].sh.budget ? draft_tree_step(dt, tc, &s, 1, &cfgs[c].sh, true, &mx, &info, err,
+                            rc = cfgs[c].sh.budget ? draft_tree_step(dt, tc, &s, 1, &cfgs[c].sh, NULL, &mx, &info, err,
                                                                      sizeof(err))
                                                    : spec_seq_step(s, mx, &info, err, sizeof(err));
                         }
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
                    (toks[c] / ms[c]) / plain);
         printf("  auto's picks:");
         for (int e = 0; e < ctl.n; e++)
-            printf(" %s%d/%d/%d: %ld (%.2f tok/pass)", e ? "" : "plain ", ctl.menu[e].budget, ctl.menu[e].depth,
+            printf(" %s%d/%d/%d: %ld (%.2f tok/pass)", e ? "" : "chain path ", ctl.menu[e].budget, ctl.menu[e].depth,
                    ctl.menu[e].topk, picks[e], ctl.tpp[e]);
         printf("\n");
     }

@@ -1,7 +1,9 @@
 /* test_spec_tree_draft.c — the tree proposers (draft_tree.h) on the real pair
  * (stories260K target, llama2xs-281K draft): greedy tree speculation equals
  * plain greedy decoding on 50 prompts for draft-model trees of several shapes
- * and for n-gram trees, alone and in batches of 6; the draft cache ends at
+ * and for n-gram trees, alone and in batches of 6, and in mixed batches (each
+ * sequence its own shape — plain, chain or tree — and proposer — draft,
+ * n-gram or auto — in one target pass); the draft cache ends at
  * the accepted tokens and the target cache equals a fresh prefill. Then the
  * law at T = 1.0 and at T = 0.7 / top-p 0.9: the first token of a sampled
  * draft-tree step (siblings drawn without replacement) against the target's
@@ -26,8 +28,10 @@ static const tree_shape shapes[] = {
 
 /* Generates with tree steps (draft trees when use_draft, else n-gram trees),
  * B sequences per step; returns outputs differing from plain greedy. */
-static int run(spec_pair *sp, draft_tree *dt, spec_tree_ctx *tc, const tree_shape *sh, bool use_draft, int B,
-               spec_stats *tot, su_cache_stats *cs) {
+/* mixed: each sequence of a batch its own shape (a plain step, a chain or a
+ * tree) and proposer (draft, n-gram, auto), all in one target pass */
+static int run(spec_pair *sp, draft_tree *dt, spec_tree_ctx *tc, const tree_shape *sh, bool use_draft, bool mixed,
+               int B, spec_stats *tot, su_cache_stats *cs) {
     int mism = 0;
     for (int base = 0; base + B <= n_prompts; base += B) {
         int32_t ref[8][N_GEN];
@@ -47,15 +51,22 @@ static int run(spec_pair *sp, draft_tree *dt, spec_tree_ctx *tc, const tree_shap
         for (;;) {
             spec_seq *live[8];
             int mx[8], nl = 0;
+            tree_shape shv[8];
+            spec_method how[8];
+            static const tree_shape plain = {0, 0, 0};
             for (int j = 0; j < B; j++) {
                 int made = S[j]->n_tokens - np[j];
                 if (made >= N_GEN || tok_is_eog(sp->tok, S[j]->tokens[S[j]->n_tokens - 1])) continue;
                 mx[nl] = N_GEN - made;
+                shv[nl] = !mixed ? *sh : (base + j + made) % (N_SHAPES + 1) == N_SHAPES ? plain
+                                                                                    : shapes[(base + j + made) % (N_SHAPES + 1)];
+                how[nl] = !mixed ? (use_draft ? SPEC_METHOD_DRAFT : SPEC_METHOD_NGRAM)
+                                 : (spec_method[]){SPEC_METHOD_DRAFT, SPEC_METHOD_NGRAM, SPEC_METHOD_AUTO}[j % 3];
                 live[nl++] = S[j];
             }
             if (!nl) break;
             spec_step_info info[8];
-            int rc = draft_tree_step(dt, tc, live, nl, sh, use_draft, mx, info, err, sizeof(err));
+            int rc = draft_tree_step(dt, tc, live, nl, shv, how, mx, info, err, sizeof(err));
             CHECKF(rc == 0, "draft_tree_step: %s", err);
             if (rc) break;
             for (int j = 0; j < nl; j++) {
@@ -83,18 +94,19 @@ static int run(spec_pair *sp, draft_tree *dt, spec_tree_ctx *tc, const tree_shap
 
 static void greedy(spec_pair *sp, draft_tree *dt, spec_tree_ctx *tc) {
     su_cache_stats cs = {0};
-    for (int k = 0; k <= N_SHAPES; k++)
+    for (int k = 0; k <= N_SHAPES + 1; k++)
         for (int B = 1; B <= 6; B += 5) {
-            bool draft = k < N_SHAPES;
+            bool draft = k < N_SHAPES, mixed = k == N_SHAPES + 1;
+            if (mixed && B == 1) continue;
             const tree_shape *sh = draft ? &shapes[k] : &(tree_shape){8, 4, 3};
             spec_stats tot = {0};
-            int mism = run(sp, dt, tc, sh, draft, B, &tot, &cs);
+            int mism = run(sp, dt, tc, sh, draft, mixed, B, &tot, &cs);
             CHECKF(mism == 0, "%s budget %d depth %d topk %d batch %d: %d outputs differ from plain greedy",
-                   draft ? "draft" : "ngram", sh->budget, sh->depth, sh->topk, B, mism);
+                   mixed ? "mixed" : draft ? "draft" : "ngram", sh->budget, sh->depth, sh->topk, B, mism);
             double vs = (double)(tot.verify_steps ? tot.verify_steps : 1);
             fprintf(stderr, "%-5s budget %2d depth %d topk %d batch %d: %d differ; %llu tree + %llu plain passes, "
                             "%.2f nodes/pass, accepted path %.2f, %.2f tokens per target pass\n",
-                    draft ? "draft" : "ngram", sh->budget, sh->depth, sh->topk, B, mism,
+                    mixed ? "mixed" : draft ? "draft" : "ngram", sh->budget, sh->depth, sh->topk, B, mism,
                     (unsigned long long)tot.verify_steps, (unsigned long long)tot.plain_steps,
                     (double)tot.drafted / vs, (double)tot.accepted / vs, spec_stats_tokens_per_pass(&tot));
             fprintf(stderr, "      acceptance by depth:");
@@ -134,7 +146,7 @@ static double law(spec_pair *sp, draft_tree *dt, spec_tree_ctx *tc, sampler_conf
         s->prm.seed = 1000 + (uint64_t)r;
         int mx = 4;
         spec_step_info info;
-        CHECK(draft_tree_step(dt, tc, &s, 1, &sh, true, &mx, &info, err, sizeof(err)) == 0);
+        CHECK(draft_tree_step(dt, tc, &s, 1, &sh, NULL, &mx, &info, err, sizeof(err)) == 0);
         nodes += info.gamma;
         cnt[s->tokens[N0]]++;
         /* back to the context */

@@ -1,9 +1,12 @@
 /* test_tree_ctl.c — the shape controller (engine/tree_ctl.h) on synthetic
- * cost curves: it explores every shape first; with a flat (memory-bound)
+ * cost curves: it explores every entry first; with a flat (memory-bound)
  * verify it picks the shape with the most tokens per pass; with a
- * compute-bound verify (t proportional to rows) it picks plain decoding; with
- * a knee at 8 rows it picks a tree alone but plain at a batch of 8; the
- * policy bounds (tree_budget/depth/topk) bound the menu. */
+ * compute-bound verify (t proportional to rows) it keeps the chain path
+ * (which here decodes plainly); with a knee at 8 rows it picks a tree alone
+ * but the chain path at a batch of 8; measured rows, not budgets, are the
+ * cost, and so is wall time the curve does not explain (a slow proposer);
+ * entries left unobserved for `reprobe` steps are tried again; a controller seeded from an engine-wide one skips its exploration;
+ * the policy bounds (tree_budget/depth/topk) bound the menu. */
 #include "engine/tree_ctl.h"
 #include "tests/testutil.h"
 
@@ -16,12 +19,13 @@ static void curve(double *t, int kind) {
 
 /* tokens per pass a shape delivers in these tests: grows with budget */
 static int tokens_for(const tree_shape *s) { return s->budget == 0 ? 1 : 1 + (int)ceil(log2(1.0 + s->budget)); }
+static int rows_for(const tree_shape *s) { return s->budget + 1; }
 
 static int settle(tree_ctl *c, int batch) {
     int e = 0;
     for (int step = 0; step < 200; step++) {
         e = tree_ctl_pick(c, batch);
-        tree_ctl_observe(c, e, tokens_for(&c->menu[e]), 0.0);
+        tree_ctl_observe(c, e, tokens_for(&c->menu[e]), rows_for(&c->menu[e]), 1, rows_for(&c->menu[e]), c->t_rows[rows_for(&c->menu[e])]);
     }
     return e;
 }
@@ -29,19 +33,18 @@ static int settle(tree_ctl *c, int batch) {
 int main(void) {
     double t[TREE_CTL_ROWS + 1] = {0};
     tree_ctl c;
-    /* exploration: each non-plain entry first */
+    /* exploration: each entry first, the chain path too */
     curve(t, 0);
     tree_ctl_init(&c, t, 16, 8, 4);
-    CHECK(c.n == 7 && c.menu[0].budget == 0);
-    for (int e = 1; e < c.n; e++)
+    CHECKF(c.n == 5 && c.menu[0].budget == 0 && c.menu[4].budget == 16 && c.menu[4].topk == 4, "menu of %d", c.n);
+    for (int e = 0; e < c.n; e++)
         for (int k = 0; k < c.explore; k++) {
             CHECK(tree_ctl_pick(&c, 1) == e);
-            tree_ctl_observe(&c, e, tokens_for(&c.menu[e]), 0.0);
+            tree_ctl_observe(&c, e, tokens_for(&c.menu[e]), rows_for(&c.menu[e]), 1, rows_for(&c.menu[e]), c.t_rows[rows_for(&c.menu[e])]);
         }
     /* flat: the biggest tree */
     int e = settle(&c, 1);
-    CHECKF(c.menu[e].budget == 16 && c.menu[e].topk == 3, "flat curve: picked budget %d topk %d", c.menu[e].budget,
-           c.menu[e].topk);
+    CHECKF(c.menu[e].budget == 16, "flat curve: picked budget %d topk %d", c.menu[e].budget, c.menu[e].topk);
     /* compute-bound: plain */
     curve(t, 1);
     tree_ctl_init(&c, t, 16, 8, 4);
@@ -57,14 +60,40 @@ int main(void) {
     CHECK(tree_ctl_rate(&c, e, 1) >= best);
     int e8 = tree_ctl_pick(&c, 8);
     CHECKF(e8 == 0, "knee, batch 8: picked budget %d", c.menu[e8].budget);
-    /* proposal time counts: an expensive drafter loses to plain */
+    /* time beyond the verify counts: an expensive drafter loses to the chain path */
     curve(t, 0);
     tree_ctl_init(&c, t, 16, 8, 4);
     for (int step = 0; step < 200; step++) {
         int k = tree_ctl_pick(&c, 1);
-        tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), 10.0);
+        tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), rows_for(&c.menu[k]), 1, rows_for(&c.menu[k]),
+                         c.t_rows[rows_for(&c.menu[k])] + (k ? 10.0 : 0.0));
     }
     CHECK(tree_ctl_pick(&c, 1) == 0);
+    /* measured rows count, not the budget: a tree that comes out smaller
+     * (few candidates) costs what it verified */
+    curve(t, 1);
+    tree_ctl_init(&c, t, 16, 8, 4);
+    for (int k = 0; k < c.n; k++) tree_ctl_observe(&c, k, k ? 3 : 1, k ? 2 : 1, 1, k ? 2 : 1, c.t_rows[k ? 2 : 1]);
+    CHECK(tree_ctl_rate(&c, 3, 1) > tree_ctl_rate(&c, 0, 1));
+    /* seeding from an engine-wide controller skips what it explored */
+    tree_ctl prior = c, fresh;
+    tree_ctl_init(&fresh, t, 16, 8, 4);
+    for (int k = 0; k < prior.n; k++) prior.seen[k] = 100;
+    tree_ctl_seed(&fresh, &prior);
+    CHECK(fresh.seen[1] == fresh.explore && fresh.tpp[1] == prior.tpp[1] && fresh.rows[1] == prior.rows[1]);
+    CHECK(tree_ctl_pick(&fresh, 1) == tree_ctl_pick(&prior, 1));
+    /* an entry not observed for `reprobe` steps is tried again */
+    curve(t, 0);
+    tree_ctl_init(&c, t, 16, 8, 4);
+    settle(&c, 1);
+    int top = tree_ctl_pick(&c, 1), probed = 0;
+    for (int step = 0; step < 4 * c.reprobe; step++) {
+        int k = tree_ctl_pick(&c, 1);
+        probed += k != top;
+        tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), rows_for(&c.menu[k]), 1, rows_for(&c.menu[k]),
+                         c.t_rows[rows_for(&c.menu[k])]);
+    }
+    CHECKF(probed >= 4 && probed <= 4 * (c.n - 1) + 4, "%d re-probes in %d steps", probed, 4 * c.reprobe);
     /* bounds */
     tree_ctl_init(&c, t, 1, 8, 4);
     CHECK(c.n == 2 && c.menu[1].budget == 1);

@@ -94,7 +94,7 @@ static void run_workload(telemetry *t, int64_t *acc_sum, int64_t *rej_sum, int64
             int g, a;
             w_step(s, k, &g, &a);
             spec_step_info info = {.n_new = a + 1, .gamma = g, .accepted = a, .bonus = g && a == g,
-                                   .draft_ms = 0.5 * g, .target_ms = 2.0};
+                                   .draft_ms = 0.5 * g, .target_ms = 2.0, .tree = g > 0 && k % 4 == 1};
             tel_step st;
             tel_step_from_info(&st, ss.session_id, k, &info);
             CHECK(telemetry_step(t, &st));
@@ -151,6 +151,18 @@ static void test_workload(void) {
     CHECK(q_int(path, "SELECT count(*) FROM speculation_sessions WHERE status = 'cancelled'") == W_SESSIONS / 5);
     CHECK(q_int(path, "SELECT count(*) FROM speculation_sessions WHERE status = 'active'") == 0);
     CHECK(q_int(path, "SELECT count(DISTINCT content_type) FROM speculation_sessions") == 3);
+    /* tree steps are marked: shape 'tree' exactly where the step was one */
+    {
+        int64_t want = 0;
+        for (int s = 0; s < W_SESSIONS; s++)
+            for (int k = 0; k < W_STEPS; k++) {
+                int gg, aa;
+                w_step(s, k, &gg, &aa);
+                want += gg > 0 && k % 4 == 1;
+            }
+        CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE shape = 'tree'") == want && want > 0);
+        CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE shape NOT IN ('tree', 'chain')") == 0);
+    }
     /* effective TPOT = (draft + target) / tokens emitted */
     CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE abs(effective_tpot_ms -"
                       " (draft_latency_ms + target_latency_ms) / (n_accepted + 1)) > 1e-9") == 0);
@@ -466,6 +478,38 @@ static void test_helpers(void) {
     CHECK(!strcmp(tel_status_name(TEL_STATUS_CANCELLED), "cancelled"));
 }
 
+/* A version-2 file (steps without the shape column) is migrated in place:
+ * its rows read as chains, new tree steps as trees. */
+static void test_migrate(void) {
+    char path[600], err[512];
+    db_path(path, sizeof path, "v2.db");
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db,
+                       "CREATE TABLE speculation_steps (step_id INTEGER PRIMARY KEY, session_id TEXT NOT NULL,"
+                       " step_num INTEGER NOT NULL, gamma_used INTEGER NOT NULL, n_accepted INTEGER NOT NULL,"
+                       " n_rejected INTEGER NOT NULL, draft_latency_ms REAL NOT NULL, target_latency_ms REAL NOT NULL,"
+                       " effective_tpot_ms REAL NOT NULL, recorded_at INTEGER NOT NULL,"
+                       " method TEXT NOT NULL DEFAULT 'plain');"
+                       "INSERT INTO speculation_steps VALUES(1, 'old', 0, 4, 2, 2, 1.0, 2.0, 1.0, 1, 'draft');"
+                       "PRAGMA user_version=2;",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    telemetry_config c = telemetry_config_default();
+    c.path = path;
+    telemetry *t = telemetry_open(&c, err, sizeof err);
+    CHECKF(t, "%s", err);
+    if (!t) return;
+    spec_step_info info = {.n_new = 3, .gamma = 8, .accepted = 2, .tree = true, .draft_ms = 1, .target_ms = 2};
+    tel_step st;
+    tel_step_from_info(&st, "new", 1, &info);
+    CHECK(telemetry_step(t, &st));
+    telemetry_close(t);
+    CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE session_id = 'old' AND shape = 'chain'") == 1);
+    CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE session_id = 'new' AND shape = 'tree'") == 1);
+    CHECK(q_int(path, "PRAGMA user_version") == 3);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: test_telemetry MODE [DIR] | write PATH\n"); return 2; }
     if (!strcmp(argv[1], "write")) return argc > 2 ? test_write(argv[2]) : 2;
@@ -483,6 +527,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(m, "policy")) test_policy();
     else if (!strcmp(m, "errors")) test_errors();
     else if (!strcmp(m, "helpers")) test_helpers();
+    else if (!strcmp(m, "migrate")) test_migrate();
     else { fprintf(stderr, "unknown mode %s\n", m); return 2; }
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);

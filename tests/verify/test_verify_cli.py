@@ -126,12 +126,33 @@ def case_coupled(method, temp_args):
     expect_broken_fails(base, 8, 1e-6)
 
 
-def case_grammar(temp_args):
+def case_tree(method, temp_args):
+    """Tree speculation (--tree B/D/K): draft-model trees (siblings drawn
+    without replacement) and n-gram trees (deterministic nodes) pass; the
+    variant that judges every sibling against p itself, skipping the residual
+    update between siblings (--broken with --tree), fails."""
+    t, d = real_pair()
+    prompt = REPEAT_PROMPT if method == "ngram" else "The"
+    extra = ["--ngram-min", "1"] if method == "ngram" else []
+    base = pair_args(t, d, ["--samples", "5000", "--positions", "8", "-p", prompt, "--seed", "5", "--method", method,
+                            "--tree", "8/3/3", *extra, *temp_args])
+    out, rows = expect_pass(base, 8)
+    m = re.search(r"tree: (\d+) of the verify passes branched, ([0-9.]+) nodes verified per pass", out)
+    # n-gram trees branch only where earlier matches continue differently
+    check(m and int(m[1]) > (200 if method == "ngram" else 1000) and float(m[2]) > 2.0,
+          "trees were not exercised (branched passes, nodes)", out)
+    expect_broken_fails(base, 8, 1e-6)
+
+
+def case_grammar(temp_args, tree=None):
     """Under a grammar (--grammar FILE: lowercase words) both sets are masked,
     draft and target in lockstep: passes at T=1; masking only the draft
     (--broken-grammar: the target's p unmasked) fails; a grammar that does not
-    compile is a setup error naming line and column."""
+    compile is a setup error naming line and column. With tree, the same for
+    tree speculation (--tree: every node masked by its own path's state)."""
     t, d = real_pair()
+    if tree:
+        temp_args = [*temp_args, "--tree", tree]
     with tempfile.TemporaryDirectory() as tmp:
         g = os.path.join(tmp, "words.gbnf")
         with open(g, "w") as f:
@@ -220,6 +241,10 @@ if __name__ == "__main__":
         "coupled_ngram_t1": lambda: case_coupled("ngram", ["--temp", "1.0"]),
         "usage": case_usage,
         "grammar_t1": lambda: case_grammar(["--temp", "1.0"]),
+        "tree_t1": lambda: case_tree("draft", ["--temp", "1.0"]),
+        "tree_t07": lambda: case_tree("draft", ["--temp", "0.7", "--top-p", "0.9"]),
+        "tree_ngram_t1": lambda: case_tree("ngram", ["--temp", "1.0"]),
+        "tree_grammar_t1": lambda: case_grammar(["--temp", "1.0"], tree="6/3/3"),
     }
     cases[sys.argv[1]]()
     print("ok")

@@ -49,10 +49,12 @@ export function startMock(port = 0) {
         per_position: [1, 2, 3, 4].map((p) => ({ position: p, rate: 0.9 - 0.12 * p })),
         accepted_hist: hist, ttft_ms: { p50: 4 + Math.sin(t), p99: 9 }, tpot_ms: { p50: 1.2, p99: 2.5 + Math.sin(t) },
         fallbacks: 1, kv_resets: 0, telemetry_dropped: 0,
+        tree: { mode: 'auto', chain_steps: 40, tree_steps: Math.floor(t * 10), branched_steps: Math.floor(t * 8), nodes: Math.floor(t * 60) },
         policy: { version, last_reload_ok: reloadOk, last_reload_message: reloadOk ? 'ok' : 'config.yaml:3:5: gamma_max: 99 is out of range (1..16)' },
         model: { target: 'stories260K', draft: 'llama2xs-281K', backend: 'cpu', simd: 'avx512' },
         sequences: Array.from({ length: n }, (_, i) => ({
           id: `0000000${i}-aaaa-4bbb-8ccc-dddddddddddd`, content_type: 'chat', mode: 'adaptive', gamma: 4, alpha: 0.7,
+          shape: i % 2 ? 'tree 8/4/2' : 'chain',
           tokens: Math.floor(t * 10) % 200, tokens_per_s: tps / n,
         })),
       }));

@@ -67,6 +67,8 @@ async function run() {
   check(/^v\d+$/.test(await text(page, '#policy-version')), `banner policy: ${await text(page, '#policy-version')}`);
   check(await page.locator('#policy-warning').isHidden(), 'policy warning shown after a good start');
   check((await page.locator('#seq-body tr.empty').count()) === 1, 'sequence table is not empty while idle');
+  check(first.tree && first.tree.mode === 'off' && first.tree.tree_steps === 0, `snapshot tree: ${JSON.stringify(first.tree)}`);
+  check((await text(page, '#v-tree')) === 'off', `tree tile with trees off: ${await text(page, '#v-tree')}`);
 
   // generation from an independent client: values move, the table lists its sessions
   const ws = await connectWs(WebSocket, `ws://127.0.0.1:${port}/v1/stream`, 'specd.v1');

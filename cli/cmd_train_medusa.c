@@ -1,0 +1,307 @@
+/* cmd_train_medusa.c — `specd train-medusa`: Medusa-1 heads for a target on
+ * the CPU (medusa_train.h): corpus text (or, with --self-distill, the
+ * target's own continuations of corpus prompts) → one target pass for the
+ * hidden states → heads trained with AdamW → a GGUF side file with the
+ * heads' held-out accuracies. Ctrl-C stops after the current step and still
+ * writes measured heads. */
+#include "cli/cmd.h"
+#include "cli/util.h"
+#include "engine/medusa_train.h"
+#include "engine/spec.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_flag;
+static void on_sigint(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: specd train-medusa -m TARGET.gguf -o HEADS.gguf --corpus FILE [--corpus FILE ...] [options]\n"
+            "  --heads K          heads to train (4, at most %d)\n"
+            "  --layers L         ResBlocks per head (1, at most %d)\n"
+            "  --own-output       each head gets its own copy of the output matrix (default: shared)\n"
+            "  --self-distill     train on the target's own sampled continuations of corpus prompts\n"
+            "  --gen-len N        tokens generated per prompt with --self-distill (192)\n"
+            "  --samples N        continuations per prompt with --self-distill (1)\n"
+            "  --tokens N         most training positions (200000; hidden states take N x dim x 4 bytes)\n"
+            "  --epochs E         passes over the positions (1)      --steps N   exact step count instead\n"
+            "  --lr LR            peak learning rate (0.001)        --batch B   positions per step (64)\n"
+            "  --holdout F        held-out share of positions (0.05) --chunk C  target pass length (256)\n"
+            "  -t THREADS         threads for the target pass and the trainer (1)\n"
+            "  --seed S           shuffle and sampling seed (1)     --quiet     no progress bar\n",
+            MEDUSA_MAX_HEADS, MEDUSA_MAX_LAYERS);
+}
+
+/* Splits text into documents at newlines and "<|endoftext|>" markers. */
+static int next_doc(const char **p, const char *end, const char **ds, size_t *dl) {
+    static const char eot[] = "<|endoftext|>";
+    while (*p < end) {
+        const char *s = *p, *e = s;
+        while (e < end && *e != '\n' && !(end - e >= 13 && !memcmp(e, eot, 13))) e++;
+        *p = e < end ? (*e == '\n' ? e + 1 : e + 13) : end;
+        while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+        if (e - s >= 8) {
+            *ds = s, *dl = (size_t)(e - s);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n] = 0, *len = (size_t)n;
+    return b;
+}
+
+static uint64_t mix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* prompt (n_prompt tokens) followed by gen sampled tokens of the target at T = 1,
+ * into out; returns the length (stops at end of generation). */
+static int self_distill(spec_pair *sp, const int32_t *prompt, int n_prompt, int gen, int32_t *out, float *logits,
+                        uint64_t *rs, char *err, size_t errlen) {
+    model *m = sp->target;
+    int V = m->hp.n_vocab;
+    kv_seq *kv = kv_seq_create(sp->tpool, n_prompt + gen + 1);
+    if (!kv) return -1;
+    memcpy(out, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    int n = n_prompt;
+    if (model_feed(m, sp->tpool, kv, out, 0, n, logits, err, errlen) != 0) n = -1;
+    while (n > 0 && n < n_prompt + gen) {
+        float mx = logits[0];
+        for (int v = 1; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
+        double s = 0;
+        for (int v = 0; v < V; v++) s += exp((double)(logits[v] - mx));
+        double u = (double)(mix(rs) >> 11) / 9007199254740992.0 * s, c = 0;
+        int t = V - 1;
+        for (int v = 0; v < V; v++)
+            if ((c += exp((double)(logits[v] - mx))) > u) {
+                t = v;
+                break;
+            }
+        out[n++] = t;
+        if (tok_is_eog(sp->tok, t) || n >= m->mp.max_ctx) break;
+        model_seq ms = {.kv = kv, .n = 1, .tokens = &out[n - 1]};
+        if (model_forward(m, sp->tpool, &ms, 1, logits, err, errlen) != 0) n = -1;
+    }
+    kv_seq_destroy(sp->tpool, kv);
+    return n;
+}
+
+typedef struct {
+    bool quiet, tty;
+    int K;
+} prog_ctx;
+
+static void progress(void *ctx, const medusa_progress *p) {
+    prog_ctx *c = ctx;
+    if (c->quiet) return;
+    int w = 24, f = (int)(w * p->step / (p->steps ? p->steps : 1));
+    char bar[32];
+    for (int i = 0; i < w; i++) bar[i] = i < f ? '#' : '.';
+    bar[w] = 0;
+    fprintf(stderr, "%s[%s] step %lld/%lld epoch %d loss %.3f acc1", c->tty ? "\r" : "", bar, (long long)p->step,
+            (long long)p->steps, p->epoch, p->loss);
+    for (int k = 0; k < c->K; k++) fprintf(stderr, "%s%.2f", k ? "/" : " ", p->acc1[k]);
+    int eta = (int)(p->eta_s + 0.5);
+    fprintf(stderr, " %.0f tok/s ETA %dm%02ds%s", p->samples_per_s, eta / 60, eta % 60, c->tty ? "   " : "\n");
+    fflush(stderr);
+}
+
+int cmd_train_medusa(int argc, char **argv) {
+    const char *target = NULL, *out = NULL, *corpora[16];
+    int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192, samples = 1;
+    bool own = false, distill = false, quiet = false;
+    long max_tokens = 200000;
+    medusa_train_opts o;
+    medusa_train_opts_init(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m")) target = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-o")) out = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--corpus")) {
+            if (n_corpora == 16) {
+                fprintf(stderr, "specd train-medusa: at most 16 --corpus files\n");
+                return 2;
+            }
+            corpora[n_corpora++] = arg_str(argc, argv, &i);
+        } else if (!strcmp(a, "--heads")) K = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_HEADS);
+        else if (!strcmp(a, "--layers")) L = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_LAYERS);
+        else if (!strcmp(a, "--own-output")) own = true;
+        else if (!strcmp(a, "--self-distill")) distill = true;
+        else if (!strcmp(a, "--gen-len")) gen_len = (int)arg_long(argc, argv, &i, 1, 4096);
+        else if (!strcmp(a, "--samples")) samples = (int)arg_long(argc, argv, &i, 1, 4096);
+        else if (!strcmp(a, "--tokens")) max_tokens = arg_long(argc, argv, &i, 16, 100000000);
+        else if (!strcmp(a, "--epochs")) o.epochs = (int)arg_long(argc, argv, &i, 1, 10000);
+        else if (!strcmp(a, "--steps")) o.max_steps = arg_long(argc, argv, &i, 1, 100000000);
+        else if (!strcmp(a, "--lr")) o.lr = (float)arg_double(argc, argv, &i, 1e-7, 10);
+        else if (!strcmp(a, "--batch")) o.batch = (int)arg_long(argc, argv, &i, 1, 65536);
+        else if (!strcmp(a, "--holdout")) o.holdout = (float)arg_double(argc, argv, &i, 0.001, 0.5);
+        else if (!strcmp(a, "--chunk")) chunk = (int)arg_long(argc, argv, &i, 8, 4096);
+        else if (!strcmp(a, "-t")) threads = (int)arg_long(argc, argv, &i, 1, 256);
+        else if (!strcmp(a, "--seed")) o.seed = arg_u64(argc, argv, &i);
+        else if (!strcmp(a, "--quiet")) quiet = true;
+        else {
+            fprintf(stderr, "specd train-medusa: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!target || !out || !n_corpora) {
+        fprintf(stderr, "specd train-medusa: -m, -o and at least one --corpus are required\n");
+        usage(stderr);
+        return 2;
+    }
+    o.threads = threads;
+    char err[1024];
+    double t_start = now_ms();
+    backend *be = backend_cpu_create(threads);
+    spec_pair_params pp = {.max_ctx = chunk + gen_len + 16 > 4096 ? 4096 : chunk + gen_len + 16, .max_seqs = 1};
+    spec_pair *sp = spec_pair_load(target, NULL, be, &pp, NULL, err, sizeof(err));
+    if (!sp) {
+        fprintf(stderr, "specd train-medusa: %s\n", err);
+        backend_destroy(be);
+        return 1;
+    }
+    model *m = sp->target;
+    int D = m->hp.dim, V = m->hp.n_vocab, rc = 1;
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, err, sizeof(err));
+    float *O = mh ? medusa_target_output(m, err, sizeof(err)) : NULL;
+    medusa_data *d = medusa_data_create(D, K, max_tokens);
+    int cap = pp.max_ctx;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap * 2), *gen = malloc(sizeof(int32_t) * (size_t)cap * 2);
+    float *logits = malloc(sizeof(float) * (size_t)V);
+    if (!mh || !O || !d || !toks || !gen || !logits) {
+        fprintf(stderr, "specd train-medusa: %s\n", mh && O ? "out of memory for the hidden states (lower --tokens)" : err);
+        goto done;
+    }
+    snprintf(mh->target_id, sizeof(mh->target_id), "%s", sp->target_id.id);
+    snprintf(mh->target_name, sizeof(mh->target_name), "%s", m->name);
+    if (own)
+        for (int k = 0; k < K; k++) memcpy(mh->out + (size_t)k * V * D, O, sizeof(float) * (size_t)V * D);
+
+    /* the hidden-state pass */
+    uint64_t rs = o.seed ^ 0x5eedull;
+    int64_t n_text = 0;
+    int n_docs = 0;
+    for (int c = 0; c < n_corpora && d->n < d->cap; c++) {
+        size_t len;
+        char *text = read_file(corpora[c], &len);
+        if (!text) {
+            fprintf(stderr, "specd train-medusa: cannot read corpus %s\n", corpora[c]);
+            goto done;
+        }
+        const char *p = text, *ds;
+        size_t dl;
+        while (d->n < d->cap && next_doc(&p, text + len, &ds, &dl)) {
+            /* long documents go in pieces of the chunk length */
+            int n = tok_encode(sp->tok, ds, dl, true, false, toks, cap * 2);
+            if (n < 0) n = cap * 2;
+            for (int s = 0; s + 3 < n && d->n < d->cap; s += chunk) {
+                const int32_t *seg = toks + s;
+                int ns = n - s < chunk + 1 ? n - s : chunk + 1;
+                if (!distill) {
+                    if (medusa_data_add(d, m, sp->tpool, seg, ns, chunk + 1, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "specd train-medusa: %s\n", err);
+                        free(text);
+                        goto done;
+                    }
+                    n_text += ns;
+                    continue;
+                }
+                /* the target's own continuations of this segment's start */
+                int np = ns / 4 < 4 ? (ns < 4 ? ns : 4) : (ns / 4 > 32 ? 32 : ns / 4);
+                for (int r = 0; r < samples && d->n < d->cap; r++) {
+                    int ng = self_distill(sp, seg, np, gen_len, gen, logits, &rs, err, sizeof(err));
+                    if (ng < 0 || medusa_data_add(d, m, sp->tpool, gen, ng, chunk + 1, err, sizeof(err)) < 0) {
+                        fprintf(stderr, "specd train-medusa: %s\n", err);
+                        free(text);
+                        goto done;
+                    }
+                    n_text += ng;
+                }
+            }
+            n_docs++;
+            if (!quiet && n_docs % 64 == 0)
+                fprintf(stderr, "\rhidden states: %lld positions from %d documents", (long long)d->n, n_docs);
+        }
+        free(text);
+    }
+    double t_hidden = now_ms() - t_start;
+    fprintf(stderr, "%shidden states: %lld positions from %d documents%s in %.1f s\n", quiet ? "" : "\r",
+            (long long)d->n, n_docs, distill ? " (self-distilled continuations)" : "", t_hidden / 1e3);
+
+    prog_ctx pc = {quiet, isatty(2) == 1, K};
+    o.progress = progress;
+    o.progress_ctx = &pc;
+    o.progress_every = 10;
+    o.stop = &stop_flag;
+    struct sigaction sa = {0}, old;
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, &old);
+    medusa_train_result res;
+    int trc = medusa_train(mh, O, d, &o, &res, err, sizeof(err));
+    sigaction(SIGINT, &old, NULL);
+    if (!quiet && pc.tty) fprintf(stderr, "\n");
+    if (trc != 0) {
+        fprintf(stderr, "specd train-medusa: %s\n", err);
+        goto done;
+    }
+    if (medusa_heads_save(mh, out, err, sizeof(err)) != 0) {
+        fprintf(stderr, "specd train-medusa: %s\n", err);
+        goto done;
+    }
+    double total_s = (now_ms() - t_start) / 1e3;
+    printf("%s: %d heads x %d ResBlock%s (%s output), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K, L,
+           L > 1 ? "s" : "", own ? "own" : "shared", medusa_heads_bytes(mh) / 1024.0,
+           100.0 * medusa_heads_bytes(mh) / (double)m->weight_bytes);
+    printf("%s after %lld steps (%lld train / %lld held-out positions): hidden pass %.1f s, training %.1f s "
+           "(%.0f positions/s), total %.1f s\n",
+           res.interrupted ? "interrupted" : "done", (long long)res.steps, (long long)res.n_train,
+           (long long)res.n_heldout, t_hidden / 1e3, res.seconds,
+           res.seconds > 0 ? res.steps * (double)o.batch / res.seconds : 0.0, total_s);
+    printf("held-out loss %.4f -> %.4f (train %.4f)\n", res.loss0, res.loss1, res.train_loss);
+    for (int k = 0; k < K; k++)
+        printf("head %d (+%d): CE %.3f -> %.3f  top-1 %.3f  top-3 %.3f  top-5 %.3f\n", k + 1, k + 2, res.head_loss0[k],
+               res.head_loss1[k], mh->acc[k][0], mh->acc[k][2], mh->acc[k][4]);
+    printf("unigram baseline (head 1): %.3f\n", res.unigram_acc);
+    printf("summary loss0=%.6f loss1=%.6f head1_top1=%.6f unigram=%.6f steps=%lld interrupted=%d\n", res.loss0,
+           res.loss1, mh->acc[0][0], res.unigram_acc, (long long)res.steps, res.interrupted);
+    rc = 0;
+done:
+    free(toks);
+    free(gen);
+    free(logits);
+    free(O);
+    medusa_data_destroy(d);
+    medusa_heads_destroy(mh);
+    spec_pair_free(sp);
+    backend_destroy(be);
+    return rc;
+}

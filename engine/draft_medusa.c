@@ -1,0 +1,220 @@
+/* draft_medusa.c — Medusa trees from head top-k candidates (see draft_medusa.h). */
+#include "engine/draft_medusa.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOPK_MAX 16
+
+struct medusa_seq {
+    float *h;                   /* (D) */
+    int at;                     /* the sequence's n_tokens when h was recorded; -1 none */
+    int dim;                    /* D */
+};
+
+struct draft_medusa {
+    spec_pair *sp;
+    const medusa_heads *mh;
+    medusa_rt *rt;
+    int D, V, K;
+    float *h;                   /* (max_seqs, D) the rows of this step's proposals */
+    float *hid;                 /* (max_seqs, D) hidden states out of the verify pass */
+    float *logits;              /* (K, max_seqs, V) */
+    spec_tree *trees;           /* (max_seqs) */
+    int *row;                   /* (max_seqs) each sequence's row in h, -1 none */
+    /* the shape cache */
+    tree_shape shape;
+    int n_shape;
+    int16_t parent[DRAFTER_MAX_NODES];
+    int8_t depth[DRAFTER_MAX_NODES], rank[DRAFTER_MAX_NODES];
+};
+
+static int dfail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void draft_medusa_destroy(draft_medusa *dm) {
+    if (!dm) return;
+    medusa_rt_destroy(dm->rt);
+    free(dm->h);
+    free(dm->hid);
+    free(dm->logits);
+    free(dm->trees);
+    free(dm->row);
+    free(dm);
+}
+
+draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *err, size_t errlen) {
+    if (strcmp(mh->target_id, sp->target_id.id) != 0) {
+        dfail(err, errlen, "these medusa heads were trained for target %s, not for the loaded target %s",
+              mh->target_id, sp->target_id.id);
+        return NULL;
+    }
+    draft_medusa *dm = calloc(1, sizeof(*dm));
+    if (!dm) {
+        dfail(err, errlen, "out of memory: medusa proposer");
+        return NULL;
+    }
+    size_t S = (size_t)sp->max_seqs;
+    dm->sp = sp, dm->mh = mh, dm->D = mh->dim, dm->V = mh->n_vocab, dm->K = mh->n_heads;
+    if (!(dm->rt = medusa_rt_create(mh, sp->target, sp->max_seqs, err, errlen))) {
+        draft_medusa_destroy(dm);
+        return NULL;
+    }
+    dm->h = malloc(sizeof(float) * S * dm->D);
+    dm->hid = malloc(sizeof(float) * S * dm->D);
+    dm->logits = malloc(sizeof(float) * S * dm->K * dm->V);
+    dm->trees = malloc(sizeof(spec_tree) * S);
+    dm->row = malloc(sizeof(int) * S);
+    if (!dm->h || !dm->hid || !dm->logits || !dm->trees || !dm->row) {
+        draft_medusa_destroy(dm);
+        dfail(err, errlen, "out of memory: medusa proposer scratch");
+        return NULL;
+    }
+    dm->n_shape = -1;
+    return dm;
+}
+
+medusa_seq *medusa_seq_create(draft_medusa *dm) {
+    medusa_seq *ms = calloc(1, sizeof(*ms));
+    if (!ms) return NULL;
+    if (!(ms->h = malloc(sizeof(float) * (size_t)dm->D))) {
+        free(ms);
+        return NULL;
+    }
+    ms->at = -1;
+    ms->dim = dm->D;
+    return ms;
+}
+
+void medusa_seq_destroy(medusa_seq *ms) {
+    if (!ms) return;
+    free(ms->h);
+    free(ms);
+}
+
+void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src) {
+    dst->at = src->at;
+    if (src->at >= 0) memcpy(dst->h, src->h, sizeof(float) * (size_t)src->dim);
+}
+
+void medusa_seq_prefilled(draft_medusa *dm, medusa_seq *ms, const spec_seq *s) {
+    model *m = dm->sp->target;
+    int row = m->n_out_last - 1;
+    ms->at = row >= 0 && model_hidden_rows(m, ms->h, &row, 1) == 0 ? s->n_tokens : -1;
+}
+
+/* P(head d's label has rank r): from the measured cumulative accuracies; a
+ * prior for heads never measured. Floored so every rank stays orderable. */
+static double rank_prob(const medusa_heads *mh, int d, int r) {
+    double p;
+    if (mh->acc_tokens == 0 || d >= mh->n_heads) {
+        p = 0.6 / (d + 1) / (r + 1);
+    } else {
+        int j = r < MEDUSA_ACC_K ? r : MEDUSA_ACC_K - 1;
+        p = mh->acc[d][j] - (j ? mh->acc[d][j - 1] : 0.0);
+        if (r >= MEDUSA_ACC_K) p /= (r - MEDUSA_ACC_K + 2);
+    }
+    return p > 1e-6 ? p : 1e-6 / (r + 1);
+}
+
+typedef struct {
+    int16_t parent;
+    int8_t depth, rank;
+    double v;                   /* the path's value: product of its nodes' rank probabilities */
+} cand;
+
+int draft_medusa_shape(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank) {
+    int budget = sh->budget < DRAFTER_MAX_NODES ? sh->budget : DRAFTER_MAX_NODES;
+    int maxd = sh->depth < mh->n_heads ? sh->depth : mh->n_heads;
+    int topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX;
+    if (budget < 1 || maxd < 1 || topk < 1) return 0;
+    /* frontier of candidates: each picked node offers its next sibling and its first child */
+    cand fr[2 * DRAFTER_MAX_NODES + 2];
+    int nf = 0, n = 0;
+    fr[nf++] = (cand){-1, 1, 0, rank_prob(mh, 0, 0)};
+    while (n < budget && nf > 0) {
+        int b = 0;
+        for (int i = 1; i < nf; i++) b = fr[i].v > fr[b].v ? i : b;
+        cand c = fr[b];
+        fr[b] = fr[--nf];
+        parent[n] = c.parent, depth[n] = c.depth, rank[n] = c.rank;
+        int me = n++;
+        if (c.rank + 1 < topk)
+            fr[nf++] = (cand){c.parent, c.depth, (int8_t)(c.rank + 1),
+                                       c.v / rank_prob(mh, c.depth - 1, c.rank) * rank_prob(mh, c.depth - 1, c.rank + 1)};
+        if (c.depth < maxd)
+            fr[nf++] = (cand){(int16_t)me, (int8_t)(c.depth + 1), 0, c.v * rank_prob(mh, c.depth, 0)};
+    }
+    return n;
+}
+
+/* The top k token ids of z (V), best first; ties: lower id first. */
+static void topk_ids(int32_t *out, int k, const float *z, int V) {
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        if (n == k && z[v] <= z[out[k - 1]]) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && z[out[j - 1]] < z[v]) out[j] = out[j - 1], j--;
+        out[j] = v;
+    }
+}
+
+int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
+                      const int *max_new, spec_step_info *info, char *err, size_t errlen) {
+    spec_pair *sp = dm->sp;
+    if (n < 1 || n > sp->max_seqs) return dfail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
+    if (dm->n_shape < 0 || memcmp(&dm->shape, sh, sizeof(*sh)) != 0) {
+        dm->shape = *sh;
+        dm->n_shape = draft_medusa_shape(dm->mh, sh, dm->parent, dm->depth, dm->rank);
+    }
+    double t0 = now_ms();
+    int nr = 0, topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX, D = dm->D, V = dm->V, K = dm->K;
+    for (int i = 0; i < n; i++) {
+        dm->row[i] = -1;
+        dm->trees[i].n_nodes = 0;
+        dm->trees[i].q = NULL;
+        if (dm->n_shape > 0 && M[i]->at == S[i]->n_tokens) {
+            memcpy(dm->h + (size_t)nr * D, M[i]->h, sizeof(float) * (size_t)D);
+            dm->row[i] = nr++;
+        }
+    }
+    double hm = 0;
+    if (nr > 0) {
+        int maxd = 0;
+        for (int j = 0; j < dm->n_shape; j++) maxd = dm->depth[j] > maxd ? dm->depth[j] : maxd;
+        medusa_rt_logits(dm->rt, dm->logits, dm->h, nr, maxd);
+        for (int i = 0; i < n; i++) {
+            if (dm->row[i] < 0) continue;
+            int32_t top[MEDUSA_MAX_HEADS][TOPK_MAX];
+            for (int d = 0; d < maxd && d < K; d++)
+                topk_ids(top[d], topk, dm->logits + ((size_t)d * nr + dm->row[i]) * V, V);
+            spec_tree *t = &dm->trees[i];
+            for (int j = 0; j < dm->n_shape; j++)
+                t->nodes[j] = (drafter_node){top[dm->depth[j] - 1][dm->rank[j]], dm->parent[j], true};
+            t->n_nodes = dm->n_shape;
+        }
+        hm = now_ms() - t0;
+    }
+    if (spec_tree_step_h(tc, S, n, dm->trees, max_new, info, dm->hid, err, errlen) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        memcpy(M[i]->h, dm->hid + (size_t)i * D, sizeof(float) * (size_t)D);
+        M[i]->at = S[i]->n_tokens;
+        info[i].draft_ms = nr ? hm / nr : 0;
+        S[i]->st.draft_ms += info[i].draft_ms;
+    }
+    return 0;
+}

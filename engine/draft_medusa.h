@@ -1,0 +1,59 @@
+/* draft_medusa.h — the Medusa tree proposer (issue 18): from a sequence's
+ * last target hidden state the heads (medusa.h) give, for each depth d, head
+ * d's top-k tokens; the tree takes rank r at depth d as a child of the nodes
+ * at depth d-1, its shape chosen once per (heads, shape) by best-first on the
+ * heads' measured held-out rank probabilities (acc[d][r] - acc[d][r-1]: a
+ * path's value is the product over its nodes, the expected-acceptance greedy
+ * of the Medusa paper's sparse trees). Every node is deterministic (a point
+ * mass), so the tree rule of tree.h is lossless at any temperature; no
+ * "typical acceptance".
+ *
+ * The hidden state comes from the previous step's verify pass
+ * (spec_tree_step_h: the row of the last accepted node, no extra pass); a
+ * sequence without a fresh one (the first step after a prefill that did not
+ * record it, or after another proposer stepped it) gets a plain step, which
+ * records it.
+ *
+ * Not yet: a drafter_i wrapper (the engine scheduler passes hidden states
+ * only to this call), static path lists from config, the verify-cost-curve
+ * shape search of tree_ctl.h.
+ *
+ * Threading: the engine thread (the pair's). */
+#ifndef SPECD_DRAFT_MEDUSA_H
+#define SPECD_DRAFT_MEDUSA_H
+
+#include "engine/draft_tree.h"
+#include "engine/medusa.h"
+
+typedef struct draft_medusa draft_medusa;
+typedef struct medusa_seq medusa_seq;
+
+/* Binds heads to the pair's target (they must have been trained for it:
+ * checked again here against sp->target_id) with scratch for sp->max_seqs
+ * sequences. mh must outlive the result. NULL with err. */
+draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *err, size_t errlen);
+void draft_medusa_destroy(draft_medusa *dm); /* accepts NULL */
+
+/* Per-sequence state: the last hidden state and the token count it is for. */
+medusa_seq *medusa_seq_create(draft_medusa *dm);
+void medusa_seq_destroy(medusa_seq *ms); /* accepts NULL */
+/* dst takes src's hidden state and token count (both of the same proposer). */
+void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src);
+
+/* Records s's hidden state from the target's last forward, which must be the
+ * prefill that sampled s's last token (call right after spec_seq_start or the
+ * spec_seq_prefill that returned 1, before any other target forward). */
+void medusa_seq_prefilled(draft_medusa *dm, medusa_seq *ms, const spec_seq *s);
+
+/* The tree shape for these heads: nodes (parent, depth 1.., rank 0..) in
+ * proposal order (parents first, siblings by rank), at most sh->budget nodes,
+ * depth <= min(sh->depth, n_heads), rank < sh->topk. Returns the count. */
+int draft_medusa_shape(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank);
+
+/* Proposes Medusa trees for n sequences (M[i] is S[i]'s state) and steps
+ * them through spec_tree_step_h, recording the new hidden states. Returns 0 or
+ * -1 with err as spec_tree_step. info[i].draft_ms: the heads' share. */
+int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
+                      const int *max_new, spec_step_info *info, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,395 @@
+/* medusa.c — Medusa heads: parameters, the GGUF side file, the forward on the
+ * target's backend and on the host (see medusa.h). */
+#include "engine/medusa.h"
+
+#include "engine/errkind.h"
+#include "engine/gguf.h"
+#include "kernels/ggml_type.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int mfail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && n) vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- parameters ------------------------------------------------------------ */
+
+medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, char *err, size_t errlen) {
+    if (K < 1 || K > MEDUSA_MAX_HEADS || L < 1 || L > MEDUSA_MAX_LAYERS || D < 1 || D > 65536 || V < 2 ||
+        V > 1 << 22) {
+        mfail(err, errlen, "medusa heads: unsupported shape (heads %d of 1..%d, layers %d of 1..%d, dim %d, vocab %d)",
+              K, MEDUSA_MAX_HEADS, L, MEDUSA_MAX_LAYERS, D, V);
+        return NULL;
+    }
+    medusa_heads *mh = calloc(1, sizeof(*mh));
+    if (!mh) {
+        mfail(err, errlen, SPECD_ERR_OOM "medusa heads");
+        return NULL;
+    }
+    mh->n_heads = K, mh->n_layers = L, mh->dim = D, mh->n_vocab = V, mh->own_output = own_output;
+    size_t nw = (size_t)K * L * D * D, nb = (size_t)K * L * D, no = own_output ? (size_t)K * V * D : 0;
+    mh->n_params = nw + nb + no;
+    mh->params = calloc(mh->n_params, sizeof(float));
+    if (!mh->params) {
+        free(mh);
+        mfail(err, errlen, SPECD_ERR_OOM "medusa heads: %zu parameters", nw + nb + no);
+        return NULL;
+    }
+    mh->w = mh->params;
+    mh->b = mh->w + nw;
+    mh->out = own_output ? mh->b + nb : NULL;
+    return mh;
+}
+
+void medusa_heads_destroy(medusa_heads *mh) {
+    if (!mh) return;
+    free(mh->params);
+    free(mh);
+}
+
+uint64_t medusa_heads_bytes(const medusa_heads *mh) { return (uint64_t)mh->n_params * sizeof(float); }
+
+/* ---- the side file ----------------------------------------------------------- */
+
+int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_t errlen) {
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_set_str(w, "general.architecture", "medusa");
+    gguf_writer_set_str(w, "general.name", "medusa heads");
+    gguf_writer_set_u32(w, "medusa.head_count", (uint32_t)K);
+    gguf_writer_set_u32(w, "medusa.layer_count", (uint32_t)L);
+    gguf_writer_set_u32(w, "medusa.embedding_length", (uint32_t)D);
+    gguf_writer_set_u32(w, "medusa.vocab_size", (uint32_t)V);
+    gguf_writer_set_bool(w, "medusa.shared_output", !mh->own_output);
+    gguf_writer_set_str(w, "medusa.target_id", mh->target_id);
+    gguf_writer_set_str(w, "medusa.target_name", mh->target_name);
+    gguf_writer_set_u32(w, "medusa.accuracy_topk", MEDUSA_ACC_K);
+    float acc[MEDUSA_MAX_HEADS * MEDUSA_ACC_K];
+    for (int k = 0; k < K; k++) memcpy(acc + k * MEDUSA_ACC_K, mh->acc[k], sizeof(mh->acc[k]));
+    gguf_writer_set_arr(w, "medusa.accuracy", GGUF_TYPE_FLOAT32, acc, (uint64_t)K * MEDUSA_ACC_K);
+    gguf_writer_set_u64(w, "medusa.accuracy_tokens", mh->acc_tokens);
+    gguf_writer_set_f32(w, "medusa.train_loss", mh->train_loss);
+    gguf_writer_set_f32(w, "medusa.heldout_loss", mh->heldout_loss);
+    char name[64];
+    for (int k = 0; k < K; k++) {
+        for (int l = 0; l < L; l++) {
+            uint64_t ne_w[2] = {(uint64_t)D, (uint64_t)D}, ne_b[1] = {(uint64_t)D};
+            snprintf(name, sizeof(name), "medusa.%d.%d.weight", k, l);
+            gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, ne_w, mh->w + ((size_t)k * L + l) * D * D);
+            snprintf(name, sizeof(name), "medusa.%d.%d.bias", k, l);
+            gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, ne_b, mh->b + ((size_t)k * L + l) * D);
+        }
+        if (mh->own_output) {
+            uint64_t ne_o[2] = {(uint64_t)D, (uint64_t)V};
+            snprintf(name, sizeof(name), "medusa.%d.output.weight", k);
+            gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, ne_o, mh->out + (size_t)k * V * D);
+        }
+    }
+    int rc = gguf_writer_write(w, path, err, errlen);
+    gguf_writer_destroy(w);
+    return rc;
+}
+
+/* Copies tensor `name` of exactly shape (ne0, ne1) F32 into dst, checking every value is finite. */
+static int load_tensor(const gguf_file *f, const char *fname, const char *name, uint64_t ne0, uint64_t ne1, float *dst,
+                       char *err, size_t errlen) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) return mfail(err, errlen, "%s: medusa heads: tensor '%s' is missing", fname, name);
+    uint32_t nd = ne1 > 1 ? 2 : 1;
+    if (t->type != GGML_TYPE_F32 || t->n_dims != nd || t->ne[0] != ne0 || t->ne[1] != ne1)
+        return mfail(err, errlen, "%s: medusa heads: tensor '%s' is %s (%llu, %llu), expected f32 (%llu, %llu)", fname,
+                     name, ggml_type_name(t->type), (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                     (unsigned long long)ne0, (unsigned long long)ne1);
+    size_t n = (size_t)ne0 * ne1;
+    memcpy(dst, t->data, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(dst[i]))
+            return mfail(err, errlen, "%s: medusa heads: tensor '%s' holds a non-finite value at element %zu", fname,
+                         name, i);
+    return 0;
+}
+
+static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expect_id, int dim, int n_vocab,
+                               char *err, size_t errlen) {
+    char arch[32] = "";
+    if (!gguf_get_cstr(f, "general.architecture", arch, sizeof(arch)) || strcmp(arch, "medusa") != 0) {
+        mfail(err, errlen, "%s: not a medusa heads file (general.architecture is '%s', expected 'medusa')", fname,
+              arch[0] ? arch : "missing");
+        return NULL;
+    }
+    uint32_t K, L, D, V;
+    bool shared;
+    const char *miss = !gguf_get_u32(f, "medusa.head_count", &K)         ? "medusa.head_count"
+                       : !gguf_get_u32(f, "medusa.layer_count", &L)      ? "medusa.layer_count"
+                       : !gguf_get_u32(f, "medusa.embedding_length", &D) ? "medusa.embedding_length"
+                       : !gguf_get_u32(f, "medusa.vocab_size", &V)       ? "medusa.vocab_size"
+                       : !gguf_get_bool(f, "medusa.shared_output", &shared) ? "medusa.shared_output"
+                                                                             : NULL;
+    if (miss) {
+        mfail(err, errlen, "%s: medusa heads: metadata key %s is missing or of the wrong type", fname, miss);
+        return NULL;
+    }
+    char tid[MEDUSA_ID_LEN] = "";
+    if (!gguf_get_cstr(f, "medusa.target_id", tid, sizeof(tid)) || !tid[0]) {
+        mfail(err, errlen, "%s: medusa heads: medusa.target_id is missing (the target they were trained for)", fname);
+        return NULL;
+    }
+    char tname[128] = "";
+    gguf_get_cstr(f, "medusa.target_name", tname, sizeof(tname));
+    if (expect_id && strcmp(expect_id, tid) != 0) {
+        mfail(err, errlen, "%s: these medusa heads were trained for target %s (%s), not for the loaded target %s", fname,
+              tid, tname[0] ? tname : "unnamed", expect_id);
+        return NULL;
+    }
+    if ((dim > 0 && (int)D != dim) || (n_vocab > 0 && (int)V != n_vocab)) {
+        mfail(err, errlen, "%s: medusa heads have hidden size %u and vocabulary %u; the target has %d and %d", fname, D,
+              V, dim, n_vocab);
+        return NULL;
+    }
+    medusa_heads *mh = medusa_heads_create((int)K, (int)L, (int)D, (int)V, !shared, err, errlen);
+    if (!mh) return NULL;
+    snprintf(mh->target_id, sizeof(mh->target_id), "%s", tid);
+    snprintf(mh->target_name, sizeof(mh->target_name), "%s", tname);
+    const gguf_kv *acc = gguf_find(f, "medusa.accuracy");
+    uint32_t acck = 0;
+    gguf_get_u32(f, "medusa.accuracy_topk", &acck);
+    if (acc) {
+        if (acc->type != GGUF_TYPE_ARRAY || acc->arr_type != GGUF_TYPE_FLOAT32 || acck < 1 ||
+            acc->arr_n != (uint64_t)K * acck) {
+            mfail(err, errlen, "%s: medusa heads: medusa.accuracy must be %u x medusa.accuracy_topk f32 values", fname,
+                  K);
+            medusa_heads_destroy(mh);
+            return NULL;
+        }
+        for (uint32_t k = 0; k < K; k++)
+            for (uint32_t j = 0; j < MEDUSA_ACC_K; j++) {
+                float v = 0;
+                uint32_t jj = j < acck ? j : acck - 1; /* fewer stored: the last cumulative value holds */
+                memcpy(&v, (const uint8_t *)acc->arr_data + ((size_t)k * acck + jj) * 4, 4);
+                if (!(v >= 0 && v <= 1)) {
+                    mfail(err, errlen, "%s: medusa heads: accuracy of head %u top-%u is %g, outside [0, 1]", fname, k + 1,
+                          jj + 1, (double)v);
+                    medusa_heads_destroy(mh);
+                    return NULL;
+                }
+                mh->acc[k][j] = v;
+            }
+    }
+    gguf_get_u64(f, "medusa.accuracy_tokens", &mh->acc_tokens);
+    gguf_get_f32(f, "medusa.train_loss", &mh->train_loss);
+    gguf_get_f32(f, "medusa.heldout_loss", &mh->heldout_loss);
+    char name[64];
+    for (uint32_t k = 0; k < K; k++) {
+        for (uint32_t l = 0; l < L; l++) {
+            snprintf(name, sizeof(name), "medusa.%u.%u.weight", k, l);
+            if (load_tensor(f, fname, name, D, D, mh->w + ((size_t)k * L + l) * D * D, err, errlen)) goto fail;
+            snprintf(name, sizeof(name), "medusa.%u.%u.bias", k, l);
+            if (load_tensor(f, fname, name, D, 1, mh->b + ((size_t)k * L + l) * D, err, errlen)) goto fail;
+        }
+        if (!shared) {
+            snprintf(name, sizeof(name), "medusa.%u.output.weight", k);
+            if (load_tensor(f, fname, name, D, V, mh->out + (size_t)k * V * D, err, errlen)) goto fail;
+        }
+    }
+    return mh;
+fail:
+    medusa_heads_destroy(mh);
+    return NULL;
+}
+
+medusa_heads *medusa_heads_load(const char *path, const char *expect_id, int dim, int n_vocab, char *err,
+                                size_t errlen) {
+    gguf_file *f = gguf_open(path, err, errlen);
+    if (!f) return NULL;
+    medusa_heads *mh = load_from(f, path, expect_id, dim, n_vocab, err, errlen);
+    gguf_close(f);
+    return mh;
+}
+
+medusa_heads *medusa_heads_load_mem(const void *buf, size_t len, const char *expect_id, int dim, int n_vocab,
+                                    char *err, size_t errlen) {
+    gguf_file *f = gguf_open_mem(buf, len, err, errlen);
+    if (!f) return NULL;
+    medusa_heads *mh = load_from(f, "<memory>", expect_id, dim, n_vocab, err, errlen);
+    gguf_close(f);
+    return mh;
+}
+
+/* ---- host forward ------------------------------------------------------------- */
+
+static inline float silu(float a) { return a / (1.0f + expf(-a)); }
+
+void medusa_head_forward(const medusa_heads *mh, const float *O, int k, const float *h, float *z, float *ys,
+                         float *as) {
+    int L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    float *y = ys;
+    memcpy(y, h, sizeof(float) * (size_t)D);
+    for (int l = 0; l < L; l++) {
+        const float *W = mh->w + ((size_t)k * L + l) * D * D, *b = mh->b + ((size_t)k * L + l) * D;
+        float *yn = ys + (size_t)(l + 1) * D;
+        for (int i = 0; i < D; i++) {
+            const float *wr = W + (size_t)i * D;
+            float a = b[i];
+            for (int j = 0; j < D; j++) a += wr[j] * y[j];
+            if (as) as[(size_t)l * D + i] = a;
+            yn[i] = y[i] + silu(a);
+        }
+        y = yn;
+    }
+    const float *Om = mh->own_output ? mh->out + (size_t)k * V * D : O;
+    for (int v = 0; v < V; v++) {
+        const float *o = Om + (size_t)v * D;
+        float s = 0;
+        for (int j = 0; j < D; j++) s += o[j] * y[j];
+        z[v] = s;
+    }
+}
+
+float *medusa_target_output(const model *m, char *err, size_t errlen) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, "output.weight");
+    if (!t) t = gguf_find_tensor(m->gguf, "token_embd.weight");
+    int D = m->hp.dim, V = m->hp.n_vocab;
+    if (!t || t->ne[0] != (uint64_t)D || t->ne[1] != (uint64_t)V) {
+        mfail(err, errlen, "%s: no (%d, %d) output matrix", m->name, V, D);
+        return NULL;
+    }
+    float *O = malloc(sizeof(float) * (size_t)V * D);
+    if (!O) {
+        mfail(err, errlen, SPECD_ERR_OOM "the target's output matrix as floats (%d x %d)", V, D);
+        return NULL;
+    }
+    size_t rb = ggml_row_size(t->type, (uint64_t)D);
+    for (int v = 0; v < V; v++)
+        if (!ggml_dequantize_row(O + (size_t)v * D, t->type, (const uint8_t *)t->data + (size_t)v * rb, (uint64_t)D)) {
+            free(O);
+            mfail(err, errlen, "the target's output matrix type %s cannot be converted", ggml_type_name(t->type));
+            return NULL;
+        }
+    return O;
+}
+
+/* ---- on the target's backend ------------------------------------------------- */
+
+struct medusa_rt {
+    const medusa_heads *mh;
+    model *m;
+    backend *be;                /* shard 0's, not owned */
+    int max_rows;               /* R */
+    const void **w;             /* (K*L) backend weights W[k][l] */
+    int *wt;                    /* (K*L) their backend types */
+    float **b;                  /* (K*L) backend biases (D) */
+    const void **out;           /* (K) own output matrices, or NULL */
+    int *out_t;
+    float *h;                   /* (R, D) the hidden rows */
+    float *y;                   /* (K*R, D) every head's running state */
+    float *t;                   /* (R, D) a ResBlock's branch */
+    float *ones;                /* (R, D) 1.0: silu_mul(t, ones) is SiLU(t) */
+    float *logits_be;           /* (K*R, V) when backend memory is not host memory */
+};
+
+void medusa_rt_destroy(medusa_rt *rt) {
+    if (!rt) return;
+    const backend_i *op = rt->be->i;
+    int KL = rt->mh->n_heads * rt->mh->n_layers;
+    for (int i = 0; i < KL; i++) {
+        if (rt->w && rt->w[i]) op->weight_release(rt->be, rt->mh->w + (size_t)i * rt->mh->dim * rt->mh->dim, rt->w[i]);
+        if (rt->b) op->release(rt->be, rt->b[i]);
+    }
+    for (int k = 0; rt->out && k < rt->mh->n_heads; k++)
+        if (rt->out[k]) op->weight_release(rt->be, rt->mh->out + (size_t)k * rt->mh->n_vocab * rt->mh->dim, rt->out[k]);
+    float *bufs[] = {rt->h, rt->y, rt->t, rt->ones, rt->logits_be};
+    for (int i = 0; i < 5; i++) op->release(rt->be, bufs[i]);
+    free(rt->w);
+    free(rt->wt);
+    free(rt->b);
+    free(rt->out);
+    free(rt->out_t);
+    free(rt);
+}
+
+medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char *err, size_t errlen) {
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    if (D != m->hp.dim || V != m->hp.n_vocab) {
+        mfail(err, errlen, "medusa heads (dim %d, vocab %d) do not fit the target (dim %d, vocab %d)", D, V, m->hp.dim,
+              m->hp.n_vocab);
+        return NULL;
+    }
+    if (max_rows < 1) max_rows = 1;
+    medusa_rt *rt = calloc(1, sizeof(*rt));
+    if (!rt) goto oom;
+    rt->mh = mh, rt->m = m, rt->be = m->shards[0].be, rt->max_rows = max_rows;
+    const backend_i *op = rt->be->i;
+    rt->w = calloc((size_t)K * L, sizeof(*rt->w));
+    rt->wt = calloc((size_t)K * L, sizeof(int));
+    rt->b = calloc((size_t)K * L, sizeof(float *));
+    rt->out = calloc((size_t)K, sizeof(*rt->out));
+    rt->out_t = calloc((size_t)K, sizeof(int));
+    if (!rt->w || !rt->wt || !rt->b || !rt->out || !rt->out_t) goto oom;
+    for (int i = 0; i < K * L; i++) {
+        rt->wt[i] = GGML_TYPE_F32;
+        rt->w[i] = op->weight(rt->be, mh->w + (size_t)i * D * D, &rt->wt[i], D, D);
+        rt->b[i] = op->alloc(rt->be, sizeof(float) * (size_t)D);
+        if (!rt->w[i] || !rt->b[i]) goto oom;
+        op->upload(rt->be, rt->b[i], mh->b + (size_t)i * D, sizeof(float) * (size_t)D);
+    }
+    for (int k = 0; mh->own_output && k < K; k++) {
+        rt->out_t[k] = GGML_TYPE_F32;
+        if (!(rt->out[k] = op->weight(rt->be, mh->out + (size_t)k * V * D, &rt->out_t[k], V, D))) goto oom;
+    }
+    size_t R = (size_t)max_rows;
+    rt->h = op->alloc(rt->be, sizeof(float) * R * D);
+    rt->y = op->alloc(rt->be, sizeof(float) * K * R * D);
+    rt->t = op->alloc(rt->be, sizeof(float) * R * D);
+    rt->ones = op->alloc(rt->be, sizeof(float) * R * D);
+    if (!rt->h || !rt->y || !rt->t || !rt->ones) goto oom;
+    if (!rt->be->host_memory && !(rt->logits_be = op->alloc(rt->be, sizeof(float) * K * R * V))) goto oom;
+    float *one = malloc(sizeof(float) * R * D);
+    if (!one) goto oom;
+    for (size_t i = 0; i < R * D; i++) one[i] = 1.0f;
+    op->upload(rt->be, rt->ones, one, sizeof(float) * R * D);
+    free(one);
+    if (op->reserve(rt->be, K * max_rows, D, 0) != 0) goto oom;
+    return rt;
+oom:
+    mfail(err, errlen, SPECD_ERR_OOM "medusa heads on the %s backend", m->be->i->name);
+    medusa_rt_destroy(rt);
+    return NULL;
+}
+
+int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n, int K) {
+    const medusa_heads *mh = rt->mh;
+    int L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    if (n < 1 || n > rt->max_rows || K < 1 || K > mh->n_heads) return -1;
+    backend *be = rt->be;
+    const backend_i *op = be->i;
+    const model_shard *s0 = &rt->m->shards[0];
+    float *lo = rt->logits_be ? rt->logits_be : logits;
+    size_t nd = (size_t)n * D;
+    op->begin(be, 0);
+    op->upload(be, rt->h, h, sizeof(float) * nd);
+    for (int k = 0; k < K; k++) {
+        float *y = rt->y + (size_t)k * nd;
+        op->copy(be, y, rt->h, sizeof(float) * nd);
+        for (int l = 0; l < L; l++) {
+            int i = k * L + l;
+            op->matmul(be, rt->t, y, rt->w[i], rt->wt[i], n, D, D);
+            for (int r = 0; r < n; r++) op->add(be, rt->t + (size_t)r * D, rt->b[i], 1, D);
+            op->silu_mul(be, rt->t, rt->ones, n, D);
+            op->add(be, y, rt->t, n, D);
+        }
+        if (mh->own_output) op->matmul(be, lo + (size_t)k * n * V, y, rt->out[k], rt->out_t[k], n, D, V);
+    }
+    /* the shared output matrix read once for all K*n rows */
+    if (!mh->own_output) op->matmul(be, lo, rt->y, s0->output.w, s0->output.type, K * n, D, V);
+    op->end(be);
+    if (rt->logits_be) op->download(be, logits, rt->logits_be, sizeof(float) * (size_t)K * n * V);
+    return 0;
+}

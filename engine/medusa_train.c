@@ -1,0 +1,441 @@
+/* medusa_train.c — Medusa-1 head training: hidden-state dataset, the
+ * hand-written backward pass, AdamW with warmup + cosine, threads, held-out
+ * evaluation (see medusa_train.h). */
+#include "engine/medusa_train.h"
+
+#include "engine/errkind.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int tfail(char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && n) vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- the dataset --------------------------------------------------------------- */
+
+medusa_data *medusa_data_create(int dim, int n_heads, int64_t max_positions) {
+    medusa_data *d = calloc(1, sizeof(*d));
+    if (!d) return NULL;
+    d->dim = dim, d->n_heads = n_heads, d->cap = max_positions;
+    d->h = malloc(sizeof(float) * (size_t)max_positions * dim);
+    d->lab = malloc(sizeof(int32_t) * (size_t)max_positions * n_heads);
+    d->next = malloc(sizeof(int32_t) * (size_t)max_positions);
+    if (!d->h || !d->lab || !d->next) {
+        medusa_data_destroy(d);
+        return NULL;
+    }
+    return d;
+}
+
+void medusa_data_destroy(medusa_data *d) {
+    if (!d) return;
+    free(d->h);
+    free(d->lab);
+    free(d->next);
+    free(d);
+}
+
+int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *tokens, int n, int chunk, char *err,
+                        size_t errlen) {
+    if (chunk > m->mp.max_batch) chunk = m->mp.max_batch;
+    if (chunk > m->mp.max_ctx) chunk = m->mp.max_ctx;
+    if (chunk < 2) return tfail(err, errlen, "chunk of %d positions is too short", chunk);
+    int K = d->n_heads, D = d->dim;
+    float *logits = malloc(sizeof(float) * (size_t)chunk * m->hp.n_vocab);
+    int *rows = malloc(sizeof(int) * (size_t)chunk);
+    kv_seq *kv = kv_seq_create(pool, chunk);
+    if (!logits || !rows || !kv) {
+        free(logits);
+        free(rows);
+        kv_seq_destroy(pool, kv);
+        return tfail(err, errlen, SPECD_ERR_OOM "hidden-state pass scratch");
+    }
+    for (int j = 0; j < chunk; j++) rows[j] = j;
+    int64_t added = 0;
+    /* the last token has no label for any head: positions [0, n-1) */
+    for (int s = 0; s < n - 1 && d->n < d->cap; s += chunk) {
+        int c = n - 1 - s < chunk ? n - 1 - s : chunk;
+        if (d->cap - d->n < c) c = (int)(d->cap - d->n);
+        model_seq ms = {.kv = kv, .n = c, .tokens = tokens + s, .all_logits = true};
+        if (model_forward(m, pool, &ms, 1, logits, err, errlen) != 0) {
+            added = -1;
+            break;
+        }
+        model_hidden_rows(m, d->h + (size_t)d->n * D, rows, c);
+        for (int t = 0; t < c; t++) {
+            int64_t i = d->n + t;
+            int a = s + t; /* absolute index in the document */
+            d->next[i] = tokens[a + 1];
+            for (int k = 0; k < K; k++) d->lab[i * K + k] = a + 2 + k < n ? tokens[a + 2 + k] : -1;
+        }
+        d->n += c;
+        added += c;
+        kv_seq_truncate(pool, kv, 0);
+    }
+    free(logits);
+    free(rows);
+    kv_seq_destroy(pool, kv);
+    return added;
+}
+
+/* ---- forward and backward of one sample ------------------------------------------- */
+
+size_t medusa_scratch_floats(const medusa_heads *mh) {
+    size_t D = (size_t)mh->dim, L = (size_t)mh->n_layers, V = (size_t)mh->n_vocab;
+    return MEDUSA_GROUP * ((L + 1) * D + L * D + V + D);
+}
+
+static inline float sigm(float a) { return 1.0f / (1.0f + expf(-a)); }
+
+/* Per-sample scratch of a group: ys (L+1, D), as (L, D), z (V), g (D). */
+typedef struct {
+    float *ys, *as, *z, *g;
+} gsample;
+
+/* The group's samples in lockstep, loops ordered so that each weight row is
+ * read once for all of them (W, the output matrix, and the gradient rows
+ * they update): per-sample outer products into a D x D gradient would
+ * stream it through memory once per sample. */
+double medusa_group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab,
+                         int G, const float *hw, float *grad, float *scratch, int *correct) {
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    size_t per = (size_t)(L + 1) * D + (size_t)L * D + V + D;
+    gsample sm[MEDUSA_GROUP];
+    if (G > MEDUSA_GROUP) G = MEDUSA_GROUP;
+    double loss = 0;
+    for (int k = 0; k < K; k++) {
+        int act[MEDUSA_GROUP], na = 0;
+        for (int s = 0; s < G; s++)
+            if (lab[s][k] >= 0 && lab[s][k] < V) {
+                float *b0 = scratch + (size_t)na * per;
+                sm[na] = (gsample){b0, b0 + (size_t)(L + 1) * D, b0 + (size_t)(L + 1) * D + (size_t)L * D,
+                                   b0 + (size_t)(L + 1) * D + (size_t)L * D + V};
+                memcpy(sm[na].ys, h[s], sizeof(float) * (size_t)D);
+                act[na++] = s;
+            }
+        if (!na) continue;
+        /* forward through the ResBlocks */
+        for (int l = 0; l < L; l++) {
+            size_t i = (size_t)k * L + l;
+            const float *W = mh->w + i * D * D, *b = mh->b + i * D;
+            for (int r = 0; r < D; r++) {
+                const float *wr = W + (size_t)r * D;
+                for (int s = 0; s < na; s++) {
+                    const float *y = sm[s].ys + (size_t)l * D;
+                    float a = b[r];
+                    for (int j = 0; j < D; j++) a += wr[j] * y[j];
+                    sm[s].as[(size_t)l * D + r] = a;
+                    sm[s].ys[(size_t)(l + 1) * D + r] = y[r] + a * sigm(a);
+                }
+            }
+        }
+        const float *Om = mh->own_output ? mh->out + (size_t)k * V * D : O;
+        for (int v = 0; v < V; v++) {
+            const float *o = Om + (size_t)v * D;
+            for (int s = 0; s < na; s++) {
+                const float *y = sm[s].ys + (size_t)L * D;
+                float zz = 0;
+                for (int j = 0; j < D; j++) zz += o[j] * y[j];
+                sm[s].z[v] = zz;
+            }
+        }
+        /* loss; dz = hw (softmax(z) - e_y) in place */
+        for (int s = 0; s < na; s++) {
+            float *z = sm[s].z;
+            int y = lab[act[s]][k], am = 0;
+            float mx = z[0];
+            for (int v = 1; v < V; v++)
+                if (z[v] > mx) mx = z[v], am = v;
+            if (correct && am == y) correct[k]++;
+            double se = 0;
+            for (int v = 0; v < V; v++) se += exp((double)(z[v] - mx));
+            loss += hw[k] * (mx + log(se) - z[y]);
+            if (!grad) continue;
+            float inv = (float)(1.0 / se), w = hw[k];
+            for (int v = 0; v < V; v++) z[v] = w * expf(z[v] - mx) * inv;
+            z[y] -= w;
+            memset(sm[s].g, 0, sizeof(float) * (size_t)D);
+        }
+        if (!grad) continue;
+        float *gO = mh->own_output ? grad + (mh->out - mh->params) + (size_t)k * V * D : NULL;
+        for (int v = 0; v < V; v++) {
+            const float *o = Om + (size_t)v * D;
+            float *go = gO ? gO + (size_t)v * D : NULL;
+            for (int s = 0; s < na; s++) {
+                float dz = sm[s].z[v];
+                float *g = sm[s].g;
+                for (int j = 0; j < D; j++) g[j] += dz * o[j];
+                if (go) {
+                    const float *y = sm[s].ys + (size_t)L * D;
+                    for (int j = 0; j < D; j++) go[j] += dz * y[j];
+                }
+            }
+        }
+        /* back through the ResBlocks: y' = y + silu(W y + b); u = g . silu'(a), kept in as */
+        for (int l = L - 1; l >= 0; l--) {
+            size_t i = (size_t)k * L + l;
+            const float *W = mh->w + i * D * D;
+            float *gW = grad + (mh->w - mh->params) + i * D * D, *gb = grad + (mh->b - mh->params) + i * D;
+            for (int s = 0; s < na; s++) {
+                float *a = sm[s].as + (size_t)l * D;
+                const float *g = sm[s].g;
+                for (int r = 0; r < D; r++) {
+                    float sg = sigm(a[r]);
+                    a[r] = g[r] * sg * (1.0f + a[r] * (1.0f - sg));
+                    gb[r] += a[r];
+                }
+            }
+            for (int r = 0; r < D; r++) {
+                float *gw = gW + (size_t)r * D;
+                const float *wr = W + (size_t)r * D;
+                for (int s = 0; s < na; s++) {
+                    float ur = sm[s].as[(size_t)l * D + r];
+                    const float *yl = sm[s].ys + (size_t)l * D;
+                    float *g = sm[s].g;
+                    for (int j = 0; j < D; j++) gw[j] += ur * yl[j];
+                    for (int j = 0; j < D; j++) g[j] += ur * wr[j];
+                }
+            }
+        }
+    }
+    return loss;
+}
+
+double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *h, const int32_t *lab, const float *hw,
+                          float *grad, float *scratch, int *correct) {
+    return medusa_group_grad(mh, O, &h, &lab, 1, hw, grad, scratch, correct);
+}
+
+/* ---- evaluation ---------------------------------------------------------------------- */
+
+double medusa_evaluate(const medusa_heads *mh, const float *O, const medusa_data *d, int64_t from, int64_t to,
+                       float head_decay, double *head_loss, float (*acc)[MEDUSA_ACC_K]) {
+    int K = mh->n_heads, V = mh->n_vocab, D = mh->dim;
+    float *z = malloc(sizeof(float) * ((size_t)V + (size_t)(mh->n_layers + 1) * D)), *ys = z + V;
+    double cnt[MEDUSA_MAX_HEADS] = {0}, hit[MEDUSA_MAX_HEADS][MEDUSA_ACC_K] = {{0}}, ce[MEDUSA_MAX_HEADS] = {0};
+    if (!z) return NAN;
+    for (int64_t i = from; i < to; i++) {
+        for (int k = 0; k < K && k < d->n_heads; k++) {
+            int y = d->lab[i * d->n_heads + k];
+            if (y < 0) continue;
+            medusa_head_forward(mh, O, k, d->h + (size_t)i * D, z, ys, NULL);
+            float mx = z[0];
+            for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+            double se = 0;
+            int rank = 0; /* tokens scoring above the label (ties: lower ids first) */
+            for (int v = 0; v < V; v++) {
+                se += exp((double)(z[v] - mx));
+                rank += z[v] > z[y] || (z[v] == z[y] && v < y);
+            }
+            ce[k] += mx + log(se) - z[y];
+            cnt[k]++;
+            for (int j = rank; j < MEDUSA_ACC_K; j++) hit[k][j]++;
+        }
+    }
+    free(z);
+    double loss = 0, w = 1;
+    for (int k = 0; k < K; k++, w *= head_decay) {
+        double hl = cnt[k] > 0 ? ce[k] / cnt[k] : 0;
+        if (head_loss) head_loss[k] = hl;
+        loss += w * hl;
+        if (acc)
+            for (int j = 0; j < MEDUSA_ACC_K; j++) acc[k][j] = cnt[k] > 0 ? (float)(hit[k][j] / cnt[k]) : 0.0f;
+    }
+    return loss;
+}
+
+/* ---- the training loop ------------------------------------------------------------------ */
+
+void medusa_train_opts_init(medusa_train_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->epochs = 1, o->batch = 64, o->lr = 1e-3f, o->weight_decay = 0.01f, o->warmup = 0.05f;
+    o->head_decay = 0.8f, o->holdout = 0.05f, o->threads = 1, o->seed = 1;
+}
+
+typedef struct {
+    const medusa_heads *mh;
+    const float *O;
+    const medusa_data *d;
+    const int64_t *idx;         /* this step's positions */
+    int n;
+    const float *hw;
+    float *grad;                /* (n_params) this worker's, zeroed by it */
+    float *scratch;
+    double loss;
+    int correct[MEDUSA_MAX_HEADS];
+} worker;
+
+static void *work(void *arg) {
+    worker *w = arg;
+    const medusa_heads *mh = w->mh;
+    memset(w->grad, 0, sizeof(float) * mh->n_params);
+    memset(w->correct, 0, sizeof(w->correct));
+    w->loss = 0;
+    const medusa_data *d = w->d;
+    for (int j = 0; j < w->n; j += MEDUSA_GROUP) {
+        const float *h[MEDUSA_GROUP];
+        const int32_t *lab[MEDUSA_GROUP];
+        int G = w->n - j < MEDUSA_GROUP ? w->n - j : MEDUSA_GROUP;
+        for (int s = 0; s < G; s++) {
+            int64_t i = w->idx[j + s];
+            h[s] = d->h + (size_t)i * d->dim;
+            lab[s] = d->lab + i * d->n_heads;
+        }
+        w->loss += medusa_group_grad(mh, w->O, h, lab, G, w->hw, w->grad, w->scratch, w->correct);
+    }
+    return NULL;
+}
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const medusa_train_opts *o,
+                 medusa_train_result *res, char *err, size_t errlen) {
+    memset(res, 0, sizeof(*res));
+    int K = mh->n_heads;
+    if (d->n_heads < K || d->dim != mh->dim) return tfail(err, errlen, "training data do not fit the heads");
+    int64_t n_held = (int64_t)(d->n * (double)o->holdout);
+    if (n_held < 1) n_held = d->n > 1 ? 1 : 0;
+    int64_t n_tr = d->n - n_held;
+    if (n_tr < 1 || n_held < 1) return tfail(err, errlen, "%lld positions are too few to train on", (long long)d->n);
+    res->n_train = n_tr, res->n_heldout = n_held;
+    int B = o->batch > 0 ? o->batch : 64;
+    if (B > n_tr) B = (int)n_tr;
+    int T = o->threads > 0 ? o->threads : 1;
+    if (T > B) T = B;
+    int64_t steps_per_epoch = n_tr / B;
+    int64_t steps = o->max_steps > 0 ? o->max_steps : steps_per_epoch * (o->epochs > 0 ? o->epochs : 1);
+    float hw[MEDUSA_MAX_HEADS];
+    for (int k = 0; k < K; k++) hw[k] = k ? hw[k - 1] * o->head_decay : 1.0f;
+
+    size_t P = mh->n_params, S = medusa_scratch_floats(mh);
+    float *mom = calloc(P, sizeof(float)), *vel = calloc(P, sizeof(float));
+    int64_t *perm = malloc(sizeof(int64_t) * (size_t)n_tr);
+    worker *ws = calloc((size_t)T, sizeof(worker));
+    float *grads = malloc(sizeof(float) * P * T), *scr = malloc(sizeof(float) * S * T);
+    if (!mom || !vel || !perm || !ws || !grads || !scr) {
+        free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
+        return tfail(err, errlen, SPECD_ERR_OOM "trainer state (%zu parameters, %d threads)", P, T);
+    }
+    /* the held-out unigram baseline: head 1's labels vs the most frequent training label */
+    {
+        int V = mh->n_vocab;
+        int64_t *freq = calloc((size_t)V, sizeof(int64_t));
+        if (freq) {
+            for (int64_t i = 0; i < n_tr; i++)
+                if (d->lab[i * d->n_heads] >= 0) freq[d->lab[i * d->n_heads]]++;
+            int best = 0;
+            for (int v = 1; v < V; v++) best = freq[v] > freq[best] ? v : best;
+            int64_t hit = 0, cnt = 0;
+            for (int64_t i = n_tr; i < d->n; i++) {
+                int y = d->lab[i * d->n_heads];
+                if (y >= 0) cnt++, hit += y == best;
+            }
+            res->unigram_acc = cnt ? (double)hit / cnt : 0;
+            free(freq);
+        }
+    }
+    res->loss0 = medusa_evaluate(mh, O, d, n_tr, d->n, o->head_decay, res->head_loss0, NULL);
+
+    uint64_t rs = o->seed;
+    for (int64_t i = 0; i < n_tr; i++) perm[i] = i;
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    int64_t warm = (int64_t)(steps * (double)o->warmup);
+    if (warm < 1) warm = 1;
+    double t0 = now_s(), tw = t0, wloss = 0;
+    int64_t wcorrect[MEDUSA_MAX_HEADS] = {0}, wsamples = 0, pos = n_tr; /* pos: next index in perm */
+    int64_t step = 0;
+    for (; step < steps; step++) {
+        if (o->stop && *o->stop) {
+            res->interrupted = true;
+            break;
+        }
+        if (pos + B > n_tr) { /* a new epoch: reshuffle (Fisher-Yates) */
+            for (int64_t i = n_tr - 1; i > 0; i--) {
+                int64_t j = (int64_t)(splitmix(&rs) % (uint64_t)(i + 1)), t = perm[i];
+                perm[i] = perm[j], perm[j] = t;
+            }
+            pos = 0;
+        }
+        pthread_t th[64];
+        int nt = T < 64 ? T : 64;
+        for (int t = 0; t < nt; t++) {
+            int lo = (int)((int64_t)B * t / nt), hi = (int)((int64_t)B * (t + 1) / nt);
+            ws[t] = (worker){mh, O, d, perm + pos + lo, hi - lo, hw, grads + P * t, scr + S * t, 0, {0}};
+        }
+        for (int t = 1; t < nt; t++)
+            if (pthread_create(&th[t], NULL, work, &ws[t]) != 0) work(&ws[t]), th[t] = 0;
+        work(&ws[0]);
+        for (int t = 1; t < nt; t++)
+            if (th[t]) pthread_join(th[t], NULL);
+        pos += B;
+        double sl = 0;
+        for (int t = 0; t < nt; t++) {
+            sl += ws[t].loss;
+            for (int k = 0; k < K; k++) wcorrect[k] += ws[t].correct[k];
+            if (t) {
+                const float *gt = grads + P * t;
+                for (size_t i = 0; i < P; i++) grads[i] += gt[i];
+            }
+        }
+        wloss += sl / B;
+        wsamples += B;
+        /* AdamW, lr: linear warmup then cosine to 0 */
+        double lr = step < warm ? o->lr * (double)(step + 1) / warm
+                                : o->lr * 0.5 * (1 + cos(M_PI * (double)(step - warm) / (double)(steps - warm + 1)));
+        double bc1 = 1 - pow(b1, (double)(step + 1)), bc2 = 1 - pow(b2, (double)(step + 1));
+        size_t nb0 = (size_t)(mh->b - mh->params), nb1 = nb0 + (size_t)K * mh->n_layers * mh->dim;
+        float invB = 1.0f / B;
+        for (size_t i = 0; i < P; i++) {
+            float g = grads[i] * invB;
+            mom[i] = b1 * mom[i] + (1 - b1) * g;
+            vel[i] = b2 * vel[i] + (1 - b2) * g * g;
+            double upd = (mom[i] / bc1) / (sqrt(vel[i] / bc2) + eps);
+            if (i < nb0 || i >= nb1) upd += o->weight_decay * mh->params[i]; /* decay W and output, not biases */
+            mh->params[i] -= (float)(lr * upd);
+        }
+        int64_t done = step + 1;
+        if (o->progress && o->progress_every > 0 && (done % o->progress_every == 0 || done == steps)) {
+            double now = now_s();
+            int64_t wsteps = done % o->progress_every ? done % o->progress_every : o->progress_every;
+            medusa_progress p = {.step = done, .steps = steps, .epoch = (int)(done * B / n_tr) + 1};
+            p.loss = wloss / wsteps;
+            for (int k = 0; k < K; k++) p.acc1[k] = (double)wcorrect[k] / (wsamples ? wsamples : 1);
+            p.samples_per_s = wsamples / (now - tw > 1e-9 ? now - tw : 1e-9);
+            p.eta_s = (steps - done) * (double)B / (p.samples_per_s > 0 ? p.samples_per_s : 1);
+            res->train_loss = p.loss;
+            o->progress(o->progress_ctx, &p);
+            tw = now, wloss = 0, wsamples = 0;
+            memset(wcorrect, 0, sizeof(wcorrect));
+        }
+    }
+    res->steps = step;
+    if (wsamples && res->train_loss == 0) res->train_loss = wloss / (double)(wsamples / B);
+    res->loss1 = medusa_evaluate(mh, O, d, n_tr, d->n, o->head_decay, res->head_loss1, mh->acc);
+    mh->acc_tokens = (uint64_t)n_held;
+    mh->train_loss = (float)res->train_loss;
+    mh->heldout_loss = (float)res->loss1;
+    res->seconds = now_s() - t0;
+    free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
+    return 0;
+}

@@ -1,0 +1,147 @@
+/* test_medusa_file.c — the Medusa heads side file: round trip (shared and own
+ * output matrices, every parameter and accuracy bit-exact), refusal of heads
+ * trained for another target (naming both identities) and of a model file,
+ * shape mismatch, non-finite weights, and fuzzing: every truncation and
+ * thousands of random byte flips either load consistently or fail with a
+ * message, never crash (run under the sanitizers in the asan build). */
+#include "engine/draft_medusa.h"
+#include "tests/spec/spec_util.h"
+
+#include <sys/stat.h>
+
+static uint64_t rs = 777;
+static uint64_t rnd(void) {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return rs >> 17;
+}
+
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(*n);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+static medusa_heads *make(int K, int L, int D, int V, bool own, const char *id) {
+    char err[256];
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, err, sizeof(err));
+    if (!mh) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    for (size_t i = 0; i < mh->n_params; i++) mh->params[i] = (float)((double)(rnd() % 20001) / 10000.0 - 1.0);
+    snprintf(mh->target_id, sizeof(mh->target_id), "%s", id);
+    snprintf(mh->target_name, sizeof(mh->target_name), "test target");
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < MEDUSA_ACC_K; j++) mh->acc[k][j] = (float)(0.1 * (j + 1) / (k + 1));
+    mh->acc_tokens = 1234;
+    mh->heldout_loss = 3.5f;
+    return mh;
+}
+
+static bool same(const medusa_heads *a, const medusa_heads *b) {
+    return a->n_heads == b->n_heads && a->n_layers == b->n_layers && a->dim == b->dim && a->n_vocab == b->n_vocab &&
+           a->own_output == b->own_output && a->n_params == b->n_params && !strcmp(a->target_id, b->target_id) &&
+           !memcmp(a->params, b->params, sizeof(float) * a->n_params) && !memcmp(a->acc, b->acc, sizeof(a->acc)) &&
+           a->acc_tokens == b->acc_tokens && a->heldout_loss == b->heldout_loss;
+}
+
+int main(void) {
+    char tpath[512], dpath[512], hp[512], hp2[512], err[1024];
+    tu_model(tpath, sizeof(tpath), "stories260K.gguf");
+    tu_model(dpath, sizeof(dpath), "llama2xs-281K.gguf");
+    backend *be = backend_cpu_create(1);
+    spec_pair *sp = su_load(tpath, dpath, be, 128);
+    const char *tid = sp->target_id.id, *did = sp->draft_id.id;
+    CHECK(strcmp(tid, did) != 0);
+    su_tmp_path(hp, sizeof(hp), "heads.gguf");
+    su_tmp_path(hp2, sizeof(hp2), "heads_own.gguf");
+
+    /* round trips */
+    medusa_heads *a = make(3, 2, 64, 512, false, tid);
+    CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
+    medusa_heads *b = medusa_heads_load(hp, tid, 64, 512, err, sizeof(err));
+    CHECKF(b && same(a, b), "round trip (shared): %s", b ? "differs" : err);
+    medusa_heads *c = make(2, 1, 64, 512, true, tid);
+    CHECK(medusa_heads_save(c, hp2, err, sizeof(err)) == 0);
+    medusa_heads *c2 = medusa_heads_load(hp2, tid, 64, 512, err, sizeof(err));
+    CHECKF(c2 && same(c, c2), "round trip (own output): %s", c2 ? "differs" : err);
+    CHECK(c2 && c2->out && c2->out[5] == c->out[5]);
+
+    /* another target: refused, naming both */
+    medusa_heads *x = medusa_heads_load(hp, did, 64, 512, err, sizeof(err));
+    CHECK(!x);
+    CHECKF(strstr(err, tid) && strstr(err, did) && strstr(err, "trained for"), "message: %s", err);
+    fprintf(stderr, "wrong target: %s\n", err);
+    /* the proposer checks it too */
+    medusa_heads *wrong = make(2, 1, 64, 512, false, did);
+    CHECK(draft_medusa_create(sp, wrong, err, sizeof(err)) == NULL && strstr(err, "trained for"));
+    medusa_heads_destroy(wrong);
+    /* shape mismatch, a model file */
+    CHECK(!medusa_heads_load(hp, NULL, 128, 512, err, sizeof(err)) && strstr(err, "hidden size"));
+    CHECK(!medusa_heads_load(tpath, NULL, 0, 0, err, sizeof(err)) && strstr(err, "not a medusa heads file"));
+    fprintf(stderr, "model file: %s\n", err);
+
+    /* a NaN weight */
+    a->params[77] = NAN;
+    CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
+    CHECK(!medusa_heads_load(hp, tid, 64, 512, err, sizeof(err)) && strstr(err, "non-finite"));
+    a->params[77] = 0.25f;
+    CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
+
+    /* truncations: every length in the header region, then strides */
+    size_t n = 0;
+    uint8_t *buf = slurp(hp, &n), *cp = malloc(n);
+    CHECK(buf && n > 1000);
+    int trunc_ok = 1;
+    for (size_t len = 0; len < n; len += len < 2048 ? 1 : 97) {
+        memcpy(cp, buf, len);
+        err[0] = 0;
+        medusa_heads *t = medusa_heads_load_mem(cp, len, tid, 64, 512, err, sizeof(err));
+        if (t || !err[0]) trunc_ok = 0;
+        medusa_heads_destroy(t);
+    }
+    CHECK(trunc_ok);
+    medusa_heads *full = medusa_heads_load_mem(buf, n, tid, 64, 512, err, sizeof(err));
+    CHECKF(full && same(a, full), "whole buffer: %s", err);
+    medusa_heads_destroy(full);
+
+    /* byte flips: load consistently (finite weights, sane shape) or fail with a message */
+    int loaded = 0, refused = 0, bad = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        memcpy(cp, buf, n);
+        int flips = 1 + (int)(rnd() % 4);
+        for (int f = 0; f < flips; f++) {
+            /* mostly the header, where the structure lives */
+            size_t at = rnd() % 3 ? rnd() % 1200 : rnd() % n;
+            cp[at] ^= (uint8_t)(1u << (rnd() % 8));
+        }
+        err[0] = 0;
+        medusa_heads *t = medusa_heads_load_mem(cp, n, tid, 64, 512, err, sizeof(err));
+        if (t) {
+            loaded++;
+            for (size_t i = 0; i < t->n_params; i++) bad += !isfinite(t->params[i]);
+            bad += t->dim != 64 || t->n_vocab != 512 || t->n_heads < 1 || t->n_heads > MEDUSA_MAX_HEADS;
+            medusa_heads_destroy(t);
+        } else {
+            refused++;
+            bad += !err[0];
+        }
+    }
+    fprintf(stderr, "byte flips: %d loaded, %d refused with a message\n", loaded, refused);
+    CHECK(bad == 0);
+    CHECK(refused > 100);
+
+    free(buf), free(cp);
+    medusa_heads_destroy(a), medusa_heads_destroy(b), medusa_heads_destroy(c), medusa_heads_destroy(c2);
+    spec_pair_free(sp);
+    backend_destroy(be);
+    const char *names[] = {"heads.gguf", "heads_own.gguf"};
+    su_tmp_cleanup(names, 2);
+    TEST_DONE();
+}

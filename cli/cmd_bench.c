@@ -34,6 +34,7 @@ static double timed_call(bench_ctx *b, int n, int first_tok) {
 
 int bench_engine(int argc, char **argv);  /* bench_engine.c: the --concurrency mode */
 int bench_kernels(int argc, char **argv); /* bench_kernels.c: the --kernels mode */
+int bench_chat(int argc, char **argv);    /* bench_chat.c: the --multi-turn mode (prefix reuse) */
 
 /* Read bandwidth for the roofline: the CPU's measured read rate (the best of
  * 8 passes over the probe's buffer; 0 without one), or on a GPU the device's
@@ -102,6 +103,8 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(argv[i], "--concurrency")) return bench_engine(argc, argv);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--kernels")) return bench_kernels(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--multi-turn")) return bench_chat(argc, argv);
     const char *model_path = NULL, *hf = NULL;
     int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0;
     bool json = false;
@@ -119,7 +122,8 @@ int cmd_bench(int argc, char **argv) {
             fprintf(stderr, "usage: specd bench -m MODEL.gguf | -hf REPO[:QUANT] [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
                             "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n"
                             "       specd bench --kernels [-t THREADS] [-r REPS]   (CPU matmul kernels alone)\n"
-                            "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...\n");
+                            "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...\n"
+                            "       specd bench --multi-turn 8 -m TARGET [--draft DRAFT] [--turns 6] ...   (chat, prefix cache on/off)\n");
             return 2;
         }
     }

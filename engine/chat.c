@@ -191,8 +191,14 @@ static void render_plain(chat_buf *b, const chat_msg *m, int n, bool gen) {
         } else {
             lit(b, "User");
         }
-        lit(b, ": ");
-        puts_(b, text(m[i].content));
+        /* a finished assistant turn reads as its generation prompt
+         * ("Assistant:") followed by the answer as generated: an answer that
+         * begins with its own whitespace gets no second space, so a resent
+         * history is byte for byte what the model saw and produced (and its
+         * cached KV blocks match: prefix reuse) */
+        const char *c = text(m[i].content);
+        lit(b, !strcmp(r, "assistant") && isspace((unsigned char)c[0]) ? ":" : ": ");
+        puts_(b, c);
         lit(b, "\n");
     }
     if (gen) lit(b, "Assistant:");

@@ -65,7 +65,7 @@ void spec_stats_add(spec_stats *a, const spec_stats *s) {
     a->kv_resets += s->kv_resets, a->draft_ms += s->draft_ms, a->target_ms += s->target_ms;
     a->prefix_offered += s->prefix_offered, a->prefix_reused += s->prefix_reused;
     a->prefix_draft_offered += s->prefix_draft_offered, a->prefix_draft_reused += s->prefix_draft_reused;
-    a->prefill_tokens += s->prefill_tokens;
+    a->prefill_tokens += s->prefill_tokens, a->kv_reset_reused += s->kv_reset_reused;
     a->tree_steps += s->tree_steps, a->tree_nodes += s->tree_nodes;
     for (int m = 0; m < SPEC_DRAFTERS; m++) {
         spec_method_stats *x = &a->by[m];
@@ -420,6 +420,25 @@ static void prefix_attach(spec_seq *s, const int32_t *prompt, int n) {
     s->st.prefix_reused += (uint64_t)lt;
 }
 
+/* After a hard reset (both caches emptied): takes back from the index the
+ * cached full blocks of the accepted positions [0, want) — the sequence's own,
+ * idle since the truncate, or a twin — with the same lockstep rule as
+ * prefix_attach. Indexed blocks hold positions that were final when
+ * published, so they are what a re-prefill would compute. Returns the target
+ * length attached (the re-prefill starts there; the draft catches up from its
+ * own, never longer, length on its next proposal). */
+static int prefix_reattach(spec_seq *s, int want) {
+    spec_pair *sp = s->sp;
+    int lt = kv_seq_attach(sp->tpool, s->tkv, s->tokens, want, want);
+    if (lt > 0 && prefix_lockstep(sp, &s->prm, s->ds[SPEC_DRAFTER_MODEL] != NULL)) {
+        drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+        int ld = d->i->prefix_attach(d, s->ds[SPEC_DRAFTER_MODEL], s->tokens, want, lt);
+        if (ld < lt) kv_seq_truncate(sp->tpool, s->tkv, lt = ld);
+    }
+    s->st.kv_reset_reused += (uint64_t)lt;
+    return lt;
+}
+
 /* Offers the sequence's final full blocks to every cache that shares. */
 static void prefix_publish(spec_seq *s) {
     spec_pair *sp = s->sp;
@@ -563,7 +582,9 @@ int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
     kv_seq_truncate(sp->tpool, s->tkv, 0);
     for (int i = 0; i < SPEC_DRAFTERS; i++)
         if (s->ds[i]) sp->drafters[i]->i->commit(sp->drafters[i], s->ds[i], s->tokens, 0);
-    if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, 0, want, sp->logits, err, errlen) != 0) return -1;
+    int from = s->prefix ? prefix_reattach(s, want) : 0;
+    if (from < want && model_feed(sp->target, sp->tpool, s->tkv, s->tokens, from, want, sp->logits, err, errlen) != 0)
+        return -1;
     return 1;
 }
 

@@ -89,6 +89,7 @@ typedef struct {
     /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
      * many came from it instead of a prefill; prompt tokens the target computed */
     uint64_t prefix_offered, prefix_reused, prefix_draft_offered, prefix_draft_reused, prefill_tokens;
+    uint64_t kv_reset_reused;   /* target positions a hard reset took back from the prefix cache */
     spec_method_stats by[SPEC_DRAFTERS]; /* the verify-step counters above, per proposer */
 } spec_stats;
 
@@ -296,7 +297,10 @@ void spec_prefix_probe(const spec_pair *sp, const int32_t *prompt, int n_prompt,
 void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]);
 
 /* Cache-invariant check (also run by every step): on mismatch the caches are
- * reset and re-prefilled from the tokens, counted in kv_resets. Returns 0 if
+ * reset and re-prefilled from the tokens, counted in kv_resets; with the
+ * prefix cache on, the cached full blocks of the accepted tokens are attached
+ * again first (both pools in lockstep, as at creation; counted in
+ * kv_reset_reused) and only the rest is re-prefilled. Returns 0 if
  * the caches were consistent, 1 after a successful reset, -1 if re-prefill failed. */
 int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen);
 

@@ -239,6 +239,8 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
         counter(&b, "specd:spec_decode_fallbacks_total", "Times a sequence dropped to plain decoding for low acceptance.",
                 st->fallbacks);
         counter(&b, "specd:kv_resets_total", "KV cache resets after a failed draft or verify.", st->kv_resets);
+        counter(&b, "specd:kv_reset_reused_tokens_total",
+                "Positions KV resets took back from the prefix cache instead of re-prefilling them.", st->kv_reset_reused);
         /* tree speculation (speculation.tree): what the tree-enabled requests' steps did */
         family(&b, "specd:spec_tree_decisions_total", "counter",
                "Steps of tree-enabled requests by the path taken: chain (the chain path) or tree.");

@@ -69,6 +69,7 @@ void metrics_count_finished(engine_finish reason);
  *   specd:spec_decode_num_accepted_tokens_total   counter
  *   specd:spec_decode_num_accepted_tokens_per_pos_total{position="1".."k"} counter
  *   specd:spec_decode_fallbacks_total, specd:kv_resets_total   counters
+ *   specd:kv_reset_reused_tokens_total (positions a reset took back from the prefix cache) counter
  *   specd:generation_tokens_total, specd:engine_steps_total    counters
  *   specd:requests_total (gc), specd:request_success_total{finished_reason} counters
  *   specd:num_requests_running, _waiting, _prefilling          gauges

@@ -43,10 +43,15 @@ if [ "${SPECD_TSAN:-1}" != 0 ]; then
   fi
   [ -f "$tsan_log" ] || tsan_log="BUILD-FAILED"
 fi
-# AddressSanitizer + UBSan: specd itself (only the binary is built) under the
-# gateway's bad-input, hardening, guard and untrusted-input end-to-end tests,
-# so a NULL write or an overflow on a hostile input fails CI; a report, or a
-# leak at exit, makes the server's exit code non-zero. SPECD_ASAN=0 skips it.
+# AddressSanitizer + UBSan: specd itself under the gateway's bad-input,
+# hardening, guard and untrusted-input end-to-end tests, so a NULL write or an
+# overflow on a hostile input fails CI; a report, or a leak at exit, makes the
+# server's exit code non-zero. Also the prefix-reuse reference counting (issue
+# 20): the engine's mixed load with cancels and evictions and the reattach
+# after a reset, each checking the pools' accounting, ASan clean (tests/kv's
+# allocation hook does not build under ASan; its random load runs in the main
+# build).
+# Only those binaries are built. SPECD_ASAN=0 skips it.
 ASAN=${SPECD_ASAN_BUILD:-build-asan}
 asan_log=""
 if [ "${SPECD_ASAN:-1}" != 0 ]; then
@@ -57,11 +62,12 @@ if [ "${SPECD_ASAN:-1}" != 0 ]; then
     meson setup "$ASAN" -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
       --buildtype=debugoptimized >/dev/null || asan_ok=0
   fi
-  [ $asan_ok = 1 ] && { ninja -C "$ASAN" cli/specd || asan_ok=0; }
+  [ $asan_ok = 1 ] && { ninja -C "$ASAN" cli/specd tests/engine/test_engine_prefix \
+    tests/spec/test_spec_prefix_reset || asan_ok=0; }
   if [ $asan_ok = 1 ]; then
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
       meson test -C "$ASAN" --no-rebuild --num-processes "${SPECD_TEST_JOBS:-2}" --timeout-multiplier 3 \
-      --print-errorlogs bad_input hardening guards untrusted_input ws_stream
+      --print-errorlogs bad_input hardening guards untrusted_input ws_stream engine_prefix spec_prefix_reset
   fi
   [ -f "$asan_log" ] || asan_log="BUILD-FAILED"
 fi

@@ -244,6 +244,31 @@ int main(void) {
         CHECKF(!strcmp(buf, "[INST] Hello! [/INST] Hi there. How can I help? </s><BOS>[INST] Tell me a joke. [/INST]"),
                "%s", buf);
     }
+    /* PLAIN: a resent answer that starts with the model's own space reads as
+     * the generation prompt plus the answer as generated (no second space), so
+     * the next turn's prompt starts with the previous prompt and its answer
+     * byte for byte (prefix KV reuse); other answers keep the ": " */
+    {
+        const chat_msg turn[3] = {{"user", "Hi"}, {"assistant", " Once upon a time."}, {"user", "More"}};
+        check_render(CHAT_TEMPLATE_PLAIN, turn, 3, true, "User: Hi\nAssistant: Once upon a time.\nUser: More\nAssistant:");
+        const chat_msg nl[2] = {{"user", "Hi"}, {"assistant", "\nYes"}};
+        check_render(CHAT_TEMPLATE_PLAIN, nl, 2, false, "User: Hi\nAssistant:\nYes\n");
+        char first[256], next[256];
+        chat_render(CHAT_TEMPLATE_PLAIN, turn, 1, true, NULL, first, sizeof first);
+        chat_render(CHAT_TEMPLATE_PLAIN, turn, 3, true, NULL, next, sizeof next);
+        size_t lf = strlen(first), la = strlen(turn[1].content);
+        CHECKF(!strncmp(next, first, lf) && !strncmp(next + lf, turn[1].content, la), "[%s] does not start with [%s%s]",
+               next, first, turn[1].content);
+        /* the markup spans still cover the literal text, "Assistant:" up to its colon, not the answer's space */
+        tok_span sp[8];
+        int ns = 0;
+        chat_render_spans(CHAT_TEMPLATE_PLAIN, turn, 2, false, NULL, next, sizeof next, sp, 8, &ns);
+        const char *at = strstr(next, "Assistant:");
+        size_t colon = at ? (size_t)(at - next) + 9 : 0;
+        bool found = false;
+        for (int i = 0; i < ns && at; i++) found |= sp[i].start <= colon && sp[i].end == colon + 1;
+        CHECKF(found, "no markup span ending at the colon of \"Assistant:\" in [%s]", next);
+    }
     /* empty conversation */
     check_render(CHAT_TEMPLATE_CHATML, conv, 0, true, "<|im_start|>assistant\n");
     check_render(CHAT_TEMPLATE_LLAMA2, conv, 0, true, "");

@@ -246,6 +246,7 @@ int main(void) {
     es.kv_total = 100, es.kv_free_target = 60, es.kv_free_draft = 70;
     es.steps = 500, es.tokens = 1234, es.requests_done = 9;
     es.st.verify_steps = 40, es.st.drafted = 160, es.st.accepted = 100, es.st.fallbacks = 2, es.st.kv_resets = 1;
+    es.st.kv_reset_reused = 48;
     es.st.pos_reached[0] = 40, es.st.pos_accepted[0] = 35;
     es.st.pos_reached[1] = 40, es.st.pos_accepted[1] = 28;
     es.st.pos_reached[2] = 30, es.st.pos_accepted[2] = 20;
@@ -278,6 +279,7 @@ int main(void) {
     CHECK(!strcmp(type_of(&E, "specd:spec_decode_num_drafts_total"), "counter"));
     CHECK(val(&E, "specd:spec_decode_fallbacks_total", "") == 2);
     CHECK(val(&E, "specd:kv_resets_total", "") == 1);
+    CHECK(val(&E, "specd:kv_reset_reused_tokens_total", "") == 48);
     CHECK(val(&E, "specd:spec_tree_decisions_total", "path=\"chain\"") == 7);
     CHECK(val(&E, "specd:spec_tree_decisions_total", "path=\"tree\"") == 13);
     CHECK(val(&E, "specd:spec_tree_auto_steps_total", "") == 5);

@@ -264,6 +264,12 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
  * then medians and ranges. */
 static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc, int n_conc, int n_tokens,
                             float temp, const be_cfg *cfgs, int n_cfg, int rounds, be_wake *w) {
+    engine_info info;
+    engine_get_info(e, &info);
+    printf("verify cost curve t(rows), measured at start: t(1) %.2f ms;", info.tree_t_rows[1]);
+    for (int r = 2; r <= TREE_CTL_ROWS; r++)
+        if (info.tree_t_rows[r] > 0) printf(" %d: %.2fx", r, info.tree_t_rows[r] / info.tree_t_rows[1]);
+    printf("\n");
     printf("T=%.2f, %d tokens per stream, %d rounds per configuration (order rotated each round)\n", (double)temp,
            n_tokens, rounds);
     printf("conc config      tok/s:median   min      max   x plain:median  min   max  tok/pass nodes/pass branched "

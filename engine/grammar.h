@@ -70,6 +70,16 @@ int grammar_vocab_trie_nodes(const grammar_vocab *v);
 grammar_matcher *grammar_matcher_create(const grammar *g, const grammar_vocab *v);
 void grammar_matcher_destroy(grammar_matcher *m); /* NULL is fine */
 
+/* Makes the key masks of every stack top the grammar can produce (a byte
+ * position with its rule's continuation positions, G_KEY_FRAMES frames
+ * deep, in grammar.c), so that a state seen for the first time costs an OR of
+ * its tops' key masks and a check of their few context-dependent tokens, not
+ * a walk of the vocabulary trie. One trie walk per key, so it costs what the
+ * first masks would have; keys not made here are made on first use. Returns
+ * the keys made, -1 on allocation failure or a bound (masks stay right: the
+ * rest is done on first use or by whole walks). Engine thread only. */
+int grammar_matcher_prepare(grammar_matcher *m);
+
 /* The state before any output. */
 int32_t grammar_start(grammar_matcher *m);
 /* The state after bytes s[0..n) from state st, GRAMMAR_DEAD if they leave the
@@ -102,6 +112,8 @@ bool grammar_allows(grammar_matcher *m, int32_t st, int budget, int32_t t);
 typedef struct {
     uint64_t masks, mask_hits, walks, nodes_visited, states, stack_nodes;
     uint64_t subtrees_skipped;  /* trie subtrees a walk took whole (a state that maps every byte below to itself) */
+    uint64_t keys;              /* key masks made (one trie walk each; see grammar_matcher_prepare) */
+    uint64_t cd_checked;        /* context-dependent tokens a mask stepped through the real state */
 } grammar_stats;
 void grammar_matcher_stats(const grammar_matcher *m, grammar_stats *out);
 

@@ -8,13 +8,18 @@
  * bytes only. A parser stack is a chain of interned nodes (position, parent):
  * the top is a byte-set position, the rest are return positions; a state is
  * the sorted set of stack tops (node 0 = the empty stack: the root is done).
- * Byte steps are memoised per (state, byte); a mask is one walk over the
+ * Byte steps are memoised per (state, byte), a state's whole row at once. A
+ * state's mask is the union of its tops' key masks (see "key masks": the
+ * tokens decided by a top's upper frames alone, made once per grammar by one
+ * trie walk each) plus a check of the few tokens that depend on the frames
+ * below; a token budget near its end falls back to one walk over the
  * vocabulary trie in preorder, pruning a subtree as soon as its prefix dies. */
 #include "engine/grammar.h"
 
 #include "engine/tokenizer.h"
 
 #include <math.h>
+#include <sys/mman.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1494,6 +1499,19 @@ static int32_t walk(grammar_matcher *m, int32_t st, int budget, uint32_t *mask) 
     return maxd;
 }
 
+/* The mask cache's memory, in huge pages where the kernel gives them: a
+ * fresh 4 KiB page costs a fault on first touch (over 10 us on a virtual
+ * machine), and a 102k-token mask spans four. NULL on failure. */
+static uint32_t *mask_pool(grammar_matcher *m) {
+    size_t bytes = sizeof(uint32_t) * (size_t)m->words * m->maskcap;
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)2 << 20, bytes)) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE); /* advice: nothing to do when refused */
+#endif
+    return p;
+}
+
 /* ---- key masks ----------------------------------------------------------------
  *
  * A state's mask is the union of its tops' masks, and a top's mask depends
@@ -1633,17 +1651,6 @@ static int32_t key_entry(grammar_matcher *m, int32_t key) {
         }
         e.lcp[k] = (uint16_t)l;
     }
-    if (getenv("GDBG") && e.ncd > 1000) {
-        fprintf(stderr, "key %d ncd %d frames:", key, e.ncd);
-        for (int32_t c = key; c > 1; c = m->npar[c]) {
-            int32_t ps = m->npos[c], r = 0;
-            while (r + 1 < m->g->n_rules && m->g->alt_start[m->g->alt_off[r + 1]] <= ps) r++;
-            fprintf(stderr, " pos %d (rule %s kind %d)", ps, m->g->names[r], m->g->kind[ps]);
-        }
-        fprintf(stderr, " first cd:");
-        for (int k = 0; k < 5; k++) fprintf(stderr, " [%.*s]", (int)(v->off[e.cd[k * e.ncd / 5] + 1] - v->off[e.cd[k * e.ncd / 5]]), v->blob + v->off[e.cd[k * e.ncd / 5]]);
-        fprintf(stderr, "\n");
-    }
     /* few tokens (a literal's first byte): a list, set bit by bit, instead
      * of a bitmap to OR word by word */
     int32_t cnt = 0;
@@ -1720,6 +1727,8 @@ static bool mask_keyed(grammar_matcher *m, int32_t st, uint32_t *mask, int32_t *
 
 #define G_PREP_PAR 4096   /* continuation positions per rule */
 #define G_PREP_KEYS 16384 /* keys prepared at most (the rest on first use) */
+#define G_PREP_NODES (16u << 20) /* trie nodes prepare visits at most (a few hundred ms) */
+#define G_PREFAULT_BYTES (8u << 20) /* cached masks' memory touched by prepare */
 
 typedef struct {
     int32_t *v;
@@ -1741,6 +1750,7 @@ typedef struct {
     const i32set *par;
     int32_t fr[G_KEY_FRAMES];
     int nkeys;
+    uint64_t node_cap;
     bool failed;
 } prep;
 
@@ -1755,7 +1765,7 @@ static void prep_key(prep *P, int j, int32_t bottom) {
 static void prep_rec(prep *P, int j) {
     const i32set *s = &P->par[P->rule_of[P->fr[j - 1]]];
     bool hole = false;
-    for (size_t k = 0; k < s->n && !P->failed && P->nkeys < G_PREP_KEYS; k++) {
+    for (size_t k = 0; k < s->n && !P->failed && P->nkeys < G_PREP_KEYS && P->m->st.nodes_visited < P->node_cap; k++) {
         int32_t x = s->v[k];
         if (x == 0) prep_key(P, j, 0);
         else if (j == G_KEY_FRAMES) {
@@ -1796,10 +1806,15 @@ int grammar_matcher_prepare(grammar_matcher *m) {
         }
     }
     if (!ok) goto done;
-    prep P = {.m = m, .rule_of = rule_of, .par = par};
-    for (int32_t p = 0; p < g->n_code && !P.failed && P.nkeys < G_PREP_KEYS; p++)
+    prep P = {.m = m, .rule_of = rule_of, .par = par, .node_cap = m->st.nodes_visited + G_PREP_NODES};
+    for (int32_t p = 0; p < g->n_code && !P.failed && P.nkeys < G_PREP_KEYS && m->st.nodes_visited < P.node_cap; p++)
         if (g->kind[p] == EL_BYTES) P.fr[0] = p, prep_rec(&P, 1);
     result = P.failed ? -1 : P.nkeys;
+    /* touch the first masks' memory now, not one fault per new state later */
+    if (!m->masks && (m->masks = mask_pool(m))) {
+        size_t bytes = sizeof(uint32_t) * (size_t)m->words * m->maskcap;
+        memset(m->masks, 0, bytes < G_PREFAULT_BYTES ? bytes : G_PREFAULT_BYTES);
+    }
 done:
     if (par)
         for (int r = 0; r < g->n_rules; r++) free(par[r].v);
@@ -1821,7 +1836,7 @@ const uint32_t *grammar_mask(grammar_matcher *m, int32_t st, int budget) {
             m->nmask = 0;
         }
         if (!m->masks) {
-            m->masks = malloc(sizeof(uint32_t) * (size_t)m->words * m->maskcap);
+            m->masks = mask_pool(m);
             if (!m->masks) {
                 walk(m, st, budget, m->tmp);
                 return m->tmp;

@@ -10,8 +10,10 @@
  *   grammar          the compiled rules; immutable after grammar_parse.
  *   grammar_vocab    every token's byte string and a prefix trie over them,
  *                    built once per tokenizer.
- *   grammar_matcher  grammar x vocab: interned parser states and their
- *                    cached masks. A state is an int32 id, so "copying the
+ *   grammar_matcher  grammar x vocab: interned parser states, their
+ *                    cached masks, and key masks (per stack top's upper
+ *                    frames, shared by all states; grammar_matcher_prepare
+ *                    makes them all up front). A state is an int32 id, so "copying the
  *                    state per draft position" is copying an int, and a
  *                    rollback is forgetting ids. Engine thread only (one
  *                    thread at a time); many sequences may share one matcher.
@@ -74,8 +76,10 @@ void grammar_matcher_destroy(grammar_matcher *m); /* NULL is fine */
  * position with its rule's continuation positions, G_KEY_FRAMES frames
  * deep, in grammar.c), so that a state seen for the first time costs an OR of
  * its tops' key masks and a check of their few context-dependent tokens, not
- * a walk of the vocabulary trie. One trie walk per key, so it costs what the
- * first masks would have; keys not made here are made on first use. Returns
+ * a walk of the vocabulary trie. One trie walk per key (bounded: at most
+ * 16384 keys and 16M trie nodes); keys not made here are made on first use.
+ * Also touches the first 8 MiB of the mask cache, so new states do not pay
+ * page faults. Returns
  * the keys made, -1 on allocation failure or a bound (masks stay right: the
  * rest is done on first use or by whole walks). Engine thread only. */
 int grammar_matcher_prepare(grammar_matcher *m);

@@ -18,6 +18,7 @@
 #include "tests/grammar/grammar_util.h"
 #include "tests/testutil.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <stdlib.h>
@@ -67,19 +68,24 @@ static void bench(const char *vname, grammar_vocab *v, const char *gname, const 
     int32_t *allowed = malloc(sizeof(int32_t) * (size_t)V);
     CHECK(cold && warm && all && allowed);
     int nc = 0, nw = 0, na = 0;
+    long faults = 0;
     gu_rng = 0x9E3779B97F4A7C15ull;
     for (int w = 0; w < WALKS; w++) {
         int32_t st = grammar_start(m);
         for (int k = 0; k < STEPS && st >= 0; k++) {
             grammar_stats a, b;
             grammar_matcher_stats(m, &a);
+            struct rusage r0, r1;
+            getrusage(RUSAGE_THREAD, &r0);
             double t0 = now_us();
             const uint32_t *mask = grammar_mask(m, st, -1);
             double dt = now_us() - t0;
+            getrusage(RUSAGE_THREAD, &r1);
             grammar_matcher_stats(m, &b);
             if (b.mask_hits > a.mask_hits) warm[nw++] = dt;
             else {
                 cold[nc++] = dt;
+                faults += r1.ru_minflt - r0.ru_minflt;
                 if (getenv("BENCH_DEBUG") && dt > 1000)
                     fprintf(stderr, "  cold %s %s: %.0f us, %llu nodes, %llu new states, %llu new stack nodes\n", vname, gname, dt,
                             (unsigned long long)(b.nodes_visited - a.nodes_visited),
@@ -102,10 +108,11 @@ static void bench(const char *vname, grammar_vocab *v, const char *gname, const 
     grammar_matcher_stats(m, &s);
     printf("%-10s %-7s %-4s V=%6d  cold n=%4d median %7.1f us p99 %7.1f us | warm n=%4d median %4.1f us p99 %5.1f us | "
            "all median %5.1f us p99 %7.1f us | prepare %4d keys %6.1f ms | %llu states, %llu keys, %llu walks of %.0f trie "
-           "nodes, %.0f context-dependent tokens per cold mask\n",
+           "nodes, %.0f context-dependent tokens and %.1f page faults per cold mask\n",
            vname, gname, prepare ? "prep" : "lazy", V, nc, cm, cp, nw, wm, wp, am, ap, nkeys, prep_ms,
            (unsigned long long)s.states, (unsigned long long)s.keys, (unsigned long long)s.walks,
-           s.walks ? (double)s.nodes_visited / (double)s.walks : 0.0, nc ? (double)s.cd_checked / nc : 0.0);
+           s.walks ? (double)s.nodes_visited / (double)s.walks : 0.0, nc ? (double)s.cd_checked / nc : 0.0,
+           nc ? (double)faults / nc : 0.0);
     free(cold), free(warm), free(all), free(allowed);
     grammar_matcher_destroy(m);
     grammar_destroy(g);

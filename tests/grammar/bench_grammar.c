@@ -87,7 +87,8 @@ static void bench(const char *vname, grammar_vocab *v, const char *gname, const 
                 cold[nc++] = dt;
                 faults += r1.ru_minflt - r0.ru_minflt;
                 if (getenv("BENCH_DEBUG") && dt > atof(getenv("BENCH_DEBUG")))
-                    fprintf(stderr, "  cold %s %s: %.0f us, %llu nodes, %llu new states, %llu new stack nodes\n", vname, gname, dt,
+                    fprintf(stderr, "  cold %s %s: %.0f us, %ld page faults, %llu nodes, %llu new states, %llu new stack nodes\n", vname, gname, dt,
+                            (long)(r1.ru_minflt - r0.ru_minflt),
                             (unsigned long long)(b.nodes_visited - a.nodes_visited),
                             (unsigned long long)(b.states - a.states), (unsigned long long)(b.stack_nodes - a.stack_nodes));
             }

@@ -1002,6 +1002,8 @@ struct grammar_matcher {
      * a trie walk is one load per node instead of a hash probe */
     int32_t **drow;
     size_t ndrow, nrows;
+    int32_t **chunks;          /* the rows' memory: G_ROW_CHUNK rows each */
+    size_t nchunks, chunk_cap, row_used;
     /* key masks: a top's mask by its K upper frames alone (see mask_keyed) */
     int32_t *kkey, *kdeep;     /* (nkmap) per node: its key node (-2: not yet) and the node below the key's frames */
     size_t nkmap;
@@ -1230,6 +1232,26 @@ static bool amemo_grow(grammar_matcher *m) {
 
 #define G_UNSEEN (-2)
 #define G_DENSE_ROWS 65536 /* 64 MiB of rows at most */
+#define G_ROW_CHUNK 2048   /* rows per allocation: 2 MiB, one huge page */
+
+/* A dense row from the current chunk (rows are freed with the matcher
+ * only). Chunks of G_ROW_CHUNK rows in huge pages where given: a 1 KiB row
+ * per new state from malloc would fault a fresh 4 KiB page every four
+ * states. NULL when out of memory. */
+static int32_t *row_alloc(grammar_matcher *m) {
+    if (m->row_used == G_ROW_CHUNK || !m->nchunks) {
+        if (!grow((void **)&m->chunks, &m->chunk_cap, m->nchunks + 1, sizeof(int32_t *))) return NULL;
+        void *p = NULL;
+        size_t bytes = sizeof(int32_t) * 256 * G_ROW_CHUNK;
+        if (posix_memalign(&p, (size_t)2 << 20, bytes)) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+        m->chunks[m->nchunks++] = p;
+        m->row_used = 0;
+    }
+    return m->chunks[m->nchunks - 1] + (size_t)256 * m->row_used++;
+}
 
 /* Records st --b--> r in st's dense row (allocating it; silently nothing
  * when out of memory or rows: the hash memo still has it). */
@@ -1244,7 +1266,7 @@ static void dense_put(grammar_matcher *m, int32_t st, uint8_t b, int32_t r) {
     }
     int32_t *row = m->drow[st];
     if (!row) {
-        if (m->nrows >= G_DENSE_ROWS || !(row = malloc(sizeof(int32_t) * 256))) return;
+        if (m->nrows >= G_DENSE_ROWS || !(row = row_alloc(m))) return;
         for (int k = 0; k < 256; k++) row[k] = G_UNSEEN;
         m->drow[st] = row;
         m->nrows++;
@@ -1372,8 +1394,8 @@ void grammar_matcher_destroy(grammar_matcher *m) {
     free(m->kkey), free(m->kdeep), free(m->kslot);
     for (size_t k = 0; k < m->nkeys; k++) free(m->keys[k].acc), free(m->keys[k].list), free(m->keys[k].cd), free(m->keys[k].lcp);
     free(m->keys);
-    for (size_t k = 0; k < m->ndrow; k++) free(m->drow[k]);
-    free(m->drow);
+    for (size_t k = 0; k < m->nchunks; k++) free(m->chunks[k]);
+    free(m->chunks), free(m->drow);
     free(m);
 }
 
@@ -1665,6 +1687,7 @@ static int32_t key_entry(grammar_matcher *m, int32_t key) {
     m->keys[m->nkeys] = e;
     m->kslot[key] = (int32_t)m->nkeys;
     m->st.keys = ++m->nkeys;
+    m->st.key_bytes = m->key_bytes;
     return m->kslot[key];
 }
 
@@ -1810,7 +1833,11 @@ int grammar_matcher_prepare(grammar_matcher *m) {
     for (int32_t p = 0; p < g->n_code && !P.failed && P.nkeys < G_PREP_KEYS && m->st.nodes_visited < P.node_cap; p++)
         if (g->kind[p] == EL_BYTES) P.fr[0] = p, prep_rec(&P, 1);
     result = P.failed ? -1 : P.nkeys;
-    /* touch the first masks' memory now, not one fault per new state later */
+    /* touch the rest of the current row chunk and the first masks' memory
+     * now, not a page fault every few new states later */
+    if (m->nchunks && m->row_used < G_ROW_CHUNK)
+        memset(m->chunks[m->nchunks - 1] + (size_t)256 * m->row_used, 0xff,
+               sizeof(int32_t) * 256 * (G_ROW_CHUNK - m->row_used));
     if (!m->masks && (m->masks = mask_pool(m))) {
         size_t bytes = sizeof(uint32_t) * (size_t)m->words * m->maskcap;
         memset(m->masks, 0, bytes < G_PREFAULT_BYTES ? bytes : G_PREFAULT_BYTES);

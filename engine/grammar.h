@@ -118,6 +118,7 @@ typedef struct {
     uint64_t subtrees_skipped;  /* trie subtrees a walk took whole (a state that maps every byte below to itself) */
     uint64_t keys;              /* key masks made (one trie walk each; see grammar_matcher_prepare) */
     uint64_t cd_checked;        /* context-dependent tokens a mask stepped through the real state */
+    uint64_t key_bytes;         /* memory of the key masks */
 } grammar_stats;
 void grammar_matcher_stats(const grammar_matcher *m, grammar_stats *out);
 

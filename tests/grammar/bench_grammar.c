@@ -108,9 +108,9 @@ static void bench(const char *vname, grammar_vocab *v, const char *gname, const 
     grammar_stats s;
     grammar_matcher_stats(m, &s);
     printf("%-10s %-7s %-4s V=%6d  cold n=%4d median %7.1f us p99 %7.1f us | warm n=%4d median %4.1f us p99 %5.1f us | "
-           "all median %5.1f us p99 %7.1f us | prepare %4d keys %6.1f ms | %llu states, %llu keys, %llu walks of %.0f trie "
+           "all median %5.1f us p99 %7.1f us | prepare %4d keys %6.1f ms %5.1f MiB | %llu states, %llu keys, %llu walks of %.0f trie "
            "nodes, %.0f context-dependent tokens and %.1f page faults per cold mask\n",
-           vname, gname, prepare ? "prep" : "lazy", V, nc, cm, cp, nw, wm, wp, am, ap, nkeys, prep_ms,
+           vname, gname, prepare ? "prep" : "lazy", V, nc, cm, cp, nw, wm, wp, am, ap, nkeys, prep_ms, (double)s.key_bytes / (1 << 20),
            (unsigned long long)s.states, (unsigned long long)s.keys, (unsigned long long)s.walks,
            s.walks ? (double)s.nodes_visited / (double)s.walks : 0.0, nc ? (double)s.cd_checked / nc : 0.0,
            nc ? (double)faults / nc : 0.0);

@@ -1014,6 +1014,7 @@ struct grammar_matcher {
     uint8_t *hh;               /* (max_len + 2) local walk: a state at depth <= d held G_HOLE */
     int32_t *kseen;            /* scratch: the keys of one state */
     size_t kseen_cap;
+    uint64_t closure_steps;    /* work items all closures took (prepare's budget) */
     bool overflow;
     grammar_stats st;
 };
@@ -1162,6 +1163,7 @@ static int32_t closure(grammar_matcher *m, size_t nw) {
         nw -= 2;
         int32_t pos = m->work[nw], par = m->work[nw + 1];
         if (++steps > G_MAX_STEPS) return m->overflow = true, GRAMMAR_DEAD;
+        m->closure_steps++;
         uint64_t key = ((uint64_t)(uint32_t)pos << 32 | (uint32_t)par) + 1;
         uint32_t h = mix(key) & m->vmask;
         bool seen = false;
@@ -1751,6 +1753,8 @@ static bool mask_keyed(grammar_matcher *m, int32_t st, uint32_t *mask, int32_t *
 #define G_PREP_PAR 4096   /* continuation positions per rule */
 #define G_PREP_KEYS 16384 /* keys prepared at most (the rest on first use) */
 #define G_PREP_NODES (16u << 20) /* trie nodes prepare visits at most (a few hundred ms) */
+#define G_PREP_STEPS (8u << 20)  /* closure work items prepare spends at most */
+#define G_PREP_WORK (8u << 20)   /* set operations finding the continuation positions */
 #define G_PREFAULT_BYTES (8u << 20) /* cached masks' memory touched by prepare */
 
 typedef struct {
@@ -1758,7 +1762,9 @@ typedef struct {
     size_t n, cap;
 } i32set;
 
-static bool set_add(i32set *s, int32_t x, bool *changed) {
+static bool set_add(i32set *s, int32_t x, bool *changed, uint64_t *work) {
+    *work += s->n + 1;
+    if (*work > G_PREP_WORK) return false;
     for (size_t k = 0; k < s->n; k++)
         if (s->v[k] == x) return true;
     if (s->n >= G_PREP_PAR || !grow((void **)&s->v, &s->cap, s->n + 1, sizeof(int32_t))) return false;
@@ -1773,9 +1779,14 @@ typedef struct {
     const i32set *par;
     int32_t fr[G_KEY_FRAMES];
     int nkeys;
-    uint64_t node_cap;
+    uint64_t node_cap, step_cap;
     bool failed;
 } prep;
+
+/* Whether prepare has used its budget (the keys left are made on first use). */
+static bool prep_spent(const prep *P) {
+    return P->nkeys >= G_PREP_KEYS || P->m->st.nodes_visited >= P->node_cap || P->m->closure_steps >= P->step_cap;
+}
 
 static void prep_key(prep *P, int j, int32_t bottom) {
     int32_t node = bottom;
@@ -1788,7 +1799,7 @@ static void prep_key(prep *P, int j, int32_t bottom) {
 static void prep_rec(prep *P, int j) {
     const i32set *s = &P->par[P->rule_of[P->fr[j - 1]]];
     bool hole = false;
-    for (size_t k = 0; k < s->n && !P->failed && P->nkeys < G_PREP_KEYS && P->m->st.nodes_visited < P->node_cap; k++) {
+    for (size_t k = 0; k < s->n && !P->failed && !prep_spent(P); k++) {
         int32_t x = s->v[k];
         if (x == 0) prep_key(P, j, 0);
         else if (j == G_KEY_FRAMES) {
@@ -1815,22 +1826,24 @@ int grammar_matcher_prepare(grammar_matcher *m) {
     /* the positions a rule's frame can return to (0: the end of the output);
      * a reference in tail position returns where its own rule does */
     bool changed = true, ok = true;
-    ok = set_add(&par[g->root], 0, &changed);
+    uint64_t work = 0;
+    ok = set_add(&par[g->root], 0, &changed, &work);
     while (changed && ok) {
         changed = false;
         for (int32_t p = 0; p < g->n_code && ok; p++) {
             if (g->kind[p] != EL_REF) continue;
             i32set *dst = &par[g->arg[p]];
-            if (g->kind[p + 1] != EL_END) ok = set_add(dst, p + 1, &changed);
+            if (g->kind[p + 1] != EL_END) ok = set_add(dst, p + 1, &changed, &work);
             else {
                 const i32set *src = &par[rule_of[p]];
-                for (size_t k = 0; k < src->n && ok; k++) ok = set_add(dst, src->v[k], &changed);
+                for (size_t k = 0; k < src->n && ok; k++) ok = set_add(dst, src->v[k], &changed, &work);
             }
         }
     }
     if (!ok) goto done;
-    prep P = {.m = m, .rule_of = rule_of, .par = par, .node_cap = m->st.nodes_visited + G_PREP_NODES};
-    for (int32_t p = 0; p < g->n_code && !P.failed && P.nkeys < G_PREP_KEYS && m->st.nodes_visited < P.node_cap; p++)
+    prep P = {.m = m, .rule_of = rule_of, .par = par, .node_cap = m->st.nodes_visited + G_PREP_NODES,
+              .step_cap = m->closure_steps + G_PREP_STEPS};
+    for (int32_t p = 0; p < g->n_code && !P.failed && !prep_spent(&P); p++)
         if (g->kind[p] == EL_BYTES) P.fr[0] = p, prep_rec(&P, 1);
     result = P.failed ? -1 : P.nkeys;
     /* touch the rest of the current row chunk and the first masks' memory

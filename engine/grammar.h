@@ -77,7 +77,8 @@ void grammar_matcher_destroy(grammar_matcher *m); /* NULL is fine */
  * deep, in grammar.c), so that a state seen for the first time costs an OR of
  * its tops' key masks and a check of their few context-dependent tokens, not
  * a walk of the vocabulary trie. One trie walk per key (bounded: at most
- * 16384 keys and 16M trie nodes); keys not made here are made on first use.
+ * 16384 keys, 16M trie nodes and 8M closure steps, so a pathological grammar
+ * costs under a few seconds); keys not made here are made on first use.
  * Also touches the first 8 MiB of the mask cache, so new states do not pay
  * page faults. Returns
  * the keys made, -1 on allocation failure or a bound (masks stay right: the

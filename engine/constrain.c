@@ -67,6 +67,7 @@ grammar_matcher *constrain_acquire(constrain_cache *c, const char *text, size_t 
     grammar *g = grammar_parse(text, len, err, errlen);
     if (!g) return NULL;
     grammar_matcher *m = grammar_matcher_create(g, c->v);
+    if (m) grammar_matcher_prepare(m); /* every key mask now: first masks cost an OR, not a trie walk (-1: made on use) */
     char *copy = malloc(len + 1);
     /* evict the least recently used entry nobody holds */
     if (c->n >= CONSTRAIN_ENTRIES) {

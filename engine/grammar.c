@@ -8,13 +8,18 @@
  * bytes only. A parser stack is a chain of interned nodes (position, parent):
  * the top is a byte-set position, the rest are return positions; a state is
  * the sorted set of stack tops (node 0 = the empty stack: the root is done).
- * Byte steps are memoised per (state, byte); a mask is one walk over the
+ * Byte steps are memoised per (state, byte), a state's whole row at once. A
+ * state's mask is the union of its tops' key masks (see "key masks": the
+ * tokens decided by a top's upper frames alone, made once per grammar by one
+ * trie walk each) plus a check of the few tokens that depend on the frames
+ * below; a token budget near its end falls back to one walk over the
  * vocabulary trie in preorder, pruning a subtree as soon as its prefix dies. */
 #include "engine/grammar.h"
 
 #include "engine/tokenizer.h"
 
 #include <math.h>
+#include <sys/mman.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +39,7 @@ enum { EL_END = 0, EL_BYTES = 1, EL_REF = 2 };
 #define G_MAX_STEPS (1 << 20)     /* closure work items per byte step */
 #define G_MAX_REPEAT 10000
 #define G_MASK_BYTES (64u << 20)  /* cached masks per matcher */
+#define G_HOLE 1                  /* the stack node "whatever lies below": a local walk's bottom (see key masks) */
 
 /* ---- growable arrays ------------------------------------------------------ */
 
@@ -996,8 +1002,35 @@ struct grammar_matcher {
      * a trie walk is one load per node instead of a hash probe */
     int32_t **drow;
     size_t ndrow, nrows;
+    int32_t **chunks;          /* the rows' memory: G_ROW_CHUNK rows each */
+    size_t nchunks, chunk_cap, row_used;
+    /* key masks: a top's mask by its K upper frames alone (see mask_keyed) */
+    int32_t *kkey, *kdeep;     /* (nkmap) per node: its key node (-2: not yet) and the node below the key's frames */
+    size_t nkmap;
+    int32_t *kslot;            /* (nkslot) per key node: its gkey index, -1 none yet */
+    size_t nkslot;
+    struct gkey *keys;
+    size_t nkeys, kcap, key_bytes;
+    uint8_t *hh;               /* (max_len + 2) local walk: a state at depth <= d held G_HOLE */
+    int32_t *kseen;            /* scratch: the keys of one state */
+    size_t kseen_cap;
+    uint64_t closure_steps;    /* work items all closures took (prepare's budget) */
     bool overflow;
     grammar_stats st;
+};
+
+/* A key's mask: the tokens its frames accept whatever lies below (acc), the
+ * tokens that leave the frames and then die there, so only the real stack can
+ * say (cd, in trie order, lcp[k] = bytes shared with cd[k - 1]), and the
+ * largest distance to the frames' end over acc (maxlocal). */
+struct gkey {
+    uint32_t *acc;             /* (words), NULL when the tokens are few: then the list */
+    int32_t *list;             /* (nlist) */
+    int32_t nlist;
+    int32_t *cd;               /* (ncd) */
+    uint16_t *lcp;             /* (ncd) */
+    int32_t ncd;
+    int32_t maxlocal;
 };
 
 static uint32_t mix(uint64_t x) {
@@ -1130,6 +1163,7 @@ static int32_t closure(grammar_matcher *m, size_t nw) {
         nw -= 2;
         int32_t pos = m->work[nw], par = m->work[nw + 1];
         if (++steps > G_MAX_STEPS) return m->overflow = true, GRAMMAR_DEAD;
+        m->closure_steps++;
         uint64_t key = ((uint64_t)(uint32_t)pos << 32 | (uint32_t)par) + 1;
         uint32_t h = mix(key) & m->vmask;
         bool seen = false;
@@ -1162,9 +1196,9 @@ static int32_t closure(grammar_matcher *m, size_t nw) {
             if (!grow((void **)&m->tops, &m->tcap, nt + 1, sizeof(int32_t))) return m->overflow = true, GRAMMAR_DEAD;
             m->tops[nt++] = id;
         } else if (k == EL_END) {
-            if (par == 0) {
+            if (par == 0 || par == G_HOLE) { /* the root is done, or a local walk left its frames */
                 if (!grow((void **)&m->tops, &m->tcap, nt + 1, sizeof(int32_t))) return m->overflow = true, GRAMMAR_DEAD;
-                m->tops[nt++] = 0;
+                m->tops[nt++] = par;
             } else {
                 if (!grow((void **)&m->work, &m->wcap, nw + 2, sizeof(int32_t))) return m->overflow = true, GRAMMAR_DEAD;
                 m->work[nw++] = m->npos[par], m->work[nw++] = m->npar[par];
@@ -1200,6 +1234,26 @@ static bool amemo_grow(grammar_matcher *m) {
 
 #define G_UNSEEN (-2)
 #define G_DENSE_ROWS 65536 /* 64 MiB of rows at most */
+#define G_ROW_CHUNK 2048   /* rows per allocation: 2 MiB, one huge page */
+
+/* A dense row from the current chunk (rows are freed with the matcher
+ * only). Chunks of G_ROW_CHUNK rows in huge pages where given: a 1 KiB row
+ * per new state from malloc would fault a fresh 4 KiB page every four
+ * states. NULL when out of memory. */
+static int32_t *row_alloc(grammar_matcher *m) {
+    if (m->row_used == G_ROW_CHUNK || !m->nchunks) {
+        if (!grow((void **)&m->chunks, &m->chunk_cap, m->nchunks + 1, sizeof(int32_t *))) return NULL;
+        void *p = NULL;
+        size_t bytes = sizeof(int32_t) * 256 * G_ROW_CHUNK;
+        if (posix_memalign(&p, (size_t)2 << 20, bytes)) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+        m->chunks[m->nchunks++] = p;
+        m->row_used = 0;
+    }
+    return m->chunks[m->nchunks - 1] + (size_t)256 * m->row_used++;
+}
 
 /* Records st --b--> r in st's dense row (allocating it; silently nothing
  * when out of memory or rows: the hash memo still has it). */
@@ -1214,7 +1268,7 @@ static void dense_put(grammar_matcher *m, int32_t st, uint8_t b, int32_t r) {
     }
     int32_t *row = m->drow[st];
     if (!row) {
-        if (m->nrows >= G_DENSE_ROWS || !(row = malloc(sizeof(int32_t) * 256))) return;
+        if (m->nrows >= G_DENSE_ROWS || !(row = row_alloc(m))) return;
         for (int k = 0; k < 256; k++) row[k] = G_UNSEEN;
         m->drow[st] = row;
         m->nrows++;
@@ -1224,9 +1278,50 @@ static void dense_put(grammar_matcher *m, int32_t st, uint8_t b, int32_t r) {
 
 static int32_t step_byte_memo(grammar_matcher *m, int32_t st, uint8_t b);
 
+/* Fills st's whole dense row at once: bytes that the same subset of st's
+ * tops accepts lead to the same state, so one closure per distinct subset
+ * (a JSON string state: its character class, '\\', '"', the rest) instead of
+ * one per byte. False (row untouched or partly filled, all entries right)
+ * when st has over 64 tops, rows or memory ran out, or a bound was hit. */
+static bool fill_row(grammar_matcher *m, int32_t st) {
+    const grammar *g = m->g;
+    int32_t n = m->scnt[st], pos[64], par[64], nk = 0;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = m->spool[m->soff[st] + k];
+        if (id == 0 || id == G_HOLE) continue;
+        if (nk == 64) return false;
+        pos[nk] = m->npos[id], par[nk] = m->npar[id], nk++;
+    }
+    dense_put(m, st, 0, G_UNSEEN); /* allocates the row */
+    if ((size_t)st >= m->ndrow || !m->drow[st]) return false;
+    uint64_t sig[256];
+    for (int b = 0; b < 256; b++) {
+        uint64_t x = 0;
+        for (int32_t k = 0; k < nk; k++)
+            if (set_has(g->sets[g->arg[pos[k]]], (unsigned)b)) x |= 1ull << k;
+        sig[b] = x;
+    }
+    for (int b = 0; b < 256; b++) {
+        if (m->drow[st][b] != G_UNSEEN) continue;
+        int32_t r = GRAMMAR_DEAD;
+        if (sig[b]) {
+            size_t nw = 0;
+            if (!grow((void **)&m->work, &m->wcap, 2 * (size_t)nk, sizeof(int32_t))) return false;
+            for (int32_t k = 0; k < nk; k++)
+                if (sig[b] >> k & 1) m->work[nw++] = pos[k] + 1, m->work[nw++] = par[k];
+            r = closure(m, nw);
+            if (m->overflow) return false;
+        }
+        for (int c = b; c < 256; c++) /* the row pointer is stable: rows are never moved */
+            if (sig[c] == sig[b]) m->drow[st][c] = r;
+    }
+    return true;
+}
+
 static int32_t step_byte(grammar_matcher *m, int32_t st, uint8_t b) {
     if (st < 0) return GRAMMAR_DEAD;
     if ((size_t)st < m->ndrow && m->drow[st] && m->drow[st][b] != G_UNSEEN) return m->drow[st][b];
+    if (!m->overflow && fill_row(m, st)) return m->drow[st][b];
     int32_t r = step_byte_memo(m, st, b);
     if (!m->overflow) dense_put(m, st, b, r);
     return r;
@@ -1242,7 +1337,7 @@ static int32_t step_byte_memo(grammar_matcher *m, int32_t st, uint8_t b) {
     int32_t n = m->scnt[st];
     for (int32_t k = 0; k < n; k++) {
         int32_t id = m->spool[m->soff[st] + k];
-        if (id == 0) continue;
+        if (id == 0 || id == G_HOLE) continue;
         int32_t pos = m->npos[id];
         if (!set_has(g->sets[g->arg[pos]], b)) continue;
         if (!grow((void **)&m->work, &m->wcap, nw + 2, sizeof(int32_t))) return m->overflow = true, GRAMMAR_DEAD;
@@ -1270,20 +1365,22 @@ grammar_matcher *grammar_matcher_create(const grammar *g, const grammar_vocab *v
     m->tmp = malloc(sizeof(uint32_t) * (size_t)m->words);
     m->walk_state = malloc(sizeof(int32_t) * (size_t)(v->max_len + 2));
     m->chain = malloc(sizeof(int32_t) * (size_t)(v->max_len + 2));
-    if (!m->nhash || !m->shash || !m->akey || !m->aval || !m->vkey || !m->tmp || !m->walk_state || !m->chain) {
+    m->hh = malloc((size_t)v->max_len + 2);
+    if (!m->hh || !m->nhash || !m->shash || !m->akey || !m->aval || !m->vkey || !m->tmp || !m->walk_state || !m->chain) {
         grammar_matcher_destroy(m);
         return NULL;
     }
     memset(m->nhash, 0xff, sizeof(int32_t) * 1024);
     memset(m->shash, 0xff, sizeof(int32_t) * 1024);
     /* node 0: the empty stack */
-    if (!grow((void **)&m->npos, &m->ncap, 1, sizeof(int32_t)) || !(m->npar = malloc(sizeof(int32_t) * m->ncap)) ||
+    if (!grow((void **)&m->npos, &m->ncap, 2, sizeof(int32_t)) || !(m->npar = malloc(sizeof(int32_t) * m->ncap)) ||
         !(m->ndist = malloc(sizeof(int32_t) * m->ncap))) {
         grammar_matcher_destroy(m);
         return NULL;
     }
     m->npos[0] = -1, m->npar[0] = 0, m->ndist[0] = 0;
-    m->nn = 1;
+    m->npos[G_HOLE] = -2, m->npar[G_HOLE] = G_HOLE, m->ndist[G_HOLE] = 0;
+    m->nn = 2;
     size_t maskbytes = sizeof(uint32_t) * (size_t)m->words;
     m->maskcap = G_MASK_BYTES / (maskbytes ? maskbytes : 1);
     if (m->maskcap < 16) m->maskcap = 16;
@@ -1295,9 +1392,12 @@ void grammar_matcher_destroy(grammar_matcher *m) {
     free(m->npos), free(m->npar), free(m->ndist), free(m->nhash);
     free(m->spool), free(m->soff), free(m->scnt), free(m->sdist), free(m->smask), free(m->smaxd), free(m->shash);
     free(m->akey), free(m->aval), free(m->masks), free(m->tmp), free(m->work), free(m->tops), free(m->vkey);
-    free(m->walk_state), free(m->chain);
-    for (size_t k = 0; k < m->ndrow; k++) free(m->drow[k]);
-    free(m->drow);
+    free(m->walk_state), free(m->chain), free(m->hh), free(m->kseen);
+    free(m->kkey), free(m->kdeep), free(m->kslot);
+    for (size_t k = 0; k < m->nkeys; k++) free(m->keys[k].acc), free(m->keys[k].list), free(m->keys[k].cd), free(m->keys[k].lcp);
+    free(m->keys);
+    for (size_t k = 0; k < m->nchunks; k++) free(m->chunks[k]);
+    free(m->chunks), free(m->drow);
     free(m);
 }
 
@@ -1423,6 +1523,345 @@ static int32_t walk(grammar_matcher *m, int32_t st, int budget, uint32_t *mask) 
     return maxd;
 }
 
+/* The mask cache's memory, in huge pages where the kernel gives them: a
+ * fresh 4 KiB page costs a fault on first touch (over 10 us on a virtual
+ * machine), and a 102k-token mask spans four. NULL on failure. */
+static uint32_t *mask_pool(grammar_matcher *m) {
+    size_t bytes = sizeof(uint32_t) * (size_t)m->words * m->maskcap;
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)2 << 20, bytes)) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, bytes, MADV_HUGEPAGE); /* advice: nothing to do when refused */
+#endif
+    return p;
+}
+
+/* ---- key masks ----------------------------------------------------------------
+ *
+ * A state's mask is the union of its tops' masks, and a top's mask depends
+ * on its whole stack only through the tokens that empty its upper frames.
+ * So a top is masked by its key: its G_KEY_FRAMES upper frames over G_HOLE
+ * ("whatever lies below"), or the top itself when its stack is no deeper.
+ * One trie walk per key (from the local state {key}) sorts the vocabulary
+ * into tokens accepted whatever lies below (a local path survives the whole
+ * token, possibly ending exactly at G_HOLE: any real stack below continues
+ * from there), tokens refused whatever lies below (every path dies without
+ * ever reaching G_HOLE), and the few context-dependent rest (a path reached
+ * G_HOLE before the token ended, and every local path died), which a mask
+ * checks against the real state by stepping their bytes. The keys of a
+ * grammar are few (a byte position times the continuation positions of its
+ * rule, see grammar_matcher_prepare) and shared by every state, so a state
+ * seen for the first time costs an OR of a few bitmaps and a short list.
+ * Exact: a token is allowed by the real state iff some path of some top
+ * survives it; a path that stays in its top's frames is the key's local
+ * path, one that goes below them passed G_HOLE locally, so the token is in
+ * acc or cd of that key. */
+
+#define G_KEY_FRAMES 3
+#define G_KEY_BYTES (256u << 20) /* key masks per matcher; past it masks fall back to whole walks */
+
+static bool has_hole(const grammar_matcher *m, int32_t s) {
+    const int32_t *t = m->spool + m->soff[s];
+    int32_t n = m->scnt[s];
+    return t[0] == G_HOLE || (t[0] == 0 && n > 1 && t[1] == G_HOLE);
+}
+
+/* The key node of real top id (id itself when its stack has at most
+ * G_KEY_FRAMES frames) and the real node below the key's frames (0 for an
+ * exact key). -1 when a bound was hit. */
+static int32_t key_of(grammar_matcher *m, int32_t id, int32_t *deep) {
+    if ((size_t)id < m->nkmap && m->kkey[id] != -2) return *deep = m->kdeep[id], m->kkey[id];
+    int32_t fr[G_KEY_FRAMES], c = id, key = id, dp = 0;
+    int nf = 0;
+    for (; nf < G_KEY_FRAMES && c != 0; nf++) fr[nf] = c, c = m->npar[c];
+    if (c != 0) { /* deeper than the frames: the key ends in G_HOLE */
+        key = G_HOLE;
+        for (int j = nf - 1; j >= 0 && key >= 0; j--) key = node_intern(m, m->npos[fr[j]], key);
+        if (key < 0) return -1;
+        dp = c;
+    }
+    if ((size_t)id >= m->nkmap) {
+        size_t nc = m->nkmap ? m->nkmap : 1024;
+        while (nc <= (size_t)id) nc *= 2;
+        int32_t *a = realloc(m->kkey, sizeof(int32_t) * nc), *b = a ? realloc(m->kdeep, sizeof(int32_t) * nc) : NULL;
+        if (a) m->kkey = a;
+        if (!b) return -1;
+        m->kdeep = b;
+        for (size_t k = m->nkmap; k < nc; k++) m->kkey[k] = -2;
+        m->nkmap = nc;
+    }
+    m->kkey[id] = key, m->kdeep[id] = dp;
+    *deep = dp;
+    return key;
+}
+
+static bool cd_push(struct gkey *e, size_t *cap, int32_t t) {
+    if (!grow((void **)&e->cd, cap, (size_t)e->ncd + 1, sizeof(int32_t))) return false;
+    e->cd[e->ncd++] = t;
+    return true;
+}
+
+/* The gkey index of key node key, walking the trie for it the first time;
+ * -1 when out of memory or over G_KEY_BYTES. */
+static int32_t key_entry(grammar_matcher *m, int32_t key) {
+    if ((size_t)key < m->nkslot && m->kslot[key] >= 0) return m->kslot[key];
+    size_t words = (size_t)m->words;
+    if (m->key_bytes + words * 4 > G_KEY_BYTES) return -1;
+    if ((size_t)key >= m->nkslot) {
+        size_t nc = m->nkslot ? m->nkslot : 1024;
+        while (nc <= (size_t)key) nc *= 2;
+        int32_t *a = realloc(m->kslot, sizeof(int32_t) * nc);
+        if (!a) return -1;
+        for (size_t k = m->nkslot; k < nc; k++) a[k] = -1;
+        m->kslot = a, m->nkslot = nc;
+    }
+    if (!grow((void **)&m->keys, &m->kcap, m->nkeys + 1, sizeof(struct gkey))) return -1;
+    int32_t one = key, st0 = state_intern(m, &one, 1);
+    if (st0 < 0) return -1;
+    struct gkey e = {.acc = calloc(words, sizeof(uint32_t))};
+    if (!e.acc) return -1;
+    size_t cdcap = 0;
+    const grammar_vocab *v = m->v;
+    int32_t *ws = m->walk_state;
+    uint8_t *hh = m->hh;
+    ws[0] = st0, hh[0] = 0; /* st0 is one byte position: no G_HOLE */
+    int32_t i = 1, n = v->n_nodes;
+    bool ok = true;
+    uint64_t visited = 0;
+    m->st.walks++;
+    while (i < n && ok) {
+        visited++;
+        int d = v->ndepth[i];
+        int32_t s = step_byte(m, ws[d - 1], v->nbyte[i]), end = v->nskip[i];
+        if (s < 0) {
+            if (hh[d - 1]) /* left the frames on the way: the real state decides */
+                for (int32_t k = v->ntok_off[i]; k < v->ntok_off[end] && ok; k++) ok = cd_push(&e, &cdcap, v->ntok[k]);
+            i = end;
+            continue;
+        }
+        ws[d] = s, hh[d] = hh[d - 1] || has_hole(m, s);
+        for (int32_t k = v->ntok_off[i]; k < v->ntok_off[i + 1]; k++) e.acc[v->ntok[k] >> 5] |= 1u << (v->ntok[k] & 31);
+        if (v->ntok_off[i] < v->ntok_off[i + 1] && m->sdist[s] > e.maxlocal) e.maxlocal = m->sdist[s];
+        /* a subtree every byte of which keeps a live state per depth: all accepted */
+        int h = v->nheight[i];
+        if (end - i > G_FIXED_MIN && subtree_chain(m, s, v->nsub + (size_t)i * 8, h, m->chain)) {
+            bool all = true;
+            for (int j = 1; j <= h && all; j++) all = m->chain[j] >= 0;
+            if (all) {
+                for (int32_t k = v->ntok_off[i + 1]; k < v->ntok_off[end]; k++) {
+                    int32_t t = v->ntok[k], cs = m->chain[v->ntok_len[k] - d];
+                    e.acc[t >> 5] |= 1u << (t & 31);
+                    if (m->sdist[cs] > e.maxlocal) e.maxlocal = m->sdist[cs];
+                }
+                m->st.subtrees_skipped++;
+                i = end;
+                continue;
+            }
+        }
+        i++;
+    }
+    m->st.nodes_visited += visited;
+    if (ok && e.ncd && !(e.lcp = malloc(sizeof(uint16_t) * (size_t)e.ncd))) ok = false;
+    if (!ok || m->overflow) {
+        free(e.acc), free(e.cd), free(e.lcp);
+        return -1;
+    }
+    for (int32_t k = 0; k < e.ncd; k++) {
+        int l = 0;
+        if (k) {
+            const uint8_t *a = v->blob + v->off[e.cd[k - 1]], *b = v->blob + v->off[e.cd[k]];
+            int la = (int)(v->off[e.cd[k - 1] + 1] - v->off[e.cd[k - 1]]), lb = (int)(v->off[e.cd[k] + 1] - v->off[e.cd[k]]);
+            while (l < la && l < lb && a[l] == b[l]) l++;
+        }
+        e.lcp[k] = (uint16_t)l;
+    }
+    /* few tokens (a literal's first byte): a list, set bit by bit, instead
+     * of a bitmap to OR word by word */
+    int32_t cnt = 0;
+    for (size_t w = 0; w < words; w++) cnt += __builtin_popcount(e.acc[w]);
+    if ((size_t)cnt * 8 < words && (e.list = malloc(sizeof(int32_t) * (size_t)(cnt + 1)))) {
+        for (size_t w = 0; w < words; w++)
+            for (uint32_t x = e.acc[w]; x; x &= x - 1) e.list[e.nlist++] = (int32_t)(w * 32 + (size_t)__builtin_ctz(x));
+        free(e.acc);
+        e.acc = NULL;
+    }
+    m->key_bytes += (e.acc ? words * 4 : (size_t)e.nlist * 4) + (size_t)e.ncd * 6;
+    m->keys[m->nkeys] = e;
+    m->kslot[key] = (int32_t)m->nkeys;
+    m->st.keys = ++m->nkeys;
+    m->st.key_bytes = m->key_bytes;
+    return m->kslot[key];
+}
+
+/* st's mask (no budget) from its tops' keys into mask; false when a key
+ * could not be had (the caller walks instead). *maxd: an upper bound on the
+ * distance left after any allowed token (exact for the context-dependent
+ * ones, key's maxlocal plus the distance below its frames for the rest). */
+static bool mask_keyed(grammar_matcher *m, int32_t st, uint32_t *mask, int32_t *maxd) {
+    const grammar_vocab *v = m->v;
+    size_t words = (size_t)m->words;
+    int32_t n = m->scnt[st], nseen = 0, md = 0;
+    if (!grow((void **)&m->kseen, &m->kseen_cap, (size_t)n, sizeof(int32_t))) return false;
+    memset(mask, 0, sizeof(uint32_t) * words);
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = m->spool[m->soff[st] + k], deep;
+        if (id == 0) continue;
+        int32_t key = key_of(m, id, &deep), ei = key < 0 ? -1 : key_entry(m, key);
+        if (ei < 0) return false;
+        const struct gkey *e = &m->keys[ei];
+        int32_t d = e->maxlocal + (deep > 0 ? m->ndist[deep] : 0);
+        if (d > md) md = d;
+        bool dup = false;
+        for (int32_t j = 0; j < nseen && !dup; j++) dup = m->kseen[j] == ei;
+        if (dup) continue;
+        m->kseen[nseen++] = ei;
+        if (e->acc)
+            for (size_t w = 0; w < words; w++) mask[w] |= e->acc[w];
+        else
+            for (int32_t j = 0; j < e->nlist; j++) mask[e->list[j] >> 5] |= 1u << (e->list[j] & 31);
+    }
+    /* the context-dependent tokens, stepped from st with the trie order's
+     * shared prefixes: ws[0..vd] are the states of the last stepped prefix */
+    int32_t *ws = m->walk_state;
+    for (int32_t j = 0; j < nseen; j++) {
+        const struct gkey *e = &m->keys[m->kseen[j]];
+        int vd = 0;
+        ws[0] = st;
+        for (int32_t k = 0; k < e->ncd; k++) {
+            int32_t t = e->cd[k];
+            if (e->lcp[k] < vd) vd = e->lcp[k];
+            if (mask[t >> 5] >> (t & 31) & 1) continue;
+            const uint8_t *b = v->blob + v->off[t];
+            int len = (int)(v->off[t + 1] - v->off[t]);
+            int32_t s = ws[vd];
+            while (vd < len && s >= 0) s = step_byte(m, s, b[vd]), ws[++vd] = s;
+            m->st.cd_checked++;
+            if (s < 0 || vd < len) continue;
+            mask[t >> 5] |= 1u << (t & 31);
+            if (m->sdist[s] > md) md = m->sdist[s];
+        }
+    }
+    if (m->overflow) return false;
+    if (grammar_accepting(m, st))
+        for (int k = 0; k < v->n_eog; k++) mask[v->eog_ids[k] >> 5] |= 1u << (v->eog_ids[k] & 31);
+    *maxd = md;
+    return true;
+}
+
+/* ---- preparing every key ------------------------------------------------------ */
+
+#define G_PREP_PAR 4096   /* continuation positions per rule */
+#define G_PREP_KEYS 16384 /* keys prepared at most (the rest on first use) */
+#define G_PREP_NODES (16u << 20) /* trie nodes prepare visits at most (a few hundred ms) */
+#define G_PREP_STEPS (8u << 20)  /* closure work items prepare spends at most */
+#define G_PREP_WORK (8u << 20)   /* set operations finding the continuation positions */
+#define G_PREFAULT_BYTES (8u << 20) /* cached masks' memory touched by prepare */
+
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} i32set;
+
+static bool set_add(i32set *s, int32_t x, bool *changed, uint64_t *work) {
+    *work += s->n + 1;
+    if (*work > G_PREP_WORK) return false;
+    for (size_t k = 0; k < s->n; k++)
+        if (s->v[k] == x) return true;
+    if (s->n >= G_PREP_PAR || !grow((void **)&s->v, &s->cap, s->n + 1, sizeof(int32_t))) return false;
+    s->v[s->n++] = x;
+    *changed = true;
+    return true;
+}
+
+typedef struct {
+    grammar_matcher *m;
+    const int32_t *rule_of;
+    const i32set *par;
+    int32_t fr[G_KEY_FRAMES];
+    int nkeys;
+    uint64_t node_cap, step_cap;
+    bool failed;
+} prep;
+
+/* Whether prepare has used its budget (the keys left are made on first use). */
+static bool prep_spent(const prep *P) {
+    return P->nkeys >= G_PREP_KEYS || P->m->st.nodes_visited >= P->node_cap || P->m->closure_steps >= P->step_cap;
+}
+
+static void prep_key(prep *P, int j, int32_t bottom) {
+    int32_t node = bottom;
+    for (int i = j - 1; i >= 0 && node >= 0; i--) node = node_intern(P->m, P->fr[i], node);
+    if (node < 0 || key_entry(P->m, node) < 0) P->failed = true;
+    else P->nkeys++;
+}
+
+/* Keys with frames fr[0..j): every way the frames continue below fr[j - 1]. */
+static void prep_rec(prep *P, int j) {
+    const i32set *s = &P->par[P->rule_of[P->fr[j - 1]]];
+    bool hole = false;
+    for (size_t k = 0; k < s->n && !P->failed && !prep_spent(P); k++) {
+        int32_t x = s->v[k];
+        if (x == 0) prep_key(P, j, 0);
+        else if (j == G_KEY_FRAMES) {
+            if (!hole) prep_key(P, j, G_HOLE), hole = true;
+        } else {
+            P->fr[j] = x;
+            prep_rec(P, j + 1);
+        }
+    }
+}
+
+int grammar_matcher_prepare(grammar_matcher *m) {
+    const grammar *g = m->g;
+    int32_t *rule_of = malloc(sizeof(int32_t) * (size_t)(g->n_code + 1));
+    i32set *par = calloc((size_t)g->n_rules, sizeof(i32set));
+    int result = -1;
+    if (!rule_of || !par) goto done;
+    for (int r = 0; r < g->n_rules; r++)
+        for (int32_t a = 0; a < g->alt_n[r]; a++)
+            for (int32_t p = g->alt_start[g->alt_off[r] + a];; p++) {
+                rule_of[p] = r;
+                if (g->kind[p] == EL_END) break;
+            }
+    /* the positions a rule's frame can return to (0: the end of the output);
+     * a reference in tail position returns where its own rule does */
+    bool changed = true, ok = true;
+    uint64_t work = 0;
+    ok = set_add(&par[g->root], 0, &changed, &work);
+    while (changed && ok) {
+        changed = false;
+        for (int32_t p = 0; p < g->n_code && ok; p++) {
+            if (g->kind[p] != EL_REF) continue;
+            i32set *dst = &par[g->arg[p]];
+            if (g->kind[p + 1] != EL_END) ok = set_add(dst, p + 1, &changed, &work);
+            else {
+                const i32set *src = &par[rule_of[p]];
+                for (size_t k = 0; k < src->n && ok; k++) ok = set_add(dst, src->v[k], &changed, &work);
+            }
+        }
+    }
+    if (!ok) goto done;
+    prep P = {.m = m, .rule_of = rule_of, .par = par, .node_cap = m->st.nodes_visited + G_PREP_NODES,
+              .step_cap = m->closure_steps + G_PREP_STEPS};
+    for (int32_t p = 0; p < g->n_code && !P.failed && !prep_spent(&P); p++)
+        if (g->kind[p] == EL_BYTES) P.fr[0] = p, prep_rec(&P, 1);
+    result = P.failed ? -1 : P.nkeys;
+    /* touch the rest of the current row chunk and the first masks' memory
+     * now, not a page fault every few new states later */
+    if (m->nchunks && m->row_used < G_ROW_CHUNK)
+        memset(m->chunks[m->nchunks - 1] + (size_t)256 * m->row_used, 0xff,
+               sizeof(int32_t) * 256 * (G_ROW_CHUNK - m->row_used));
+    if (!m->masks && (m->masks = mask_pool(m))) {
+        size_t bytes = sizeof(uint32_t) * (size_t)m->words * m->maskcap;
+        memset(m->masks, 0, bytes < G_PREFAULT_BYTES ? bytes : G_PREFAULT_BYTES);
+    }
+done:
+    if (par)
+        for (int r = 0; r < g->n_rules; r++) free(par[r].v);
+    free(par), free(rule_of);
+    return result;
+}
+
 const uint32_t *grammar_mask(grammar_matcher *m, int32_t st, int budget) {
     m->st.masks++;
     if (st < 0) { /* dead (only after a state bound was hit): end the output */
@@ -1437,14 +1876,16 @@ const uint32_t *grammar_mask(grammar_matcher *m, int32_t st, int budget) {
             m->nmask = 0;
         }
         if (!m->masks) {
-            m->masks = malloc(sizeof(uint32_t) * (size_t)m->words * m->maskcap);
+            m->masks = mask_pool(m);
             if (!m->masks) {
                 walk(m, st, budget, m->tmp);
                 return m->tmp;
             }
         }
         slot = (int32_t)m->nmask++;
-        int32_t maxd = walk(m, st, -1, m->masks + (size_t)slot * (size_t)m->words); /* may grow smaxd */
+        uint32_t *dst = m->masks + (size_t)slot * (size_t)m->words;
+        int32_t maxd;
+        if (!mask_keyed(m, st, dst, &maxd)) maxd = walk(m, st, -1, dst); /* may grow smaxd */
         m->smaxd[st] = maxd;
         m->smask[st] = slot;
     } else {

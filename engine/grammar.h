@@ -10,8 +10,10 @@
  *   grammar          the compiled rules; immutable after grammar_parse.
  *   grammar_vocab    every token's byte string and a prefix trie over them,
  *                    built once per tokenizer.
- *   grammar_matcher  grammar x vocab: interned parser states and their
- *                    cached masks. A state is an int32 id, so "copying the
+ *   grammar_matcher  grammar x vocab: interned parser states, their
+ *                    cached masks, and key masks (per stack top's upper
+ *                    frames, shared by all states; grammar_matcher_prepare
+ *                    makes them all up front). A state is an int32 id, so "copying the
  *                    state per draft position" is copying an int, and a
  *                    rollback is forgetting ids. Engine thread only (one
  *                    thread at a time); many sequences may share one matcher.
@@ -70,6 +72,19 @@ int grammar_vocab_trie_nodes(const grammar_vocab *v);
 grammar_matcher *grammar_matcher_create(const grammar *g, const grammar_vocab *v);
 void grammar_matcher_destroy(grammar_matcher *m); /* NULL is fine */
 
+/* Makes the key masks of every stack top the grammar can produce (a byte
+ * position with its rule's continuation positions, G_KEY_FRAMES frames
+ * deep, in grammar.c), so that a state seen for the first time costs an OR of
+ * its tops' key masks and a check of their few context-dependent tokens, not
+ * a walk of the vocabulary trie. One trie walk per key (bounded: at most
+ * 16384 keys, 16M trie nodes and 8M closure steps, so a pathological grammar
+ * costs under a few seconds); keys not made here are made on first use.
+ * Also touches the first 8 MiB of the mask cache, so new states do not pay
+ * page faults. Returns
+ * the keys made, -1 on allocation failure or a bound (masks stay right: the
+ * rest is done on first use or by whole walks). Engine thread only. */
+int grammar_matcher_prepare(grammar_matcher *m);
+
 /* The state before any output. */
 int32_t grammar_start(grammar_matcher *m);
 /* The state after bytes s[0..n) from state st, GRAMMAR_DEAD if they leave the
@@ -102,6 +117,9 @@ bool grammar_allows(grammar_matcher *m, int32_t st, int budget, int32_t t);
 typedef struct {
     uint64_t masks, mask_hits, walks, nodes_visited, states, stack_nodes;
     uint64_t subtrees_skipped;  /* trie subtrees a walk took whole (a state that maps every byte below to itself) */
+    uint64_t keys;              /* key masks made (one trie walk each; see grammar_matcher_prepare) */
+    uint64_t cd_checked;        /* context-dependent tokens a mask stepped through the real state */
+    uint64_t key_bytes;         /* memory of the key masks */
 } grammar_stats;
 void grammar_matcher_stats(const grammar_matcher *m, grammar_stats *out);
 

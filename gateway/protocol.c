@@ -41,7 +41,7 @@ static const char *const role_names[] = {"system", "user", "assistant"};
 static const char *const generate_fields[] = {"type",  "id",    "prompt", "messages",    "max_tokens",
                                               "temperature", "top_p", "top_k", "min_p", "seed",
                                               "stop",  "speculation", "content_type", "grammar",
-                                              "response_format", "prefix_cache"};
+                                              "response_format", "prefix_cache", "logprobs", "top_logprobs"};
 static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
 static const char *const speculation_fields[] = {"mode",        "method",     "verify",    "gamma", "adaptive",
                                                  "tree",        "tree_budget", "tree_depth", "tree_topk"};
@@ -226,6 +226,10 @@ char *gw_json_start(const char *id_json, const char *session_uuid, int prompt_to
     GW_JSON_DUP(gw_write_start(dst, cap, id_json, session_uuid, prompt_tokens, queue_ms));
 }
 
+/* A log probability as written: -inf, NaN and anything below -9999 as -9999
+ * (a probability of 0 at float precision), so a frame's size stays bounded. */
+static double lp_clamp(float x) { return x >= -9999.0f && x <= 0.0f ? x : x > 0.0f ? 0.0 : -9999.0; }
+
 size_t gw_write_tokens(char *dst, size_t cap, const char *id_json, const engine_event *ev) {
     wbuf w = {dst, cap, 0};
     int text_len = ev->text_len < 0 ? 0 : ev->text_len > ENGINE_TEXT_MAX ? ENGINE_TEXT_MAX : ev->text_len;
@@ -248,7 +252,29 @@ size_t gw_write_tokens(char *dst, size_t cap, const char *id_json, const engine_
     w_i64(&w, ev->gamma);
     w_str(&w, ",\"last\":\"");
     w_str(&w, ev->last_is_correction ? "correction" : ev->last_is_bonus ? "bonus" : "sample");
-    w_str(&w, "\"}");
+    w_str(&w, "\"");
+    if (ev->has_logprobs) { /* one entry per token_ids entry; -inf written -9999 as on the OpenAI endpoints */
+        w_str(&w, ",\"logprobs\":[");
+        for (int i = 0; i < n; i++) {
+            const spec_logprob *l = &ev->lp[i];
+            w_str(&w, i ? ",{\"token_id\":" : "{\"token_id\":");
+            w_i64(&w, ev->tokens[i]);
+            w_str(&w, ",\"logprob\":");
+            w_num(&w, lp_clamp(l->logprob), 7);
+            w_str(&w, ",\"top_logprobs\":[");
+            int nt = l->n_top < 0 ? 0 : l->n_top > SPEC_TOP_LOGPROBS ? SPEC_TOP_LOGPROBS : l->n_top;
+            for (int k = 0; k < nt; k++) {
+                w_str(&w, k ? ",{\"token_id\":" : "{\"token_id\":");
+                w_i64(&w, l->top_id[k]);
+                w_str(&w, ",\"logprob\":");
+                w_num(&w, lp_clamp(l->top_logprob[k]), 7);
+                w_str(&w, "}");
+            }
+            w_str(&w, "]}");
+        }
+        w_str(&w, "]");
+    }
+    w_str(&w, "}");
     return w_end(&w);
 }
 
@@ -852,6 +878,19 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
             return fail(err, GW_ERR_WRONG_TYPE, "field 'prefix_cache' must be true or false, got %s",
                         describe(v, d, sizeof(d)));
         m->req.no_prefix_cache = json_is_false(v); /* false: neither reuse cached blocks nor leave this prompt's */
+    }
+    /* logprobs (bool) and top_logprobs (0..SPEC_TOP_LOGPROBS, needs logprobs),
+     * as on the chat endpoint; each tokens frame then lists its tokens' */
+    if ((v = opt(root, "logprobs"))) {
+        if (!json_is_boolean(v))
+            return fail(err, GW_ERR_WRONG_TYPE, "field 'logprobs' must be true or false, got %s", describe(v, d, sizeof(d)));
+        m->req.logprobs = json_is_true(v);
+    }
+    if ((v = opt(root, "top_logprobs"))) {
+        if (get_int_range(v, "top_logprobs", 0, SPEC_TOP_LOGPROBS, "", &k, err)) return -1;
+        if (k > 0 && !m->req.logprobs)
+            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'top_logprobs' needs 'logprobs': true");
+        m->req.top_logprobs = (int)k;
     }
     if ((v = opt(root, "stop")) && parse_stop(v, m, err)) return -1;
     if ((v = opt(root, "speculation")) && parse_speculation(v, lim, m, err)) return -1;

@@ -35,7 +35,8 @@
 #define GW_ID_JSON_MAX 608     /* an id as JSON text: worst case 6 bytes per id byte + quotes + NUL */
 #define GW_CONTENT_TYPE_MAX 64 /* content_type: 1..63 bytes of [A-Za-z0-9_.-] */
 /* Frame sizes the serializers can need at most (NUL included), for fixed buffers. */
-#define GW_TOKENS_JSON_MAX (ENGINE_TEXT_MAX * 6 + (GAMMA_MAX + 1) * 12 + GW_ID_JSON_MAX + 224)
+#define GW_TOKENS_JSON_MAX                                                                                     \
+    (ENGINE_TEXT_MAX * 6 + (GAMMA_MAX + 1) * (12 + 80 + SPEC_TOP_LOGPROBS * 56) + GW_ID_JSON_MAX + 240)
 #define GW_DONE_JSON_MAX (GW_ID_JSON_MAX + 1024 + GAMMA_MAX * 128)
 
 /* Stable error codes (the `code` of an error frame). The parser produces the
@@ -159,7 +160,11 @@ char *gw_json_start(const char *id_json, const char *session_uuid, int prompt_to
 /* {"type":"tokens","id":..,"text":"...","token_ids":[..],"accepted":k,"gamma":g,
  *  "last":"correction"|"bonus"|"sample"} from an ENGINE_EV_TOKENS event.
  * accepted = leading tokens that were accepted drafts; last says what the
- * final token was (sample: a plain step or the first token). At most
+ * final token was (sample: a plain step or the first token). When the
+ * request asked for logprobs (ev->has_logprobs) also "logprobs":[{"token_id",
+ * "logprob","top_logprobs":[{"token_id","logprob"}]}], one per token_ids
+ * entry (the target's processed distribution, engine.h; -inf and anything
+ * below -9999 written -9999). At most
  * GW_TOKENS_JSON_MAX bytes with the NUL. */
 size_t gw_write_tokens(char *dst, size_t cap, const char *id_json, const engine_event *ev);
 char *gw_json_tokens(const char *id_json, const engine_event *ev);

@@ -2,7 +2,8 @@
 // "messages" in a generate frame on the /v1/stream WebSocket (subprotocol
 // specd.v1), streams the answer in coloured runs (accepted draft text vs
 // target text, from each tokens frame's accepted_bytes), cancels on Stop,
-// shows the done frame's stats and any server error inline.
+// shows the done frame's stats and any server error inline; the JSON toggle
+// asks for response_format json_object and marks whether the answer parses.
 import { ReconnectingSocket, fmt, fmtMs, showConnState, splitAccepted, wsUrl } from './common.js';
 
 const $ = (id) => document.getElementById(id);
@@ -43,6 +44,10 @@ colourBox.addEventListener('change', () => {
   localStorage.setItem(KEY + 'colour', colourBox.checked ? '1' : '0');
 });
 
+const jsonBox = $('json');
+jsonBox.checked = localStorage.getItem(KEY + 'json') === '1';
+jsonBox.addEventListener('change', () => localStorage.setItem(KEY + 'json', jsonBox.checked ? '1' : '0'));
+
 /** The number in input `id`, or undefined when it is empty (= server default). */
 function numberField(id) {
   const el = $(id);
@@ -64,6 +69,7 @@ function buildRequest(id, messages) {
   if ($('verify').value) spec.verify = $('verify').value;
   req.speculation = spec;
   if ($('content_type').value) req.content_type = $('content_type').value;
+  if (jsonBox.checked) req.response_format = { type: 'json_object' };
   return req;
 }
 
@@ -165,6 +171,12 @@ function finish(d) {
   parts.push(`${d.usage ? d.usage.completion_tokens : '?'} tokens`);
   const why = { length: 'max tokens reached', stop: 'finished', cancelled: 'stopped', error: 'engine error' }[d.finish_reason];
   parts.push(why || d.finish_reason);
+  if (c.json) { // the grammar keeps the answer JSON; say whether it parses (a stopped one may not be complete)
+    let ok = true;
+    try { JSON.parse(c.text); } catch { ok = false; }
+    c.el.dataset.json = ok ? 'valid' : 'invalid';
+    parts.push(ok ? 'valid JSON' : 'not valid JSON');
+  }
   const p = document.createElement('p');
   p.className = 'stats';
   p.textContent = parts.join(' · ');
@@ -182,7 +194,8 @@ function send(text) {
   messages.push(...history, { role: 'user', content: text });
   const userEl = addMessage('user', 'you', text);
   const el = addMessage('assistant', 'specd');
-  current = { id, userText: text, userEl, el, textEl: el.querySelector('.text'), text: '', frames: 0, cancelSent: false };
+  current = { id, userText: text, userEl, el, textEl: el.querySelector('.text'), text: '', frames: 0, cancelSent: false,
+    json: jsonBox.checked };
   el.dataset.id = id;
   if (!sock.send(buildRequest(id, messages))) {
     showError(el, '', 'Not connected to the server; the message was not sent. It reconnects by itself — try again in a moment.');

@@ -5,12 +5,15 @@
 # top_logprobs[{token: logprob}], text_offset}; streaming chunks carry the
 # entries of their own tokens and concatenate to the non-streaming list;
 # greedy, the draft changes nothing (speculation off == draft γ 4 == n-gram);
-# the tokens' bytes spell the text; bad values answer 400.
+# the tokens' bytes spell the text; bad values answer 400. The WebSocket
+# generate message takes the same fields: each tokens frame lists its tokens'
+# {token_id, logprob, top_logprobs}, equal to the chat endpoint's numbers.
+import asyncio
 import json
 import math
 import subprocess
 
-from specd_e2e import Server, check, main
+from specd_e2e import Server, check, main, recv_json, ws_connect
 
 TOL = 2e-3
 PROMPT = "Once upon a time, there was a little girl named"
@@ -65,6 +68,50 @@ def same_lp(a, b, what):
             check(abs(p["logprob"] - q["logprob"]) < TOL, "%s: top logprob %r vs %r" % (what, p, q))
 
 
+async def ws_frames(srv, msg):
+    """The tokens frames of one WebSocket request, or its error frame."""
+    async with ws_connect(srv) as ws:
+        await ws.send(json.dumps(dict(msg, type="generate", id="lp")))
+        frames = []
+        while True:
+            m = await recv_json(ws, 60)
+            if m["type"] == "tokens":
+                frames.append(m)
+            elif m["type"] == "done":
+                return frames, None
+            elif m["type"] == "error":
+                return frames, m
+
+
+def check_ws(srv, ref):
+    """WebSocket logprobs: per frame one entry per token id, the same numbers
+    as the chat endpoint's entries (ref) for the same messages."""
+    msg = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 32, "temperature": 0,
+           "logprobs": True, "top_logprobs": 3, "speculation": {"mode": "draft", "gamma": 4, "adaptive": False}}
+    frames, err = asyncio.run(ws_frames(srv, msg))
+    check(err is None, "ws logprobs refused: %r" % err)
+    entries = []
+    for f in frames:
+        lp = f.get("logprobs")
+        check(isinstance(lp, list) and len(lp) == len(f["token_ids"]), "ws frame logprobs vs token_ids: %r" % f)
+        for tid, e in zip(f["token_ids"], lp):
+            check(set(e) == {"token_id", "logprob", "top_logprobs"} and e["token_id"] == tid, "ws entry %r" % e)
+            check(len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["token_id"] == tid,
+                  "ws greedy token is not its top alternative: %r" % e)
+            entries.append(e)
+    check(len(entries) >= len(ref) >= 1, "ws: %d entries, chat %d" % (len(entries), len(ref)))
+    for i, (a, b) in enumerate(zip(ref, entries)):
+        check(abs(a["logprob"] - b["logprob"]) < TOL, "ws token %d: logprob %r vs chat %r" % (i, b["logprob"], a["logprob"]))
+        for p, q in zip(a["top_logprobs"], b["top_logprobs"]):
+            check(abs(p["logprob"] - q["logprob"]) < TOL, "ws token %d: top logprob %r vs chat %r" % (i, q, p))
+    frames, err = asyncio.run(ws_frames(srv, dict(msg, logprobs=False, top_logprobs=0)))
+    check(err is None and frames and all("logprobs" not in f for f in frames), "ws: logprobs written unasked: %r %r" % (err, frames[:2]))
+    for bad, code in [({"top_logprobs": 21}, "out_of_range"), ({"logprobs": "yes"}, "wrong_type"),
+                      ({"logprobs": False, "top_logprobs": 2}, "out_of_range")]:
+        frames, err = asyncio.run(ws_frames(srv, dict(msg, **bad)))
+        check(err is not None and err.get("code") == code, "ws %r: %r" % (bad, err))
+
+
 def run():
     with Server() as srv:
         # not asked: null, as before
@@ -95,6 +142,8 @@ def run():
                 ref = content
             else:
                 same_lp(ref, content, "speculation %r vs off" % spec)
+
+        check_ws(srv, ref)
 
         # chat, streaming: the chunks' entries concatenate to the same list
         chunks = sse(srv, "/v1/chat/completions", chat_body(SPECS[1], stream=True))
@@ -160,7 +209,8 @@ def run():
             body.update({"messages": [{"role": "user", "content": "hi"}]} if "chat" in path else {"prompt": "hi"})
             st, r = post(srv, path, body)
             check(st == 400 and r["error"]["param"] == field, "%s %r: %d %r" % (path, bad, st, r))
-    print("logprobs: chat and completions shapes, streaming, speculation off/draft/ngram equal, JSON mode, errors")
+    print("logprobs: chat and completions shapes, streaming, speculation off/draft/ngram equal, WebSocket, JSON mode, "
+          "errors")
 
 
 if __name__ == "__main__":

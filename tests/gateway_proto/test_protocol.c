@@ -663,12 +663,80 @@ static void test_uuid(void) {
     CHECK(strchr("89ab", a[19]) != NULL);
 }
 
+/* logprobs / top_logprobs on generate, and the tokens frame's "logprobs". */
+static void test_logprobs(void) {
+    gw_error e;
+    gw_msg m;
+    EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"x\",\"logprobs\":true,\"top_logprobs\":5}", &m);
+    CHECK(m.req.logprobs && m.req.top_logprobs == 5);
+    gw_msg_free(&m);
+    EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"x\",\"logprobs\":false,\"top_logprobs\":0}", &m);
+    CHECK(!m.req.logprobs && m.req.top_logprobs == 0);
+    gw_msg_free(&m);
+    EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"x\"}", &m);
+    CHECK(!m.req.logprobs && m.req.top_logprobs == 0);
+    gw_msg_free(&m);
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"x\",\"logprobs\":1}", GW_ERR_WRONG_TYPE);
+    CHECK(strstr(e.message, "logprobs"));
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"x\",\"logprobs\":true,\"top_logprobs\":21}", GW_ERR_OUT_OF_RANGE);
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"x\",\"logprobs\":true,\"top_logprobs\":-1}", GW_ERR_OUT_OF_RANGE);
+    EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"x\",\"top_logprobs\":3}", GW_ERR_OUT_OF_RANGE);
+    CHECK(strstr(e.message, "needs 'logprobs'"));
+
+    engine_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.type = ENGINE_EV_TOKENS;
+    ev.text_len = 2, ev.text[0] = 'a', ev.text[1] = 'b';
+    ev.n_tokens = 2, ev.tokens[0] = 7, ev.tokens[1] = 9;
+    char *f = gw_json_tokens("\"r\"", &ev);
+    json_t *j = f ? load(f) : NULL;
+    CHECK(j && json_object_get(j, "logprobs") == NULL); /* not asked: not written */
+    json_decref(j), free(f);
+    ev.has_logprobs = true;
+    ev.lp[0] = (spec_logprob){.logprob = -0.25f, .n_top = 2, .top_id = {7, 3}, .top_logprob = {-0.25f, -1.5f}};
+    ev.lp[1] = (spec_logprob){.logprob = -INFINITY, .n_top = 0};
+    f = gw_json_tokens("\"r\"", &ev);
+    j = f ? load(f) : NULL;
+    json_t *lp = j ? json_object_get(j, "logprobs") : NULL;
+    CHECKF(lp && json_array_size(lp) == 2, "logprobs: %s", f);
+    if (lp && json_array_size(lp) == 2) {
+        json_t *a = json_array_get(lp, 0), *b = json_array_get(lp, 1), *top = json_object_get(a, "top_logprobs");
+        CHECK(jint(a, "token_id") == 7 && jnum(a, "logprob") == -0.25 && json_array_size(top) == 2);
+        CHECK(jint(json_array_get(top, 1), "token_id") == 3 && jnum(json_array_get(top, 1), "logprob") == -1.5);
+        CHECK(jint(b, "token_id") == 9 && jnum(b, "logprob") == -9999 && json_array_size(json_object_get(b, "top_logprobs")) == 0);
+    }
+    json_decref(j), free(f);
+    /* the worst case stays within GW_TOKENS_JSON_MAX */
+    char id[GW_ID_JSON_MAX], *o = id;
+    *o++ = '"';
+    for (int i = 0; i < GW_ID_MAX; i++) o += sprintf(o, "\\u0001");
+    *o++ = '"';
+    *o = '\0';
+    ev.text_len = ENGINE_TEXT_MAX;
+    memset(ev.text, 0x01, ENGINE_TEXT_MAX);
+    ev.n_tokens = GAMMA_MAX + 1;
+    ev.n_accepted = INT32_MIN, ev.gamma = INT32_MIN;
+    for (int i = 0; i <= GAMMA_MAX; i++) {
+        ev.tokens[i] = INT32_MIN;
+        ev.lp[i].logprob = -1234.5678f, ev.lp[i].n_top = 1000; /* clamped to SPEC_TOP_LOGPROBS */
+        for (int k = 0; k < SPEC_TOP_LOGPROBS; k++) ev.lp[i].top_id[k] = INT32_MIN, ev.lp[i].top_logprob[k] = -8765.4321f;
+    }
+    static char buf[GW_TOKENS_JSON_MAX];
+    size_t n = gw_write_tokens(buf, sizeof(buf), id, &ev);
+    CHECKF(n < GW_TOKENS_JSON_MAX, "worst tokens frame with logprobs: %zu bytes, bound %d", n, (int)GW_TOKENS_JSON_MAX);
+    j = load(buf);
+    CHECK(j && json_array_size(json_object_get(json_array_get(json_object_get(j, "logprobs"), 0), "top_logprobs")) ==
+                   SPEC_TOP_LOGPROBS);
+    json_decref(j);
+}
+
 int main(void) {
     L = gw_limits_default();
     test_valid_shapes();
     test_id_echo();
     test_errors();
     test_serializers();
+    test_logprobs();
     test_uuid();
     TEST_DONE();
 }

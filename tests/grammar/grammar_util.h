@@ -72,6 +72,13 @@ static const char *const GU_CLIKE =
     "singleLineComment ::= \"//\" [^\\n]* \"\\n\"\n"
     "multiLineComment ::= \"/*\" ( [^*] | (\"*\" [^/]) )* \"*/\"\n"
     "ws ::= ([ \\t\\n]+)\n";
+/* Deep stacks: nested brackets and bounded repetitions of rules that can
+ * be empty, so tops are far from the bottom and leave their key's frames. */
+static const char *const GU_NESTED =
+    "root ::= item{1,3}\n"
+    "item ::= \"[\" sp (item (\",\" sp item)*)? \"]\" sp | word sp\n"
+    "word ::= [a-z]{1,5} (\"-\" [a-z]{0,3})?\n"
+    "sp ::= \" \"?\n";
 /* What a JSON Schema with properties name/age/tags turns into (hand-written
  * here so the engine test does not need the gateway). */
 static const char *const GU_SCHEMA =

@@ -1,8 +1,9 @@
 /* test_grammar — the GBNF parser (valid grammars in llama.cpp's grammars/
  * style, every error with its line and column, bounded pathological input),
- * the byte matcher on accepted and refused strings, and trie-walked masks
- * against testing every token by simulation on the real vocabularies, with
- * and without a token budget. */
+ * the byte matcher on accepted and refused strings, and masks (key masks
+ * made up front or on first use, trie walks under a token budget) against
+ * testing every token by simulation on a separate matcher, on the real
+ * vocabularies. */
 #include "tests/grammar/grammar_util.h"
 #include "tests/testutil.h"
 
@@ -131,6 +132,30 @@ static void test_errors(void) {
         grammar_vocab_destroy(v);
         grammar_destroy(g);
     }
+    /* prepare on grammars with long tail-call chains and deep nesting stays
+     * bounded, and its masks still equal stepping each byte token */
+    const char *deepg[] = {"root ::= (\"a\"{0,300}){0,300} \"b\"", "root ::= x\nx ::= \"(\" x? \")\" | [a-c]{1,40}", NULL};
+    for (int k = 0; deepg[k]; k++) {
+        grammar *dg = parse(deepg[k]);
+        CHECK(dg != NULL);
+        if (!dg) continue;
+        grammar_vocab *v = byte_vocab();
+        grammar_matcher *m = grammar_matcher_create(dg, v), *sim = grammar_matcher_create(dg, v);
+        CHECK(grammar_matcher_prepare(m) != 0);
+        const char *walk = k ? "((((ab" : "aaaaaaaaaa";
+        int32_t st = grammar_start(m), ss = grammar_start(sim);
+        for (int i = 0; walk[i] && st >= 0; i++) {
+            const uint32_t *mask = grammar_mask(m, st, -1);
+            for (int32_t t = 0; t < 257; t++)
+                CHECKF((mask[t >> 5] >> (t & 31) & 1) == (grammar_advance_token(sim, ss, t) >= 0),
+                       "deep grammar %d step %d token %d", k, i, t);
+            st = grammar_advance_token(m, st, (uint8_t)walk[i]), ss = grammar_advance_token(sim, ss, (uint8_t)walk[i]);
+        }
+        CHECK(st >= 0);
+        grammar_matcher_destroy(m), grammar_matcher_destroy(sim);
+        grammar_vocab_destroy(v);
+        grammar_destroy(dg);
+    }
     grammar_destroy(g = gparse_s("root ::= (\"\" | \"\")* \"x\"", err));
     CHECK(!g && strstr(err, "left recursion")); /* a loop whose body may be empty */
     g = gparse_s("root ::= \"a\"{0,600}{0,600}{0,600}", err);
@@ -153,6 +178,11 @@ static void test_errors(void) {
 
 /* For random states reached by generating allowed tokens, the mask equals
  * advancing every token by itself; with a budget, also its distance rule. */
+static int tok_piece_len(const tokenizer *t, int32_t tok) {
+    char buf[512];
+    return tok_piece(t, tok, buf, sizeof buf);
+}
+
 static void test_masks(const char *file) {
     char path[512];
     tu_model(path, sizeof path, file);
@@ -164,13 +194,17 @@ static void test_masks(const char *file) {
     int V = grammar_vocab_size(v);
     fprintf(stderr, "%s: %d tokens, %d trie nodes, all bytes: %d\n", file, V, grammar_vocab_trie_nodes(v),
             grammar_vocab_has_all_bytes(v));
-    const char *gs[] = {grammar_json_gbnf(), GU_SCHEMA, GU_CLIKE};
-    for (int gi = 0; gi < 3; gi++) {
+    const char *gs[] = {grammar_json_gbnf(), GU_SCHEMA, GU_CLIKE, GU_ARITH, GU_LIST, GU_NESTED};
+    for (int gi = 0; gi < 6; gi++) {
         grammar *g = parse(gs[gi]);
-        grammar_matcher *m = grammar_matcher_create(g, v);
+        /* m masks (its key masks all made first for even grammars, on first
+         * use for odd ones); the simulation steps tokens on a matcher of its
+         * own, so no cache is shared between the two sides */
+        grammar_matcher *m = grammar_matcher_create(g, v), *sim = grammar_matcher_create(g, v);
+        if (gi % 2 == 0) CHECK(grammar_matcher_prepare(m) > 0);
         int32_t *allowed = malloc(sizeof(int32_t) * (size_t)V);
-        for (int run = 0; run < 3; run++) {
-            int32_t st = grammar_start(m);
+        for (int run = 0; run < 4; run++) {
+            int32_t st = grammar_start(m), ss = grammar_start(sim);
             for (int step = 0; step < 25 && st >= 0; step++) {
                 int budget = (run == 2) ? 8 + (int)(gu_next() % 12) : -1;
                 const uint32_t *mask = grammar_mask(m, st, budget);
@@ -178,8 +212,8 @@ static void test_masks(const char *file) {
                 memcpy(copy, mask, sizeof(uint32_t) * (size_t)((V + 31) / 32));
                 int na = 0, bad = 0;
                 for (int32_t tok = 0; tok < V; tok++) {
-                    int32_t s2 = grammar_advance_token(m, st, tok);
-                    bool want = s2 >= 0 && (budget < 0 || tok_is_eog(t, tok) || grammar_min_remaining(m, s2) <= budget - 1);
+                    int32_t s2 = grammar_advance_token(sim, ss, tok);
+                    bool want = s2 >= 0 && (budget < 0 || tok_is_eog(t, tok) || grammar_min_remaining(sim, s2) <= budget - 1);
                     bool got = copy[tok >> 5] >> (tok & 31) & 1;
                     if (want != got && bad++ < 3)
                         fprintf(stderr, "  grammar %d step %d token %d: mask %d, simulation %d\n", gi, step, tok, got, want);
@@ -188,14 +222,21 @@ static void test_masks(const char *file) {
                 CHECKF(bad == 0, "%s grammar %d: %d tokens differ at step %d", file, gi, bad, step);
                 free(copy);
                 if (!na) break;
+                /* run 3 prefers long tokens: deeper into strings and counters */
                 int32_t pick = allowed[gu_next() % (uint32_t)na];
+                for (int k = 0; run == 3 && k < 8; k++) {
+                    int32_t c = allowed[gu_next() % (uint32_t)na];
+                    if (tok_piece_len(t, c) > tok_piece_len(t, pick)) pick = c;
+                }
                 if (tok_is_eog(t, pick)) break;
                 st = grammar_advance_token(m, st, pick);
-                CHECK(st >= 0);
+                ss = grammar_advance_token(sim, ss, pick);
+                CHECK(st >= 0 && ss >= 0);
             }
         }
         free(allowed);
         grammar_matcher_destroy(m);
+        grammar_matcher_destroy(sim);
         grammar_destroy(g);
     }
     grammar_vocab_destroy(v);

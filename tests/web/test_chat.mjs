@@ -5,7 +5,8 @@
 // a second turn sends the history, Stop cancels a long answer, an out-of-policy
 // γ shows the server's error inline and the next message still works; with
 // coupled verification the seed note says so and a seeded sampled answer
-// equals plain coupled sampling's.
+// equals plain coupled sampling's; the JSON toggle sends response_format and
+// its greedy answer parses and equals plain constrained decoding's.
 import {
   artifactPath, check, connectWs, generate, launch, main, needBrowser, needSpecd, openPage, startSpecd, waitFor,
 } from './webtest.mjs';
@@ -51,10 +52,15 @@ async function run() {
   const ws = await connectWs(WebSocket, `ws://127.0.0.1:${srv.port}/v1/stream`, 'specd.v1');
   const ctx = await launch(chromium, srv.port);
   // the frames the page receives, observed through the browser (not the page's code)
-  const seen = [];
-  ctx.on('page', (p) => p.on('websocket', (w) => w.on('framereceived', (f) => {
-    try { seen.push(JSON.parse(f.payload)); } catch { /* not JSON */ }
-  })));
+  const seen = [], sent = [];
+  ctx.on('page', (p) => p.on('websocket', (w) => {
+    w.on('framereceived', (f) => {
+      try { seen.push(JSON.parse(f.payload)); } catch { /* not JSON */ }
+    });
+    w.on('framesent', (f) => {
+      try { sent.push(JSON.parse(f.payload)); } catch { /* not JSON */ }
+    });
+  }));
   const page = await openPage(ctx, srv.url + 'chat.html');
   await waitFor(() => page.evaluate(() => document.body.dataset.conn === 'open'), 10000, 'chat socket never opened');
   check(await page.locator('#stop').isDisabled(), 'Stop is enabled with nothing running');
@@ -177,6 +183,37 @@ async function run() {
   });
   check(ref6.done && text6 === ref6.text, `coupled page answer differs from plain coupled sampling:\n page: ${JSON.stringify(text6)}\n ws:   ${JSON.stringify(ref6.text)}`);
   await settings(page, { verify: '' });
+
+  // 6. the JSON toggle: the page asks for response_format json_object, the
+  // answer parses as a JSON object, says so, and equals a direct client's
+  // greedy constrained answer; off again, the next request has no format
+  await page.locator('#clear').click();
+  await settings(page, { max_tokens: 60, temperature: 0, seed: 7 });
+  await page.locator('#json').check();
+  const a7 = await sendMessage(page, PROMPT);
+  await waitFor(() => a7.evaluate((e) => !!e.dataset.finish), 30000, 'JSON answer never finished');
+  const text7 = await a7.locator('.text').textContent();
+  const id7 = await a7.getAttribute('data-id');
+  const req7 = sent.find((f) => f.type === 'generate' && f.id === id7);
+  check(req7 && req7.response_format && req7.response_format.type === 'json_object',
+    `the page did not ask for JSON: ${JSON.stringify(req7)}`);
+  let parsed = null;
+  try { parsed = JSON.parse(text7); } catch { /* checked below */ }
+  check(parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed), `JSON answer does not parse as an object: ${JSON.stringify(text7)}`);
+  check((await a7.getAttribute('data-json')) === 'valid' && (await a7.locator('.stats').textContent()).includes('valid JSON'),
+    'the page does not say the answer is valid JSON');
+  const ref7 = await generate(ws, {
+    id: 'ref7', messages: [{ role: 'user', content: PROMPT }], temperature: 0, top_p: 1, max_tokens: 60, seed: 7,
+    speculation: { mode: 'off' }, response_format: { type: 'json_object' },
+  });
+  check(ref7.done && text7 === ref7.text, `JSON page answer differs from plain constrained decoding:\n page: ${JSON.stringify(text7)}\n ws:   ${JSON.stringify(ref7.text)}`);
+  await page.locator('#json').uncheck();
+  const a8 = await sendMessage(page, 'Hello');
+  await waitFor(() => a8.evaluate((e) => !!e.dataset.finish), 30000, 'answer after the JSON one never finished');
+  const id8 = await a8.getAttribute('data-id');
+  const req8 = sent.find((f) => f.type === 'generate' && f.id === id8);
+  check(req8 && req8.response_format === undefined && (await a8.getAttribute('data-json')) === null,
+    `JSON toggle off still asks for a format: ${JSON.stringify(req8)}`);
 
   check(page.problems.length === 0, `page problems: ${page.problems.join('; ')}`);
   check(ctx.external.length === 0, `the page reached outside the server: ${ctx.external.join(', ')}`);

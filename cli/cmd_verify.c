@@ -323,6 +323,7 @@ int cmd_verify(int argc, char **argv) {
             fprintf(stderr, "specd verify: out of memory (grammar)\n");
             goto done;
         }
+        grammar_matcher_prepare(gm); /* key masks up front; -1 (a bound) leaves the rest to first use */
     }
 
     spec_seq_params prm = {.sc = sc, .gp = gp, .speculate = false, .method = (spec_method)method};

@@ -827,6 +827,12 @@ static void refresh_running_stats(engine *e) {
 static int pick_trees(engine *e, int n_run, int batch) {
     if (!e->tc) return 0;
     int n_tree = 0, n_chain = 0;
+    /* auto requests with the engine's bounds share one decision per step,
+     * the engine-wide controller's: a tree for some and chains for others
+     * would cost two target passes (each reading the weights) where one
+     * does; requests with bounds of their own use their own controller */
+    const tree_shape lim = {e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
+    int shared = tree_ctl_pick(&e->tree_prior, batch);
     for (int i = 0; i < n_run; i++) {
         spec_seq *sq = e->bseq[i];
         req *r = NULL;
@@ -839,7 +845,7 @@ static int pick_trees(engine *e, int n_run, int batch) {
                 ent = 1, sh = r->tree_sh;
             } else {
                 if (!r->tctl_seeded) tree_ctl_seed(&r->tctl, &e->tree_prior), r->tctl_seeded = true;
-                ent = tree_ctl_pick(&r->tctl, batch);
+                ent = !memcmp(&r->tree_sh, &lim, sizeof(lim)) ? shared : tree_ctl_pick(&r->tctl, batch);
                 sh = r->tctl.menu[ent];
             }
         }
@@ -1332,6 +1338,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
          * nothing else to go on); the draft proposal cost is learned online */
         tree_ctl_measure(e->sp, e->t_rows);
         tree_ctl_init(&e->tree_prior, e->t_rows, c->tree_budget, c->tree_depth, c->tree_topk);
+        e->tree_prior.reprobe = 512; /* it sees every sequence's steps: a batch of B ages it B per step */
         if (!e->tc) e->tc = spec_tree_create(e->sp);
         e->dt = spec_pair_has_draft(e->sp) ? draft_tree_create(e->sp) : NULL;
         if (!e->tc || (spec_pair_has_draft(e->sp) && !e->dt)) {

@@ -41,166 +41,6 @@ gw_config gw_config_default(void) {
     return c;
 }
 
-uint64_t gw_random_seed(void) {
-    char u[37];
-    gw_uuid4(u);
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; u[i]; i++) h = (h ^ (uint8_t)u[i]) * 1099511628211ull;
-    return h >> 1;
-}
-
-double gw_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* ---- output queues ------------------------------------------------------------ */
-
-int gw_queue(gw_conn *c, const char *data, size_t len, int flags) {
-    gw_out *o = malloc(sizeof(gw_out) + LWS_PRE + len);
-    if (!o) return -1;
-    o->next = NULL;
-    o->len = len;
-    o->flags = flags;
-    memcpy(o->data + LWS_PRE, data, len);
-    if (c->out_tail) c->out_tail->next = o;
-    else c->out_head = o;
-    c->out_tail = o;
-    c->out_bytes += len;
-    lws_callback_on_writable(c->wsi);
-    return 0;
-}
-
-/* Queues a JSON text message on a WebSocket connection and frees it. */
-int gw_queue_json(gw_conn *c, char *json) {
-    if (!json) return -1;
-    int rc = gw_queue(c, json, strlen(json), GW_OUT_TEXT);
-    free(json);
-    return rc;
-}
-
-int gw_write_head(gw_conn *c, int *flags) {
-    gw_out *o = c->out_head;
-    if (!o) return 0;
-    enum lws_write_protocol mode = o->flags == GW_OUT_TEXT ? LWS_WRITE_TEXT
-                                   : o->flags == GW_OUT_HTTP_FINAL ? LWS_WRITE_HTTP_FINAL
-                                                                   : LWS_WRITE_HTTP;
-    if (lws_write(c->wsi, o->data + LWS_PRE, o->len, mode) < (int)o->len) return -1;
-    if (flags) *flags = o->flags;
-    c->out_head = o->next;
-    if (!c->out_head) c->out_tail = NULL;
-    c->out_bytes -= o->len;
-    free(o);
-    return 1;
-}
-
-void gw_queue_free(gw_conn *c) {
-    for (gw_out *o = c->out_head, *n; o; o = n) {
-        n = o->next;
-        free(o);
-    }
-    c->out_head = c->out_tail = NULL;
-    c->out_bytes = 0;
-}
-
-/* ---- requests ----------------------------------------------------------------- */
-
-gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid) {
-    gw_req *r = calloc(1, sizeof(*r));
-    if (!r) return NULL;
-    r->eid = eid;
-    r->conn = c;
-    snprintf(r->cid, sizeof(r->cid), "%s", cid ? cid : "");
-    r->next = c->reqs;
-    c->reqs = r;
-    c->n_reqs++;
-    gw_srv->n_reqs++;
-    return r;
-}
-
-void gw_req_remove(gw_conn *c, gw_req *r) {
-    for (gw_req **pp = &c->reqs; *pp; pp = &(*pp)->next)
-        if (*pp == r) {
-            *pp = r->next;
-            c->n_reqs--;
-            gw_srv->n_reqs--;
-            c->last_rx_ms = gw_now_ms(); /* a finished request restarts the idle clock */
-            free(r->acc);
-            oa_logprobs_free(r->lp);
-            free(r);
-            return;
-        }
-}
-
-gw_req *gw_req_find(gw_conn *c, const char *cid) {
-    for (gw_req *r = c->reqs; r; r = r->next)
-        if (!strcmp(r->cid, cid)) return r;
-    return NULL;
-}
-
-/* Cancels every request of a vanished client and drains their events so the
- * engine can release them; their KV is freed by the engine at once. */
-void gw_conn_drop_requests(gw_conn *c) {
-    for (gw_req *r = c->reqs; r; r = r->next) engine_cancel(gw_srv->eng, r->eid);
-    for (gw_req *r = c->reqs; r; r = r->next) {
-        r->conn = NULL;
-        r->orphan_next = gw_srv->orphans;
-        gw_srv->orphans = r;
-    }
-    gw_srv->n_reqs -= c->n_reqs;
-    c->reqs = NULL;
-    c->n_reqs = 0;
-}
-
-/* Orphans (requests of closed connections) are polled until their final
- * event so the engine can release their slots. */
-static void drain_orphans(void) {
-    for (gw_req **pp = &gw_srv->orphans; *pp;) {
-        gw_req *r = *pp;
-        engine_event ev;
-        int got;
-        bool gone = false;
-        while ((got = engine_poll(gw_srv->eng, r->eid, &ev)) == 1)
-            if (ev.type == ENGINE_EV_FINISHED || ev.type == ENGINE_EV_ERROR) {
-                gone = true;
-                break;
-            }
-        if (got < 0) gone = true;
-        if (gone) {
-            *pp = r->orphan_next;
-            free(r->acc);
-            oa_logprobs_free(r->lp);
-            free(r);
-            continue;
-        }
-        pp = &r->orphan_next;
-    }
-}
-
-void gw_conn_link(gw_conn *c, struct lws *wsi, int kind) {
-    memset(c, 0, sizeof(*c));
-    c->wsi = wsi;
-    c->kind = kind;
-    c->next = gw_srv->conns;
-    gw_srv->conns = c;
-    gw_srv->n_conns++;
-}
-
-void gw_conn_unlink(gw_conn *c) {
-    for (gw_conn **pp = &gw_srv->conns; *pp; pp = &(*pp)->next)
-        if (*pp == c) {
-            *pp = c->next;
-            gw_srv->n_conns--;
-            break;
-        }
-    gw_conn_drop_requests(c);
-    gw_queue_free(c);
-    ws_rx_free(&c->rx);
-    free(c->body);
-    c->body = NULL;
-}
-
 /* ---- engine events -> client messages ----------------------------------------- */
 
 static void ws_pump(gw_conn *c) {
@@ -247,11 +87,11 @@ static void ws_pump(gw_conn *c) {
 }
 
 static void pump_all(void) {
-    for (gw_conn *c = gw_srv->conns; c; c = c->next) {
+    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next) {
         if (c->kind == GW_CONN_WS) ws_pump(c);
         else if (c->kind == GW_CONN_HTTP) gw_http_pump(c);
     }
-    drain_orphans();
+    gw_pool_drain_orphans(&gw_srv->pool);
 }
 
 /* The engine thread's wake-up. It may run while the loop thread tears the
@@ -302,7 +142,7 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
         ws_error(c, m.id, "duplicate_id", "a request with this id is still active on this connection");
     } else if (c->n_reqs >= gw_srv->cfg.max_requests_per_conn) {
         ws_error(c, m.id, "too_many_requests", "too many concurrent requests on this connection");
-    } else if (gw_srv->n_reqs >= gw_srv->cfg.max_requests_total) {
+    } else if (gw_srv->pool.n_reqs >= gw_srv->cfg.max_requests_total) {
         ws_error(c, m.id, "overloaded", "the server is at its concurrent request limit; retry later");
     } else if (gw_srv->draining) {
         ws_error(c, m.id, "shutting_down", "the server is shutting down");
@@ -345,7 +185,7 @@ static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *us
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return gw_ws_filter(wsi, "/v1/stream");
     case LWS_CALLBACK_ESTABLISHED:
-        gw_conn_link(c, wsi, GW_CONN_WS);
+        gw_conn_link(&gw_srv->pool, c, wsi, GW_CONN_WS);
         ws_rx_init(&c->rx, (size_t)gw_srv->cfg.max_message_bytes);
         c->last_rx_ms = gw_now_ms();
         gw_srv->connections++;
@@ -464,7 +304,7 @@ static lws_sorted_usec_list_t idle_sul;
 
 static void close_idle(lws_sorted_usec_list_t *sul) {
     double now = gw_now_ms(), limit = gw_srv->cfg.idle_timeout_s * 1e3;
-    for (gw_conn *c = gw_srv->conns; c; c = c->next) {
+    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next) {
         if (c->kind != GW_CONN_WS || c->closing || c->n_reqs || c->out_head) continue;
         if (now - c->last_rx_ms < limit) continue;
         static const char why[] = "idle timeout";
@@ -480,6 +320,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     static gw_server srv;
     memset(&srv, 0, sizeof(srv));
     srv.eng = e;
+    srv.pool.eng = e;
     srv.cfg = *cfg;
     gw_srv = &srv;
     engine_stats es;
@@ -550,14 +391,14 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
             srv.draining = true;
             drain_deadline = gw_now_ms() + cfg->grace_ms;
             fprintf(stderr, "specd: %s: finishing %d running requests (grace %d ms)\n",
-                    stop_signal == SIGINT ? "SIGINT" : "SIGTERM", srv.n_reqs, cfg->grace_ms);
+                    stop_signal == SIGINT ? "SIGINT" : "SIGTERM", srv.pool.n_reqs, cfg->grace_ms);
         }
         if (srv.draining) {
             pump_all();
-            bool idle = srv.n_reqs == 0;
-            for (gw_conn *c = srv.conns; c && idle; c = c->next) idle = c->out_head == NULL;
+            bool idle = srv.pool.n_reqs == 0;
+            for (gw_conn *c = srv.pool.conns; c && idle; c = c->next) idle = c->out_head == NULL;
             if (gw_now_ms() > drain_deadline && !srv.cancelled_rest) {
-                for (gw_conn *c = srv.conns; c; c = c->next)
+                for (gw_conn *c = srv.pool.conns; c; c = c->next)
                     for (gw_req *r = c->reqs; r; r = r->next) engine_cancel(e, r->eid);
                 srv.cancelled_rest = true;
             }
@@ -570,7 +411,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     notify_target(NULL);
     lws_context_destroy(srv.ctx);
     srv.ctx = NULL;
-    drain_orphans();
+    gw_pool_drain_orphans(&gw_srv->pool);
     fprintf(stderr, "specd: stopped\n");
     return 0;
 }

@@ -43,6 +43,7 @@ void gw_engine_notify(void *user);
 /* http.c */
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 void gw_http_pump(gw_conn *c);
+void gw_http_pump_all(void); /* every HTTP connection (a wake-up) */
 int gw_pick_port(const char *num, int family); /* a free port on the numeric address */
 bool gw_host_allowed(struct lws *wsi);
 /* Answers 503 (over max_connections, except /healthz) or 403 (Host not

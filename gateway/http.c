@@ -305,6 +305,11 @@ static int start_completion(gw_conn *c, int api) {
 }
 
 /* Moves engine events of this connection's request into HTTP output. */
+void gw_http_pump_all(void) {
+    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next)
+        if (c->kind == GW_CONN_HTTP) gw_http_pump(c);
+}
+
 void gw_http_pump(gw_conn *c) {
     gw_req *r = c->reqs;
     if (!r) return;
@@ -538,7 +543,8 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         if (c) c->wsi = NULL, c->kind = 0;
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        return 0; /* the WebSocket protocol's handler pumps every connection */
+        gw_http_pump_all(); /* the loop was woken: this protocol's connections */
+        return 0;
     default:
         break;
     }

@@ -2,6 +2,7 @@
  * metrics.h). The render path allocates (a scrape is not a per-token path);
  * observations never do. */
 #include "gateway/metrics.h"
+#include "kernels/check.h"
 
 #include "gateway/fields.h"
 
@@ -12,19 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define METRICS_CHECK(c)                                                                                          \
-    do {                                                                                                          \
-        if (!(c)) {                                                                                               \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);                             \
-            abort();                                                                                              \
-        }                                                                                                         \
-    } while (0)
-
 /* ---- histogram ----------------------------------------------------------------------- */
 
 void metrics_hist_init(metrics_hist *h, const double *bounds, int n) {
-    METRICS_CHECK(n >= 1 && n <= METRICS_HIST_MAX);
-    for (int i = 1; i < n; i++) METRICS_CHECK(bounds[i] > bounds[i - 1]);
+    SPECD_CHECK(n >= 1 && n <= METRICS_HIST_MAX);
+    for (int i = 1; i < n; i++) SPECD_CHECK(bounds[i] > bounds[i - 1]);
     h->bounds = bounds;
     h->n = n;
     for (int i = 0; i <= METRICS_HIST_MAX; i++) atomic_store_explicit(&h->counts[i], 0, memory_order_relaxed);

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* O_CLOEXEC, strcasecmp when built outside meson (fuzzer) */
 #endif
 #include "engine/gguf.h"
+#include "kernels/check.h"
 
 #include "engine/errkind.h"
 
@@ -30,28 +31,24 @@
 #define KV_MIN_BYTES 13            /* key length (8) + type (4) + smallest value (1) */
 #define TENSOR_MIN_BYTES 32        /* name length (8) + n_dims (4) + ne[0] (8) + type (4) + offset (8) */
 
-/* Invariant / allocation failures: abort loudly with file:line. */
-#define GGUF_DIE(...) do { fprintf(stderr, "%s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); abort(); } while (0)
-
 static void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
-    if (!p) GGUF_DIE("out of memory (%zu bytes)", n);
+    if (!p) SPECD_DIE("out of memory (%zu bytes)", n);
     return p;
 }
 
 static void *xcalloc(size_t n, size_t sz)
 {
     void *p = calloc(n ? n : 1, sz ? sz : 1);
-    if (!p) GGUF_DIE("out of memory (%zu x %zu bytes)", n, sz);
+    if (!p) SPECD_DIE("out of memory (%zu x %zu bytes)", n, sz);
     return p;
 }
 
 static void *xrealloc(void *p, size_t n)
 {
     p = realloc(p, n ? n : 1);
-    if (!p) GGUF_DIE("out of memory (%zu bytes)", n);
+    if (!p) SPECD_DIE("out of memory (%zu bytes)", n);
     return p;
 }
 
@@ -277,7 +274,7 @@ static void decode_scalar(gguf_kv *kv, uint32_t t, const uint8_t *p)
     case GGUF_TYPE_UINT64: memcpy(&kv->v.u, p, 8); break;
     case GGUF_TYPE_INT64: memcpy(&kv->v.i, p, 8); break;
     case GGUF_TYPE_FLOAT64: memcpy(&kv->v.f, p, 8); break;
-    default: GGUF_DIE("decode_scalar: type %" PRIu32, t);
+    default: SPECD_DIE("decode_scalar: type %" PRIu32, t);
     }
 }
 
@@ -756,7 +753,7 @@ typedef struct {
 
 static void b_put(bytes *b, const void *p, size_t n)
 {
-    if (n > SIZE_MAX - b->n) GGUF_DIE("gguf writer: value too large");
+    if (n > SIZE_MAX - b->n) SPECD_DIE("gguf writer: value too large");
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n) cap = cap > SIZE_MAX / 2 ? SIZE_MAX : cap * 2;
@@ -789,7 +786,7 @@ void gguf_writer_destroy(gguf_writer *w)
 /* Takes ownership of b. A key set twice keeps its first position, new value. */
 static void w_set(gguf_writer *w, const char *key, bytes *b)
 {
-    if (!w || !key) GGUF_DIE("gguf writer: NULL writer or key");
+    if (!w || !key) SPECD_DIE("gguf writer: NULL writer or key");
     size_t kl = strlen(key);
     for (size_t i = 0; i < w->n_kv; i++) {
         if (w->kv[i].keylen == kl && memcmp(w->kv[i].key, key, kl) == 0) {
@@ -852,8 +849,8 @@ void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v)
 void gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_vtype elem_type, const void *data, uint64_t n)
 {
     size_t es = vtype_size((uint32_t)elem_type);
-    if (!es) GGUF_DIE("gguf_writer_set_arr('%s'): element type %d is not a numeric type", key, (int)elem_type);
-    if (n > SIZE_MAX / es) GGUF_DIE("gguf_writer_set_arr('%s'): %" PRIu64 " elements is too many", key, n);
+    if (!es) SPECD_DIE("gguf_writer_set_arr('%s'): element type %d is not a numeric type", key, (int)elem_type);
+    if (n > SIZE_MAX / es) SPECD_DIE("gguf_writer_set_arr('%s'): %" PRIu64 " elements is too many", key, n);
     bytes b = {0};
     b_u32(&b, GGUF_TYPE_ARRAY);
     b_u32(&b, elem_type);
@@ -877,7 +874,7 @@ void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const 
 
 void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, const char *const *skip_prefixes)
 {
-    if (!w || !src) GGUF_DIE("gguf_writer_copy_kv: NULL writer or source");
+    if (!w || !src) SPECD_DIE("gguf_writer_copy_kv: NULL writer or source");
     const gguf_priv *pv = src->scratch;
     for (uint64_t i = 0; i < src->n_kv; i++) {
         const gguf_kv *kv = &src->kv[i];
@@ -954,7 +951,7 @@ static bool put_pad(FILE *fp, uint64_t pos, uint64_t align)
 
 int gguf_writer_write(gguf_writer *w, const char *path, char *err, size_t errlen)
 {
-    if (!w || !path) GGUF_DIE("gguf_writer_write: NULL writer or path");
+    if (!w || !path) SPECD_DIE("gguf_writer_write: NULL writer or path");
     if (err && errlen) err[0] = 0;
     uint64_t align = GGUF_DEFAULT_ALIGNMENT;
     for (size_t i = 0; i < w->n_kv; i++) {

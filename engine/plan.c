@@ -1,27 +1,25 @@
 /* plan.c — micro-batch planner and outlier γ cap (see plan.h). */
 #include "engine/plan.h"
+#include "kernels/check.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#define PLAN_ASSERT(c) do { if (!(c)) { fprintf(stderr, "%s:%d: plan invariant failed: %s\n", \
-    __FILE__, __LINE__, #c); abort(); } } while (0)
-
 #define NG (GAMMA_MAX + 1) /* distinct γ values */
 
 int plan_bins(const int *gamma, int n, float padding_cap, plan_bin *bins, int *order, double *padding_ratio) {
-    PLAN_ASSERT(n >= 0);
-    PLAN_ASSERT(padding_cap >= 1.0f); /* also rejects NaN */
+    SPECD_CHECK(n >= 0);
+    SPECD_CHECK(padding_cap >= 1.0f); /* also rejects NaN */
     if (n == 0) {
         if (padding_ratio) *padding_ratio = 1.0;
         return 0;
     }
-    PLAN_ASSERT(gamma && bins && order);
+    SPECD_CHECK(gamma && bins && order);
 
     /* Counting sort by γ, stable in the sequence index. */
     int count[NG] = {0};
     for (int i = 0; i < n; i++) {
-        PLAN_ASSERT(gamma[i] >= 0 && gamma[i] <= GAMMA_MAX);
+        SPECD_CHECK(gamma[i] >= 0 && gamma[i] <= GAMMA_MAX);
         count[gamma[i]]++;
     }
     int pos[NG];
@@ -58,7 +56,7 @@ int plan_bins(const int *gamma, int n, float padding_cap, plan_bin *bins, int *o
             if (best_bins[j] < 0 || b < best_bins[j] || (b == best_bins[j] && r < best_rect[j]))
                 best_bins[j] = b, best_rect[j] = r, cut[j] = i;
         }
-        PLAN_ASSERT(best_bins[j] > 0); /* a single group always fits (ratio 1) */
+        SPECD_CHECK(best_bins[j] > 0); /* a single group always fits (ratio 1) */
     }
 
     int nb = best_bins[k];
@@ -71,8 +69,8 @@ int plan_bins(const int *gamma, int n, float padding_cap, plan_bin *bins, int *o
 }
 
 void plan_history_add(plan_history *h, int accepted) {
-    PLAN_ASSERT(accepted >= 0 && accepted <= GAMMA_MAX);
-    PLAN_ASSERT(h->head >= 0 && h->head < PLAN_HISTORY_LEN && h->n >= 0 && h->n <= PLAN_HISTORY_LEN);
+    SPECD_CHECK(accepted >= 0 && accepted <= GAMMA_MAX);
+    SPECD_CHECK(h->head >= 0 && h->head < PLAN_HISTORY_LEN && h->n >= 0 && h->n <= PLAN_HISTORY_LEN);
     h->hist[h->head] = (uint8_t)accepted;
     h->head = (h->head + 1) % PLAN_HISTORY_LEN;
     if (h->n < PLAN_HISTORY_LEN) h->n++;
@@ -85,7 +83,7 @@ int plan_history_p95(const plan_history *h) {
     int count[NG] = {0};
     for (int i = 0; i < h->n; i++) {
         int v = h->hist[(h->head - 1 - i + PLAN_HISTORY_LEN) % PLAN_HISTORY_LEN];
-        PLAN_ASSERT(v <= GAMMA_MAX);
+        SPECD_CHECK(v <= GAMMA_MAX);
         count[v]++;
     }
     int below = 0;
@@ -93,7 +91,7 @@ int plan_history_p95(const plan_history *h) {
         below += count[v];
         if ((int64_t)below * 100 >= (int64_t)95 * h->n) return v;
     }
-    PLAN_ASSERT(0);
+    SPECD_CHECK(0);
     return -1;
 }
 

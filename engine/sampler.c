@@ -2,15 +2,13 @@
  * O(V) vector passes and a radix select over order keys (no sort of the vocabulary),
  * and allocation-free inverse-CDF and residual draws. Contract in sampler.h. */
 #include "engine/sampler.h"
+#include "kernels/check.h"
 #include "engine/rng.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define SAMPLER_ASSERT(c) do { if (!(c)) { fprintf(stderr, "%s:%d: sampler invariant failed: %s\n", \
-    __FILE__, __LINE__, #c); abort(); } } while (0)
 
 struct sampler {
     int n_vocab;
@@ -68,7 +66,6 @@ static inline v4u v4_logit_key(v4f l) {
     v4i u = (v4i)l;
     return (v4u)(u ^ ((u >> 31) | (v4i){ INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN }));
 }
-
 
 /* ---- config ---------------------------------------------------------------- */
 
@@ -178,7 +175,7 @@ static rank_cut radix_cut(sampler *s, const int32_t *ids, int n, const float *ma
         cur = s->tmp;
         ncur = m;
     }
-    SAMPLER_ASSERT(ncur > 0);
+    SPECD_CHECK(ncur > 0);
     rank_cut c = { key[cur[0]], cur[ncur - 1] };
     for (int j = 0; j < ncur; j++) {
         above += mass ? (double)mass[cur[j]] : 1.0;
@@ -204,7 +201,6 @@ static int gather_cut(int32_t *dst, const int32_t *ids, int n, const uint32_t *k
     if (z) *z = sum;
     return m;
 }
-
 
 /* ---- processing ------------------------------------------------------------ */
 
@@ -336,8 +332,8 @@ static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return 
 enum { SUB_STRIDE = 16, PREFILTER_MIN_V = 4096 };
 
 void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, float *probs) {
-    SAMPLER_ASSERT(s && cfg && logits && probs && probs != logits);
-    SAMPLER_ASSERT(sampler_config_validate(cfg, NULL, 0));
+    SPECD_CHECK(s && cfg && logits && probs && probs != logits);
+    SPECD_CHECK(sampler_config_validate(cfg, NULL, 0));
     const int V = s->n_vocab;
     if (cfg->temperature == 0.0f) { one_hot_argmax(probs, logits, V); return; }
 
@@ -430,7 +426,7 @@ void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, f
         }
     }
 
-    SAMPLER_ASSERT(z > 0.0);
+    SPECD_CHECK(z > 0.0);
     const float inv = (float)(1.0 / z);
     if (cand) {
         memset(probs, 0, (size_t)V * sizeof(float));
@@ -501,19 +497,19 @@ static int cdf_search(const float *p, const float *q, int n, double target) {
     int e = last_block + CDF_BLOCK < n ? last_block + CDF_BLOCK : n;
     for (int i = e - 1; i >= last_block; i--)
         if (cdf_weight(p, q, i) > 0.0f) return i;
-    SAMPLER_ASSERT(0 && "block with positive sum has no positive weight");
+    SPECD_CHECK(0 && "block with positive sum has no positive weight");
     return -1;
 }
 
 int sampler_sample(const float *probs, int n_vocab, double u) {
-    SAMPLER_ASSERT(probs && n_vocab > 0 && u >= 0.0 && u < 1.0);
+    SPECD_CHECK(probs && n_vocab > 0 && u >= 0.0 && u < 1.0);
     double total = total_weight(probs, NULL, n_vocab);
     if (!(total > 0.0)) return -1;
     return cdf_search(probs, NULL, n_vocab, u * total);
 }
 
 int sampler_sample_residual(const float *p, const float *q, int n_vocab, double u) {
-    SAMPLER_ASSERT(p && q && n_vocab > 0 && u >= 0.0 && u < 1.0);
+    SPECD_CHECK(p && q && n_vocab > 0 && u >= 0.0 && u < 1.0);
     double total = total_weight(p, q, n_vocab);
     if (!(total >= 1e-12)) return sampler_sample(p, n_vocab, u);
     return cdf_search(p, q, n_vocab, u * total);
@@ -521,7 +517,7 @@ int sampler_sample_residual(const float *p, const float *q, int n_vocab, double 
 
 int sampler_sample_logits(sampler *s, const sampler_config *cfg, const float *logits,
                           float *probs_out, uint64_t seed, uint64_t position) {
-    SAMPLER_ASSERT(s && cfg && logits);
+    SPECD_CHECK(s && cfg && logits);
     float *probs = probs_out ? probs_out : s->probs;
     if (cfg->temperature == 0.0f) return one_hot_argmax(probs, logits, s->n_vocab);
     sampler_probs(s, cfg, logits, probs);

@@ -2,6 +2,7 @@
  * transactions, WAL, prepared statements) and background retention.
  * See telemetry.h for the contract. */
 #include "engine/telemetry.h"
+#include "kernels/check.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -11,9 +12,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define TEL_CHECK(cond) do { if (!(cond)) { fprintf(stderr, "%s:%d: telemetry invariant failed: %s\n", \
-    __FILE__, __LINE__, #cond); abort(); } } while (0)
 
 #define TEL_SCHEMA_VERSION 3 /* 2: speculation_steps.method; 3: speculation_steps.shape */
 #define TEL_FLUSH_MS 50           /* the writer commits at least this often when rows are waiting */
@@ -199,7 +197,7 @@ bool telemetry_session_end(telemetry *t, const tel_session_end *e) {
 
 bool telemetry_policy(telemetry *t, const tel_policy_rule *rules, int n, int version) {
     if (!t) return true;
-    TEL_CHECK(n >= 0 && (n == 0 || rules));
+    SPECD_CHECK(n >= 0 && (n == 0 || rules));
     int64_t at = now_ms();
     pthread_mutex_lock(&t->mu);
     bool ok = t->count + n + 1 <= t->cap;
@@ -362,7 +360,7 @@ static int write_policy(telemetry *t, int i, int n, int version, int64_t at) {
     if (run_stmt(t, t->st_pol_del) < 0) return -1;
     for (int k = 1; k <= n; k++) {
         const tel_row *r = &t->ring[(i + k) % t->cap];
-        TEL_CHECK(r->kind == ROW_POLICY_RULE);
+        SPECD_CHECK(r->kind == ROW_POLICY_RULE);
         sqlite3_stmt *st = t->st_pol_ins;
         sqlite3_bind_text(st, 1, r->u.rule.model_id, -1, SQLITE_STATIC);
         bind_text_or_null(st, 2, r->u.rule.content_type);
@@ -400,11 +398,11 @@ static int write_batch(telemetry *t) {
         case ROW_END: rc = write_end(t, &r->u.end); break;
         case ROW_POLICY_HEAD:
             rows = r->u.policy_head.n + 1; /* queued together: all in the ring */
-            TEL_CHECK(i + rows <= avail);
+            SPECD_CHECK(i + rows <= avail);
             rc = write_policy(t, (tail + i) % t->cap, r->u.policy_head.n, r->u.policy_head.version,
                               r->u.policy_head.at_ms);
             break;
-        default: TEL_CHECK(!"ring row of unknown kind");
+        default: SPECD_CHECK(!"ring row of unknown kind");
         }
         if (rc < 0) bad += (uint64_t)rows;
         else ok += (uint64_t)rows;
@@ -519,7 +517,7 @@ static void free_handle(telemetry *t) {
 }
 
 telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen) {
-    TEL_CHECK(cfg);
+    SPECD_CHECK(cfg);
     const char *path = cfg->path && cfg->path[0] ? cfg->path : "telemetry.db";
     if (cfg->sample_rate < 0 || cfg->sample_rate > 1 || cfg->queue_size < 0 || cfg->batch_max < 0 ||
         cfg->retention_rows < 0 || cfg->retention_days < 0) {
@@ -528,7 +526,7 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
         return NULL;
     }
     telemetry *t = calloc(1, sizeof *t);
-    TEL_CHECK(t);
+    SPECD_CHECK(t);
     t->cfg = *cfg;
     t->cfg.path = NULL; /* not kept: the caller's string */
     if (t->cfg.queue_size <= 0) t->cfg.queue_size = 16384;
@@ -536,7 +534,7 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
     t->cap = t->cfg.queue_size;
     t->reserve = t->cap >= 8 ? t->cap / 8 : 0;
     t->ring = calloc((size_t)t->cap, sizeof *t->ring);
-    TEL_CHECK(t->ring);
+    SPECD_CHECK(t->ring);
 
     const char *stage = "open";
     int rc = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
@@ -674,7 +672,7 @@ void telemetry_close(telemetry *t) {
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     pthread_join(t->thread, NULL);
-    TEL_CHECK(t->count == 0);
+    SPECD_CHECK(t->count == 0);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);
     free_handle(t);

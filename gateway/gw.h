@@ -7,67 +7,13 @@
 #include "engine/engine.h"
 #include "gateway/metrics.h"
 #include "gateway/protocol.h"
-#include "gateway/server.h"
+#include "gateway/conn.h"
+#include "gateway/server_config.h"
 #include "gateway/wsrx.h"
 
 #include <libwebsockets.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#define GW_PUMP_HIGH_WATER (256 * 1024) /* stop pulling engine events above this many queued bytes */
-#define GW_MAX_HEADER_BYTES 16384       /* request line + headers lws buffers (its default is 4096); lws 4.1
-                                         * drops a larger request without a status line (no hook to answer) */
-
-enum { GW_OUT_TEXT = 1, GW_OUT_HTTP = 2, GW_OUT_HTTP_FINAL = 3 };
-enum { GW_CONN_WS = 1, GW_CONN_HTTP = 2, GW_CONN_MONITOR = 3 };
-enum { GW_HTTP_COMPLETIONS = 1, GW_HTTP_CHAT = 2 };
-
-typedef struct gw_out {
-    struct gw_out *next;
-    size_t len;
-    int flags;
-    unsigned char data[]; /* LWS_PRE bytes of headroom, then the payload */
-} gw_out;
-
-typedef struct gw_req {
-    struct gw_req *next, *orphan_next;
-    uint64_t eid;                 /* engine request id */
-    struct gw_conn *conn;
-    char cid[GW_ID_JSON_MAX];     /* the client's id as JSON text */
-    char session[40];             /* uuid */
-    /* HTTP requests */
-    int api;                      /* GW_HTTP_COMPLETIONS / GW_HTTP_CHAT */
-    bool stream;
-    char *acc;                    /* accumulated text (non-streaming) */
-    size_t acc_len, acc_cap;
-    int prompt_tokens;
-    bool logprobs;                /* the request asked for logprobs */
-    void *lp;                     /* accumulated logprobs (non-streaming; openai.h oa_logprobs_*) */
-    size_t lp_offset;             /* completions: text_offset of the next token */
-} gw_req;
-
-typedef struct gw_conn {
-    struct gw_conn *next;
-    struct lws *wsi;
-    int kind;
-    gw_out *out_head, *out_tail;
-    size_t out_bytes;
-    gw_req *reqs;
-    int n_reqs;
-    bool closing;
-    uint64_t client_id;           /* engine fair-share group of its requests (0 until the first) */
-    ws_rx rx;                     /* WebSocket message being received */
-    double last_rx_ms;            /* last client message (idle timeout) */
-    /* HTTP request body */
-    char *body;
-    size_t rx_len, rx_cap;
-    bool rx_binary, rx_too_big;
-    /* HTTP */
-    char path[256];
-    bool is_post, headers_sent, finished;
-    bool admin_ok;                /* bearer token matched (admin endpoints) */
-    int status;
-} gw_conn;
 
 typedef struct {
     struct lws_context *ctx;
@@ -77,11 +23,9 @@ typedef struct {
     char web_root_real[PATH_MAX];
     char vendor_real[PATH_MAX];
     int port;
-    gw_conn *conns;
-    int n_conns, n_reqs;
+    gw_pool pool;                 /* connections and their requests (conn.h) */
     int n_tcp;                    /* accepted TCP connections now open (max_connections counts these) */
     bool loopback;                /* the bind address is a loopback address */
-    gw_req *orphans;
     bool draining, cancelled_rest;
     int policy_version;
     bool policy_reload_ok;
@@ -94,25 +38,12 @@ typedef struct {
 
 extern gw_server *gw_srv;
 
-double gw_now_ms(void);
-uint64_t gw_random_seed(void);
-int gw_queue(gw_conn *c, const char *data, size_t len, int flags);
-int gw_queue_json(gw_conn *c, char *json);
-/* Writes the head of c's output queue (text frame or HTTP body chunk, by its
- * flags) and pops it. Returns 1 written (*flags = its GW_OUT_*), 0 when the
- * queue is empty, -1 on a write error. WRITEABLE callbacks only. */
-int gw_write_head(gw_conn *c, int *flags);
-void gw_queue_free(gw_conn *c);
-gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid);
-void gw_req_remove(gw_conn *c, gw_req *r);
-gw_req *gw_req_find(gw_conn *c, const char *cid);
-void gw_conn_link(gw_conn *c, struct lws *wsi, int kind);
-void gw_conn_unlink(gw_conn *c);
 void gw_engine_notify(void *user);
 
 /* http.c */
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 void gw_http_pump(gw_conn *c);
+void gw_http_pump_all(void); /* every HTTP connection (a wake-up) */
 int gw_pick_port(const char *num, int family); /* a free port on the numeric address */
 bool gw_host_allowed(struct lws *wsi);
 /* Answers 503 (over max_connections, except /healthz) or 403 (Host not

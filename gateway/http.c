@@ -255,7 +255,7 @@ static int start_completion(gw_conn *c, int api) {
         oe = (oa_error){.status = 503, .code = "shutting_down", .type = "server_error"};
         snprintf(oe.message, sizeof(oe.message), "the server is shutting down");
         rc = respond_json(c, 503, oa_error_json(&oe));
-    } else if (gw_srv->n_reqs >= gw_srv->cfg.max_requests_total) {
+    } else if (gw_srv->pool.n_reqs >= gw_srv->cfg.max_requests_total) {
         oe = (oa_error){.status = 429, .code = "overloaded", .type = "server_error"};
         snprintf(oe.message, sizeof(oe.message), "the server is at its concurrent request limit; retry later");
         rc = respond_json(c, 429, oa_error_json(&oe));
@@ -305,6 +305,11 @@ static int start_completion(gw_conn *c, int api) {
 }
 
 /* Moves engine events of this connection's request into HTTP output. */
+void gw_http_pump_all(void) {
+    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next)
+        if (c->kind == GW_CONN_HTTP) gw_http_pump(c);
+}
+
 void gw_http_pump(gw_conn *c) {
     gw_req *r = c->reqs;
     if (!r) return;
@@ -405,7 +410,7 @@ static int route(gw_conn *c) {
     if (!strcmp(u, "/metrics")) {
         engine_stats es;
         engine_get_stats(gw_srv->eng, &es);
-        gw_counters gc = {.connections_open = (uint64_t)gw_srv->n_conns, .connections_total = gw_srv->connections,
+        gw_counters gc = {.connections_open = (uint64_t)gw_srv->pool.n_conns, .connections_total = gw_srv->connections,
                           .requests_total = gw_srv->requests, .slow_disconnects = gw_srv->slow_disconnects};
         char *text = metrics_render(&es, &gc);
         if (!text) return respond(c, 500, "text/plain", "error\n", 6);
@@ -463,7 +468,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
                 return refuse_now(wsi, 411, "length_required", "a POST needs a Content-Length header", NULL, NULL);
             }
         }
-        gw_conn_link(c, wsi, GW_CONN_HTTP);
+        gw_conn_link(&gw_srv->pool, c, wsi, GW_CONN_HTTP);
         snprintf(c->path, sizeof(c->path), "%s", (const char *)in);
         c->is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
         int r = route(c);
@@ -538,7 +543,8 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         if (c) c->wsi = NULL, c->kind = 0;
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        return 0; /* the WebSocket protocol's handler pumps every connection */
+        gw_http_pump_all(); /* the loop was woken: this protocol's connections */
+        return 0;
     default:
         break;
     }

@@ -2,6 +2,9 @@
  * metrics.h). The render path allocates (a scrape is not a per-token path);
  * observations never do. */
 #include "gateway/metrics.h"
+#include "kernels/check.h"
+
+#include "gateway/fields.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -10,19 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define METRICS_CHECK(c)                                                                                          \
-    do {                                                                                                          \
-        if (!(c)) {                                                                                               \
-            fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #c);                             \
-            abort();                                                                                              \
-        }                                                                                                         \
-    } while (0)
-
 /* ---- histogram ----------------------------------------------------------------------- */
 
 void metrics_hist_init(metrics_hist *h, const double *bounds, int n) {
-    METRICS_CHECK(n >= 1 && n <= METRICS_HIST_MAX);
-    for (int i = 1; i < n; i++) METRICS_CHECK(bounds[i] > bounds[i - 1]);
+    SPECD_CHECK(n >= 1 && n <= METRICS_HIST_MAX);
+    for (int i = 1; i < n; i++) SPECD_CHECK(bounds[i] > bounds[i - 1]);
     h->bounds = bounds;
     h->n = n;
     for (int i = 0; i <= METRICS_HIST_MAX; i++) atomic_store_explicit(&h->counts[i], 0, memory_order_relaxed);
@@ -51,7 +46,7 @@ static const double tpot_bounds[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.
 
 static struct {
     metrics_hist ttft, tpot;
-    _Atomic uint64_t finished[4]; /* by engine_finish */
+    _Atomic uint64_t finished[GW_FINISH_COUNT]; /* by engine_finish */
     pthread_mutex_t err_lock;
     char err_code[N_ERR_CODES][32];
     uint64_t err_count[N_ERR_CODES];
@@ -66,7 +61,7 @@ static struct {
 void metrics_reset(void) {
     metrics_hist_init(&g.ttft, ttft_bounds, (int)(sizeof ttft_bounds / sizeof ttft_bounds[0]));
     metrics_hist_init(&g.tpot, tpot_bounds, (int)(sizeof tpot_bounds / sizeof tpot_bounds[0]));
-    for (int i = 0; i < 4; i++) atomic_store_explicit(&g.finished[i], 0, memory_order_relaxed);
+    for (int i = 0; i < GW_FINISH_COUNT; i++) atomic_store_explicit(&g.finished[i], 0, memory_order_relaxed);
     pthread_mutex_lock(&g.err_lock);
     g.n_err = 0;
     g.err_other = 0;
@@ -78,7 +73,7 @@ void metrics_observe_tpot(double ms) { metrics_hist_observe(&g.tpot, ms / 1000.0
 
 void metrics_count_finished(engine_finish reason) {
     int r = (int)reason;
-    if (r < 0 || r > 3) r = FINISH_ERROR;
+    if (r < 0 || r >= GW_FINISH_COUNT) r = FINISH_ERROR;
     atomic_fetch_add_explicit(&g.finished[r], 1, memory_order_relaxed);
 }
 
@@ -294,10 +289,9 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
     histogram(&b, "specd:time_to_first_token_seconds", "Time from request arrival to its first token.", &g.ttft);
     histogram(&b, "specd:time_per_output_token_seconds", "Mean time per output token after the first, per request.",
               &g.tpot);
-    static const char *const reasons[4] = {"length", "stop", "cancelled", "error"};
     family(&b, "specd:request_success_total", "counter", "Finished requests by finish reason.");
-    for (int i = 0; i < 4; i++)
-        tb_printf(&b, "specd:request_success_total{finished_reason=\"%s\"} %llu\n", reasons[i],
+    for (int i = 0; i < GW_FINISH_COUNT; i++)
+        tb_printf(&b, "specd:request_success_total{finished_reason=\"%s\"} %llu\n", gw_finish_name((engine_finish)i),
                   (unsigned long long)atomic_load_explicit(&g.finished[i], memory_order_relaxed));
 
     counter(&b, "specd:requests_total", "Generation requests the gateway submitted to the engine.", gc->requests_total);

@@ -177,7 +177,7 @@ static void mon_tick(lws_sorted_usec_list_t *sul) {
     mon.scheduled = false;
     bool any = false;
     char *json = NULL;
-    for (gw_conn *c = gw_srv->conns; c; c = c->next) {
+    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next) {
         if (c->kind != GW_CONN_MONITOR) continue;
         any = true;
         if (c->out_bytes > 64 * 1024) continue; /* a slow viewer skips snapshots */
@@ -198,7 +198,7 @@ int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user,
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return gw_ws_filter(wsi, "/v1/monitor");
     case LWS_CALLBACK_ESTABLISHED:
-        gw_conn_link(c, wsi, GW_CONN_MONITOR);
+        gw_conn_link(&gw_srv->pool, c, wsi, GW_CONN_MONITOR);
         if (!mon.scheduled) {
             lws_sul_schedule(gw_srv->ctx, 0, &mon.sul, mon_tick, 1);
             mon.scheduled = true;

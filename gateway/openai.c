@@ -2,6 +2,8 @@
  * jansson (see openai.h). Per request, not per token: allocation is fine here,
  * except that stream chunks are one json_dumps each. */
 #include "gateway/openai.h"
+
+#include "gateway/fields.h"
 #include "engine/grammar.h"
 #include "gateway/json_schema.h"
 
@@ -146,20 +148,6 @@ static int get_int(json_t *o, const char *k, int64_t lo, int64_t hi, int64_t *ou
     if (*out < lo || *out > hi)
         FAIL(GW_ERR_OUT_OF_RANGE, k, "'%s' must be in [%lld, %lld], got %lld", k, (long long)lo, (long long)hi,
              (long long)*out);
-    return 0;
-}
-
-/* A number in [lo, hi] (lo_open/hi_open exclude the bound). */
-static int get_num(json_t *o, const char *k, double lo, bool lo_open, double hi, bool hi_open, float *out,
-                   oa_error *err) {
-    json_t *v = field(o, k);
-    if (!v) return 0;
-    if (!json_is_number(v)) FAIL(GW_ERR_WRONG_TYPE, k, "'%s' must be a number", k);
-    double d = json_number_value(v);
-    if (!isfinite(d) || (lo_open ? d <= lo : d < lo) || (hi_open ? d >= hi : d > hi))
-        FAIL(GW_ERR_OUT_OF_RANGE, k, "'%s' must be in %c%g, %g%c, got %g", k, lo_open ? '(' : '[', lo, hi,
-             hi_open ? ')' : ']', d);
-    *out = (float)d;
     return 0;
 }
 
@@ -332,97 +320,22 @@ static int parse_stop(json_t *o, oa_request *r, oa_error *err) {
     return 0;
 }
 
+/* A refused shared field (fields.h) as a 400. */
+static int field_fail(const gw_field_error *fe, oa_error *err) {
+    err->status = 400;
+    err->code = fe->code;
+    snprintf(err->param, sizeof err->param, "%s", fe->param);
+    snprintf(err->message, sizeof err->message, "%s", fe->message);
+    return -1;
+}
+
 static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_error *err) {
     json_t *s = field(o, "speculation");
     if (!s) return 0;
     if (!json_is_object(s)) FAIL(GW_ERR_WRONG_TYPE, "speculation", "'speculation' must be an object");
-    json_t *m = field(s, "mode");
-    if (m) {
-        const char *ms = json_is_string(m) ? json_string_value(m) : NULL;
-        if (!ms) FAIL(GW_ERR_WRONG_TYPE, "speculation.mode", "'speculation.mode' must be a string");
-        if (!strcmp(ms, "auto")) r->req.mode = SPEC_MODE_AUTO;
-        else if (!strcmp(ms, "draft")) r->req.mode = SPEC_MODE_DRAFT;
-        else if (!strcmp(ms, "off")) r->req.mode = SPEC_MODE_OFF;
-        else FAIL(GW_ERR_OUT_OF_RANGE, "speculation.mode", "'speculation.mode' must be auto, draft or off, got '%s'", ms);
-        if (r->req.mode == SPEC_MODE_DRAFT && !lim->has_draft) {
-            err->status = 400;
-            err->code = GW_ERR_NO_DRAFT;
-            snprintf(err->param, sizeof err->param, "speculation.mode");
-            snprintf(err->message, sizeof err->message, "'speculation.mode' is draft but no draft model is loaded");
-            return -1;
-        }
-    }
-    json_t *mt = field(s, "method");
-    if (mt) {
-        const char *ms = json_is_string(mt) ? json_string_value(mt) : NULL;
-        if (!ms) FAIL(GW_ERR_WRONG_TYPE, "speculation.method", "'speculation.method' must be a string");
-        int meth = spec_method_parse(ms);
-        if (meth < 0)
-            FAIL(GW_ERR_OUT_OF_RANGE, "speculation.method",
-                 "'speculation.method' must be auto, draft, ngram, medusa or off, got '%s'", ms);
-        if (meth == SPEC_METHOD_DRAFT && !lim->has_draft) {
-            err->status = 400;
-            err->code = GW_ERR_NO_DRAFT;
-            snprintf(err->param, sizeof err->param, "speculation.method");
-            snprintf(err->message, sizeof err->message, "'speculation.method' is draft but no draft model is loaded");
-            return -1;
-        }
-        r->req.method = (spec_method)meth;
-        r->req.method_set = true;
-    }
-    json_t *vf = field(s, "verify");
-    if (vf) {
-        const char *vs = json_is_string(vf) ? json_string_value(vf) : NULL;
-        if (!vs) FAIL(GW_ERR_WRONG_TYPE, "speculation.verify", "'speculation.verify' must be a string");
-        int mode = spec_verify_parse(vs);
-        if (mode < 0)
-            FAIL(GW_ERR_OUT_OF_RANGE, "speculation.verify", "'speculation.verify' must be rejection or coupled, got '%s'", vs);
-        r->req.verify = (engine_verify)(mode + 1);
-    }
-    json_t *g = field(s, "gamma");
-    if (g) {
-        int64_t gv;
-        if (!as_int(g, &gv)) FAIL(GW_ERR_WRONG_TYPE, "speculation.gamma", "'speculation.gamma' must be an integer");
-        if (gv < lim->gamma_min || gv > lim->gamma_max)
-            FAIL(GW_ERR_OUT_OF_RANGE, "speculation.gamma", "'speculation.gamma' must be in [%d, %d], got %lld",
-                 lim->gamma_min, lim->gamma_max, (long long)gv);
-        r->req.gamma = (int)gv;
-    }
-    json_t *a = field(s, "adaptive");
-    if (a) {
-        if (!json_is_boolean(a))
-            FAIL(GW_ERR_WRONG_TYPE, "speculation.adaptive", "'speculation.adaptive' must be a boolean");
-        r->req.adaptive = json_is_true(a);
-        r->req.adaptive_set = true;
-    }
-    json_t *tr = field(s, "tree");
-    if (tr) {
-        const char *ts = json_is_string(tr) ? json_string_value(tr) : NULL;
-        if (!ts) FAIL(GW_ERR_WRONG_TYPE, "speculation.tree", "'speculation.tree' must be a string");
-        int t = engine_tree_parse(ts);
-        if (t < 0) FAIL(GW_ERR_OUT_OF_RANGE, "speculation.tree", "'speculation.tree' must be off, auto or fixed, got '%s'", ts);
-        if (t != ENGINE_TREE_OFF && lim->tree != ENGINE_TREE_AUTO && lim->tree != ENGINE_TREE_FIXED)
-            FAIL(GW_ERR_OUT_OF_RANGE, "speculation.tree",
-                 "'speculation.tree': tree speculation is off on this server (speculation.tree)");
-        r->req.tree = (engine_tree)t;
-    }
-    static const char *const tb[3] = {"tree_budget", "tree_depth", "tree_topk"};
-    const int top[3] = {lim->tree_budget, lim->tree_depth, lim->tree_topk};
-    int *dst[3] = {&r->req.tree_budget, &r->req.tree_depth, &r->req.tree_topk};
-    for (int k = 0; k < 3; k++) {
-        json_t *b = field(s, tb[k]);
-        if (!b) continue;
-        int64_t bv;
-        int hi = top[k] > 0 ? top[k] : 16;
-        char pn[32];
-        snprintf(pn, sizeof pn, "speculation.%s", tb[k]);
-        if (!as_int(b, &bv)) FAIL(GW_ERR_WRONG_TYPE, pn, "'%s' must be an integer", pn);
-        if (bv < 1 || bv > hi)
-            FAIL(GW_ERR_OUT_OF_RANGE, pn, "'%s' must be in [1, %d] (the server's tree bounds), got %lld", pn, hi,
-                 (long long)bv);
-        *dst[k] = (int)bv;
-    }
-    return 0;
+    gw_field_target t = {&r->req, false};
+    gw_field_error fe;
+    return gw_fields_parse(s, GW_FIELDS_SPECULATION, lim, &t, &fe) ? field_fail(&fe, err) : 0;
 }
 
 /* response_format ({"type":"text"|"json_object"|"json_schema","json_schema":
@@ -511,29 +424,16 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
     if (!(r->model = v ? dupn(json_string_value(v), json_string_length(v)) : dupn("", 0))) OOM();
     if (chat ? parse_messages(o, r, err) : parse_prompt(o, r, err)) return -1;
 
-    int64_t i;
-    bool present;
-    int64_t max_tok = lim->max_tokens_limit;
-    if (lim->max_ctx > 0 && max_tok > lim->max_ctx - 1) max_tok = lim->max_ctx - 1;
-    if (max_tok < 1) max_tok = 1;
-    const char *mt_name = field(o, "max_tokens") || !chat ? "max_tokens" : "max_completion_tokens";
-    if (get_int(o, mt_name, 1, max_tok, &i, &present, err)) return -1;
-    int def = lim->default_max_tokens > 0 ? lim->default_max_tokens : 256;
-    r->req.max_tokens = present ? (int)i : (int)(def < max_tok ? def : max_tok);
-
-    r->req.sc = sampler_config_default();
-    if (get_num(o, "temperature", 0, false, 2, false, &r->req.sc.temperature, err)) return -1;
-    if (get_num(o, "top_p", 0, true, 1, false, &r->req.sc.top_p, err)) return -1;
-    if (get_num(o, "min_p", 0, false, 1, true, &r->req.sc.min_p, err)) return -1;
-    if (get_int(o, "top_k", 0, 1 << 30, &i, &present, err)) return -1;
-    if (present) r->req.sc.top_k = (int)i;
-    if (get_int(o, "seed", INT64_MIN, INT64_MAX, &i, &present, err)) return -1;
-    if (present) r->req.seed = (uint64_t)i, r->seed_set = true;
+    /* the shared fields (max_tokens ... seed, prefix_cache); chat may name max_tokens max_completion_tokens */
+    gw_field_target t = {&r->req, false};
+    gw_field_error fe;
+    if (gw_fields_parse(o, GW_FIELDS_TOP, lim, &t, &fe)) return field_fail(&fe, err);
+    if (chat && !field(o, "max_tokens") &&
+        gw_field_parse_one("max_tokens", "max_completion_tokens", field(o, "max_completion_tokens"), lim, &t, &fe))
+        return field_fail(&fe, err);
+    r->seed_set = t.seed_set;
     if (parse_stop(o, r, err)) return -1;
     if (get_bool(o, "stream", &r->stream, err)) return -1;
-    bool cache = true;
-    if (get_bool(o, "prefix_cache", &cache, err)) return -1; /* false: this request's prompt is neither reused nor kept */
-    r->req.no_prefix_cache = !cache;
     if ((v = field(o, "stream_options"))) {
         if (!json_is_object(v)) FAIL(GW_ERR_WRONG_TYPE, "stream_options", "'stream_options' must be an object");
         json_t *u = field(v, "include_usage");
@@ -635,14 +535,7 @@ int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, 
 
 /* ---- responses --------------------------------------------------------------------- */
 
-const char *oa_finish_reason(engine_finish f) {
-    switch (f) {
-    case FINISH_LENGTH: return "length";
-    case FINISH_STOP: return "stop";
-    case FINISH_CANCELLED: return "cancelled";
-    default: return "error";
-    }
-}
+const char *oa_finish_reason(engine_finish f) { return gw_finish_name(f); }
 
 void *oa_speculation_object(const engine_event *ev) {
     const spec_stats *st = &ev->st;

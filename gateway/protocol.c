@@ -3,12 +3,12 @@
 #include "gateway/protocol.h"
 
 #include "engine/grammar.h"
+#include "gateway/fields.h"
 #include "gateway/json_schema.h"
 #include "policy/suggest.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <float.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -19,11 +19,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
-
-gw_limits gw_limits_default(void) {
-    return (gw_limits){.max_message_bytes = 1 << 20, .max_tokens_limit = 4096, .default_max_tokens = 256,
-                       .gamma_min = 2, .gamma_max = 8, .max_ctx = 0, .has_draft = false};
-}
 
 const char *gw_msg_type_name(gw_msg_type t) {
     switch (t) {
@@ -282,18 +277,6 @@ char *gw_json_tokens(const char *id_json, const engine_event *ev) {
     GW_JSON_DUP(gw_write_tokens(dst, cap, id_json, ev));
 }
 
-/* Same names as engine_finish_name; kept here so the parser/serializer links
- * without the engine thread's code (the fuzz target). */
-static const char *finish_name(engine_finish f) {
-    switch (f) {
-    case FINISH_LENGTH: return "length";
-    case FINISH_STOP: return "stop";
-    case FINISH_CANCELLED: return "cancelled";
-    case FINISH_ERROR: return "error";
-    }
-    return "error";
-}
-
 static double ratio(uint64_t num, uint64_t den) { return den ? (double)num / (double)den : 0.0; }
 
 size_t gw_write_done(char *dst, size_t cap, const char *id_json, int prompt_tokens, const engine_event *ev) {
@@ -301,7 +284,7 @@ size_t gw_write_done(char *dst, size_t cap, const char *id_json, int prompt_toke
     const spec_stats *st = &ev->st;
     w_head(&w, "done", id_json);
     w_str(&w, ",\"finish_reason\":\"");
-    w_str(&w, finish_name(ev->reason));
+    w_str(&w, gw_finish_name(ev->reason));
     w_str(&w, "\",\"usage\":{\"prompt_tokens\":");
     w_i64(&w, prompt_tokens);
     w_str(&w, ",\"completion_tokens\":");
@@ -453,74 +436,12 @@ static int fail(gw_error *err, const char *code, const char *fmt, ...) {
     return -1;
 }
 
-/* The shortest %g form that reads back as x. */
-static void fmt_double(char *b, size_t n, double x) {
-    for (int p = 1; p <= 17; p++) {
-        snprintf(b, n, "%.*g", p, x);
-        if (strtod(b, NULL) == x) return;
-    }
-}
-
-/* What a value is, for "got ..." in messages: numbers and literals by value,
- * strings briefly quoted, containers by kind. */
-static const char *describe(const json_t *v, char *b, size_t n) {
-    switch (json_typeof(v)) {
-    case JSON_INTEGER: snprintf(b, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
-    case JSON_REAL: fmt_double(b, n, json_real_value(v)); break;
-    case JSON_TRUE: snprintf(b, n, "true"); break;
-    case JSON_FALSE: snprintf(b, n, "false"); break;
-    case JSON_NULL: snprintf(b, n, "null"); break;
-    case JSON_STRING: {
-        size_t len = json_string_length(v);
-        if (len <= 24) snprintf(b, n, "\"%s\"", json_string_value(v));
-        else snprintf(b, n, "a string of %zu bytes", len);
-        break;
-    }
-    case JSON_ARRAY: snprintf(b, n, "an array"); break;
-    case JSON_OBJECT: snprintf(b, n, "an object"); break;
-    }
-    return b;
-}
+#define describe gw_json_describe
 
 /* obj[key], with null treated as absent. */
 static json_t *opt(json_t *obj, const char *key) {
     json_t *v = json_object_get(obj, key);
     return v && !json_is_null(v) ? v : NULL;
-}
-
-/* An integer field: a JSON integer, or a real with an integral value. */
-static int get_int(const json_t *v, const char *field, long long *out, gw_error *err) {
-    char d[48];
-    if (json_is_integer(v)) {
-        *out = json_integer_value(v);
-        return 0;
-    }
-    if (json_is_real(v)) {
-        double x = json_real_value(v);
-        if (isfinite(x) && x == floor(x) && x >= -9223372036854775808.0 && x < 9223372036854775808.0) {
-            *out = (long long)x;
-            return 0;
-        }
-    }
-    return fail(err, GW_ERR_WRONG_TYPE, "field '%s' must be an integer, got %s", field, describe(v, d, sizeof(d)));
-}
-
-static int get_int_range(const json_t *v, const char *field, long long lo, long long hi, const char *note,
-                         long long *out, gw_error *err) {
-    char d[48];
-    if (get_int(v, field, out, err)) return -1;
-    if (*out < lo || *out > hi)
-        return fail(err, GW_ERR_OUT_OF_RANGE, "field '%s' must be an integer in [%lld, %lld]%s, got %s", field, lo,
-                    hi, note, describe(v, d, sizeof(d)));
-    return 0;
-}
-
-static int get_number(const json_t *v, const char *field, double *out, gw_error *err) {
-    char d[48];
-    if (!json_is_number(v))
-        return fail(err, GW_ERR_WRONG_TYPE, "field '%s' must be a number, got %s", field, describe(v, d, sizeof(d)));
-    *out = json_number_value(v);
-    return 0;
 }
 
 static int get_string(const json_t *v, const char *field, gw_error *err) {
@@ -674,72 +595,9 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
                     describe(js, d, sizeof(d)));
     if (reject_split_sampling(js, "speculation.", err)) return -1;
     if (reject_unknown(js, "speculation.", speculation_fields, NFIELDS(speculation_fields), err)) return -1;
-    json_t *v;
-    if ((v = opt(js, "mode"))) {
-        if (get_string(v, "speculation.mode", err)) return -1;
-        const char *s = json_string_value(v);
-        if (strcmp(s, "auto") == 0) m->req.mode = SPEC_MODE_AUTO;
-        else if (strcmp(s, "draft") == 0) m->req.mode = SPEC_MODE_DRAFT;
-        else if (strcmp(s, "off") == 0) m->req.mode = SPEC_MODE_OFF;
-        else
-            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'speculation.mode' must be one of auto, draft, off, got %s",
-                        describe(v, d, sizeof(d)));
-        if (m->req.mode == SPEC_MODE_DRAFT && !lim->has_draft)
-            return fail(err, GW_ERR_NO_DRAFT, "speculation mode 'draft' needs a draft model, and none is loaded");
-    }
-    if ((v = opt(js, "method"))) {
-        if (get_string(v, "speculation.method", err)) return -1;
-        int meth = spec_method_parse(json_string_value(v));
-        if (meth < 0)
-            return fail(err, GW_ERR_OUT_OF_RANGE,
-                        "field 'speculation.method' must be one of auto, draft, ngram, off, medusa, got %s",
-                        describe(v, d, sizeof(d)));
-        if (meth == SPEC_METHOD_DRAFT && !lim->has_draft)
-            return fail(err, GW_ERR_NO_DRAFT, "speculation method 'draft' needs a draft model, and none is loaded");
-        m->req.method = (spec_method)meth;
-        m->req.method_set = true;
-    }
-    if ((v = opt(js, "verify"))) {
-        if (get_string(v, "speculation.verify", err)) return -1;
-        int mode = spec_verify_parse(json_string_value(v));
-        if (mode < 0)
-            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'speculation.verify' must be one of rejection, coupled, got %s",
-                        describe(v, d, sizeof(d)));
-        m->req.verify = (engine_verify)(mode + 1);
-    }
-    if ((v = opt(js, "gamma"))) {
-        long long g;
-        if (get_int_range(v, "speculation.gamma", lim->gamma_min, lim->gamma_max, " (the policy bounds)", &g, err))
-            return -1;
-        m->req.gamma = (int)g;
-    }
-    if ((v = opt(js, "adaptive"))) {
-        if (!json_is_boolean(v))
-            return fail(err, GW_ERR_WRONG_TYPE, "field 'speculation.adaptive' must be true or false, got %s",
-                        describe(v, d, sizeof(d)));
-        m->req.adaptive = json_is_true(v);
-        m->req.adaptive_set = true;
-    }
-    if ((v = opt(js, "tree"))) {
-        if (get_string(v, "speculation.tree", err)) return -1;
-        int t = engine_tree_parse(json_string_value(v));
-        if (t < 0)
-            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'speculation.tree' must be one of off, auto, fixed, got %s",
-                        describe(v, d, sizeof(d)));
-        if (t != ENGINE_TREE_OFF && lim->tree != ENGINE_TREE_AUTO && lim->tree != ENGINE_TREE_FIXED)
-            return fail(err, GW_ERR_OUT_OF_RANGE,
-                        "field 'speculation.tree': tree speculation is off on this server (speculation.tree)");
-        m->req.tree = (engine_tree)t;
-    }
-    static const char *const tb[3] = {"speculation.tree_budget", "speculation.tree_depth", "speculation.tree_topk"};
-    const int top[3] = {lim->tree_budget, lim->tree_depth, lim->tree_topk};
-    int *dst[3] = {&m->req.tree_budget, &m->req.tree_depth, &m->req.tree_topk};
-    for (int k = 0; k < 3; k++) {
-        long long n;
-        if (!(v = opt(js, tb[k] + 12))) continue;
-        if (get_int_range(v, tb[k], 1, top[k] > 0 ? top[k] : 16, " (the server's tree bounds)", &n, err)) return -1;
-        *dst[k] = (int)n;
-    }
+    gw_field_target t = {&m->req, false};
+    gw_field_error fe;
+    if (gw_fields_parse(js, GW_FIELDS_SPECULATION, lim, &t, &fe)) return fail(err, fe.code, "%s", fe.message);
     return 0;
 }
 
@@ -810,10 +668,7 @@ static int parse_content_type(json_t *v, gw_msg *m, gw_error *err) {
 }
 
 static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_error *err) {
-    char d[48], note[64] = "";
     json_t *v;
-    m->req.sc = sampler_config_default();
-    m->req.mode = SPEC_MODE_AUTO;
     if (reject_split_sampling(root, "", err)) return -1;
     if (reject_unknown(root, "", generate_fields, NFIELDS(generate_fields), err)) return -1;
 
@@ -830,64 +685,27 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
         return -1;
     }
 
-    long long hi = lim->max_tokens_limit;
-    if (lim->max_ctx > 0 && (long long)lim->max_ctx - 1 < hi) {
-        hi = (long long)lim->max_ctx - 1;
-        snprintf(note, sizeof(note), " (the context holds %d tokens)", lim->max_ctx);
-    }
-    long long mt = lim->default_max_tokens;
-    if (mt > hi) mt = hi;
-    if (mt < 1) mt = 1;
-    if ((v = opt(root, "max_tokens")) && get_int_range(v, "max_tokens", 1, hi, note, &mt, err)) return -1;
-    m->req.max_tokens = (int)mt;
-
-    double x = 0;
-    if ((v = opt(root, "temperature"))) {
-        if (get_number(v, "temperature", &x, err)) return -1;
-        if (!(isfinite(x) && x >= 0 && x <= FLT_MAX))
-            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'temperature' must be a finite number >= 0 (0 = greedy), got %s",
-                        describe(v, d, sizeof(d)));
-        m->req.sc.temperature = (float)x;
-    }
-    if ((v = opt(root, "top_p"))) {
-        if (get_number(v, "top_p", &x, err)) return -1;
-        if (!(x > 0 && x <= 1 && (float)x > 0.0f))
-            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'top_p' must be a number in (0, 1] (1 = off), got %s",
-                        describe(v, d, sizeof(d)));
-        m->req.sc.top_p = (float)x;
-    }
-    if ((v = opt(root, "min_p"))) {
-        if (get_number(v, "min_p", &x, err)) return -1;
-        if (!(x >= 0 && x < 1 && (float)x < 1.0f))
-            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'min_p' must be a number in [0, 1) (0 = off), got %s",
-                        describe(v, d, sizeof(d)));
-        m->req.sc.min_p = (float)x;
-    }
-    long long k;
-    if ((v = opt(root, "top_k"))) {
-        if (get_int_range(v, "top_k", 0, INT_MAX, " (0 = off)", &k, err)) return -1;
-        m->req.sc.top_k = (int)k;
-    }
-    if ((v = opt(root, "seed"))) {
-        if (get_int_range(v, "seed", 0, LLONG_MAX, "", &k, err)) return -1;
-        m->req.seed = (uint64_t)k;
-        m->seed_set = true;
-    }
-    if ((v = opt(root, "prefix_cache"))) {
-        if (!json_is_boolean(v))
-            return fail(err, GW_ERR_WRONG_TYPE, "field 'prefix_cache' must be true or false, got %s",
-                        describe(v, d, sizeof(d)));
-        m->req.no_prefix_cache = json_is_false(v); /* false: neither reuse cached blocks nor leave this prompt's */
-    }
+    gw_field_target t = {&m->req, false};
+    gw_field_error fe;
+    if (gw_fields_parse(root, GW_FIELDS_TOP, lim, &t, &fe)) return fail(err, fe.code, "%s", fe.message);
+    m->seed_set = t.seed_set;
     /* logprobs (bool) and top_logprobs (0..SPEC_TOP_LOGPROBS, needs logprobs),
      * as on the chat endpoint; each tokens frame then lists its tokens' */
+    char dsc[48];
     if ((v = opt(root, "logprobs"))) {
         if (!json_is_boolean(v))
-            return fail(err, GW_ERR_WRONG_TYPE, "field 'logprobs' must be true or false, got %s", describe(v, d, sizeof(d)));
+            return fail(err, GW_ERR_WRONG_TYPE, "field 'logprobs' must be true or false, got %s",
+                        gw_json_describe(v, dsc, sizeof(dsc)));
         m->req.logprobs = json_is_true(v);
     }
     if ((v = opt(root, "top_logprobs"))) {
-        if (get_int_range(v, "top_logprobs", 0, SPEC_TOP_LOGPROBS, "", &k, err)) return -1;
+        long long k = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (!json_is_integer(v))
+            return fail(err, GW_ERR_WRONG_TYPE, "field 'top_logprobs' must be an integer, got %s",
+                        gw_json_describe(v, dsc, sizeof(dsc)));
+        if (k < 0 || k > SPEC_TOP_LOGPROBS)
+            return fail(err, GW_ERR_OUT_OF_RANGE, "field 'top_logprobs' must be an integer in [0, %d], got %s",
+                        SPEC_TOP_LOGPROBS, gw_json_describe(v, dsc, sizeof(dsc)));
         if (k > 0 && !m->req.logprobs)
             return fail(err, GW_ERR_OUT_OF_RANGE, "field 'top_logprobs' needs 'logprobs': true");
         m->req.top_logprobs = (int)k;

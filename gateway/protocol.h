@@ -27,6 +27,7 @@
 #define SPECD_GATEWAY_PROTOCOL_H
 
 #include "engine/engine.h"
+#include "gateway/fields.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,39 +40,7 @@
     (ENGINE_TEXT_MAX * 6 + (GAMMA_MAX + 1) * (12 + 80 + SPEC_TOP_LOGPROBS * 56) + GW_ID_JSON_MAX + 240)
 #define GW_DONE_JSON_MAX (GW_ID_JSON_MAX + 1024 + GAMMA_MAX * 128)
 
-/* Stable error codes (the `code` of an error frame). The parser produces the
- * first group; the server produces the second itself. */
-#define GW_ERR_INVALID_JSON "invalid_json"
-#define GW_ERR_NOT_OBJECT "not_object"
-#define GW_ERR_UNKNOWN_TYPE "unknown_type"
-#define GW_ERR_MISSING_FIELD "missing_field"
-#define GW_ERR_UNKNOWN_FIELD "unknown_field"
-#define GW_ERR_WRONG_TYPE "wrong_type"
-#define GW_ERR_OUT_OF_RANGE "out_of_range"
-#define GW_ERR_MESSAGE_TOO_LARGE "message_too_large"
-#define GW_ERR_NO_DRAFT "no_draft"
-#define GW_ERR_BINARY_FRAME "binary_frame"
-#define GW_ERR_DUPLICATE_ID "duplicate_id"
-#define GW_ERR_UNKNOWN_ID "unknown_id"
-#define GW_ERR_PROMPT_TOO_LONG "prompt_too_long"
-#define GW_ERR_TOO_MANY_REQUESTS "too_many_requests"
-#define GW_ERR_INTERNAL "internal"
-#define GW_ERR_INVALID_GRAMMAR "invalid_grammar" /* a grammar or JSON Schema that does not compile */
-
-/* What the server allows; filled from the config and the loaded models. */
-typedef struct {
-    int max_message_bytes;  /* larger frames → message_too_large (0 = no limit) */
-    int max_tokens_limit;   /* max_tokens must be in [1, this] */
-    int default_max_tokens; /* when max_tokens is absent (clamped to the limits) */
-    int gamma_min, gamma_max; /* policy bounds for speculation.gamma */
-    int max_ctx;            /* context per sequence; if > 0, max_tokens must also be < max_ctx */
-    bool has_draft;         /* false: speculation.mode "draft" → no_draft */
-    int tree;               /* engine_tree of the engine: unless AUTO or FIXED, speculation.tree auto|fixed is refused */
-    int tree_budget, tree_depth, tree_topk; /* its tree bounds: request bounds must not exceed them */
-} gw_limits;
-
-/* 1 MiB frames, max_tokens ≤ 4096 (default 256), γ in [2, 8], no context bound, no draft. */
-gw_limits gw_limits_default(void);
+/* The error codes (GW_ERR_*) and the limits (gw_limits) are in gateway/fields.h. */
 
 typedef enum { GW_MSG_GENERATE = 1, GW_MSG_CANCEL, GW_MSG_PING } gw_msg_type;
 typedef enum { GW_ROLE_SYSTEM = 0, GW_ROLE_USER, GW_ROLE_ASSISTANT } gw_role;

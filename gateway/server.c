@@ -1,10 +1,13 @@
-/* server.c — the gateway's event loop (see server.h): context and vhost setup,
- * signals and graceful shutdown, the engine wake-up, per-connection output
- * queues written only from WRITEABLE callbacks, and the WebSocket protocol
- * specd.v1 on /v1/stream. HTTP routes live in http.c. */
+/* server.c — the gateway's event loop (see server.h): the lws context and
+ * vhost, the protocol table, signals and graceful shutdown, and the engine
+ * wake-up. The protocols live in their own files, each pumping its own
+ * connections when the loop is woken: specd.v1 in stream.c, HTTP/OpenAI and
+ * static files in http.c, the monitor feed in monitor.c; connections, queues
+ * and requests in conn.c (the layer under all of them). */
 #include "gateway/server.h"
 
 #include "gateway/gw.h"
+#include "gateway/stream.h"
 #include "gateway/metrics.h"
 #include "gateway/openai.h"
 #include "gateway/protocol.h"
@@ -41,217 +44,14 @@ gw_config gw_config_default(void) {
     return c;
 }
 
-uint64_t gw_random_seed(void) {
-    char u[37];
-    gw_uuid4(u);
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; u[i]; i++) h = (h ^ (uint8_t)u[i]) * 1099511628211ull;
-    return h >> 1;
-}
+/* ---- waking: each protocol pumps its own connections ----------------------------- */
 
-double gw_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* ---- output queues ------------------------------------------------------------ */
-
-int gw_queue(gw_conn *c, const char *data, size_t len, int flags) {
-    gw_out *o = malloc(sizeof(gw_out) + LWS_PRE + len);
-    if (!o) return -1;
-    o->next = NULL;
-    o->len = len;
-    o->flags = flags;
-    memcpy(o->data + LWS_PRE, data, len);
-    if (c->out_tail) c->out_tail->next = o;
-    else c->out_head = o;
-    c->out_tail = o;
-    c->out_bytes += len;
-    lws_callback_on_writable(c->wsi);
-    return 0;
-}
-
-/* Queues a JSON text message on a WebSocket connection and frees it. */
-int gw_queue_json(gw_conn *c, char *json) {
-    if (!json) return -1;
-    int rc = gw_queue(c, json, strlen(json), GW_OUT_TEXT);
-    free(json);
-    return rc;
-}
-
-int gw_write_head(gw_conn *c, int *flags) {
-    gw_out *o = c->out_head;
-    if (!o) return 0;
-    enum lws_write_protocol mode = o->flags == GW_OUT_TEXT ? LWS_WRITE_TEXT
-                                   : o->flags == GW_OUT_HTTP_FINAL ? LWS_WRITE_HTTP_FINAL
-                                                                   : LWS_WRITE_HTTP;
-    if (lws_write(c->wsi, o->data + LWS_PRE, o->len, mode) < (int)o->len) return -1;
-    if (flags) *flags = o->flags;
-    c->out_head = o->next;
-    if (!c->out_head) c->out_tail = NULL;
-    c->out_bytes -= o->len;
-    free(o);
-    return 1;
-}
-
-void gw_queue_free(gw_conn *c) {
-    for (gw_out *o = c->out_head, *n; o; o = n) {
-        n = o->next;
-        free(o);
-    }
-    c->out_head = c->out_tail = NULL;
-    c->out_bytes = 0;
-}
-
-/* ---- requests ----------------------------------------------------------------- */
-
-gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid) {
-    gw_req *r = calloc(1, sizeof(*r));
-    if (!r) return NULL;
-    r->eid = eid;
-    r->conn = c;
-    snprintf(r->cid, sizeof(r->cid), "%s", cid ? cid : "");
-    r->next = c->reqs;
-    c->reqs = r;
-    c->n_reqs++;
-    gw_srv->n_reqs++;
-    return r;
-}
-
-void gw_req_remove(gw_conn *c, gw_req *r) {
-    for (gw_req **pp = &c->reqs; *pp; pp = &(*pp)->next)
-        if (*pp == r) {
-            *pp = r->next;
-            c->n_reqs--;
-            gw_srv->n_reqs--;
-            c->last_rx_ms = gw_now_ms(); /* a finished request restarts the idle clock */
-            free(r->acc);
-            oa_logprobs_free(r->lp);
-            free(r);
-            return;
-        }
-}
-
-gw_req *gw_req_find(gw_conn *c, const char *cid) {
-    for (gw_req *r = c->reqs; r; r = r->next)
-        if (!strcmp(r->cid, cid)) return r;
-    return NULL;
-}
-
-/* Cancels every request of a vanished client and drains their events so the
- * engine can release them; their KV is freed by the engine at once. */
-void gw_conn_drop_requests(gw_conn *c) {
-    for (gw_req *r = c->reqs; r; r = r->next) engine_cancel(gw_srv->eng, r->eid);
-    for (gw_req *r = c->reqs; r; r = r->next) {
-        r->conn = NULL;
-        r->orphan_next = gw_srv->orphans;
-        gw_srv->orphans = r;
-    }
-    gw_srv->n_reqs -= c->n_reqs;
-    c->reqs = NULL;
-    c->n_reqs = 0;
-}
-
-/* Orphans (requests of closed connections) are polled until their final
- * event so the engine can release their slots. */
-static void drain_orphans(void) {
-    for (gw_req **pp = &gw_srv->orphans; *pp;) {
-        gw_req *r = *pp;
-        engine_event ev;
-        int got;
-        bool gone = false;
-        while ((got = engine_poll(gw_srv->eng, r->eid, &ev)) == 1)
-            if (ev.type == ENGINE_EV_FINISHED || ev.type == ENGINE_EV_ERROR) {
-                gone = true;
-                break;
-            }
-        if (got < 0) gone = true;
-        if (gone) {
-            *pp = r->orphan_next;
-            free(r->acc);
-            oa_logprobs_free(r->lp);
-            free(r);
-            continue;
-        }
-        pp = &r->orphan_next;
-    }
-}
-
-void gw_conn_link(gw_conn *c, struct lws *wsi, int kind) {
-    memset(c, 0, sizeof(*c));
-    c->wsi = wsi;
-    c->kind = kind;
-    c->next = gw_srv->conns;
-    gw_srv->conns = c;
-    gw_srv->n_conns++;
-}
-
-void gw_conn_unlink(gw_conn *c) {
-    for (gw_conn **pp = &gw_srv->conns; *pp; pp = &(*pp)->next)
-        if (*pp == c) {
-            *pp = c->next;
-            gw_srv->n_conns--;
-            break;
-        }
-    gw_conn_drop_requests(c);
-    gw_queue_free(c);
-    ws_rx_free(&c->rx);
-    free(c->body);
-    c->body = NULL;
-}
-
-/* ---- engine events -> client messages ----------------------------------------- */
-
-static void ws_pump(gw_conn *c) {
-    for (gw_req *r = c->reqs, *next; r; r = next) {
-        next = r->next;
-        engine_event ev;
-        /* backpressure: stop pulling while this client's queue is long; the
-         * engine then pauses only this request */
-        while (c->out_bytes < GW_PUMP_HIGH_WATER && engine_poll(gw_srv->eng, r->eid, &ev) == 1) {
-            char *json = NULL;
-            bool last = false;
-            switch (ev.type) {
-            case ENGINE_EV_STARTED:
-                r->prompt_tokens = ev.prompt_tokens;
-                snprintf(r->session, sizeof(r->session), "%s", ev.session); /* the telemetry session */
-                json = gw_json_start(r->cid, r->session, ev.prompt_tokens, ev.queue_ms);
-                break;
-            case ENGINE_EV_TOKENS:
-                json = gw_json_tokens(r->cid, &ev);
-                gw_srv->tokens_out += (uint64_t)ev.n_tokens;
-                break;
-            case ENGINE_EV_FINISHED:
-                json = gw_json_done(r->cid, r->prompt_tokens, &ev);
-                gw_metrics_finished(&ev);
-                gw_monitor_record(&ev);
-                last = true;
-                break;
-            case ENGINE_EV_ERROR: {
-                /* the engine refuses prompts that can never fit at admission */
-                const char *code = strstr(ev.message, "cannot fit") ? "prompt_too_long" : "engine_error";
-                json = gw_json_error(r->cid, code, ev.message);
-                gw_metrics_error(code);
-                last = true;
-                break;
-            }
-            }
-            gw_queue_json(c, json);
-            if (last) {
-                gw_req_remove(c, r);
-                break;
-            }
-        }
-    }
-}
-
+/* Everything the loop does on a wake-up outside a protocol: the drain loop
+ * below, and the specd.loop protocol's handler. */
 static void pump_all(void) {
-    for (gw_conn *c = gw_srv->conns; c; c = c->next) {
-        if (c->kind == GW_CONN_WS) ws_pump(c);
-        else if (c->kind == GW_CONN_HTTP) gw_http_pump(c);
-    }
-    drain_orphans();
+    gw_stream_pump_all();
+    gw_http_pump_all();
+    gw_pool_drain_orphans(&gw_srv->pool);
 }
 
 /* The engine thread's wake-up. It may run while the loop thread tears the
@@ -273,135 +73,20 @@ static void notify_target(struct lws_context *ctx) {
     pthread_mutex_unlock(&notify_lock);
 }
 
-/* ---- WebSocket protocol specd.v1 ---------------------------------------------- */
-
-static void ws_error(gw_conn *c, const char *cid, const char *code, const char *msg) {
-    gw_metrics_error(code);
-    gw_queue_json(c, gw_json_error(cid, code, msg));
-}
-
-static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
-    gw_limits lim = gw_srv->limits;
-    gw_msg m;
-    gw_error er;
-    if (len == 0) {
-        ws_error(c, NULL, "invalid_json", "empty message: send one JSON object per text message");
-        return;
-    }
-    if (gw_parse(buf, len, &lim, &m, &er) != 0) {
-        ws_error(c, er.id[0] ? er.id : NULL, er.code, er.message);
-        return;
-    }
-    if (m.type == GW_MSG_PING) {
-        gw_queue_json(c, gw_json_pong(m.id));
-    } else if (m.type == GW_MSG_CANCEL) {
-        gw_req *r = gw_req_find(c, m.id);
-        if (!r) ws_error(c, m.id, "unknown_id", "no active request with this id on this connection");
-        else engine_cancel(gw_srv->eng, r->eid);
-    } else if (gw_req_find(c, m.id)) {
-        ws_error(c, m.id, "duplicate_id", "a request with this id is still active on this connection");
-    } else if (c->n_reqs >= gw_srv->cfg.max_requests_per_conn) {
-        ws_error(c, m.id, "too_many_requests", "too many concurrent requests on this connection");
-    } else if (gw_srv->n_reqs >= gw_srv->cfg.max_requests_total) {
-        ws_error(c, m.id, "overloaded", "the server is at its concurrent request limit; retry later");
-    } else if (gw_srv->draining) {
-        ws_error(c, m.id, "shutting_down", "the server is shutting down");
-    } else {
-        char perr[300];
-        if (gw_prepare_prompt(&m, perr, sizeof(perr)) != 0) {
-            ws_error(c, m.id, "invalid_request", perr);
-        } else {
-            engine_request rq = m.req;
-            rq.notify = gw_engine_notify;
-            rq.user = NULL;
-            /* one connection is one client: the engine bounds what its
-             * requests hold at once (engine.h, fair share) */
-            if (!c->client_id) c->client_id = ++gw_srv->last_client_id;
-            rq.client = c->client_id;
-            if (!m.seed_set) rq.seed = gw_random_seed();
-            if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
-            char eerr[300];
-            uint64_t eid = engine_submit(gw_srv->eng, &rq, eerr, sizeof(eerr));
-            if (!eid) {
-                ws_error(c, m.id, strstr(eerr, "queue is full") ? "overloaded" : "invalid_request", eerr);
-            } else {
-                gw_req *r = gw_req_add(c, eid, m.id);
-                if (!r) {
-                    engine_cancel(gw_srv->eng, eid);
-                    ws_error(c, m.id, "internal", "out of memory");
-                } else {
-                    gw_uuid4(r->session);
-                    gw_srv->requests++;
-                }
-            }
-        }
-    }
-    gw_msg_free(&m);
-}
-
-static int cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
-    gw_conn *c = user;
+/* A protocol no client can open: it exists to receive the loop's wake-up
+ * (lws hands EVENT_WAIT_CANCELLED to every protocol, and specd.v1 and http
+ * each pump their own connections on it); here the loop drains orphaned
+ * requests and handles a pending policy reload. */
+static int cb_loop(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
+    (void)wsi, (void)user, (void)in, (void)len;
     switch (reason) {
-    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
-        return gw_ws_filter(wsi, "/v1/stream");
-    case LWS_CALLBACK_ESTABLISHED:
-        gw_conn_link(c, wsi, GW_CONN_WS);
-        ws_rx_init(&c->rx, (size_t)gw_srv->cfg.max_message_bytes);
-        c->last_rx_ms = gw_now_ms();
-        gw_srv->connections++;
-        break;
-    case LWS_CALLBACK_RECEIVE: {
-        c->last_rx_ms = gw_now_ms();
-        bool final = lws_is_final_fragment(wsi) && !lws_remaining_packet_payload(wsi);
-        ws_rx_status st = ws_rx_feed(&c->rx, in, len, lws_frame_is_binary(wsi), final);
-        if (st == WS_RX_NOMEM) return -1;
-        if (st == WS_RX_MORE) break;
-        if (st == WS_RX_BINARY) {
-            ws_error(c, NULL, "binary_frame", "binary frames are not part of specd.v1; send JSON text");
-        } else if (st == WS_RX_TOO_BIG) {
-            char msg[128];
-            snprintf(msg, sizeof(msg), "message larger than the limit of %d bytes", gw_srv->cfg.max_message_bytes);
-            ws_error(c, NULL, "message_too_large", msg);
-        } else {
-            ws_handle_message(c, c->rx.buf, c->rx.len);
-        }
-        ws_rx_reset(&c->rx);
-        ws_pump(c);
-        break;
-    }
-    case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
-        /* a malformed close (1 byte, a code no peer may send, bad UTF-8)
-         * fails the connection: no echo */
-        if (!ws_close_payload_ok(in, len)) return -1;
-        break;
-    case LWS_CALLBACK_SERVER_WRITEABLE: {
-        if (c->out_bytes > gw_srv->cfg.out_limit_bytes) {
-            static const char why[] = "client too slow: output limit exceeded";
-            lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why, sizeof(why) - 1);
-            gw_srv->slow_disconnects++;
-            return -1;
-        }
-        int w = gw_write_head(c, NULL);
-        if (w < 0 || (w == 0 && c->closing)) return -1;
-        if (w == 0) break;
-        ws_pump(c);
-        if (c->out_head) lws_callback_on_writable(wsi);
-        break;
-    }
-    case LWS_CALLBACK_CLOSED:
-        gw_conn_unlink(c);
-        break;
-    case LWS_CALLBACK_WSI_DESTROY:
-        gw_count_connection(wsi, (int)reason);
-        break;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: return -1;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        pump_all();
+        gw_pool_drain_orphans(&gw_srv->pool);
         gw_reload_poll(); /* a SIGHUP wakes the loop through lws_cancel_service */
-        break;
-    default:
-        break;
+        return 0;
+    default: return 0;
     }
-    return 0;
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
@@ -415,8 +100,9 @@ static void on_signal(int sig) {
 
 static struct lws_protocols protocols[] = {
     {"http", gw_cb_http, sizeof(gw_conn), 0, 0, NULL, 0},
-    {"specd.v1", cb_stream, sizeof(gw_conn), 4096, 0, NULL, 0},
+    {"specd.v1", gw_cb_stream, sizeof(gw_conn), 4096, 0, NULL, 0},
     {"specd.monitor.v1", gw_cb_monitor, sizeof(gw_conn), 1024, 0, NULL, 0},
+    {"specd.loop", cb_loop, 0, 0, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 
@@ -458,28 +144,19 @@ static int resolve_bind(const char *host, char *num, size_t n, int *family, bool
     return 0;
 }
 
-/* Closes WebSockets that sent nothing and ran nothing for idle_timeout_s;
- * runs once a second on the loop's scheduler. */
+/* Once a second on the loop's scheduler: specd.v1's idle timeouts. */
 static lws_sorted_usec_list_t idle_sul;
 
-static void close_idle(lws_sorted_usec_list_t *sul) {
-    double now = gw_now_ms(), limit = gw_srv->cfg.idle_timeout_s * 1e3;
-    for (gw_conn *c = gw_srv->conns; c; c = c->next) {
-        if (c->kind != GW_CONN_WS || c->closing || c->n_reqs || c->out_head) continue;
-        if (now - c->last_rx_ms < limit) continue;
-        static const char why[] = "idle timeout";
-        lws_close_reason(c->wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)why, sizeof(why) - 1);
-        c->closing = true;
-        gw_srv->idle_disconnects++;
-        lws_callback_on_writable(c->wsi);
-    }
-    lws_sul_schedule(gw_srv->ctx, 0, sul, close_idle, LWS_US_PER_SEC);
+static void on_idle_tick(lws_sorted_usec_list_t *sul) {
+    gw_stream_close_idle();
+    lws_sul_schedule(gw_srv->ctx, 0, sul, on_idle_tick, LWS_US_PER_SEC);
 }
 
 int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     static gw_server srv;
     memset(&srv, 0, sizeof(srv));
     srv.eng = e;
+    srv.pool.eng = e;
     srv.cfg = *cfg;
     gw_srv = &srv;
     engine_stats es;
@@ -543,21 +220,21 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     fflush(stdout);
 
     memset(&idle_sul, 0, sizeof(idle_sul));
-    if (cfg->idle_timeout_s > 0) lws_sul_schedule(srv.ctx, 0, &idle_sul, close_idle, LWS_US_PER_SEC);
+    if (cfg->idle_timeout_s > 0) lws_sul_schedule(srv.ctx, 0, &idle_sul, on_idle_tick, LWS_US_PER_SEC);
     double drain_deadline = 0;
     while (lws_service(srv.ctx, 0) >= 0) {
         if (stop_signal && !srv.draining) {
             srv.draining = true;
             drain_deadline = gw_now_ms() + cfg->grace_ms;
             fprintf(stderr, "specd: %s: finishing %d running requests (grace %d ms)\n",
-                    stop_signal == SIGINT ? "SIGINT" : "SIGTERM", srv.n_reqs, cfg->grace_ms);
+                    stop_signal == SIGINT ? "SIGINT" : "SIGTERM", srv.pool.n_reqs, cfg->grace_ms);
         }
         if (srv.draining) {
             pump_all();
-            bool idle = srv.n_reqs == 0;
-            for (gw_conn *c = srv.conns; c && idle; c = c->next) idle = c->out_head == NULL;
+            bool idle = srv.pool.n_reqs == 0;
+            for (gw_conn *c = srv.pool.conns; c && idle; c = c->next) idle = c->out_head == NULL;
             if (gw_now_ms() > drain_deadline && !srv.cancelled_rest) {
-                for (gw_conn *c = srv.conns; c; c = c->next)
+                for (gw_conn *c = srv.pool.conns; c; c = c->next)
                     for (gw_req *r = c->reqs; r; r = r->next) engine_cancel(e, r->eid);
                 srv.cancelled_rest = true;
             }
@@ -570,7 +247,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     notify_target(NULL);
     lws_context_destroy(srv.ctx);
     srv.ctx = NULL;
-    drain_orphans();
+    gw_pool_drain_orphans(&gw_srv->pool);
     fprintf(stderr, "specd: stopped\n");
     return 0;
 }

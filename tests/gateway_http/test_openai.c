@@ -500,6 +500,49 @@ static void test_utf8(void) {
 #undef R
 }
 
+/* Issue 22: the shared fields (fields.c) read the same in both protocols: for
+ * each value, the WebSocket parser and the OpenAI parser accept it with the
+ * same result or refuse it with the same code and the same message. */
+static void test_shared_fields(void) {
+    static const char *const cases[] = {
+        "\"temperature\":2", "\"temperature\":2.5", "\"temperature\":-0.1", "\"temperature\":\"hot\"",
+        "\"top_p\":0", "\"top_p\":1", "\"top_p\":1e-50", "\"min_p\":1", "\"min_p\":0.5",
+        "\"top_k\":-1", "\"top_k\":2147483647", "\"top_k\":2147483648", "\"top_k\":3.0",
+        "\"seed\":-1", "\"seed\":9223372036854775807", "\"seed\":1.5", "\"seed\":\"1\"",
+        "\"max_tokens\":0", "\"max_tokens\":1000", "\"max_tokens\":1001", "\"prefix_cache\":1",
+        "\"prefix_cache\":false", "\"speculation\":{\"mode\":\"fast\"}", "\"speculation\":{\"gamma\":9}",
+        "\"speculation\":{\"gamma\":4,\"adaptive\":false}", "\"speculation\":{\"method\":\"ngram\"}",
+        "\"speculation\":{\"verify\":\"x\"}", "\"speculation\":{\"verify\":\"coupled\"}",
+    };
+    gw_limits L = lim();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char ws[256], oa[256];
+        snprintf(ws, sizeof ws, "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",%s}", cases[i]);
+        snprintf(oa, sizeof oa, "{\"prompt\":\"p\",%s}", cases[i]);
+        gw_msg m;
+        gw_error we;
+        oa_request r;
+        oa_error oe;
+        int rw = gw_parse(ws, strlen(ws), &L, &m, &we), ro = oa_parse(false, oa, strlen(oa), &L, &r, &oe);
+        CHECKF(rw == ro, "%s: ws %d, openai %d", cases[i], rw, ro);
+        if (rw == 0 && ro == 0) {
+            CHECKF(m.req.sc.temperature == r.req.sc.temperature && m.req.sc.top_p == r.req.sc.top_p &&
+                       m.req.sc.min_p == r.req.sc.min_p && m.req.sc.top_k == r.req.sc.top_k &&
+                       m.req.seed == r.req.seed && m.seed_set == r.seed_set && m.req.max_tokens == r.req.max_tokens &&
+                       m.req.no_prefix_cache == r.req.no_prefix_cache && m.req.mode == r.req.mode &&
+                       m.req.gamma == r.req.gamma && m.req.adaptive == r.req.adaptive &&
+                       m.req.method == r.req.method && m.req.verify == r.req.verify,
+                   "%s: parsed differently", cases[i]);
+        } else if (rw && ro) {
+            CHECKF(we.code && oe.code && !strcmp(we.code, oe.code), "%s: ws %s, openai %s", cases[i], we.code,
+                   oe.code);
+            CHECKF(!strcmp(we.message, oe.message), "%s: ws '%s', openai '%s'", cases[i], we.message, oe.message);
+        }
+        if (rw == 0) gw_msg_free(&m);
+        if (ro == 0) oa_request_free(&r);
+    }
+}
+
 int main(void) {
     test_bad_bodies();
     test_good_bodies();
@@ -507,5 +550,6 @@ int main(void) {
     test_sse();
     test_models_errors();
     test_utf8();
+    test_shared_fields();
     TEST_DONE();
 }

@@ -352,10 +352,15 @@ static void test_errors(void) {
     gw_msg_free(&m);
     EXPECT_OK("{\"type\":\"cancel\",\"id\":1}", &m);
     gw_msg_free(&m);
+    /* issue 22: seeds take any 64-bit integer in both protocols; a negative one wraps as in the OpenAI API */
+    EXPECT_OK("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"seed\":-1}", &m);
+    CHECK(m.seed_set && m.req.seed == UINT64_MAX);
+    gw_msg_free(&m);
 
     /* out_of_range, with the precise messages for the common ones */
     EXPECT_ERR("{\"type\":\"generate\",\"id\":\"t\",\"prompt\":\"p\",\"temperature\":-1}", GW_ERR_OUT_OF_RANGE);
-    CHECKF(strcmp(e.message, "field 'temperature' must be a finite number >= 0 (0 = greedy), got -1") == 0, "%s",
+    /* issue 22: one range for both protocols (fields.c), temperature in [0, 2] as OpenAI's */
+    CHECKF(strcmp(e.message, "field 'temperature' must be a number in [0, 2] (0 = greedy), got -1") == 0, "%s",
            e.message);
     CHECK(strcmp(e.id, "\"t\"") == 0);
     EXPECT_ERR("{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"max_tokens\":4097}", GW_ERR_OUT_OF_RANGE);
@@ -379,7 +384,7 @@ static void test_errors(void) {
         "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"top_k\":3000000000}",
         "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"max_tokens\":0}",
         "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"max_tokens\":-3}",
-        "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"seed\":-1}",
+        "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"temperature\":2.5}",
         "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"gamma\":1}}",
         "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"gamma\":0}}",
         "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"speculation\":{\"mode\":\"fast\"}}",

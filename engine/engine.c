@@ -163,17 +163,6 @@ engine_config engine_config_default(void) {
                            .prefix_cache = true};
 }
 
-const char *engine_tree_name(engine_tree t) {
-    static const char *names[] = {"default", "off", "auto", "fixed"};
-    return (unsigned)t <= ENGINE_TREE_FIXED ? names[t] : "?";
-}
-
-int engine_tree_parse(const char *s) {
-    for (int t = ENGINE_TREE_OFF; t <= ENGINE_TREE_FIXED; t++)
-        if (!strcmp(s, engine_tree_name((engine_tree)t))) return t;
-    return -1;
-}
-
 const char *engine_finish_name(engine_finish f) {
     static const char *names[] = {"length", "stop", "cancelled", "error"};
     return f <= FINISH_ERROR ? names[f] : "?";

@@ -1,6 +1,7 @@
 /* spec_method.c — the names of the speculation methods and drafter slots
- * (spec.h), apart from the step itself so that parsers (the gateway's
+ * (spec.h) and of the tree modes (engine.h), apart from the step itself so that parsers (the gateway's
  * protocol layer and its fuzz targets) need nothing of the engine's models. */
+#include "engine/engine.h" /* engine_tree: its names live here too, for the same parsers */
 #include "engine/spec.h"
 
 #include <string.h>
@@ -25,4 +26,15 @@ int spec_verify_parse(const char *s) {
 
 const char *spec_drafter_name(int slot) {
     return slot == SPEC_DRAFTER_MODEL ? "draft" : slot == SPEC_DRAFTER_NGRAM ? "ngram" : "plain";
+}
+
+const char *engine_tree_name(engine_tree t) {
+    static const char *names[] = {"default", "off", "auto", "fixed"};
+    return (unsigned)t <= ENGINE_TREE_FIXED ? names[t] : "?";
+}
+
+int engine_tree_parse(const char *s) {
+    for (int t = ENGINE_TREE_OFF; t <= ENGINE_TREE_FIXED; t++)
+        if (s && !strcmp(s, engine_tree_name((engine_tree)t))) return t;
+    return -1;
 }

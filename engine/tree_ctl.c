@@ -1,6 +1,7 @@
 /* tree_ctl.c — the shape controller (see tree_ctl.h). */
 #include "engine/tree_ctl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define EWMA 0.1
@@ -110,10 +111,17 @@ void tree_ctl_measure(spec_pair *sp, double *t_rows) {
     double t[NR];
     int ctx = sp->max_ctx - TREE_CTL_ROWS - 1 < GAMMA_CAL_CTX ? sp->max_ctx - TREE_CTL_ROWS - 1 : GAMMA_CAL_CTX;
     if (ctx < 1) ctx = 1;
-    int cap = sp->max_seqs * (sp->max_gamma + 1), k = 0; /* rows sp->logits holds */
+    /* its own logits: sp->logits may hold fewer rows (max_seqs x (max_gamma + 1)) */
+    float *logits = malloc(sizeof(float) * (size_t)TREE_CTL_ROWS * (size_t)sp->n_vocab);
+    int cap = logits ? TREE_CTL_ROWS : sp->max_seqs * (sp->max_gamma + 1), k = 0;
     for (int i = 0; i < NR; i++)
-        if (R[i] <= cap) n[k] = R[i], past[k++] = ctx;
+        if (R[i] <= cap && R[i] <= sp->target->mp.max_batch) n[k] = R[i], past[k++] = ctx;
     for (int r = 0; r <= TREE_CTL_ROWS; r++) t_rows[r] = 0;
-    model_time_calls(sp->target, sp->tpool, ctx, n, past, k, t, sp->logits);
+    /* in pairs: every configuration holds its scratch blocks while timed, and
+     * a small pool (one short sequence's worth) holds two of them */
+    for (int j = 0; j < k; j += 2)
+        model_time_calls(sp->target, sp->tpool, ctx, n + j, past + j, k - j < 2 ? k - j : 2, t + j,
+                         logits ? logits : sp->logits);
     for (int i = 0; i < k; i++) t_rows[n[i]] = t[i];
+    free(logits);
 }

@@ -1298,7 +1298,13 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         free(e);
         return NULL;
     }
-    if (c->calibrate) spec_pair_calibrate(e->sp);
+    if (c->calibrate) {
+        /* the verify cost curve t(rows) serves both controllers: the chain's
+         * batch decision (gamma_costs_set_curve) and the tree shapes */
+        spec_pair_calibrate(e->sp);
+        tree_ctl_measure(e->sp, e->t_rows);
+        gamma_costs_set_curve(&e->sp->costs, e->t_rows, TREE_CTL_ROWS);
+    }
     if (c->tree_budget <= 0) c->tree_budget = 16;
     if (c->tree_depth <= 0) c->tree_depth = 5;
     if (c->tree_topk <= 0) c->tree_topk = 3;
@@ -1323,9 +1329,9 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         if (e->medusa_sh.depth > e->mh->n_heads) e->medusa_sh.depth = e->mh->n_heads;
     }
     if (c->tree != ENGINE_TREE_OFF) {
-        /* the verify cost curve is measured always (the shape controller has
-         * nothing else to go on); the draft proposal cost is learned online */
-        tree_ctl_measure(e->sp, e->t_rows);
+        /* the shape controller needs the verify cost curve even when
+         * calibration is off; the draft proposal cost is learned online */
+        if (!(e->t_rows[1] > 0)) tree_ctl_measure(e->sp, e->t_rows);
         tree_ctl_init(&e->tree_prior, e->t_rows, c->tree_budget, c->tree_depth, c->tree_topk);
         e->tree_prior.reprobe = 512; /* it sees every sequence's steps: a batch of B ages it B per step */
         if (!e->tc) e->tc = spec_tree_create(e->sp);

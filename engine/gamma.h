@@ -14,6 +14,7 @@
 
 #define GAMMA_MAX 16
 #define GAMMA_WINDOW_MAX 64
+#define GAMMA_CURVE_ROWS 32
 
 typedef struct {
     int gamma_min, gamma_max, gamma_default; /* 2..8 by policy; per-request override within bounds */
@@ -56,6 +57,17 @@ typedef struct {
     double target_ms_per_key, target_ms_per_pair;
     double key_prior, pair_prior;        /* the calibrated attention slopes */
     double fit[9];                       /* weighted sums of the online fit (gamma.c) */
+    /* The measured verify cost curve, when there is one (gamma_costs_set_curve):
+     * curve[m] = t(m rows) / t(1 row) for m = 1..curve_n, non-decreasing. It
+     * then replaces the two per-position slopes: the rows of a pass cost
+     * target_ms * (curve(m) - 1), linear past curve_n. A CPU's curve is flat
+     * while the pass is memory-bound and steps up where the kernels' row tiles
+     * fill (F16 target here: 8 rows 1.0x, 16 rows 2.5x), which no two slopes
+     * fit; and learning a slope from batched passes that all had the same row
+     * count taught the model that rows were free (plain passes of 8 rows) or
+     * dear (verify passes of 24) in turn, so the batch decision flipped. */
+    int curve_n;                         /* 0: no curve, the slopes apply */
+    double curve[GAMMA_CURVE_ROWS + 1];
 } gamma_costs;
 
 /* Keys one sequence's pass reads: its cache of n and its m new positions. */
@@ -70,6 +82,12 @@ double gamma_target_ms(const gamma_costs *c, int m, double keys, double pairs);
 #define GAMMA_CAL_CTX 8
 #define GAMMA_CAL_ROWS 21
 void gamma_costs_calibrate(gamma_costs *c, double t1, double t5, double tw, int far, double t1f, double t5f);
+
+/* Installs the measured curve t_rows[1..n] (ms of one pass of r rows at a
+ * short context; zeros are interpolated, n <= GAMMA_CURVE_ROWS). From then on
+ * every observed pass, batched or not, updates the base (host speed) only;
+ * the curve's shape stays what was measured. No-op when t_rows[1] is 0. */
+void gamma_costs_set_curve(gamma_costs *c, const double *t_rows, int n);
 
 void gamma_costs_observe_draft(gamma_costs *c, double ms_per_token);
 void gamma_costs_observe_target(gamma_costs *c, int positions, double keys, double pairs, double ms);

@@ -4,7 +4,10 @@
  * contexts it saw, with noisy timings leaving every term non-negative and the
  * base positive; the best γ falls as the context grows when attention is dear,
  * a compute-bound batch turns drafting off, and in a batch a predicted gain
- * inside the safety margin does not start drafting. Pure arithmetic, no model. */
+ * inside the safety margin does not start drafting; with a measured step
+ * curve (flat to 8 rows, then dear) the batch decision holds still under a
+ * stream of plain 8-row passes, where the two-slope model learns that rows are
+ * free and starts drafting at batch 8. Pure arithmetic, no model. */
 #include "engine/gamma.h"
 #include "tests/testutil.h"
 
@@ -134,5 +137,44 @@ int main(void) {
     CHECKF(fabs(gamma_ctl_alpha(&gm) - 0.8) < 1e-9, "alpha %g", gamma_ctl_alpha(&gm));
     CHECKF(gamma_ctl_next_batch(&gm, &cm, 8, 100) == 0, "batch 8 drafts on a gain inside the margin");
     CHECKF(gamma_ctl_next_batch(&gm, &cm, 1, 100) >= 2, "alone, the sequence does not draft");
+
+    /* a measured step curve, shaped like the F16 widen target's on this CPU:
+     * t(rows)/t(1) = 1.0 up to 8 rows, 1.6 at 12, 2.5 at 16, 3.4 at 24, 4.3 at 32 */
+    double steps[GAMMA_CURVE_ROWS + 1] = {0};
+    steps[1] = steps[2] = steps[4] = steps[8] = 60.0;
+    steps[12] = 96.0, steps[16] = 150.0, steps[24] = 135.0 /* noise: below 16's */, steps[32] = 258.0;
+    gamma_costs cc = {0}, cs = {0};
+    gamma_costs_calibrate(&cc, 60.0, 60.0, 140.0, 0, 0, 0); /* 1, 5 and 21 rows at short context */
+    cs = cc;
+    cc.draft_ms = cs.draft_ms = 0.9;
+    gamma_costs_set_curve(&cc, steps, GAMMA_CURVE_ROWS);
+    CHECKF(cc.curve_n == 32 && fabs(cc.curve[8] - 1.0) < 1e-12 && fabs(cc.curve[16] - 2.5) < 1e-12,
+           "curve n %d, [8] %g, [16] %g", cc.curve_n, cc.curve[8], cc.curve[16]);
+    CHECKF(fabs(cc.curve[14] - 2.05) < 1e-12, "interpolated [14] %g", cc.curve[14]);
+    for (int r = 2; r <= 32; r++) CHECKF(cc.curve[r] >= cc.curve[r - 1], "curve falls at %d", r);
+    CHECKF(fabs(gamma_target_ms(&cc, 16, 0, 0) - 150.0) < 1e-9, "t(16) %g", gamma_target_ms(&cc, 16, 0, 0));
+    CHECKF(gamma_target_ms(&cc, 48, 0, 0) > gamma_target_ms(&cc, 32, 0, 0), "no slope past the curve");
+    CHECKF(best_gamma(&cc, 0.7, 1, 30) >= 3, "alone on the flat part: gamma %d", best_gamma(&cc, 0.7, 1, 30));
+    CHECKF(best_gamma(&cc, 0.7, 2, 30) >= 2, "batch 2 (up to 8 rows flat): gamma %d", best_gamma(&cc, 0.7, 2, 30));
+    CHECKF(best_gamma(&cc, 0.7, 8, 30) == 0, "batch 8 on the step: gamma %d", best_gamma(&cc, 0.7, 8, 30));
+    /* plain passes of 8 rows at batch 8, as the engine reports them: with the
+     * curve the decision stays plain; the two-slope model (cs) learns a free
+     * big-batch slope from them and drafts (the flip measured at conc 8) */
+    gamma_ctl gc, gs;
+    gamma_ctl_init(&gc, &gp);
+    gamma_ctl_init(&gs, &gp);
+    for (int i = 0; i < 10; i++) gamma_ctl_observe(&gc, 4, 3), gamma_ctl_observe(&gs, 4, 3);
+    for (int i = 0; i < 50; i++) {
+        gamma_costs_observe_target(&cc, 8, 8 * 31.0, 8 * 31.0, 60.0 * (1 + 0.05 * (urand() - 0.5)));
+        gamma_costs_observe_target(&cs, 8, 8 * 31.0, 8 * 31.0, 60.0 * (1 + 0.05 * (urand() - 0.5)));
+    }
+    CHECKF(fabs(cc.target_ms - 60.0) < 3.0, "base after plain passes %g", cc.target_ms);
+    CHECKF(gamma_ctl_next_batch(&gc, &cc, 8, 30) == 0, "curve: batch 8 drafts after plain passes");
+    CHECKF(gamma_ctl_next_batch(&gs, &cs, 8, 30) > 0, "two slopes no longer flip (the test lost its teeth)");
+    CHECKF(gamma_ctl_next_batch(&gc, &cc, 1, 30) >= 2, "curve: alone, the sequence does not draft");
+    /* a slower host: the base follows, the shape stays */
+    for (int i = 0; i < 60; i++) gamma_costs_observe_target(&cc, 16, 0, 0, 300.0);
+    CHECKF(fabs(cc.target_ms - 120.0) < 6.0 && fabs(cc.curve[16] - 2.5) < 1e-12, "slower host: base %g",
+           cc.target_ms);
     TEST_DONE();
 }

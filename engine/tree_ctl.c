@@ -5,13 +5,18 @@
 #include <string.h>
 
 #define EWMA 0.1
+#define SPEED_EWMA 0.3   /* the host's speed moves within seconds ... */
+#define EXTRA_EWMA 0.03  /* ... an entry's own cost rarely: a running mean, then this slow EWMA */
 #define TREE_MARGIN 1.05
+#define BACKOFF_BELOW 0.8 /* an entry under this share of the best rate backs off its re-probes */
+#define BACKOFF_MAX 4
 
 void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_max, int topk_max) {
     const tree_shape menu[] = {{0, 0, 0}, {4, 3, 2}, {8, 4, 2}, {16, 5, 3}, {budget_max, depth_max, topk_max}};
     memset(c, 0, sizeof(*c));
     c->explore = 3;
     c->reprobe = 48;
+    c->speed = 1.0;
     for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])) && c->n < TREE_CTL_MENU; i++) {
         tree_shape s = menu[i];
         if (s.budget > budget_max) s.budget = budget_max;
@@ -63,14 +68,14 @@ double tree_ctl_rate(const tree_ctl *c, int e, int batch) {
     int rows = (int)(c->rows[e] + 0.5);
     double ms = t_of(c, batch * rows) / (double)batch + c->extra_ms[e];
     if (ms < 1e-6) ms = 1e-6; /* the residual may undershoot a curve measured too slow */
-    return c->tpp[e] / ms;
+    return c->tpp[e] / (ms * c->speed);
 }
 
 int tree_ctl_pick(const tree_ctl *c, int batch) {
     for (int e = 0; e < c->n; e++)
         if (c->seen[e] < c->explore) return e;
     for (int e = 0; e < c->n; e++)
-        if (c->age[e] >= c->reprobe) return e;
+        if (c->age[e] >= (long)c->reprobe << c->backoff[e]) return e;
     /* a tree must beat the chain path by TREE_MARGIN: measurements are noisy,
      * and a tree that only ties costs compute other sequences could use */
     int best = 0;
@@ -87,6 +92,8 @@ void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior) {
         for (int f = 0; f < prior->n; f++) {
             if (memcmp(&c->menu[e], &prior->menu[f], sizeof(tree_shape)) || !prior->seen[f]) continue;
             c->tpp[e] = prior->tpp[f], c->rows[e] = prior->rows[f], c->extra_ms[e] = prior->extra_ms[f];
+            c->backoff[e] = prior->backoff[f];
+            c->speed = prior->speed;
             c->seen[e] = prior->seen[f] < c->explore ? prior->seen[f] : c->explore;
         }
 }
@@ -99,9 +106,30 @@ void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int c
     c->tpp[e] += a * ((double)tokens - c->tpp[e]);
     c->rows[e] += a * ((double)rows - c->rows[e]);
     if (batch < 1) batch = 1;
-    double extra = step_ms - t_of(c, call_rows) / (double)batch; /* all but the verify pass's share */
-    c->extra_ms[e] += a * (extra - c->extra_ms[e]);
+    double share = t_of(c, call_rows) / (double)batch; /* this step's share of the verify pass */
+    if (c->seen[e] && step_ms > 0) {
+        /* the host's speed: what the step took over what this entry's model
+         * predicts at the measured speed */
+        double pred = share + c->extra_ms[e];
+        if (pred > 1e-6) {
+            double r = step_ms / pred;
+            r = r < 0.05 ? 0.05 : r > 50 ? 50 : r;
+            c->speed += SPEED_EWMA * (r - c->speed);
+        }
+    }
+    /* all but the verify pass's share, at the measured speed */
+    double extra = step_ms / c->speed - share, ax = 1.0 / (double)(c->seen[e] + 1);
+    c->extra_ms[e] += (ax > EXTRA_EWMA ? ax : EXTRA_EWMA) * (extra - c->extra_ms[e]);
     c->seen[e]++;
+    /* an entry well below the best backs off; near it, it is re-probed as usual */
+    double best = 0;
+    for (int f = 0; f < c->n; f++)
+        if (c->seen[f] && tree_ctl_rate(c, f, batch) > best) best = tree_ctl_rate(c, f, batch);
+    if (tree_ctl_rate(c, e, batch) < BACKOFF_BELOW * best) {
+        if (c->backoff[e] < BACKOFF_MAX) c->backoff[e]++;
+    } else {
+        c->backoff[e] = 0;
+    }
 }
 
 void tree_ctl_measure(spec_pair *sp, double *t_rows) {

@@ -10,7 +10,13 @@
  * noisy, and a tie costs compute), where a batch of B sequences verified
  * together costs each t(B · rows) / B — so when the verify is compute-bound
  * (large batches, fast backends) trees stop paying and the controller keeps
- * the chain path, which itself falls back to plain decoding. Every entry is
+ * the chain path, which itself falls back to plain decoding. A shared host
+ * changes speed within seconds, and entries are observed at different times
+ * (the chain path every step, a tree only when re-probed), so what a step
+ * cost is split into a host speed common to all entries (`speed`) and each
+ * entry's own cost in the curve's units: a slowdown seen by the chain alone
+ * does not make stale trees look cheaper. An entry found well below the best
+ * is re-probed ever less often (backoff, up to 16x). Every entry is
  * tried `explore` times first; tree_ctl_seed starts a sequence's controller
  * from what earlier sequences learned, so short requests do not pay the
  * exploration.
@@ -35,6 +41,9 @@ typedef struct {
     long picks[TREE_CTL_MENU];      /* how often each entry was picked (reports) */
     long age[TREE_CTL_MENU];        /* observations of other entries since this one's last */
     double t_rows[TREE_CTL_ROWS + 1]; /* [r]: ms of one verify pass of r rows (r >= 1) */
+    int backoff[TREE_CTL_MENU];     /* an entry well below the best waits reprobe << backoff steps */
+    double speed;                   /* the host now against when t_rows was measured (EWMA of step
+                                     * time over its prediction; 1 = as measured) */
     int explore;                    /* passes each entry gets before the controller exploits */
     int reprobe;                    /* an entry unobserved this many steps is tried again (what pays
                                      * changes with the batch and the text) */

@@ -5,7 +5,9 @@
  * (which here decodes plainly); with a knee at 8 rows it picks a tree alone
  * but the chain path at a batch of 8; measured rows, not budgets, are the
  * cost, and so is wall time the curve does not explain (a slow proposer);
- * entries left unobserved for `reprobe` steps are tried again; a controller seeded from an engine-wide one skips its exploration;
+ * entries left unobserved for `reprobe` steps are tried again (ever less
+ * often when far below the best); a host that slows down after the trees
+ * were measured does not make them look cheaper than the chain; a controller seeded from an engine-wide one skips its exploration;
  * the policy bounds (tree_budget/depth/topk) bound the menu. */
 #include "engine/tree_ctl.h"
 #include "tests/testutil.h"
@@ -94,6 +96,38 @@ int main(void) {
                          c.t_rows[rows_for(&c.menu[k])]);
     }
     CHECKF(probed >= 4 && probed <= 4 * (c.n - 1) + 4, "%d re-probes in %d steps", probed, 4 * c.reprobe);
+    /* a host that slows down 3x after the exploration, seen by the chain path
+     * every step and by the trees only when re-probed: the chain stays the
+     * pick (it is best at any speed here); without the common speed factor
+     * its own cost grew and stale trees looked cheaper for many steps */
+    {
+        double kn[TREE_CTL_ROWS + 1] = {0};
+        for (int r = 1; r <= TREE_CTL_ROWS; r++) kn[r] = r <= 5 ? 1.0 : r <= 9 ? 2.0 : 4.0;
+        tree_ctl_init(&c, kn, 16, 5, 3);
+        /* tokens per pass: chain (γ 4, 5 rows) 3.3; trees 4/8/16: 3.0, 3.6, 4.0 */
+        const double tok[] = {3.3, 3.0, 3.6, 4.0, 4.0};
+        int wrong = 0, after = 0;
+        for (int step = 0; step < 600; step++) {
+            double slow = step < 100 ? 1.0 : 3.0;
+            int k = tree_ctl_pick(&c, 1);
+            int rows = c.menu[k].budget + 1;
+            if (k == 0) rows = 5;
+            if (step >= 100) after++, wrong += k != 0;
+            /* tokens as a fraction: alternate floor/ceil around the mean */
+            int n = (int)tok[k] + ((step * 7919) % 10 < (int)(10 * (tok[k] - (int)tok[k])));
+            tree_ctl_observe(&c, k, n, rows, 1, rows, slow * kn[rows]);
+        }
+        printf("slowdown: %d of %d steps off the chain path\n", wrong, after);
+        CHECKF(fabs(c.speed - 3.0) < 0.3, "host speed %g, want 3", c.speed);
+        /* re-probes only, and those backed off: at most one per entry per two
+         * reprobe intervals (measured: 7 of 500; 37 with the speed held at 1) */
+        CHECKF(wrong <= (c.n - 1) * (after / c.reprobe + 1) / 2, "%d of %d steps after the slowdown were not the chain",
+               wrong, after);
+        CHECKF(tree_ctl_pick(&c, 1) == 0 || c.age[tree_ctl_pick(&c, 1)] >= c.reprobe, "settled on entry %d",
+               tree_ctl_pick(&c, 1));
+        /* the far-worse big tree backs off its re-probes */
+        CHECKF(c.backoff[3] > 0, "backoff of the 16-node tree %d", c.backoff[3]);
+    }
     /* bounds */
     tree_ctl_init(&c, t, 1, 8, 4);
     CHECK(c.n == 2 && c.menu[1].budget == 1);

@@ -2,6 +2,7 @@
 #include "engine/draft_medusa.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,16 @@ struct draft_medusa {
     int n_shape;
     int16_t parent[DRAFTER_MAX_NODES];
     int8_t depth[DRAFTER_MAX_NODES], rank[DRAFTER_MAX_NODES];
+    double value[DRAFTER_MAX_NODES]; /* each node's path value (expected acceptance) */
+    /* the budget choice (draft_medusa_set_curve) */
+    bool has_curve;
+    tree_ctl curve;                  /* only its t(rows) is used */
+    double speed;                    /* verify time over the curve's prediction (EWMA) */
+    double heads_ms;                 /* the heads' ms per proposing row (EWMA; 0 before any) */
+    int last_budget;
 };
+
+#define BUDGET_EWMA 0.2
 
 static int dfail(char *err, size_t n, const char *fmt, ...) {
     va_list ap;
@@ -85,7 +95,34 @@ draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *e
         return NULL;
     }
     dm->n_shape = -1;
+    dm->speed = 1.0;
     return dm;
+}
+
+void draft_medusa_set_curve(draft_medusa *dm, const double *t_rows) {
+    tree_ctl_init(&dm->curve, t_rows, 1, 1, 1);
+    dm->has_curve = dm->curve.t_rows[1] > 0;
+}
+
+int draft_medusa_last_budget(const draft_medusa *dm) { return dm->last_budget; }
+
+int draft_medusa_pick_budget(const double *value, int n_shape, const tree_ctl *curve, double speed, double heads_ms,
+                             int n, int nr) {
+    if (nr <= 0 || n < nr) return 0;
+    int best = 0;
+    double e = 0, best_rate = 1.0 / (speed * tree_ctl_verify_ms(curve, n) / n);
+    for (int b = 1; b <= n_shape; b++) {
+        e += value[b - 1];
+        double ms = speed * tree_ctl_verify_ms(curve, nr * (b + 1) + (n - nr)) / n + heads_ms * nr / n;
+        double rate = (1.0 + e) / ms; /* a proposing row's; the others decode plainly either way */
+        if (rate > best_rate) best_rate = rate, best = b;
+    }
+    return best;
+}
+
+static int pick_budget(const draft_medusa *dm, int n, int nr) {
+    if (!dm->has_curve || nr == 0) return dm->n_shape;
+    return draft_medusa_pick_budget(dm->value, dm->n_shape, &dm->curve, dm->speed, dm->heads_ms, n, nr);
 }
 
 medusa_seq *medusa_seq_create(draft_medusa *dm) {
@@ -137,7 +174,17 @@ typedef struct {
     double v;                   /* the path's value: product of its nodes' rank probabilities */
 } cand;
 
+static int shape_order(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank,
+                       double *value);
+
 int draft_medusa_shape(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank) {
+    double value[DRAFTER_MAX_NODES];
+    return shape_order(mh, sh, parent, depth, rank, value);
+}
+
+/* best-first: parents before children, each prefix the best tree of its size */
+static int shape_order(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank,
+                       double *value) {
     int budget = sh->budget < DRAFTER_MAX_NODES ? sh->budget : DRAFTER_MAX_NODES;
     int maxd = sh->depth < mh->n_heads ? sh->depth : mh->n_heads;
     int topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX;
@@ -151,7 +198,7 @@ int draft_medusa_shape(const medusa_heads *mh, const tree_shape *sh, int16_t *pa
         for (int i = 1; i < nf; i++) b = fr[i].v > fr[b].v ? i : b;
         cand c = fr[b];
         fr[b] = fr[--nf];
-        parent[n] = c.parent, depth[n] = c.depth, rank[n] = c.rank;
+        parent[n] = c.parent, depth[n] = c.depth, rank[n] = c.rank, value[n] = c.v;
         int me = n++;
         if (c.rank + 1 < topk)
             fr[nf++] = (cand){c.parent, c.depth, (int8_t)(c.rank + 1),
@@ -179,23 +226,28 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
     if (n < 1 || n > sp->max_seqs) return dfail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
     if (dm->n_shape < 0 || memcmp(&dm->shape, sh, sizeof(*sh)) != 0) {
         dm->shape = *sh;
-        dm->n_shape = draft_medusa_shape(dm->mh, sh, dm->parent, dm->depth, dm->rank);
+        dm->n_shape = shape_order(dm->mh, sh, dm->parent, dm->depth, dm->rank, dm->value);
     }
     double t0 = now_ms();
     int nr = 0, topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX, D = dm->D, V = dm->V, K = dm->K;
+    for (int i = 0; i < n; i++)
+        nr += dm->n_shape > 0 && M[i]->at == S[i]->n_tokens;
+    int nb = pick_budget(dm, n, nr);
+    nr = 0;
     for (int i = 0; i < n; i++) {
         dm->row[i] = -1;
         dm->trees[i].n_nodes = 0;
         dm->trees[i].q = NULL;
-        if (dm->n_shape > 0 && M[i]->at == S[i]->n_tokens) {
+        if (nb > 0 && M[i]->at == S[i]->n_tokens) {
             memcpy(dm->h + (size_t)nr * D, M[i]->h, sizeof(float) * (size_t)D);
             dm->row[i] = nr++;
         }
     }
+    dm->last_budget = nr ? nb : 0;
     double hm = 0;
     if (nr > 0) {
         int maxd = 0;
-        for (int j = 0; j < dm->n_shape; j++) maxd = dm->depth[j] > maxd ? dm->depth[j] : maxd;
+        for (int j = 0; j < nb; j++) maxd = dm->depth[j] > maxd ? dm->depth[j] : maxd;
         medusa_rt_logits(dm->rt, dm->logits, dm->h, nr, maxd);
         for (int i = 0; i < n; i++) {
             if (dm->row[i] < 0) continue;
@@ -203,13 +255,21 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
             for (int d = 0; d < maxd && d < K; d++)
                 topk_ids(top[d], topk, dm->logits + ((size_t)d * nr + dm->row[i]) * V, V);
             spec_tree *t = &dm->trees[i];
-            for (int j = 0; j < dm->n_shape; j++)
+            for (int j = 0; j < nb; j++)
                 t->nodes[j] = (drafter_node){top[dm->depth[j] - 1][dm->rank[j]], dm->parent[j], true};
-            t->n_nodes = dm->n_shape;
+            t->n_nodes = nb;
         }
         hm = now_ms() - t0;
+        dm->heads_ms = dm->heads_ms > 0 ? dm->heads_ms + BUDGET_EWMA * (hm / nr - dm->heads_ms) : hm / nr;
     }
     if (spec_tree_step_h(tc, S, n, dm->trees, max_new, info, dm->hid, err, errlen) != 0) return -1;
+    if (dm->has_curve && info[0].target_ms > 0) { /* the host's speed against the curve */
+        int rows = 0;
+        for (int i = 0; i < n; i++) rows += dm->trees[i].n_nodes + 1;
+        double r = info[0].target_ms / tree_ctl_verify_ms(&dm->curve, rows);
+        r = r < 0.05 ? 0.05 : r > 50 ? 50 : r;
+        dm->speed += BUDGET_EWMA * (r - dm->speed);
+    }
     for (int i = 0; i < n; i++) {
         memcpy(M[i]->h, dm->hid + (size_t)i * D, sizeof(float) * (size_t)D);
         M[i]->at = S[i]->n_tokens;

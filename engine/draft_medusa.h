@@ -14,9 +14,18 @@
  * record it, or after another proposer stepped it) gets a plain step, which
  * records it.
  *
+ * Budget from the verify cost curve (draft_medusa_set_curve): the shape's
+ * nodes come best-first, so its first b nodes are the best b-node tree and
+ * their path values sum to its expected accepted tokens E(b) (heads taken as
+ * independent). Each step takes the b in 0..budget with the most expected
+ * tokens per ms, (1 + E(b)) / (t(rows of the batch) / n + heads' ms), at the
+ * batch's size: a compute-bound verify (big batch, steep curve) gets small
+ * trees, and b = 0 is plain decoding (the hidden state is still recorded).
+ * The heads' time per row and the host's speed against the curve are
+ * learned from the steps (EWMA). Without a curve the whole budget is used.
+ *
  * Not yet: a drafter_i wrapper (the engine scheduler passes hidden states
- * only to this call), static path lists from config, the verify-cost-curve
- * shape search of tree_ctl.h.
+ * only to this call), static path lists from config.
  *
  * Threading: the engine thread (the pair's). */
 #ifndef SPECD_DRAFT_MEDUSA_H
@@ -24,6 +33,7 @@
 
 #include "engine/draft_tree.h"
 #include "engine/medusa.h"
+#include "engine/tree_ctl.h"
 
 typedef struct draft_medusa draft_medusa;
 typedef struct medusa_seq medusa_seq;
@@ -33,6 +43,17 @@ typedef struct medusa_seq medusa_seq;
  * sequences. mh must outlive the result. NULL with err. */
 draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *err, size_t errlen);
 void draft_medusa_destroy(draft_medusa *dm); /* accepts NULL */
+
+/* The target's verify cost curve t_rows[1..n] (tree_ctl_measure's; zeros
+ * interpolated) for the per-step budget choice above. */
+void draft_medusa_set_curve(draft_medusa *dm, const double *t_rows);
+/* The choice itself: the best b in 0..n_shape for a step of n sequences, nr
+ * of them proposing, given the nodes' path values (best-first), the curve,
+ * the host's speed against it and the heads' ms per proposing row. */
+int draft_medusa_pick_budget(const double *value, int n_shape, const tree_ctl *curve, double speed, double heads_ms,
+                             int n, int nr);
+/* The node budget the last step used (its tree's size; 0: a plain step). */
+int draft_medusa_last_budget(const draft_medusa *dm);
 
 /* Per-sequence state: the last hidden state and the token count it is for. */
 medusa_seq *medusa_seq_create(draft_medusa *dm);

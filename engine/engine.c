@@ -1184,6 +1184,7 @@ static void *engine_main(void *arg) {
                     r->pub_gamma = si->gamma;
                     r->pub_method = si->method;
                     r->pub_shape = e->medusa_sh;
+                    r->pub_shape.budget = si->gamma; /* the budget the curve chose (0: a plain step) */
                     if (si->gamma > 0) e->accepted_hist[si->accepted]++;
                     if (e->cfg.telemetry) {
                         tel_step row;
@@ -1327,6 +1328,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         }
         e->medusa_sh = (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk};
         if (e->medusa_sh.depth > e->mh->n_heads) e->medusa_sh.depth = e->mh->n_heads;
+        if (e->t_rows[1] > 0) draft_medusa_set_curve(e->dm, e->t_rows); /* each step's budget from t(rows) */
     }
     if (c->tree != ENGINE_TREE_OFF) {
         /* the shape controller needs the verify cost curve even when

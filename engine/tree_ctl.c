@@ -63,6 +63,8 @@ static double t_of(const tree_ctl *c, int R) {
     return c->t_rows[TREE_CTL_ROWS] + slope * (double)(R - TREE_CTL_ROWS);
 }
 
+double tree_ctl_verify_ms(const tree_ctl *c, int rows) { return t_of(c, rows); }
+
 double tree_ctl_rate(const tree_ctl *c, int e, int batch) {
     if (batch < 1) batch = 1;
     int rows = (int)(c->rows[e] + 0.5);

@@ -61,6 +61,10 @@ void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_
  * its exploration counted as done as far as prior saw it. */
 void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior);
 
+/* ms of one verify pass of `rows` rows by the measured curve (linear past
+ * TREE_CTL_ROWS), at the speed the curve was measured. */
+double tree_ctl_verify_ms(const tree_ctl *c, int rows);
+
 /* Expected tokens per ms of menu entry e for a batch of `batch` sequences. */
 double tree_ctl_rate(const tree_ctl *c, int e, int batch);
 

@@ -191,6 +191,42 @@ static medusa_heads *train(spec_pair *sp, int steps) {
     return mh;
 }
 
+/* The per-step budget from the verify cost curve. The choice on synthetic
+ * numbers: a compute-bound curve (t proportional to rows) decodes plainly, a
+ * flat one with cheap heads uses the whole budget and with heads as dear as a
+ * pass none, a knee at 4 rows trees of at most 3 nodes alone and plain steps
+ * at a batch of 5. Then in real steps on the trained heads: a compute-bound
+ * curve drafts nothing and the output stays equal to plain greedy. */
+static void budgets(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc, const tree_shape *sh) {
+    double t[TREE_CTL_ROWS + 1] = {0}, v[16];
+    for (int j = 0; j < 16; j++) v[j] = 0.7 / (1 + j); /* best-first path values */
+    tree_ctl c;
+    for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = r;
+    tree_ctl_init(&c, t, 1, 1, 1);
+    CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 1, 1) == 0);
+    for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = 1.0;
+    tree_ctl_init(&c, t, 1, 1, 1);
+    CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 1, 1) == 16);
+    CHECK(draft_medusa_pick_budget(v, 16, &c, 2.0, 0.01, 1, 1) == 16);  /* a slower host: same choice */
+    CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 5.0, 1, 1) == 0);    /* heads dearer than what they bring */
+    for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = r <= 4 ? 1.0 : r;
+    tree_ctl_init(&c, t, 1, 1, 1);
+    int b1 = draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 1, 1);
+    CHECKF(b1 >= 1 && b1 <= 3, "knee alone: budget %d", b1);
+    CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 5, 5) == 0);
+    CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 5, 0) == 0);   /* nobody can propose */
+    /* real steps */
+    for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = r;
+    draft_medusa_set_curve(dm, t);
+    for (int B = 1; B <= 5; B += 4) {
+        spec_stats tot = {0};
+        su_cache_stats cs = {0};
+        CHECK(run(sp, dm, tc, sh, B, &tot, &cs) == 0);
+        CHECKF(tot.drafted == 0 && draft_medusa_last_budget(dm) == 0, "compute-bound curve, batch %d: %llu drafts", B,
+               (unsigned long long)tot.drafted);
+    }
+}
+
 int main(void) {
     char tpath[512];
     tu_model(tpath, sizeof(tpath), "stories260K.gguf");
@@ -225,6 +261,7 @@ int main(void) {
             }
         }
         if (trained) sampled(sp, dm, tc);
+        if (trained) budgets(sp, dm, tc, &shapes[2]);
         draft_medusa_destroy(dm);
         medusa_heads_destroy(mh);
     }

@@ -4,9 +4,12 @@
 #include "engine/medusa_train.h"
 
 #include "engine/errkind.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/ggml_type.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,7 +101,21 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
 
 size_t medusa_scratch_floats(const medusa_heads *mh) {
     size_t D = (size_t)mh->dim, L = (size_t)mh->n_layers, V = (size_t)mh->n_vocab;
-    return MEDUSA_GROUP * ((L + 1) * D + L * D + V + D);
+    /* per sample, then the group's matmul input (G, D) and output (G, max(D, V)) */
+    return MEDUSA_GROUP * ((L + 1) * D + L * D + V + D) + MEDUSA_GROUP * (D + (V > D ? V : D));
+}
+
+/* y (G, N) = x (G, D) . W^T for W (N, D) F32: the CPU kernels' SIMD matmul
+ * (each weight row read once for the group), picked at run time. */
+static simd_level train_simd(void) {
+    static _Atomic int lvl = -1;
+    int l = atomic_load_explicit(&lvl, memory_order_relaxed);
+    if (l < 0) atomic_store_explicit(&lvl, l = (int)simd_detect(), memory_order_relaxed); /* idempotent */
+    return (simd_level)l;
+}
+
+static void group_matmul(float *y, const float *x, const float *W, int G, int D, int N) {
+    mm_rows(train_simd(), y, N, x, NULL, (const uint8_t *)W, GGML_TYPE_F32, G, D, 0, N);
 }
 
 static inline float sigm(float a) { return 1.0f / (1.0f + expf(-a)); }
@@ -112,13 +129,15 @@ typedef struct {
  * read once for all of them (W, the output matrix, and the gradient rows
  * they update): per-sample outer products into a D x D gradient would
  * stream it through memory once per sample. */
-double medusa_group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab,
-                         int G, const float *hw, float *grad, float *scratch, int *correct) {
+static inline __attribute__((always_inline)) double
+group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab, int G,
+           const float *hw, float *grad, float *scratch, int *correct) {
     int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
     size_t per = (size_t)(L + 1) * D + (size_t)L * D + V + D;
     gsample sm[MEDUSA_GROUP];
     if (G > MEDUSA_GROUP) G = MEDUSA_GROUP;
     double loss = 0;
+    float *X = scratch + (size_t)MEDUSA_GROUP * per, *Y = X + (size_t)MEDUSA_GROUP * D;
     for (int k = 0; k < K; k++) {
         int act[MEDUSA_GROUP], na = 0;
         for (int s = 0; s < G; s++)
@@ -134,27 +153,21 @@ double medusa_group_grad(const medusa_heads *mh, const float *O, const float *co
         for (int l = 0; l < L; l++) {
             size_t i = (size_t)k * L + l;
             const float *W = mh->w + i * D * D, *b = mh->b + i * D;
-            for (int r = 0; r < D; r++) {
-                const float *wr = W + (size_t)r * D;
-                for (int s = 0; s < na; s++) {
-                    const float *y = sm[s].ys + (size_t)l * D;
-                    float a = b[r];
-                    for (int j = 0; j < D; j++) a += wr[j] * y[j];
+            for (int s = 0; s < na; s++) memcpy(X + (size_t)s * D, sm[s].ys + (size_t)l * D, sizeof(float) * (size_t)D);
+            group_matmul(Y, X, W, na, D, D);
+            for (int s = 0; s < na; s++) {
+                const float *y = sm[s].ys + (size_t)l * D, *wy = Y + (size_t)s * D;
+                for (int r = 0; r < D; r++) {
+                    float a = wy[r] + b[r];
                     sm[s].as[(size_t)l * D + r] = a;
                     sm[s].ys[(size_t)(l + 1) * D + r] = y[r] + a * sigm(a);
                 }
             }
         }
         const float *Om = mh->own_output ? mh->out + (size_t)k * V * D : O;
-        for (int v = 0; v < V; v++) {
-            const float *o = Om + (size_t)v * D;
-            for (int s = 0; s < na; s++) {
-                const float *y = sm[s].ys + (size_t)L * D;
-                float zz = 0;
-                for (int j = 0; j < D; j++) zz += o[j] * y[j];
-                sm[s].z[v] = zz;
-            }
-        }
+        for (int s = 0; s < na; s++) memcpy(X + (size_t)s * D, sm[s].ys + (size_t)L * D, sizeof(float) * (size_t)D);
+        group_matmul(Y, X, Om, na, D, V);
+        for (int s = 0; s < na; s++) memcpy(sm[s].z, Y + (size_t)s * V, sizeof(float) * (size_t)V);
         /* loss; dz = hw (softmax(z) - e_y) in place */
         for (int s = 0; s < na; s++) {
             float *z = sm[s].z;
@@ -215,6 +228,32 @@ double medusa_group_grad(const medusa_heads *mh, const float *O, const float *co
         }
     }
     return loss;
+}
+
+/* The backward loops are axpy rows the compiler vectorises; built twice, for
+ * the baseline ISA and for AVX-512 (16 lanes, FMA), picked at run time by the
+ * kernels' level (SPECD_SIMD=generic runs the portable copy). The dot
+ * products are the kernels' matmul in both. */
+static double group_grad_generic(const medusa_heads *mh, const float *O, const float *const *h,
+                                 const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch,
+                                 int *correct) {
+    return group_grad(mh, O, h, lab, G, hw, grad, scratch, correct);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f,avx512vl,avx512bw,fma,prefer-vector-width=512"))) static double
+group_grad_avx512(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab, int G,
+                  const float *hw, float *grad, float *scratch, int *correct) {
+    return group_grad(mh, O, h, lab, G, hw, grad, scratch, correct);
+}
+#endif
+
+double medusa_group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab,
+                         int G, const float *hw, float *grad, float *scratch, int *correct) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (train_simd() == SIMD_AVX512) return group_grad_avx512(mh, O, h, lab, G, hw, grad, scratch, correct);
+#endif
+    return group_grad_generic(mh, O, h, lab, G, hw, grad, scratch, correct);
 }
 
 double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *h, const int32_t *lab, const float *hw,

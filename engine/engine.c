@@ -218,7 +218,7 @@ static void req_free(req *r) {
 /* Ends a request: frees its sequence (KV) and reservation at once and pushes
  * the final event. Caller holds mu; the ring always has room for it because
  * requests are only stepped with two free slots. */
-static void finish(engine *e, req *r, engine_finish why, const char *msg) {
+static void finish_as(engine *e, req *r, engine_finish why, engine_status status, const char *msg) {
     if (r->final_pushed) return;
     spec_stats st = r->seq ? r->seq->st : (spec_stats){0};
     spec_seq_free(r->seq);
@@ -231,7 +231,7 @@ static void finish(engine *e, req *r, engine_finish why, const char *msg) {
     engine_event *ev = ring_push(e, r);
     ev->type = msg ? ENGINE_EV_ERROR : ENGINE_EV_FINISHED;
     ev->reason = msg ? FINISH_ERROR : why;
-    if (msg) snprintf(ev->message, sizeof(ev->message), "%s", msg);
+    if (msg) snprintf(ev->message, sizeof(ev->message), "%s", msg), ev->status = status;
     ev->completion_tokens = r->n_out;
     ev->ttft_ms = r->t_first > 0 ? r->t_first - r->t_submit : 0;
     ev->tpot_ms = r->n_out > 1 ? (r->t_last - r->t_first) / (r->n_out - 1) : 0;
@@ -256,6 +256,14 @@ static void finish(engine *e, req *r, engine_finish why, const char *msg) {
     ct_observe(e, r->content_type[0] ? r->content_type : "chat", &st);
 }
 
+/* A request's normal end (length, stop, cancelled). Caller holds mu. */
+static void finish(engine *e, req *r, engine_finish why) { finish_as(e, r, why, ENGINE_OK, NULL); }
+
+/* A request's failure: an error event of kind status with msg. Caller holds mu. */
+static void fail_req(engine *e, req *r, engine_status status, const char *msg) {
+    finish_as(e, r, FINISH_ERROR, status, msg);
+}
+
 /* ---- public API ------------------------------------------------------------- */
 
 static int eng_fail(char *err, size_t n, const char *fmt, ...) {
@@ -264,6 +272,15 @@ static int eng_fail(char *err, size_t n, const char *fmt, ...) {
     vsnprintf(err, n, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* eng_fail for engine_submit: fills err, returns the failure's kind. */
+static engine_status sub_fail(engine_status st, char *err, size_t n, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+    return st;
 }
 
 /* The request's tree mode and bounds (engine_tree in engine.h). Trees need
@@ -305,37 +322,38 @@ static int resolve_tree(const engine *e, const engine_request *rq, req *r, char 
     return 0;
 }
 
-uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t errlen) {
-    if (!sampler_config_validate(&rq->sc, err, errlen)) return 0;
-    if (rq->max_tokens < 1) return eng_fail(err, errlen, "max_tokens must be at least 1"), 0;
+engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, char *err, size_t errlen) {
+    *id = 0;
+    if (!sampler_config_validate(&rq->sc, err, errlen)) return ENGINE_ERR_INVALID;
+    if (rq->max_tokens < 1) return sub_fail(ENGINE_ERR_INVALID, err, errlen, "max_tokens must be at least 1");
     if (rq->mode == SPEC_MODE_DRAFT && !spec_pair_has_draft(e->sp))
-        return eng_fail(err, errlen, "speculation mode 'draft' needs a draft model, and none is loaded"), 0;
+        return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation mode 'draft' needs a draft model, and none is loaded");
     if (rq->method_set && rq->method == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))
-        return eng_fail(err, errlen, "speculation method 'draft' needs a draft model, and none is loaded"), 0;
+        return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'draft' needs a draft model, and none is loaded");
     spec_method method = rq->mode == SPEC_MODE_DRAFT ? SPEC_METHOD_DRAFT : rq->method_set ? rq->method : (spec_method)e->cfg.method;
     if (method == SPEC_METHOD_MEDUSA && !e->dm) {
         if (rq->method_set)
-            return eng_fail(err, errlen, "speculation method 'medusa' needs Medusa heads (models.medusa), and none "
-                                         "are loaded"), 0;
+            return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'medusa' needs Medusa heads (models.medusa), and none "
+                                         "are loaded");
         method = SPEC_METHOD_AUTO;
     }
     if (method == SPEC_METHOD_MEDUSA && (rq->logprobs || rq->verify == ENGINE_VERIFY_COUPLED))
-        return eng_fail(err, errlen, "speculation method 'medusa' cannot be combined with %s",
-                        rq->logprobs ? "logprobs" : "coupled verification"), 0;
+        return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'medusa' cannot be combined with %s",
+                        rq->logprobs ? "logprobs" : "coupled verification");
     bool can_speculate = rq->mode != SPEC_MODE_OFF && e->cfg.mode != SPEC_MODE_OFF && method != SPEC_METHOD_OFF &&
                          (method != SPEC_METHOD_DRAFT || spec_pair_has_draft(e->sp));
     gamma_params gp = e->cfg.gamma;
     if (rq->gamma) {
         if (rq->gamma < gp.gamma_min || rq->gamma > gp.gamma_max)
-            return eng_fail(err, errlen, "gamma %d is outside the policy bounds [%d, %d]", rq->gamma, gp.gamma_min,
-                            gp.gamma_max), 0;
+            return sub_fail(ENGINE_ERR_INVALID, err, errlen, "gamma %d is outside the policy bounds [%d, %d]", rq->gamma, gp.gamma_min,
+                            gp.gamma_max);
         gp.gamma_default = rq->gamma;
         gp.adaptive = rq->adaptive_set ? rq->adaptive : false;
     } else if (rq->adaptive_set) {
         gp.adaptive = rq->adaptive;
     }
     req *r = calloc(1, sizeof(*r));
-    if (!r) return eng_fail(err, errlen, "out of memory"), 0;
+    if (!r) return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
     r->ring = malloc(sizeof(engine_event) * (size_t)e->cfg.ring_events);
     if (rq->prompt) {
         r->n_prompt = rq->n_prompt;
@@ -350,29 +368,29 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
             if (rq->special_spans[k].start > rq->special_spans[k].end ||
                 (k > 0 && rq->special_spans[k].start < rq->special_spans[k - 1].end)) {
                 req_free(r);
-                return eng_fail(err, errlen, "special_spans must be sorted and disjoint"), 0;
+                return sub_fail(ENGINE_ERR_INVALID, err, errlen, "special_spans must be sorted and disjoint");
             }
         r->n_prompt = r->prompt ? tok_encode_spans(e->sp->tok, text, len, true, rq->special_spans,
                                                    rq->n_special_spans, r->prompt, cap) : -1;
     }
     if (!r->ring || !r->prompt) {
         req_free(r);
-        return eng_fail(err, errlen, "out of memory"), 0;
+        return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
     }
     if (r->n_prompt <= 0) {
         req_free(r);
-        return eng_fail(err, errlen, "empty prompt"), 0;
+        return sub_fail(ENGINE_ERR_INVALID, err, errlen, "empty prompt");
     }
     for (int i = 0; i < r->n_prompt; i++)
         if (!tok_valid_id(e->sp->tok, r->prompt[i])) {
             int bad = r->prompt[i];
             req_free(r);
-            return eng_fail(err, errlen, "prompt token id %d is outside the vocabulary", bad), 0;
+            return sub_fail(ENGINE_ERR_INVALID, err, errlen, "prompt token id %d is outside the vocabulary", bad);
         }
     for (int i = 0; i < ENGINE_MAX_STOP && rq->stop[i]; i++) {
         if (strlen(rq->stop[i]) == 0 || strlen(rq->stop[i]) >= ENGINE_STOP_LEN) {
             req_free(r);
-            return eng_fail(err, errlen, "stop strings must be 1..%d bytes", ENGINE_STOP_LEN - 1), 0;
+            return sub_fail(ENGINE_ERR_INVALID, err, errlen, "stop strings must be 1..%d bytes", ENGINE_STOP_LEN - 1);
         }
         snprintf(r->stop[r->n_stop++], ENGINE_STOP_LEN, "%s", rq->stop[i]);
     }
@@ -380,7 +398,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         r->stop_ids = malloc(sizeof(int32_t) * (size_t)rq->n_stop_ids);
         if (!r->stop_ids) {
             req_free(r);
-            return eng_fail(err, errlen, "out of memory"), 0;
+            return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
         }
         memcpy(r->stop_ids, rq->stop_ids, sizeof(int32_t) * (size_t)rq->n_stop_ids);
         r->n_stop_ids = rq->n_stop_ids;
@@ -390,12 +408,12 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
         grammar *g = grammar_parse(rq->grammar, gl, err, errlen);
         if (!g) {
             req_free(r);
-            return 0;
+            return ENGINE_ERR_INVALID;
         }
         grammar_destroy(g);
         if (!(r->grammar_text = malloc(gl + 1))) {
             req_free(r);
-            return eng_fail(err, errlen, "out of memory"), 0;
+            return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
         }
         memcpy(r->grammar_text, rq->grammar, gl + 1);
         r->grammar_len = gl;
@@ -406,12 +424,12 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
                                .method = method == SPEC_METHOD_MEDUSA ? SPEC_METHOD_NGRAM : method};
     if (method == SPEC_METHOD_MEDUSA && can_speculate && !(r->ms = medusa_seq_create(e->dm))) {
         req_free(r);
-        return eng_fail(err, errlen, "out of memory"), 0;
+        return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
     }
     r->prm.coupled = rq->verify == ENGINE_VERIFY_COUPLED || (rq->verify == ENGINE_VERIFY_DEFAULT && e->cfg.coupled);
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
-        return 0;
+        return ENGINE_ERR_INVALID;
     }
     r->adaptive = gp.adaptive;
     r->prm.no_prefix = rq->no_prefix_cache;
@@ -419,7 +437,7 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     r->prm.top_logprobs = rq->top_logprobs < 0 ? 0 : rq->top_logprobs > SPEC_TOP_LOGPROBS ? SPEC_TOP_LOGPROBS : rq->top_logprobs;
     if (resolve_tree(e, rq, r, err, errlen) != 0) {
         req_free(r);
-        return 0;
+        return ENGINE_ERR_INVALID;
     }
     r->policy_bounds = rq->gamma == 0;
     r->method_set = rq->method_set || rq->mode == SPEC_MODE_DRAFT;
@@ -445,10 +463,15 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
                 slot = i;
                 break;
             }
+    if (e->quit) {
+        pthread_mutex_unlock(&e->mu);
+        req_free(r);
+        return sub_fail(ENGINE_ERR_SHUTTING_DOWN, err, errlen, "the engine is shutting down");
+    }
     if (slot < 0) {
         pthread_mutex_unlock(&e->mu);
         req_free(r);
-        return eng_fail(err, errlen, "the engine's queue is full (%d waiting); try again later", e->cfg.max_waiting), 0;
+        return sub_fail(ENGINE_ERR_QUEUE_FULL, err, errlen, "the engine's queue is full (%d waiting); try again later", e->cfg.max_waiting);
     }
     r->id = (++e->gen << 16) | (uint64_t)slot;
     e->slots[slot] = r;
@@ -458,7 +481,8 @@ uint64_t engine_submit(engine *e, const engine_request *rq, char *err, size_t er
     e->n_waiting++;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    return r->id;
+    *id = r->id;
+    return ENGINE_OK;
 }
 
 static req *lookup(engine *e, uint64_t id) {
@@ -659,7 +683,7 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
             ev->text_len += take;
             r->hold_len = 0;
         }
-        finish(e, r, why, NULL);
+        finish(e, r, why);
     }
 }
 
@@ -911,7 +935,7 @@ static void *engine_main(void *arg) {
         /* 1. cancellations and finished requests leave the active set */
         for (int i = 0; i < e->n_active;) {
             req *r = e->active[i];
-            if (r->cancel && !r->final_pushed) finish(e, r, FINISH_CANCELLED, NULL);
+            if (r->cancel && !r->final_pushed) finish(e, r, FINISH_CANCELLED);
             if (r->final_pushed) {
                 drop_active(e, i);
                 if (r->notify) r->notify(r->user);
@@ -938,9 +962,9 @@ static void *engine_main(void *arg) {
                     snprintf(msg, sizeof(msg), "prompt of %d tokens + max_tokens %d cannot fit (context %d, KV pool "
                              "%d blocks of %d)", r->n_prompt, r->max_tokens, e->sp->max_ctx, pool_blocks,
                              e->sp->tpool->block_size);
-                    finish(e, r, FINISH_ERROR, msg);
+                    fail_req(e, r, ENGINE_ERR_CONTEXT_FULL, msg);
                 } else {
-                    finish(e, r, FINISH_CANCELLED, NULL);
+                    finish(e, r, FINISH_CANCELLED);
                 }
                 if (r->notify) r->notify(r->user);
                 continue;
@@ -1000,8 +1024,8 @@ static void *engine_main(void *arg) {
                 r->prm.grammar_budget = r->max_tokens;
             }
             r->seq = r->grammar_text && !r->gm ? NULL : spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, sizeof(err));
-            if (!r->seq) {
-                finish(e, r, FINISH_ERROR, err);
+            if (!r->seq) { /* submit checked the request: what is left is memory */
+                fail_req(e, r, ENGINE_ERR_OOM, err);
                 if (r->notify) r->notify(r->user);
                 continue;
             }
@@ -1135,7 +1159,7 @@ static void *engine_main(void *arg) {
         pthread_mutex_lock(&e->mu);
         if (pre) {
             if (pre_rc < 0) {
-                finish(e, pre, FINISH_ERROR, err);
+                fail_req(e, pre, ENGINE_ERR_BACKEND, err);
             } else if (pre_rc == 1) {
                 pre->state = RQ_RUNNING;
                 spec_step_info first = {.n_new = 1};
@@ -1173,7 +1197,7 @@ static void *engine_main(void *arg) {
                         tel_step_from_info(&row, r->session, ++r->step_num, si);
                         telemetry_step(e->cfg.telemetry, &row);
                     }
-                    if (step_rc != 0) finish(e, r, FINISH_ERROR, step_err);
+                    if (step_rc != 0) fail_req(e, r, ENGINE_ERR_BACKEND, step_err);
                     else if (si->n_new > 0) emit_tokens(e, r, si);
                     if (r->notify) r->notify(r->user);
                 }
@@ -1191,7 +1215,7 @@ static void *engine_main(void *arg) {
                         telemetry_step(e->cfg.telemetry, &row);
                     }
                 }
-                if (med_rc != 0) finish(e, r, FINISH_ERROR, med_err);
+                if (med_rc != 0) fail_req(e, r, ENGINE_ERR_BACKEND, med_err);
                 else if (si->n_new > 0) emit_tokens(e, r, si);
                 if (r->notify) r->notify(r->user);
             }
@@ -1213,7 +1237,7 @@ static void *engine_main(void *arg) {
                         telemetry_step(e->cfg.telemetry, &row);
                     }
                 }
-                if (tree_rc != 0) finish(e, r, FINISH_ERROR, tree_err);
+                if (tree_rc != 0) fail_req(e, r, ENGINE_ERR_BACKEND, tree_err);
                 else if (si->n_new > 0) emit_tokens(e, r, si);
                 if (r->notify) r->notify(r->user);
             }

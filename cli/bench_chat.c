@@ -201,7 +201,7 @@ static int bc_run(engine *e, const bc_opts *o, const bc_corpus *corp, int round,
                 r.content_type = "chat";
                 r.notify = bc_notify;
                 r.user = w;
-                ids[k] = engine_submit(e, &r, err, sizeof(err));
+                engine_submit(e, &r, &ids[k], err, sizeof(err));
                 free(text);
                 if (!ids[k]) {
                     fprintf(stderr, "specd bench: submit: %s\n", err);

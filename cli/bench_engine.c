@@ -151,7 +151,7 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
             r.tree_budget = cfg->sh.budget, r.tree_depth = cfg->sh.depth, r.tree_topk = cfg->sh.topk;
         r.notify = be_notify;
         r.user = w;
-        ids[i] = engine_submit(e, &r, err, sizeof(err));
+        engine_submit(e, &r, &ids[i], err, sizeof(err));
         if (!ids[i]) {
             fprintf(stderr, "specd bench: submit: %s\n", err);
             return -1;

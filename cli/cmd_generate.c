@@ -142,8 +142,8 @@ static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_
     engine_request rq = {.prompt = prompt, .n_prompt = n_prompt, .sc = *sc, .seed = seed, .max_tokens = n_gen,
                          .mode = mode, .method = method >= 0 ? (spec_method)method : SPEC_METHOD_AUTO,
                          .method_set = method >= 0, .notify = wake, .user = &w};
-    uint64_t id = engine_submit(e, &rq, err, errlen);
-    if (!id) return -1;
+    uint64_t id = 0;
+    if (engine_submit(e, &rq, &id, err, errlen) != ENGINE_OK) return -1;
     for (bool done = false; !done;) {
         engine_event ev;
         int got = engine_poll(e, id, &ev);

@@ -122,7 +122,8 @@ static int cmd_summary(sqlite3 *db, const char *path, double hours) {
     }
     sqlite3_finalize(st);
     printf("step rows: accept%% = accepted / drafted over verify steps; mean_acc = accepted drafts per verify "
-           "step;\n           tpot_ms = mean effective time per output token (draft + target)\n");
+           "step;\n           tpot_ms = mean model time per output token (the step's share of its batched draft +\n"
+           "           target calls: by rows, so it is cost, not latency, at batch > 1)\n");
     if (summary_group(db, since, "overall", "'all'") < 0) return 1;
     if (summary_group(db, since, "by content type", "ct") < 0) return 1;
     if (summary_group(db, since, "by model pair (target + draft)", "pair") < 0) return 1;

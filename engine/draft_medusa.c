@@ -273,7 +273,7 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
     for (int i = 0; i < n; i++) {
         memcpy(M[i]->h, dm->hid + (size_t)i * D, sizeof(float) * (size_t)D);
         M[i]->at = S[i]->n_tokens;
-        info[i].draft_ms = nr ? hm / nr : 0;
+        info[i].draft_ms = nr && dm->row[i] >= 0 ? hm / nr : 0; /* one row each: the heads' pass shared by rows */
         S[i]->st.draft_ms += info[i].draft_ms;
     }
     return 0;

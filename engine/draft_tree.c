@@ -330,10 +330,13 @@ int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, cons
         double a = tree_now_ms();
         char derr[256];
         if (draft_tree_propose(dt, ds, nd, dsh, dtree, derr, sizeof(derr)) == 0) {
-            double each = (tree_now_ms() - a) / nd;
+            /* each sequence's share of the call: its nodes (the draft rows it needed) */
+            double ms = tree_now_ms() - a;
+            int nodes = 0;
+            for (int k = 0; k < nd; k++) nodes += dtree[k].n_nodes;
             for (int k = 0; k < nd; k++) {
                 t[who[k]] = dtree[k];
-                draft_ms[who[k]] = each;
+                draft_ms[who[k]] = nodes > 0 ? ms * dtree[k].n_nodes / nodes : ms / nd;
                 if (dtree[k].n_nodes) slot[who[k]] = SPEC_DRAFTER_MODEL;
             }
         } else {

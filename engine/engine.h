@@ -34,6 +34,7 @@
 #ifndef SPECD_ENGINE_H
 #define SPECD_ENGINE_H
 
+#include "engine/errkind.h"
 #include "engine/sampler.h"
 #include "engine/spec.h"
 #include "engine/tokenizer.h"
@@ -198,7 +199,8 @@ typedef struct {
     double ttft_ms, tpot_ms;       /* time to first token; mean time per output token after it */
     spec_stats st;                 /* this request's speculation statistics */
     /* error */
-    char message[256];
+    engine_status status;          /* what kind of failure (errkind.h): the caller's code comes from it */
+    char message[256];             /* why, for a person */
 } engine_event;
 
 typedef struct engine engine;
@@ -209,11 +211,13 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen);
 /* Cancels everything still running, stops the thread, frees (accepts NULL). */
 void engine_destroy(engine *e);
 
-/* Queues a request; returns its id (> 0), or 0 with err filled for a request
- * that is invalid (bad sampler config, γ outside bounds, empty prompt, queue
- * full). A prompt too long for the context or the KV pools is accepted here
- * and answered with an error event. Any thread. */
-uint64_t engine_submit(engine *e, const engine_request *r, char *err, size_t errlen);
+/* Queues a request: ENGINE_OK with *id set (> 0), or the refusal's kind with
+ * *id = 0 and err filled — ENGINE_ERR_INVALID (bad sampler config, γ outside
+ * bounds, empty prompt, ...), ENGINE_ERR_QUEUE_FULL, ENGINE_ERR_OOM or
+ * ENGINE_ERR_SHUTTING_DOWN (engine_destroy has begun). A prompt too long for
+ * the context or the KV pools is accepted here and answered with an error
+ * event of kind ENGINE_ERR_CONTEXT_FULL. Any thread. */
+engine_status engine_submit(engine *e, const engine_request *r, uint64_t *id, char *err, size_t errlen);
 /* Cancels a request (queued, prefilling or running). Returns 0, or -1 for an
  * unknown or already finished id. Its KV blocks are freed at once; a
  * `finished` event with reason cancelled follows. Any thread. */

@@ -1,12 +1,21 @@
 /* gamma.c — speculation depth controller and cost model (see gamma.h). */
 #include "engine/gamma.h"
 
+#include "kernels/check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #define COST_EMA 0.1 /* weight of a new measurement */
 #define BATCH_MARGIN 0.15
+
+/* "engine thread only": the controller's updates come from its owner */
+#ifndef NDEBUG
+#define CTL_OWNED(g) SPECD_CHECK(pthread_equal((g)->owner, pthread_self()))
+#else
+#define CTL_OWNED(g) ((void)(g))
+#endif
 
 gamma_params gamma_params_default(void) {
     return (gamma_params){.gamma_min = 2, .gamma_max = 8, .gamma_default = 4, .adaptive = true, .window = 20,
@@ -192,9 +201,13 @@ void gamma_ctl_init(gamma_ctl *g, const gamma_params *p) {
     memset(g, 0, sizeof(*g));
     g->prm = *p;
     g->gamma = p->gamma_default;
+#ifndef NDEBUG
+    g->owner = pthread_self();
+#endif
 }
 
 void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p) {
+    CTL_OWNED(g);
     g->prm = *p;
     if (g->gamma > p->gamma_max) g->gamma = p->gamma_max;
     if (g->gamma < p->gamma_min) g->gamma = p->gamma_min;
@@ -235,6 +248,7 @@ static bool plain_wins(const gamma_ctl *g, const gamma_costs *c, double a, int b
 }
 
 int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch, int ctx) {
+    CTL_OWNED(g);
     if (g->plain_left > 0) return 0;
     bool may_skip = g->prm.adaptive && batch > 1 && g->prm.fallback_alpha > 0;
     int best;
@@ -256,6 +270,7 @@ int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch, int ctx)
 }
 
 void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted) {
+    CTL_OWNED(g);
     int w = g->prm.window;
     int slot = g->n < w ? g->n++ : g->head;
     if (g->n == w && slot == g->head) g->head = (g->head + 1) % w;
@@ -275,6 +290,7 @@ void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted) {
 }
 
 void gamma_ctl_observe_plain(gamma_ctl *g) {
+    CTL_OWNED(g);
     if (g->plain_left > 0 && --g->plain_left == 0) {
         g->probes++;
         g->probing = true;
@@ -283,6 +299,7 @@ void gamma_ctl_observe_plain(gamma_ctl *g) {
 }
 
 void gamma_ctl_fail(gamma_ctl *g) {
+    CTL_OWNED(g);
     g->plain_left = g->prm.probe_interval;
     g->fallbacks++;
     window_reset(g);

@@ -5,12 +5,17 @@
  *     E(α, γ) = (1 − α^(γ+1)) / (1 − α)   over   γ·draft_cost + target_cost(γ+1).
  * Falls back to plain decoding (γ = 0) when α stays below the policy threshold
  * and probes speculation again after a number of plain steps.
- * Threading: engine thread only. */
+ * Threading: engine thread only — a controller belongs to the thread that
+ * initialised it (the engine thread, which creates every sequence), and debug
+ * builds (no NDEBUG) abort when another thread updates it. */
 #ifndef SPECD_GAMMA_H
 #define SPECD_GAMMA_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#ifndef NDEBUG
+#include <pthread.h>
+#endif
 
 #define GAMMA_MAX 16
 #define GAMMA_WINDOW_MAX 64
@@ -115,6 +120,9 @@ typedef struct {
     bool probing;                    /* speculating again after a fallback: one low verdict ends it */
     int gamma;                       /* last choice */
     uint64_t fallbacks, probes;
+#ifndef NDEBUG
+    pthread_t owner;                 /* the thread that initialised it: the only one that may update it */
+#endif
 } gamma_ctl;
 
 void gamma_ctl_init(gamma_ctl *g, const gamma_params *p);

@@ -664,14 +664,17 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
         }
         if (!m) continue;
         char derr[256];
+        int budget = 0; /* draft rows the call computes: each sequence's share of its time */
+        for (int r = 0; r < m; r++) budget += gam[sp->prop_of[r]];
         double t0 = spec_now_ms();
         int rc = d->i->propose(d, sp->props, m, derr, sizeof(derr));
         double dt = spec_now_ms() - t0;
         for (int r = 0; r < m; r++) {
             int i = sp->prop_of[r];
             spec_seq *s = S[i];
-            s->st.draft_ms += dt;
-            info[i].draft_ms = dt;
+            double share = budget > 0 ? dt * gam[i] / budget : dt / m;
+            s->st.draft_ms += share;
+            info[i].draft_ms = share;
             const drafter_prop *p = &sp->props[r];
             if (rc != 0) { /* no output gap: the step becomes a plain step */
                 s->st.draft_failures++;
@@ -829,8 +832,9 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
     gamma_costs_observe_target(&sp->costs, rows, keys, pairs, tt);
     size_t row = 0;
     for (int i = 0; i < n; i++) {
-        S[i]->st.target_ms += tt;
-        info[i].target_ms = tt;
+        double share = tt * (gam[i] + 1) / rows; /* its verify rows' share of the call */
+        S[i]->st.target_ms += share;
+        info[i].target_ms = share;
         accept_commit(S[i], gam[i], sp->logits + row * (size_t)sp->n_vocab, &info[i]);
         row += (size_t)gam[i] + 1;
     }

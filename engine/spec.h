@@ -85,7 +85,10 @@ typedef struct {
     uint64_t fallbacks, probes, draft_failures, kv_resets;
     uint64_t tree_steps;        /* verify steps whose proposal branched (a tree, not a chain; spec_tree.h) */
     uint64_t tree_nodes;        /* nodes those and any other tree-path steps verified */
-    double draft_ms, target_ms; /* time spent in the draft and target models */
+    /* time spent in the draft and target models: this sequence's SHARE of
+     * each call it was batched into (the call's wall time x its rows / the
+     * call's rows; see spec_step_info), so sums over sequences are wall time */
+    double draft_ms, target_ms;
     /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
      * many came from it instead of a prefill; prompt tokens the target computed */
     uint64_t prefix_offered, prefix_reused, prefix_draft_offered, prefix_draft_reused, prefill_tokens;
@@ -248,6 +251,10 @@ typedef struct {
     bool stopped;               /* an end-of-generation token was appended (output ends there) */
     int method;                 /* the drafter slot that proposed (SPEC_DRAFTER_*), -1: plain step */
     bool tree;                  /* a tree step (spec_tree.h): gamma = nodes verified, accepted = path length */
+    /* This sequence's share of the step's model calls, ms: a batched call's
+     * wall time x this sequence's rows / the call's rows — verify rows γ+1
+     * (a tree: its nodes + 1), draft rows its γ budget (a tree: its nodes;
+     * Medusa: one row each). Alone in a call the share is the wall time. */
     double draft_ms, target_ms;
 } spec_step_info;
 

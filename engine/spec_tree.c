@@ -235,7 +235,8 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
         kv_seq_truncate(sp->tpool, s->tkv, s->n_tokens - 1);
         for (int d = 0; d < SPEC_DRAFTERS; d++)
             if (s->ds[d]) sp->drafters[d]->i->commit(sp->drafters[d], s->ds[d], s->tokens, s->n_tokens - 1);
-        s->st.target_ms += tt;
+        double share = tt * tc->ms[i].n / rows; /* its verify rows' share of the call */
+        s->st.target_ms += share;
         s->st.tokens += (uint64_t)n_new;
         bool bonus = false;
         if (nn == 0) {
@@ -266,7 +267,7 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
         info[i].gamma = nn;
         info[i].tree = nn > 0;
         info[i].accepted = k < n_new ? k : n_new;
-        info[i].target_ms = tt;
+        info[i].target_ms = share;
     }
     if (hidden) model_hidden_rows(sp->target, hidden, tc->hrow, n);
     return 0;

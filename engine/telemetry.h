@@ -65,8 +65,8 @@ typedef struct {
     int gamma_used;             /* drafts proposed (0 = plain step) */
     int n_accepted;
     int n_rejected;             /* gamma_used - n_accepted for verify steps, 0 for plain */
-    double draft_ms, target_ms;
-    double effective_tpot_ms;   /* (draft_ms + target_ms) / tokens emitted */
+    double draft_ms, target_ms; /* the sequence's share of the step's batched calls (spec_step_info) */
+    double effective_tpot_ms;   /* (draft_ms + target_ms) / tokens emitted: model time per token, not latency */
     int64_t recorded_ms;        /* unix ms; 0 = now */
     char method[8];             /* the proposer: "draft", "ngram"; "plain" for a plain step */
     bool tree;                  /* a tree step (shape 'tree'): gamma_used nodes verified, n_accepted the path */

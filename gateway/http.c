@@ -4,6 +4,7 @@
 #include "gateway/gw.h"
 #include "gateway/metrics.h"
 #include "gateway/openai.h"
+#include "gateway/status_map.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -241,6 +242,14 @@ static int render_chat(oa_request *oq, char *err, size_t errlen) {
     return oa_render_prompt(oq, (chat_template_kind)info.chat_template, info.bos_text, err, errlen);
 }
 
+/* The OpenAI error for a failure of kind st (status_map.h), with message. */
+static oa_error status_error(engine_status st, const char *message) {
+    const gw_status_row *row = gw_status_lookup(st);
+    oa_error oe = {.status = row->http_status, .code = row->oa_code, .type = row->oa_type};
+    snprintf(oe.message, sizeof(oe.message), "%.250s", message ? message : "");
+    return oe;
+}
+
 static int start_completion(gw_conn *c, int api) {
     oa_request oq;
     oa_error oe;
@@ -252,13 +261,11 @@ static int start_completion(gw_conn *c, int api) {
     char perr[300];
     int rc = 0;
     if (gw_srv->draining) {
-        oe = (oa_error){.status = 503, .code = "shutting_down", .type = "server_error"};
-        snprintf(oe.message, sizeof(oe.message), "the server is shutting down");
-        rc = respond_json(c, 503, oa_error_json(&oe));
+        oe = status_error(ENGINE_ERR_SHUTTING_DOWN, "the server is shutting down");
+        rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else if (gw_srv->pool.n_reqs >= gw_srv->cfg.max_requests_total) {
-        oe = (oa_error){.status = 429, .code = "overloaded", .type = "server_error"};
-        snprintf(oe.message, sizeof(oe.message), "the server is at its concurrent request limit; retry later");
-        rc = respond_json(c, 429, oa_error_json(&oe));
+        oe = status_error(ENGINE_ERR_QUEUE_FULL, "the server is at its concurrent request limit; retry later");
+        rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else if (render_chat(&oq, perr, sizeof(perr)) != 0) {
         oe = (oa_error){.status = 400, .code = "invalid_request", .type = "invalid_request_error"};
         snprintf(oe.message, sizeof(oe.message), "%.250s", perr);
@@ -269,12 +276,10 @@ static int start_completion(gw_conn *c, int api) {
         if (!oq.seed_set) rq.seed = gw_random_seed();
         if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
         char eerr[300];
-        uint64_t eid = engine_submit(gw_srv->eng, &rq, eerr, sizeof(eerr));
-        if (!eid) {
-            bool full = strstr(eerr, "queue is full") != NULL;
-            oe = (oa_error){.status = full ? 429 : 400, .code = full ? "overloaded" : "invalid_request",
-                            .type = full ? "server_error" : "invalid_request_error"};
-            snprintf(oe.message, sizeof(oe.message), "%.250s", eerr);
+        uint64_t eid = 0;
+        engine_status st = engine_submit(gw_srv->eng, &rq, &eid, eerr, sizeof(eerr));
+        if (st != ENGINE_OK) {
+            oe = status_error(st, eerr);
             rc = respond_json(c, oe.status, oa_error_json(&oe));
         } else {
             gw_req *r = gw_req_add(c, eid, "");
@@ -341,17 +346,16 @@ void gw_http_pump(gw_conn *c) {
             }
         } else {
             bool err = ev.type == ENGINE_EV_ERROR;
-            if (err) gw_metrics_error("engine_error");
+            oa_error oe = status_error(err ? ev.status : ENGINE_OK, ev.message);
+            if (err) gw_metrics_error(oe.code);
             else gw_metrics_finished(&ev), gw_monitor_record(&ev);
             if (r->stream) {
-                char *fin = err ? oa_stream_error(ev.message)
+                char *fin = err ? oa_stream_error_as(&oe)
                                 : oa_stream_final(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name, &ev,
                                                   r->prompt_tokens);
                 if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
             } else if (err) {
-                oa_error oe = {.status = 500, .code = "engine_error", .type = "server_error"};
-                snprintf(oe.message, sizeof(oe.message), "%s", ev.message);
-                respond_json(c, 500, oa_error_json(&oe));
+                respond_json(c, oe.status, oa_error_json(&oe));
             } else {
                 void *lp = r->lp;
                 r->lp = NULL; /* handed over */

@@ -742,8 +742,10 @@ char *oa_stream_final(bool chat, const char *id, const char *model, const engine
 char *oa_stream_error(const char *message) {
     oa_error e = {.status = 500, .code = "engine_error"};
     snprintf(e.message, sizeof e.message, "%s", message ? message : "");
-    return sse(error_object(&e), OA_SSE_DONE, NULL);
+    return oa_stream_error_as(&e);
 }
+
+char *oa_stream_error_as(const oa_error *e) { return sse(error_object(e), OA_SSE_DONE, NULL); }
 
 char *oa_models_list_json(const char *const *ids, int n) {
     json_t *data = json_array();

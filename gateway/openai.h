@@ -157,6 +157,8 @@ char *oa_stream_final(bool chat, const char *id, const char *model, const engine
 /* A stream that failed after its headers were sent: "data: {"error":{...}}\n\n"
  * (server_error, code engine_error) then "data: [DONE]\n\n". */
 char *oa_stream_error(const char *message);
+/* The same with the error e (the gateway's status_map.h row for the failure). */
+char *oa_stream_error_as(const oa_error *e);
 #define OA_SSE_DONE "data: [DONE]\n\n"
 
 /* GET /v1/models: {"object":"list","data":[{"id","object":"model","created",

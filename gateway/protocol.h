@@ -144,6 +144,9 @@ char *gw_json_tokens(const char *id_json, const engine_event *ev);
  *  "speculation":{"verify_steps","plain_steps","drafted","accepted","rejections",
  *     "tokens","per_position":[{"position":i,"drafted":n,"accepted":m},...],
  *     "fallbacks","probes","draft_failures","kv_resets","draft_ms","target_ms"}}
+ * (draft_ms/target_ms: this request's share of the batched model calls it
+ * was in — each call's wall time x its rows / the call's rows — so they sum
+ * to wall time over concurrent requests; alone, they are the wall time)
  * from an ENGINE_EV_FINISHED event; prompt_tokens comes from the request's
  * started event (the finished event does not carry it). alpha = accepted /
  * (accepted + rejections); mean_accepted = accepted drafts per verify step;

@@ -6,6 +6,7 @@
 #include "gateway/gw.h"
 #include "gateway/metrics.h"
 #include "gateway/protocol.h"
+#include "gateway/status_map.h"
 #include "policy/classify.h"
 
 #include <stdio.h>
@@ -40,8 +41,7 @@ static void ws_pump(gw_conn *c) {
                 last = true;
                 break;
             case ENGINE_EV_ERROR: {
-                /* the engine refuses prompts that can never fit at admission */
-                const char *code = strstr(ev.message, "cannot fit") ? "prompt_too_long" : "engine_error";
+                const char *code = gw_status_lookup(ev.status)->ws_code;
                 json = gw_json_error(r->cid, code, ev.message);
                 gw_metrics_error(code);
                 last = true;
@@ -92,9 +92,10 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
     } else if (c->n_reqs >= gw_srv->cfg.max_requests_per_conn) {
         ws_error(c, m.id, "too_many_requests", "too many concurrent requests on this connection");
     } else if (gw_srv->pool.n_reqs >= gw_srv->cfg.max_requests_total) {
-        ws_error(c, m.id, "overloaded", "the server is at its concurrent request limit; retry later");
+        ws_error(c, m.id, gw_status_lookup(ENGINE_ERR_QUEUE_FULL)->ws_code,
+                 "the server is at its concurrent request limit; retry later");
     } else if (gw_srv->draining) {
-        ws_error(c, m.id, "shutting_down", "the server is shutting down");
+        ws_error(c, m.id, gw_status_lookup(ENGINE_ERR_SHUTTING_DOWN)->ws_code, "the server is shutting down");
     } else {
         char perr[300];
         if (gw_prepare_prompt(&m, perr, sizeof(perr)) != 0) {
@@ -110,9 +111,10 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
             if (!m.seed_set) rq.seed = gw_random_seed();
             if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
             char eerr[300];
-            uint64_t eid = engine_submit(gw_srv->eng, &rq, eerr, sizeof(eerr));
-            if (!eid) {
-                ws_error(c, m.id, strstr(eerr, "queue is full") ? "overloaded" : "invalid_request", eerr);
+            uint64_t eid = 0;
+            engine_status st = engine_submit(gw_srv->eng, &rq, &eid, eerr, sizeof(eerr));
+            if (st != ENGINE_OK) {
+                ws_error(c, m.id, gw_status_lookup(st)->ws_code, eerr);
             } else {
                 gw_req *r = gw_req_add(c, eid, m.id);
                 if (!r) {

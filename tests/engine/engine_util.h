@@ -248,7 +248,8 @@ static inline uint64_t eu_submit_notify(engine *e, engine_request *r, engine_not
     char err[512];
     r->notify = notify;
     r->user = user;
-    uint64_t id = engine_submit(e, r, err, sizeof(err));
+    uint64_t id = 0;
+    engine_submit(e, r, &id, err, sizeof(err));
     if (!id) {
         fprintf(stderr, "engine_submit: %s\n", err);
         exit(1);

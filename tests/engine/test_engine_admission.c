@@ -111,6 +111,7 @@ int main(void) {
                "never-fit: type %d reason %s, %d events", x->fin.type, engine_finish_name(x->fin.reason), x->n_events);
         CHECKF(x->released && x->bad_events == 0 && x->fin.message[0], "never-fit: released %d, message '%s'",
                x->released, x->fin.message);
+        CHECKF(x->fin.status == ENGINE_ERR_CONTEXT_FULL, "never-fit: kind %s", engine_status_name(x->fin.status));
         fprintf(stderr, "error event: %s\n", x->fin.message);
     }
     int prev = -1, n_fifo_bad = 0;

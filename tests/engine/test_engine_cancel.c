@@ -149,7 +149,8 @@ int main(void) {
         r.notify = slow_notify;
         r.user = &w;
         char err[256];
-        uint64_t id = engine_submit(e, &r, err, sizeof(err));
+        uint64_t id = 0;
+        engine_submit(e, &r, &id, err, sizeof(err));
         CHECKF(id != 0, "submit: %s", err);
         eu_out_init(&d, id);
         seen = 0;

@@ -84,7 +84,9 @@ static void pools_back(engine *e, const char *what) {
 
 static void refused(engine *e, engine_request *r, const char *want) {
     char err[256] = "";
-    uint64_t id = engine_submit(e, r, err, sizeof(err));
+    uint64_t id = 0;
+    engine_status st = engine_submit(e, r, &id, err, sizeof(err));
+    CHECKF(st == ENGINE_ERR_INVALID, "refusal kind %s, want invalid", engine_status_name(st));
     CHECKF(id == 0 && strstr(err, want), "expected a refusal with \"%s\", got id %llu \"%s\"", want,
            (unsigned long long)id, err);
 }

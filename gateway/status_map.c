@@ -1,0 +1,22 @@
+/* status_map.c — engine failure kind -> HTTP status, OpenAI code/type and
+ * WebSocket code (status_map.h). A new engine_status is one row here. */
+#include "gateway/status_map.h"
+
+#include "gateway/fields.h"
+
+/* Indexed by engine_status. The HTTP column keeps what the OpenAI endpoints
+ * have always answered: a prompt that can never fit ends as a 500
+ * engine_error there (the WebSocket frame names it prompt_too_long). */
+static const gw_status_row rows[ENGINE_STATUS_COUNT] = {
+    [ENGINE_OK] = {ENGINE_OK, 200, "", "", ""},
+    [ENGINE_ERR_INVALID] = {ENGINE_ERR_INVALID, 400, "invalid_request", "invalid_request_error", "invalid_request"},
+    [ENGINE_ERR_OOM] = {ENGINE_ERR_OOM, 500, "engine_error", "server_error", "engine_error"},
+    [ENGINE_ERR_CONTEXT_FULL] = {ENGINE_ERR_CONTEXT_FULL, 500, "engine_error", "server_error", GW_ERR_PROMPT_TOO_LONG},
+    [ENGINE_ERR_QUEUE_FULL] = {ENGINE_ERR_QUEUE_FULL, 429, "overloaded", "server_error", "overloaded"},
+    [ENGINE_ERR_SHUTTING_DOWN] = {ENGINE_ERR_SHUTTING_DOWN, 503, "shutting_down", "server_error", "shutting_down"},
+    [ENGINE_ERR_BACKEND] = {ENGINE_ERR_BACKEND, 500, "engine_error", "server_error", "engine_error"},
+};
+
+const gw_status_row *gw_status_lookup(engine_status st) {
+    return (unsigned)st < ENGINE_STATUS_COUNT ? &rows[st] : &rows[ENGINE_ERR_BACKEND];
+}

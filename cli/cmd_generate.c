@@ -7,7 +7,7 @@
 #include "cli/cmd.h"
 #include "cli/hub.h"
 #include "cli/util.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "engine/engine.h"
 #include "engine/spec.h"
 

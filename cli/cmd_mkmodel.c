@@ -5,7 +5,7 @@
 
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 
 static void mkmodel_usage(FILE *f)
 {

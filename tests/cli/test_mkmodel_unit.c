@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "tests/testutil.h"
 
 static char g_dir[256];

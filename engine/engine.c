@@ -180,6 +180,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     out->tree = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
     out->tree_bounds = (tree_shape){e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
     memcpy(out->tree_t_rows, e->t_rows, sizeof(out->tree_t_rows));
+    backend_describe(e->be, out->backend_desc, sizeof(out->backend_desc));
     size_t n = 0;
     const char *b = tok_bos(e->sp->tok) >= 0 ? tok_token_str(e->sp->tok, tok_bos(e->sp->tok), &n) : "";
     snprintf(out->bos_text, sizeof(out->bos_text), "%.*s", (int)n, b ? b : "");

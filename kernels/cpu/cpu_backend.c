@@ -485,6 +485,10 @@ static void cpu_attention(backend *be, float *out, const float *q, const kv_laye
     PROF_END(P_ATTENTION)
 }
 
+static void cpu_describe(backend *be, char *buf, size_t n) {
+    snprintf(buf, n, "cpu %s, %d threads", simd_name(ctx_of(be)->simd), be->n_threads);
+}
+
 static const backend_i cpu_iface = {
     .version = BACKEND_INTERFACE_VERSION,
     .name = "cpu",
@@ -508,6 +512,7 @@ static const backend_i cpu_iface = {
     .silu_mul = cpu_silu_mul,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .describe = cpu_describe,
 };
 
 backend *backend_cpu_create(int n_threads) {

@@ -1,5 +1,5 @@
 /* cmd_mkmodel.c — `specd mkmodel`: random llama models, --widen of a real model,
- * --quantize to another weight type. Parsing and printing only; see engine/mkmodel.h. */
+ * --quantize to another weight type. Parsing and printing only; see cli/mkmodel.h. */
 #include <stdio.h>
 #include <string.h>
 

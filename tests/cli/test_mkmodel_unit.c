@@ -1,4 +1,4 @@
-/* test_mkmodel_unit.c — engine/mkmodel.h checked directly: conversions, random
+/* test_mkmodel_unit.c — cli/mkmodel.h checked directly: conversions, random
  * models of every type (shapes, metadata, tokenizer, determinism, validation),
  * widening (zero structure, norm scaling, and logits equal to the source's via a
  * small f32 reference forward pass written here), and re-typing. */

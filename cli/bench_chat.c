@@ -29,34 +29,6 @@ int bench_chat(int argc, char **argv);
 #define BC_MAX_ROUNDS 16
 #define BC_MSG_MAX 4096   /* bytes of one message */
 
-/* ---- wake-ups from the engine ------------------------------------------------ */
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint64_t gen;
-} bc_wake;
-
-static void bc_notify(void *user) {
-    bc_wake *w = user;
-    pthread_mutex_lock(&w->mu);
-    w->gen++;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void bc_wait(bc_wake *w, uint64_t *seen) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_mutex_lock(&w->mu);
-    while (w->gen == *seen && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0) {
-    }
-    *seen = w->gen;
-    pthread_mutex_unlock(&w->mu);
-}
-
 /* ---- user messages from a corpus --------------------------------------------- */
 
 typedef struct {
@@ -147,7 +119,7 @@ typedef struct {
 
 /* Runs every conversation's T turns; round seeds the corpus positions so a
  * round's two passes send the same user messages. */
-static int bc_run(engine *e, const bc_opts *o, const bc_corpus *corp, int round, bool cache, bc_wake *w,
+static int bc_run(engine *e, const bc_opts *o, const bc_corpus *corp, int round, bool cache, cli_waker *w,
                   bc_pass *res) {
     memset(res, 0, sizeof(*res));
     const tokenizer *tok = engine_tokenizer(e);
@@ -199,7 +171,7 @@ static int bc_run(engine *e, const bc_opts *o, const bc_corpus *corp, int round,
                 r.mode = o->spec ? SPEC_MODE_AUTO : SPEC_MODE_OFF;
                 r.no_prefix_cache = !cache;
                 r.content_type = "chat";
-                r.notify = bc_notify;
+                r.notify = cli_waker_notify;
                 r.user = w;
                 engine_submit(e, &r, &ids[k], err, sizeof(err));
                 free(text);
@@ -237,7 +209,7 @@ static int bc_run(engine *e, const bc_opts *o, const bc_corpus *corp, int round,
                         }
                     }
                 }
-                if (left > 0) bc_wait(w, &seen);
+                if (left > 0) cli_waker_wait(w, &seen, 20);
             }
             /* the answers join their conversations */
             for (int k = k0; k < k1; k++) {
@@ -364,7 +336,7 @@ int bench_chat(int argc, char **argv) {
     memcpy(o.bos_text, info.bos_text, sizeof(o.bos_text));
     engine_stats st;
     engine_get_stats(e, &st);
-    bc_wake w = {.gen = 0};
+    cli_waker w = {.gen = 0};
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
 

@@ -26,34 +26,6 @@
 
 int bench_engine(int argc, char **argv);
 
-/* ---- notify → condition variable ------------------------------------------- */
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    uint64_t gen;
-} be_wake;
-
-static void be_notify(void *user) {
-    be_wake *w = user;
-    pthread_mutex_lock(&w->mu);
-    w->gen++;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void be_wait(be_wake *w, uint64_t *seen) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_mutex_lock(&w->mu);
-    while (w->gen == *seen && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0) {
-    }
-    *seen = w->gen;
-    pthread_mutex_unlock(&w->mu);
-}
-
 /* ---- prompts ----------------------------------------------------------------- */
 
 typedef struct {
@@ -128,7 +100,7 @@ typedef struct {
 } be_cfg;
 
 static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_tokens, const be_cfg *cfg, float temp,
-                    be_wake *w, be_result *res) {
+                    cli_waker *w, be_result *res) {
     memset(res, 0, sizeof(*res));
     uint64_t ids[BE_MAX_STREAMS];
     bool done[BE_MAX_STREAMS] = {false};
@@ -149,7 +121,7 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
         r.tree = cfg->spec ? cfg->tree : ENGINE_TREE_DEFAULT;
         if (cfg->tree == ENGINE_TREE_FIXED)
             r.tree_budget = cfg->sh.budget, r.tree_depth = cfg->sh.depth, r.tree_topk = cfg->sh.topk;
-        r.notify = be_notify;
+        r.notify = cli_waker_notify;
         r.user = w;
         engine_submit(e, &r, &ids[i], err, sizeof(err));
         if (!ids[i]) {
@@ -180,7 +152,7 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
         engine_get_stats(e, &s);
         int used = s.kv_total - s.kv_free_target;
         if (used > res->kv_peak) res->kv_peak = used;
-        if (n_done < n_streams) be_wait(w, &seen);
+        if (n_done < n_streams) cli_waker_wait(w, &seen, 20);
     }
     res->wall_ms = now_ms() - t0;
     engine_get_stats(e, &s);
@@ -263,7 +235,7 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
 /* --trees: per concurrency, R rounds of every configuration (order rotated),
  * then medians and ranges. */
 static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc, int n_conc, int n_tokens,
-                            float temp, const be_cfg *cfgs, int n_cfg, int rounds, be_wake *w) {
+                            float temp, const be_cfg *cfgs, int n_cfg, int rounds, cli_waker *w) {
     engine_info info;
     engine_get_info(e, &info);
     printf("verify cost curve t(rows), measured at start: t(1) %.2f ms;", info.tree_t_rows[1]);
@@ -395,7 +367,7 @@ int bench_engine(int argc, char **argv) {
         free(prompts);
         return 1;
     }
-    be_wake w = {.gen = 0};
+    cli_waker w = {.gen = 0};
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     engine_stats st;

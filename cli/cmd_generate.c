@@ -7,7 +7,7 @@
 #include "cli/cmd.h"
 #include "cli/hub.h"
 #include "cli/util.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "engine/engine.h"
 #include "engine/spec.h"
 
@@ -113,21 +113,6 @@ typedef struct {
     int gamma_hist[GAMMA_MAX + 1];
 } gen_result;
 
-/* Wakes the CLI thread when the engine has pushed events. */
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool ready;
-} waker;
-
-static void wake(void *user) {
-    waker *w = user;
-    pthread_mutex_lock(&w->mu);
-    w->ready = true;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
 /* Runs one generation through the engine API; streams text to `stream` when
  * non-NULL. */
 static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_gen, spec_mode mode, int method,
@@ -138,10 +123,11 @@ static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_
     r->text = malloc((size_t)ENGINE_TEXT_MAX * (size_t)(n_gen + 2));
     if (!r->out || !r->text) return snprintf(err, errlen, "out of memory"), -1;
     r->finish = "length";
-    waker w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+    cli_waker w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0}; /* wakes this thread on events */
+    uint64_t seen = 0;
     engine_request rq = {.prompt = prompt, .n_prompt = n_prompt, .sc = *sc, .seed = seed, .max_tokens = n_gen,
                          .mode = mode, .method = method >= 0 ? (spec_method)method : SPEC_METHOD_AUTO,
-                         .method_set = method >= 0, .notify = wake, .user = &w};
+                         .method_set = method >= 0, .notify = cli_waker_notify, .user = &w};
     uint64_t id = 0;
     if (engine_submit(e, &rq, &id, err, errlen) != ENGINE_OK) return -1;
     for (bool done = false; !done;) {
@@ -149,10 +135,7 @@ static int run_generation(engine *e, const int32_t *prompt, int n_prompt, int n_
         int got = engine_poll(e, id, &ev);
         if (got < 0) break;
         if (got == 0) {
-            pthread_mutex_lock(&w.mu);
-            while (!w.ready) pthread_cond_wait(&w.cv, &w.mu);
-            w.ready = false;
-            pthread_mutex_unlock(&w.mu);
+            cli_waker_wait(&w, &seen, -1);
             continue;
         }
         switch (ev.type) {

@@ -1,11 +1,11 @@
 /* cmd_mkmodel.c — `specd mkmodel`: random llama models, --widen of a real model,
- * --quantize to another weight type. Parsing and printing only; see engine/mkmodel.h. */
+ * --quantize to another weight type. Parsing and printing only; see cli/mkmodel.h. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 
 static void mkmodel_usage(FILE *f)
 {

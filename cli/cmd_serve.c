@@ -7,7 +7,7 @@
 #include "cli/logfmt.h"
 #include "cli/util.h"
 #include "engine/engine.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "engine/telemetry.h"
 #include "gateway/server.h"
 #include "policy/config.h"

@@ -1,6 +1,7 @@
 /* hub.c — resolve a Hugging Face model reference to a cached GGUF: list, pick
  * by quant tag, download with resume and SHA-256 check, merge splits. */
 #include "cli/hub.h"
+#include "kernels/clock.h"
 #include "cli/gguf_split.h"
 #include "cli/sha256.h"
 
@@ -480,11 +481,7 @@ typedef struct {
     int last_decile;
 } dl_state;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now_s(void) { return clock_now_ms() * 1e-3; }
 
 static size_t dl_header(char *p, size_t sz, size_t nm, void *u) {
     dl_state *s = u;

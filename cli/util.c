@@ -1,5 +1,6 @@
 /* util.c — CLI helpers (see util.h). */
 #include "cli/util.h"
+#include "kernels/clock.h"
 
 #include <errno.h>
 #include <math.h>
@@ -7,10 +8,36 @@
 #include <string.h>
 #include <time.h>
 
-double now_ms(void) {
+double now_ms(void) { return clock_now_ms(); }
+
+/* ---- notify -> condition variable ------------------------------------------- */
+
+void cli_waker_notify(void *user) {
+    cli_waker *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->gen++;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void cli_waker_wait(cli_waker *w, uint64_t *seen, int timeout_ms) {
+    if (timeout_ms < 0) {
+        pthread_mutex_lock(&w->mu);
+        while (w->gen == *seen) pthread_cond_wait(&w->cv, &w->mu);
+        *seen = w->gen;
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_mutex_lock(&w->mu);
+    while (w->gen == *seen && pthread_cond_timedwait(&w->cv, &w->mu, &ts) == 0) {
+    }
+    *seen = w->gen;
+    pthread_mutex_unlock(&w->mu);
 }
 
 static int cmp_double(const void *a, const void *b) {

@@ -1,14 +1,30 @@
 /* util.h — small helpers shared by the CLI subcommands: argument parsing with
  * clear errors, wall-clock time, sorting and medians of measurements, JSON
- * string output. */
+ * string output, the engine-notify waker. */
 #ifndef SPECD_CLI_UTIL_H
 #define SPECD_CLI_UTIL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
-double now_ms(void);
+double now_ms(void); /* kernels/clock.h's monotonic clock */
+
+/* Wakes a CLI thread that polls the engine: engine_request.notify =
+ * cli_waker_notify, .user = the waker (any thread calls it); the polling thread
+ * waits for a notify it has not seen yet. Initialise mu and cv (statically or
+ * with pthread_*_init) and gen = 0. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t gen;              /* notifies so far */
+} cli_waker;
+
+void cli_waker_notify(void *user);
+/* Returns once a notify newer than *seen has come (timeout_ms < 0: however
+ * long that takes) or after timeout_ms; sets *seen to the notifies so far. */
+void cli_waker_wait(cli_waker *w, uint64_t *seen, int timeout_ms);
 
 /* Sorts v ascending and returns its median (n >= 1). */
 double sort_median(double *v, int n);

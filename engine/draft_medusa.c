@@ -1,5 +1,6 @@
 /* draft_medusa.c — Medusa trees from head top-k candidates (see draft_medusa.h). */
 #include "engine/draft_medusa.h"
+#include "engine/util.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -42,20 +43,6 @@ struct draft_medusa {
 
 #define BUDGET_EWMA 0.2
 
-static int dfail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 void draft_medusa_destroy(draft_medusa *dm) {
     if (!dm) return;
     medusa_rt_destroy(dm->rt);
@@ -69,13 +56,13 @@ void draft_medusa_destroy(draft_medusa *dm) {
 
 draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *err, size_t errlen) {
     if (strcmp(mh->target_id, sp->target_id.id) != 0) {
-        dfail(err, errlen, "these medusa heads were trained for target %s, not for the loaded target %s",
+        util_fail(err, errlen, "these medusa heads were trained for target %s, not for the loaded target %s",
               mh->target_id, sp->target_id.id);
         return NULL;
     }
     draft_medusa *dm = calloc(1, sizeof(*dm));
     if (!dm) {
-        dfail(err, errlen, "out of memory: medusa proposer");
+        util_fail(err, errlen, "out of memory: medusa proposer");
         return NULL;
     }
     size_t S = (size_t)sp->max_seqs;
@@ -91,7 +78,7 @@ draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *e
     dm->row = malloc(sizeof(int) * S);
     if (!dm->h || !dm->hid || !dm->logits || !dm->trees || !dm->row) {
         draft_medusa_destroy(dm);
-        dfail(err, errlen, "out of memory: medusa proposer scratch");
+        util_fail(err, errlen, "out of memory: medusa proposer scratch");
         return NULL;
     }
     dm->n_shape = -1;
@@ -223,12 +210,12 @@ static void topk_ids(int32_t *out, int k, const float *z, int V) {
 int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
                       const int *max_new, spec_step_info *info, char *err, size_t errlen) {
     spec_pair *sp = dm->sp;
-    if (n < 1 || n > sp->max_seqs) return dfail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
+    if (n < 1 || n > sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
     if (dm->n_shape < 0 || memcmp(&dm->shape, sh, sizeof(*sh)) != 0) {
         dm->shape = *sh;
         dm->n_shape = shape_order(dm->mh, sh, dm->parent, dm->depth, dm->rank, dm->value);
     }
-    double t0 = now_ms();
+    double t0 = clock_now_ms();
     int nr = 0, topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX, D = dm->D, V = dm->V, K = dm->K;
     for (int i = 0; i < n; i++)
         nr += dm->n_shape > 0 && M[i]->at == S[i]->n_tokens;
@@ -259,7 +246,7 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
                 t->nodes[j] = (drafter_node){top[dm->depth[j] - 1][dm->rank[j]], dm->parent[j], true};
             t->n_nodes = nb;
         }
-        hm = now_ms() - t0;
+        hm = clock_now_ms() - t0;
         dm->heads_ms = dm->heads_ms > 0 ? dm->heads_ms + BUDGET_EWMA * (hm / nr - dm->heads_ms) : hm / nr;
     }
     if (spec_tree_step_h(tc, S, n, dm->trees, max_new, info, dm->hid, err, errlen) != 0) return -1;

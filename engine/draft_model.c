@@ -3,6 +3,7 @@
  * drafting with q kept per position, commit/rollback of its cache, and its
  * cost figures. */
 #include "engine/draft_model.h"
+#include "engine/util.h"
 
 #include "engine/errkind.h"
 #include "engine/gumbel.h"
@@ -29,14 +30,6 @@ struct drafter_seq {
 };
 
 #define DM_CAL_ROWS 16
-
-static int dm_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static void dm_destroy(drafter *d) {
     draft_model *dm = (draft_model *)d;
@@ -83,7 +76,7 @@ static int32_t dm_draw(draft_model *dm, const drafter_prop *p, float *logits, fl
 static int dm_propose(drafter *d, drafter_prop *P, int n, char *err, size_t errlen) {
     draft_model *dm = (draft_model *)d;
     size_t V = (size_t)d->n_vocab;
-    if (n > dm->max_seqs) return dm_fail(err, errlen, "draft batch of %d sequences (limit %d)", n, dm->max_seqs);
+    if (n > dm->max_seqs) return util_fail(err, errlen, "draft batch of %d sequences (limit %d)", n, dm->max_seqs);
     /* long catch-ups (after plain steps) go alone; the last token joins the batch */
     for (int i = 0; i < n; i++) {
         kv_seq *kv = P[i].ds->kv;
@@ -182,25 +175,25 @@ drafter *draft_model_load(const char *path, backend *be, int max_ctx, const toke
                           char *err, size_t errlen) {
     char sub[640];
     draft_model *dm = calloc(1, sizeof(*dm));
-    if (!dm) return dm_fail(err, errlen, SPECD_ERR_OOM "draft drafter"), NULL;
+    if (!dm) return util_fail(err, errlen, SPECD_ERR_OOM "draft drafter"), NULL;
     dm->base.i = &draft_model_i;
     dm->base.n_vocab = n_vocab;
     model_params mp = {.max_batch = 512, .max_ctx = max_ctx};
     if (!(dm->m = model_load(path, be, &mp, err, errlen))) goto fail;
     tokenizer *dt = tok_create(dm->m->gguf, sub, sizeof(sub));
     if (!dt) {
-        dm_fail(err, errlen, "draft %s: %s", path, sub);
+        util_fail(err, errlen, "draft %s: %s", path, sub);
         goto fail;
     }
     int diff = tok_compare(target_tok, dt, sub, sizeof(sub));
     tok_destroy(dt);
     if (diff != 0) {
-        dm_fail(err, errlen, "draft %s refused: its tokenizer differs from the target's (%s); draft and target "
+        util_fail(err, errlen, "draft %s refused: its tokenizer differs from the target's (%s); draft and target "
                 "must share one vocabulary", path, sub);
         goto fail;
     }
     if (dm->m->hp.n_vocab != n_vocab) {
-        dm_fail(err, errlen, "draft %s refused: vocabulary %d vs target %d", path, dm->m->hp.n_vocab, n_vocab);
+        util_fail(err, errlen, "draft %s refused: vocabulary %d vs target %d", path, dm->m->hp.n_vocab, n_vocab);
         goto fail;
     }
     return &dm->base;
@@ -219,7 +212,7 @@ int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, ch
     dm->ms = malloc(sizeof(model_seq) * (size_t)max_seqs);
     dm->row_of = malloc(sizeof(int) * (size_t)max_seqs);
     if (!dm->smp || !dm->logits || !dm->ms || !dm->row_of)
-        return dm_fail(err, errlen, SPECD_ERR_OOM "draft scratch of %zu rows", rows);
+        return util_fail(err, errlen, SPECD_ERR_OOM "draft scratch of %zu rows", rows);
     return 0;
 }
 

@@ -1,5 +1,6 @@
 /* draft_tree.c — draft-model and n-gram tree proposers (see draft_tree.h). */
 #include "engine/draft_tree.h"
+#include "engine/util.h"
 
 #include "engine/draft_model.h"
 #include "engine/grammar.h"
@@ -28,20 +29,6 @@ struct draft_tree {
     uint8_t *mask;              /* (max_seqs, TR, TR) */
     model_seq *ms;              /* (max_seqs) */
 };
-
-static double tree_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int dt_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 draft_tree *draft_tree_create(spec_pair *sp) {
     drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
@@ -154,17 +141,17 @@ static int grow(draft_tree *dt, spec_seq *s, spec_tree *t, float *qout, const in
 int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh, spec_tree *out, char *err,
                        size_t errlen) {
     size_t V = (size_t)dt->sp->n_vocab;
-    if (n > dt->max_seqs) return dt_fail(err, errlen, "tree draft batch of %d (limit %d)", n, dt->max_seqs);
-    if (n > 64) return dt_fail(err, errlen, "tree draft batch of %d (limit 64)", n);
+    if (n > dt->max_seqs) return util_fail(err, errlen, "tree draft batch of %d (limit %d)", n, dt->max_seqs);
+    if (n > 64) return util_fail(err, errlen, "tree draft batch of %d (limit 64)", n);
     int max_depth = 0;
     for (int i = 0; i < n; i++) {
         if (sh[i].budget == 0) continue; /* no tree for this one */
         if (sh[i].budget < 0 || sh[i].budget > DRAFTER_MAX_NODES || sh[i].depth < 1 || sh[i].topk < 1)
-            return dt_fail(err, errlen, "tree shape budget %d depth %d topk %d", sh[i].budget, sh[i].depth,
+            return util_fail(err, errlen, "tree shape budget %d depth %d topk %d", sh[i].budget, sh[i].depth,
                            sh[i].topk);
         if (sh[i].depth > max_depth) max_depth = sh[i].depth;
     }
-    if (n * TR > dt->m->mp.max_batch) return dt_fail(err, errlen, "tree draft rows exceed the draft's batch");
+    if (n * TR > dt->m->mp.max_batch) return util_fail(err, errlen, "tree draft rows exceed the draft's batch");
     double score[64][DRAFTER_MAX_NODES];
     int fr[64][TR], nf[64];
     int32_t gst[64][DRAFTER_MAX_NODES]; /* constrained sequences: the grammar state after each node */
@@ -307,7 +294,7 @@ int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, cons
     tree_shape dsh[64];
     int who[64], nd = 0, slot[64];
     double draft_ms[64] = {0};
-    if (n > 64) return dt_fail(err, errlen, "tree batch of %d (limit 64)", n);
+    if (n > 64) return util_fail(err, errlen, "tree batch of %d (limit 64)", n);
     spec_pair *sp = S[0]->sp;
     for (int i = 0; i < n; i++) {
         spec_method m = how ? how[i] : SPEC_METHOD_DRAFT;
@@ -315,9 +302,9 @@ int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, cons
         slot[i] = -1;
         if (sh[i].budget <= 0 || m == SPEC_METHOD_OFF) continue;
         if (m == SPEC_METHOD_NGRAM || m == SPEC_METHOD_AUTO) {
-            double a = tree_now_ms();
+            double a = clock_now_ms();
             ngram_tree_propose(S[i]->tokens, S[i]->n_tokens, sp->ngram_min, sp->ngram_max, &sh[i], &t[i]);
-            draft_ms[i] = tree_now_ms() - a;
+            draft_ms[i] = clock_now_ms() - a;
             if (t[i].n_nodes) slot[i] = SPEC_DRAFTER_NGRAM;
         }
         if (!t[i].n_nodes && (m == SPEC_METHOD_DRAFT || m == SPEC_METHOD_AUTO) && dt && S[i]->ds[SPEC_DRAFTER_MODEL]) {
@@ -327,11 +314,11 @@ int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, cons
     if (nd) {
         /* one batched draft forward per depth over every sequence drafting;
          * a failure leaves those sequences with plain steps */
-        double a = tree_now_ms();
+        double a = clock_now_ms();
         char derr[256];
         if (draft_tree_propose(dt, ds, nd, dsh, dtree, derr, sizeof(derr)) == 0) {
             /* each sequence's share of the call: its nodes (the draft rows it needed) */
-            double ms = tree_now_ms() - a;
+            double ms = clock_now_ms() - a;
             int nodes = 0;
             for (int k = 0; k < nd; k++) nodes += dtree[k].n_nodes;
             for (int k = 0; k < nd; k++) {

@@ -39,6 +39,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     out->tree = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
     out->tree_bounds = (tree_shape){e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
     memcpy(out->tree_t_rows, e->t_rows, sizeof(out->tree_t_rows));
+    backend_describe(e->be, out->backend_desc, sizeof(out->backend_desc));
     size_t n = 0;
     const char *b = tok_bos(e->sp->tok) >= 0 ? tok_token_str(e->sp->tok, tok_bos(e->sp->tok), &n) : "";
     snprintf(out->bos_text, sizeof(out->bos_text), "%.*s", (int)n, b ? b : "");
@@ -57,15 +58,7 @@ static void req_free(req *r) {
 
 /* ---- public API ------------------------------------------------------------- */
 
-static int eng_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* eng_fail for engine_submit: fills err, returns the failure's kind. */
+/* util_fail for engine_submit: fills err, returns the failure's kind. */
 static engine_status sub_fail(engine_status st, char *err, size_t n, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -81,9 +74,9 @@ static engine_status sub_fail(engine_status st, char *err, size_t n, const char 
 static int resolve_tree(const engine *e, const engine_request *rq, req *r, char *err, size_t errlen) {
     int eng = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
     bool asked = rq->tree == ENGINE_TREE_AUTO || rq->tree == ENGINE_TREE_FIXED;
-    if ((unsigned)rq->tree > ENGINE_TREE_FIXED) return eng_fail(err, errlen, "unknown tree mode %d", (int)rq->tree);
+    if ((unsigned)rq->tree > ENGINE_TREE_FIXED) return util_fail(err, errlen, "unknown tree mode %d", (int)rq->tree);
     if (asked && eng == ENGINE_TREE_OFF)
-        return eng_fail(err, errlen, "tree speculation is off on this server (speculation.tree)");
+        return util_fail(err, errlen, "tree speculation is off on this server (speculation.tree)");
     const tree_shape lim = {e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
     tree_shape sh = lim;
     const int ask[3] = {rq->tree_budget, rq->tree_depth, rq->tree_topk}, top[3] = {lim.budget, lim.depth, lim.topk};
@@ -91,7 +84,7 @@ static int resolve_tree(const engine *e, const engine_request *rq, req *r, char 
     for (int k = 0; k < 3; k++) {
         if (ask[k] == 0) continue;
         if (ask[k] < 1 || ask[k] > top[k])
-            return eng_fail(err, errlen, "%s %d is outside [1, %d] (the server's bound)", names[k], ask[k], top[k]);
+            return util_fail(err, errlen, "%s %d is outside [1, %d] (the server's bound)", names[k], ask[k], top[k]);
         if (k == 0) sh.budget = ask[k];
         else if (k == 1) sh.depth = ask[k];
         else sh.topk = ask[k];
@@ -103,7 +96,7 @@ static int resolve_tree(const engine *e, const engine_request *rq, req *r, char 
                           : r->prm.logprobs ? "logprobs"
                           : r->prm.coupled  ? "coupled verification"
                                             : NULL;
-        if (why && asked) return eng_fail(err, errlen, "tree speculation cannot be combined with %s", why);
+        if (why && asked) return util_fail(err, errlen, "tree speculation cannot be combined with %s", why);
         if (why) mode = ENGINE_TREE_OFF;
     }
     r->tree_mode = mode;
@@ -239,7 +232,7 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
     r->notify = rq->notify;
     r->user = rq->user;
     r->client = rq->client;
-    r->t_submit = eng_now_ms();
+    r->t_submit = clock_now_ms();
     {
         static _Atomic uint64_t counter;
         uint64_t k = atomic_fetch_add(&counter, 1) + 1, t = (uint64_t)(r->t_submit * 1e3);
@@ -326,7 +319,7 @@ int engine_poll(engine *e, uint64_t id, engine_event *ev) {
 int engine_get_sequences(engine *e, engine_seq_info *out, int max) {
     eng_lock(e);
     int n = 0;
-    double now = eng_now_ms();
+    double now = clock_now_ms();
     for (int i = 0; i < e->n_active && n < max; i++) {
         const req *r = e->active[i];
         if (r->final_pushed) continue;
@@ -396,7 +389,7 @@ static int engine_backends(engine *e, char *err, size_t errlen) {
     const engine_config *c = &e->cfg;
     int n = c->tensor_parallel > 1 ? c->tensor_parallel : 1;
     if (n > ENGINE_MAX_SHARDS) {
-        eng_fail(err, errlen, "tensor_parallel %d exceeds %d", n, ENGINE_MAX_SHARDS);
+        util_fail(err, errlen, "tensor_parallel %d exceeds %d", n, ENGINE_MAX_SHARDS);
         return -1;
     }
     for (int r = 0; r < n; r++) {
@@ -425,7 +418,7 @@ static void engine_backends_free(engine *e) {
 
 engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof(*e));
-    if (!e) return eng_fail(err, errlen, "out of memory"), NULL;
+    if (!e) return util_fail(err, errlen, "out of memory"), NULL;
     e->cfg = cfg ? *cfg : engine_config_default();
     engine_config *c = &e->cfg;
     if (c->block_size <= 0) c->block_size = 16;
@@ -481,7 +474,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
                                   errlen);
         if (e->mh) e->dm = draft_medusa_create(e->sp, e->mh, err, errlen);
         if (!e->mh || !e->dm || !(e->tc = spec_tree_create(e->sp))) {
-            if (e->mh && e->dm && !e->tc) eng_fail(err, errlen, "out of memory for Medusa");
+            if (e->mh && e->dm && !e->tc) util_fail(err, errlen, "out of memory for Medusa");
             draft_medusa_destroy(e->dm);
             medusa_heads_destroy(e->mh);
             spec_pair_free(e->sp);
@@ -509,14 +502,14 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
             spec_pair_free(e->sp);
             engine_backends_free(e);
             free(e);
-            return eng_fail(err, errlen, "out of memory for tree speculation (speculation.tree)"), NULL;
+            return util_fail(err, errlen, "out of memory for tree speculation (speculation.tree)"), NULL;
         }
     }
     if (!(e->gc = constrain_cache_create(e->sp->tok))) {
         spec_pair_free(e->sp);
         engine_backends_free(e);
         free(e);
-        return eng_fail(err, errlen, "out of memory"), NULL;
+        return util_fail(err, errlen, "out of memory"), NULL;
     }
     e->n_slots = c->max_waiting + c->max_running;
     if (e->n_slots > 65535) e->n_slots = 65535;
@@ -555,7 +548,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows || !e->useq || !e->ums ||
         !e->umax || !e->ureq || !e->uinfo) {
         engine_destroy(e);
-        return eng_fail(err, errlen, "out of memory"), NULL;
+        return util_fail(err, errlen, "out of memory"), NULL;
     }
     publish_pools(e);
     e->costs_pub = e->sp->costs;
@@ -567,7 +560,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         spec_pair_free(e->sp);
         engine_backends_free(e);
         free(e);
-        return eng_fail(err, errlen, "cannot start the engine thread"), NULL;
+        return util_fail(err, errlen, "cannot start the engine thread"), NULL;
     }
     return e;
 }

@@ -288,6 +288,7 @@ typedef struct {
     int tree;                      /* engine_tree of the engine (OFF when trees are off) */
     tree_shape tree_bounds;        /* its tree bounds */
     double tree_t_rows[TREE_CTL_ROWS + 1]; /* the measured verify cost curve t(rows), ms (0: not measured) */
+    char backend_desc[96];         /* the (first shard's) backend, for people: backend_describe */
 } engine_info;
 
 void engine_get_info(const engine *e, engine_info *out);

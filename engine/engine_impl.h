@@ -17,6 +17,7 @@
 #include "engine/draft_tree.h"
 #include "engine/plan.h"
 #include "engine/stop.h"
+#include "engine/util.h"
 #include "kernels/check.h"
 #include "kernels/comm.h"
 
@@ -153,11 +154,6 @@ struct engine {
     spec_stats st;
 };
 
-static inline double eng_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /* ---- locking and thread ownership, asserted in debug builds -------------- */
 

@@ -36,7 +36,7 @@ static inline const char *engine_status_name(engine_status st) {
     return (unsigned)st < ENGINE_STATUS_COUNT ? names[st] : "?";
 }
 
-/* Every allocation failure of model loading (gguf.c's mmap, model.c) and KV
+/* Every allocation failure of model loading (gguf_read.c's mmap, model.c) and KV
  * pool creation (kv.c) puts this at the very start of err, before the path or
  * anything else, then says what did not fit: "out of memory: m.gguf: the cuda
  * backend cannot hold a 4096 x 32000 q8_0 tensor". No other failure starts

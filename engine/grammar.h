@@ -74,7 +74,7 @@ void grammar_matcher_destroy(grammar_matcher *m); /* NULL is fine */
 
 /* Makes the key masks of every stack top the grammar can produce (a byte
  * position with its rule's continuation positions, G_KEY_FRAMES frames
- * deep, in grammar.c), so that a state seen for the first time costs an OR of
+ * deep, in grammar_mask.c), so that a state seen for the first time costs an OR of
  * its tops' key masks and a check of their few context-dependent tokens, not
  * a walk of the vocabulary trie. One trie walk per key (bounded: at most
  * 16384 keys, 16M trie nodes and 8M closure steps, so a pathological grammar

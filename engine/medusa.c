@@ -1,6 +1,7 @@
 /* medusa.c — Medusa heads: parameters, the GGUF side file, the forward on the
  * target's backend and on the host (see medusa.h). */
 #include "engine/medusa.h"
+#include "engine/util.h"
 
 #include "engine/errkind.h"
 #include "engine/gguf.h"
@@ -12,26 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int mfail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* ---- parameters ------------------------------------------------------------ */
 
 medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, char *err, size_t errlen) {
     if (K < 1 || K > MEDUSA_MAX_HEADS || L < 1 || L > MEDUSA_MAX_LAYERS || D < 1 || D > 65536 || V < 2 ||
         V > 1 << 22) {
-        mfail(err, errlen, "medusa heads: unsupported shape (heads %d of 1..%d, layers %d of 1..%d, dim %d, vocab %d)",
+        util_fail(err, errlen, "medusa heads: unsupported shape (heads %d of 1..%d, layers %d of 1..%d, dim %d, vocab %d)",
               K, MEDUSA_MAX_HEADS, L, MEDUSA_MAX_LAYERS, D, V);
         return NULL;
     }
     medusa_heads *mh = calloc(1, sizeof(*mh));
     if (!mh) {
-        mfail(err, errlen, SPECD_ERR_OOM "medusa heads");
+        util_fail(err, errlen, SPECD_ERR_OOM "medusa heads");
         return NULL;
     }
     mh->n_heads = K, mh->n_layers = L, mh->dim = D, mh->n_vocab = V, mh->own_output = own_output;
@@ -40,7 +33,7 @@ medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, c
     mh->params = calloc(mh->n_params, sizeof(float));
     if (!mh->params) {
         free(mh);
-        mfail(err, errlen, SPECD_ERR_OOM "medusa heads: %zu parameters", nw + nb + no);
+        util_fail(err, errlen, SPECD_ERR_OOM "medusa heads: %zu parameters", nw + nb + no);
         return NULL;
     }
     mh->w = mh->params;
@@ -61,7 +54,7 @@ static float *mat_row(medusa_heads *mh, size_t r) {
 
 int medusa_heads_set_type(medusa_heads *mh, int type, char *err, size_t errlen) {
     if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_Q8_0)
-        return mfail(err, errlen, "medusa heads: type %s is not supported (f32, f16, q8_0)",
+        return util_fail(err, errlen, "medusa heads: type %s is not supported (f32, f16, q8_0)",
                      ggml_type_name(type) ? ggml_type_name(type) : "?");
     free(mh->q);
     mh->q = NULL;
@@ -69,9 +62,9 @@ int medusa_heads_set_type(medusa_heads *mh, int type, char *err, size_t errlen) 
     if (type == GGML_TYPE_F32) return 0;
     size_t rb = ggml_row_size(type, (uint64_t)mh->dim), R = mat_rows(mh);
     if (!rb || (type == GGML_TYPE_Q8_0 && mh->dim % 32))
-        return mfail(err, errlen, "medusa heads: hidden size %d is not a multiple of %s's block", mh->dim,
+        return util_fail(err, errlen, "medusa heads: hidden size %d is not a multiple of %s's block", mh->dim,
                      ggml_type_name(type));
-    if (!(mh->q = malloc(rb * R))) return mfail(err, errlen, SPECD_ERR_OOM "quantized medusa heads");
+    if (!(mh->q = malloc(rb * R))) return util_fail(err, errlen, SPECD_ERR_OOM "quantized medusa heads");
     for (size_t r = 0; r < R; r++) {
         uint8_t *qr = (uint8_t *)mh->q + r * rb;
         ggml_quantize_row(qr, type, mat_row(mh, r), (uint64_t)mh->dim);
@@ -146,10 +139,10 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
 static int load_tensor(const gguf_file *f, const char *fname, const char *name, uint64_t ne0, uint64_t ne1, int type,
                        float *dst, void *qdst, char *err, size_t errlen) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) return mfail(err, errlen, "%s: medusa heads: tensor '%s' is missing", fname, name);
+    if (!t) return util_fail(err, errlen, "%s: medusa heads: tensor '%s' is missing", fname, name);
     uint32_t nd = ne1 > 1 ? 2 : 1;
     if ((int)t->type != type || t->n_dims != nd || t->ne[0] != ne0 || t->ne[1] != ne1)
-        return mfail(err, errlen, "%s: medusa heads: tensor '%s' is %s (%llu, %llu), expected %s (%llu, %llu)", fname,
+        return util_fail(err, errlen, "%s: medusa heads: tensor '%s' is %s (%llu, %llu), expected %s (%llu, %llu)", fname,
                      name, ggml_type_name(t->type) ? ggml_type_name(t->type) : "?", (unsigned long long)t->ne[0],
                      (unsigned long long)t->ne[1], ggml_type_name(type), (unsigned long long)ne0,
                      (unsigned long long)ne1);
@@ -157,13 +150,13 @@ static int load_tensor(const gguf_file *f, const char *fname, const char *name, 
     for (uint64_t r = 0; r < ne1; r++) {
         const uint8_t *src = (const uint8_t *)t->data + r * rb;
         if (!ggml_dequantize_row(dst + r * ne0, type, src, ne0))
-            return mfail(err, errlen, "%s: medusa heads: tensor '%s' cannot be converted", fname, name);
+            return util_fail(err, errlen, "%s: medusa heads: tensor '%s' cannot be converted", fname, name);
         if (qdst) memcpy((uint8_t *)qdst + r * rb, src, rb);
     }
     size_t n = (size_t)ne0 * ne1;
     for (size_t i = 0; i < n; i++)
         if (!isfinite(dst[i]))
-            return mfail(err, errlen, "%s: medusa heads: tensor '%s' holds a non-finite value at element %zu", fname,
+            return util_fail(err, errlen, "%s: medusa heads: tensor '%s' holds a non-finite value at element %zu", fname,
                          name, i);
     return 0;
 }
@@ -172,7 +165,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
                                char *err, size_t errlen) {
     char arch[32] = "";
     if (!gguf_get_cstr(f, "general.architecture", arch, sizeof(arch)) || strcmp(arch, "medusa") != 0) {
-        mfail(err, errlen, "%s: not a medusa heads file (general.architecture is '%s', expected 'medusa')", fname,
+        util_fail(err, errlen, "%s: not a medusa heads file (general.architecture is '%s', expected 'medusa')", fname,
               arch[0] ? arch : "missing");
         return NULL;
     }
@@ -185,23 +178,23 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
                        : !gguf_get_bool(f, "medusa.shared_output", &shared) ? "medusa.shared_output"
                                                                              : NULL;
     if (miss) {
-        mfail(err, errlen, "%s: medusa heads: metadata key %s is missing or of the wrong type", fname, miss);
+        util_fail(err, errlen, "%s: medusa heads: metadata key %s is missing or of the wrong type", fname, miss);
         return NULL;
     }
     char tid[MEDUSA_ID_LEN] = "";
     if (!gguf_get_cstr(f, "medusa.target_id", tid, sizeof(tid)) || !tid[0]) {
-        mfail(err, errlen, "%s: medusa heads: medusa.target_id is missing (the target they were trained for)", fname);
+        util_fail(err, errlen, "%s: medusa heads: medusa.target_id is missing (the target they were trained for)", fname);
         return NULL;
     }
     char tname[128] = "";
     gguf_get_cstr(f, "medusa.target_name", tname, sizeof(tname));
     if (expect_id && strcmp(expect_id, tid) != 0) {
-        mfail(err, errlen, "%s: these medusa heads were trained for target %s (%s), not for the loaded target %s", fname,
+        util_fail(err, errlen, "%s: these medusa heads were trained for target %s (%s), not for the loaded target %s", fname,
               tid, tname[0] ? tname : "unnamed", expect_id);
         return NULL;
     }
     if ((dim > 0 && (int)D != dim) || (n_vocab > 0 && (int)V != n_vocab)) {
-        mfail(err, errlen, "%s: medusa heads have hidden size %u and vocabulary %u; the target has %d and %d", fname, D,
+        util_fail(err, errlen, "%s: medusa heads have hidden size %u and vocabulary %u; the target has %d and %d", fname, D,
               V, dim, n_vocab);
         return NULL;
     }
@@ -215,7 +208,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
     if (acc) {
         if (acc->type != GGUF_TYPE_ARRAY || acc->arr_type != GGUF_TYPE_FLOAT32 || acck < 1 ||
             acc->arr_n != (uint64_t)K * acck) {
-            mfail(err, errlen, "%s: medusa heads: medusa.accuracy must be %u x medusa.accuracy_topk f32 values", fname,
+            util_fail(err, errlen, "%s: medusa heads: medusa.accuracy must be %u x medusa.accuracy_topk f32 values", fname,
                   K);
             medusa_heads_destroy(mh);
             return NULL;
@@ -226,7 +219,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
                 uint32_t jj = j < acck ? j : acck - 1; /* fewer stored: the last cumulative value holds */
                 memcpy(&v, (const uint8_t *)acc->arr_data + ((size_t)k * acck + jj) * 4, 4);
                 if (!(v >= 0 && v <= 1)) {
-                    mfail(err, errlen, "%s: medusa heads: accuracy of head %u top-%u is %g, outside [0, 1]", fname, k + 1,
+                    util_fail(err, errlen, "%s: medusa heads: accuracy of head %u top-%u is %g, outside [0, 1]", fname, k + 1,
                           jj + 1, (double)v);
                     medusa_heads_destroy(mh);
                     return NULL;
@@ -242,7 +235,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
     const gguf_tensor *t0 = gguf_find_tensor(f, "medusa.0.0.weight");
     int wt = t0 ? (int)t0->type : GGML_TYPE_F32;
     if (wt != GGML_TYPE_F32 && wt != GGML_TYPE_F16 && wt != GGML_TYPE_Q8_0) {
-        mfail(err, errlen, "%s: medusa heads: weight type %s is not supported (f32, f16, q8_0)", fname,
+        util_fail(err, errlen, "%s: medusa heads: weight type %s is not supported (f32, f16, q8_0)", fname,
               ggml_type_name(wt) ? ggml_type_name(wt) : "unknown");
         goto fail;
     }
@@ -326,19 +319,19 @@ float *medusa_target_output(const model *m, char *err, size_t errlen) {
     if (!t) t = gguf_find_tensor(m->gguf, "token_embd.weight");
     int D = m->hp.dim, V = m->hp.n_vocab;
     if (!t || t->ne[0] != (uint64_t)D || t->ne[1] != (uint64_t)V) {
-        mfail(err, errlen, "%s: no (%d, %d) output matrix", m->name, V, D);
+        util_fail(err, errlen, "%s: no (%d, %d) output matrix", m->name, V, D);
         return NULL;
     }
     float *O = malloc(sizeof(float) * (size_t)V * D);
     if (!O) {
-        mfail(err, errlen, SPECD_ERR_OOM "the target's output matrix as floats (%d x %d)", V, D);
+        util_fail(err, errlen, SPECD_ERR_OOM "the target's output matrix as floats (%d x %d)", V, D);
         return NULL;
     }
     size_t rb = ggml_row_size(t->type, (uint64_t)D);
     for (int v = 0; v < V; v++)
         if (!ggml_dequantize_row(O + (size_t)v * D, t->type, (const uint8_t *)t->data + (size_t)v * rb, (uint64_t)D)) {
             free(O);
-            mfail(err, errlen, "the target's output matrix type %s cannot be converted", ggml_type_name(t->type));
+            util_fail(err, errlen, "the target's output matrix type %s cannot be converted", ggml_type_name(t->type));
             return NULL;
         }
     return O;
@@ -388,7 +381,7 @@ void medusa_rt_destroy(medusa_rt *rt) {
 medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char *err, size_t errlen) {
     int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
     if (D != m->hp.dim || V != m->hp.n_vocab) {
-        mfail(err, errlen, "medusa heads (dim %d, vocab %d) do not fit the target (dim %d, vocab %d)", D, V, m->hp.dim,
+        util_fail(err, errlen, "medusa heads (dim %d, vocab %d) do not fit the target (dim %d, vocab %d)", D, V, m->hp.dim,
               m->hp.n_vocab);
         return NULL;
     }
@@ -430,7 +423,7 @@ medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char
     if (op->reserve(rt->be, K * max_rows, D, 0) != 0) goto oom;
     return rt;
 oom:
-    mfail(err, errlen, SPECD_ERR_OOM "medusa heads on the %s backend", m->be->i->name);
+    util_fail(err, errlen, SPECD_ERR_OOM "medusa heads on the %s backend", m->be->i->name);
     medusa_rt_destroy(rt);
     return NULL;
 }

@@ -2,6 +2,7 @@
  * hand-written backward pass, AdamW with warmup + cosine, threads, held-out
  * evaluation (see medusa_train.h). */
 #include "engine/medusa_train.h"
+#include "engine/util.h"
 
 #include "engine/errkind.h"
 #include "kernels/cpu/matmul.h"
@@ -15,20 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static int tfail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* ---- the dataset --------------------------------------------------------------- */
 
@@ -58,7 +45,7 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
                         size_t errlen) {
     if (chunk > m->mp.max_batch) chunk = m->mp.max_batch;
     if (chunk > m->mp.max_ctx) chunk = m->mp.max_ctx;
-    if (chunk < 2) return tfail(err, errlen, "chunk of %d positions is too short", chunk);
+    if (chunk < 2) return util_fail(err, errlen, "chunk of %d positions is too short", chunk);
     int K = d->n_heads, D = d->dim;
     float *logits = malloc(sizeof(float) * (size_t)chunk * m->hp.n_vocab);
     int *rows = malloc(sizeof(int) * (size_t)chunk);
@@ -67,7 +54,7 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
         free(logits);
         free(rows);
         kv_seq_destroy(pool, kv);
-        return tfail(err, errlen, SPECD_ERR_OOM "hidden-state pass scratch");
+        return util_fail(err, errlen, SPECD_ERR_OOM "hidden-state pass scratch");
     }
     for (int j = 0; j < chunk; j++) rows[j] = j;
     int64_t added = 0;
@@ -352,11 +339,11 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
                  medusa_train_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof(*res));
     int K = mh->n_heads;
-    if (d->n_heads < K || d->dim != mh->dim) return tfail(err, errlen, "training data do not fit the heads");
+    if (d->n_heads < K || d->dim != mh->dim) return util_fail(err, errlen, "training data do not fit the heads");
     int64_t n_held = (int64_t)(d->n * (double)o->holdout);
     if (n_held < 1) n_held = d->n > 1 ? 1 : 0;
     int64_t n_tr = d->n - n_held;
-    if (n_tr < 1 || n_held < 1) return tfail(err, errlen, "%lld positions are too few to train on", (long long)d->n);
+    if (n_tr < 1 || n_held < 1) return util_fail(err, errlen, "%lld positions are too few to train on", (long long)d->n);
     res->n_train = n_tr, res->n_heldout = n_held;
     int B = o->batch > 0 ? o->batch : 64;
     if (B > n_tr) B = (int)n_tr;
@@ -374,7 +361,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
     float *grads = malloc(sizeof(float) * P * T), *scr = malloc(sizeof(float) * S * T);
     if (!mom || !vel || !perm || !ws || !grads || !scr) {
         free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
-        return tfail(err, errlen, SPECD_ERR_OOM "trainer state (%zu parameters, %d threads)", P, T);
+        return util_fail(err, errlen, SPECD_ERR_OOM "trainer state (%zu parameters, %d threads)", P, T);
     }
     /* the held-out unigram baseline: head 1's labels vs the most frequent training label */
     {
@@ -401,7 +388,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
     const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
     int64_t warm = (int64_t)(steps * (double)o->warmup);
     if (warm < 1) warm = 1;
-    double t0 = now_s(), tw = t0, wloss = 0;
+    double t0 = (clock_now_ms() * 1e-3), tw = t0, wloss = 0;
     int64_t wcorrect[MEDUSA_MAX_HEADS] = {0}, wsamples = 0, pos = n_tr; /* pos: next index in perm */
     int64_t step = 0;
     for (; step < steps; step++) {
@@ -455,7 +442,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
         }
         int64_t done = step + 1;
         if (o->progress && o->progress_every > 0 && (done % o->progress_every == 0 || done == steps)) {
-            double now = now_s();
+            double now = (clock_now_ms() * 1e-3);
             int64_t wsteps = done % o->progress_every ? done % o->progress_every : o->progress_every;
             medusa_progress p = {.step = done, .steps = steps, .epoch = (int)(done * B / n_tr) + 1};
             p.loss = wloss / wsteps;
@@ -474,7 +461,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
     mh->acc_tokens = (uint64_t)n_held;
     mh->train_loss = (float)res->train_loss;
     mh->heldout_loss = (float)res->loss1;
-    res->seconds = now_s() - t0;
+    res->seconds = (clock_now_ms() * 1e-3) - t0;
     free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
     return 0;
 }

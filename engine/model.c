@@ -1,6 +1,7 @@
 /* model.c — llama-family (llama, mistral, qwen2) model loading (validate metadata and tensor shapes, point
  * into the mmap; for tensor parallelism, slice per shard) and the batched forward pass (see model.h). */
 #include "engine/model.h"
+#include "engine/util.h"
 
 #include "engine/errkind.h"
 
@@ -12,14 +13,6 @@
 #include <time.h>
 
 #define MODEL_MAX_CTX_DEFAULT 4096
-
-static int model_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* model_fail for a memory shortage: err starts with SPECD_ERR_OOM (errkind.h),
  * then says what did not fit. */
@@ -97,18 +90,18 @@ static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64
             out->w = NULL;
             return 0;
         }
-        return model_fail(err, n, "missing tensor '%s'", name);
+        return util_fail(err, n, "missing tensor '%s'", name);
     }
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return model_fail(err, n, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
+        return util_fail(err, n, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
                           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
                           (unsigned long long)t->ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
     if (!type_supported(t->type))
-        return model_fail(err, n, "tensor '%s' has type %s, which specd cannot compute with yet (supported: F32, F16, "
+        return util_fail(err, n, "tensor '%s' has type %s, which specd cannot compute with yet (supported: F32, F16, "
                           "BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", name, ggml_type_name(t->type));
     size_t row_bytes = ggml_row_size(t->type, ne0);
     if (row_bytes == 0)
-        return model_fail(err, n, "tensor '%s': %s rows of %llu are not whole blocks", name, ggml_type_name(t->type),
+        return util_fail(err, n, "tensor '%s': %s rows of %llu are not whole blocks", name, ggml_type_name(t->type),
                           (unsigned long long)ne0);
     int N = m->n_shards;
     const void *host = t->data;
@@ -120,7 +113,7 @@ static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64
         cols = ne0 / (uint64_t)N;
         size_t slice_bytes = ggml_row_size(t->type, cols);
         if (slice_bytes == 0)
-            return model_fail(err, n, "tensor parallelism over %d shards: tensor '%s' (%s, %llu columns) would be "
+            return util_fail(err, n, "tensor parallelism over %d shards: tensor '%s' (%s, %llu columns) would be "
                               "cut into column slices of %llu, not whole %s blocks of %u; pick a shard count that "
                               "leaves whole blocks", N, name, ggml_type_name(t->type), (unsigned long long)ne0,
                               (unsigned long long)cols, ggml_type_name(t->type), ggml_blck_size(t->type));
@@ -136,14 +129,14 @@ static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64
 static int get_vec(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, split_kind split,
                    const float **out, char *err, size_t n) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) return model_fail(err, n, "missing tensor '%s'", name);
+    if (!t) return util_fail(err, n, "missing tensor '%s'", name);
     if (t->ne[0] != ne0 || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return model_fail(err, n, "tensor '%s' has %llu x %llu elements, expected a vector of %llu", name,
+        return util_fail(err, n, "tensor '%s' has %llu x %llu elements, expected a vector of %llu", name,
                           (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)ne0);
     if (t->type != GGML_TYPE_F32)
-        return model_fail(err, n, "tensor '%s' must be F32, is %s", name, ggml_type_name(t->type));
+        return util_fail(err, n, "tensor '%s' must be F32, is %s", name, ggml_type_name(t->type));
     if ((uintptr_t)t->data % sizeof(float))
-        return model_fail(err, n, "tensor '%s' is not 4-byte aligned in the file", name);
+        return util_fail(err, n, "tensor '%s' is not 4-byte aligned in the file", name);
     const float *host = t->data;
     if (m->n_shards > 1 && split == SPLIT_ROWS) {
         ne0 /= (uint64_t)m->n_shards;
@@ -185,9 +178,9 @@ static int load_hparams(model *m, char *err, size_t n) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
     if (!gguf_get_cstr(f, "general.architecture", m->arch, sizeof(m->arch)))
-        return model_fail(err, n, "metadata has no general.architecture");
+        return util_fail(err, n, "metadata has no general.architecture");
     if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "mistral") != 0 && strcmp(m->arch, "qwen2") != 0)
-        return model_fail(err, n, "architecture '%s' is not supported yet (supported: llama, mistral, qwen2)",
+        return util_fail(err, n, "architecture '%s' is not supported yet (supported: llama, mistral, qwen2)",
                           m->arch);
     if (!gguf_get_cstr(f, "general.name", m->name, sizeof(m->name))) snprintf(m->name, sizeof(m->name), "%s", "unnamed");
     const char *a = m->arch;
@@ -198,33 +191,33 @@ static int load_hparams(model *m, char *err, size_t n) {
     };
     for (size_t i = 0; i < sizeof(req) / sizeof(req[0]); i++) {
         if (!arch_u32(f, a, req[i].key, &v) || v == 0 || v > (1u << 20))
-            return model_fail(err, n, "metadata %s.%s is missing or out of range", a, req[i].key);
+            return util_fail(err, n, "metadata %s.%s is missing or out of range", a, req[i].key);
         *req[i].dst = (int)v;
     }
     hp->n_kv_head = arch_u32(f, a, "attention.head_count_kv", &v) ? (int)v : hp->n_head;
     if (hp->n_kv_head <= 0 || hp->n_head % hp->n_kv_head)
-        return model_fail(err, n, "%d heads are not a multiple of %d kv heads", hp->n_head, hp->n_kv_head);
+        return util_fail(err, n, "%d heads are not a multiple of %d kv heads", hp->n_head, hp->n_kv_head);
     hp->head_dim = arch_u32(f, a, "attention.key_length", &v) ? (int)v : hp->dim / hp->n_head;
     if (hp->head_dim <= 0 || hp->head_dim > 1024 || hp->head_dim % 2)
-        return model_fail(err, n, "head dimension %d is not supported", hp->head_dim);
+        return util_fail(err, n, "head dimension %d is not supported", hp->head_dim);
     if (arch_u32(f, a, "attention.value_length", &v) && (int)v != hp->head_dim)
-        return model_fail(err, n, "value_length %u differs from key_length %d (not supported)", v, hp->head_dim);
+        return util_fail(err, n, "value_length %u differs from key_length %d (not supported)", v, hp->head_dim);
     hp->n_rot = arch_u32(f, a, "rope.dimension_count", &v) ? (int)v : hp->head_dim;
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
-        return model_fail(err, n, "rope dimension count %d is invalid for head dim %d", hp->n_rot, hp->head_dim);
+        return util_fail(err, n, "rope dimension count %d is invalid for head dim %d", hp->n_rot, hp->head_dim);
     hp->n_ctx_train = arch_u32(f, a, "context_length", &v) ? (int)v : 2048;
     if (!arch_f32(f, a, "attention.layer_norm_rms_epsilon", &hp->eps)) hp->eps = 1e-5f;
     if (!arch_f32(f, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
-    if (!(hp->eps > 0) || !(hp->rope_base > 0)) return model_fail(err, n, "rms epsilon or rope base is not positive");
+    if (!(hp->eps > 0) || !(hp->rope_base > 0)) return util_fail(err, n, "rms epsilon or rope base is not positive");
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
-    if (!te) return model_fail(err, n, "missing tensor 'token_embd.weight'");
-    if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return model_fail(err, n, "implausible vocabulary size");
+    if (!te) return util_fail(err, n, "missing tensor 'token_embd.weight'");
+    if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return util_fail(err, n, "implausible vocabulary size");
     hp->n_vocab = (int)te->ne[1];
     /* qwen2 rotates NeoX-style (pairs i, i + n_rot/2); llama and mistral adjacent pairs */
     hp->rope_neox = !strcmp(a, "qwen2");
     hp->sliding_window = 0;
     if (strcmp(a, "qwen2") != 0 && arch_u32(f, a, "attention.sliding_window", &v)) {
-        if (v > (1u << 30)) return model_fail(err, n, "metadata %s.attention.sliding_window %u is out of range", a, v);
+        if (v > (1u << 30)) return util_fail(err, n, "metadata %s.attention.sliding_window %u is out of range", a, v);
         hp->sliding_window = (int)v;
     }
     return 0;
@@ -251,11 +244,11 @@ static int load_rope(model *m, char *err, size_t n) {
     const gguf_tensor *rf = gguf_find_tensor(f, "rope_freqs.weight");
     if (rf) {
         if (rf->type != GGML_TYPE_F32 || rf->ne[0] != (uint64_t)half || rf->ne[1] != 1)
-            return model_fail(err, n, "rope_freqs.weight must be F32 with %d elements", half);
+            return util_fail(err, n, "rope_freqs.weight must be F32 with %d elements", half);
         for (int i = 0; i < half; i++) {
             float fac;
             memcpy(&fac, (const float *)rf->data + i, 4);
-            if (!(fac > 0)) return model_fail(err, n, "rope_freqs.weight[%d] is not positive", i);
+            if (!(fac > 0)) return util_fail(err, n, "rope_freqs.weight[%d] is not positive", i);
             m->inv_freq[i] /= fac;
         }
     } else if (!strcmp(stype, "llama3")) {
@@ -265,7 +258,7 @@ static int load_rope(model *m, char *err, size_t n) {
         arch_f32(f, m->arch, "rope.scaling.high_freq_factor", &hi);
         arch_u32(f, m->arch, "rope.scaling.original_context_length", &orig);
         if (!(factor > 0) || !(lo > 0) || !(hi > lo) || orig == 0)
-            return model_fail(err, n, "llama3 rope scaling parameters are invalid");
+            return util_fail(err, n, "llama3 rope scaling parameters are invalid");
         double lo_wavelen = orig / lo, hi_wavelen = orig / hi;
         for (int i = 0; i < half; i++) {
             double fr = m->inv_freq[i], wavelen = 2 * M_PI / fr;
@@ -279,11 +272,11 @@ static int load_rope(model *m, char *err, size_t n) {
             m->inv_freq[i] = (float)fr;
         }
     } else if (!strcmp(stype, "linear")) {
-        if (!(factor > 0)) return model_fail(err, n, "linear rope scaling factor must be positive");
+        if (!(factor > 0)) return util_fail(err, n, "linear rope scaling factor must be positive");
         m->rope_pos_scale = 1.0f / factor;
         for (int i = 0; i < half; i++) m->inv_freq[i] *= m->rope_pos_scale;
     } else if (stype[0] && strcmp(stype, "none") != 0) {
-        return model_fail(err, n, "rope scaling type '%s' is not supported (none, linear, llama3)", stype);
+        return util_fail(err, n, "rope scaling type '%s' is not supported (none, linear, llama3)", stype);
     }
     return 0;
 }
@@ -384,10 +377,10 @@ static int check_split(const model *m, char *err, size_t n) {
     const model_hparams *hp = &m->hp;
     int N = m->n_shards;
     if (hp->n_head % N || hp->n_kv_head % N)
-        return model_fail(err, n, "tensor parallelism over %d shards needs the head counts divisible by %d: the "
+        return util_fail(err, n, "tensor parallelism over %d shards needs the head counts divisible by %d: the "
                           "model has %d query heads and %d kv heads", N, N, hp->n_head, hp->n_kv_head);
     if (hp->ff % N)
-        return model_fail(err, n, "tensor parallelism over %d shards needs the feed-forward width divisible by %d: "
+        return util_fail(err, n, "tensor parallelism over %d shards needs the feed-forward width divisible by %d: "
                           "the model has %d", N, N, hp->ff);
     return 0;
 }
@@ -490,31 +483,31 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
 
     /* validate everything before touching any cache */
     if (pool->n_shards != NS || pool->kv_dim != m->shards[0].n_kv_head * E || pool->n_layer != hp->n_layer)
-        return model_fail(err, errlen, "KV pool (%d shards of width %d, %d layers) does not fit this model (%d shards "
+        return util_fail(err, errlen, "KV pool (%d shards of width %d, %d layers) does not fit this model (%d shards "
                           "of width %d, %d layers)", pool->n_shards, pool->kv_dim, pool->n_layer, NS,
                           m->shards[0].n_kv_head * E, hp->n_layer);
     int M = 0;
     for (int s = 0; s < n_seqs; s++) {
         const model_seq *sq = &seqs[s];
-        if (sq->n <= 0) return model_fail(err, errlen, "sequence %d has no new tokens", s);
+        if (sq->n <= 0) return util_fail(err, errlen, "sequence %d has no new tokens", s);
         if (sq->kv->len + sq->n > m->mp.max_ctx)
-            return model_fail(err, errlen, "context full: %d + %d positions exceed the limit of %d", sq->kv->len,
+            return util_fail(err, errlen, "context full: %d + %d positions exceed the limit of %d", sq->kv->len,
                               sq->n, m->mp.max_ctx);
         for (int i = 0; i < sq->n; i++)
             if (sq->tokens[i] < 0 || sq->tokens[i] >= hp->n_vocab)
-                return model_fail(err, errlen, "token id %d is outside the vocabulary (0..%d)", sq->tokens[i],
+                return util_fail(err, errlen, "token id %d is outside the vocabulary (0..%d)", sq->tokens[i],
                                   hp->n_vocab - 1);
         M += sq->n;
     }
     if (M > m->mp.max_batch)
-        return model_fail(err, errlen, "batch of %d positions exceeds max_batch %d", M, m->mp.max_batch);
+        return util_fail(err, errlen, "batch of %d positions exceeds max_batch %d", M, m->mp.max_batch);
     int need = 0; /* growth plus copies of shared prefix blocks (kv.h) */
     for (int s = 0; s < n_seqs; s++) need += kv_seq_reserve_cost(pool, seqs[s].kv, seqs[s].kv->len + seqs[s].n);
     if (need > kv_pool_available(pool))
-        return model_fail(err, errlen, "KV cache full: need %d more blocks, %d free", need, kv_pool_available(pool));
+        return util_fail(err, errlen, "KV cache full: need %d more blocks, %d free", need, kv_pool_available(pool));
     for (int s = 0; s < n_seqs; s++) {
         if (kv_seq_reserve(pool, seqs[s].kv, seqs[s].kv->len + seqs[s].n) != 0)
-            return model_fail(err, errlen, "sequence %d exceeds its KV block table", s);
+            return util_fail(err, errlen, "sequence %d exceeds its KV block table", s);
     }
 
     /* host arrays first (tokens, positions, one attention slice per sequence):
@@ -653,12 +646,6 @@ int model_feed(model *m, kv_pool *pool, kv_seq *kv, const int32_t *tokens, int f
     return 0;
 }
 
-static double model_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* CAL_ROUNDS rounds, or CAL_MIN_ROUNDS once the rounds have taken CAL_BUDGET_MS
  * (a big model on a CPU must not spend half a minute here); medians taken
  * seconds apart were off by 5x on a busy machine, hence the fastest call. */
@@ -686,19 +673,19 @@ void model_time_calls(model *m, kv_pool *pool, int ctx0, const int *n, const int
         }
         if (past[j] > ctx0) s[j]->len = past[j];
     }
-    double start = model_now_ms();
-    for (int r = 0; r < CAL_ROUNDS && (r < CAL_MIN_ROUNDS || model_now_ms() - start < CAL_BUDGET_MS); r++)
+    double start = clock_now_ms();
+    for (int r = 0; r < CAL_ROUNDS && (r < CAL_MIN_ROUNDS || clock_now_ms() - start < CAL_BUDGET_MS); r++)
         for (int j = 0; j < k; j++) {
             if (!s[j]) continue;
             model_seq ms = {.kv = s[j], .n = n[j], .tokens = toks, .all_logits = true};
-            double t0 = model_now_ms();
+            double t0 = clock_now_ms();
             if (model_forward(m, pool, &ms, 1, logits, err, sizeof(err)) != 0) {
                 kv_seq_destroy(pool, s[j]);
                 s[j] = NULL;
                 t[j] = 0;
                 continue;
             }
-            double dt = model_now_ms() - t0;
+            double dt = clock_now_ms() - t0;
             if (t[j] == 0 || dt < t[j]) t[j] = dt;
             kv_seq_truncate(pool, s[j], past[j]);
         }

@@ -100,7 +100,7 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
     ev->last_is_bonus = info->bonus;
     ev->last_is_correction = info->gamma > 0 && !info->bonus;
     ev->has_logprobs = r->prm.logprobs;
-    double now = eng_now_ms();
+    double now = clock_now_ms();
     if (r->t_first == 0) r->t_first = now;
     r->t_last = now;
     bool stop = false;
@@ -519,7 +519,7 @@ static void sched_admit(engine *e, int holding, char *err, size_t errlen) {
         r->reserved = need;
         e->reserved_blocks += need;
         r->state = RQ_PREFILL;
-        r->t_admit = eng_now_ms();
+        r->t_admit = clock_now_ms();
         engine_event *ev = ring_push(e, r);
         ev->type = ENGINE_EV_STARTED;
         ev->prompt_tokens = r->n_prompt;
@@ -584,10 +584,10 @@ static void run_trees(engine *e, sched_step *w) {
     int cap = tree_chunk(e);
     for (int c0 = 0; c0 < w->n_tree && w->tree_rc == 0; c0 += cap, w->n_calls++) {
         int m = w->n_tree - c0 < cap ? w->n_tree - c0 : cap;
-        double t0 = eng_now_ms();
+        double t0 = clock_now_ms();
         w->tree_rc = draft_tree_step(e->dt, e->tc, e->tseq + c0, m, e->tsh + c0, e->thow + c0, e->tmax + c0,
                                      e->tinfo + c0, w->tree_err, sizeof(w->tree_err));
-        note_call(e->tinfo + c0, m, (eng_now_ms() - t0) / m, e->tms + c0, e->tbatch + c0, e->trows + c0);
+        note_call(e->tinfo + c0, m, (clock_now_ms() - t0) / m, e->tms + c0, e->tbatch + c0, e->trows + c0);
     }
 }
 
@@ -632,10 +632,10 @@ static void run_chains(engine *e, sched_step *w) {
         int cap = e->cfg.max_batch > 0 && e->cfg.max_batch < m ? e->cfg.max_batch : m;
         for (int c0 = 0; c0 < m && w->step_rc == 0; c0 += cap, w->n_calls++) {
             int mc = m - c0 < cap ? m - c0 : cap, at = e->bins[b].first + c0;
-            double t0 = eng_now_ms();
+            double t0 = clock_now_ms();
             w->step_rc = spec_step_batch_planned(e->sp, mseq + c0, mc, mmax + c0, mg + c0, e->binfo + at,
                                                  w->step_err, sizeof(w->step_err));
-            note_call(e->binfo + at, mc, (eng_now_ms() - t0) / mc, e->cms + at, e->cbatch + at, e->crows + at);
+            note_call(e->binfo + at, mc, (clock_now_ms() - t0) / mc, e->cms + at, e->cbatch + at, e->crows + at);
         }
         for (int k = 0; k < m && w->step_rc == 0; k++)
             if (e->binfo[e->bins[b].first + k].gamma > 0)

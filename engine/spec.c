@@ -1,6 +1,7 @@
 /* spec.c — draft/target pairing and the per-sequence speculation step
  * (see spec.h for the cache invariant). */
 #include "engine/spec.h"
+#include "engine/util.h"
 
 #include "engine/draft_model.h"
 #include "engine/draft_ngram.h"
@@ -26,20 +27,6 @@
             abort();                                                                                           \
         }                                                                                                      \
     } while (0)
-
-static double spec_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int spec_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 /* ---- statistics ---------------------------------------------------------- */
 
@@ -144,11 +131,11 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     if (prm.draft_mem_warn_pct <= 0) prm.draft_mem_warn_pct = 20.0f;
     char sub[640];
     spec_pair *sp = calloc(1, sizeof(*sp));
-    if (!sp) return spec_fail(err, errlen, "out of memory"), NULL;
+    if (!sp) return util_fail(err, errlen, "out of memory"), NULL;
     model_params mp = {.max_batch = 512, .max_ctx = prm.max_ctx};
     if (prm.tensor_parallel > 1) {
         if (!prm.target_shards || prm.target_shards[0] != be) {
-            spec_fail(err, errlen, "tensor parallelism: shard 0 must be the pair's backend");
+            util_fail(err, errlen, "tensor parallelism: shard 0 must be the pair's backend");
             goto fail_quiet;
         }
         sp->target = model_load_tp(target_path, prm.target_shards, prm.tensor_parallel, prm.tp_comm, &mp, err, errlen);
@@ -157,12 +144,12 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     }
     if (!sp->target) goto fail_quiet;
     if (!(sp->tok = tok_create(sp->target->gguf, sub, sizeof(sub)))) {
-        spec_fail(err, errlen, "%s: %s", target_path, sub);
+        util_fail(err, errlen, "%s: %s", target_path, sub);
         goto fail_quiet;
     }
     sp->n_vocab = sp->target->hp.n_vocab;
     if (tok_n_vocab(sp->tok) != sp->n_vocab) {
-        spec_fail(err, errlen, "%s: tokenizer has %d tokens but the model's vocabulary is %d", target_path,
+        util_fail(err, errlen, "%s: tokenizer has %d tokens but the model's vocabulary is %d", target_path,
                   tok_n_vocab(sp->tok), sp->n_vocab);
         goto fail_quiet;
     }
@@ -202,7 +189,7 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->ngram_min = prm.ngram_min ? prm.ngram_min : 2;
     sp->ngram_max = prm.ngram_max ? prm.ngram_max : 5;
     if (!(sp->drafters[SPEC_DRAFTER_NGRAM] = draft_ngram_create(sp->n_vocab, prm.ngram_min, prm.ngram_max))) {
-        spec_fail(err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of memory)", prm.ngram_min,
+        util_fail(err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of memory)", prm.ngram_min,
                   prm.ngram_max, NGRAM_MAX_N);
         goto fail_quiet;
     }
@@ -219,7 +206,7 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->props = malloc(sizeof(drafter_prop) * (size_t)sp->max_seqs);
     sp->prop_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
     if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->ms || !sp->gam || !sp->props || !sp->prop_of) {
-        spec_fail(err, errlen, "out of memory");
+        util_fail(err, errlen, "out of memory");
         goto fail_quiet;
     }
     if (dm) {
@@ -479,13 +466,13 @@ void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]) {
 spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
                           size_t errlen) {
     int max_ctx = sp->max_ctx;
-    if (n_prompt <= 0) return spec_fail(err, errlen, "empty prompt"), NULL;
+    if (n_prompt <= 0) return util_fail(err, errlen, "empty prompt"), NULL;
     if (n_prompt >= max_ctx)
-        return spec_fail(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, max_ctx), NULL;
+        return util_fail(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, max_ctx), NULL;
     if (!sampler_config_validate(&p->sc, err, errlen)) return NULL;
-    if ((unsigned)p->method > SPEC_METHOD_OFF) return spec_fail(err, errlen, "unknown speculation method"), NULL;
+    if ((unsigned)p->method > SPEC_METHOD_OFF) return util_fail(err, errlen, "unknown speculation method"), NULL;
     spec_seq *s = calloc(1, sizeof(*s));
-    if (!s) return spec_fail(err, errlen, "out of memory"), NULL;
+    if (!s) return util_fail(err, errlen, "out of memory"), NULL;
     s->sp = sp;
     s->prm = *p;
     s->slot = -1;
@@ -497,18 +484,18 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     gamma_ctl_init(&s->ctl_ngram, &s->prm.gp);
     s->cap = max_ctx + GAMMA_MAX + 2;
     if (s->prm.speculate && s->prm.gp.gamma_max > sp->max_gamma) {
-        spec_fail(err, errlen, "gamma_max %d exceeds the pair's limit of %d", s->prm.gp.gamma_max, sp->max_gamma);
+        util_fail(err, errlen, "gamma_max %d exceeds the pair's limit of %d", s->prm.gp.gamma_max, sp->max_gamma);
         goto fail;
     }
     s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap);
     s->q = s->prm.speculate ? malloc(sizeof(float) * (size_t)sp->n_vocab * (size_t)sp->max_gamma) : NULL;
     if (s->prm.speculate && !s->q) {
-        spec_fail(err, errlen, "out of memory");
+        util_fail(err, errlen, "out of memory");
         goto fail;
     }
     s->tkv = kv_seq_create(sp->tpool, max_ctx + GAMMA_MAX + 1);
     if (!s->tokens || !s->tkv) {
-        spec_fail(err, errlen, "out of memory");
+        util_fail(err, errlen, "out of memory");
         goto fail;
     }
     /* the draft model keeps a cache even for plain sequences (as before: its
@@ -517,7 +504,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
         drafter *d = sp->drafters[i];
         if (!d || !(i == SPEC_DRAFTER_MODEL || (s->prm.speculate && method_uses(s->prm.method, i)))) continue;
         if (!(s->ds[i] = d->i->seq_create(d, max_ctx + GAMMA_MAX + 1))) {
-            spec_fail(err, errlen, "out of memory");
+            util_fail(err, errlen, "out of memory");
             goto fail;
         }
     }
@@ -526,7 +513,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s->n_tokens = s->n_prompt = n_prompt;
     if (s->prm.grammar && (s->gst = grammar_start(s->prm.grammar)) < 0) {
-        spec_fail(err, errlen, "the grammar matches nothing");
+        util_fail(err, errlen, "the grammar matches nothing");
         goto fail;
     }
     return s;
@@ -540,9 +527,9 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     if (s->prefilled) return 1;
     int from = s->tkv->len, to = s->n_prompt;
     if (max_tokens > 0 && to - from > max_tokens) to = from + max_tokens;
-    double t0 = spec_now_ms();
+    double t0 = clock_now_ms();
     if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, from, to, sp->logits, err, errlen) != 0) return -1;
-    s->st.target_ms += spec_now_ms() - t0;
+    s->st.target_ms += clock_now_ms() - t0;
     s->st.prefill_tokens += (uint64_t)(to - from);
     prefix_publish(s);
     if (to < s->n_prompt) return 0;
@@ -666,9 +653,9 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
         char derr[256];
         int budget = 0; /* draft rows the call computes: each sequence's share of its time */
         for (int r = 0; r < m; r++) budget += gam[sp->prop_of[r]];
-        double t0 = spec_now_ms();
+        double t0 = clock_now_ms();
         int rc = d->i->propose(d, sp->props, m, derr, sizeof(derr));
-        double dt = spec_now_ms() - t0;
+        double dt = clock_now_ms() - t0;
         for (int r = 0; r < m; r++) {
             int i = sp->prop_of[r];
             spec_seq *s = S[i];
@@ -790,17 +777,17 @@ int spec_step_batch_planned(spec_pair *sp, spec_seq **S, int n, const int *max_n
 
 static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
                       spec_step_info *info, char *err, size_t errlen) {
-    if (n < 1 || n > sp->max_seqs) return spec_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
+    if (n < 1 || n > sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
     for (int i = 0; i < n; i++)
-        if (!S[i]->prefilled) return spec_fail(err, errlen, "sequence %d is still prefilling", i);
+        if (!S[i]->prefilled) return util_fail(err, errlen, "sequence %d is still prefilling", i);
     int *gam = sp->gam;
     int nd = 0, rows = 0;
     for (int i = 0; i < n; i++) {
         memset(&info[i], 0, sizeof(info[i]));
         info[i].method = -1;
-        if (max_new[i] < 1) return spec_fail(err, errlen, "max_new must be >= 1");
+        if (max_new[i] < 1) return util_fail(err, errlen, "max_new must be >= 1");
         if (spec_seq_check_kv(S[i], err, errlen) < 0) return -1;
-        if (S[i]->n_tokens > sp->max_ctx) return spec_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
+        if (S[i]->n_tokens > sp->max_ctx) return util_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
         gam[i] = planned ? planned[i] : plan_gamma(S[i], max_new[i], n);
         gam[i] = cap_gamma(S[i], gam[i], max_new[i]);
         if (!S[i]->prm.speculate || S[i]->slot < 0) gam[i] = 0;
@@ -820,7 +807,7 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
         keys += gamma_keys(gam[i] + 1, s->n_tokens - 1);
         pairs += gamma_pairs(gam[i] + 1, s->n_tokens - 1);
     }
-    double t0 = spec_now_ms();
+    double t0 = clock_now_ms();
     if (model_forward(sp->target, sp->tpool, ms, n, sp->logits, err, errlen) != 0) {
         /* the sequences are unchanged: drafters drop what they proposed */
         for (int i = 0; i < n; i++)
@@ -828,7 +815,7 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
                 if (S[i]->ds[j]) sp->drafters[j]->i->commit(sp->drafters[j], S[i]->ds[j], S[i]->tokens, S[i]->n_tokens - 1);
         return -1;
     }
-    double tt = spec_now_ms() - t0;
+    double tt = clock_now_ms() - t0;
     gamma_costs_observe_target(&sp->costs, rows, keys, pairs, tt);
     size_t row = 0;
     for (int i = 0; i < n; i++) {

@@ -1,5 +1,6 @@
 /* spec_tree.c — the engine's tree speculation step (see spec_tree.h). */
 #include "engine/spec_tree.h"
+#include "engine/util.h"
 
 #include "engine/grammar.h"
 #include "engine/rng.h"
@@ -74,20 +75,6 @@ void spec_tree_destroy(spec_tree_ctx *tc) {
     free(tc);
 }
 
-static int tree_fail(char *err, size_t n, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 /* The token budget (grammar.h) when the token at absolute position pos is
  * drawn, as spec.c's chain step computes it (-1: none). */
 static int budget_at(const spec_seq *s, int pos) {
@@ -151,17 +138,17 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
                      spec_step_info *info, float *hidden, char *err, size_t errlen) {
     spec_pair *sp = tc->sp;
     size_t V = (size_t)sp->n_vocab;
-    if (n < 1 || n > sp->max_seqs) return tree_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
+    if (n < 1 || n > sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
     int rows = 0;
     for (int i = 0; i < n; i++) {
         spec_seq *s = S[i];
         memset(&info[i], 0, sizeof(info[i]));
         info[i].method = -1;
-        if (!s->prefilled) return tree_fail(err, errlen, "sequence %d is still prefilling", i);
-        if (max_new[i] < 1) return tree_fail(err, errlen, "max_new must be >= 1");
-        if (s->n_tokens > sp->max_ctx) return tree_fail(err, errlen, "context full (%d tokens)", s->n_tokens);
+        if (!s->prefilled) return util_fail(err, errlen, "sequence %d is still prefilling", i);
+        if (max_new[i] < 1) return util_fail(err, errlen, "max_new must be >= 1");
+        if (s->n_tokens > sp->max_ctx) return util_fail(err, errlen, "context full (%d tokens)", s->n_tokens);
         if (!tree_validate(trees[i].nodes, trees[i].n_nodes, (int)V, NULL))
-            return tree_fail(err, errlen, "sequence %d: invalid tree", i);
+            return util_fail(err, errlen, "sequence %d: invalid tree", i);
         cut_tree(&tc->cut[i], tc->qrow[i], &trees[i], max_new[i] - 1);
         if (s->prm.grammar) grammar_cut_tree(s, &tc->cut[i], tc->qrow[i], tc->gst[i]);
         /* the verify rows must fit the context; else a plain step */
@@ -174,10 +161,10 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
         rows += R;
     }
     if (rows > sp->target->mp.max_batch)
-        return tree_fail(err, errlen, "%d verify rows exceed the target's batch of %d", rows, sp->target->mp.max_batch);
-    double t0 = now_ms();
+        return util_fail(err, errlen, "%d verify rows exceed the target's batch of %d", rows, sp->target->mp.max_batch);
+    double t0 = clock_now_ms();
     if (model_forward(sp->target, sp->tpool, tc->ms, n, tc->logits, err, errlen) != 0) return -1;
-    double tt = now_ms() - t0;
+    double tt = clock_now_ms() - t0;
     size_t row = 0;
     for (int i = 0; i < n; i++) {
         spec_seq *s = S[i];

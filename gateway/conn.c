@@ -2,6 +2,7 @@
  * queues, the requests each connection runs, and the pool of open
  * connections. Knows libwebsockets only to write and to ask for WRITEABLE. */
 #include "gateway/conn.h"
+#include "kernels/clock.h"
 
 #include "gateway/openai.h"
 #include "gateway/protocol.h"
@@ -19,11 +20,7 @@ uint64_t gw_random_seed(void) {
     return h >> 1;
 }
 
-double gw_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
+double gw_now_ms(void) { return clock_now_ms(); }
 
 /* ---- output queues ------------------------------------------------------------ */
 

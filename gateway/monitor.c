@@ -6,7 +6,6 @@
 #include "gateway/gw.h"
 
 #include "engine/telemetry.h"
-#include "kernels/backend.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -146,8 +145,8 @@ static char *snapshot_json(void) {
     json_t *model = json_object();
     json_object_set_new(model, "target", json_string(gw_srv->cfg.model_name));
     json_object_set_new(model, "draft", json_string(gw_srv->cfg.draft_name));
-    json_object_set_new(model, "backend", json_string("cpu"));
-    json_object_set_new(model, "simd", json_string(backend_cpu_simd()));
+    json_object_set_new(model, "backend", json_string(es.backend));
+    json_object_set_new(model, "backend_desc", json_string(info.backend_desc));
     json_object_set_new(o, "model", model);
     json_t *seqs = json_array();
     int n = engine_get_sequences(gw_srv->eng, mon.seqs, MON_MAX_SEQS);

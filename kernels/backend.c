@@ -8,6 +8,12 @@ void backend_destroy(backend *be) {
     if (be) be->i->destroy(be);
 }
 
+void backend_describe(backend *be, char *buf, size_t n) {
+    if (!n) return;
+    if (be->i->describe) be->i->describe(be, buf, n);
+    else snprintf(buf, n, "%s", be->i->name);
+}
+
 backend *backend_create(backend_kind kind, int device, int threads, char *err, size_t errlen) {
     if (kind == BACKEND_CPU || (kind == BACKEND_AUTO && backend_cuda_devices() == 0))
         return backend_cpu_create(threads);

@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#define BACKEND_INTERFACE_VERSION 4 /* 3: KV blocks laid out (Hkv, B, E); 4: matmul_n */
+#define BACKEND_INTERFACE_VERSION 5 /* 3: KV blocks laid out (Hkv, B, E); 4: matmul_n; 5: describe */
 #define BACKEND_MATMUL_N_MAX 4
 
 typedef struct backend backend;
@@ -118,6 +118,11 @@ typedef struct backend_i {
      * h / (H / Hkv). */
     void (*attention)(backend *be, float *out, const float *q, const kv_layer_view *kv,
                       const attn_seq *seqs, int n_seqs, int H, int Hkv, int E);
+
+    /* Optional (NULL: the name alone). One line for people saying what runs
+     * the ops, starting with the name: "cpu avx512, 16 threads",
+     * "cuda NVIDIA H200, 132 SMs, 139.8 GiB". Writes at most n bytes to buf. */
+    void (*describe)(backend *be, char *buf, size_t n);
 } backend_i;
 
 struct backend {
@@ -131,6 +136,9 @@ struct backend {
  * failure (start-up path). Caller owns it; free with backend_destroy. */
 backend *backend_cpu_create(int n_threads);
 void backend_destroy(backend *be); /* accepts NULL */
+/* The backend's one-line description (backend_i.describe, or its name) into buf
+ * (n bytes, NUL-terminated). */
+void backend_describe(backend *be, char *buf, size_t n);
 
 /* Which backend to make: AUTO is CUDA when this build has it and a GPU is
  * present, else the CPU. */

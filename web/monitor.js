@@ -182,7 +182,7 @@ function showBanner(s) {
   const m = s.model || {};
   setText('model-target', m.target || '—');
   setText('model-draft', m.draft ? m.draft : 'none');
-  setText('backend', m.backend ? (m.simd ? `${m.backend} (${m.simd})` : m.backend) : '—');
+  setText('backend', m.backend_desc || (m.backend ? (m.simd ? `${m.backend} (${m.simd})` : m.backend) : '—'));
   const p = s.policy || {};
   setText('policy-version', p.version !== undefined ? `v${p.version}` : '—');
   const warn = $('policy-warning');

@@ -1,6 +1,7 @@
 /* cpu_backend.c — the CPU implementation of the backend table: fans the
  * kernels of matmul.c and ops.c out over a persistent thread pool. */
 #include "kernels/backend.h"
+#include "kernels/clock.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/warena.h"
@@ -52,19 +53,13 @@ typedef struct {
 
 static cpu_ctx *ctx_of(backend *be) { return be->ctx; }
 
-static double prof_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
 /* Brackets an op's body: PROF_BEGIN(be) ... PROF_END(op). */
 #define PROF_BEGIN(be)                                                                              \
     cpu_ctx *pc_ = ctx_of(be);                                                                      \
-    double pt0_ = pc_->prof ? prof_now() : 0.0;
+    double pt0_ = pc_->prof ? clock_now_ms() : 0.0;
 #define PROF_END(op)                                                                                \
     if (pc_->prof) {                                                                                \
-        pc_->prof_ms[op] += prof_now() - pt0_;                                                      \
+        pc_->prof_ms[op] += clock_now_ms() - pt0_;                                                      \
         pc_->prof_calls[op]++;                                                                      \
     }
 
@@ -485,6 +480,10 @@ static void cpu_attention(backend *be, float *out, const float *q, const kv_laye
     PROF_END(P_ATTENTION)
 }
 
+static void cpu_describe(backend *be, char *buf, size_t n) {
+    snprintf(buf, n, "cpu %s, %d threads", simd_name(ctx_of(be)->simd), be->n_threads);
+}
+
 static const backend_i cpu_iface = {
     .version = BACKEND_INTERFACE_VERSION,
     .name = "cpu",
@@ -508,6 +507,7 @@ static const backend_i cpu_iface = {
     .silu_mul = cpu_silu_mul,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,
+    .describe = cpu_describe,
 };
 
 backend *backend_cpu_create(int n_threads) {

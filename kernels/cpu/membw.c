@@ -2,6 +2,7 @@
  * slice with wide integer adds; the sum is kept so the reads cannot be elided. */
 #include <stddef.h>
 #include "kernels/cpu/membw.h"
+#include "kernels/clock.h"
 #include "kernels/cpu/threadpool.h"
 
 #include <stdint.h>
@@ -54,12 +55,6 @@ static void bw_task(void *arg, int task, int thread) {
     j->sums[task & 63] += s;
 }
 
-static double bw_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 struct membw {
     uint64_t *buf;
     size_t bytes;
@@ -87,9 +82,9 @@ membw *membw_create(int n_threads, size_t bytes) {
 double membw_measure(membw *b, int passes, int best) {
     double top = 0, t_all = 0;
     for (int r = 0; r < passes; r++) {
-        double t0 = bw_now();
+        double t0 = (clock_now_ms() * 1e-3);
         tp_run(b->tp, b->job.tasks, bw_task, &b->job);
-        double dt = bw_now() - t0;
+        double dt = (clock_now_ms() * 1e-3) - t0;
         t_all += dt;
         if ((double)b->bytes / dt / 1e9 > top) top = (double)b->bytes / dt / 1e9;
     }

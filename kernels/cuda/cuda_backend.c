@@ -557,6 +557,12 @@ static void cu_destroy(backend *be) {
     free(be);
 }
 
+static void cu_describe(backend *be, char *buf, size_t n) {
+    const cu_ctx *c = ctx_of(be);
+    snprintf(buf, n, "cuda %s, %d SMs, %.1f GiB", c->prop.name, c->prop.multiProcessorCount,
+             c->prop.totalGlobalMem / 1073741824.0);
+}
+
 static const backend_i cuda_iface = {
     .version = BACKEND_INTERFACE_VERSION,
     .name = "cuda",
@@ -580,6 +586,7 @@ static const backend_i cuda_iface = {
     .silu_mul = cu_silu_mul_op,
     .kv_write = cu_kv_write_op,
     .attention = cu_attention_op,
+    .describe = cu_describe,
 };
 
 int backend_cuda_built(void) { return 1; }

@@ -1,4 +1,4 @@
-/* test_mkmodel_unit.c — engine/mkmodel.h checked directly: conversions, random
+/* test_mkmodel_unit.c — cli/mkmodel.h checked directly: conversions, random
  * models of every type (shapes, metadata, tokenizer, determinism, validation),
  * widening (zero structure, norm scaling, and logits equal to the source's via a
  * small f32 reference forward pass written here), and re-typing. */
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "tests/testutil.h"
 
 static char g_dir[256];

@@ -1,7 +1,7 @@
 /* test_arch_tree.c — tree verification (ancestor mask + explicit positions) on qwen2 and
  * mistral (sliding window) random models: every tree node's logits must equal the logits of
  * its root-to-node path evaluated as a plain causal sequence after the same prefix. */
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "engine/model.h"
 #include "tests/testutil.h"
 

@@ -78,6 +78,10 @@ def run():
         check(trees > 0 and nodes > trees, "metrics: %s tree steps, %s nodes" % (trees, nodes))
         snap = asyncio.run(monitor_snapshot(srv))
         check(snap["tree"]["mode"] == "auto" and snap["tree"]["tree_steps"] > 0, "monitor tree: %r" % snap.get("tree"))
+        # the backend as the engine describes it (not the CPU's SIMD whatever runs the ops)
+        mdl = snap["model"]
+        check(mdl["backend"] in ("cpu", "cuda") and mdl["backend_desc"].startswith(mdl["backend"] + " ")
+              and ("threads" in mdl["backend_desc"]) == (mdl["backend"] == "cpu"), "monitor model: %r" % mdl)
         # refusals, with the field
         st, _, b = srv.http("POST", "/v1/completions", {"prompt": "x", "speculation": {"tree_budget": 17}})
         e = json.loads(b)["error"]

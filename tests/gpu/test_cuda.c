@@ -4,7 +4,7 @@
  * architecture, greedy speculative == plain greedy on the GPU, seeded
  * sampling reproducible on the GPU, and CUDA-graph replay == eager execution.
  * Exits 77 (skipped) when no GPU is present. */
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/spec/spec_util.h"
 

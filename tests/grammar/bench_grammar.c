@@ -14,7 +14,7 @@
  * them on first use, inside the cold figures;
  * BENCH_DEBUG=US also lists every cold mask over US µs with its trie nodes).
  * Times are the thread's CPU time (CLOCK_THREAD_CPUTIME_ID). */
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "tests/grammar/grammar_util.h"
 #include "tests/testutil.h"
 

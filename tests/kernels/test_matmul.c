@@ -7,7 +7,7 @@
  * backend op against the single-thread kernel; and rows of a batch against the
  * same rows alone. */
 #include "engine/gguf.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant.h"

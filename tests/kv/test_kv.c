@@ -4,7 +4,7 @@
  * path (forward calls, rollback) performs no heap allocation, counted by
  * interposing malloc. Prints what publishing and attaching a block costs. */
 #include "engine/kv.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "engine/model.h"
 #include "tests/testutil.h"
 

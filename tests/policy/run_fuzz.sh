@@ -8,6 +8,6 @@ set -u
 fuzz_setup "$(dirname "$0")" config
 yaml_libs=$(pkg-config --libs yaml-0.1 2>/dev/null || echo -lyaml)
 # shellcheck disable=SC2086
-fuzz_build fuzz_config -D_GNU_SOURCE "$src/policy/config.c" "$src/policy/suggest.c" "$here/fuzz_config.c" $yaml_libs -lpthread -lm
+fuzz_build fuzz_config -D_GNU_SOURCE "$src/policy/config.c" "$src/policy/config_load.c" "$src/policy/store.c" "$src/policy/suggest.c" "$here/fuzz_config.c" $yaml_libs -lpthread -lm
 cp "$src/config.yaml" "$work/corpus/shipped.yaml" 2>/dev/null || true
 fuzz_run fuzz_config "${1:-30}" 8192 config.dict "the config loader"

@@ -6,7 +6,7 @@
 #define SPECD_TEST_SPEC_UTIL_H
 
 #include "engine/draft_model.h"
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "engine/spec.h"
 #include "tests/spec/test_drafter.h"
 #include "tests/testutil.h"

@@ -4,7 +4,7 @@
  * through a batched prefill, a masked (tree) verify, a rollback and re-forward,
  * and a last-row-only decode; N = 1 through model_load_tp must be bit-identical
  * to model_load; shapes that cannot be split must fail with the numbers. */
-#include "engine/mkmodel.h"
+#include "cli/mkmodel.h"
 #include "engine/model.h"
 #include "kernels/comm.h"
 #include "kernels/cpu/matmul.h"

@@ -1,8 +1,8 @@
 /* mkmodel.h — writes llama GGUF models: seeded random weights of any shape, a
  * function-preserving widening of a real model, or a re-typed copy of one.
  * Used by `specd mkmodel`, the demo-model path and tests; not a loader. */
-#ifndef SPECD_MKMODEL_H
-#define SPECD_MKMODEL_H
+#ifndef SPECD_CLI_MKMODEL_H
+#define SPECD_CLI_MKMODEL_H
 
 #include <stdbool.h>
 #include <stddef.h>

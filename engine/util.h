@@ -1,0 +1,25 @@
+/* util.h — small helpers every engine file may use: the monotonic clock
+ * (kernels/clock.h) and the formatted-error helper of the recoverable paths. */
+#ifndef SPECD_ENGINE_UTIL_H
+#define SPECD_ENGINE_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "kernels/clock.h"
+
+/* Writes the formatted message into err (at most n bytes, NUL-terminated;
+ * nothing when err is NULL or n is 0) and returns -1, so a failing path reads
+ * `return util_fail(err, errlen, "...", ...);`. */
+__attribute__((format(printf, 3, 4))) static inline int util_fail(char *err, size_t n, const char *fmt, ...) {
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+#endif

@@ -86,6 +86,7 @@ int cmd_serve(int argc, char **argv) {
     snprintf(gc.allowed_hosts, sizeof(gc.allowed_hosts), "%s", pc->server.allowed_hosts);
     gc.idle_timeout_s = pc->server.idle_timeout_s;
     gc.max_tokens_limit = pc->server.max_tokens_limit;
+    gc.max_choices = pc->server.max_choices;
     gc.grace_ms = pc->server.grace_ms;
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);
     snprintf(dpath, sizeof(dpath), "%s", pc->models.draft);

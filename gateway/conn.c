@@ -73,6 +73,13 @@ void gw_queue_free(gw_conn *c) {
 
 /* ---- requests ----------------------------------------------------------------- */
 
+static void req_free(gw_req *r) {
+    free(r->acc);
+    free(r->fin);
+    oa_logprobs_free(r->lp);
+    free(r);
+}
+
 gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid) {
     gw_req *r = calloc(1, sizeof(*r));
     if (!r) return NULL;
@@ -93,9 +100,7 @@ void gw_req_remove(gw_conn *c, gw_req *r) {
             c->n_reqs--;
             c->pool->n_reqs--;
             c->last_rx_ms = gw_now_ms(); /* a finished request restarts the idle clock */
-            free(r->acc);
-            oa_logprobs_free(r->lp);
-            free(r);
+            req_free(r);
             return;
         }
 }
@@ -136,9 +141,7 @@ void gw_pool_drain_orphans(gw_pool *p) {
         if (got < 0) gone = true;
         if (gone) {
             *pp = r->orphan_next;
-            free(r->acc);
-            oa_logprobs_free(r->lp);
-            free(r);
+            req_free(r);
             continue;
         }
         pp = &r->orphan_next;

@@ -36,12 +36,16 @@ typedef struct gw_req {
     struct gw_conn *conn;
     char cid[GW_ID_JSON_MAX];     /* the client's id as JSON text */
     char session[40];             /* uuid */
-    /* HTTP requests */
+    /* HTTP requests: one gw_req per choice (OpenAI n) of the connection's request */
     int api;                      /* GW_HTTP_COMPLETIONS / GW_HTTP_CHAT */
     bool stream;
+    int index;                    /* which choice, 0..n-1 */
+    bool done;                    /* its final event was polled: the engine has released eid */
     char *acc;                    /* accumulated text (non-streaming) */
     size_t acc_len, acc_cap;
     int prompt_tokens;
+    int completion_tokens;        /* from its finished event */
+    engine_event *fin;            /* its finished event (non-streaming, until all choices are done; malloc'd) */
     bool logprobs;                /* the request asked for logprobs */
     void *lp;                     /* accumulated logprobs (non-streaming; openai.h oa_logprobs_*) */
     size_t lp_offset;             /* completions: text_offset of the next token */
@@ -69,6 +73,8 @@ typedef struct gw_conn {
     bool is_post, headers_sent, finished;
     bool admin_ok;                /* bearer token matched (admin endpoints) */
     int status;
+    int n_choices;                /* completions: choices of the request (its gw_reqs, while they run) */
+    bool include_usage;           /* completions, streaming n > 1: end with a usage chunk */
 } gw_conn;
 
 /* The open connections and the requests they run (orphans: requests of

@@ -78,6 +78,13 @@ static void tree_topk_bounds(const gw_limits *lim, long long *lo, long long *hi,
     tree_bounds(lim->tree_topk, lo, hi, note, n);
 }
 
+/* n: [1, server.max_choices] */
+static void choices_bounds(const gw_limits *lim, long long *lo, long long *hi, char *note, size_t n) {
+    *lo = 1;
+    *hi = lim->max_choices > 1 ? lim->max_choices : 1;
+    snprintf(note, n, " (server.max_choices)");
+}
+
 static void gamma_bounds(const gw_limits *lim, long long *lo, long long *hi, char *note, size_t n) {
     *lo = lim->gamma_min;
     *hi = lim->gamma_max;
@@ -124,6 +131,11 @@ static int set_seed(const field_value *v, const gw_limits *lim, gw_field_target 
     (void)lim, (void)err;
     t->req->seed = (uint64_t)v->i; /* a negative seed wraps (two's complement), as OpenAI clients expect */
     t->seed_set = true;
+    return 0;
+}
+static int set_choices(const field_value *v, const gw_limits *lim, gw_field_target *t, gw_field_error *err) {
+    (void)lim, (void)err;
+    t->n = (int)v->i;
     return 0;
 }
 static int set_prefix_cache(const field_value *v, const gw_limits *lim, gw_field_target *t, gw_field_error *err) {
@@ -188,13 +200,14 @@ static int set_adaptive(const field_value *v, const gw_limits *lim, gw_field_tar
 
 gw_limits gw_limits_default(void) {
     return (gw_limits){.max_message_bytes = 1 << 20, .max_tokens_limit = 4096, .default_max_tokens = 256,
-                       .gamma_min = 2, .gamma_max = 8, .max_ctx = 0, .has_draft = false};
+                       .gamma_min = 2, .gamma_max = 8, .max_ctx = 0, .has_draft = false, .max_choices = 4};
 }
 
 /* ---- the table ------------------------------------------------------------------- */
 
 #define TOP GW_FIELDS_TOP
 #define SPEC GW_FIELDS_SPECULATION
+#define OPENAI GW_FIELDS_OPENAI
 static const field_row rows[] = {
     {.group = TOP, .key = "max_tokens", .path = "max_tokens", .kind = F_INT, .bounds = max_tokens_bounds,
      .set = set_max_tokens},
@@ -209,6 +222,7 @@ static const field_row rows[] = {
     {.group = TOP, .key = "seed", .path = "seed", .kind = F_INT, .lo = LLONG_MIN, .hi = LLONG_MAX, .note = "",
      .set = set_seed},
     {.group = TOP, .key = "prefix_cache", .path = "prefix_cache", .kind = F_BOOL, .set = set_prefix_cache},
+    {.group = OPENAI, .key = "n", .path = "n", .kind = F_INT, .bounds = choices_bounds, .set = set_choices},
     {.group = SPEC, .key = "mode", .path = "speculation.mode", .kind = F_NAME, .name = mode_parse,
      .range = "one of auto, draft, off", .set = set_mode},
     {.group = SPEC, .key = "method", .path = "speculation.method", .kind = F_NAME, .name = spec_method_parse,
@@ -229,6 +243,7 @@ static const field_row rows[] = {
 };
 #undef TOP
 #undef SPEC
+#undef OPENAI
 #define NROWS ((int)(sizeof rows / sizeof rows[0]))
 
 /* ---- reading one value ----------------------------------------------------------- */
@@ -342,6 +357,7 @@ int gw_fields_parse(json_t *obj, gw_fields_group group, const gw_limits *lim, gw
         t->req->sc = sampler_config_default();
         t->req->mode = SPEC_MODE_AUTO;
     }
+    if (group == GW_FIELDS_OPENAI) t->n = 1;
     for (int i = 0; i < NROWS; i++) {
         if (rows[i].group != group) continue;
         json_t *v = json_object_get(obj, rows[i].key);

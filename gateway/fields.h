@@ -1,9 +1,9 @@
 /* fields.h — the request fields both client protocols share, parsed by ONE
  * table (fields.c): the sampling fields (max_tokens, temperature, top_p,
- * min_p, top_k, seed), prefix_cache and the speculation object (mode, method,
- * verify, gamma, adaptive). The WebSocket parser (protocol.c) and the OpenAI
- * parser (openai.c) both call gw_fields_parse, so a field has one name, one
- * type, one range and one error message in both. A new field is one row in
+ * min_p, top_k, seed), prefix_cache, the speculation object (mode, method,
+ * verify, gamma, adaptive) and OpenAI's n. The WebSocket parser (protocol.c)
+ * and the OpenAI parser (openai.c) both call gw_fields_parse, so a field has
+ * one name, one type, one range and one error message in both. A new field is one row in
  * the table in fields.c (and, for the WebSocket protocol, one name in its
  * list of known fields). Also the finish-reason names, once.
  *
@@ -46,19 +46,23 @@ typedef struct {
     bool has_draft;         /* false: speculation.mode "draft" → no_draft */
     int tree;               /* engine_tree of the engine: unless AUTO or FIXED, speculation.tree auto|fixed is refused */
     int tree_budget, tree_depth, tree_topk; /* its tree bounds: request bounds must not exceed them */
+    int max_choices;        /* OpenAI `n` must be in [1, this] (server.max_choices; 0 counts as 1) */
 } gw_limits;
 
-/* 1 MiB frames, max_tokens ≤ 4096 (default 256), γ in [2, 8], no context bound, no draft. */
+/* 1 MiB frames, max_tokens ≤ 4096 (default 256), γ in [2, 8], no context bound, no draft, n ≤ 4. */
 gw_limits gw_limits_default(void);
 
 /* Which object a group of rows reads: the request itself, or its
- * "speculation" object. */
-typedef enum { GW_FIELDS_TOP = 1, GW_FIELDS_SPECULATION = 2 } gw_fields_group;
+ * "speculation" object; GW_FIELDS_OPENAI are top-level fields only the
+ * OpenAI endpoints take (n: the WebSocket protocol sends one generate per
+ * answer instead). */
+typedef enum { GW_FIELDS_TOP = 1, GW_FIELDS_SPECULATION = 2, GW_FIELDS_OPENAI = 3 } gw_fields_group;
 
 /* Where parsed values go. */
 typedef struct {
     engine_request *req; /* sc, max_tokens, seed, no_prefix_cache, mode, method(_set), verify, gamma, adaptive(_set) */
     bool seed_set;       /* a seed was given */
+    int n;               /* GW_FIELDS_OPENAI: choices asked for (1 when absent) */
 } gw_field_target;
 
 /* A refused field: code is a GW_ERR_* literal; param the field's path
@@ -73,7 +77,7 @@ typedef struct {
 /* Reads every row of group from obj (an object; a key that is absent or null
  * keeps its default). For GW_FIELDS_TOP it first sets the defaults the rows
  * own: sampler_config_default(), max_tokens from lim (default_max_tokens
- * clamped to the bounds), mode auto. Returns 0, or -1 with *err filled for the
+ * clamped to the bounds), mode auto; for GW_FIELDS_OPENAI, n = 1. Returns 0, or -1 with *err filled for the
  * first refused row in table order. */
 int gw_fields_parse(json_t *obj, gw_fields_group group, const gw_limits *lim, gw_field_target *t,
                     gw_field_error *err);

@@ -250,6 +250,53 @@ static oa_error status_error(engine_status st, const char *message) {
     return oe;
 }
 
+/* Submits the n choices of a parsed request, each its own engine request (its
+ * own sequence in the batch): choice i is seeded oa_choice_seed(seed, i), or
+ * with a random seed of its own when the request has none. Returns 0 with the
+ * choices in c->reqs, or -1 with *oe filled and nothing left running (the
+ * choices submitted before a refusal are cancelled). */
+static int submit_choices(gw_conn *c, const oa_request *oq, int api, oa_error *oe) {
+    engine_request rq = oq->req;
+    rq.notify = gw_engine_notify;
+    if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
+    if (oq->n > 1) {
+        /* the choices of one request are one client: the engine's fair-share
+         * bound (engine.h) takes them together */
+        if (!c->client_id) c->client_id = ++gw_srv->last_client_id;
+        rq.client = c->client_id;
+    }
+    char session[sizeof c->reqs->session];
+    gw_uuid4(session);
+    for (int i = 0; i < oq->n; i++) {
+        rq.seed = oq->seed_set ? oa_choice_seed(oq->req.seed, i) : gw_random_seed();
+        char eerr[300];
+        uint64_t eid = 0;
+        engine_status st = engine_submit(gw_srv->eng, &rq, &eid, eerr, sizeof(eerr));
+        gw_req *r = st == ENGINE_OK ? gw_req_add(c, eid, "") : NULL;
+        if (!r) {
+            if (st == ENGINE_OK) {
+                engine_cancel(gw_srv->eng, eid);
+                *oe = (oa_error){.status = 500, .code = GW_ERR_INTERNAL, .type = "server_error"};
+                snprintf(oe->message, sizeof(oe->message), "out of memory");
+            } else {
+                *oe = status_error(st, eerr);
+            }
+            gw_conn_drop_requests(c); /* the choices already submitted */
+            return -1;
+        }
+        r->api = api;
+        r->stream = oq->stream;
+        r->index = i;
+        r->logprobs = oq->req.logprobs;
+        if (r->logprobs && !r->stream) r->lp = oa_logprobs_new(api == GW_HTTP_CHAT);
+        memcpy(r->session, session, sizeof(session)); /* one response id for all choices */
+        gw_srv->requests++;
+    }
+    c->n_choices = oq->n;
+    c->include_usage = oq->include_usage;
+    return 0;
+}
+
 static int start_completion(gw_conn *c, int api) {
     oa_request oq;
     oa_error oe;
@@ -263,47 +310,24 @@ static int start_completion(gw_conn *c, int api) {
     if (gw_srv->draining) {
         oe = status_error(ENGINE_ERR_SHUTTING_DOWN, "the server is shutting down");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
-    } else if (gw_srv->pool.n_reqs >= gw_srv->cfg.max_requests_total) {
+    } else if (gw_srv->pool.n_reqs + oq.n > gw_srv->cfg.max_requests_total) {
         oe = status_error(ENGINE_ERR_QUEUE_FULL, "the server is at its concurrent request limit; retry later");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else if (render_chat(&oq, perr, sizeof(perr)) != 0) {
         oe = (oa_error){.status = 400, .code = "invalid_request", .type = "invalid_request_error"};
         snprintf(oe.message, sizeof(oe.message), "%.250s", perr);
         rc = respond_json(c, 400, oa_error_json(&oe));
+    } else if (submit_choices(c, &oq, api, &oe) != 0) {
+        rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else {
-        engine_request rq = oq.req;
-        rq.notify = gw_engine_notify;
-        if (!oq.seed_set) rq.seed = gw_random_seed();
-        if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
-        char eerr[300];
-        uint64_t eid = 0;
-        engine_status st = engine_submit(gw_srv->eng, &rq, &eid, eerr, sizeof(eerr));
-        if (st != ENGINE_OK) {
-            oe = status_error(st, eerr);
-            rc = respond_json(c, oe.status, oa_error_json(&oe));
-        } else {
-            gw_req *r = gw_req_add(c, eid, "");
-            if (!r) {
-                engine_cancel(gw_srv->eng, eid);
+        if (oq.stream) {
+            unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+            if (lws_add_http_common_headers(c->wsi, 200, "text/event-stream", LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end) ||
+                lws_finalize_write_http_header(c->wsi, start, &p, end))
                 rc = -1;
-            } else {
-                r->api = api;
-                r->stream = oq.stream;
-                r->logprobs = oq.req.logprobs;
-                if (r->logprobs && !r->stream) r->lp = oa_logprobs_new(r->api == GW_HTTP_CHAT);
-                gw_uuid4(r->session);
-                gw_srv->requests++;
-                if (r->stream) {
-                    unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
-                    if (lws_add_http_common_headers(c->wsi, 200, "text/event-stream", LWS_ILLEGAL_HTTP_CONTENT_LEN, &p,
-                                                    end) ||
-                        lws_finalize_write_http_header(c->wsi, start, &p, end))
-                        rc = -1;
-                    c->headers_sent = true;
-                }
-                gw_http_pump(c);
-            }
+            c->headers_sent = true;
         }
+        gw_http_pump(c);
     }
     oa_request_free(&oq);
     return rc;
@@ -315,55 +339,137 @@ void gw_http_pump_all(void) {
         if (c->kind == GW_CONN_HTTP) gw_http_pump(c);
 }
 
-void gw_http_pump(gw_conn *c) {
-    gw_req *r = c->reqs;
-    if (!r) return;
-    engine_event ev;
-    while (c->out_bytes < GW_PUMP_HIGH_WATER && engine_poll(gw_srv->eng, r->eid, &ev) == 1) {
-        if (ev.type == ENGINE_EV_STARTED) {
-            r->prompt_tokens = ev.prompt_tokens;
-        } else if (ev.type == ENGINE_EV_TOKENS) {
-            gw_srv->tokens_out += (uint64_t)ev.n_tokens;
-            bool chat = r->api == GW_HTTP_CHAT;
-            if (r->lp) oa_logprobs_add(r->lp, chat, engine_tokenizer(gw_srv->eng), &ev, &r->lp_offset);
-            if (r->stream) {
-                void *lp = NULL;
-                if (r->logprobs && (lp = oa_logprobs_new(chat)))
-                    oa_logprobs_add(lp, chat, engine_tokenizer(gw_srv->eng), &ev, &r->lp_offset);
-                char *chunk = oa_stream_chunk_lp(chat, r->session, gw_srv->cfg.model_name, ev.text,
-                                                 (size_t)ev.text_len, lp, NULL);
-                if (chunk) gw_queue(c, chunk, strlen(chunk), GW_OUT_HTTP), free(chunk);
-            } else if (ev.text_len) {
-                if (r->acc_len + (size_t)ev.text_len + 1 > r->acc_cap) {
-                    size_t cap = r->acc_cap ? r->acc_cap * 2 : 4096;
-                    while (cap < r->acc_len + (size_t)ev.text_len + 1) cap *= 2;
-                    char *nb = realloc(r->acc, cap);
-                    if (!nb) continue;
-                    r->acc = nb, r->acc_cap = cap;
-                }
-                memcpy(r->acc + r->acc_len, ev.text, (size_t)ev.text_len);
-                r->acc_len += (size_t)ev.text_len;
+/* The response is queued: the choices whose final event was polled are
+ * freed, the others (siblings of a failed choice) cancelled and left to the
+ * orphan drain. */
+static void release_choices(gw_conn *c) {
+    for (gw_req *r = c->reqs, *next; r; r = next) {
+        next = r->next;
+        if (r->done) gw_req_remove(c, r);
+    }
+    gw_conn_drop_requests(c);
+}
+
+/* The choice of c with this index (NULL when absent). */
+static gw_req *choice_at(gw_conn *c, int index) {
+    for (gw_req *r = c->reqs; r; r = r->next)
+        if (r->index == index) return r;
+    return NULL;
+}
+
+static bool all_choices_done(gw_conn *c) {
+    for (gw_req *r = c->reqs; r; r = r->next)
+        if (!r->done) return false;
+    return true;
+}
+
+/* Non-streaming, every choice finished: one response with them all. */
+static void respond_choices(gw_conn *c) {
+    int n = c->n_choices;
+    oa_choice *ch = calloc((size_t)n, sizeof(*ch));
+    bool ok = ch != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        gw_req *r = choice_at(c, i);
+        if (!r || !r->fin) ok = false;
+        else ch[i] = (oa_choice){.text = r->acc, .len = r->acc_len, .fin = r->fin, .logprobs = r->lp};
+    }
+    if (!ok) {
+        respond_json(c, 500, oa_simple_error(500, GW_ERR_INTERNAL, "out of memory"));
+    } else {
+        for (int i = 0; i < n; i++) choice_at(c, i)->lp = NULL; /* handed over */
+        respond_json(c, 200, oa_response_json_n(c->reqs->api == GW_HTTP_CHAT, c->reqs->session, gw_srv->cfg.model_name,
+                                                ch, n, choice_at(c, 0)->prompt_tokens));
+    }
+    free(ch);
+}
+
+/* Handles one event of choice r. Returns true when the response is complete
+ * (every choice finished, or one failed): it is queued and c's requests are
+ * released. */
+static bool choice_event(gw_conn *c, gw_req *r, const engine_event *ev) {
+    bool chat = r->api == GW_HTTP_CHAT;
+    if (ev->type == ENGINE_EV_STARTED) {
+        r->prompt_tokens = ev->prompt_tokens;
+        return false;
+    }
+    if (ev->type == ENGINE_EV_TOKENS) {
+        gw_srv->tokens_out += (uint64_t)ev->n_tokens;
+        if (r->lp) oa_logprobs_add(r->lp, chat, engine_tokenizer(gw_srv->eng), ev, &r->lp_offset);
+        if (r->stream) {
+            void *lp = NULL;
+            if (r->logprobs && (lp = oa_logprobs_new(chat)))
+                oa_logprobs_add(lp, chat, engine_tokenizer(gw_srv->eng), ev, &r->lp_offset);
+            char *chunk = oa_stream_chunk_ix(chat, r->session, gw_srv->cfg.model_name, r->index, ev->text,
+                                             (size_t)ev->text_len, lp, NULL);
+            if (chunk) gw_queue(c, chunk, strlen(chunk), GW_OUT_HTTP), free(chunk);
+        } else if (ev->text_len) {
+            if (r->acc_len + (size_t)ev->text_len + 1 > r->acc_cap) {
+                size_t cap = r->acc_cap ? r->acc_cap * 2 : 4096;
+                while (cap < r->acc_len + (size_t)ev->text_len + 1) cap *= 2;
+                char *nb = realloc(r->acc, cap);
+                if (!nb) return false;
+                r->acc = nb, r->acc_cap = cap;
             }
+            memcpy(r->acc + r->acc_len, ev->text, (size_t)ev->text_len);
+            r->acc_len += (size_t)ev->text_len;
+        }
+        return false;
+    }
+    r->done = true; /* finished or error: the engine has let it go */
+    if (ev->type == ENGINE_EV_ERROR) {
+        /* one failed choice fails the request; its siblings are cancelled */
+        oa_error oe = status_error(ev->status, ev->message);
+        gw_metrics_error(oe.code);
+        if (r->stream) {
+            char *fin = oa_stream_error_as(&oe);
+            if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
         } else {
-            bool err = ev.type == ENGINE_EV_ERROR;
-            oa_error oe = status_error(err ? ev.status : ENGINE_OK, ev.message);
-            if (err) gw_metrics_error(oe.code);
-            else gw_metrics_finished(&ev), gw_monitor_record(&ev);
-            if (r->stream) {
-                char *fin = err ? oa_stream_error_as(&oe)
-                                : oa_stream_final(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name, &ev,
-                                                  r->prompt_tokens);
-                if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
-            } else if (err) {
-                respond_json(c, oe.status, oa_error_json(&oe));
-            } else {
-                void *lp = r->lp;
-                r->lp = NULL; /* handed over */
-                respond_json(c, 200, oa_response_json_lp(r->api == GW_HTTP_CHAT, r->session, gw_srv->cfg.model_name,
-                                                         r->acc ? r->acc : "", r->acc_len, &ev, r->prompt_tokens, lp));
-            }
-            gw_req_remove(c, r);
-            return;
+            respond_json(c, oe.status, oa_error_json(&oe));
+        }
+        release_choices(c);
+        return true;
+    }
+    gw_metrics_finished(ev), gw_monitor_record(ev);
+    r->completion_tokens = ev->completion_tokens;
+    if (r->stream && c->n_choices == 1) {
+        char *fin = oa_stream_final(chat, r->session, gw_srv->cfg.model_name, ev, r->prompt_tokens);
+        if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
+        release_choices(c);
+        return true;
+    }
+    if (r->stream) {
+        char *fin = oa_stream_choice_final(chat, r->session, gw_srv->cfg.model_name, r->index, ev);
+        if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP), free(fin);
+    } else if ((r->fin = malloc(sizeof(*r->fin)))) {
+        *r->fin = *ev;
+    }
+    if (!all_choices_done(c)) return false;
+    if (r->stream) {
+        int completion = 0;
+        for (gw_req *q = c->reqs; q; q = q->next) completion += q->completion_tokens;
+        char *end = oa_stream_end(chat, r->session, gw_srv->cfg.model_name, c->include_usage,
+                                  choice_at(c, 0)->prompt_tokens, completion);
+        if (end) gw_queue(c, end, strlen(end), GW_OUT_HTTP_FINAL), free(end);
+    } else {
+        respond_choices(c);
+    }
+    release_choices(c);
+    return true;
+}
+
+/* Moves engine events of c's choices into its output, one event per choice
+ * in turn (so no choice starves the others), up to GW_PUMP_HIGH_WATER queued
+ * bytes. */
+void gw_http_pump(gw_conn *c) {
+    engine_event ev;
+    bool moved = true;
+    while (moved && c->reqs && c->out_bytes < GW_PUMP_HIGH_WATER) {
+        moved = false;
+        for (gw_req *r = c->reqs, *next; r && c->out_bytes < GW_PUMP_HIGH_WATER; r = next) {
+            next = r->next;
+            if (r->done || engine_poll(gw_srv->eng, r->eid, &ev) != 1) continue;
+            moved = true;
+            if (choice_event(c, r, &ev)) return;
         }
     }
 }

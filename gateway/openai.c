@@ -180,8 +180,6 @@ static char *dupn(const char *s, size_t n) {
 static int check_unsupported(json_t *o, bool chat, oa_error *err) {
     int64_t i;
     json_t *v;
-    if ((v = field(o, "n")) && (!as_int(v, &i) || i != 1))
-        FAIL(OA_ERR_UNSUPPORTED, "n", "'n' must be 1: specd returns one choice per request");
     if ((v = field(o, "best_of")) && (!as_int(v, &i) || i != 1))
         FAIL(OA_ERR_UNSUPPORTED, "best_of", "'best_of' must be 1");
     if ((v = field(o, "echo")) && !json_is_false(v)) FAIL(OA_ERR_UNSUPPORTED, "echo", "'echo' is not supported");
@@ -333,7 +331,7 @@ static int parse_speculation(json_t *o, const gw_limits *lim, oa_request *r, oa_
     json_t *s = field(o, "speculation");
     if (!s) return 0;
     if (!json_is_object(s)) FAIL(GW_ERR_WRONG_TYPE, "speculation", "'speculation' must be an object");
-    gw_field_target t = {&r->req, false};
+    gw_field_target t = {.req = &r->req};
     gw_field_error fe;
     return gw_fields_parse(s, GW_FIELDS_SPECULATION, lim, &t, &fe) ? field_fail(&fe, err) : 0;
 }
@@ -425,9 +423,11 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
     if (chat ? parse_messages(o, r, err) : parse_prompt(o, r, err)) return -1;
 
     /* the shared fields (max_tokens ... seed, prefix_cache); chat may name max_tokens max_completion_tokens */
-    gw_field_target t = {&r->req, false};
+    gw_field_target t = {.req = &r->req};
     gw_field_error fe;
     if (gw_fields_parse(o, GW_FIELDS_TOP, lim, &t, &fe)) return field_fail(&fe, err);
+    if (gw_fields_parse(o, GW_FIELDS_OPENAI, lim, &t, &fe)) return field_fail(&fe, err);
+    r->n = t.n;
     if (chat && !field(o, "max_tokens") &&
         gw_field_parse_one("max_tokens", "max_completion_tokens", field(o, "max_completion_tokens"), lim, &t, &fe))
         return field_fail(&fe, err);
@@ -493,6 +493,8 @@ int oa_parse(bool chat, const char *body, size_t len, const gw_limits *lim, oa_r
     if (rc) oa_request_free(out);
     return rc;
 }
+
+uint64_t oa_choice_seed(uint64_t seed, int i) { return seed + (uint64_t)i; }
 
 void oa_request_free(oa_request *r) {
     if (!r) return;
@@ -592,14 +594,16 @@ static json_t *envelope(bool chat, bool chunk, const char *id, const char *model
     return o;
 }
 
-static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp);
-static json_t *choice_object(bool chat, bool chunk, const char *text, size_t len, const char *finish) {
-    return choice_object_lp(chat, chunk, text, len, finish, NULL);
+static json_t *choice_object_lp(bool chat, bool chunk, int index, const char *text, size_t len, const char *finish,
+                                json_t *lp);
+static json_t *choice_object(bool chat, bool chunk, int index, const char *text, size_t len, const char *finish) {
+    return choice_object_lp(chat, chunk, index, text, len, finish, NULL);
 }
 
-static json_t *choice_object_lp(bool chat, bool chunk, const char *text, size_t len, const char *finish, json_t *lp) {
+static json_t *choice_object_lp(bool chat, bool chunk, int index, const char *text, size_t len, const char *finish,
+                                json_t *lp) {
     json_t *c = json_object();
-    json_object_set_new(c, "index", json_integer(0));
+    json_object_set_new(c, "index", json_integer(index));
     if (!chat) {
         json_object_set_new(c, "text", jstr(text, len));
     } else {
@@ -620,11 +624,23 @@ char *oa_response_json(bool chat, const char *id, const char *model, const char 
 
 char *oa_response_json_lp(bool chat, const char *id, const char *model, const char *text, size_t len,
                           const engine_event *ev, int prompt_tokens, void *logprobs) {
-    json_t *o = envelope(chat, false, id, model,
-                         choice_object_lp(chat, false, text ? text : "", text ? len : 0, oa_finish_reason(ev->reason),
-                                          logprobs));
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, ev->completion_tokens));
-    json_object_set_new(o, "speculation", oa_speculation_object(ev));
+    oa_choice one = {.text = text, .len = len, .fin = ev, .logprobs = logprobs};
+    return oa_response_json_n(chat, id, model, &one, 1, prompt_tokens);
+}
+
+char *oa_response_json_n(bool chat, const char *id, const char *model, oa_choice *ch, int n, int prompt_tokens) {
+    json_t *o = envelope(chat, false, id, model, NULL), *choices = json_object_get(o, "choices");
+    int completion = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *c = choice_object_lp(chat, false, i, ch[i].text ? ch[i].text : "", ch[i].text ? ch[i].len : 0,
+                                     oa_finish_reason(ch[i].fin->reason), ch[i].logprobs);
+        ch[i].logprobs = NULL; /* handed over */
+        if (n > 1) json_object_set_new(c, "speculation", oa_speculation_object(ch[i].fin));
+        json_array_append_new(choices, c);
+        completion += ch[i].fin->completion_tokens;
+    }
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion));
+    if (n == 1) json_object_set_new(o, "speculation", oa_speculation_object(ch[0].fin));
     return dump(o, NULL);
 }
 
@@ -653,8 +669,13 @@ char *oa_stream_chunk(bool chat, const char *id, const char *model, const char *
 
 char *oa_stream_chunk_lp(bool chat, const char *id, const char *model, const char *text, size_t len, void *logprobs,
                          size_t *out_len) {
+    return oa_stream_chunk_ix(chat, id, model, 0, text, len, logprobs, out_len);
+}
+
+char *oa_stream_chunk_ix(bool chat, const char *id, const char *model, int index, const char *text, size_t len,
+                         void *logprobs, size_t *out_len) {
     json_t *o = envelope(chat, true, id, model,
-                         choice_object_lp(chat, true, text ? text : "", text ? len : 0, NULL, logprobs));
+                         choice_object_lp(chat, true, index, text ? text : "", text ? len : 0, NULL, logprobs));
     return sse(o, NULL, out_len);
 }
 
@@ -730,12 +751,30 @@ void oa_logprobs_add(void *lp_obj, bool chat, const tokenizer *t, const engine_e
     }
 }
 
-char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens) {
-    json_t *c = chat ? choice_object(true, true, NULL, 0, oa_finish_reason(ev->reason))
-                     : choice_object(false, true, "", 0, oa_finish_reason(ev->reason));
+/* A choice's finish chunk: empty text / delta, its finish_reason and speculation. */
+static json_t *final_chunk(bool chat, const char *id, const char *model, int index, const engine_event *ev) {
+    json_t *c = chat ? choice_object(true, true, index, NULL, 0, oa_finish_reason(ev->reason))
+                     : choice_object(false, true, index, "", 0, oa_finish_reason(ev->reason));
     json_t *o = envelope(chat, true, id, model, c);
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, ev->completion_tokens));
     json_object_set_new(o, "speculation", oa_speculation_object(ev));
+    return o;
+}
+
+char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens) {
+    json_t *o = final_chunk(chat, id, model, 0, ev);
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, ev->completion_tokens));
+    return sse(o, OA_SSE_DONE, NULL);
+}
+
+char *oa_stream_choice_final(bool chat, const char *id, const char *model, int index, const engine_event *ev) {
+    return sse(final_chunk(chat, id, model, index, ev), NULL, NULL);
+}
+
+char *oa_stream_end(bool chat, const char *id, const char *model, bool include_usage, int prompt_tokens,
+                    int completion_tokens) {
+    if (!include_usage) return strdup(OA_SSE_DONE);
+    json_t *o = envelope(chat, true, id, model, NULL);
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens));
     return sse(o, OA_SSE_DONE, NULL);
 }
 

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OA_ERR_UNSUPPORTED "unsupported" /* a field specd cannot honour (n > 1, echo, tools, ...) */
+#define OA_ERR_UNSUPPORTED "unsupported" /* a field specd cannot honour (best_of > 1, echo, tools, ...) */
 
 /* A refused request. code: a static string (GW_ERR_* or OA_ERR_UNSUPPORTED);
  * type: NULL = derived from status ("invalid_request_error" for 4xx,
@@ -49,6 +49,8 @@ typedef struct {
     bool stream;
     bool include_usage;         /* stream_options.include_usage */
     bool seed_set;              /* false: the server should pick a seed */
+    int n;                      /* choices asked for, 1..lim->max_choices: each its own engine request
+                                   (the server derives choice i's seed: oa_choice_seed) */
     char *model;                /* as sent ("" when absent) */
     char *prompt;               /* completions (a 1-element array is unwrapped) */
     chat_msg *messages;         /* chat: (n_messages) roles "system" | "user" | "assistant"
@@ -71,7 +73,8 @@ typedef struct {
  * and < lim->max_ctx when that is > 0), temperature (0..2), top_p (0..1],
  * top_k (>= 0), min_p [0..1), seed (integer), stop (string or up to
  * ENGINE_MAX_STOP strings of 1..ENGINE_STOP_LEN-1 bytes), stream (bool),
- * stream_options {include_usage}, speculation {mode: auto|draft|off, gamma
+ * stream_options {include_usage}, n (1..lim->max_choices: the choices
+ * wanted; the parser only checks it), speculation {mode: auto|draft|off, gamma
  * in [lim->gamma_min, lim->gamma_max], adaptive: bool}, content_type (string).
  * response_format {type: text | json_object | json_schema, json_schema:
  * {name, schema, strict}} and grammar (GBNF text; not with a JSON
@@ -80,12 +83,16 @@ typedef struct {
  * logprobs: chat {logprobs: bool, top_logprobs: 0..20 (needs logprobs
  * true)}, completions {logprobs: 0..20 alternatives} → req.logprobs /
  * req.top_logprobs (values: spec.h spec_logprob).
- * null means absent; unknown fields are ignored; n != 1, best_of > 1, echo,
+ * null means absent; unknown fields are ignored; best_of > 1, echo,
  * suffix, tools, logit_bias, top_logprobs on completions and non-zero
  * presence/frequency penalties are refused (unsupported).
  * Integers may be written as integral reals. */
 int oa_parse(bool chat, const char *body, size_t len, const gw_limits *lim, oa_request *out, oa_error *err);
 void oa_request_free(oa_request *r); /* accepts NULL and a zeroed request; zeroes it */
+
+/* The seed of choice i of a request seeded with seed: seed + i (wrapping),
+ * so choice 0 is what the same request with n = 1 answers. */
+uint64_t oa_choice_seed(uint64_t seed, int i);
 
 /* Chat: renders r->messages with template k (see chat_render; bos_text may be
  * NULL) into r->rendered, with the generation prompt, and points
@@ -124,6 +131,22 @@ void *oa_speculation_object(const engine_event *ev);
 char *oa_response_json(bool chat, const char *id, const char *model, const char *text, size_t len,
                        const engine_event *ev, int prompt_tokens);
 
+/* One finished choice of a request (n >= 1), for oa_response_json_n. */
+typedef struct {
+    const char *text;           /* its text (may be NULL when len is 0) */
+    size_t len;
+    const engine_event *fin;    /* its ENGINE_EV_FINISHED event */
+    void *logprobs;             /* NULL: "logprobs": null; else taken over (see oa_logprobs_new) */
+} oa_choice;
+
+/* Non-streaming with n choices (ch[0..n), ch[i] is choice i): "choices" lists
+ * them with "index": i; "usage" counts the shared prompt once
+ * (prompt_tokens), completion_tokens summed over the choices. n == 1: the
+ * same text as oa_response_json_lp (the "speculation" object at the top);
+ * n > 1: each choice carries its own "speculation" object and the top has
+ * none. Takes over every ch[i].logprobs. */
+char *oa_response_json_n(bool chat, const char *id, const char *model, oa_choice *ch, int n, int prompt_tokens);
+
 /* One server-sent event carrying text: "data: {json}\n\n" where json is
  * {"id","object":"text_completion","created","model","choices":[{"index":0,
  * "text","logprobs":null,"finish_reason":null}]} or, for chat,
@@ -149,11 +172,23 @@ char *oa_response_json_lp(bool chat, const char *id, const char *model, const ch
                           const engine_event *ev, int prompt_tokens, void *logprobs);
 char *oa_stream_chunk_lp(bool chat, const char *id, const char *model, const char *text, size_t len, void *logprobs,
                          size_t *out_len);
+/* The same for choice index of a request with several (oa_stream_chunk_lp is index 0). */
+char *oa_stream_chunk_ix(bool chat, const char *id, const char *model, int index, const char *text, size_t len,
+                         void *logprobs, size_t *out_len);
 
 /* The end of a stream: the final chunk (empty text / empty delta,
  * finish_reason, "usage" and "speculation"), then "data: [DONE]\n\n", in one
  * string. */
 char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens);
+/* Streams of several choices (n > 1) end differently: each choice's own
+ * finish chunk (oa_stream_choice_final: empty text / delta, its
+ * finish_reason, its "speculation"; no usage, no [DONE]) when it finishes,
+ * then once all have, oa_stream_end: with include_usage a chunk
+ * {"choices":[],"usage":{...}} (prompt counted once, completion tokens
+ * summed), then "data: [DONE]\n\n". */
+char *oa_stream_choice_final(bool chat, const char *id, const char *model, int index, const engine_event *ev);
+char *oa_stream_end(bool chat, const char *id, const char *model, bool include_usage, int prompt_tokens,
+                    int completion_tokens);
 /* A stream that failed after its headers were sent: "data: {"error":{...}}\n\n"
  * (server_error, code engine_error) then "data: [DONE]\n\n". */
 char *oa_stream_error(const char *message);

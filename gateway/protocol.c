@@ -595,7 +595,7 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
                     describe(js, d, sizeof(d)));
     if (reject_split_sampling(js, "speculation.", err)) return -1;
     if (reject_unknown(js, "speculation.", speculation_fields, NFIELDS(speculation_fields), err)) return -1;
-    gw_field_target t = {&m->req, false};
+    gw_field_target t = {.req = &m->req};
     gw_field_error fe;
     if (gw_fields_parse(js, GW_FIELDS_SPECULATION, lim, &t, &fe)) return fail(err, fe.code, "%s", fe.message);
     return 0;
@@ -685,7 +685,7 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
         return -1;
     }
 
-    gw_field_target t = {&m->req, false};
+    gw_field_target t = {.req = &m->req};
     gw_field_error fe;
     if (gw_fields_parse(root, GW_FIELDS_TOP, lim, &t, &fe)) return fail(err, fe.code, "%s", fe.message);
     m->seed_set = t.seed_set;

@@ -102,8 +102,10 @@ int gw_reload(const char *why, char *msg, size_t n) {
         c->max_requests_per_conn = pc->server.max_requests_per_connection;
         c->max_requests_total = pc->server.max_requests_total;
         c->max_tokens_limit = pc->server.max_tokens_limit;
+        c->max_choices = pc->server.max_choices;
         c->grace_ms = pc->server.grace_ms;
         gw_srv->limits.max_tokens_limit = pc->server.max_tokens_limit;
+        gw_srv->limits.max_choices = pc->server.max_choices;
         snprintf(msg, n, "reloaded %s (version %d, %s)%s%s", gw_srv->cfg.config_path, pc->version, why,
                  note[0] ? "; " : "", note);
         mirror_policy(pc);

@@ -36,6 +36,7 @@ gw_config gw_config_default(void) {
     c.max_requests_total = 1024;
     c.max_connections = 1024;
     c.max_tokens_limit = 4096;
+    c.max_choices = 4;
     c.default_max_tokens = 256;
     c.out_limit_bytes = (size_t)8 << 20;
     c.grace_ms = 10000;
@@ -164,6 +165,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     srv.limits = gw_limits_default();
     srv.limits.max_message_bytes = cfg->max_message_bytes;
     srv.limits.max_tokens_limit = cfg->max_tokens_limit;
+    srv.limits.max_choices = cfg->max_choices;
     srv.limits.default_max_tokens = cfg->default_max_tokens;
     gw_limits_from_engine(&srv.limits, e);
     if (cfg->web_root[0] && !realpath(cfg->web_root, srv.web_root_real)) {

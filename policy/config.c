@@ -55,6 +55,7 @@ static const keydef server_keys[] = {
     KI(pol_server, max_requests_total, 1, 1000000, false),
     KI(pol_server, max_connections, 1, 1000000, true),
     KI(pol_server, max_tokens_limit, 1, 1 << 20, false),
+    KI(pol_server, max_choices, 1, 16, false),
     KI(pol_server, grace_ms, 0, 3600000, false),
     KS(pol_server, admin_token, false),
     KS(pol_server, admin_token_env, false),
@@ -143,6 +144,7 @@ void pol_cfg_defaults(pol_config *c) {
     s->max_connections = 1024;
     s->idle_timeout_s = 300;
     s->max_tokens_limit = 4096;
+    s->max_choices = 4;
     s->grace_ms = 10000;
     c->engine = (pol_engine){.backend = POL_BACKEND_AUTO, .tensor_parallel = 1, .devices = {.n = 1, .v = {0}},
                              .block_size = 16, .prefill_chunk = 256, .max_running = 32,

@@ -49,6 +49,7 @@ typedef struct {
     int max_requests_total;                /* 1024 */
     int max_connections;                   /* 1024 */
     int max_tokens_limit;                  /* 4096 */
+    int max_choices;                       /* 4: most choices (OpenAI n) one request may ask for, 1..16 */
     int grace_ms;                          /* 10000 */
     char admin_token[256];                 /* resolved: from admin_token, admin_token_env or SPECD_ADMIN_TOKEN;
                                             * "" = admin endpoints disabled */

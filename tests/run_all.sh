@@ -44,7 +44,8 @@ if [ "${SPECD_TSAN:-1}" != 0 ]; then
   [ -f "$tsan_log" ] || tsan_log="BUILD-FAILED"
 fi
 # AddressSanitizer + UBSan: specd itself under the gateway's bad-input,
-# hardening, guard and untrusted-input end-to-end tests, so a NULL write or an
+# hardening, guard, untrusted-input and n-choices (several engine requests per
+# HTTP request, cancelled together) end-to-end tests, so a NULL write or an
 # overflow on a hostile input fails CI; a report, or a leak at exit, makes the
 # server's exit code non-zero. Also the prefix-reuse reference counting (issue
 # 20): the engine's mixed load with cancels and evictions and the reattach
@@ -67,7 +68,7 @@ if [ "${SPECD_ASAN:-1}" != 0 ]; then
   if [ $asan_ok = 1 ]; then
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
       meson test -C "$ASAN" --no-rebuild --num-processes "${SPECD_TEST_JOBS:-2}" --timeout-multiplier 3 \
-      --print-errorlogs bad_input hardening guards untrusted_input ws_stream engine_prefix spec_prefix_reset
+      --print-errorlogs bad_input hardening guards untrusted_input ws_stream choices engine_prefix spec_prefix_reset
   fi
   [ -f "$asan_log" ] || asan_log="BUILD-FAILED"
 fi

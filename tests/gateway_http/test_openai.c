@@ -15,7 +15,8 @@
 static gw_limits lim(void) {
     return (gw_limits){.max_message_bytes = 4096, .max_tokens_limit = 1000, .default_max_tokens = 256,
                        .gamma_min = 2, .gamma_max = 8, .max_ctx = 0, .has_draft = true,
-                       .tree = ENGINE_TREE_AUTO, .tree_budget = 16, .tree_depth = 5, .tree_topk = 3};
+                       .tree = ENGINE_TREE_AUTO, .tree_budget = 16, .tree_depth = 5, .tree_topk = 3,
+                       .max_choices = 4};
 }
 
 static json_t *load(const char *s) {
@@ -97,7 +98,12 @@ static const bad_case bad[] = {
     {false, "{\"prompt\":\"a\",\"speculation\":{\"tree_depth\":6}}", "speculation.tree_depth", "out_of_range"},
     {false, "{\"prompt\":\"a\",\"speculation\":{\"tree_topk\":\"3\"}}", "speculation.tree_topk", "wrong_type"},
     {false, "{\"prompt\":\"a\",\"content_type\":\"has space\"}", "content_type", "out_of_range"},
-    {false, "{\"prompt\":\"a\",\"n\":2}", "n", "unsupported"},
+    {false, "{\"prompt\":\"a\",\"n\":5}", "n", "out_of_range"}, /* over server.max_choices */
+    {false, "{\"prompt\":\"a\",\"n\":0}", "n", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"n\":-1}", "n", "out_of_range"},
+    {false, "{\"prompt\":\"a\",\"n\":\"2\"}", "n", "wrong_type"},
+    {false, "{\"prompt\":\"a\",\"n\":1.5}", "n", "wrong_type"},
+    {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":true}", "n", "wrong_type"},
     {false, "{\"prompt\":\"a\",\"best_of\":3}", "best_of", "unsupported"},
     {false, "{\"prompt\":\"a\",\"echo\":true}", "echo", "unsupported"},
     {false, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs", "out_of_range"},
@@ -160,6 +166,13 @@ static void test_bad_bodies(void) {
     char *js = oa_error_json(&e);
     check_error_body(js, "invalid_request_error", NULL, "message_too_large");
     free(js);
+    /* n: the messages name the field and the limit */
+    const char *n9 = "{\"prompt\":\"a\",\"n\":9}";
+    CHECK(oa_parse(false, n9, strlen(n9), &L, &r, &e) == -1);
+    CHECKF(!strcmp(e.message, "field 'n' must be an integer in [1, 4] (server.max_choices), got 9"), "%s", e.message);
+    const char *ns = "{\"prompt\":\"a\",\"n\":\"2\"}";
+    CHECK(oa_parse(false, ns, strlen(ns), &L, &r, &e) == -1);
+    CHECKF(!strcmp(e.message, "field 'n' must be an integer, got \"2\""), "%s", e.message);
     /* draft mode without a draft model */
     L.has_draft = false;
     const char *nd = "{\"prompt\":\"a\",\"speculation\":{\"mode\":\"draft\"}}";
@@ -208,8 +221,18 @@ static void test_good_bodies(void) {
     const char *lp = "{\"prompt\":\"a\",\"logprobs\":0}";
     CHECK(oa_parse(false, lp, strlen(lp), &L, &r, &e) == 0 && r.req.logprobs && r.req.top_logprobs == 0);
     oa_request_free(&r);
-    CHECK(oa_parse(false, full, strlen(full), &L, &r, &e) == 0 && !r.req.logprobs);
+    CHECK(oa_parse(false, full, strlen(full), &L, &r, &e) == 0 && !r.req.logprobs && r.n == 1);
     oa_request_free(&r);
+    /* n: choices up to the limit (absent and null: 1), integral reals */
+    const char *n3 = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":3,\"seed\":5}";
+    CHECK(oa_parse(true, n3, strlen(n3), &L, &r, &e) == 0 && r.n == 3 && r.seed_set && r.req.seed == 5);
+    oa_request_free(&r);
+    const char *n4 = "{\"prompt\":\"a\",\"n\":4.0}", *nn = "{\"prompt\":\"a\",\"n\":null}";
+    CHECK(oa_parse(false, n4, strlen(n4), &L, &r, &e) == 0 && r.n == 4);
+    oa_request_free(&r);
+    CHECK(oa_parse(false, nn, strlen(nn), &L, &r, &e) == 0 && r.n == 1);
+    oa_request_free(&r);
+    CHECK(oa_choice_seed(5, 0) == 5 && oa_choice_seed(5, 2) == 7 && oa_choice_seed(UINT64_MAX, 1) == 0);
 
     /* defaults, nulls as absent, a stop string, integral reals */
     const char *min = "{\"prompt\":\"hi\",\"temperature\":null,\"stop\":\"END\",\"top_k\":3.0}";
@@ -358,6 +381,50 @@ static void test_response(void) {
     free(s);
 }
 
+/* n choices in one response: indexes in order, each its own text, finish
+ * reason, logprobs and speculation object; usage counts the prompt once. */
+static void test_response_choices(void) {
+    engine_event ev[3];
+    for (int i = 0; i < 3; i++) ev[i] = finished_event(), ev[i].completion_tokens = 10 + i;
+    ev[1].reason = FINISH_STOP;
+    for (int chat = 0; chat < 2; chat++) {
+        oa_choice ch[3] = {{"zero", 4, &ev[0], NULL}, {"one", 3, &ev[1], oa_logprobs_new(chat)}, {NULL, 0, &ev[2], NULL}};
+        char *s = oa_response_json_n(chat, "k", "m", ch, 3, 7);
+        CHECK(ch[1].logprobs == NULL); /* taken over */
+        json_t *j = load(s);
+        CHECK(j != NULL);
+        if (j) {
+            json_t *cs = json_object_get(j, "choices");
+            CHECK(json_is_array(cs) && json_array_size(cs) == 3);
+            static const char *const want[] = {"zero", "one", ""};
+            for (size_t i = 0; i < json_array_size(cs); i++) {
+                json_t *c = json_array_get(cs, i);
+                CHECK(json_integer_value(json_object_get(c, "index")) == (json_int_t)i);
+                const char *t = chat ? sget(json_object_get(c, "message"), "content") : sget(c, "text");
+                CHECKF(t && !strcmp(t, want[i]), "choice %zu text %s", i, t);
+                CHECK(!strcmp(sget(c, "finish_reason"), i == 1 ? "stop" : "length"));
+                CHECK(i == 1 ? json_is_object(json_object_get(c, "logprobs")) : json_is_null(json_object_get(c, "logprobs")));
+                check_speculation(json_object_get(c, "speculation"), &ev[i]);
+            }
+            json_t *u = json_object_get(j, "usage");
+            CHECK(json_integer_value(json_object_get(u, "prompt_tokens")) == 7);
+            CHECK(json_integer_value(json_object_get(u, "completion_tokens")) == 33);
+            CHECK(json_integer_value(json_object_get(u, "total_tokens")) == 40);
+            CHECK(json_object_get(j, "speculation") == NULL);
+            json_decref(j);
+        }
+        free(s);
+    }
+    /* n = 1 is the one-choice response, text for text (the created second aside) */
+    oa_choice one = {"zero", 4, &ev[0], NULL};
+    char *a = oa_response_json_n(true, "k", "m", &one, 1, 7), *b = oa_response_json(true, "k", "m", "zero", 4, &ev[0], 7);
+    json_t *ja = load(a), *jb = load(b);
+    json_object_del(ja, "created"), json_object_del(jb, "created");
+    CHECK(ja && jb && json_equal(ja, jb));
+    json_decref(ja), json_decref(jb);
+    free(a), free(b);
+}
+
 /* Splits an SSE stream into its events' data payloads; every event must be
  * exactly "data: <payload>\n\n". Returns the count (at most max), -1 on bad framing. */
 static int sse_split(const char *s, char payload[][4096], int max) {
@@ -421,6 +488,38 @@ static void test_sse(void) {
             json_decref(j);
         }
         free(f);
+    }
+    /* several choices: chunks name their index; each choice's finish chunk has
+     * no usage and no [DONE]; the end has the usage chunk (when asked) then [DONE] */
+    for (int chat = 0; chat < 2; chat++) {
+        char *c = oa_stream_chunk_ix(chat, "u2", "m", 2, "hi", 2, NULL, NULL);
+        CHECK(sse_split(c, ev_data, 4) == 1);
+        json_t *j = load(ev_data[0]);
+        json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+        CHECK(json_integer_value(json_object_get(c0, "index")) == 2 && json_is_null(json_object_get(c0, "finish_reason")));
+        json_decref(j);
+        free(c);
+        engine_event ev = finished_event();
+        char *f = oa_stream_choice_final(chat, "u2", "m", 1, &ev);
+        CHECK(sse_split(f, ev_data, 4) == 1);
+        j = load(ev_data[0]);
+        c0 = json_array_get(json_object_get(j, "choices"), 0);
+        CHECK(json_integer_value(json_object_get(c0, "index")) == 1 && !strcmp(sget(c0, "finish_reason"), "length"));
+        CHECK(json_object_get(j, "usage") == NULL);
+        check_speculation(json_object_get(j, "speculation"), &ev);
+        json_decref(j);
+        free(f);
+        char *end = oa_stream_end(chat, "u2", "m", true, 5, 30);
+        CHECK(sse_split(end, ev_data, 4) == 2 && !strcmp(ev_data[1], "[DONE]"));
+        j = load(ev_data[0]);
+        CHECK(j && json_array_size(json_object_get(j, "choices")) == 0);
+        CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 35);
+        CHECK(!strcmp(sget(j, "id"), chat ? "chatcmpl-u2" : "cmpl-u2"));
+        json_decref(j);
+        free(end);
+        end = oa_stream_end(chat, "u2", "m", false, 5, 30);
+        CHECK(end && !strcmp(end, OA_SSE_DONE));
+        free(end);
     }
     char *e = oa_stream_error("model exploded");
     CHECK(sse_split(e, ev_data, 4) == 2 && !strcmp(ev_data[1], "[DONE]"));
@@ -514,6 +613,12 @@ static void test_shared_fields(void) {
         "\"speculation\":{\"gamma\":4,\"adaptive\":false}", "\"speculation\":{\"method\":\"ngram\"}",
         "\"speculation\":{\"verify\":\"x\"}", "\"speculation\":{\"verify\":\"coupled\"}",
     };
+    /* n is an OpenAI field: the WebSocket protocol refuses it as unknown */
+    gw_limits L0 = lim();
+    gw_msg m0;
+    gw_error we0;
+    const char *wn = "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"n\":2}";
+    CHECK(gw_parse(wn, strlen(wn), &L0, &m0, &we0) == -1 && !strcmp(we0.code, "unknown_field"));
     gw_limits L = lim();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char ws[256], oa[256];
@@ -547,6 +652,7 @@ int main(void) {
     test_bad_bodies();
     test_good_bodies();
     test_response();
+    test_response_choices();
     test_sse();
     test_models_errors();
     test_utf8();

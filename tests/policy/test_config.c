@@ -46,6 +46,7 @@ static const broken table[] = {
     {"server:\n  port: 70000\n", "t.yaml:2:9: server.port: 70000 is out of range (0..65535)", NULL},
     {"telemetry:\n  sample_rate: 1.5\n", "t.yaml:2:16: telemetry.sample_rate: 1.5 is out of range (0..1)", NULL},
     {"speculation:\n  gamma_max: 17\n", "t.yaml:2:14: speculation.gamma_max: 17 is out of range (1..16)", NULL},
+    {"server:\n  max_choices: 17\n", "t.yaml:2:16: server.max_choices: 17 is out of range (1..16)", NULL},
     {"server:\n  grace_ms: 99999999999999999999\n", "t.yaml:2:13: server.grace_ms: expected an integer", NULL},
     {"engine:\n  block_size: 24\n", "t.yaml:2:15: engine.block_size: 24 is not a power of two", NULL},
     {"engine:\n  max_running: 8\n  max_batch: 16\n", "t.yaml:3:14: engine.max_batch 16 > engine.max_running 8", NULL},

@@ -1,6 +1,11 @@
 /* gw.h — the gateway's internal shared state: connections, their output
  * queues and requests, and the server. Everything here belongs to the event
- * loop thread; nothing is locked. Not a public header. */
+ * loop thread; nothing is locked. Not a public header.
+ *
+ * There is no global server: gw_run puts its gw_server in the lws context's
+ * user data, callbacks get it from their wsi (gw_server_of), timers from
+ * their lws_sorted_usec_list_t inside it (lws_container_of), and everything
+ * else is handed it as an argument. */
 #ifndef SPECD_GW_INTERNAL_H
 #define SPECD_GW_INTERNAL_H
 
@@ -15,7 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct {
+typedef struct gw_server {
     struct lws_context *ctx;
     engine *eng;
     gw_config cfg;
@@ -34,16 +39,21 @@ typedef struct {
     uint64_t connections, requests, tokens_out, slow_disconnects;
     uint64_t last_client_id;      /* the last gw_conn.client_id handed out */
     uint64_t idle_disconnects, refused_connections;
+    /* the loop's timers (callbacks find the server with lws_container_of) */
+    lws_sorted_usec_list_t idle_sul;    /* server.c: specd.v1 idle timeouts, once a second */
+    lws_sorted_usec_list_t reload_sul;  /* reload.c: pending SIGHUP / file change */
+    lws_sorted_usec_list_t monitor_sul; /* monitor.c: snapshots */
 } gw_server;
 
-extern gw_server *gw_srv;
+/* The server wsi belongs to (its context's user data; set by gw_run). */
+static inline gw_server *gw_server_of(struct lws *wsi) { return lws_context_user(lws_get_context(wsi)); }
 
 void gw_engine_notify(void *user);
 
 /* http.c */
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
-void gw_http_pump(gw_conn *c);
-void gw_http_pump_all(void); /* every HTTP connection (a wake-up) */
+void gw_http_pump(gw_server *s, gw_conn *c);
+void gw_http_pump_all(gw_server *s); /* every HTTP connection (a wake-up) */
 int gw_pick_port(const char *num, int family); /* a free port on the numeric address */
 bool gw_host_allowed(struct lws *wsi);
 /* Answers 503 (over max_connections, except /healthz) or 403 (Host not
@@ -54,25 +64,25 @@ int gw_origin_allowed(struct lws *wsi);
 int gw_ws_filter(struct lws *wsi, const char *path);
 
 /* reload.c: policy reloads (SIGHUP, file change, /admin/reload) and /api/stats */
-void gw_reload_init(void);
-void gw_reload_poll(void);                /* loop thread: handles a pending SIGHUP or file change */
-int gw_reload(const char *why, char *msg, size_t n); /* 0 ok, -1 kept the old policy */
+void gw_reload_init(gw_server *s);
+void gw_reload_poll(gw_server *s);       /* loop thread: handles a pending SIGHUP or file change */
+int gw_reload(gw_server *s, const char *why, char *msg, size_t n); /* 0 ok, -1 kept the old policy */
 /* The /api/stats body (malloc'd). The config path, the reload message (which
  * names the file and quotes YAML from it) and telemetry's last error (which
  * names the database) are in it only when admin is true. */
-char *gw_stats_json(bool admin);
+char *gw_stats_json(gw_server *s, bool admin);
 /* Whether the request on wsi carries "Authorization: Bearer <server.admin_token>"
  * (false when no token is configured). Responds nothing. Loop thread. */
 bool gw_admin_bearer_ok(struct lws *wsi);
-void gw_reload_stop(void);
+void gw_reload_stop(gw_server *s);
 
 /* monitor.c */
 int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 void gw_monitor_record(const engine_event *ev);
-void gw_monitor_stop(void);
+void gw_monitor_stop(gw_server *s);
 
 /* prompt.c: messages -> prompt text with the model's chat template */
-int gw_prepare_prompt(gw_msg *m, char *err, size_t errlen);
+int gw_prepare_prompt(engine *e, gw_msg *m, char *err, size_t errlen);
 void gw_limits_from_engine(gw_limits *lim, engine *e);
 
 

@@ -70,11 +70,12 @@ static bool host_is_loopback(const char *h) {
  * Host: evil.example), unless server.allowed_hosts lists it. Other binds take
  * any Host unless allowed_hosts is set. No Host header (HTTP/1.0) passes. */
 bool gw_host_allowed(struct lws *wsi) {
+    gw_server *s = gw_server_of(wsi);
     char host[256] = "";
     if (lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST) <= 0) return true;
-    const char *list = gw_srv->cfg.allowed_hosts;
-    if (!list[0] && !gw_srv->loopback) return true;
-    if (gw_srv->loopback && host_is_loopback(host)) return true;
+    const char *list = s->cfg.allowed_hosts;
+    if (!list[0] && !s->loopback) return true;
+    if (s->loopback && host_is_loopback(host)) return true;
     size_t hl = strcspn(host[0] == '[' ? host + strcspn(host, "]") : host, ":");
     if (host[0] == '[') hl += strcspn(host, "]");
     for (const char *p = list; *p;) {
@@ -115,14 +116,15 @@ static int refuse_now(struct lws *wsi, int status, const char *code, const char 
 /* Connections over server.max_connections: answered 503 with Retry-After and
  * closed (a WebSocket before its upgrade). /healthz is always answered, so a
  * health check can tell a full server from a dead one. */
-static bool over_connection_limit(void) { return gw_srv->n_tcp > gw_srv->cfg.max_connections; }
+static bool over_connection_limit(const gw_server *s) { return s->n_tcp > s->cfg.max_connections; }
 
 int gw_refuse_if_full(struct lws *wsi, const char *uri) {
-    if (over_connection_limit() && strcmp(uri, "/healthz") != 0) {
-        gw_srv->refused_connections++;
+    gw_server *s = gw_server_of(wsi);
+    if (over_connection_limit(s) && strcmp(uri, "/healthz") != 0) {
+        s->refused_connections++;
         gw_metrics_error("too_many_connections");
         char msg[160];
-        snprintf(msg, sizeof(msg), "the server is at its connection limit (%d); retry later", gw_srv->cfg.max_connections);
+        snprintf(msg, sizeof(msg), "the server is at its connection limit (%d); retry later", s->cfg.max_connections);
         return refuse_now(wsi, 503, "too_many_connections", msg, "retry-after:", "1");
     }
     if (!gw_host_allowed(wsi)) {
@@ -137,12 +139,13 @@ int gw_refuse_if_full(struct lws *wsi, const char *uri) {
 
 /* Counts accepted TCP connections (any callback's WSI_DESTROY calls this). */
 void gw_count_connection(struct lws *wsi, int reason) {
+    gw_server *s = gw_server_of(wsi);
     if (reason == LWS_CALLBACK_SERVER_NEW_CLIENT_INSTANTIATED) {
         lws_set_opaque_user_data(wsi, &accepted_marker);
-        gw_srv->n_tcp++;
+        s->n_tcp++;
     } else if (reason == LWS_CALLBACK_WSI_DESTROY && lws_get_opaque_user_data(wsi) == &accepted_marker) {
         lws_set_opaque_user_data(wsi, NULL);
-        gw_srv->n_tcp--;
+        s->n_tcp--;
     }
 }
 
@@ -158,13 +161,14 @@ int gw_ws_filter(struct lws *wsi, const char *path) {
 /* Same host (the Origin's host:port equals the Host header) or listed in
  * allowed_origins; no Origin header (non-browser clients) is allowed. */
 int gw_origin_allowed(struct lws *wsi) {
+    gw_server *s = gw_server_of(wsi);
     char origin[256] = "", host[256] = "";
     if (lws_hdr_copy(wsi, origin, sizeof(origin), WSI_TOKEN_ORIGIN) <= 0) return 1;
     lws_hdr_copy(wsi, host, sizeof(host), WSI_TOKEN_HOST);
     const char *o = strstr(origin, "://");
     o = o ? o + 3 : origin;
     if (host[0] && !strcmp(o, host)) return 1;
-    const char *list = gw_srv->cfg.allowed_origins;
+    const char *list = s->cfg.allowed_origins;
     size_t ol = strlen(origin);
     for (const char *p = list; *p;) {
         size_t n = strcspn(p, ",");
@@ -212,10 +216,10 @@ static int respond_json(gw_conn *c, int status, char *json) {
 
 /* Static file under the web root (or, for /vendor/uplot/, the charting
  * library's dist folder); refuses anything that resolves outside it. */
-static int serve_static(gw_conn *c, const char *uri) {
-    const char *root = gw_srv->web_root_real;
+static int serve_static(gw_server *s, gw_conn *c, const char *uri) {
+    const char *root = s->web_root_real;
     if (!strncmp(uri, "/vendor/uplot/", 14)) {
-        root = gw_srv->vendor_real;
+        root = s->vendor_real;
         uri += 13;
     }
     if (!root[0]) return respond(c, 404, "text/plain", "not found\n", 10);
@@ -236,9 +240,9 @@ static int serve_static(gw_conn *c, const char *uri) {
 
 /* ---- completions ------------------------------------------------------------------ */
 
-static int render_chat(oa_request *oq, char *err, size_t errlen) {
+static int render_chat(gw_server *s, oa_request *oq, char *err, size_t errlen) {
     engine_info info;
-    engine_get_info(gw_srv->eng, &info);
+    engine_get_info(s->eng, &info);
     return oa_render_prompt(oq, (chat_template_kind)info.chat_template, info.bos_text, err, errlen);
 }
 
@@ -255,14 +259,14 @@ static oa_error status_error(engine_status st, const char *message) {
  * with a random seed of its own when the request has none. Returns 0 with the
  * choices in c->reqs, or -1 with *oe filled and nothing left running (the
  * choices submitted before a refusal are cancelled). */
-static int submit_choices(gw_conn *c, const oa_request *oq, int api, oa_error *oe) {
+static int submit_choices(gw_server *s, gw_conn *c, const oa_request *oq, int api, oa_error *oe) {
     engine_request rq = oq->req;
     rq.notify = gw_engine_notify;
     if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
     if (oq->n > 1) {
         /* the choices of one request are one client: the engine's fair-share
          * bound (engine.h) takes them together */
-        if (!c->client_id) c->client_id = ++gw_srv->last_client_id;
+        if (!c->client_id) c->client_id = ++s->last_client_id;
         rq.client = c->client_id;
     }
     char session[sizeof c->reqs->session];
@@ -271,11 +275,11 @@ static int submit_choices(gw_conn *c, const oa_request *oq, int api, oa_error *o
         rq.seed = oq->seed_set ? oa_choice_seed(oq->req.seed, i) : gw_random_seed();
         char eerr[300];
         uint64_t eid = 0;
-        engine_status st = engine_submit(gw_srv->eng, &rq, &eid, eerr, sizeof(eerr));
+        engine_status st = engine_submit(s->eng, &rq, &eid, eerr, sizeof(eerr));
         gw_req *r = st == ENGINE_OK ? gw_req_add(c, eid, "") : NULL;
         if (!r) {
             if (st == ENGINE_OK) {
-                engine_cancel(gw_srv->eng, eid);
+                engine_cancel(s->eng, eid);
                 *oe = (oa_error){.status = 500, .code = GW_ERR_INTERNAL, .type = "server_error"};
                 snprintf(oe->message, sizeof(oe->message), "out of memory");
             } else {
@@ -290,34 +294,34 @@ static int submit_choices(gw_conn *c, const oa_request *oq, int api, oa_error *o
         r->logprobs = oq->req.logprobs;
         if (r->logprobs && !r->stream) r->lp = oa_logprobs_new(api == GW_HTTP_CHAT);
         memcpy(r->session, session, sizeof(session)); /* one response id for all choices */
-        gw_srv->requests++;
+        s->requests++;
     }
     c->n_choices = oq->n;
     c->include_usage = oq->include_usage;
     return 0;
 }
 
-static int start_completion(gw_conn *c, int api) {
+static int start_completion(gw_server *s, gw_conn *c, int api) {
     oa_request oq;
     oa_error oe;
     c->body[c->rx_len] = 0;
-    if (oa_parse(api == GW_HTTP_CHAT, c->body, c->rx_len, &gw_srv->limits, &oq, &oe) != 0) {
+    if (oa_parse(api == GW_HTTP_CHAT, c->body, c->rx_len, &s->limits, &oq, &oe) != 0) {
         gw_metrics_error(oe.code);
         return respond_json(c, oe.status, oa_error_json(&oe));
     }
     char perr[300];
     int rc = 0;
-    if (gw_srv->draining) {
+    if (s->draining) {
         oe = status_error(ENGINE_ERR_SHUTTING_DOWN, "the server is shutting down");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
-    } else if (gw_srv->pool.n_reqs + oq.n > gw_srv->cfg.max_requests_total) {
+    } else if (s->pool.n_reqs + oq.n > s->cfg.max_requests_total) {
         oe = status_error(ENGINE_ERR_QUEUE_FULL, "the server is at its concurrent request limit; retry later");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
-    } else if (render_chat(&oq, perr, sizeof(perr)) != 0) {
+    } else if (render_chat(s, &oq, perr, sizeof(perr)) != 0) {
         oe = (oa_error){.status = 400, .code = "invalid_request", .type = "invalid_request_error"};
         snprintf(oe.message, sizeof(oe.message), "%.250s", perr);
         rc = respond_json(c, 400, oa_error_json(&oe));
-    } else if (submit_choices(c, &oq, api, &oe) != 0) {
+    } else if (submit_choices(s, c, &oq, api, &oe) != 0) {
         rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else {
         if (oq.stream) {
@@ -327,16 +331,16 @@ static int start_completion(gw_conn *c, int api) {
                 rc = -1;
             c->headers_sent = true;
         }
-        gw_http_pump(c);
+        gw_http_pump(s, c);
     }
     oa_request_free(&oq);
     return rc;
 }
 
 /* Moves engine events of this connection's request into HTTP output. */
-void gw_http_pump_all(void) {
-    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next)
-        if (c->kind == GW_CONN_HTTP) gw_http_pump(c);
+void gw_http_pump_all(gw_server *s) {
+    for (gw_conn *c = s->pool.conns; c; c = c->next)
+        if (c->kind == GW_CONN_HTTP) gw_http_pump(s, c);
 }
 
 /* The response is queued: the choices whose final event was polled are
@@ -364,7 +368,7 @@ static bool all_choices_done(gw_conn *c) {
 }
 
 /* Non-streaming, every choice finished: one response with them all. */
-static void respond_choices(gw_conn *c) {
+static void respond_choices(gw_server *s, gw_conn *c) {
     int n = c->n_choices;
     oa_choice *ch = calloc((size_t)n, sizeof(*ch));
     bool ok = ch != NULL;
@@ -377,7 +381,7 @@ static void respond_choices(gw_conn *c) {
         respond_json(c, 500, oa_simple_error(500, GW_ERR_INTERNAL, "out of memory"));
     } else {
         for (int i = 0; i < n; i++) choice_at(c, i)->lp = NULL; /* handed over */
-        respond_json(c, 200, oa_response_json_n(c->reqs->api == GW_HTTP_CHAT, c->reqs->session, gw_srv->cfg.model_name,
+        respond_json(c, 200, oa_response_json_n(c->reqs->api == GW_HTTP_CHAT, c->reqs->session, s->cfg.model_name,
                                                 ch, n, choice_at(c, 0)->prompt_tokens));
     }
     free(ch);
@@ -386,20 +390,20 @@ static void respond_choices(gw_conn *c) {
 /* Handles one event of choice r. Returns true when the response is complete
  * (every choice finished, or one failed): it is queued and c's requests are
  * released. */
-static bool choice_event(gw_conn *c, gw_req *r, const engine_event *ev) {
+static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event *ev) {
     bool chat = r->api == GW_HTTP_CHAT;
     if (ev->type == ENGINE_EV_STARTED) {
         r->prompt_tokens = ev->prompt_tokens;
         return false;
     }
     if (ev->type == ENGINE_EV_TOKENS) {
-        gw_srv->tokens_out += (uint64_t)ev->n_tokens;
-        if (r->lp) oa_logprobs_add(r->lp, chat, engine_tokenizer(gw_srv->eng), ev, &r->lp_offset);
+        s->tokens_out += (uint64_t)ev->n_tokens;
+        if (r->lp) oa_logprobs_add(r->lp, chat, engine_tokenizer(s->eng), ev, &r->lp_offset);
         if (r->stream) {
             void *lp = NULL;
             if (r->logprobs && (lp = oa_logprobs_new(chat)))
-                oa_logprobs_add(lp, chat, engine_tokenizer(gw_srv->eng), ev, &r->lp_offset);
-            char *chunk = oa_stream_chunk_ix(chat, r->session, gw_srv->cfg.model_name, r->index, ev->text,
+                oa_logprobs_add(lp, chat, engine_tokenizer(s->eng), ev, &r->lp_offset);
+            char *chunk = oa_stream_chunk_ix(chat, r->session, s->cfg.model_name, r->index, ev->text,
                                              (size_t)ev->text_len, lp, NULL);
             if (chunk) gw_queue(c, chunk, strlen(chunk), GW_OUT_HTTP), free(chunk);
         } else if (ev->text_len) {
@@ -432,13 +436,13 @@ static bool choice_event(gw_conn *c, gw_req *r, const engine_event *ev) {
     gw_metrics_finished(ev), gw_monitor_record(ev);
     r->completion_tokens = ev->completion_tokens;
     if (r->stream && c->n_choices == 1) {
-        char *fin = oa_stream_final(chat, r->session, gw_srv->cfg.model_name, ev, r->prompt_tokens);
+        char *fin = oa_stream_final(chat, r->session, s->cfg.model_name, ev, r->prompt_tokens);
         if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
         release_choices(c);
         return true;
     }
     if (r->stream) {
-        char *fin = oa_stream_choice_final(chat, r->session, gw_srv->cfg.model_name, r->index, ev);
+        char *fin = oa_stream_choice_final(chat, r->session, s->cfg.model_name, r->index, ev);
         if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP), free(fin);
     } else if ((r->fin = malloc(sizeof(*r->fin)))) {
         *r->fin = *ev;
@@ -447,11 +451,11 @@ static bool choice_event(gw_conn *c, gw_req *r, const engine_event *ev) {
     if (r->stream) {
         int completion = 0;
         for (gw_req *q = c->reqs; q; q = q->next) completion += q->completion_tokens;
-        char *end = oa_stream_end(chat, r->session, gw_srv->cfg.model_name, c->include_usage,
+        char *end = oa_stream_end(chat, r->session, s->cfg.model_name, c->include_usage,
                                   choice_at(c, 0)->prompt_tokens, completion);
         if (end) gw_queue(c, end, strlen(end), GW_OUT_HTTP_FINAL), free(end);
     } else {
-        respond_choices(c);
+        respond_choices(s, c);
     }
     release_choices(c);
     return true;
@@ -460,28 +464,28 @@ static bool choice_event(gw_conn *c, gw_req *r, const engine_event *ev) {
 /* Moves engine events of c's choices into its output, one event per choice
  * in turn (so no choice starves the others), up to GW_PUMP_HIGH_WATER queued
  * bytes. */
-void gw_http_pump(gw_conn *c) {
+void gw_http_pump(gw_server *s, gw_conn *c) {
     engine_event ev;
     bool moved = true;
     while (moved && c->reqs && c->out_bytes < GW_PUMP_HIGH_WATER) {
         moved = false;
         for (gw_req *r = c->reqs, *next; r && c->out_bytes < GW_PUMP_HIGH_WATER; r = next) {
             next = r->next;
-            if (r->done || engine_poll(gw_srv->eng, r->eid, &ev) != 1) continue;
+            if (r->done || engine_poll(s->eng, r->eid, &ev) != 1) continue;
             moved = true;
-            if (choice_event(c, r, &ev)) return;
+            if (choice_event(s, c, r, &ev)) return;
         }
     }
 }
 
 /* Admin endpoints need "Authorization: Bearer <server.admin_token>"; with no
  * token configured they are disabled. Responds (401/403) when not allowed. */
-static bool admin_authorized(gw_conn *c) {
+static bool admin_authorized(gw_server *s, gw_conn *c) {
     char token[300] = "";
-    if (gw_srv->cfg.policy) {
-        const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
+    if (s->cfg.policy) {
+        const pol_config *pc = pol_store_acquire(s->cfg.policy);
         snprintf(token, sizeof(token), "%s", pc->server.admin_token);
-        pol_store_release(gw_srv->cfg.policy, pc);
+        pol_store_release(s->cfg.policy, pc);
     }
     if (!token[0]) {
         respond_json(c, 403, oa_simple_error(403, "admin_disabled",
@@ -502,40 +506,41 @@ static bool admin_authorized(gw_conn *c) {
     return true;
 }
 
-static int route(gw_conn *c) {
+static int route(gw_server *s, gw_conn *c) {
     const char *u = c->path;
     if (c->is_post) {
         if (!strcmp(u, "/v1/completions")) return 1;
         if (!strcmp(u, "/v1/chat/completions")) return 2;
         if (!strcmp(u, "/admin/reload")) {
-            if (!admin_authorized(c)) return c->headers_sent ? 0 : -1;
+            if (!admin_authorized(s, c)) return c->headers_sent ? 0 : -1;
             return 3;
         }
         return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
     }
     if (!strcmp(u, "/healthz")) {
-        const char *b = gw_srv->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}";
-        return respond(c, gw_srv->draining ? 503 : 200, "application/json", b, strlen(b));
+        const char *b = s->draining ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}";
+        return respond(c, s->draining ? 503 : 200, "application/json", b, strlen(b));
     }
     if (!strcmp(u, "/metrics")) {
         engine_stats es;
-        engine_get_stats(gw_srv->eng, &es);
-        gw_counters gc = {.connections_open = (uint64_t)gw_srv->pool.n_conns, .connections_total = gw_srv->connections,
-                          .requests_total = gw_srv->requests, .slow_disconnects = gw_srv->slow_disconnects};
+        engine_get_stats(s->eng, &es);
+        gw_counters gc = {.connections_open = (uint64_t)s->pool.n_conns, .connections_total = s->connections,
+                          .requests_total = s->requests, .slow_disconnects = s->slow_disconnects};
         char *text = metrics_render(&es, &gc);
         if (!text) return respond(c, 500, "text/plain", "error\n", 6);
         int rc = respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
         free(text);
         return rc;
     }
-    if (!strcmp(u, "/api/stats")) return respond_json(c, 200, gw_stats_json(gw_admin_bearer_ok(c->wsi)));
-    if (!strcmp(u, "/v1/models")) return respond_json(c, 200, oa_models_json(gw_srv->cfg.model_name));
+    if (!strcmp(u, "/api/stats")) return respond_json(c, 200, gw_stats_json(s, gw_admin_bearer_ok(c->wsi)));
+    if (!strcmp(u, "/v1/models")) return respond_json(c, 200, oa_models_json(s->cfg.model_name));
     if (!strncmp(u, "/v1/", 4)) return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
-    return serve_static(c, u);
+    return serve_static(s, c, u);
 }
 
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     gw_conn *c = user;
+    gw_server *s = wsi ? gw_server_of(wsi) : NULL;
 
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
@@ -547,7 +552,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
         char uri[128] = "";
         lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
-        if (gw_srv->draining) {
+        if (s->draining) {
             /* a draining instance takes no new streams: 503 before the
              * upgrade, so a proxy retries the upgrade on another instance */
             gw_metrics_error("shutting_down");
@@ -578,14 +583,14 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
                 return refuse_now(wsi, 411, "length_required", "a POST needs a Content-Length header", NULL, NULL);
             }
         }
-        gw_conn_link(&gw_srv->pool, c, wsi, GW_CONN_HTTP);
+        gw_conn_link(&s->pool, c, wsi, GW_CONN_HTTP);
         snprintf(c->path, sizeof(c->path), "%s", (const char *)in);
         c->is_post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
-        int r = route(c);
+        int r = route(s, c);
         if (r == 3) { /* /admin/reload: no body needed */
             char msg[1024];
-            int rc = gw_reload("POST /admin/reload", msg, sizeof(msg));
-            json_t *o = json_pack("{s:b,s:i,s:s}", "ok", rc == 0, "version", gw_srv->policy_version, "message", msg);
+            int rc = gw_reload(s, "POST /admin/reload", msg, sizeof(msg));
+            json_t *o = json_pack("{s:b,s:i,s:s}", "ok", rc == 0, "version", s->policy_version, "message", msg);
             char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
             json_decref(o);
             return respond_json(c, rc == 0 ? 200 : 422, body) < 0 ? -1 : 0;
@@ -600,7 +605,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
     }
     case LWS_CALLBACK_HTTP_BODY:
         if (c->status != 1 && c->status != 2) return 0; /* already answered: drop the body */
-        if (c->rx_len + len > (size_t)gw_srv->cfg.max_message_bytes) {
+        if (c->rx_len + len > (size_t)s->cfg.max_message_bytes) {
             c->rx_too_big = true;
             return 0;
         }
@@ -625,7 +630,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             c->rx_cap = 1;
         }
         if (c->headers_sent) return 0; /* already answered (admin) */
-        return start_completion(c, c->status == 2 ? GW_HTTP_CHAT : GW_HTTP_COMPLETIONS) < 0 ? -1 : 0;
+        return start_completion(s, c, c->status == 2 ? GW_HTTP_CHAT : GW_HTTP_COMPLETIONS) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE: {
         int flag = 0, w = gw_write_head(c, &flag);
         if (w <= 0) return w;
@@ -638,7 +643,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             if (lws_http_transaction_completed(wsi)) return -1;
             return 0;
         }
-        gw_http_pump(c);
+        gw_http_pump(s, c);
         if (c->out_head) lws_callback_on_writable(wsi);
         return 0;
     }
@@ -653,7 +658,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         if (c) c->wsi = NULL, c->kind = 0;
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        gw_http_pump_all(); /* the loop was woken: this protocol's connections */
+        gw_http_pump_all(s); /* the loop was woken: this protocol's connections */
         return 0;
     default:
         break;

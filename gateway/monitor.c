@@ -17,8 +17,7 @@
 #define MON_MAX_SEQS 256
 
 static struct {
-    lws_sorted_usec_list_t sul;
-    bool scheduled;
+    bool scheduled;               /* gw_server.monitor_sul is scheduled */
     double t_prev, tps;
     uint64_t tokens_prev;
     /* rolling window of cumulative counters */
@@ -59,11 +58,11 @@ static json_t *kv_obj(int free_blocks, int total) {
     return o;
 }
 
-static char *snapshot_json(void) {
+static char *snapshot_json(gw_server *s) {
     engine_stats es;
-    engine_get_stats(gw_srv->eng, &es);
+    engine_get_stats(s->eng, &es);
     engine_info info;
-    engine_get_info(gw_srv->eng, &info);
+    engine_get_info(s->eng, &info);
     double now = gw_now_ms();
     if (mon.t_prev > 0 && now > mon.t_prev) {
         double inst = (double)(es.tokens - mon.tokens_prev) / ((now - mon.t_prev) / 1e3);
@@ -114,9 +113,9 @@ static char *snapshot_json(void) {
     json_object_set_new(o, "fallbacks", json_integer((json_int_t)es.st.fallbacks));
     json_object_set_new(o, "kv_resets", json_integer((json_int_t)es.st.kv_resets));
     uint64_t dropped = 0;
-    if (gw_srv->cfg.telemetry) {
+    if (s->cfg.telemetry) {
         tel_counters tc;
-        telemetry_counters(gw_srv->cfg.telemetry, &tc);
+        telemetry_counters(s->cfg.telemetry, &tc);
         dropped = tc.dropped;
     }
     json_object_set_new(o, "telemetry_dropped", json_integer((json_int_t)dropped));
@@ -138,18 +137,18 @@ static char *snapshot_json(void) {
     json_object_set_new(tr, "nodes", json_integer((json_int_t)es.st.tree_nodes));
     json_object_set_new(o, "tree", tr);
     json_t *pol = json_object();
-    json_object_set_new(pol, "version", json_integer(gw_srv->policy_version));
-    json_object_set_new(pol, "last_reload_ok", json_boolean(gw_srv->policy_reload_ok));
-    json_object_set_new(pol, "last_reload_message", json_string(gw_srv->policy_reload_public));
+    json_object_set_new(pol, "version", json_integer(s->policy_version));
+    json_object_set_new(pol, "last_reload_ok", json_boolean(s->policy_reload_ok));
+    json_object_set_new(pol, "last_reload_message", json_string(s->policy_reload_public));
     json_object_set_new(o, "policy", pol);
     json_t *model = json_object();
-    json_object_set_new(model, "target", json_string(gw_srv->cfg.model_name));
-    json_object_set_new(model, "draft", json_string(gw_srv->cfg.draft_name));
+    json_object_set_new(model, "target", json_string(s->cfg.model_name));
+    json_object_set_new(model, "draft", json_string(s->cfg.draft_name));
     json_object_set_new(model, "backend", json_string(es.backend));
     json_object_set_new(model, "backend_desc", json_string(info.backend_desc));
     json_object_set_new(o, "model", model);
     json_t *seqs = json_array();
-    int n = engine_get_sequences(gw_srv->eng, mon.seqs, MON_MAX_SEQS);
+    int n = engine_get_sequences(s->eng, mon.seqs, MON_MAX_SEQS);
     for (int i = 0; i < n; i++) {
         const engine_seq_info *q = &mon.seqs[i];
         json_t *x = json_object();
@@ -172,20 +171,20 @@ static char *snapshot_json(void) {
 }
 
 static void mon_tick(lws_sorted_usec_list_t *sul) {
-    (void)sul;
+    gw_server *s = lws_container_of(sul, gw_server, monitor_sul);
     mon.scheduled = false;
     bool any = false;
     char *json = NULL;
-    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next) {
+    for (gw_conn *c = s->pool.conns; c; c = c->next) {
         if (c->kind != GW_CONN_MONITOR) continue;
         any = true;
         if (c->out_bytes > 64 * 1024) continue; /* a slow viewer skips snapshots */
-        if (!json) json = snapshot_json();
+        if (!json) json = snapshot_json(s);
         if (json) gw_queue(c, json, strlen(json), GW_OUT_TEXT);
     }
     free(json);
-    if (any && gw_srv->ctx) {
-        lws_sul_schedule(gw_srv->ctx, 0, &mon.sul, mon_tick, MON_INTERVAL_US);
+    if (any && s->ctx) {
+        lws_sul_schedule(s->ctx, 0, &s->monitor_sul, mon_tick, MON_INTERVAL_US);
         mon.scheduled = true;
     }
 }
@@ -196,13 +195,15 @@ int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user,
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return gw_ws_filter(wsi, "/v1/monitor");
-    case LWS_CALLBACK_ESTABLISHED:
-        gw_conn_link(&gw_srv->pool, c, wsi, GW_CONN_MONITOR);
+    case LWS_CALLBACK_ESTABLISHED: {
+        gw_server *s = gw_server_of(wsi);
+        gw_conn_link(&s->pool, c, wsi, GW_CONN_MONITOR);
         if (!mon.scheduled) {
-            lws_sul_schedule(gw_srv->ctx, 0, &mon.sul, mon_tick, 1);
+            lws_sul_schedule(s->ctx, 0, &s->monitor_sul, mon_tick, 1);
             mon.scheduled = true;
         }
         break;
+    }
     case LWS_CALLBACK_SERVER_WRITEABLE:
         if (gw_write_head(c, NULL) < 0) return -1;
         if (c->out_head) lws_callback_on_writable(wsi);
@@ -219,7 +220,7 @@ int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user,
     return 0;
 }
 
-void gw_monitor_stop(void) {
-    if (gw_srv->ctx) lws_sul_cancel(&mon.sul);
+void gw_monitor_stop(gw_server *s) {
+    if (s->ctx) lws_sul_cancel(&s->monitor_sul);
     mon.scheduled = false;
 }

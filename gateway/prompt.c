@@ -22,13 +22,13 @@ void gw_limits_from_engine(gw_limits *lim, engine *e) {
     lim->tree_topk = info.tree_bounds.topk;
 }
 
-int gw_prepare_prompt(gw_msg *m, char *err, size_t errlen) {
+int gw_prepare_prompt(engine *e, gw_msg *m, char *err, size_t errlen) {
     if (!m->messages) {
         m->req.prompt_text = m->prompt;
         return 0;
     }
     engine_info info;
-    engine_get_info(gw_srv->eng, &info);
+    engine_get_info(e, &info);
     chat_msg *cm = calloc((size_t)m->n_messages, sizeof(chat_msg));
     if (!cm) return snprintf(err, errlen, "out of memory"), -1;
     for (int i = 0; i < m->n_messages; i++) cm[i] = (chat_msg){gw_role_name(m->messages[i].role), m->messages[i].content};

@@ -20,19 +20,20 @@
 static struct {
     int inotify_fd, watch;
     char file[256];
-    lws_sorted_usec_list_t sul;
     volatile sig_atomic_t hup;
+    struct lws_context *volatile ctx; /* the context SIGHUP wakes (handlers get no user data) */
 } rl = {.inotify_fd = -1};
 
 static void on_hup(int sig) {
     (void)sig;
     rl.hup = 1;
-    if (gw_srv && gw_srv->ctx) lws_cancel_service(gw_srv->ctx);
+    struct lws_context *ctx = rl.ctx;
+    if (ctx) lws_cancel_service(ctx);
 }
 
 /* Mirrors the active rules into telemetry's gamma_policy table. */
-static void mirror_policy(const pol_config *pc) {
-    if (!gw_srv->cfg.telemetry) return;
+static void mirror_policy(gw_server *s, const pol_config *pc) {
+    if (!s->cfg.telemetry) return;
     tel_policy_rule rules[POL_MAX_RULES + 1];
     int n = 0;
     for (int i = 0; i < pc->n_rules && n < POL_MAX_RULES; i++, n++) {
@@ -48,7 +49,7 @@ static void mirror_policy(const pol_config *pc) {
     snprintf(rules[n].model_id, sizeof(rules[n].model_id), "*");
     rules[n].gamma_min = d->gamma_min, rules[n].gamma_max = d->gamma_max, rules[n].gamma_default = d->gamma_default;
     rules[n].alpha_threshold = d->alpha_threshold;
-    telemetry_policy(gw_srv->cfg.telemetry, rules, n + 1, pc->version);
+    telemetry_policy(s->cfg.telemetry, rules, n + 1, pc->version);
 }
 
 /* What anyone may read (the monitor feed): the outcome, the version in force
@@ -56,15 +57,15 @@ static void mirror_policy(const pol_config *pc) {
  * column and the key the error names) — never the file's directory or the
  * values and YAML the error quotes (those are for the admin, at /api/stats).
  * err is the loader's "PATH:LINE:COL: KEY: reason" (or NULL). */
-static void set_public_message(bool ok, const char *err) {
-    char *out = gw_srv->policy_reload_public;
-    size_t n = sizeof(gw_srv->policy_reload_public);
+static void set_public_message(gw_server *s, bool ok, const char *err) {
+    char *out = s->policy_reload_public;
+    size_t n = sizeof(s->policy_reload_public);
     if (ok) {
-        snprintf(out, n, "reloaded: version %d in force", gw_srv->policy_version);
+        snprintf(out, n, "reloaded: version %d in force", s->policy_version);
         return;
     }
     char where[160] = "";
-    const char *path = gw_srv->cfg.config_path;
+    const char *path = s->cfg.config_path;
     size_t pl = strlen(path);
     if (err && pl && !strncmp(err, path, pl) && err[pl] == ':') {
         const char *base = strrchr(path, '/');
@@ -80,42 +81,42 @@ static void set_public_message(bool ok, const char *err) {
                  kl ? ")" : "");
     }
     snprintf(out, n, "reload failed%s: version %d stays in force (the admin sees why at /api/stats)", where,
-             gw_srv->policy_version);
+             s->policy_version);
 }
 
-int gw_reload(const char *why, char *msg, size_t n) {
-    if (!gw_srv->cfg.policy || !gw_srv->cfg.config_path[0]) {
+int gw_reload(gw_server *s, const char *why, char *msg, size_t n) {
+    if (!s->cfg.policy || !s->cfg.config_path[0]) {
         snprintf(msg, n, "no config file to reload (started without one)");
-        gw_srv->policy_reload_ok = false;
-        snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
-        set_public_message(false, NULL);
+        s->policy_reload_ok = false;
+        snprintf(s->policy_reload_msg, sizeof(s->policy_reload_msg), "%s", msg);
+        set_public_message(s, false, NULL);
         return -1;
     }
     char err[768] = "", note[512] = "";
-    int rc = pol_store_reload(gw_srv->cfg.policy, gw_srv->cfg.config_path, err, sizeof(err), note, sizeof(note));
-    const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
-    gw_srv->policy_version = pc->version;
+    int rc = pol_store_reload(s->cfg.policy, s->cfg.config_path, err, sizeof(err), note, sizeof(note));
+    const pol_config *pc = pol_store_acquire(s->cfg.policy);
+    s->policy_version = pc->version;
     if (rc == 0) {
         /* the server limits that can change live */
-        gw_config *c = &gw_srv->cfg;
+        gw_config *c = &s->cfg;
         snprintf(c->allowed_origins, sizeof(c->allowed_origins), "%s", pc->server.allowed_origins);
         c->max_requests_per_conn = pc->server.max_requests_per_connection;
         c->max_requests_total = pc->server.max_requests_total;
         c->max_tokens_limit = pc->server.max_tokens_limit;
         c->max_choices = pc->server.max_choices;
         c->grace_ms = pc->server.grace_ms;
-        gw_srv->limits.max_tokens_limit = pc->server.max_tokens_limit;
-        gw_srv->limits.max_choices = pc->server.max_choices;
-        snprintf(msg, n, "reloaded %s (version %d, %s)%s%s", gw_srv->cfg.config_path, pc->version, why,
+        s->limits.max_tokens_limit = pc->server.max_tokens_limit;
+        s->limits.max_choices = pc->server.max_choices;
+        snprintf(msg, n, "reloaded %s (version %d, %s)%s%s", s->cfg.config_path, pc->version, why,
                  note[0] ? "; " : "", note);
-        mirror_policy(pc);
+        mirror_policy(s, pc);
     } else {
         snprintf(msg, n, "reload (%s) failed, keeping version %d: %s", why, pc->version, err);
     }
-    pol_store_release(gw_srv->cfg.policy, pc);
-    gw_srv->policy_reload_ok = rc == 0;
-    snprintf(gw_srv->policy_reload_msg, sizeof(gw_srv->policy_reload_msg), "%s", msg);
-    set_public_message(rc == 0, rc == 0 ? NULL : err);
+    pol_store_release(s->cfg.policy, pc);
+    s->policy_reload_ok = rc == 0;
+    snprintf(s->policy_reload_msg, sizeof(s->policy_reload_msg), "%s", msg);
+    set_public_message(s, rc == 0, rc == 0 ? NULL : err);
     fprintf(stderr, "specd: %s\n", msg);
     return rc;
 }
@@ -135,63 +136,66 @@ static bool file_changed(void) {
     return hit;
 }
 
-void gw_reload_poll(void) {
+void gw_reload_poll(gw_server *s) {
     char msg[1024];
     if (rl.hup) {
         rl.hup = 0;
-        gw_reload("SIGHUP", msg, sizeof(msg));
+        gw_reload(s, "SIGHUP", msg, sizeof(msg));
     }
-    if (file_changed()) gw_reload("file changed", msg, sizeof(msg));
+    if (file_changed()) gw_reload(s, "file changed", msg, sizeof(msg));
 }
 
 static void reload_tick(lws_sorted_usec_list_t *sul) {
-    (void)sul;
-    gw_reload_poll();
-    if (gw_srv->ctx) lws_sul_schedule(gw_srv->ctx, 0, &rl.sul, reload_tick, RELOAD_POLL_US);
+    gw_server *s = lws_container_of(sul, gw_server, reload_sul);
+    gw_reload_poll(s);
+    if (s->ctx) lws_sul_schedule(s->ctx, 0, &s->reload_sul, reload_tick, RELOAD_POLL_US);
 }
 
-void gw_reload_init(void) {
+void gw_reload_init(gw_server *s) {
+    rl.ctx = s->ctx;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_hup;
     sigaction(SIGHUP, &sa, NULL);
-    if (gw_srv->cfg.policy) {
-        const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
-        gw_srv->policy_version = pc->version;
-        mirror_policy(pc);
-        pol_store_release(gw_srv->cfg.policy, pc);
+    if (s->cfg.policy) {
+        const pol_config *pc = pol_store_acquire(s->cfg.policy);
+        s->policy_version = pc->version;
+        mirror_policy(s, pc);
+        pol_store_release(s->cfg.policy, pc);
     }
-    if (gw_srv->cfg.config_path[0]) {
+    if (s->cfg.config_path[0]) {
         /* watch the directory: editors and deploy tools replace files by rename */
         char dir[512], base[512];
-        snprintf(dir, sizeof(dir), "%s", gw_srv->cfg.config_path);
-        snprintf(base, sizeof(base), "%s", gw_srv->cfg.config_path);
+        snprintf(dir, sizeof(dir), "%s", s->cfg.config_path);
+        snprintf(base, sizeof(base), "%s", s->cfg.config_path);
         snprintf(rl.file, sizeof(rl.file), "%s", basename(base));
         rl.inotify_fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         if (rl.inotify_fd >= 0)
             rl.watch = inotify_add_watch(rl.inotify_fd, dirname(dir), IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE);
         if (rl.inotify_fd >= 0 && rl.watch < 0) {
             fprintf(stderr, "specd: cannot watch %s for changes (%s); SIGHUP and /admin/reload still reload it\n",
-                    gw_srv->cfg.config_path, strerror(errno));
+                    s->cfg.config_path, strerror(errno));
             close(rl.inotify_fd);
             rl.inotify_fd = -1;
         }
     }
-    lws_sul_schedule(gw_srv->ctx, 0, &rl.sul, reload_tick, RELOAD_POLL_US);
+    lws_sul_schedule(s->ctx, 0, &s->reload_sul, reload_tick, RELOAD_POLL_US);
 }
 
-void gw_reload_stop(void) {
-    lws_sul_cancel(&rl.sul);
+void gw_reload_stop(gw_server *s) {
+    lws_sul_cancel(&s->reload_sul);
+    rl.ctx = NULL;
     if (rl.inotify_fd >= 0) close(rl.inotify_fd);
     rl.inotify_fd = -1;
 }
 
 bool gw_admin_bearer_ok(struct lws *wsi) {
+    gw_server *s = gw_server_of(wsi);
     char token[300] = "", auth[400] = "";
-    if (gw_srv->cfg.policy) {
-        const pol_config *pc = pol_store_acquire(gw_srv->cfg.policy);
+    if (s->cfg.policy) {
+        const pol_config *pc = pol_store_acquire(s->cfg.policy);
         snprintf(token, sizeof(token), "%s", pc->server.admin_token);
-        pol_store_release(gw_srv->cfg.policy, pc);
+        pol_store_release(s->cfg.policy, pc);
     }
     if (!token[0] || lws_hdr_copy(wsi, auth, sizeof(auth), WSI_TOKEN_HTTP_AUTHORIZATION) < 0) return false;
     size_t tl = strlen(token);
@@ -201,9 +205,9 @@ bool gw_admin_bearer_ok(struct lws *wsi) {
     return diff == 0;
 }
 
-char *gw_stats_json(bool admin) {
+char *gw_stats_json(gw_server *s, bool admin) {
     engine_stats es;
-    engine_get_stats(gw_srv->eng, &es);
+    engine_get_stats(s->eng, &es);
     json_t *o = json_object();
     json_object_set_new(o, "running", json_integer(es.running));
     json_object_set_new(o, "waiting", json_integer(es.waiting));
@@ -228,17 +232,17 @@ char *gw_stats_json(bool admin) {
     json_object_set_new(o, "target_id", json_string(es.target_id));
     json_object_set_new(o, "draft_id", json_string(es.draft_id));
     json_t *pol = json_object();
-    json_object_set_new(pol, "version", json_integer(gw_srv->policy_version));
-    json_object_set_new(pol, "last_reload_ok", json_boolean(gw_srv->policy_reload_ok));
+    json_object_set_new(pol, "version", json_integer(s->policy_version));
+    json_object_set_new(pol, "last_reload_ok", json_boolean(s->policy_reload_ok));
     /* the message names the config file and quotes YAML from it: admin only */
     if (admin) {
-        json_object_set_new(pol, "config_path", json_string(gw_srv->cfg.config_path));
-        json_object_set_new(pol, "last_reload_message", json_string(gw_srv->policy_reload_msg));
+        json_object_set_new(pol, "config_path", json_string(s->cfg.config_path));
+        json_object_set_new(pol, "last_reload_message", json_string(s->policy_reload_msg));
     }
     json_object_set_new(o, "policy", pol);
-    if (gw_srv->cfg.telemetry) {
+    if (s->cfg.telemetry) {
         tel_counters tc;
-        telemetry_counters(gw_srv->cfg.telemetry, &tc);
+        telemetry_counters(s->cfg.telemetry, &tc);
         json_t *t = json_object();
         json_object_set_new(t, "queued", json_integer((json_int_t)tc.queued));
         json_object_set_new(t, "written", json_integer((json_int_t)tc.written));
@@ -247,7 +251,7 @@ char *gw_stats_json(bool admin) {
         else json_object_set_new(t, "failing", json_boolean(tc.last_error[0] != '\0'));
         json_object_set_new(o, "telemetry", t);
     }
-    char *s = json_dumps(o, JSON_COMPACT);
+    char *out = json_dumps(o, JSON_COMPACT);
     json_decref(o);
-    return s;
+    return out;
 }

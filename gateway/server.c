@@ -24,8 +24,6 @@
 #include <string.h>
 #include <time.h>
 
-gw_server *gw_srv; /* the one server of this process (signal handlers and the engine notify need it) */
-
 gw_config gw_config_default(void) {
     gw_config c;
     memset(&c, 0, sizeof(c));
@@ -49,10 +47,10 @@ gw_config gw_config_default(void) {
 
 /* Everything the loop does on a wake-up outside a protocol: the drain loop
  * below, and the specd.loop protocol's handler. */
-static void pump_all(void) {
-    gw_stream_pump_all();
-    gw_http_pump_all();
-    gw_pool_drain_orphans(&gw_srv->pool);
+static void pump_all(gw_server *s) {
+    gw_stream_pump_all(s);
+    gw_http_pump_all(s);
+    gw_pool_drain_orphans(&s->pool);
 }
 
 /* The engine thread's wake-up. It may run while the loop thread tears the
@@ -79,13 +77,15 @@ static void notify_target(struct lws_context *ctx) {
  * each pump their own connections on it); here the loop drains orphaned
  * requests and handles a pending policy reload. */
 static int cb_loop(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
-    (void)wsi, (void)user, (void)in, (void)len;
+    (void)user, (void)in, (void)len;
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: return -1;
-    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        gw_pool_drain_orphans(&gw_srv->pool);
-        gw_reload_poll(); /* a SIGHUP wakes the loop through lws_cancel_service */
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED: {
+        gw_server *s = gw_server_of(wsi);
+        gw_pool_drain_orphans(&s->pool);
+        gw_reload_poll(s); /* a SIGHUP wakes the loop through lws_cancel_service */
         return 0;
+    }
     default: return 0;
     }
 }
@@ -93,10 +93,13 @@ static int cb_loop(struct lws *wsi, enum lws_callback_reasons reason, void *user
 /* ---- the loop ------------------------------------------------------------------ */
 
 static volatile sig_atomic_t stop_signal;
+/* The context a signal wakes (handlers get no user data); set while gw_run serves. */
+static struct lws_context *volatile signal_ctx;
 
 static void on_signal(int sig) {
     stop_signal = sig;
-    if (gw_srv && gw_srv->ctx) lws_cancel_service(gw_srv->ctx);
+    struct lws_context *ctx = signal_ctx;
+    if (ctx) lws_cancel_service(ctx);
 }
 
 static struct lws_protocols protocols[] = {
@@ -145,12 +148,11 @@ static int resolve_bind(const char *host, char *num, size_t n, int *family, bool
     return 0;
 }
 
-/* Once a second on the loop's scheduler: specd.v1's idle timeouts. */
-static lws_sorted_usec_list_t idle_sul;
-
+/* Once a second on the loop's scheduler (gw_server.idle_sul): specd.v1's idle timeouts. */
 static void on_idle_tick(lws_sorted_usec_list_t *sul) {
-    gw_stream_close_idle();
-    lws_sul_schedule(gw_srv->ctx, 0, sul, on_idle_tick, LWS_US_PER_SEC);
+    gw_server *s = lws_container_of(sul, gw_server, idle_sul);
+    gw_stream_close_idle(s);
+    lws_sul_schedule(s->ctx, 0, sul, on_idle_tick, LWS_US_PER_SEC);
 }
 
 int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
@@ -159,7 +161,6 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     srv.eng = e;
     srv.pool.eng = e;
     srv.cfg = *cfg;
-    gw_srv = &srv;
     engine_stats es;
     engine_get_stats(e, &es);
     srv.limits = gw_limits_default();
@@ -186,6 +187,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     info.port = cfg->port == 0 ? CONTEXT_PORT_NO_LISTEN_SERVER : cfg->port;
     info.iface = bind_num;
     info.protocols = protocols;
+    info.user = &srv; /* gw_server_of */
     info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
     if (family == AF_INET) info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
     else info.options |= LWS_SERVER_OPTION_IPV6_V6ONLY_MODIFY | LWS_SERVER_OPTION_IPV6_V6ONLY_VALUE;
@@ -208,21 +210,21 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
         return -1;
     }
     notify_target(srv.ctx);
+    signal_ctx = srv.ctx;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    gw_reload_init();
+    gw_reload_init(&srv);
     /* the address really bound (localhost names 127.0.0.1; IPv6 in brackets) */
     char shown[INET6_ADDRSTRLEN + 2];
     snprintf(shown, sizeof(shown), family == AF_INET6 ? "[%s]" : "%s", bind_num);
     printf("specd: serving on http://%s:%d/ (WebSocket ws://%s:%d/v1/stream)\n", shown, srv.port, shown, srv.port);
     fflush(stdout);
 
-    memset(&idle_sul, 0, sizeof(idle_sul));
-    if (cfg->idle_timeout_s > 0) lws_sul_schedule(srv.ctx, 0, &idle_sul, on_idle_tick, LWS_US_PER_SEC);
+    if (cfg->idle_timeout_s > 0) lws_sul_schedule(srv.ctx, 0, &srv.idle_sul, on_idle_tick, LWS_US_PER_SEC);
     double drain_deadline = 0;
     while (lws_service(srv.ctx, 0) >= 0) {
         if (stop_signal && !srv.draining) {
@@ -232,7 +234,7 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
                     stop_signal == SIGINT ? "SIGINT" : "SIGTERM", srv.pool.n_reqs, cfg->grace_ms);
         }
         if (srv.draining) {
-            pump_all();
+            pump_all(&srv);
             bool idle = srv.pool.n_reqs == 0;
             for (gw_conn *c = srv.pool.conns; c && idle; c = c->next) idle = c->out_head == NULL;
             if (gw_now_ms() > drain_deadline && !srv.cancelled_rest) {
@@ -243,13 +245,14 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
             if (idle || gw_now_ms() > drain_deadline + 2000) break;
         }
     }
-    lws_sul_cancel(&idle_sul);
-    gw_monitor_stop();
-    gw_reload_stop();
+    lws_sul_cancel(&srv.idle_sul);
+    gw_monitor_stop(&srv);
+    gw_reload_stop(&srv);
     notify_target(NULL);
+    signal_ctx = NULL;
     lws_context_destroy(srv.ctx);
     srv.ctx = NULL;
-    gw_pool_drain_orphans(&gw_srv->pool);
+    gw_pool_drain_orphans(&srv.pool);
     fprintf(stderr, "specd: stopped\n");
     return 0;
 }

@@ -15,13 +15,13 @@
 
 /* ---- engine events -> client messages ----------------------------------------- */
 
-static void ws_pump(gw_conn *c) {
+static void ws_pump(gw_server *s, gw_conn *c) {
     for (gw_req *r = c->reqs, *next; r; r = next) {
         next = r->next;
         engine_event ev;
         /* backpressure: stop pulling while this client's queue is long; the
          * engine then pauses only this request */
-        while (c->out_bytes < GW_PUMP_HIGH_WATER && engine_poll(gw_srv->eng, r->eid, &ev) == 1) {
+        while (c->out_bytes < GW_PUMP_HIGH_WATER && engine_poll(s->eng, r->eid, &ev) == 1) {
             char *json = NULL;
             bool last = false;
             switch (ev.type) {
@@ -32,7 +32,7 @@ static void ws_pump(gw_conn *c) {
                 break;
             case ENGINE_EV_TOKENS:
                 json = gw_json_tokens(r->cid, &ev);
-                gw_srv->tokens_out += (uint64_t)ev.n_tokens;
+                s->tokens_out += (uint64_t)ev.n_tokens;
                 break;
             case ENGINE_EV_FINISHED:
                 json = gw_json_done(r->cid, r->prompt_tokens, &ev);
@@ -57,9 +57,9 @@ static void ws_pump(gw_conn *c) {
     }
 }
 
-void gw_stream_pump_all(void) {
-    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next)
-        if (c->kind == GW_CONN_WS) ws_pump(c);
+void gw_stream_pump_all(gw_server *s) {
+    for (gw_conn *c = s->pool.conns; c; c = c->next)
+        if (c->kind == GW_CONN_WS) ws_pump(s, c);
 }
 
 /* ---- WebSocket protocol specd.v1 ---------------------------------------------- */
@@ -69,8 +69,8 @@ static void ws_error(gw_conn *c, const char *cid, const char *code, const char *
     gw_queue_json(c, gw_json_error(cid, code, msg));
 }
 
-static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
-    gw_limits lim = gw_srv->limits;
+static void ws_handle_message(gw_server *s, gw_conn *c, const char *buf, size_t len) {
+    gw_limits lim = s->limits;
     gw_msg m;
     gw_error er;
     if (len == 0) {
@@ -86,19 +86,19 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
     } else if (m.type == GW_MSG_CANCEL) {
         gw_req *r = gw_req_find(c, m.id);
         if (!r) ws_error(c, m.id, "unknown_id", "no active request with this id on this connection");
-        else engine_cancel(gw_srv->eng, r->eid);
+        else engine_cancel(s->eng, r->eid);
     } else if (gw_req_find(c, m.id)) {
         ws_error(c, m.id, "duplicate_id", "a request with this id is still active on this connection");
-    } else if (c->n_reqs >= gw_srv->cfg.max_requests_per_conn) {
+    } else if (c->n_reqs >= s->cfg.max_requests_per_conn) {
         ws_error(c, m.id, "too_many_requests", "too many concurrent requests on this connection");
-    } else if (gw_srv->pool.n_reqs >= gw_srv->cfg.max_requests_total) {
+    } else if (s->pool.n_reqs >= s->cfg.max_requests_total) {
         ws_error(c, m.id, gw_status_lookup(ENGINE_ERR_QUEUE_FULL)->ws_code,
                  "the server is at its concurrent request limit; retry later");
-    } else if (gw_srv->draining) {
+    } else if (s->draining) {
         ws_error(c, m.id, gw_status_lookup(ENGINE_ERR_SHUTTING_DOWN)->ws_code, "the server is shutting down");
     } else {
         char perr[300];
-        if (gw_prepare_prompt(&m, perr, sizeof(perr)) != 0) {
+        if (gw_prepare_prompt(s->eng, &m, perr, sizeof(perr)) != 0) {
             ws_error(c, m.id, "invalid_request", perr);
         } else {
             engine_request rq = m.req;
@@ -106,23 +106,23 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
             rq.user = NULL;
             /* one connection is one client: the engine bounds what its
              * requests hold at once (engine.h, fair share) */
-            if (!c->client_id) c->client_id = ++gw_srv->last_client_id;
+            if (!c->client_id) c->client_id = ++s->last_client_id;
             rq.client = c->client_id;
             if (!m.seed_set) rq.seed = gw_random_seed();
             if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
             char eerr[300];
             uint64_t eid = 0;
-            engine_status st = engine_submit(gw_srv->eng, &rq, &eid, eerr, sizeof(eerr));
+            engine_status st = engine_submit(s->eng, &rq, &eid, eerr, sizeof(eerr));
             if (st != ENGINE_OK) {
                 ws_error(c, m.id, gw_status_lookup(st)->ws_code, eerr);
             } else {
                 gw_req *r = gw_req_add(c, eid, m.id);
                 if (!r) {
-                    engine_cancel(gw_srv->eng, eid);
+                    engine_cancel(s->eng, eid);
                     ws_error(c, m.id, "internal", "out of memory");
                 } else {
                     gw_uuid4(r->session);
-                    gw_srv->requests++;
+                    s->requests++;
                 }
             }
         }
@@ -132,14 +132,15 @@ static void ws_handle_message(gw_conn *c, const char *buf, size_t len) {
 
 int gw_cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len) {
     gw_conn *c = user;
+    gw_server *s = wsi ? gw_server_of(wsi) : NULL;
     switch (reason) {
     case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION:
         return gw_ws_filter(wsi, "/v1/stream");
     case LWS_CALLBACK_ESTABLISHED:
-        gw_conn_link(&gw_srv->pool, c, wsi, GW_CONN_WS);
-        ws_rx_init(&c->rx, (size_t)gw_srv->cfg.max_message_bytes);
+        gw_conn_link(&s->pool, c, wsi, GW_CONN_WS);
+        ws_rx_init(&c->rx, (size_t)s->cfg.max_message_bytes);
         c->last_rx_ms = gw_now_ms();
-        gw_srv->connections++;
+        s->connections++;
         break;
     case LWS_CALLBACK_RECEIVE: {
         c->last_rx_ms = gw_now_ms();
@@ -151,13 +152,13 @@ int gw_cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
             ws_error(c, NULL, "binary_frame", "binary frames are not part of specd.v1; send JSON text");
         } else if (st == WS_RX_TOO_BIG) {
             char msg[128];
-            snprintf(msg, sizeof(msg), "message larger than the limit of %d bytes", gw_srv->cfg.max_message_bytes);
+            snprintf(msg, sizeof(msg), "message larger than the limit of %d bytes", s->cfg.max_message_bytes);
             ws_error(c, NULL, "message_too_large", msg);
         } else {
-            ws_handle_message(c, c->rx.buf, c->rx.len);
+            ws_handle_message(s, c, c->rx.buf, c->rx.len);
         }
         ws_rx_reset(&c->rx);
-        ws_pump(c);
+        ws_pump(s, c);
         break;
     }
     case LWS_CALLBACK_WS_PEER_INITIATED_CLOSE:
@@ -166,16 +167,16 @@ int gw_cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
         if (!ws_close_payload_ok(in, len)) return -1;
         break;
     case LWS_CALLBACK_SERVER_WRITEABLE: {
-        if (c->out_bytes > gw_srv->cfg.out_limit_bytes) {
+        if (c->out_bytes > s->cfg.out_limit_bytes) {
             static const char why[] = "client too slow: output limit exceeded";
             lws_close_reason(wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, (unsigned char *)why, sizeof(why) - 1);
-            gw_srv->slow_disconnects++;
+            s->slow_disconnects++;
             return -1;
         }
         int w = gw_write_head(c, NULL);
         if (w < 0 || (w == 0 && c->closing)) return -1;
         if (w == 0) break;
-        ws_pump(c);
+        ws_pump(s, c);
         if (c->out_head) lws_callback_on_writable(wsi);
         break;
     }
@@ -186,7 +187,7 @@ int gw_cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
         gw_count_connection(wsi, (int)reason);
         break;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        gw_stream_pump_all(); /* the loop was woken: this protocol's connections */
+        gw_stream_pump_all(s); /* the loop was woken: this protocol's connections */
         break;
     default:
         break;
@@ -194,15 +195,15 @@ int gw_cb_stream(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
     return 0;
 }
 
-void gw_stream_close_idle(void) {
-    double now = gw_now_ms(), limit = gw_srv->cfg.idle_timeout_s * 1e3;
-    for (gw_conn *c = gw_srv->pool.conns; c; c = c->next) {
+void gw_stream_close_idle(gw_server *s) {
+    double now = gw_now_ms(), limit = s->cfg.idle_timeout_s * 1e3;
+    for (gw_conn *c = s->pool.conns; c; c = c->next) {
         if (c->kind != GW_CONN_WS || c->closing || c->n_reqs || c->out_head) continue;
         if (now - c->last_rx_ms < limit) continue;
         static const char why[] = "idle timeout";
         lws_close_reason(c->wsi, LWS_CLOSE_STATUS_GOINGAWAY, (unsigned char *)why, sizeof(why) - 1);
         c->closing = true;
-        gw_srv->idle_disconnects++;
+        s->idle_disconnects++;
         lws_callback_on_writable(c->wsi);
     }
 }

@@ -12,6 +12,7 @@
 #include "cli/hub.h"
 #include "cli/util.h"
 #include "engine/engine.h"
+#include "engine/grammar.h"
 #include "engine/tokenizer.h"
 
 #include <pthread.h>
@@ -99,6 +100,11 @@ typedef struct {
     tree_shape sh;              /* fixed trees: the request's bounds */
 } be_cfg;
 
+/* --grammar: every request of every configuration (plain included) carries
+ * this GBNF text, so constrained speculation is compared with constrained
+ * plain decoding; NULL: unconstrained. */
+static const char *be_grammar;
+
 static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_tokens, const be_cfg *cfg, float temp,
                     cli_waker *w, be_result *res) {
     memset(res, 0, sizeof(*res));
@@ -121,6 +127,7 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
         r.tree = cfg->spec ? cfg->tree : ENGINE_TREE_DEFAULT;
         if (cfg->tree == ENGINE_TREE_FIXED)
             r.tree_budget = cfg->sh.budget, r.tree_depth = cfg->sh.depth, r.tree_topk = cfg->sh.topk;
+        r.grammar = be_grammar;
         r.notify = cli_waker_notify;
         r.user = w;
         engine_submit(e, &r, &ids[i], err, sizeof(err));
@@ -179,7 +186,7 @@ static void be_usage(void) {
             "usage: specd bench --concurrency N[,N...] -m TARGET.gguf [--draft DRAFT.gguf] [-n TOKENS (64)]\n"
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
-            "                   [--temp T (0)] [--trees LIST [--rounds R (5)]]\n"
+            "                   [--temp T (0)] [--trees LIST [--rounds R (5)]] [--grammar json|FILE.gbnf]\n"
             "  N streams at once through the engine API, speculation off then on (same prompts),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
             "  (default ../shared/models/corpora/tinystories_valid_30K.txt beside the source tree)\n"
@@ -188,7 +195,9 @@ static void be_usage(void) {
             "               chain (the chain path, adaptive gamma), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
             "               16/5/3 nodes/levels/children), B/D/K (any fixed tree), auto (the shape\n"
             "               controller); R rounds, the configurations' order rotated each round;\n"
-            "               medians and ranges of tokens/s and of the per-round ratio to plain\n");
+            "               medians and ranges of tokens/s and of the per-round ratio to plain\n"
+            "  --grammar G  every stream constrained by G (json: the JSON grammar; else a GBNF file),\n"
+            "               plain decoding included: constrained speculation against constrained plain\n");
 }
 
 static void be_row(int conc, const char *mode, const be_result *r, int kv_total) {
@@ -293,6 +302,7 @@ int bench_engine(int argc, char **argv) {
     float temp = 0.0f;
     int rounds = 5, n_cfg = 0;
     bool trees = false;
+    const char *grammar_arg = NULL;
     be_cfg cfgs[BE_MAX_CFG];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -319,6 +329,7 @@ int bench_engine(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 0, 1024);
         else if (!strcmp(a, "--temp")) temp = (float)arg_double(argc, argv, &i, 0, 100);
         else if (!strcmp(a, "--rounds")) rounds = (int)arg_long(argc, argv, &i, 1, 1000);
+        else if (!strcmp(a, "--grammar")) grammar_arg = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--trees")) {
             if (be_parse_trees(arg_str(argc, argv, &i), cfgs, &n_cfg) != 0) return 2;
             trees = true;
@@ -334,6 +345,22 @@ int bench_engine(int argc, char **argv) {
     if (!target || n_conc == 0) {
         be_usage();
         return 2;
+    }
+    char *grammar_text = NULL;
+    if (grammar_arg && !strcmp(grammar_arg, "json")) {
+        be_grammar = grammar_json_gbnf();
+    } else if (grammar_arg) {
+        FILE *f = fopen(grammar_arg, "rb");
+        long len = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+        if (len < 0 || fseek(f, 0, SEEK_SET) != 0 || !(grammar_text = calloc(1, (size_t)len + 1)) ||
+            fread(grammar_text, 1, (size_t)len, f) != (size_t)len) {
+            fprintf(stderr, "specd bench: cannot read the grammar %s\n", grammar_arg);
+            if (f) fclose(f);
+            free(grammar_text);
+            return 1;
+        }
+        fclose(f);
+        be_grammar = grammar_text;
     }
     char defpath[1024];
     if (!prompts_path) {
@@ -365,6 +392,7 @@ int bench_engine(int argc, char **argv) {
     if (n_distinct < 0) {
         engine_destroy(e);
         free(prompts);
+        free(grammar_text);
         return 1;
     }
     cli_waker w = {.gen = 0};
@@ -390,6 +418,7 @@ int bench_engine(int argc, char **argv) {
         engine_destroy(e);
         for (int i = 0; i < n_distinct; i++) free(prompts[i].ids);
         free(prompts);
+        free(grammar_text);
         pthread_mutex_destroy(&w.mu);
         pthread_cond_destroy(&w.cv);
         return trc;
@@ -433,6 +462,7 @@ int bench_engine(int argc, char **argv) {
     engine_destroy(e);
     for (int i = 0; i < n_distinct; i++) free(prompts[i].ids);
     free(prompts);
+    free(grammar_text);
     pthread_mutex_destroy(&w.mu);
     pthread_cond_destroy(&w.cv);
     return rc;

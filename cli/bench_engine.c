@@ -350,17 +350,10 @@ int bench_engine(int argc, char **argv) {
     if (grammar_arg && !strcmp(grammar_arg, "json")) {
         be_grammar = grammar_json_gbnf();
     } else if (grammar_arg) {
-        FILE *f = fopen(grammar_arg, "rb");
-        long len = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-        if (len < 0 || fseek(f, 0, SEEK_SET) != 0 || !(grammar_text = calloc(1, (size_t)len + 1)) ||
-            fread(grammar_text, 1, (size_t)len, f) != (size_t)len) {
+        if (!(be_grammar = grammar_text = read_file(grammar_arg, NULL))) {
             fprintf(stderr, "specd bench: cannot read the grammar %s\n", grammar_arg);
-            if (f) fclose(f);
-            free(grammar_text);
             return 1;
         }
-        fclose(f);
-        be_grammar = grammar_text;
     }
     char defpath[1024];
     if (!prompts_path) {
@@ -384,6 +377,7 @@ int bench_engine(int argc, char **argv) {
     engine *e = engine_create(&cfg, err, sizeof(err));
     if (!e) {
         fprintf(stderr, "specd bench: %s\n", err);
+        free(grammar_text);
         return 1;
     }
     tl = now_ms() - tl;
@@ -413,20 +407,14 @@ int bench_engine(int argc, char **argv) {
     be_result warm;
     be_cfg on_cfg = {"on", true, ENGINE_TREE_DEFAULT, {0, 0, 0}}, off_cfg = {"off", false, ENGINE_TREE_DEFAULT, {0, 0, 0}};
     be_phase(e, prompts, 1, 8, draft != NULL ? &on_cfg : &off_cfg, temp, &w, &warm);
+    int rc = 0;
     if (trees) {
-        int trc = be_compare_trees(e, prompts, conc, n_conc, n_tokens, temp, cfgs, n_cfg, rounds, &w);
-        engine_destroy(e);
-        for (int i = 0; i < n_distinct; i++) free(prompts[i].ids);
-        free(prompts);
-        free(grammar_text);
-        pthread_mutex_destroy(&w.mu);
-        pthread_cond_destroy(&w.cv);
-        return trc;
+        rc = be_compare_trees(e, prompts, conc, n_conc, n_tokens, temp, cfgs, n_cfg, rounds, &w);
+        goto done;
     }
 
     printf("conc mode     tok/s  TTFT ms:mean    p50      p99 TPOT ms:mean  p50     p99  alpha acclen gamma/spec  mb/stp  "
            "pad   KV peak\n");
-    int rc = 0;
     for (int c = 0; c < n_conc && rc == 0; c++) {
         be_result off, on;
         if (be_phase(e, prompts, conc[c], n_tokens, &off_cfg, temp, &w, &off) != 0) {
@@ -459,6 +447,7 @@ int bench_engine(int argc, char **argv) {
     printf("\nalpha: accepted/(accepted+rejections); acclen: accepted drafts per verify step; gamma/spec: mean drafts\n"
            "per verify step / share of target passes that verified drafts; mb/stp: micro-batches per engine step;\n"
            "pad: rectangular/real positions; KV peak: target blocks in use (of the pool).\n");
+done:
     engine_destroy(e);
     for (int i = 0; i < n_distinct; i++) free(prompts[i].ids);
     free(prompts);

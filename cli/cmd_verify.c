@@ -306,17 +306,14 @@ int cmd_verify(int argc, char **argv) {
         goto done;
     }
     if (grammar_path) {
-        FILE *f = fopen(grammar_path, "rb");
-        char *text = NULL;
-        long n = -1;
-        if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-            (text = malloc((size_t)n + 1)) && fread(text, 1, (size_t)n, f) == (size_t)n) {
-            gr = grammar_parse(text, (size_t)n, err, sizeof(err));
+        size_t n = 0;
+        char *text = read_file(grammar_path, &n);
+        if (text) {
+            gr = grammar_parse(text, n, err, sizeof(err));
             if (!gr) fprintf(stderr, "specd verify: %s: %s\n", grammar_path, err);
         } else {
             fprintf(stderr, "specd verify: cannot read %s\n", grammar_path);
         }
-        if (f) fclose(f);
         free(text);
         if (!gr) goto done;
         if (!(gv = grammar_vocab_create(sp->tok)) || !(gm = grammar_matcher_create(gr, gv))) {

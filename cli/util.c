@@ -114,6 +114,18 @@ void json_write_str(FILE *f, const char *s, size_t len) {
     fputc('"', f);
 }
 
+char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    long n = f && fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *buf = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) free(buf), buf = NULL;
+    if (f) fclose(f);
+    if (!buf) return NULL;
+    buf[n] = 0;
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
 char *read_all_stdin(size_t *len) {
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);

@@ -45,5 +45,7 @@ void json_write_str(FILE *f, const char *s, size_t len);
 
 /* Reads all of stdin into a malloc'd NUL-terminated buffer (caller frees). */
 char *read_all_stdin(size_t *len);
+/* Reads the whole file at path the same way; NULL when it cannot be opened or read. */
+char *read_file(const char *path, size_t *len);
 
 #endif

@@ -98,6 +98,7 @@ typedef struct {
     bool spec;
     engine_tree tree;
     tree_shape sh;              /* fixed trees: the request's bounds */
+    int method;                 /* a spec_method the requests ask for, -1: the engine's (auto) */
 } be_cfg;
 
 /* --grammar: every request of every configuration (plain included) carries
@@ -125,6 +126,7 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
         r.max_tokens = n_tokens;
         r.mode = cfg->spec ? SPEC_MODE_AUTO : SPEC_MODE_OFF;
         r.tree = cfg->spec ? cfg->tree : ENGINE_TREE_DEFAULT;
+        if (cfg->spec && cfg->method >= 0) r.method = (spec_method)cfg->method, r.method_set = true;
         if (cfg->tree == ENGINE_TREE_FIXED)
             r.tree_budget = cfg->sh.budget, r.tree_depth = cfg->sh.depth, r.tree_topk = cfg->sh.topk;
         r.grammar = be_grammar;
@@ -187,12 +189,15 @@ static void be_usage(void) {
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
             "                   [--temp T (0)] [--trees LIST [--rounds R (5)]] [--grammar json|FILE.gbnf]\n"
+            "                   [--medusa HEADS.gguf]\n"
             "  N streams at once through the engine API, speculation off then on (same prompts),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
             "  (default ../shared/models/corpora/tinystories_valid_30K.txt beside the source tree)\n"
             "  --temp T     sampling temperature of every stream (0 = greedy; seeds 1..N)\n"
             "  --trees LIST compare speculation shapes against plain decoding instead of on/off:\n"
-            "               chain (the chain path, adaptive gamma), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
+            "               plain (plain decoding again: an A/A control of the noise),\n"
+            "               chain (the chain path, adaptive gamma; with --medusa, auto between it and Medusa),\n"
+            "               draft (the draft model's chain only), medusa (Medusa trees only, --medusa), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
             "               16/5/3 nodes/levels/children), B/D/K (any fixed tree), auto (the shape\n"
             "               controller); R rounds, the configurations' order rotated each round;\n"
             "               medians and ranges of tokens/s and of the per-round ratio to plain\n"
@@ -214,7 +219,7 @@ static void be_row(int conc, const char *mode, const be_result *r, int kv_total)
 /* --trees LIST: cfgs[0] is plain decoding, then the list. */
 static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
     *n = 1;
-    cfgs[0] = (be_cfg){"plain", false, ENGINE_TREE_OFF, {0, 0, 0}};
+    cfgs[0] = (be_cfg){"plain", false, ENGINE_TREE_OFF, {0, 0, 0}, -1};
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", list);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -222,8 +227,11 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
             fprintf(stderr, "specd bench: --trees: at most %d configurations\n", BE_MAX_CFG - 1);
             return -1;
         }
-        be_cfg c = {"", true, ENGINE_TREE_FIXED, {0, 0, 0}};
-        if (!strcmp(t, "chain")) c.tree = ENGINE_TREE_OFF;
+        be_cfg c = {"", true, ENGINE_TREE_FIXED, {0, 0, 0}, -1};
+        if (!strcmp(t, "plain")) c.spec = false, c.tree = ENGINE_TREE_OFF; /* an A/A control: the noise floor */
+        else if (!strcmp(t, "chain")) c.tree = ENGINE_TREE_OFF;
+        else if (!strcmp(t, "draft")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_DRAFT;
+        else if (!strcmp(t, "medusa")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_MEDUSA;
         else if (!strcmp(t, "auto")) c.tree = ENGINE_TREE_AUTO;
         else if (!strcmp(t, "4")) c.sh = (tree_shape){4, 3, 2};
         else if (!strcmp(t, "8")) c.sh = (tree_shape){8, 4, 2};
@@ -231,7 +239,7 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
         else if (sscanf(t, "%d/%d/%d", &c.sh.budget, &c.sh.depth, &c.sh.topk) != 3 || c.sh.budget < 1 ||
                  c.sh.budget > DRAFTER_MAX_NODES || c.sh.depth < 1 || c.sh.depth > c.sh.budget || c.sh.topk < 1 ||
                  c.sh.topk > 8) {
-            fprintf(stderr, "specd bench: --trees: '%s' is not chain, auto, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
+            fprintf(stderr, "specd bench: --trees: '%s' is not plain, chain, draft, medusa, auto, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
             return -1;
         }
         if (c.tree == ENGINE_TREE_FIXED) snprintf(c.name, sizeof(c.name), "%d/%d/%d", c.sh.budget, c.sh.depth, c.sh.topk);
@@ -254,13 +262,14 @@ static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc
     printf("T=%.2f, %d tokens per stream, %d rounds per configuration (order rotated each round)\n", (double)temp,
            n_tokens, rounds);
     printf("conc config      tok/s:median   min      max   x plain:median  min   max  tok/pass nodes/pass branched "
-           "tree-steps\n");
+           "tree-steps%s\n", info.has_medusa ? " medusa-steps" : "");
     for (int c = 0; c < n_conc; c++) {
         double tps[BE_MAX_CFG][BE_MAX_ROUNDS], ratio[BE_MAX_CFG][BE_MAX_ROUNDS];
         spec_stats st[BE_MAX_CFG];
-        uint64_t dec[BE_MAX_CFG][2];
+        uint64_t dec[BE_MAX_CFG][2], path[BE_MAX_CFG][2];
         memset(st, 0, sizeof(st));
         memset(dec, 0, sizeof(dec));
+        memset(path, 0, sizeof(path));
         for (int r = 0; r < rounds; r++) {
             double plain = 0;
             double got[BE_MAX_CFG];
@@ -275,6 +284,8 @@ static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc
                 spec_stats_add(&st[k], &res.st);
                 dec[k][0] += b.tree_decisions[0] - a.tree_decisions[0];
                 dec[k][1] += b.tree_decisions[1] - a.tree_decisions[1];
+                path[k][0] += b.path_steps[0] - a.path_steps[0];
+                path[k][1] += b.path_steps[1] - a.path_steps[1];
             }
             plain = got[0];
             for (int k = 0; k < n_cfg; k++) tps[k][r] = got[k], ratio[k][r] = plain > 0 ? got[k] / plain : 0;
@@ -283,16 +294,20 @@ static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc
             double t = sort_median(tps[k], rounds), tlo = tps[k][0], thi = tps[k][rounds - 1];
             double x = sort_median(ratio[k], rounds), xlo = ratio[k][0], xhi = ratio[k][rounds - 1];
             uint64_t passes = st[k].verify_steps + st[k].plain_steps;
-            printf("%4d %-10s %9.1f %8.1f %8.1f   %8.3f %6.3f %6.3f %8.2f %9.2f %8llu %5.0f%%\n", conc[c],
+            printf("%4d %-10s %9.1f %8.1f %8.1f   %8.3f %6.3f %6.3f %8.2f %9.2f %8llu %5.0f%%", conc[c],
                    cfgs[k].name, t, tlo, thi, x, xlo, xhi, spec_stats_tokens_per_pass(&st[k]),
                    passes ? (double)st[k].tree_nodes / (double)passes : 0.0, (unsigned long long)st[k].tree_steps,
                    dec[k][0] + dec[k][1] ? 100.0 * (double)dec[k][1] / (double)(dec[k][0] + dec[k][1]) : 0.0);
+            if (info.has_medusa)
+                printf("  %10.0f%%", path[k][0] + path[k][1] ? 100.0 * (double)path[k][1] / (double)(path[k][0] + path[k][1]) : 0.0);
+            printf("\n");
         }
         fflush(stdout);
     }
     printf("\nx plain: per-round ratio of tokens/s to plain decoding (same round); tok/pass: tokens per target pass;\n"
            "nodes/pass: tree nodes verified per target pass; branched: tree steps that branched; tree-steps: share\n"
-           "of the tree-enabled sequences' steps that verified a tree (the rest took the chain path).\n");
+           "of the tree-enabled sequences' steps that verified a tree (the rest took the chain path)%s.\n",
+           info.has_medusa ? ";\nmedusa-steps: share of the engine steps whose auto requests took Medusa (path_ctl)" : "");
     return 0;
 }
 
@@ -302,7 +317,7 @@ int bench_engine(int argc, char **argv) {
     float temp = 0.0f;
     int rounds = 5, n_cfg = 0;
     bool trees = false;
-    const char *grammar_arg = NULL;
+    const char *grammar_arg = NULL, *medusa = NULL;
     be_cfg cfgs[BE_MAX_CFG];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -321,6 +336,7 @@ int bench_engine(int argc, char **argv) {
             }
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) target = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--medusa")) medusa = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-n")) n_tokens = (int)arg_long(argc, argv, &i, 1, 4096);
@@ -368,6 +384,7 @@ int bench_engine(int argc, char **argv) {
     engine_config cfg = engine_config_default();
     cfg.target_path = target;
     cfg.draft_path = draft;
+    cfg.medusa_path = medusa;
     cfg.threads = threads;
     cfg.max_running = max_conc;
     cfg.max_ctx = prompt_tokens + n_tokens + GAMMA_MAX + 16;
@@ -405,7 +422,7 @@ int bench_engine(int argc, char **argv) {
            prompt_tokens, n_distinct, prompts_path);
     /* warm-up: touch the weights and the code paths once */
     be_result warm;
-    be_cfg on_cfg = {"on", true, ENGINE_TREE_DEFAULT, {0, 0, 0}}, off_cfg = {"off", false, ENGINE_TREE_DEFAULT, {0, 0, 0}};
+    be_cfg on_cfg = {"on", true, ENGINE_TREE_DEFAULT, {0, 0, 0}, -1}, off_cfg = {"off", false, ENGINE_TREE_DEFAULT, {0, 0, 0}, -1};
     be_phase(e, prompts, 1, 8, draft != NULL ? &on_cfg : &off_cfg, temp, &w, &warm);
     int rc = 0;
     if (trees) {

@@ -135,6 +135,10 @@ void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src) {
     if (src->at >= 0) memcpy(dst->h, src->h, sizeof(float) * (size_t)src->dim);
 }
 
+void medusa_seq_follow(medusa_seq *ms, spec_seq *s) {
+    if (s) spec_seq_keep_hidden(s, ms->h, &ms->at);
+}
+
 void medusa_seq_prefilled(draft_medusa *dm, medusa_seq *ms, const spec_seq *s) {
     model *m = dm->sp->target;
     int row = m->n_out_last - 1;

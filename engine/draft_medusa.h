@@ -24,6 +24,10 @@
  * The heads' time per row and the host's speed against the curve are
  * learned from the steps (EWMA). Without a curve the whole budget is used.
  *
+ * A sequence on the chain path keeps its state fresh through
+ * medusa_seq_follow (the chain's verify rows give it), so the engine's
+ * auto method can move it between the draft model and Medusa at any step.
+ *
  * Not yet: a drafter_i wrapper (the engine scheduler passes hidden states
  * only to this call), static path lists from config.
  *
@@ -60,6 +64,11 @@ medusa_seq *medusa_seq_create(draft_medusa *dm);
 void medusa_seq_destroy(medusa_seq *ms); /* accepts NULL */
 /* dst takes src's hidden state and token count (both of the same proposer). */
 void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src);
+
+/* Keeps ms fresh while s steps on the chain path (spec_seq_keep_hidden): the
+ * sequence can then switch to Medusa trees at any step without a plain step.
+ * ms must outlive s (both belong to one request). s NULL: no-op. */
+void medusa_seq_follow(medusa_seq *ms, spec_seq *s);
 
 /* Records s's hidden state from the target's last forward, which must be the
  * prefill that sampled s's last token (call right after spec_seq_start or the

@@ -207,11 +207,14 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
      * spec layer they are n-gram sequences (cheap state, never used) */
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp, .speculate = can_speculate,
                                .method = method == SPEC_METHOD_MEDUSA ? SPEC_METHOD_NGRAM : method};
-    if (method == SPEC_METHOD_MEDUSA && can_speculate && !(r->ms = medusa_seq_create(e->dm))) {
+    /* auto with heads loaded: Medusa is one of its paths, where it may be */
+    bool coupled = rq->verify == ENGINE_VERIFY_COUPLED || (rq->verify == ENGINE_VERIFY_DEFAULT && e->cfg.coupled);
+    r->auto_medusa = method == SPEC_METHOD_AUTO && e->dm && can_speculate && !rq->logprobs && !coupled;
+    if ((method == SPEC_METHOD_MEDUSA || r->auto_medusa) && can_speculate && !(r->ms = medusa_seq_create(e->dm))) {
         req_free(r);
         return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
     }
-    r->prm.coupled = rq->verify == ENGINE_VERIFY_COUPLED || (rq->verify == ENGINE_VERIFY_DEFAULT && e->cfg.coupled);
+    r->prm.coupled = coupled;
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
         req_free(r);
         return ENGINE_ERR_INVALID;
@@ -331,7 +334,7 @@ int engine_get_sequences(engine *e, engine_seq_info *out, int max) {
         snprintf(o->mode, sizeof(o->mode), "%s", !r->prm.speculate ? "off" : r->adaptive ? "adaptive" : "fixed");
         o->prefilling = r->state == RQ_PREFILL;
         o->gamma = r->pub_gamma;
-        snprintf(o->method, sizeof(o->method), "%s", r->ms ? "medusa" : spec_drafter_name(r->pub_method));
+        snprintf(o->method, sizeof(o->method), "%s", r->pub_medusa ? "medusa" : spec_drafter_name(r->pub_method));
         if (r->pub_shape.budget > 0)
             snprintf(o->shape, sizeof(o->shape), "tree %d/%d/%d", r->pub_shape.budget, r->pub_shape.depth,
                      r->pub_shape.topk);
@@ -377,6 +380,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
     }
     out->prefix_cache = e->sp->prefix_cache;
     out->tree_decisions[0] = e->tree_decisions[0], out->tree_decisions[1] = e->tree_decisions[1];
+    out->path_steps[0] = e->path_steps[0], out->path_steps[1] = e->path_steps[1];
     out->tree_auto = e->tree_auto;
     eng_unlock(e);
 }
@@ -483,6 +487,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
             return NULL;
         }
         e->medusa_sh = (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk};
+        path_ctl_init(&e->pathc);
         if (e->medusa_sh.depth > e->mh->n_heads) e->medusa_sh.depth = e->mh->n_heads;
         if (e->t_rows[1] > 0) draft_medusa_set_curve(e->dm, e->t_rows); /* each step's budget from t(rows) */
     }

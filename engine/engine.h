@@ -253,6 +253,9 @@ typedef struct {
      * ([0] the chain path, [1] a tree), and of those trees, how many came
      * from the controller (auto) rather than a fixed shape */
     uint64_t tree_decisions[2], tree_auto;
+    /* method auto with Medusa heads loaded: engine steps whose auto
+     * sequences took [0] the chain/tree path, [1] Medusa trees */
+    uint64_t path_steps[2];
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);

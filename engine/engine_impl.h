@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/constrain.h"
 #include "engine/draft_medusa.h"
+#include "engine/path_ctl.h"
 #include "engine/draft_tree.h"
 #include "engine/plan.h"
 #include "engine/stop.h"
@@ -68,7 +69,11 @@ typedef struct req {
     tree_ctl tctl;
     bool tctl_seeded;
     int tree_entry;               /* menu entry of this step (0: the chain path) */
-    medusa_seq *ms;               /* speculation.method medusa: the last hidden state (else NULL) */
+    medusa_seq *ms;               /* speculation.method medusa, or auto with heads loaded: the last
+                                   * hidden state (else NULL) */
+    bool auto_medusa;             /* method auto with heads loaded: the engine's path_ctl picks per step
+                                   * between Medusa and the chain/tree path */
+    bool pub_medusa;              /* the last step was a Medusa step */
     double pub_alpha;
     char session[40];
     double t_submit, t_admit, t_first, t_last;
@@ -122,6 +127,11 @@ struct engine {
     int *umax;
     struct req **ureq;
     spec_step_info *uinfo;
+    path_ctl pathc;               /* auto requests: Medusa or the chain/tree path (engine thread) */
+    int path_arm;                 /* this step's arm (-1: no auto request with heads ran) */
+    int path_tok[PATH_ARMS];      /* ... what its auto sequences appended, and their time shares */
+    double path_ms[PATH_ARMS];
+    uint64_t path_steps[PATH_ARMS]; /* steps per arm (under mu, for engine_get_stats) */
     double t_rows[TREE_CTL_ROWS + 1];
     tree_ctl tree_prior;
     struct req **treq;

@@ -351,7 +351,7 @@ static int pick_medusa(engine *e, int n_run) {
         req *r = NULL;
         for (int j = 0; j < e->n_active; j++)
             if (e->active[j]->seq == sq) r = e->active[j];
-        if (r->ms && r->prm.speculate) {
+        if (r->ms && r->prm.speculate && (!r->auto_medusa || e->path_arm == 1)) {
             e->ureq[n_med] = r;
             e->useq[n_med] = sq;
             e->ums[n_med] = r->ms;
@@ -397,6 +397,7 @@ typedef struct {
     int nb;                       /* chain micro-batches (e->bins) */
     double pad;                   /* their padding ratio */
     int n_calls;                  /* target calls made */
+    double med_ms;                /* the Medusa calls' wall time per Medusa sequence */
     int step_rc, tree_rc, med_rc; /* 0, or -1 with the path's error */
     char err[512], step_err[512], tree_err[512], med_err[512];
 } sched_step;
@@ -516,6 +517,7 @@ static void sched_admit(engine *e, int holding, char *err, size_t errlen) {
             if (r->notify) r->notify(r->user);
             continue;
         }
+        if (r->auto_medusa) medusa_seq_follow(r->ms, r->seq); /* its chain steps keep the hidden state fresh */
         r->reserved = need;
         e->reserved_blocks += need;
         r->state = RQ_PREFILL;
@@ -571,11 +573,13 @@ static int tree_chunk(const engine *e) {
  * kept for the next proposal. Engine thread, no lock. */
 static void run_medusa(engine *e, sched_step *w) {
     int cap = tree_chunk(e);
+    double t0 = clock_now_ms();
     for (int c0 = 0; c0 < w->n_med && w->med_rc == 0; c0 += cap, w->n_calls++) {
         int m = w->n_med - c0 < cap ? w->n_med - c0 : cap;
         w->med_rc = draft_medusa_step(e->dm, e->tc, e->useq + c0, e->ums + c0, m, &e->medusa_sh, e->umax + c0,
                                       e->uinfo + c0, w->med_err, sizeof(w->med_err));
     }
+    w->med_ms = (clock_now_ms() - t0) / w->n_med;
 }
 
 /* Draft-model and n-gram trees (e->tseq[0, n_tree)): one draft_tree_step per
@@ -656,12 +660,29 @@ static void sched_run(engine *e, sched_step *w) {
     if (pre && w->pre_rc == 1 && pre->ms) medusa_seq_prefilled(e->dm, pre->ms, pre->seq); /* before any other pass */
     w->nb = 0, w->pad = 1.0, w->n_calls = 0;
     w->step_rc = w->tree_rc = w->med_rc = 0;
+    e->path_arm = -1;
+    for (int i = 0; i < e->n_active && n_run; i++)
+        if (e->active[i]->auto_medusa && e->active[i]->state == RQ_RUNNING && !e->active[i]->paused) {
+            e->path_arm = path_ctl_pick(&e->pathc, n_run + w->n_pre);
+            break;
+        }
+    memset(e->path_tok, 0, sizeof(e->path_tok));
+    memset(e->path_ms, 0, sizeof(e->path_ms));
     w->n_med = n_run ? pick_medusa(e, n_run) : 0;
     w->n_tree = n_run - w->n_med ? pick_trees(e, n_run - w->n_med, n_run + w->n_pre) : 0;
     w->n_chain = n_run - w->n_med - w->n_tree;
     if (w->n_med > 0) run_medusa(e, w);
     if (w->n_tree > 0) run_trees(e, w);
     if (w->n_chain > 0) run_chains(e, w);
+}
+
+/* An auto request's step on arm (0 the chain/tree path, 1 Medusa) for
+ * this step's path_ctl observation; every other request is no evidence. */
+static void path_note(engine *e, req *r, int arm, const spec_step_info *si, double ms) {
+    r->pub_medusa = arm == 1;
+    if (!r->auto_medusa || e->path_arm != arm) return;
+    e->path_tok[arm] += si->n_new;
+    e->path_ms[arm] += ms;
 }
 
 /* The chain path's results (mu held): per stepped sequence its published
@@ -685,6 +706,7 @@ static void emit_chains(engine *e, const sched_step *w) {
                 tree_learn(e, r, 0, si, e->cbatch[at], e->crows[at], e->cms[at]);
             }
             if (step_rc == 0) {
+                path_note(e, r, 0, si, e->cms[e->bins[b].first + k]);
                 r->pub_gamma = si->gamma;
                 r->pub_method = si->method;
                 r->pub_shape = (tree_shape){0, 0, 0};
@@ -711,6 +733,7 @@ static void emit_medusa(engine *e, const sched_step *w) {
         req *r = e->ureq[k];
         const spec_step_info *si = &e->uinfo[k];
         if (med_rc == 0) {
+            path_note(e, r, 1, si, w->med_ms);
             r->pub_gamma = si->gamma;
             r->pub_method = si->method;
             r->pub_shape = e->medusa_sh;
@@ -741,6 +764,7 @@ static void emit_trees(engine *e, const sched_step *w) {
             e->tree_decisions[1]++;
             e->tree_auto += r->tree_mode == ENGINE_TREE_AUTO;
             tree_learn(e, r, e->tent[k], si, e->tbatch[k], e->trows[k], e->tms[k]);
+            path_note(e, r, 0, si, e->tms[k]);
             r->pub_gamma = si->gamma;
             r->pub_method = si->method;
             r->pub_shape = e->tsh[k];
@@ -781,6 +805,11 @@ static void sched_emit(engine *e, const sched_step *w) {
         emit_chains(e, w);
         emit_medusa(e, w);
         emit_trees(e, w);
+        if (e->path_arm >= 0) {
+            path_ctl_observe(&e->pathc, e->path_arm, w->n_run + w->n_pre, e->path_tok[e->path_arm],
+                             e->path_ms[e->path_arm]);
+            e->path_steps[e->path_arm]++;
+        }
         refresh_running_stats(e);
     }
 }

@@ -823,9 +823,18 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
         S[i]->st.target_ms += share;
         info[i].target_ms = share;
         accept_commit(S[i], gam[i], sp->logits + row * (size_t)sp->n_vocab, &info[i]);
+        if (S[i]->hid) { /* the row that sampled the last token appended */
+            int hr = (int)row + info[i].n_new - 1;
+            *S[i]->hid_at = model_hidden_rows(sp->target, S[i]->hid, &hr, 1) == 0 ? S[i]->n_tokens : -1;
+        }
         row += (size_t)gam[i] + 1;
     }
     return 0;
+}
+
+void spec_seq_keep_hidden(spec_seq *s, float *h, int *at) {
+    s->hid = h;
+    s->hid_at = h ? at : NULL;
 }
 
 int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen) {

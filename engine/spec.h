@@ -224,6 +224,8 @@ typedef struct spec_seq {
     int32_t gst;                /* grammar state after the accepted tokens (prm.grammar set) */
     int32_t gpos[GAMMA_MAX + 1];/* ... after the accepted tokens and drafts [0, j): this step's copies */
     spec_logprob lp[GAMMA_MAX + 1]; /* prm.logprobs: of the tokens the last step (or the prefill) appended, in order */
+    float *hid;                 /* spec_seq_keep_hidden: where each chain step leaves its hidden state (NULL: none) */
+    int *hid_at;                /* ... and the n_tokens it is for */
 } spec_seq;
 
 /* Creates a sequence and prefills the prompt into the target (the draft
@@ -280,6 +282,13 @@ int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, s
 int spec_seq_plan(spec_seq *s, int max_new, int batch);
 int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
                             spec_step_info *info, char *err, size_t errlen);
+
+/* Every later chain step (spec_step_batch*, plain steps included) copies
+ * the target's final-normed hidden state of the row that sampled the
+ * sequence's last token into h (D floats) and sets *at to n_tokens — what a
+ * proposer reading hidden states (draft_medusa.h) needs to take the sequence
+ * over at its next step without a plain step of its own. NULL h: stop. */
+void spec_seq_keep_hidden(spec_seq *s, float *h, int *at);
 
 /* Replaces the γ bounds of every controller of the sequence (policy rule,
  * per-request override); takes effect at its next step. */

@@ -235,6 +235,26 @@ int main(void) {
         uint64_t med_nodes = 0;
         for (int i = 0; i < N_P; i += 3) med_nodes += got[i].fin.st.tree_nodes;
         CHECKF(med_nodes > 0, "medusa requests verified no tree nodes");
+        /* the auto requests (two in three) were moved between Medusa and
+         * the chain/tree path by the engine's path controller: both taken */
+        CHECKF(s1.path_steps[0] > 0 && s1.path_steps[1] > 0, "auto path steps: chain/tree %llu, medusa %llu",
+               (unsigned long long)s1.path_steps[0], (unsigned long long)s1.path_steps[1]);
+        /* one auto request at a time (batch 1: the decision is the
+         * sequence's own), switching as its controller explores: plain's tokens */
+        for (int i = 0; i < 6; i++) {
+            eu_waiter_init(&w);
+            engine_request q = base(i, SPEC_MODE_AUTO);
+            eu_out_init(&got[i], eu_submit(e, &q, &w));
+            CHECK(got[i].id > 0 && eu_drain(e, &got[i], &w, 300000) && got[i].bad_events == 0);
+            eu_waiter_destroy(&w);
+            CHECKF(got[i].n_tok == ref[i].n_tok && !memcmp(got[i].toks, ref[i].toks, sizeof(int32_t) * (size_t)ref[i].n_tok),
+                   "auto alone, prompt %d differs from plain", i);
+        }
+        engine_stats s2;
+        engine_get_stats(e, &s2);
+        CHECKF(s2.path_steps[1] > s1.path_steps[1] && s2.path_steps[0] > s1.path_steps[0],
+               "alone: chain/tree %llu, medusa %llu steps", (unsigned long long)(s2.path_steps[0] - s1.path_steps[0]),
+               (unsigned long long)(s2.path_steps[1] - s1.path_steps[1]));
         pools_back(e, "medusa");
         engine_destroy(e);
         unlink(hp);

@@ -1,0 +1,81 @@
+/* test_spec_hidden.c — the hidden state a chain step leaves for Medusa
+ * (spec_seq_keep_hidden, issue 18's auto path): after every step — plain,
+ * all drafts accepted (the bonus row), drafts rejected (the correction row),
+ * stopped short by max_new — the recorded state is the target's final-normed
+ * hidden state at the row that sampled the sequence's last token, i.e. what
+ * a fresh prefill of every token but the last computes at its last row, and
+ * the count it is for is the sequence's n_tokens. A wrong row (one off either
+ * way) fails on the first speculative step. */
+#include "tests/spec/spec_util.h"
+
+typedef struct {
+    float *h, *ref, *logits;
+    int at, D, steps, checked, fails;
+    double worst;
+    spec_pair *sp;
+} hid_ctx;
+
+static void after_step(spec_seq *s, const spec_step_info *info, void *vc) {
+    (void)info;
+    hid_ctx *c = vc;
+    c->steps++;
+    CHECKF(c->at == s->n_tokens, "recorded for %d tokens, the sequence has %d", c->at, s->n_tokens);
+    spec_pair *sp = c->sp;
+    kv_seq *kv = kv_seq_create(sp->tpool, sp->target->mp.max_ctx + 1);
+    CHECK(kv && su_feed(sp->target, sp->tpool, kv, s->tokens, s->n_tokens - 1, c->logits) == 0);
+    int row = 0;
+    CHECK(model_hidden_rows(sp->target, c->ref, &row, 1) == 0);
+    kv_seq_destroy(sp->tpool, kv);
+    int same = 0;
+    double d = su_rel_diff(c->h, c->ref, c->D, &same);
+    c->worst = d > c->worst ? d : c->worst;
+    c->checked++;
+    if (d > 1e-3) c->fails++;
+}
+
+int main(void) {
+    char tpath[512], dpath[512];
+    tu_model(tpath, sizeof tpath, "stories260K.gguf");
+    su_tmp_path(dpath, sizeof dpath, "hidden-draft.gguf");
+    su_mkmodel(dpath, tpath, 7, 2, 64, 128, 512); /* random weights: its drafts are mostly rejected */
+    backend *be = backend_cpu_create(1);
+    su_prompt prompts[4];
+    const char *drafts[2] = {tpath, dpath}; /* itself (every draft accepted), random (rejections) */
+    for (int d = 0; d < 2; d++) {
+        spec_pair *sp = su_load(tpath, drafts[d], be, 256);
+        int np = su_prompts(sp->tok, prompts, 4);
+        int D = sp->target->hp.dim;
+        hid_ctx c = {.h = malloc(sizeof(float) * (size_t)D), .ref = malloc(sizeof(float) * (size_t)D),
+                     .logits = malloc(sizeof(float) * (size_t)sp->n_vocab), .at = -1, .D = D, .sp = sp};
+        for (int pi = 0; pi < np; pi++)
+            for (int gamma = 0; gamma <= 4; gamma += 2) {
+                spec_seq_params prm = su_params(0.0f, 1, gamma, false);
+                char err[512];
+                spec_seq *s = spec_seq_start(sp, prompts[pi].ids, prompts[pi].n, &prm, err, sizeof err);
+                CHECKF(s, "%s", err);
+                if (!s) continue;
+                spec_seq_keep_hidden(s, c.h, &c.at);
+                /* 21 tokens: the last step is cut short by max_new */
+                for (int made = 1; made < 21 && !tok_is_eog(sp->tok, s->tokens[s->n_tokens - 1]);) {
+                    spec_step_info info;
+                    CHECKF(spec_seq_step(s, 21 - made, &info, err, sizeof err) == 0, "%s", err);
+                    after_step(s, &info, &c);
+                    made = s->n_tokens - s->n_prompt;
+                }
+                /* unbound: later steps leave c alone */
+                spec_seq_keep_hidden(s, NULL, NULL);
+                c.at = -7;
+                spec_step_info info;
+                if (spec_seq_step(s, 1, &info, err, sizeof err) == 0) CHECK(c.at == -7);
+                spec_seq_free(s);
+            }
+        fprintf(stderr, "draft %s: %d steps checked, worst relative difference %.2e, %d over 1e-3\n",
+                d ? "random" : "self", c.checked, c.worst, c.fails);
+        CHECK(c.checked >= 3 * 4 && c.fails == 0);
+        free(c.h), free(c.ref), free(c.logits);
+        spec_pair_free(sp);
+    }
+    backend_destroy(be);
+    unlink(dpath);
+    TEST_DONE();
+}

@@ -1,6 +1,7 @@
 /* tok_pretok.c — the byte-level BPE pre-tokenizers: each llama.cpp regex
  * written as code (gpt-2, llama-bpe, qwen2, starcoder, falcon, deepseek-coder,
- * deepseek-llm), applied pass by pass as llama.cpp does; and tok_split. */
+ * deepseek-llm), applied pass by pass as llama.cpp does; the
+ * tokenizer.ggml.pre names that select them; and tok_split. */
 #include "engine/tok_internal.h"
 
 #define CP_INVALID UINT32_MAX
@@ -210,9 +211,9 @@ static void pre_fragment(pre_split_state *ps, const uint32_t *cp, int k, size_t 
 
 /* All pre-token ends of a run of n code points into ends (room for n);
  * returns their count. */
-size_t tok_pre_split(const tokenizer *t, const cps *c, uint32_t *ends) {
+size_t tok_pre_split(tok_pre pre, const cps *c, uint32_t *ends) {
     pre_split_state ps = {.ends = ends};
-    switch (t->pre) {
+    switch (pre) {
 #define PRE(a) ps.passes = a, ps.n_passes = (int)(sizeof(a) / sizeof(a[0]))
     case TOK_PRE_GPT2: PRE(PRE_GPT2); break;
     case TOK_PRE_LLAMA3: PRE(PRE_LLAMA3); break;
@@ -222,16 +223,16 @@ size_t tok_pre_split(const tokenizer *t, const cps *c, uint32_t *ends) {
     case TOK_PRE_DEEPSEEK_CODER: PRE(PRE_DEEPSEEK_CODER); break;
     case TOK_PRE_DEEPSEEK_LLM: PRE(PRE_DEEPSEEK_LLM); break;
 #undef PRE
-    default: TOK_ABORT("pre-tokenizer %d", (int)t->pre);
+    default: TOK_ABORT("pre-tokenizer %d", (int)pre);
     }
     pre_fragment(&ps, c->cp, 0, 0, c->n);
     return ps.n_ends;
 }
 
-int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max) {
+int tok_split_pre(tok_pre pre, const char *text, size_t len, size_t *ends, int max) {
     if (len > TOK_MAX_TEXT) TOK_ABORT("tok_split: text of %zu bytes (limit %zu)", len, TOK_MAX_TEXT);
     if (max < 0) max = 0;
-    if (t->kind != TOK_KIND_BPE) {
+    if (pre == TOK_PRE_NONE) {
         if (len == 0) return 0;
         if (max > 0) ends[0] = len;
         return max > 0 ? 1 : -1;
@@ -248,9 +249,45 @@ int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, in
     }
     off[n] = (uint32_t)len;
     cps c = {cp, n};
-    int count = (int)tok_pre_split(t, &c, pe);
+    int count = (int)tok_pre_split(pre, &c, pe);
     for (int k = 0; k < count && k < max; k++) ends[k] = off[pe[k]];
     free(cp);
     return count <= max ? count : -count;
 }
 
+int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max) {
+    return tok_split_pre(t->kind == TOK_KIND_BPE ? t->pre : TOK_PRE_NONE, text, len, ends, max);
+}
+
+/* ---- names ----------------------------------------------------------------
+ * The tokenizer.ggml.pre values specd accepts, each with the pre-tokenizer
+ * llama.cpp gives it (src/llama-vocab.cpp, llama_vocab::impl::load). */
+
+static const struct {
+    const char *name;
+    tok_pre pre;
+} PRE_NAMES[] = {
+    {"default", TOK_PRE_GPT2},        {"gpt-2", TOK_PRE_GPT2},
+    {"mpt", TOK_PRE_GPT2},            {"gpt-neox", TOK_PRE_GPT2},
+    {"olmo", TOK_PRE_GPT2},           {"llama-bpe", TOK_PRE_LLAMA3},
+    {"qwen2", TOK_PRE_QWEN2},         {"starcoder", TOK_PRE_STARCODER},
+    {"refact", TOK_PRE_STARCODER},    {"smollm", TOK_PRE_STARCODER},
+    {"command-r", TOK_PRE_STARCODER}, {"falcon", TOK_PRE_FALCON},
+    {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM}, {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
+};
+
+tok_pre tok_pre_parse(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof PRE_NAMES / sizeof PRE_NAMES[0]; i++)
+        if (strlen(PRE_NAMES[i].name) == len && memcmp(PRE_NAMES[i].name, name, len) == 0) return PRE_NAMES[i].pre;
+    return TOK_PRE_NONE;
+}
+
+void tok_pre_list(char *buf, size_t n) {
+    size_t o = 0;
+    if (n) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof PRE_NAMES / sizeof PRE_NAMES[0] && o < n; i++) {
+        int w = snprintf(buf + o, n - o, "%s'%s'", i ? ", " : "", PRE_NAMES[i].name);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+}

@@ -75,7 +75,14 @@ void tok_destroy(tokenizer *t); /* accepts NULL */
 tok_kind tok_get_kind(const tokenizer *t);
 const char *tok_kind_name(tok_kind k);  /* "llama", "gpt2" */
 tok_pre tok_get_pre(const tokenizer *t);
-const char *tok_pre_name(tok_pre p);    /* "none", "gpt-2", "llama-bpe", "qwen2" */
+const char *tok_pre_name(tok_pre p);    /* "none", "gpt-2", "llama-bpe", "qwen2", "starcoder", ... */
+/* The pre-tokenizer a tokenizer.ggml.pre value selects (name[0..len), no NUL
+ * needed), as tok_create reads it; TOK_PRE_NONE for a name specd does not
+ * support. */
+tok_pre tok_pre_parse(const char *name, size_t len);
+/* Writes the supported names to buf (n bytes, NUL-terminated, cut short when
+ * it does not fit) as "'default', 'gpt-2', ...", for messages. */
+void tok_pre_list(char *buf, size_t n);
 int32_t tok_n_merges(const tokenizer *t); /* 0 for SPM */
 int32_t tok_n_vocab(const tokenizer *t);
 bool tok_valid_id(const tokenizer *t, int32_t id);
@@ -157,6 +164,9 @@ int tok_encode_spans(const tokenizer *t, const char *text, size_t len, bool add_
  * Returns the number of pieces; if more than max, writes the first max and
  * returns -(number). Allocates scratch per call. */
 int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max);
+/* The same for a pre-tokenizer without a vocabulary (TOK_PRE_NONE: one
+ * piece, as SPM), e.g. `specd tokenize --splits --pre NAME`. */
+int tok_split_pre(tok_pre pre, const char *text, size_t len, size_t *ends, int max);
 
 /* ---- decode ------------------------------------------------------------- */
 

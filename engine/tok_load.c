@@ -333,7 +333,7 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
     const gguf_kv *kmerges = NULL;
     if (kind == TOK_KIND_BPE) {
         gguf_str ps;
-        pre = TOK_PRE_GPT2;
+        pre = TOK_PRE_DEFAULT; /* llama.cpp's choice when the key is missing */
         if (gguf_find(f, "tokenizer.ggml.pre")) {
             if (!gguf_get_str(f, "tokenizer.ggml.pre", &ps)) {
                 util_fail(err, errlen, "tokenizer: tokenizer.ggml.pre is not a string");

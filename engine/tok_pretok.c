@@ -1,6 +1,6 @@
 /* tok_pretok.c — the byte-level BPE pre-tokenizers: each llama.cpp regex
  * written as code (gpt-2, llama-bpe, qwen2, starcoder, falcon, deepseek-coder,
- * deepseek-llm), applied pass by pass as llama.cpp does; the
+ * deepseek-llm, default), applied pass by pass as llama.cpp does; the
  * tokenizer.ggml.pre names that select them; and tok_split. */
 #include "engine/tok_internal.h"
 
@@ -86,6 +86,7 @@ typedef enum {
     PASS_QWEN2,       /* the same with single digits */
     PASS_DIGIT,       /* \p{N} */
     PASS_FALCON_PUNCT,/* [\p{P}\$\+<=>\^~\|`]+ */
+    PASS_DEFAULT_PUNCT,/* [\p{P}\$\+<=>\^~\|]+ (falcon's without the backtick) */
     PASS_3DIGITS,     /* [0-9][0-9][0-9] */
     PASS_RN,          /* [\r\n] */
     PASS_SP_LETTERS,  /* \s?\p{L}+ */
@@ -103,6 +104,7 @@ static const pre_pass PRE_QWEN2[] = {PASS_QWEN2};
 static const pre_pass PRE_STARCODER[] = {PASS_DIGIT, PASS_GPT2};
 static const pre_pass PRE_FALCON[] = {PASS_FALCON_PUNCT, PASS_GPT2, PASS_3DIGITS};
 static const pre_pass PRE_DEEPSEEK_CODER[] = {PASS_RN, PASS_SP_LETTERS, PASS_SP_PUNCT, PASS_CJK, PASS_DIGIT};
+static const pre_pass PRE_DEFAULT[] = {PASS_DEFAULT_PUNCT, PASS_GPT2, PASS_NUMBER, PASS_3DIGITS};
 static const pre_pass PRE_DEEPSEEK_LLM[] = {PASS_RN, PASS_DS_LETTERS, PASS_DS_PUNCT, PASS_TRAILING_SP, PASS_CJK,
                                             PASS_NUMBER};
 
@@ -166,6 +168,7 @@ static size_t pass_match(pre_pass p, const cps *c, size_t q) {
     case PASS_QWEN2: return pre_llama3(c, q, 1);
     case PASS_DIGIT: return cp_N(cp[q]) ? q + 1 : q;
     case PASS_FALCON_PUNCT: while (j < c->n && cp_falcon_punct(cp[j])) j++; return j;
+    case PASS_DEFAULT_PUNCT: while (j < c->n && cp[j] != '`' && cp_falcon_punct(cp[j])) j++; return j;
     case PASS_3DIGITS:
         return q + 3 <= c->n && cp_digit09(cp[q]) && cp_digit09(cp[q + 1]) && cp_digit09(cp[q + 2]) ? q + 3 : q;
     case PASS_RN: return cp_RN(cp[q]) ? q + 1 : q;
@@ -222,6 +225,7 @@ size_t tok_pre_split(tok_pre pre, const cps *c, uint32_t *ends) {
     case TOK_PRE_FALCON: PRE(PRE_FALCON); break;
     case TOK_PRE_DEEPSEEK_CODER: PRE(PRE_DEEPSEEK_CODER); break;
     case TOK_PRE_DEEPSEEK_LLM: PRE(PRE_DEEPSEEK_LLM); break;
+    case TOK_PRE_DEFAULT: PRE(PRE_DEFAULT); break;
 #undef PRE
     default: TOK_ABORT("pre-tokenizer %d", (int)pre);
     }
@@ -261,13 +265,14 @@ int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, in
 
 /* ---- names ----------------------------------------------------------------
  * The tokenizer.ggml.pre values specd accepts, each with the pre-tokenizer
- * llama.cpp gives it (src/llama-vocab.cpp, llama_vocab::impl::load). */
+ * llama.cpp gives it (src/llama-vocab.cpp, llama_vocab::impl::load; "gpt-neox"
+ * is specd's own: the GPT-NeoX tokenizer uses the gpt-2 regex). */
 
 static const struct {
     const char *name;
     tok_pre pre;
 } PRE_NAMES[] = {
-    {"default", TOK_PRE_GPT2},        {"gpt-2", TOK_PRE_GPT2},
+    {"default", TOK_PRE_DEFAULT},     {"gpt-2", TOK_PRE_GPT2},
     {"mpt", TOK_PRE_GPT2},            {"gpt-neox", TOK_PRE_GPT2},
     {"olmo", TOK_PRE_GPT2},           {"llama-bpe", TOK_PRE_LLAMA3},
     {"qwen2", TOK_PRE_QWEN2},         {"starcoder", TOK_PRE_STARCODER},

@@ -1,5 +1,6 @@
-/* cmd_tokenize.c — `specd tokenize` (stdin text -> token ids) and
- * `specd detokenize` (stdin ids -> text), thin shells over engine/tokenizer. */
+/* cmd_tokenize.c — `specd tokenize` (stdin text -> token ids, or with
+ * --splits the pre-tokenizer's pieces) and `specd detokenize` (stdin ids ->
+ * text), thin shells over engine/tokenizer. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -10,16 +11,26 @@
 #include "cli/util.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
+#include "gateway/openai.h"
 
 static void tokenize_usage(FILE *f) {
     fprintf(f,
         "usage: specd tokenize -m MODEL.gguf [--no-bos] [--ids | --pieces] [--special] [-p TEXT]\n"
+        "       specd tokenize --splits (-m MODEL.gguf | --pre NAME) [-0] [-p TEXT]\n"
         "  Tokenizes all of stdin (or TEXT) with MODEL's tokenizer.\n"
         "  --ids       print the ids on one line, space-separated (default)\n"
         "  --pieces    print one 'ID<TAB>PIECE' line per token; PIECE is the vocabulary\n"
         "              string (\"\\u2581\" for spaces), with bytes < 0x20 and '\\' escaped as \\xNN\n"
         "  --no-bos    do not add BOS (nor EOS when the model adds one)\n"
-        "  --special   parse special tokens written in the text (e.g. \"</s>\")\n");
+        "  --special   parse special tokens written in the text (e.g. \"</s>\")\n"
+        "  --splits    print the pre-tokenizer's pieces instead of tokens, as one JSON line\n"
+        "              {\"pre\":NAME,\"ends\":[byte offset where each piece ends],\"pieces\":[text]}\n"
+        "              (no special tokens are matched; in \"pieces\" bytes that are not valid\n"
+        "              UTF-8 show as U+FFFD, \"ends\" is exact); SPM models give one piece\n"
+        "  --pre NAME  with --splits: the pre-tokenizer a tokenizer.ggml.pre value NAME\n"
+        "              selects (gpt-2, llama-bpe, qwen2, falcon, ...), no model needed\n"
+        "  -0, --null  with --splits: the input is several texts, each ended by a NUL byte\n"
+        "              (the last one may lack it), like xargs -0; one JSON line per text\n");
 }
 
 static void detokenize_usage(FILE *f) {
@@ -44,60 +55,13 @@ static tokenizer *load_tokenizer(const char *cmd, const char *path) {
     return t;
 }
 
-int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *text_arg = NULL;
-    bool bos = true, pieces = false, special = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = arg_str(argc, argv, &i);
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) text_arg = arg_str(argc, argv, &i);
-        else if (!strcmp(a, "--no-bos")) bos = false;
-        else if (!strcmp(a, "--ids")) pieces = false;
-        else if (!strcmp(a, "--pieces")) pieces = true;
-        else if (!strcmp(a, "--special")) special = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { tokenize_usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "specd tokenize: unknown argument '%s'\n", a);
-            tokenize_usage(stderr);
-            return 2;
-        }
-    }
-    if (!model) {
-        fprintf(stderr, "specd tokenize: -m MODEL.gguf is required\n");
-        tokenize_usage(stderr);
-        return 2;
-    }
-    tokenizer *t = load_tokenizer("tokenize", model);
-    if (!t) return 1;
-
-    size_t len;
-    char *text;
-    if (text_arg) {
-        len = strlen(text_arg);
-        text = malloc(len + 1);
-        if (text) memcpy(text, text_arg, len + 1);
-    } else {
-        text = read_all_stdin(&len);
-    }
-    if (!text) {
-        fprintf(stderr, "specd tokenize: cannot read the input\n");
-        tok_destroy(t);
-        return 1;
-    }
-    if (len > ((size_t)1 << 30)) {
-        fprintf(stderr, "specd tokenize: input of %zu bytes is too large (limit 1 GiB)\n", len);
-        free(text);
-        tok_destroy(t);
-        return 1;
-    }
-
+/* Prints the ids (or with pieces one 'ID<TAB>PIECE' line per token) of text[0..len). */
+static int print_tokens(const tokenizer *t, const char *text, size_t len, bool bos, bool special, bool pieces) {
     int n = tok_encode(t, text, len, bos, special, NULL, 0);
     if (n < 0) n = -n;
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
     if (!ids) {
         fprintf(stderr, "specd tokenize: out of memory\n");
-        free(text);
-        tok_destroy(t);
         return 1;
     }
     int got = tok_encode(t, text, len, bos, special, ids, n);
@@ -124,13 +88,129 @@ int cmd_tokenize(int argc, char **argv) {
     if (!pieces) putchar('\n');
 
     free(ids);
+    return 0;
+}
+
+/* --splits: prints {"pre":...,"ends":[...],"pieces":[...]} for text[0..len). */
+static int print_splits(tok_pre pre, const char *text, size_t len) {
+    int n = tok_split_pre(pre, text, len, NULL, 0);
+    if (n < 0) n = -n;
+    size_t *ends = malloc(((size_t)n + 1) * sizeof *ends);
+    char *clean = malloc(3 * len + 1);
+    if (!ends || !clean) {
+        fprintf(stderr, "specd tokenize: out of memory\n");
+        free(ends);
+        free(clean);
+        return 1;
+    }
+    int got = tok_split_pre(pre, text, len, ends, n);
+    if (got != n) {
+        fprintf(stderr, "%s:%d: tok_split_pre gave %d then %d pieces\n", __FILE__, __LINE__, n, got);
+        abort();
+    }
+    printf("{\"pre\":\"%s\",\"ends\":[", tok_pre_name(pre));
+    for (int i = 0; i < n; i++) printf(i ? ",%zu" : "%zu", ends[i]);
+    fputs("],\"pieces\":[", stdout);
+    for (int i = 0; i < n; i++) {
+        size_t from = i ? ends[i - 1] : 0;
+        if (i) putchar(',');
+        json_write_str(stdout, clean, oa_utf8_sanitize(clean, text + from, ends[i] - from));
+    }
+    fputs("]}\n", stdout);
+    free(clean);
+    free(ends);
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *text_arg = NULL, *pre_name = NULL;
+    bool bos = true, pieces = false, special = false, splits = false, nul = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) text_arg = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--no-bos")) bos = false;
+        else if (!strcmp(a, "--ids")) pieces = false;
+        else if (!strcmp(a, "--pieces")) pieces = true;
+        else if (!strcmp(a, "--special")) special = true;
+        else if (!strcmp(a, "--splits")) splits = true;
+        else if (!strcmp(a, "--pre")) pre_name = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "-0") || !strcmp(a, "--null")) nul = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { tokenize_usage(stdout); return 0; }
+        else {
+            fprintf(stderr, "specd tokenize: unknown argument '%s'\n", a);
+            tokenize_usage(stderr);
+            return 2;
+        }
+    }
+    if (nul && !splits) {
+        fprintf(stderr, "specd tokenize: -0 goes with --splits\n");
+        tokenize_usage(stderr);
+        return 2;
+    }
+    tok_pre pre = TOK_PRE_NONE;
+    if (pre_name) {
+        if (!splits || model) {
+            fprintf(stderr, "specd tokenize: --pre goes with --splits and without -m\n");
+            tokenize_usage(stderr);
+            return 2;
+        }
+        pre = tok_pre_parse(pre_name, strlen(pre_name));
+        if (pre == TOK_PRE_NONE) {
+            char names[512];
+            tok_pre_list(names, sizeof names);
+            fprintf(stderr, "specd tokenize: unknown pre-tokenizer '%s' (supported: %s)\n", pre_name, names);
+            return 2;
+        }
+    } else if (!model) {
+        fprintf(stderr, "specd tokenize: -m MODEL.gguf is required%s\n", splits ? " (or --pre NAME)" : "");
+        tokenize_usage(stderr);
+        return 2;
+    }
+    tokenizer *t = NULL;
+    if (model) {
+        t = load_tokenizer("tokenize", model);
+        if (!t) return 1;
+        pre = tok_get_pre(t);
+    }
+
+    size_t len;
+    char *text;
+    if (text_arg) {
+        len = strlen(text_arg);
+        text = malloc(len + 1);
+        if (text) memcpy(text, text_arg, len + 1);
+    } else {
+        text = read_all_stdin(&len);
+    }
+    if (!text) {
+        fprintf(stderr, "specd tokenize: cannot read the input\n");
+        tok_destroy(t);
+        return 1;
+    }
+    if (len > ((size_t)1 << 30)) {
+        fprintf(stderr, "specd tokenize: input of %zu bytes is too large (limit 1 GiB)\n", len);
+        free(text);
+        tok_destroy(t);
+        return 1;
+    }
+    int rc = 0;
+    if (!splits) rc = print_tokens(t, text, len, bos, special, pieces);
+    else if (!nul) rc = print_splits(pre, text, len);
+    else
+        for (size_t at = 0; at < len && rc == 0;) {
+            const char *z = memchr(text + at, '\0', len - at);
+            size_t tl = z ? (size_t)(z - (text + at)) : len - at;
+            rc = print_splits(pre, text + at, tl);
+            at += tl + 1;
+        }
     free(text);
     tok_destroy(t);
-    if (fflush(stdout) != 0) {
+    if (rc == 0 && fflush(stdout) != 0) {
         fprintf(stderr, "specd tokenize: cannot write output: %s\n", strerror(errno));
         return 1;
     }
-    return 0;
+    return rc;
 }
 
 int cmd_detokenize(int argc, char **argv) {

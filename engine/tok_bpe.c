@@ -126,7 +126,7 @@ void tok_bpe_run(spm_state *st, const char *text, size_t len) {
     }
     st->cpoff[n] = (uint32_t)len;
     cps c = {st->cp, n};
-    size_t n_pieces = tok_pre_split(st->t, &c, st->ends);
+    size_t n_pieces = tok_pre_split(st->t->pre, &c, st->ends);
     for (size_t k = 0, i = 0; k < n_pieces; i = st->ends[k++])
         bpe_word(st, text + st->cpoff[i], st->cpoff[st->ends[k]] - st->cpoff[i]);
 }

@@ -217,6 +217,6 @@ typedef struct {
 
 /* All pre-token ends of a run of n code points into ends (room for n);
  * returns their count. */
-size_t tok_pre_split(const tokenizer *t, const cps *c, uint32_t *ends);
+size_t tok_pre_split(tok_pre pre, const cps *c, uint32_t *ends);
 
 #endif

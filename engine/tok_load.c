@@ -333,28 +333,18 @@ tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen) {
     const gguf_kv *kmerges = NULL;
     if (kind == TOK_KIND_BPE) {
         gguf_str ps;
-        pre = TOK_PRE_GPT2;
+        pre = TOK_PRE_DEFAULT; /* llama.cpp's choice when the key is missing */
         if (gguf_find(f, "tokenizer.ggml.pre")) {
             if (!gguf_get_str(f, "tokenizer.ggml.pre", &ps)) {
                 util_fail(err, errlen, "tokenizer: tokenizer.ggml.pre is not a string");
                 return NULL;
             }
-            if (gguf_str_eq(ps, "default") || gguf_str_eq(ps, "gpt-2")) pre = TOK_PRE_GPT2;
-            else if (gguf_str_eq(ps, "llama-bpe")) pre = TOK_PRE_LLAMA3;
-            else if (gguf_str_eq(ps, "qwen2")) pre = TOK_PRE_QWEN2;
-            else if (gguf_str_eq(ps, "mpt") || gguf_str_eq(ps, "gpt-neox") || gguf_str_eq(ps, "olmo"))
-                pre = TOK_PRE_GPT2; /* the gpt-2 regex itself */
-            else if (gguf_str_eq(ps, "starcoder") || gguf_str_eq(ps, "refact") || gguf_str_eq(ps, "smollm") ||
-                     gguf_str_eq(ps, "command-r"))
-                pre = TOK_PRE_STARCODER;
-            else if (gguf_str_eq(ps, "falcon")) pre = TOK_PRE_FALCON;
-            else if (gguf_str_eq(ps, "deepseek-coder")) pre = TOK_PRE_DEEPSEEK_CODER;
-            else if (gguf_str_eq(ps, "deepseek-llm")) pre = TOK_PRE_DEEPSEEK_LLM;
-            else {
+            pre = tok_pre_parse(ps.ptr, ps.len);
+            if (pre == TOK_PRE_NONE) {
+                char names[512];
+                tok_pre_list(names, sizeof names);
                 util_fail(err, errlen, "tokenizer: pre-tokenizer '%.*s' (tokenizer.ggml.pre) not supported "
-                        "(supported: 'default', 'gpt-2', 'mpt', 'gpt-neox', 'olmo', 'llama-bpe', 'qwen2', "
-                        "'starcoder', 'refact', 'smollm', 'command-r', 'falcon', 'deepseek-llm', 'deepseek-coder')",
-                        (int)(ps.len < 48 ? ps.len : 48), ps.ptr);
+                        "(supported: %s)", (int)(ps.len < 48 ? ps.len : 48), ps.ptr, names);
                 return NULL;
             }
         }

@@ -1,6 +1,7 @@
 /* tok_pretok.c — the byte-level BPE pre-tokenizers: each llama.cpp regex
  * written as code (gpt-2, llama-bpe, qwen2, starcoder, falcon, deepseek-coder,
- * deepseek-llm), applied pass by pass as llama.cpp does; and tok_split. */
+ * deepseek-llm, default), applied pass by pass as llama.cpp does; the
+ * tokenizer.ggml.pre names that select them; and tok_split. */
 #include "engine/tok_internal.h"
 
 #define CP_INVALID UINT32_MAX
@@ -85,6 +86,7 @@ typedef enum {
     PASS_QWEN2,       /* the same with single digits */
     PASS_DIGIT,       /* \p{N} */
     PASS_FALCON_PUNCT,/* [\p{P}\$\+<=>\^~\|`]+ */
+    PASS_DEFAULT_PUNCT,/* [\p{P}\$\+<=>\^~\|]+ (falcon's without the backtick) */
     PASS_3DIGITS,     /* [0-9][0-9][0-9] */
     PASS_RN,          /* [\r\n] */
     PASS_SP_LETTERS,  /* \s?\p{L}+ */
@@ -102,6 +104,7 @@ static const pre_pass PRE_QWEN2[] = {PASS_QWEN2};
 static const pre_pass PRE_STARCODER[] = {PASS_DIGIT, PASS_GPT2};
 static const pre_pass PRE_FALCON[] = {PASS_FALCON_PUNCT, PASS_GPT2, PASS_3DIGITS};
 static const pre_pass PRE_DEEPSEEK_CODER[] = {PASS_RN, PASS_SP_LETTERS, PASS_SP_PUNCT, PASS_CJK, PASS_DIGIT};
+static const pre_pass PRE_DEFAULT[] = {PASS_DEFAULT_PUNCT, PASS_GPT2, PASS_NUMBER, PASS_3DIGITS};
 static const pre_pass PRE_DEEPSEEK_LLM[] = {PASS_RN, PASS_DS_LETTERS, PASS_DS_PUNCT, PASS_TRAILING_SP, PASS_CJK,
                                             PASS_NUMBER};
 
@@ -165,6 +168,7 @@ static size_t pass_match(pre_pass p, const cps *c, size_t q) {
     case PASS_QWEN2: return pre_llama3(c, q, 1);
     case PASS_DIGIT: return cp_N(cp[q]) ? q + 1 : q;
     case PASS_FALCON_PUNCT: while (j < c->n && cp_falcon_punct(cp[j])) j++; return j;
+    case PASS_DEFAULT_PUNCT: while (j < c->n && cp[j] != '`' && cp_falcon_punct(cp[j])) j++; return j;
     case PASS_3DIGITS:
         return q + 3 <= c->n && cp_digit09(cp[q]) && cp_digit09(cp[q + 1]) && cp_digit09(cp[q + 2]) ? q + 3 : q;
     case PASS_RN: return cp_RN(cp[q]) ? q + 1 : q;
@@ -210,9 +214,9 @@ static void pre_fragment(pre_split_state *ps, const uint32_t *cp, int k, size_t 
 
 /* All pre-token ends of a run of n code points into ends (room for n);
  * returns their count. */
-size_t tok_pre_split(const tokenizer *t, const cps *c, uint32_t *ends) {
+size_t tok_pre_split(tok_pre pre, const cps *c, uint32_t *ends) {
     pre_split_state ps = {.ends = ends};
-    switch (t->pre) {
+    switch (pre) {
 #define PRE(a) ps.passes = a, ps.n_passes = (int)(sizeof(a) / sizeof(a[0]))
     case TOK_PRE_GPT2: PRE(PRE_GPT2); break;
     case TOK_PRE_LLAMA3: PRE(PRE_LLAMA3); break;
@@ -221,17 +225,18 @@ size_t tok_pre_split(const tokenizer *t, const cps *c, uint32_t *ends) {
     case TOK_PRE_FALCON: PRE(PRE_FALCON); break;
     case TOK_PRE_DEEPSEEK_CODER: PRE(PRE_DEEPSEEK_CODER); break;
     case TOK_PRE_DEEPSEEK_LLM: PRE(PRE_DEEPSEEK_LLM); break;
+    case TOK_PRE_DEFAULT: PRE(PRE_DEFAULT); break;
 #undef PRE
-    default: TOK_ABORT("pre-tokenizer %d", (int)t->pre);
+    default: TOK_ABORT("pre-tokenizer %d", (int)pre);
     }
     pre_fragment(&ps, c->cp, 0, 0, c->n);
     return ps.n_ends;
 }
 
-int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max) {
+int tok_split_pre(tok_pre pre, const char *text, size_t len, size_t *ends, int max) {
     if (len > TOK_MAX_TEXT) TOK_ABORT("tok_split: text of %zu bytes (limit %zu)", len, TOK_MAX_TEXT);
     if (max < 0) max = 0;
-    if (t->kind != TOK_KIND_BPE) {
+    if (pre == TOK_PRE_NONE) {
         if (len == 0) return 0;
         if (max > 0) ends[0] = len;
         return max > 0 ? 1 : -1;
@@ -248,9 +253,46 @@ int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, in
     }
     off[n] = (uint32_t)len;
     cps c = {cp, n};
-    int count = (int)tok_pre_split(t, &c, pe);
+    int count = (int)tok_pre_split(pre, &c, pe);
     for (int k = 0; k < count && k < max; k++) ends[k] = off[pe[k]];
     free(cp);
     return count <= max ? count : -count;
 }
 
+int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max) {
+    return tok_split_pre(t->kind == TOK_KIND_BPE ? t->pre : TOK_PRE_NONE, text, len, ends, max);
+}
+
+/* ---- names ----------------------------------------------------------------
+ * The tokenizer.ggml.pre values specd accepts, each with the pre-tokenizer
+ * llama.cpp gives it (src/llama-vocab.cpp, llama_vocab::impl::load; "gpt-neox"
+ * is specd's own: the GPT-NeoX tokenizer uses the gpt-2 regex). */
+
+static const struct {
+    const char *name;
+    tok_pre pre;
+} PRE_NAMES[] = {
+    {"default", TOK_PRE_DEFAULT},     {"gpt-2", TOK_PRE_GPT2},
+    {"mpt", TOK_PRE_GPT2},            {"gpt-neox", TOK_PRE_GPT2},
+    {"olmo", TOK_PRE_GPT2},           {"llama-bpe", TOK_PRE_LLAMA3},
+    {"qwen2", TOK_PRE_QWEN2},         {"starcoder", TOK_PRE_STARCODER},
+    {"refact", TOK_PRE_STARCODER},    {"smollm", TOK_PRE_STARCODER},
+    {"command-r", TOK_PRE_STARCODER}, {"falcon", TOK_PRE_FALCON},
+    {"deepseek-llm", TOK_PRE_DEEPSEEK_LLM}, {"deepseek-coder", TOK_PRE_DEEPSEEK_CODER},
+};
+
+tok_pre tok_pre_parse(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof PRE_NAMES / sizeof PRE_NAMES[0]; i++)
+        if (strlen(PRE_NAMES[i].name) == len && memcmp(PRE_NAMES[i].name, name, len) == 0) return PRE_NAMES[i].pre;
+    return TOK_PRE_NONE;
+}
+
+void tok_pre_list(char *buf, size_t n) {
+    size_t o = 0;
+    if (n) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof PRE_NAMES / sizeof PRE_NAMES[0] && o < n; i++) {
+        int w = snprintf(buf + o, n - o, "%s'%s'", i ? ", " : "", PRE_NAMES[i].name);
+        if (w < 0) break;
+        o += (size_t)w;
+    }
+}

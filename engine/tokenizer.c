@@ -31,6 +31,7 @@ const char *tok_pre_name(tok_pre p) {
     case TOK_PRE_FALCON: return "falcon";
     case TOK_PRE_DEEPSEEK_CODER: return "deepseek-coder";
     case TOK_PRE_DEEPSEEK_LLM: return "deepseek-llm";
+    case TOK_PRE_DEFAULT: return "default";
     }
     return "?";
 }

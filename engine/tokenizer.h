@@ -24,15 +24,23 @@ typedef enum {
 } tok_kind;
 
 /* BPE pre-tokenizers (tokenizer.ggml.pre), each a hand-written equivalent of
- * its regex (\p{L}, \p{N} from unicode_tables; \s = White_Space):
- *   GPT2   ("default", "gpt-2", or no key):
+ * the regex list llama.cpp gives it (\p{L}, \p{N}, \p{P} from unicode_tables,
+ * Unicode 14; \s = White_Space), applied pass by pass:
+ *   GPT2   ("gpt-2", "mpt", "olmo", "gpt-neox"):
  *          's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
  *   LLAMA3 ("llama-bpe"): (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|
  *          \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *          and a pre-token that is itself a vocab token skips the merges;
- *   QWEN2  ("qwen2"): LLAMA3's regex with \p{N} instead of \p{N}{1,3}, merges always.
+ *          (ASCII case folding) and a pre-token that is itself a vocab token skips the merges;
+ *   QWEN2  ("qwen2"): LLAMA3's regex with \p{N} instead of \p{N}{1,3}, merges always;
+ *   DEFAULT ("default", or no key — llama.cpp warns that quality suffers):
+ *          [\p{P}\$\+<=>\^~\|]+ | gpt-2 | \p{N}+ | [0-9][0-9][0-9];
+ *   the others: see tok_pretok.c.
  * Bytes that are not valid UTF-8 count as one non-letter, non-number,
- * non-space character each (so any byte string round-trips). */
+ * non-space, non-punctuation character each, like U+FFFD (so any byte string
+ * round-trips; llama.cpp replaces them by U+FFFD in the text it tokenizes, and
+ * its lenient decoder reads overlong forms and encoded surrogates as code
+ * points, so on those inputs the two can split differently).
+ * tests/tokenizer/test_pretok_ref.py checks every name against the regexes. */
 typedef enum {
     TOK_PRE_NONE = 0,   /* SPM: no pre-tokenizer */
     TOK_PRE_GPT2 = 1,
@@ -42,6 +50,7 @@ typedef enum {
     TOK_PRE_FALCON = 5,     /* punctuation runs, then gpt-2, then 3-digit groups */
     TOK_PRE_DEEPSEEK_CODER = 6,
     TOK_PRE_DEEPSEEK_LLM = 7,
+    TOK_PRE_DEFAULT = 8,    /* punctuation runs, gpt-2, number runs, 3-digit groups */
 } tok_pre;
 
 /* Token types, as stored in tokenizer.ggml.token_type. */
@@ -64,7 +73,7 @@ typedef struct tokenizer tokenizer;
  * an unsupported model kind, or (BPE) an unknown tokenizer.ggml.pre (the
  * message lists the supported values). BPE needs tokenizer.ggml.merges
  * ("left right" strings, rank = position; a repeated pair keeps its first
- * rank). BPE defaults: no BOS/EOS/unknown ids, add_bos_token false (true for
+ * rank). No tokenizer.ggml.pre is "default", as in llama.cpp. BPE defaults: no BOS/EOS/unknown ids, add_bos_token false (true for
  * llama-bpe), add_space_prefix false; the metadata overrides them.
  * The caller owns the result; f may be closed after. */
 tokenizer *tok_create(const gguf_file *f, char *err, size_t errlen);
@@ -75,7 +84,14 @@ void tok_destroy(tokenizer *t); /* accepts NULL */
 tok_kind tok_get_kind(const tokenizer *t);
 const char *tok_kind_name(tok_kind k);  /* "llama", "gpt2" */
 tok_pre tok_get_pre(const tokenizer *t);
-const char *tok_pre_name(tok_pre p);    /* "none", "gpt-2", "llama-bpe", "qwen2" */
+const char *tok_pre_name(tok_pre p);    /* "none", "gpt-2", "llama-bpe", "qwen2", "starcoder", ... */
+/* The pre-tokenizer a tokenizer.ggml.pre value selects (name[0..len), no NUL
+ * needed), as tok_create reads it; TOK_PRE_NONE for a name specd does not
+ * support. */
+tok_pre tok_pre_parse(const char *name, size_t len);
+/* Writes the supported names to buf (n bytes, NUL-terminated, cut short when
+ * it does not fit) as "'default', 'gpt-2', ...", for messages. */
+void tok_pre_list(char *buf, size_t n);
 int32_t tok_n_merges(const tokenizer *t); /* 0 for SPM */
 int32_t tok_n_vocab(const tokenizer *t);
 bool tok_valid_id(const tokenizer *t, int32_t id);
@@ -157,6 +173,9 @@ int tok_encode_spans(const tokenizer *t, const char *text, size_t len, bool add_
  * Returns the number of pieces; if more than max, writes the first max and
  * returns -(number). Allocates scratch per call. */
 int tok_split(const tokenizer *t, const char *text, size_t len, size_t *ends, int max);
+/* The same for a pre-tokenizer without a vocabulary (TOK_PRE_NONE: one
+ * piece, as SPM), e.g. `specd tokenize --splits --pre NAME`. */
+int tok_split_pre(tok_pre pre, const char *text, size_t len, size_t *ends, int max);
 
 /* ---- decode ------------------------------------------------------------- */
 

@@ -4,10 +4,10 @@
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libjansson-dev libwebsockets-dev libyaml-dev libsqlite3-dev
-      python3 python3-numpy python3-scipy python3-websockets python3-jsonschema
+      python3 python3-numpy python3-scipy python3-websockets python3-jsonschema python3-regex
       nodejs chromium
       curl libcurl4-openssl-dev nginx prometheus)
-# libcurl: `specd pull` / -hf. nginx + prometheus (for promtool) + curl: tests/deploy.
+# python3-regex: the pre-tokenizer reference (tests/tokenizer/pretok_ref.py). libcurl: `specd pull` / -hf. nginx + prometheus (for promtool) + curl: tests/deploy.
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,7 @@
 # test_tokenize_cli.py — `specd tokenize` / `specd detokenize` end to end:
-# llama-spm vector lines, round trips, --pieces, error exits, and agreement
-# with the independent Python SPM encoder (spm_ref.py) on real text.
+# llama-spm vector lines, round trips, --pieces, --splits, error exits, and
+# agreement with the independent Python SPM encoder (spm_ref.py) on real text.
+import json
 import os
 import subprocess
 import sys
@@ -104,6 +105,30 @@ def main():
     shakes = open(os.path.join(MODELS, 'corpora', 'tinyshakespeare_input.txt'), 'rb').read()[:1500]
     r = run(['tokenize', '-m', spm], shakes)
     check(ids_of(r.stdout) == ref32.encode(shakes), 'shakespeare on llama-spm: specd and spm_ref differ')
+
+    # --splits: the pre-tokenizer's pieces as JSON, from a model or by name
+    r = run(['tokenize', '--splits', '-m', gpt2], b"I'm  here")
+    check(r.returncode == 0 and json.loads(r.stdout) ==
+          {'pre': 'gpt-2', 'ends': [1, 3, 4, 9], 'pieces': ['I', "'m", ' ', ' here']}, '--splits -m gpt2: %r' % r.stdout)
+    r = run(['tokenize', '--splits', '--pre', 'falcon', '-p', 'x $100'])
+    check(json.loads(r.stdout)['pieces'] == ['x', ' ', '$', '100'], '--splits --pre falcon: %r' % r.stdout)
+    r = run(['tokenize', '--splits', '-m', stories], b'a b')
+    check(json.loads(r.stdout) == {'pre': 'none', 'ends': [3], 'pieces': ['a b']}, '--splits SPM: %r' % r.stdout)
+    # -0: NUL-ended texts, one line each (an empty text included); invalid bytes
+    # are U+FFFD in "pieces" only
+    r = run(['tokenize', '--splits', '--pre', 'qwen2', '-0'], b'ab 12\x00\x00a\xffb')
+    out = [json.loads(x) for x in r.stdout.splitlines()]
+    check([o['ends'] for o in out] == [[2, 3, 4, 5], [], [1, 3]], '-0 ends: %r' % r.stdout)
+    check(out[2]['pieces'] == ['a', '\ufffdb'], '-0 pieces: %r' % r.stdout)
+    for args, what in [(['tokenize', '--splits', '--pre', 'tekken', '-p', 'x'], 'unknown --pre'),
+                       (['tokenize', '--pre', 'falcon', '-p', 'x'], '--pre without --splits'),
+                       (['tokenize', '--splits', '--pre', 'falcon', '-m', gpt2, '-p', 'x'], '--pre with -m'),
+                       (['tokenize', '-0', '-m', gpt2, '-p', 'x'], '-0 without --splits'),
+                       (['tokenize', '--splits', '-p', 'x'], '--splits without -m or --pre')]:
+        r = run(args)
+        check(r.returncode == 2 and r.stdout == b'' and r.stderr.strip() != b'', '%s: rc=%d' % (what, r.returncode))
+    r = run(['tokenize', '--splits', '--pre', 'tekken', '-p', 'x'])
+    check(b"'deepseek-coder'" in r.stderr, 'unknown --pre lists the names: %r' % r.stderr)
 
     # errors: message on stderr, exit 1
     for args, stdin, what, needle in [

@@ -35,7 +35,7 @@ struct draft_medusa {
     double value[DRAFTER_MAX_NODES]; /* each node's path value (expected acceptance) */
     /* the budget choice (draft_medusa_set_curve) */
     bool has_curve;
-    tree_ctl curve;                  /* only its t(rows) is used */
+    cost_curve curve;                /* t(rows) */
     double speed;                    /* verify time over the curve's prediction (EWMA) */
     double heads_ms;                 /* the heads' ms per proposing row (EWMA; 0 before any) */
     int last_budget;
@@ -87,20 +87,20 @@ draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *e
 }
 
 void draft_medusa_set_curve(draft_medusa *dm, const double *t_rows) {
-    tree_ctl_init(&dm->curve, t_rows, 1, 1, 1);
-    dm->has_curve = dm->curve.t_rows[1] > 0;
+    cost_curve_init(&dm->curve, t_rows, COST_CURVE_ROWS);
+    dm->has_curve = dm->curve.n > 0;
 }
 
 int draft_medusa_last_budget(const draft_medusa *dm) { return dm->last_budget; }
 
-int draft_medusa_pick_budget(const double *value, int n_shape, const tree_ctl *curve, double speed, double heads_ms,
+int draft_medusa_pick_budget(const double *value, int n_shape, const cost_curve *curve, double speed, double heads_ms,
                              int n, int nr) {
     if (nr <= 0 || n < nr) return 0;
     int best = 0;
-    double e = 0, best_rate = 1.0 / (speed * tree_ctl_verify_ms(curve, n) / n);
+    double e = 0, best_rate = 1.0 / (speed * cost_curve_ms(curve, n) / n);
     for (int b = 1; b <= n_shape; b++) {
         e += value[b - 1];
-        double ms = speed * tree_ctl_verify_ms(curve, nr * (b + 1) + (n - nr)) / n + heads_ms * nr / n;
+        double ms = speed * cost_curve_ms(curve, nr * (b + 1) + (n - nr)) / n + heads_ms * nr / n;
         double rate = (1.0 + e) / ms; /* a proposing row's; the others decode plainly either way */
         if (rate > best_rate) best_rate = rate, best = b;
     }
@@ -257,7 +257,7 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
     if (dm->has_curve && info[0].target_ms > 0) { /* the host's speed against the curve */
         int rows = 0;
         for (int i = 0; i < n; i++) rows += dm->trees[i].n_nodes + 1;
-        double r = info[0].target_ms / tree_ctl_verify_ms(&dm->curve, rows);
+        double r = info[0].target_ms / cost_curve_ms(&dm->curve, rows);
         r = r < 0.05 ? 0.05 : r > 50 ? 50 : r;
         dm->speed += BUDGET_EWMA * (r - dm->speed);
     }

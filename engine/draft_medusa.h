@@ -54,7 +54,7 @@ void draft_medusa_set_curve(draft_medusa *dm, const double *t_rows);
 /* The choice itself: the best b in 0..n_shape for a step of n sequences, nr
  * of them proposing, given the nodes' path values (best-first), the curve,
  * the host's speed against it and the heads' ms per proposing row. */
-int draft_medusa_pick_budget(const double *value, int n_shape, const tree_ctl *curve, double speed, double heads_ms,
+int draft_medusa_pick_budget(const double *value, int n_shape, const cost_curve *curve, double speed, double heads_ms,
                              int n, int nr);
 /* The node budget the last step used (its tree's size; 0: a plain step). */
 int draft_medusa_last_budget(const draft_medusa *dm);

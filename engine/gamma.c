@@ -45,38 +45,15 @@ void gamma_costs_observe_draft(gamma_costs *c, double ms) {
 double gamma_keys(int m, int n) { return (double)n + m; }
 double gamma_pairs(int m, int n) { return (double)m * n + (double)m * (m + 1) / 2.0; }
 
-/* curve(m): a pass of m rows over a pass of one, linear past the measured end
- * (slope of its upper half) */
-static double curve_at(const gamma_costs *c, int m) {
-    int n = c->curve_n;
-    if (m <= n) return c->curve[m < 1 ? 1 : m];
-    int h = n / 2 > 1 ? n / 2 : 1;
-    double slope = n > h ? (c->curve[n] - c->curve[h]) / (double)(n - h) : 0.0;
-    return c->curve[n] + (slope > 0 ? slope : 0.0) * (double)(m - n);
-}
-
 void gamma_costs_set_curve(gamma_costs *c, const double *t, int n) {
-    if (n > GAMMA_CURVE_ROWS) n = GAMMA_CURVE_ROWS;
     if (n < 1 || !(t[1] > 0)) return;
-    int prev = 1;
-    c->curve[1] = 1.0;
-    for (int r = 2; r <= n; r++) {
-        if (!(t[r] > 0)) continue;
-        for (int g = prev + 1; g <= r; g++)
-            c->curve[g] = (t[prev] + (t[r] - t[prev]) * (double)(g - prev) / (double)(r - prev)) / t[1];
-        prev = r;
-    }
-    n = prev; /* nothing measured past here: extrapolated */
-    /* a pass of more rows never costs less: timing noise can say otherwise */
-    for (int r = 2; r <= n; r++)
-        if (c->curve[r] < c->curve[r - 1]) c->curve[r] = c->curve[r - 1];
-    c->curve_n = n;
+    cost_curve_init(&c->curve, t, n);
 }
 
 /* the per-position terms of the model (everything but the base and attention) */
 static double pos_ms(const gamma_costs *c, int m) {
     if (m < 1) m = 1;
-    if (c->curve_n > 0) return c->target_ms * (curve_at(c, m) - 1.0);
+    if (c->curve.n > 0) return c->target_ms * (cost_curve_ratio(&c->curve, m) - 1.0);
     int small = m - 1 < 4 ? m - 1 : 4, big = m > 5 ? m - 5 : 0;
     return c->target_ms_per_pos * small + c->target_ms_per_pos_big * big;
 }
@@ -136,9 +113,9 @@ void gamma_costs_observe_target(gamma_costs *c, int positions, double keys, doub
     if (!(ms > 0)) return;
     if (keys < 0) keys = 0;
     if (pairs < 0) pairs = 0;
-    if (positions > 5 && c->curve_n > 0) {
+    if (positions > 5 && c->curve.n > 0) {
         /* the curve keeps its measured shape; the pass tells the host's speed */
-        double base = (ms - att_ms(c, keys, pairs)) / curve_at(c, positions);
+        double base = (ms - att_ms(c, keys, pairs)) / cost_curve_ratio(&c->curve, positions);
         if (base > 0) c->target_ms = c->target_ms > 0 ? (1 - COST_EMA) * c->target_ms + COST_EMA * base : base;
         return;
     }

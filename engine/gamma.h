@@ -11,6 +11,8 @@
 #ifndef SPECD_GAMMA_H
 #define SPECD_GAMMA_H
 
+#include "engine/cost_curve.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #ifndef NDEBUG
@@ -19,7 +21,7 @@
 
 #define GAMMA_MAX 16
 #define GAMMA_WINDOW_MAX 64
-#define GAMMA_CURVE_ROWS 32
+#define GAMMA_CURVE_ROWS COST_CURVE_ROWS
 
 typedef struct {
     int gamma_min, gamma_max, gamma_default; /* 2..8 by policy; per-request override within bounds */
@@ -63,16 +65,15 @@ typedef struct {
     double key_prior, pair_prior;        /* the calibrated attention slopes */
     double fit[9];                       /* weighted sums of the online fit (gamma.c) */
     /* The measured verify cost curve, when there is one (gamma_costs_set_curve):
-     * curve[m] = t(m rows) / t(1 row) for m = 1..curve_n, non-decreasing. It
+     * curve(m) = t(m rows) / t(1 row) (cost_curve_ratio), non-decreasing. It
      * then replaces the two per-position slopes: the rows of a pass cost
-     * target_ms * (curve(m) - 1), linear past curve_n. A CPU's curve is flat
+     * target_ms * (curve(m) - 1), linear past the measured rows. A CPU's curve is flat
      * while the pass is memory-bound and steps up where the kernels' row tiles
      * fill (F16 target here: 8 rows 1.0x, 16 rows 2.5x), which no two slopes
      * fit; and learning a slope from batched passes that all had the same row
      * count taught the model that rows were free (plain passes of 8 rows) or
      * dear (verify passes of 24) in turn, so the batch decision flipped. */
-    int curve_n;                         /* 0: no curve, the slopes apply */
-    double curve[GAMMA_CURVE_ROWS + 1];
+    cost_curve curve;                    /* curve.n 0: no curve, the slopes apply */
 } gamma_costs;
 
 /* Keys one sequence's pass reads: its cache of n and its m new positions. */

@@ -33,35 +33,11 @@ void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_
         c->rows[c->n] = (double)s.budget + 1;
         c->n++;
     }
-    /* the curve: gaps interpolated linearly between measured points, held
-     * before the first, extrapolated along the last two after the last */
-    int prev = 0, prev2 = 0;
-    for (int r = 1; r <= TREE_CTL_ROWS; r++) {
-        if (!(t_rows[r] > 0)) continue;
-        c->t_rows[r] = t_rows[r];
-        if (prev)
-            for (int g = prev + 1; g < r; g++)
-                c->t_rows[g] = t_rows[prev] + (t_rows[r] - t_rows[prev]) * (double)(g - prev) / (double)(r - prev);
-        else
-            for (int g = 1; g < r; g++) c->t_rows[g] = t_rows[r];
-        prev2 = prev, prev = r;
-    }
-    if (prev)
-        for (int g = prev + 1; g <= TREE_CTL_ROWS; g++) {
-            double slope = prev2 ? (t_rows[prev] - t_rows[prev2]) / (double)(prev - prev2) : 0;
-            c->t_rows[g] = t_rows[prev] + (slope > 0 ? slope : 0) * (double)(g - prev);
-        }
+    cost_curve_init(&c->curve, t_rows, TREE_CTL_ROWS);
 }
 
-/* ms of a pass of R rows: measured up to TREE_CTL_ROWS, beyond it linear at
- * the slope of the last half (compute-bound there) */
-static double t_of(const tree_ctl *c, int R) {
-    if (R <= TREE_CTL_ROWS) return c->t_rows[R < 1 ? 1 : R];
-    int h = TREE_CTL_ROWS / 2;
-    double slope = (c->t_rows[TREE_CTL_ROWS] - c->t_rows[h]) / (double)(TREE_CTL_ROWS - h);
-    if (slope < 0) slope = 0;
-    return c->t_rows[TREE_CTL_ROWS] + slope * (double)(R - TREE_CTL_ROWS);
-}
+/* ms of a pass of R rows, at the speed the curve was measured */
+static double t_of(const tree_ctl *c, int R) { return cost_curve_ms(&c->curve, R); }
 
 double tree_ctl_verify_ms(const tree_ctl *c, int rows) { return t_of(c, rows); }
 

@@ -25,10 +25,11 @@
 #ifndef SPECD_TREE_CTL_H
 #define SPECD_TREE_CTL_H
 
+#include "engine/cost_curve.h"
 #include "engine/draft_tree.h"
 
 #define TREE_CTL_MENU 8
-#define TREE_CTL_ROWS 32            /* t(rows) is measured up to here, extrapolated linearly beyond */
+#define TREE_CTL_ROWS COST_CURVE_ROWS /* t(rows) is measured up to here, extrapolated linearly beyond */
 
 typedef struct {
     int n;                          /* menu entries; entry 0 is the chain path (budget 0) */
@@ -40,7 +41,7 @@ typedef struct {
     long seen[TREE_CTL_MENU];
     long picks[TREE_CTL_MENU];      /* how often each entry was picked (reports) */
     long age[TREE_CTL_MENU];        /* observations of other entries since this one's last */
-    double t_rows[TREE_CTL_ROWS + 1]; /* [r]: ms of one verify pass of r rows (r >= 1) */
+    cost_curve curve;               /* t(rows): ms of one verify pass (cost_curve.h) */
     int backoff[TREE_CTL_MENU];     /* an entry well below the best waits reprobe << backoff steps */
     double speed;                   /* the host now against when t_rows was measured (EWMA of step
                                      * time over its prediction; 1 = as measured) */

@@ -200,17 +200,17 @@ static medusa_heads *train(spec_pair *sp, int steps) {
 static void budgets(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc, const tree_shape *sh) {
     double t[TREE_CTL_ROWS + 1] = {0}, v[16];
     for (int j = 0; j < 16; j++) v[j] = 0.7 / (1 + j); /* best-first path values */
-    tree_ctl c;
+    cost_curve c;
     for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = r;
-    tree_ctl_init(&c, t, 1, 1, 1);
+    cost_curve_init(&c, t, TREE_CTL_ROWS);
     CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 1, 1) == 0);
     for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = 1.0;
-    tree_ctl_init(&c, t, 1, 1, 1);
+    cost_curve_init(&c, t, TREE_CTL_ROWS);
     CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 1, 1) == 16);
     CHECK(draft_medusa_pick_budget(v, 16, &c, 2.0, 0.01, 1, 1) == 16);  /* a slower host: same choice */
     CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 5.0, 1, 1) == 0);    /* heads dearer than what they bring */
     for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = r <= 4 ? 1.0 : r;
-    tree_ctl_init(&c, t, 1, 1, 1);
+    cost_curve_init(&c, t, TREE_CTL_ROWS);
     int b1 = draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 1, 1);
     CHECKF(b1 >= 1 && b1 <= 3, "knee alone: budget %d", b1);
     CHECK(draft_medusa_pick_budget(v, 16, &c, 1.0, 0.01, 5, 5) == 0);

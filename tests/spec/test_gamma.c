@@ -148,10 +148,11 @@ int main(void) {
     cs = cc;
     cc.draft_ms = cs.draft_ms = 0.9;
     gamma_costs_set_curve(&cc, steps, GAMMA_CURVE_ROWS);
-    CHECKF(cc.curve_n == 32 && fabs(cc.curve[8] - 1.0) < 1e-12 && fabs(cc.curve[16] - 2.5) < 1e-12,
-           "curve n %d, [8] %g, [16] %g", cc.curve_n, cc.curve[8], cc.curve[16]);
-    CHECKF(fabs(cc.curve[14] - 2.05) < 1e-12, "interpolated [14] %g", cc.curve[14]);
-    for (int r = 2; r <= 32; r++) CHECKF(cc.curve[r] >= cc.curve[r - 1], "curve falls at %d", r);
+#define CURVE(m) cost_curve_ratio(&cc.curve, m)
+    CHECKF(cc.curve.n == 32 && fabs(CURVE(8) - 1.0) < 1e-12 && fabs(CURVE(16) - 2.5) < 1e-12,
+           "curve n %d, [8] %g, [16] %g", cc.curve.n, CURVE(8), CURVE(16));
+    CHECKF(fabs(CURVE(14) - 2.05) < 1e-12, "interpolated [14] %g", CURVE(14));
+    for (int r = 2; r <= 32; r++) CHECKF(CURVE(r) >= CURVE(r - 1), "curve falls at %d", r);
     CHECKF(fabs(gamma_target_ms(&cc, 16, 0, 0) - 150.0) < 1e-9, "t(16) %g", gamma_target_ms(&cc, 16, 0, 0));
     CHECKF(gamma_target_ms(&cc, 48, 0, 0) > gamma_target_ms(&cc, 32, 0, 0), "no slope past the curve");
     CHECKF(best_gamma(&cc, 0.7, 1, 30) >= 3, "alone on the flat part: gamma %d", best_gamma(&cc, 0.7, 1, 30));
@@ -174,7 +175,7 @@ int main(void) {
     CHECKF(gamma_ctl_next_batch(&gc, &cc, 1, 30) >= 2, "curve: alone, the sequence does not draft");
     /* a slower host: the base follows, the shape stays */
     for (int i = 0; i < 60; i++) gamma_costs_observe_target(&cc, 16, 0, 0, 300.0);
-    CHECKF(fabs(cc.target_ms - 120.0) < 6.0 && fabs(cc.curve[16] - 2.5) < 1e-12, "slower host: base %g",
+    CHECKF(fabs(cc.target_ms - 120.0) < 6.0 && fabs(CURVE(16) - 2.5) < 1e-12, "slower host: base %g",
            cc.target_ms);
     TEST_DONE();
 }

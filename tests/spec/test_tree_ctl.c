@@ -27,7 +27,7 @@ static int settle(tree_ctl *c, int batch) {
     int e = 0;
     for (int step = 0; step < 200; step++) {
         e = tree_ctl_pick(c, batch);
-        tree_ctl_observe(c, e, tokens_for(&c->menu[e]), rows_for(&c->menu[e]), 1, rows_for(&c->menu[e]), c->t_rows[rows_for(&c->menu[e])]);
+        tree_ctl_observe(c, e, tokens_for(&c->menu[e]), rows_for(&c->menu[e]), 1, rows_for(&c->menu[e]), tree_ctl_verify_ms(c, rows_for(&c->menu[e])));
     }
     return e;
 }
@@ -42,7 +42,7 @@ int main(void) {
     for (int e = 0; e < c.n; e++)
         for (int k = 0; k < c.explore; k++) {
             CHECK(tree_ctl_pick(&c, 1) == e);
-            tree_ctl_observe(&c, e, tokens_for(&c.menu[e]), rows_for(&c.menu[e]), 1, rows_for(&c.menu[e]), c.t_rows[rows_for(&c.menu[e])]);
+            tree_ctl_observe(&c, e, tokens_for(&c.menu[e]), rows_for(&c.menu[e]), 1, rows_for(&c.menu[e]), tree_ctl_verify_ms(&c, rows_for(&c.menu[e])));
         }
     /* flat: the biggest tree */
     int e = settle(&c, 1);
@@ -68,14 +68,14 @@ int main(void) {
     for (int step = 0; step < 200; step++) {
         int k = tree_ctl_pick(&c, 1);
         tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), rows_for(&c.menu[k]), 1, rows_for(&c.menu[k]),
-                         c.t_rows[rows_for(&c.menu[k])] + (k ? 10.0 : 0.0));
+                         tree_ctl_verify_ms(&c, rows_for(&c.menu[k])) + (k ? 10.0 : 0.0));
     }
     CHECK(tree_ctl_pick(&c, 1) == 0);
     /* measured rows count, not the budget: a tree that comes out smaller
      * (few candidates) costs what it verified */
     curve(t, 1);
     tree_ctl_init(&c, t, 16, 8, 4);
-    for (int k = 0; k < c.n; k++) tree_ctl_observe(&c, k, k ? 3 : 1, k ? 2 : 1, 1, k ? 2 : 1, c.t_rows[k ? 2 : 1]);
+    for (int k = 0; k < c.n; k++) tree_ctl_observe(&c, k, k ? 3 : 1, k ? 2 : 1, 1, k ? 2 : 1, tree_ctl_verify_ms(&c, k ? 2 : 1));
     CHECK(tree_ctl_rate(&c, 3, 1) > tree_ctl_rate(&c, 0, 1));
     /* seeding from an engine-wide controller skips what it explored */
     tree_ctl prior = c, fresh;
@@ -93,7 +93,7 @@ int main(void) {
         int k = tree_ctl_pick(&c, 1);
         probed += k != top;
         tree_ctl_observe(&c, k, tokens_for(&c.menu[k]), rows_for(&c.menu[k]), 1, rows_for(&c.menu[k]),
-                         c.t_rows[rows_for(&c.menu[k])]);
+                         tree_ctl_verify_ms(&c, rows_for(&c.menu[k])));
     }
     CHECKF(probed >= 4 && probed <= 4 * (c.n - 1) + 4, "%d re-probes in %d steps", probed, 4 * c.reprobe);
     /* a host that slows down 3x after the exploration, seen by the chain path
@@ -137,6 +137,11 @@ int main(void) {
     double sp[TREE_CTL_ROWS + 1] = {0};
     sp[1] = 1, sp[5] = 2, sp[9] = 4;
     tree_ctl_init(&c, sp, 16, 8, 4);
-    CHECK(fabs(c.t_rows[3] - 1.5) < 1e-12 && fabs(c.t_rows[7] - 3) < 1e-12 && fabs(c.t_rows[13] - 6) < 1e-12);
+    CHECK(fabs(tree_ctl_verify_ms(&c, 3) - 1.5) < 1e-12 && fabs(tree_ctl_verify_ms(&c, 7) - 3) < 1e-12 &&
+          fabs(tree_ctl_verify_ms(&c, 13) - 6) < 1e-12);
+    /* noise that says a bigger pass is cheaper is flattened out */
+    sp[9] = 1.5;
+    tree_ctl_init(&c, sp, 16, 8, 4);
+    for (int r = 2; r <= 40; r++) CHECK(tree_ctl_verify_ms(&c, r) >= tree_ctl_verify_ms(&c, r - 1));
     TEST_DONE();
 }

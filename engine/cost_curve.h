@@ -1,0 +1,31 @@
+/* cost_curve.h — the target's verify cost curve t(rows): ms of one forward
+ * pass of `rows` rows, measured at a few row counts at start
+ * (tree_ctl_measure) and read by every controller that weighs rows against
+ * time: the chain's γ and batch decision (gamma.h), the tree shapes
+ * (tree_ctl.h) and the Medusa budget (draft_medusa.h). One table, one rule
+ * for the rows nobody measured. */
+#ifndef SPECD_COST_CURVE_H
+#define SPECD_COST_CURVE_H
+
+#define COST_CURVE_ROWS 32          /* the table's extent; beyond it, extrapolated */
+
+typedef struct {
+    int n;                          /* the last measured row count (0: no curve) */
+    double t[COST_CURVE_ROWS + 1];  /* [r], r = 1..COST_CURVE_ROWS: ms of a pass of r rows */
+    double slope;                   /* ms per row past n (>= 0) */
+} cost_curve;
+
+/* From t_rows[1..n] (n <= COST_CURVE_ROWS; a 0 entry was not measured):
+ * gaps interpolated linearly, held before the first measured point, past the
+ * last one linear along the last two measured points (never falling), and
+ * the whole made non-decreasing (a pass of more rows never costs less; timing
+ * noise can say otherwise). Nothing measured: c->n = 0. */
+void cost_curve_init(cost_curve *c, const double *t_rows, int n);
+
+/* ms of a pass of `rows` rows (rows < 1 counts as 1). 0 without a curve. */
+double cost_curve_ms(const cost_curve *c, int rows);
+
+/* t(rows) / t(1). 1 without a curve. */
+double cost_curve_ratio(const cost_curve *c, int rows);
+
+#endif

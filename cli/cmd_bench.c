@@ -144,19 +144,24 @@ int cmd_bench(int argc, char **argv) {
     }
     bool gpu = !be->host_memory;
     model_params mp = {.max_batch = 512, .max_ctx = 1024};
-    b.m = model_load(model_path, be, &mp, b.err, sizeof(b.err));
+    engine_status est;
+    b.m = model_load(model_path, be, &mp, &est, b.err, sizeof(b.err));
     if (!b.m) {
-        fprintf(stderr, "specd bench: %s\n", b.err);
+        cli_load_failed("bench", est, b.err, CLI_OOM_HINT_MODEL);
         backend_destroy(be);
         return 1;
     }
     model *m = b.m;
-    b.pool = model_kv_pool(m, 16, 1024 / 16, b.err, sizeof(b.err));
-    b.seq = b.pool ? kv_seq_create(b.pool, 1024) : NULL;
+    b.pool = model_kv_pool(m, 16, 1024 / 16, &est, b.err, sizeof(b.err));
+    if (!b.pool) {
+        cli_load_failed("bench", est, b.err, CLI_OOM_HINT_MODEL);
+        goto done;
+    }
+    b.seq = kv_seq_create(b.pool, 1024);
     b.logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab * 512);
     b.toks = malloc(sizeof(int32_t) * 1024);
-    if (!b.pool || !b.seq || !b.logits || !b.toks) {
-        fprintf(stderr, "specd bench: %s\n", b.pool ? "out of memory" : b.err);
+    if (!b.seq || !b.logits || !b.toks) {
+        fprintf(stderr, "specd bench: out of memory\n");
         goto done;
     }
     for (int i = 0; i < 1024; i++) b.toks[i] = (int32_t)((i * 2654435761u) % (unsigned)m->hp.n_vocab);

@@ -370,12 +370,13 @@ int cmd_generate(int argc, char **argv) {
                        (draft_path || eff_method != SPEC_METHOD_DRAFT);
     ec.calibrate = speculating;
     if (quiet) ec.draft_mem_warn_pct = 1e9f;
-    engine *e = engine_create(&ec, err, sizeof(err));
+    engine_status est;
+    engine *e = engine_create(&ec, &est, err, sizeof(err));
     int32_t *ids = NULL;
     gen_result plain = {0}, spec = {0};
     engine_stats es = {0};
     if (!e) {
-        fprintf(stderr, "specd generate: %s\n", err);
+        cli_load_failed("generate", est, err, CLI_OOM_HINT_CONFIG);
         goto done;
     }
     const tokenizer *tok = engine_tokenizer(e);

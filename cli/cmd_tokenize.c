@@ -33,7 +33,7 @@ static void detokenize_usage(FILE *f) {
 /* Opens MODEL and builds its tokenizer; prints the reason and returns NULL on error. */
 static tokenizer *load_tokenizer(const char *cmd, const char *path) {
     char err[512];
-    gguf_file *g = gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, NULL, err, sizeof err);
     if (!g) {
         fprintf(stderr, "specd %s: %s\n", cmd, err);
         return NULL;

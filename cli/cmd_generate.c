@@ -510,7 +510,9 @@ int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "  measured: median of %d plain/speculative pairs, range %.2fx-%.2fx\n", n_ratios,
                         sp_lo, sp_hi);
         }
-        fprintf(stderr, "[%s kernels]\n", backend_cpu_simd());
+        engine_info info;
+        engine_get_info(e, &info);
+        fprintf(stderr, "[backend: %s]\n", info.backend_desc); /* what ran the models: CPU SIMD or the GPU */
     }
     rc = 0;
 done:

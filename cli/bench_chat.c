@@ -324,9 +324,10 @@ int bench_chat(int argc, char **argv) {
     cfg.kv_blocks = kv_blocks > 0 ? kv_blocks : (o.conv + 1) * ((cfg.max_ctx + GAMMA_MAX + 2) / 16 + 2);
     cfg.prefix_cache = true; /* the off passes opt out per request */
     char err[1024];
-    engine *e = engine_create(&cfg, err, sizeof(err));
+    engine_status est;
+    engine *e = engine_create(&cfg, &est, err, sizeof(err));
     if (!e) {
-        fprintf(stderr, "specd bench: %s\n", err);
+        cli_load_failed("bench", est, err, "lower --kv-blocks or --multi-turn, or use a smaller model");
         free(corp.text);
         return 1;
     }

@@ -391,9 +391,10 @@ int bench_engine(int argc, char **argv) {
     if (trees) cfg.tree = ENGINE_TREE_AUTO; /* bounds 16/5/3; each request picks its shape */
     char err[1024];
     double tl = now_ms();
-    engine *e = engine_create(&cfg, err, sizeof(err));
+    engine_status est;
+    engine *e = engine_create(&cfg, &est, err, sizeof(err));
     if (!e) {
-        fprintf(stderr, "specd bench: %s\n", err);
+        cli_load_failed("bench", est, err, CLI_OOM_HINT_MODEL);
         free(grammar_text);
         return 1;
     }

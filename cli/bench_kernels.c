@@ -111,7 +111,8 @@ int bench_kernels(int argc, char **argv) {
                                 GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     static const int Ms[] = {1, 5, 8};
     backend *be = backend_cpu_create(threads);
-    printf("CPU matmul kernels (%s): stream = 12 layers of dim 768 / ff 2048 weights, %d threads; "
+    /* the CPU's kernels alone, whatever GPU the machine has: the CPU's SIMD is the right figure */
+    printf("CPU matmul kernels (CPU SIMD: %s): stream = 12 layers of dim 768 / ff 2048 weights, %d threads; "
            "cache = ~512 KB x 768 columns in L2, 1 thread\n\n", backend_cpu_simd(), threads);
     printf("%-6s %3s %12s %12s %14s\n", "type", "M", "stream ms", "stream GB/s", "cache Gw/s");
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)

@@ -143,20 +143,27 @@ int cmd_bench(int argc, char **argv) {
         return 1;
     }
     bool gpu = !be->host_memory;
+    char desc[128]; /* what runs the ops: the CPU's SIMD and threads, or the GPU */
+    backend_describe(be, desc, sizeof(desc));
     model_params mp = {.max_batch = 512, .max_ctx = 1024};
-    b.m = model_load(model_path, be, &mp, b.err, sizeof(b.err));
+    engine_status est;
+    b.m = model_load(model_path, be, &mp, &est, b.err, sizeof(b.err));
     if (!b.m) {
-        fprintf(stderr, "specd bench: %s\n", b.err);
+        cli_load_failed("bench", est, b.err, CLI_OOM_HINT_MODEL);
         backend_destroy(be);
         return 1;
     }
     model *m = b.m;
-    b.pool = model_kv_pool(m, 16, 1024 / 16, b.err, sizeof(b.err));
-    b.seq = b.pool ? kv_seq_create(b.pool, 1024) : NULL;
+    b.pool = model_kv_pool(m, 16, 1024 / 16, &est, b.err, sizeof(b.err));
+    if (!b.pool) {
+        cli_load_failed("bench", est, b.err, CLI_OOM_HINT_MODEL);
+        goto done;
+    }
+    b.seq = kv_seq_create(b.pool, 1024);
     b.logits = malloc(sizeof(float) * (size_t)m->hp.n_vocab * 512);
     b.toks = malloc(sizeof(int32_t) * 1024);
-    if (!b.pool || !b.seq || !b.logits || !b.toks) {
-        fprintf(stderr, "specd bench: %s\n", b.pool ? "out of memory" : b.err);
+    if (!b.seq || !b.logits || !b.toks) {
+        fprintf(stderr, "specd bench: out of memory\n");
         goto done;
     }
     for (int i = 0; i < 1024; i++) b.toks[i] = (int32_t)((i * 2654435761u) % (unsigned)m->hp.n_vocab);
@@ -263,23 +270,25 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
         printf("{\"model\":");
         json_write_str(stdout, model_path, strlen(model_path));
-        printf(",\"params\":%llu,\"weight_type\":\"%s\",\"step_bytes\":%llu,\"threads\":%d,\"simd\":\"%s\","
+        printf(",\"backend\":");
+        json_write_str(stdout, desc, strlen(desc));
+        if (!gpu) printf(",\"simd\":\"%s\"", backend_cpu_simd()); /* the CPU backend's kernels */
+        printf(",\"params\":%llu,\"weight_type\":\"%s\",\"step_bytes\":%llu,\"threads\":%d,"
                "\"read_gbs\":%.2f,\"roofline_tok_s\":%.2f,\"decode_tok_s\":%.2f,\"roofline_pct\":%.1f,"
                "\"roofline_pct_paired\":%.1f,"
                "\"prefill128_tok_s\":%.2f,\"prefill_decode_ratio\":%.2f,\"decode_call_ms\":%.3f,"
                "\"verify_call_ms\":%.3f,\"verify_positions\":%d,\"verify_decode_ratio\":%.3f}\n",
                (unsigned long long)m->n_params, ggml_type_name(m->layers[0].wq.file_type),
-               (unsigned long long)m->step_bytes, threads, backend_cpu_simd(), bw, roof, decode_ref, roof_pct,
+               (unsigned long long)m->step_bytes, threads, bw, roof, decode_ref, roof_pct,
                pct_med, pre_tps[1], pre_ratio, med1, medv, gamma + 1, medv / med1);
     } else {
         printf("model %s: %s, %.1fM params, %s matrices, %.1f MB read per decode step\n", model_path, m->name,
                m->n_params / 1e6, ggml_type_name(m->layers[0].wq.file_type), m->step_bytes / 1e6);
         if (gpu)
-            printf("device: CUDA, measured copy bandwidth %.1f GB/s (read + write) -> roofline %.1f tok/s\n", bw,
-                   roof);
+            printf("backend: %s, measured copy bandwidth %.1f GB/s (read + write) -> roofline %.1f tok/s\n", desc,
+                   bw, roof);
         else
-            printf("machine: %d threads, %s kernels, measured read bandwidth %.1f GB/s -> roofline %.1f tok/s\n",
-                   threads, backend_cpu_simd(), bw, roof);
+            printf("backend: %s, measured read bandwidth %.1f GB/s -> roofline %.1f tok/s\n", desc, bw, roof);
         printf("\n%8s %8s %14s %14s\n", "prompt", "gen", "prefill tok/s", "decode tok/s");
         for (int pi = 0; pi < 3; pi++)
             for (int gi = 0; gi < 2; gi++)

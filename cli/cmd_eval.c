@@ -54,20 +54,25 @@ int cmd_eval(int argc, char **argv) {
     int rc = 1;
     backend *be = backend_cpu_create(threads);
     model_params mp = {.max_batch = n > 512 ? n : 512};
-    model *m = model_load(model_path, be, &mp, err, sizeof(err));
+    engine_status est;
+    model *m = model_load(model_path, be, &mp, &est, err, sizeof(err));
     kv_pool *pool = NULL;
     kv_seq *seq = NULL;
     float *logits = NULL;
     FILE *f = NULL;
     if (!m) {
-        fprintf(stderr, "specd eval: %s\n", err);
+        cli_load_failed("eval", est, err, CLI_OOM_HINT_MODEL);
         goto done;
     }
-    pool = model_kv_pool(m, 16, (n + 15) / 16 + 1, err, sizeof(err));
+    pool = model_kv_pool(m, 16, (n + 15) / 16 + 1, &est, err, sizeof(err));
     seq = pool ? kv_seq_create(pool, n) : NULL;
     logits = malloc(sizeof(float) * (size_t)n * (size_t)m->hp.n_vocab);
-    if (!pool || !seq || !logits) {
-        fprintf(stderr, "specd eval: %s\n", pool ? "out of memory" : err);
+    if (!pool) {
+        cli_load_failed("eval", est, err, "a shorter text, or a smaller model");
+        goto done;
+    }
+    if (!seq || !logits) {
+        fprintf(stderr, "specd eval: out of memory\n");
         goto done;
     }
     int first = split > 0 && split < n ? split : n;

@@ -370,12 +370,13 @@ int cmd_generate(int argc, char **argv) {
                        (draft_path || eff_method != SPEC_METHOD_DRAFT);
     ec.calibrate = speculating;
     if (quiet) ec.draft_mem_warn_pct = 1e9f;
-    engine *e = engine_create(&ec, err, sizeof(err));
+    engine_status est;
+    engine *e = engine_create(&ec, &est, err, sizeof(err));
     int32_t *ids = NULL;
     gen_result plain = {0}, spec = {0};
     engine_stats es = {0};
     if (!e) {
-        fprintf(stderr, "specd generate: %s\n", err);
+        cli_load_failed("generate", est, err, CLI_OOM_HINT_CONFIG);
         goto done;
     }
     const tokenizer *tok = engine_tokenizer(e);
@@ -509,7 +510,9 @@ int cmd_generate(int argc, char **argv) {
                 fprintf(stderr, "  measured: median of %d plain/speculative pairs, range %.2fx-%.2fx\n", n_ratios,
                         sp_lo, sp_hi);
         }
-        fprintf(stderr, "[%s kernels]\n", backend_cpu_simd());
+        engine_info info;
+        engine_get_info(e, &info);
+        fprintf(stderr, "[backend: %s]\n", info.backend_desc); /* what ran the models: CPU SIMD or the GPU */
     }
     rc = 0;
 done:

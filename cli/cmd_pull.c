@@ -76,7 +76,7 @@ typedef struct {
 
 static void read_facts(const char *path, model_facts *m) {
     memset(m, 0, sizeof(*m));
-    gguf_file *f = gguf_open(path, m->err, sizeof(m->err));
+    gguf_file *f = gguf_open(path, NULL, m->err, sizeof(m->err));
     if (!f) return;
     if (!gguf_get_cstr(f, "general.architecture", m->arch, sizeof(m->arch))) snprintf(m->arch, sizeof(m->arch), "?");
     gguf_get_cstr(f, "general.name", m->name, sizeof(m->name));

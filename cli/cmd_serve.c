@@ -150,9 +150,10 @@ int cmd_serve(int argc, char **argv) {
     ec.model_name = gc.model_name;
     gc.policy = &store;
     snprintf(gc.config_path, sizeof(gc.config_path), "%s", cpath ? cpath : "");
-    engine *e = engine_create(&ec, err, sizeof(err));
+    engine_status est;
+    engine *e = engine_create(&ec, &est, err, sizeof(err));
     if (!e) {
-        fprintf(stderr, "specd serve: %s\n", err);
+        cli_load_failed("serve", est, err, CLI_OOM_HINT_CONFIG);
         telemetry_close(tel);
         pol_store_destroy(&store);
         return 1;

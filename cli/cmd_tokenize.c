@@ -11,7 +11,7 @@
 #include "cli/util.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
-#include "gateway/openai.h"
+#include "gateway/openai_response.h"
 
 static void tokenize_usage(FILE *f) {
     fprintf(f,
@@ -44,7 +44,7 @@ static void detokenize_usage(FILE *f) {
 /* Opens MODEL and builds its tokenizer; prints the reason and returns NULL on error. */
 static tokenizer *load_tokenizer(const char *cmd, const char *path) {
     char err[512];
-    gguf_file *g = gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, NULL, err, sizeof err);
     if (!g) {
         fprintf(stderr, "specd %s: %s\n", cmd, err);
         return NULL;

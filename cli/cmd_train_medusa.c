@@ -178,15 +178,16 @@ int cmd_train_medusa(int argc, char **argv) {
     double t_start = now_ms();
     backend *be = backend_cpu_create(threads);
     spec_pair_params pp = {.max_ctx = chunk + gen_len + 16 > 4096 ? 4096 : chunk + gen_len + 16, .max_seqs = 1};
-    spec_pair *sp = spec_pair_load(target, NULL, be, &pp, NULL, err, sizeof(err));
+    engine_status est;
+    spec_pair *sp = spec_pair_load(target, NULL, be, &pp, NULL, &est, err, sizeof(err));
     if (!sp) {
-        fprintf(stderr, "specd train-medusa: %s\n", err);
+        cli_load_failed("train-medusa", est, err, "lower --chunk, or use a smaller model");
         backend_destroy(be);
         return 1;
     }
     model *m = sp->target;
     int D = m->hp.dim, V = m->hp.n_vocab, rc = 1;
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, NULL, err, sizeof(err));
     float *O = mh ? medusa_target_output(m, err, sizeof(err)) : NULL;
     medusa_data *d = medusa_data_create(D, K, max_tokens);
     int cap = pp.max_ctx;
@@ -270,7 +271,7 @@ int cmd_train_medusa(int argc, char **argv) {
     }
     if (wtype != GGML_TYPE_F32) {
         /* the stored heads are the quantized ones: measure those */
-        if (medusa_heads_set_type(mh, wtype, err, sizeof(err)) != 0) {
+        if (medusa_heads_set_type(mh, wtype, NULL, err, sizeof(err)) != 0) {
             fprintf(stderr, "specd train-medusa: %s\n", err);
             goto done;
         }

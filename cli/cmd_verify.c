@@ -244,7 +244,8 @@ int cmd_verify(int argc, char **argv) {
     int rc = 2;
     backend *be = backend_cpu_create(threads);
     spec_pair_params pp = {.ngram_min = ngram_min, .ngram_max = ngram_max};
-    spec_pair *sp = spec_pair_load(model_path, draft_path, be, &pp, quiet ? NULL : stderr, err, sizeof(err));
+    engine_status est;
+    spec_pair *sp = spec_pair_load(model_path, draft_path, be, &pp, quiet ? NULL : stderr, &est, err, sizeof(err));
     int32_t *ids = NULL;
     verify_set plain = {0}, spec = {0};
     int *scratch = NULL;
@@ -252,7 +253,7 @@ int cmd_verify(int argc, char **argv) {
     grammar_vocab *gv = NULL;
     grammar_matcher *gm = NULL;
     if (!sp) {
-        fprintf(stderr, "specd verify: %s\n", err);
+        cli_load_failed("verify", est, err, CLI_OOM_HINT_MODEL);
         goto done;
     }
     size_t V = (size_t)sp->n_vocab;
@@ -293,9 +294,13 @@ int cmd_verify(int argc, char **argv) {
         }
         if (broken) spec_tree_set_variant(tree.tc, TREE_BROKEN_NO_RESIDUAL);
         if (medusa_path) {
-            mh = medusa_heads_load(medusa_path, sp->target_id.id, sp->target->hp.dim, sp->n_vocab, err, sizeof(err));
-            if (!mh || !(tree.dm = draft_medusa_create(sp, mh, err, sizeof(err))) || !(tree.ms = medusa_seq_create(tree.dm))) {
-                fprintf(stderr, "specd verify: %s\n", mh && tree.dm ? "out of memory (medusa)" : err);
+            mh = medusa_heads_load(medusa_path, sp->target_id.id, sp->target->hp.dim, sp->n_vocab, &est, err, sizeof(err));
+            if (!mh || !(tree.dm = draft_medusa_create(sp, mh, &est, err, sizeof(err))) || !(tree.ms = medusa_seq_create(tree.dm))) {
+                if (mh && tree.dm) { /* the sequence state */
+                    est = ENGINE_ERR_OOM;
+                    snprintf(err, sizeof(err), "out of memory (medusa)");
+                }
+                cli_load_failed("verify", est, err, CLI_OOM_HINT_MODEL);
                 goto done;
             }
         }

@@ -112,7 +112,7 @@ int gguf_merge_parts(const char *const *parts, int n, const char *out, char *err
     int rc = -1;
     size_t nt = 0;
     for (int i = 0; i < n; i++) {
-        if (!(fs[i] = gguf_open(parts[i], err, errlen))) goto done;
+        if (!(fs[i] = gguf_open(parts[i], NULL, err, errlen))) goto done;
         uint32_t no = 0, cnt = 0;
         if (!gguf_get_u32(fs[i], "split.count", &cnt) || !gguf_get_u32(fs[i], "split.no", &no)) {
             snprintf(err, errlen, "%s: not a split part (no split.no / split.count)", parts[i]);
@@ -143,7 +143,7 @@ done:
 }
 
 int gguf_split_file(const char *src, int n_parts, const char *prefix, char *err, size_t errlen) {
-    gguf_file *f = gguf_open(src, err, errlen);
+    gguf_file *f = gguf_open(src, NULL, err, errlen);
     if (!f) return -1;
     if (n_parts < 1 || (uint64_t)n_parts > f->n_tensors) {
         snprintf(err, errlen, "%s: cannot split %llu tensors into %d parts", src, (unsigned long long)f->n_tensors,

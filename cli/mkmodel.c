@@ -139,7 +139,7 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     int V = o->vocab ? o->vocab : 512;
     if (o->tokenizer_path) {
         char e2[512];
-        tok = gguf_open(o->tokenizer_path, e2, sizeof e2);
+        tok = gguf_open(o->tokenizer_path, NULL, e2, sizeof e2);
         if (!tok) return util_fail(err, errlen, "--tokenizer: %s", e2);
         const gguf_kv *tk = gguf_get_arr(tok, "tokenizer.ggml.tokens", GGUF_TYPE_STRING);
         if (!tk || tk->arr_n == 0 || tk->arr_n > MK_MAX_VOCAB) {

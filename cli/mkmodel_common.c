@@ -200,7 +200,7 @@ int mk_src_open(src_model *s, const char *path, char *err, size_t errlen)
     memset(s, 0, sizeof *s);
     s->path = path;
     char e2[512];
-    s->f = gguf_open(path, e2, sizeof e2);
+    s->f = gguf_open(path, NULL, e2, sizeof e2);
     if (!s->f) return util_fail(err, errlen, "%s", e2);
     char arch[32];
     if (!gguf_get_cstr(s->f, "general.architecture", arch, sizeof arch) || strcmp(arch, "llama") != 0)

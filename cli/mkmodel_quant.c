@@ -15,7 +15,7 @@ int mkmodel_quantize(const char *out_path, const char *src_path, int type,
     if (err && errlen) err[0] = 0;
     if (!type_supported(type)) return util_fail(err, errlen, "--quantize type must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k");
     char e2[512];
-    gguf_file *f = gguf_open(src_path, e2, sizeof e2);
+    gguf_file *f = gguf_open(src_path, NULL, e2, sizeof e2);
     if (!f) return util_fail(err, errlen, "%s", e2);
     /* check every matrix first so nothing is half-done on a bad shape */
     for (uint64_t i = 0; i < f->n_tensors; i++) {

@@ -156,3 +156,10 @@ int arg_backend(int argc, char **argv, int *i) {
     fprintf(stderr, "specd %s: bad value for --backend: '%s' (expected auto, cpu or cuda)\n", argv[0], v);
     exit(2);
 }
+
+/* ---- load failures ------------------------------------------------------------ */
+
+void cli_load_failed(const char *cmd, engine_status st, const char *err, const char *oom_hint) {
+    fprintf(stderr, "specd %s: %s\n", cmd, err);
+    if (st == ENGINE_ERR_OOM) fprintf(stderr, "specd %s: the model weights, scratch and KV cache do not fit in memory: %s\n", cmd, oom_hint);
+}

@@ -1,8 +1,10 @@
 /* util.h — small helpers shared by the CLI subcommands: argument parsing with
  * clear errors, wall-clock time, sorting and medians of measurements, JSON
- * string output, the engine-notify waker. */
+ * string output, the engine-notify waker, load-failure reports. */
 #ifndef SPECD_CLI_UTIL_H
 #define SPECD_CLI_UTIL_H
+
+#include "engine/errkind.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -47,5 +49,15 @@ void json_write_str(FILE *f, const char *s, size_t len);
 char *read_all_stdin(size_t *len);
 /* Reads the whole file at path the same way; NULL when it cannot be opened or read. */
 char *read_file(const char *path, size_t *len);
+
+/* A failed load (engine_create, spec_pair_load, model_load, ...) of `specd CMD`
+ * on stderr: "specd CMD: err", and when st says memory ran out
+ * (ENGINE_ERR_OOM) a second line with what to lower (oom_hint, one of the
+ * CLI_OOM_HINT_* below). The decision is the status's, never the message's. */
+void cli_load_failed(const char *cmd, engine_status st, const char *err, const char *oom_hint);
+#define CLI_OOM_HINT_CONFIG                                                                                          \
+    "lower engine.kv_blocks, engine.max_running or engine.max_ctx (config.yaml), drop the draft, or use a smaller " \
+    "or more quantized model"
+#define CLI_OOM_HINT_MODEL "use a smaller or more quantized model, or free memory on the device"
 
 #endif

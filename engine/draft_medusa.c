@@ -54,20 +54,22 @@ void draft_medusa_destroy(draft_medusa *dm) {
     free(dm);
 }
 
-draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *err, size_t errlen) {
+draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, engine_status *st, char *err,
+                                  size_t errlen) {
     if (strcmp(mh->target_id, sp->target_id.id) != 0) {
-        util_fail(err, errlen, "these medusa heads were trained for target %s, not for the loaded target %s",
-              mh->target_id, sp->target_id.id);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
+                     "these medusa heads were trained for target %s, not for the loaded target %s", mh->target_id,
+                     sp->target_id.id);
         return NULL;
     }
     draft_medusa *dm = calloc(1, sizeof(*dm));
     if (!dm) {
-        util_fail(err, errlen, "out of memory: medusa proposer");
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa proposer");
         return NULL;
     }
     size_t S = (size_t)sp->max_seqs;
     dm->sp = sp, dm->mh = mh, dm->D = mh->dim, dm->V = mh->n_vocab, dm->K = mh->n_heads;
-    if (!(dm->rt = medusa_rt_create(mh, sp->target, sp->max_seqs, err, errlen))) {
+    if (!(dm->rt = medusa_rt_create(mh, sp->target, sp->max_seqs, st, err, errlen))) {
         draft_medusa_destroy(dm);
         return NULL;
     }
@@ -78,11 +80,12 @@ draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *e
     dm->row = malloc(sizeof(int) * S);
     if (!dm->h || !dm->hid || !dm->logits || !dm->trees || !dm->row) {
         draft_medusa_destroy(dm);
-        util_fail(err, errlen, "out of memory: medusa proposer scratch");
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa proposer scratch");
         return NULL;
     }
     dm->n_shape = -1;
     dm->speed = 1.0;
+    engine_status_set(st, ENGINE_OK);
     return dm;
 }
 

@@ -44,8 +44,11 @@ typedef struct medusa_seq medusa_seq;
 
 /* Binds heads to the pair's target (they must have been trained for it:
  * checked again here against sp->target_id) with scratch for sp->max_seqs
- * sequences. mh must outlive the result. NULL with err. */
-draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, char *err, size_t errlen);
+ * sequences. mh must outlive the result. NULL with err and *st (heads for
+ * another target: ENGINE_ERR_INVALID; out of memory: ENGINE_ERR_OOM; st may
+ * be NULL). */
+draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, engine_status *st, char *err,
+                                  size_t errlen);
 void draft_medusa_destroy(draft_medusa *dm); /* accepts NULL */
 
 /* The target's verify cost curve t_rows[1..n] (tree_ctl_measure's; zeros

@@ -172,39 +172,42 @@ static const drafter_i draft_model_i = {
 };
 
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
-                          char *err, size_t errlen) {
+                          engine_status *st, char *err, size_t errlen) {
     char sub[640];
     draft_model *dm = calloc(1, sizeof(*dm));
-    if (!dm) return util_fail(err, errlen, SPECD_ERR_OOM "draft drafter"), NULL;
+    if (!dm) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: draft drafter"), NULL;
     dm->base.i = &draft_model_i;
     dm->base.n_vocab = n_vocab;
     model_params mp = {.max_batch = 512, .max_ctx = max_ctx};
-    if (!(dm->m = model_load(path, be, &mp, err, errlen))) goto fail;
+    if (!(dm->m = model_load(path, be, &mp, st, err, errlen))) goto fail;
     tokenizer *dt = tok_create(dm->m->gguf, sub, sizeof(sub));
     if (!dt) {
-        util_fail(err, errlen, "draft %s: %s", path, sub);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "draft %s: %s", path, sub);
         goto fail;
     }
     int diff = tok_compare(target_tok, dt, sub, sizeof(sub));
     tok_destroy(dt);
     if (diff != 0) {
-        util_fail(err, errlen, "draft %s refused: its tokenizer differs from the target's (%s); draft and target "
-                "must share one vocabulary", path, sub);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "draft %s refused: its tokenizer differs from the "
+                     "target's (%s); draft and target must share one vocabulary", path, sub);
         goto fail;
     }
     if (dm->m->hp.n_vocab != n_vocab) {
-        util_fail(err, errlen, "draft %s refused: vocabulary %d vs target %d", path, dm->m->hp.n_vocab, n_vocab);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "draft %s refused: vocabulary %d vs target %d", path,
+                     dm->m->hp.n_vocab, n_vocab);
         goto fail;
     }
+    engine_status_set(st, ENGINE_OK);
     return &dm->base;
 fail:
     dm_destroy(&dm->base);
     return NULL;
 }
 
-int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, char *err, size_t errlen) {
+int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, engine_status *st, char *err,
+                        size_t errlen) {
     draft_model *dm = (draft_model *)d;
-    if (!(dm->pool = model_kv_pool(dm->m, block_size, blocks, err, errlen))) return -1;
+    if (!(dm->pool = model_kv_pool(dm->m, block_size, blocks, st, err, errlen))) return -1;
     dm->max_seqs = max_seqs;
     size_t rows = (size_t)(max_seqs > DM_CAL_ROWS ? max_seqs : DM_CAL_ROWS);
     dm->smp = sampler_create(d->n_vocab);
@@ -212,7 +215,8 @@ int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, ch
     dm->ms = malloc(sizeof(model_seq) * (size_t)max_seqs);
     dm->row_of = malloc(sizeof(int) * (size_t)max_seqs);
     if (!dm->smp || !dm->logits || !dm->ms || !dm->row_of)
-        return util_fail(err, errlen, SPECD_ERR_OOM "draft scratch of %zu rows", rows);
+        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: draft scratch of %zu rows", rows);
+    engine_status_set(st, ENGINE_OK);
     return 0;
 }
 

@@ -20,14 +20,16 @@
 
 /* Loads the draft at path for contexts up to max_ctx and checks it against the
  * target's tokenizer and vocabulary (a mismatch refuses the pair: NULL, err
- * names the first difference). A draft whose weights do not fit returns NULL
- * with err_is_oom(err) (errkind.h): the caller decodes without it. */
+ * names the first difference, *st = ENGINE_ERR_INVALID). A draft whose
+ * weights do not fit returns NULL with *st = ENGINE_ERR_OOM (errkind.h): the
+ * caller decodes without it. st may be NULL; ENGINE_OK on success. */
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
-                          char *err, size_t errlen);
+                          engine_status *st, char *err, size_t errlen);
 /* Allocates the KV pool (blocks of block_size) and the scratch for batches of
- * up to max_seqs sequences. Returns 0, or -1 with err (err_is_oom when it did
- * not fit). Must succeed before the drafter is used. */
-int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, char *err, size_t errlen);
+ * up to max_seqs sequences. Returns 0, or -1 with err and *st (ENGINE_ERR_OOM
+ * when it did not fit). Must succeed before the drafter is used. */
+int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, engine_status *st, char *err,
+                        size_t errlen);
 
 /* The pieces, for reports (memory share, identity, free blocks) and tests
  * (cache contents). Borrowed: owned by the drafter. NULL for NULL or a

@@ -420,9 +420,9 @@ static void engine_backends_free(engine *e) {
     e->be = NULL;
 }
 
-engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
+engine *engine_create(const engine_config *cfg, engine_status *st, char *err, size_t errlen) {
     engine *e = calloc(1, sizeof(*e));
-    if (!e) return util_fail(err, errlen, "out of memory"), NULL;
+    if (!e) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory"), NULL;
     e->cfg = cfg ? *cfg : engine_config_default();
     engine_config *c = &e->cfg;
     if (c->block_size <= 0) c->block_size = 16;
@@ -434,10 +434,12 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     if (c->ring_events < 4) c->ring_events = 64;
     if (c->padding_cap < 1.0f) c->padding_cap = 1.5f;
     if (!gamma_params_validate(&c->gamma, err, errlen)) {
+        engine_status_set(st, ENGINE_ERR_INVALID);
         free(e);
         return NULL;
     }
     if (engine_backends(e, err, errlen) != 0) {
+        engine_status_set(st, ENGINE_ERR_BACKEND);
         free(e);
         return NULL;
     }
@@ -453,7 +455,7 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         pp.kv_blocks = c->max_running * ((ctx + GAMMA_MAX + 2) / c->block_size + 1);
         if (pp.kv_blocks > 65536) pp.kv_blocks = 65536;
     }
-    e->sp = spec_pair_load(c->target_path, c->draft_path, e->be, &pp, stderr, err, errlen);
+    e->sp = spec_pair_load(c->target_path, c->draft_path, e->be, &pp, stderr, st, err, errlen);
     if (!e->sp) {
         engine_backends_free(e);
         free(e);
@@ -474,11 +476,11 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
     if (c->tree == ENGINE_TREE_DEFAULT) c->tree = ENGINE_TREE_OFF;
     if (c->medusa_path && c->medusa_path[0]) {
         /* refused unless trained for exactly this target (its identity) */
-        e->mh = medusa_heads_load(c->medusa_path, e->sp->target_id.id, e->sp->target->hp.dim, e->sp->n_vocab, err,
-                                  errlen);
-        if (e->mh) e->dm = draft_medusa_create(e->sp, e->mh, err, errlen);
+        e->mh = medusa_heads_load(c->medusa_path, e->sp->target_id.id, e->sp->target->hp.dim, e->sp->n_vocab, st,
+                                  err, errlen);
+        if (e->mh) e->dm = draft_medusa_create(e->sp, e->mh, st, err, errlen);
         if (!e->mh || !e->dm || !(e->tc = spec_tree_create(e->sp))) {
-            if (e->mh && e->dm && !e->tc) util_fail(err, errlen, "out of memory for Medusa");
+            if (e->mh && e->dm && !e->tc) util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for Medusa");
             draft_medusa_destroy(e->dm);
             medusa_heads_destroy(e->mh);
             spec_pair_free(e->sp);
@@ -507,14 +509,19 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
             spec_pair_free(e->sp);
             engine_backends_free(e);
             free(e);
-            return util_fail(err, errlen, "out of memory for tree speculation (speculation.tree)"), NULL;
+            return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for tree speculation (speculation.tree)"),
+                   NULL;
         }
     }
     if (!(e->gc = constrain_cache_create(e->sp->tok))) {
+        spec_tree_destroy(e->tc);
+        draft_tree_destroy(e->dt);
+        draft_medusa_destroy(e->dm);
+        medusa_heads_destroy(e->mh);
         spec_pair_free(e->sp);
         engine_backends_free(e);
         free(e);
-        return util_fail(err, errlen, "out of memory"), NULL;
+        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the grammar mask cache"), NULL;
     }
     e->n_slots = c->max_waiting + c->max_running;
     if (e->n_slots > 65535) e->n_slots = 65535;
@@ -553,20 +560,22 @@ engine *engine_create(const engine_config *cfg, char *err, size_t errlen) {
         !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows || !e->useq || !e->ums ||
         !e->umax || !e->ureq || !e->uinfo) {
         engine_destroy(e);
-        return util_fail(err, errlen, "out of memory"), NULL;
+        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the engine's tables"), NULL;
     }
     publish_pools(e);
     e->costs_pub = e->sp->costs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    if (pthread_create(&e->th, NULL, engine_main, e) != 0) {
+    int prc = pthread_create(&e->th, NULL, engine_main, e);
+    if (prc != 0) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
-        spec_pair_free(e->sp);
-        engine_backends_free(e);
-        free(e);
-        return util_fail(err, errlen, "cannot start the engine thread"), NULL;
+        e->th = 0;
+        engine_destroy(e); /* without a thread: only frees */
+        return util_fail_st(st, ENGINE_ERR_BACKEND, err, errlen, "cannot start the engine thread: %s", strerror(prc)),
+               NULL;
     }
+    engine_status_set(st, ENGINE_OK);
     return e;
 }
 

@@ -206,8 +206,12 @@ typedef struct {
 typedef struct engine engine;
 
 /* Loads the models, calibrates, starts the engine thread. Returns NULL with
- * err filled. Call from any thread; the caller owns the engine. */
-engine *engine_create(const engine_config *cfg, char *err, size_t errlen);
+ * err filled and the failure's kind in *st (errkind.h; st may be NULL):
+ * ENGINE_ERR_OOM when the models, KV pools or tables do not fit (the caller
+ * may say what to lower), ENGINE_ERR_INVALID for bad files or settings,
+ * ENGINE_ERR_BACKEND when the backend or the thread cannot start; ENGINE_OK
+ * on success. Call from any thread; the caller owns the engine. */
+engine *engine_create(const engine_config *cfg, engine_status *st, char *err, size_t errlen);
 /* Cancels everything still running, stops the thread, frees (accepts NULL). */
 void engine_destroy(engine *e);
 

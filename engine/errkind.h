@@ -1,16 +1,18 @@
-/* errkind.h — failure kinds as values. engine_status is what a request-time
- * failure was (engine_submit returns it; an error event carries it beside its
- * message), so a caller picks its reaction — the gateway its HTTP status and
- * WebSocket code (gateway/status_map.h) — from the kind, never from the words.
+/* errkind.h — failure kinds as values. engine_status is what a failure was:
+ * engine_submit returns it and an error event carries it beside its message,
+ * so a caller picks its reaction — the gateway its HTTP status and WebSocket
+ * code (gateway/status_map.h) — from the kind, never from the words.
  *
- * Model loading still reports errors as strings (char *err, size_t errlen);
- * its one kind, a memory shortage, is a fixed prefix that err_is_oom() tests
- * (spec.c drops a draft that does not fit). */
+ * Loading speaks the same language: every loader (gguf_open, model_load,
+ * kv_pool_create, the draft and Medusa loaders, spec_pair_load,
+ * engine_create) returns NULL (or -1) with a message for a person in err and
+ * the kind in an out-parameter `engine_status *st` (which may be NULL;
+ * ENGINE_OK after a success): ENGINE_ERR_OOM when memory ran out (host or backend), ENGINE_ERR_INVALID
+ * when the input is wrong. spec.c drops a draft that does not fit by that
+ * value; text taken from a file or a path cannot make a bad model read as a
+ * shortage. */
 #ifndef SPECD_ENGINE_ERRKIND_H
 #define SPECD_ENGINE_ERRKIND_H
-
-#include <stdbool.h>
-#include <string.h>
 
 /* What kind of failure a request met. Derived from the engine's refusals and
  * error events; a new kind is one value here and one row in the gateway's
@@ -19,12 +21,16 @@
 typedef enum {
     ENGINE_OK = 0,
     ENGINE_ERR_INVALID,       /* a bad request: sampler config, max_tokens, γ bounds, empty prompt, token ids,
-                               * stop strings, grammar, tree bounds, a method without its model */
-    ENGINE_ERR_OOM,           /* memory ran out (the request's state, a grammar, a sequence at admission) */
+                               * stop strings, grammar, tree bounds, a method without its model; at load: a
+                               * missing, unreadable, malformed or unsupported file, a bad shape or setting,
+                               * a draft or Medusa heads that do not match the target */
+    ENGINE_ERR_OOM,           /* memory ran out (the request's state, a grammar, a sequence at admission; at
+                               * load: weights, scratch, tables or KV pools, in host or backend memory) */
     ENGINE_ERR_CONTEXT_FULL,  /* prompt + max_tokens can never fit the context or the KV pools */
     ENGINE_ERR_QUEUE_FULL,    /* max_waiting requests are already queued: retry later */
     ENGINE_ERR_SHUTTING_DOWN, /* the engine is stopping (engine_destroy has begun) */
-    ENGINE_ERR_BACKEND,       /* a model pass failed (prefill, draft, verify) */
+    ENGINE_ERR_BACKEND,       /* a model pass failed (prefill, draft, verify); at start-up: the backend (a
+                               * device) or the engine thread could not be started */
 } engine_status;
 #define ENGINE_STATUS_COUNT (ENGINE_ERR_BACKEND + 1)
 
@@ -36,17 +42,9 @@ static inline const char *engine_status_name(engine_status st) {
     return (unsigned)st < ENGINE_STATUS_COUNT ? names[st] : "?";
 }
 
-/* Every allocation failure of model loading (gguf_read.c's mmap, model.c) and KV
- * pool creation (kv.c) puts this at the very start of err, before the path or
- * anything else, then says what did not fit: "out of memory: m.gguf: the cuda
- * backend cannot hold a 4096 x 32000 q8_0 tensor". No other failure starts
- * with it, so text taken from a file or a path cannot make a bad model read
- * as a shortage. A caller that wraps such an error keeps the prefix first. */
-#define SPECD_ERR_OOM "out of memory: "
-
-/* Whether err (not NULL) reports a memory shortage. */
-static inline bool err_is_oom(const char *err) {
-    return strncmp(err, SPECD_ERR_OOM, sizeof(SPECD_ERR_OOM) - 1) == 0;
+/* *st = v where st is not NULL (a loader's st may be NULL). */
+static inline void engine_status_set(engine_status *st, engine_status v) {
+    if (st) *st = v;
 }
 
 #endif

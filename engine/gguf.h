@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/errkind.h"
 #include "kernels/ggml_type.h" /* ggml_type, the type facts (names, block and row sizes) */
 
 /* Metadata value types (on-disk numbering). */
@@ -79,18 +80,21 @@ typedef struct gguf_file {
 } gguf_file;
 
 /* Opens and validates PATH. Returns NULL and writes a one-line reason (naming
- * the file, byte offset and what is wrong) into err on any problem. The
- * caller owns the result; free with gguf_close. err may be NULL. Messages look
+ * the file, byte offset and what is wrong) into err on any problem, with *st
+ * its kind (errkind.h): ENGINE_ERR_OOM when the mapping or the index could not
+ * be had, ENGINE_ERR_INVALID for a missing, unreadable or malformed file
+ * (ENGINE_OK on success). The caller owns the result; free with gguf_close.
+ * st and err may be NULL. Messages look
  * like "m.gguf: offset 1234: tensor #3 ('blk.0.attn_q.weight'): unknown tensor type 99".
  * Rejected besides truncation: versions other than 2/3, duplicate keys or
  * tensor names, n_dims outside 1..4, ne of 0 or >= 2^63, overflowing shapes,
  * unknown types, offsets not aligned or past the end, overlapping tensors,
  * general.alignment that is not a uint32 power of two, arrays nested > 8 deep. */
-gguf_file *gguf_open(const char *path, char *err, size_t errlen);
+gguf_file *gguf_open(const char *path, engine_status *st, char *err, size_t errlen);
 
 /* Same on a caller-owned buffer, which must outlive the result (fuzzing, tests).
  * Messages name the file "<memory>". */
-gguf_file *gguf_open_mem(const void *buf, size_t len, char *err, size_t errlen);
+gguf_file *gguf_open_mem(const void *buf, size_t len, engine_status *st, char *err, size_t errlen);
 
 void gguf_close(gguf_file *f); /* accepts NULL */
 

@@ -1,7 +1,8 @@
 /* gguf_internal.h — what the GGUF reader (gguf_read.c) and writer
  * (gguf_write.c) share; not a public header (engine/gguf.h is the contract):
- * allocation that aborts, scalar value sizes, and what gguf_file.scratch
- * points at (the writer's gguf_writer_copy_kv reads the value ends). */
+ * the writer's allocation that aborts (the reader reports a shortage), scalar
+ * value sizes, and what gguf_file.scratch points at (the writer's
+ * gguf_writer_copy_kv reads the value ends). */
 #ifndef SPECD_GGUF_INTERNAL_H
 #define SPECD_GGUF_INTERNAL_H
 

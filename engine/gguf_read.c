@@ -1,12 +1,11 @@
 /* gguf_read.c — GGUF v2/v3 reader: validate everything up front, then
  * zero-copy pointers into the mapping; the lookups. Knows nothing about llama.
- * The writer is gguf_write.c. */
+ * The writer is gguf_write.c. An allocation that fails is reported (ENGINE_ERR_OOM),
+ * not fatal: a draft model that does not fit must not take the server down. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* O_CLOEXEC, strcasecmp when built outside meson (fuzzer) */
 #endif
 #include "engine/gguf_internal.h"
-
-#include "engine/errkind.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,13 +54,6 @@ static bool str_eq_bytes(gguf_str s, const char *p, uint64_t n)
 }
 
 
-static void index_init(name_index *ix, uint64_t n)
-{
-    size_t cap = 8;
-    while (cap < 2 * n) cap *= 2;
-    ix->slot = xcalloc(cap, sizeof *ix->slot);
-    ix->cap = cap;
-}
 
 /* Finds NAME; get(i) yields the name of entry i. Returns index or SIZE_MAX. */
 #define INDEX_FIND(ix, name_of, p, n, out) do { \
@@ -96,6 +88,7 @@ typedef struct {
     char *err;
     size_t errlen;
     bool failed;
+    bool oom;           /* the failure was an allocation (the file may be fine) */
 } reader;
 
 /* Writes at most 48 visible characters of s, escaping bytes that are not printable. */
@@ -126,7 +119,30 @@ static bool rfail(reader *r, uint64_t off, const char *fmt, ...)
     return false;
 }
 
+/* calloc for the index of the file; NULL (reported, r->oom set) when out of memory. */
+static void *ralloc(reader *r, uint64_t n, size_t sz, const char *what)
+{
+    void *p = n <= SIZE_MAX / (sz ? sz : 1) ? calloc(n ? (size_t)n : 1, sz ? sz : 1) : NULL;
+    if (!p && !r->failed) {
+        r->failed = r->oom = true;
+        if (r->err && r->errlen)
+            snprintf(r->err, r->errlen, "%s: out of memory for the GGUF index (%" PRIu64 " x %zu bytes of %s)",
+                     r->name, n, sz, what);
+    }
+    return p;
+}
+
 static uint64_t rleft(const reader *r) { return r->size - r->pos; }
+
+/* An empty index with room for n names; false (reported) when out of memory. */
+static bool index_init(reader *r, name_index *ix, uint64_t n, const char *what)
+{
+    size_t cap = 8;
+    while (cap < 2 * n) cap *= 2;
+    ix->slot = ralloc(r, cap, sizeof *ix->slot, what);
+    ix->cap = cap;
+    return ix->slot != NULL;
+}
 
 static bool rneed(reader *r, uint64_t n, const char *what)
 {
@@ -266,12 +282,18 @@ static int cmp_tensor_off(const void *a, const void *b)
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static gguf_file *parse(const uint8_t *base, size_t size, const char *name, char *err, size_t errlen)
+static gguf_file *parse(const uint8_t *base, size_t size, const char *name, engine_status *st, char *err,
+                        size_t errlen)
 {
     reader r = {.base = base, .size = size, .name = name, .err = err, .errlen = errlen};
     if (err && errlen) err[0] = 0;
-    gguf_file *f = xcalloc(1, sizeof *f);
-    gguf_priv *pv = xcalloc(1, sizeof *pv);
+    gguf_file *f = ralloc(&r, 1, sizeof *f, "the file");
+    gguf_priv *pv = f ? ralloc(&r, 1, sizeof *pv, "the file") : NULL;
+    if (!pv) {
+        free(f);
+        engine_status_set(st, ENGINE_ERR_OOM);
+        return NULL;
+    }
     f->scratch = pv;
     f->base = base;
     f->size = size;
@@ -336,10 +358,11 @@ static gguf_file *parse(const uint8_t *base, size_t size, const char *name, char
         if (t == GGUF_TYPE_ARRAY && tmp.arr_type == GGUF_TYPE_STRING) n_strs += tmp.arr_n;
     }
     /* n_strs <= file size / 8, so this is at most twice the file size. */
-    f->kv = xcalloc(nkv, sizeof *f->kv);
-    pv->kv_end = xcalloc(nkv, sizeof *pv->kv_end);
-    pv->strs = xcalloc(n_strs, sizeof *pv->strs);
-    index_init(&pv->kv_ix, nkv);
+    if (!(f->kv = ralloc(&r, nkv, sizeof *f->kv, "metadata")) ||
+        !(pv->kv_end = ralloc(&r, nkv, sizeof *pv->kv_end, "metadata")) ||
+        !(pv->strs = ralloc(&r, n_strs, sizeof *pv->strs, "strings")))
+        goto bad;
+    if (!index_init(&r, &pv->kv_ix, nkv, "the key index")) goto bad;
     r.pos = kv_start;
     gguf_str *strs = pv->strs;
     for (uint64_t i = 0; i < nkv; i++) {
@@ -377,8 +400,8 @@ static gguf_file *parse(const uint8_t *base, size_t size, const char *name, char
     }
 
     /* tensor infos */
-    f->tensors = xcalloc(nt, sizeof *f->tensors);
-    index_init(&pv->t_ix, nt);
+    if (!(f->tensors = ralloc(&r, nt, sizeof *f->tensors, "tensor infos"))) goto bad;
+    if (!index_init(&r, &pv->t_ix, nt, "the tensor index")) goto bad;
     for (uint64_t i = 0; i < nt; i++) {
         gguf_tensor *t = &f->tensors[i];
         uint64_t at = r.pos;
@@ -479,7 +502,8 @@ static gguf_file *parse(const uint8_t *base, size_t size, const char *name, char
     }
     r.ctx[0] = 0;
     if (nt > 1) {
-        const gguf_tensor **order = xmalloc(nt * sizeof *order);
+        const gguf_tensor **order = ralloc(&r, nt, sizeof *order, "the overlap check");
+        if (!order) goto bad;
         for (uint64_t i = 0; i < nt; i++) order[i] = &f->tensors[i];
         qsort(order, nt, sizeof *order, cmp_tensor_off);
         for (uint64_t i = 1; i < nt; i++) {
@@ -495,39 +519,42 @@ static gguf_file *parse(const uint8_t *base, size_t size, const char *name, char
         }
         free(order);
     }
+    engine_status_set(st, ENGINE_OK);
     return f;
 bad:
     if (err && errlen && !err[0]) snprintf(err, errlen, "%s: invalid GGUF file", name);
+    engine_status_set(st, r.oom ? ENGINE_ERR_OOM : ENGINE_ERR_INVALID);
     gguf_close(f);
     return NULL;
 }
 
-gguf_file *gguf_open_mem(const void *buf, size_t len, char *err, size_t errlen)
+gguf_file *gguf_open_mem(const void *buf, size_t len, engine_status *st, char *err, size_t errlen)
 {
     static const uint8_t empty[1];
-    return parse(buf ? buf : empty, buf ? len : 0, "<memory>", err, errlen);
+    return parse(buf ? buf : empty, buf ? len : 0, "<memory>", st, err, errlen);
 }
 
-gguf_file *gguf_open(const char *path, char *err, size_t errlen)
+gguf_file *gguf_open(const char *path, engine_status *st, char *err, size_t errlen)
 {
     if (err && errlen) err[0] = 0;
+    engine_status_set(st, ENGINE_ERR_INVALID); /* until it has been read */
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (err) snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
         if (err) snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (!S_ISREG(sb.st_mode)) {
         if (err) snprintf(err, errlen, "%s: not a regular file", path);
         close(fd);
         return NULL;
     }
-    size_t size = (size_t)st.st_size;
+    size_t size = (size_t)sb.st_size;
     if (size < 4) {
         if (err) snprintf(err, errlen, "%s: file is %zu bytes, too small for GGUF (not a GGUF file)", path, size);
         close(fd);
@@ -537,12 +564,14 @@ gguf_file *gguf_open(const char *path, char *err, size_t errlen)
     int e = errno;
     close(fd);
     if (p == MAP_FAILED) {
-        if (err) /* ENOMEM: no address space left for the mapping (errkind.h) */
-            snprintf(err, errlen, "%s%s: cannot mmap %zu bytes: %s", e == ENOMEM ? SPECD_ERR_OOM : "", path, size,
+        /* ENOMEM: no address space left for the mapping */
+        if (e == ENOMEM) engine_status_set(st, ENGINE_ERR_OOM);
+        if (err)
+            snprintf(err, errlen, "%s: %scannot mmap %zu bytes: %s", path, e == ENOMEM ? "out of memory: " : "", size,
                      strerror(e));
         return NULL;
     }
-    gguf_file *f = parse(p, size, path, err, errlen);
+    gguf_file *f = parse(p, size, path, st, err, errlen);
     if (!f) {
         munmap(p, size);
         return NULL;

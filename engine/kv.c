@@ -1,29 +1,29 @@
 /* kv.c — paged KV cache (see kv.h). */
 #include "engine/kv.h"
 
-#include "engine/errkind.h"
+#include "engine/util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-kv_pool *kv_pool_create(int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks, char *err,
-                        size_t errlen) {
-    return kv_pool_create_on(NULL, n_layer, kv_dim, head_dim, block_size, n_blocks, err, errlen);
+kv_pool *kv_pool_create(int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks, engine_status *st,
+                        char *err, size_t errlen) {
+    return kv_pool_create_on(NULL, n_layer, kv_dim, head_dim, block_size, n_blocks, st, err, errlen);
 }
 
 kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks,
-                           char *err, size_t errlen) {
-    return kv_pool_create_sharded(&be, 1, n_layer, kv_dim, head_dim, block_size, n_blocks, err, errlen);
+                           engine_status *st, char *err, size_t errlen) {
+    return kv_pool_create_sharded(&be, 1, n_layer, kv_dim, head_dim, block_size, n_blocks, st, err, errlen);
 }
 
 kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int head_dim,
-                                int block_size, int n_blocks, char *err, size_t errlen) {
+                                int block_size, int n_blocks, engine_status *st, char *err, size_t errlen) {
     if (n_shards <= 0 || n_layer <= 0 || kv_dim <= 0 || head_dim <= 0 || kv_dim % head_dim || block_size <= 0 ||
         n_blocks <= 0) {
-        snprintf(err, errlen,
-                 "kv pool: bad shape (shards %d, layers %d, kv_dim %d, head_dim %d, block %d, blocks %d)", n_shards,
-                 n_layer, kv_dim, head_dim, block_size, n_blocks);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
+                     "kv pool: bad shape (shards %d, layers %d, kv_dim %d, head_dim %d, block %d, blocks %d)",
+                     n_shards, n_layer, kv_dim, head_dim, block_size, n_blocks);
         return NULL;
     }
     const char *where = "host";
@@ -70,11 +70,13 @@ kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, 
         goto oom;
     for (int i = 0; i < p->n_buckets; i++) p->buckets[i] = -1;
     p->lru_head = p->lru_tail = -1;
+    engine_status_set(st, ENGINE_OK);
     return p;
 oom:
-    snprintf(err, errlen, SPECD_ERR_OOM "kv pool of %d blocks of %d positions (%.1f MiB of %s memory%s)", n_blocks,
-             block_size, 2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0, where,
-             n_shards > 1 ? " per shard" : "");
+    util_fail_st(st, ENGINE_ERR_OOM, err, errlen,
+                 "out of memory: kv pool of %d blocks of %d positions (%.1f MiB of %s memory%s)", n_blocks, block_size,
+                 2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0, where,
+                 n_shards > 1 ? " per shard" : "");
     kv_pool_destroy(p);
     return NULL;
 }

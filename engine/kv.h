@@ -26,6 +26,7 @@
 #ifndef SPECD_KV_H
 #define SPECD_KV_H
 
+#include "engine/errkind.h"
 #include "kernels/backend.h"
 
 #include <stdbool.h>
@@ -79,18 +80,19 @@ typedef struct kv_seq {
     uint64_t *chain;       /* (cap_blocks) chain hash after each of those blocks */
 } kv_seq;
 
-/* Creates a pool of n_blocks blocks. Returns NULL with err filled: a bad shape,
- * or the memory cannot be had (then err_is_oom(err), see errkind.h). Caller
+/* Creates a pool of n_blocks blocks. Returns NULL with err filled and the
+ * kind in *st (errkind.h; st may be NULL): a bad shape (ENGINE_ERR_INVALID),
+ * or the memory cannot be had (ENGINE_ERR_OOM); ENGINE_OK on success. Caller
  * owns it; kv_pool_destroy frees. */
-kv_pool *kv_pool_create(int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks, char *err,
-                        size_t errlen);
+kv_pool *kv_pool_create(int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks, engine_status *st,
+                        char *err, size_t errlen);
 /* The same with the storage in backend memory (be must outlive the pool). */
 kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks,
-                           char *err, size_t errlen);
+                           engine_status *st, char *err, size_t errlen);
 /* A pool of n_shards shards: shard r's storage (kv_dim floats per position,
  * one shard's width) comes from bes[r], which must outlive the pool. */
 kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int head_dim,
-                                int block_size, int n_blocks, char *err, size_t errlen);
+                                int block_size, int n_blocks, engine_status *st, char *err, size_t errlen);
 void kv_pool_destroy(kv_pool *p); /* accepts NULL */
 /* K and V storage of all shards together. */
 size_t kv_pool_bytes(const kv_pool *p);

@@ -3,7 +3,6 @@
 #include "engine/medusa.h"
 #include "engine/util.h"
 
-#include "engine/errkind.h"
 #include "engine/gguf.h"
 #include "kernels/ggml_type.h"
 
@@ -15,16 +14,18 @@
 
 /* ---- parameters ------------------------------------------------------------ */
 
-medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, char *err, size_t errlen) {
+medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, engine_status *st, char *err,
+                                  size_t errlen) {
     if (K < 1 || K > MEDUSA_MAX_HEADS || L < 1 || L > MEDUSA_MAX_LAYERS || D < 1 || D > 65536 || V < 2 ||
         V > 1 << 22) {
-        util_fail(err, errlen, "medusa heads: unsupported shape (heads %d of 1..%d, layers %d of 1..%d, dim %d, vocab %d)",
-              K, MEDUSA_MAX_HEADS, L, MEDUSA_MAX_LAYERS, D, V);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
+                     "medusa heads: unsupported shape (heads %d of 1..%d, layers %d of 1..%d, dim %d, vocab %d)", K,
+                     MEDUSA_MAX_HEADS, L, MEDUSA_MAX_LAYERS, D, V);
         return NULL;
     }
     medusa_heads *mh = calloc(1, sizeof(*mh));
     if (!mh) {
-        util_fail(err, errlen, SPECD_ERR_OOM "medusa heads");
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads");
         return NULL;
     }
     mh->n_heads = K, mh->n_layers = L, mh->dim = D, mh->n_vocab = V, mh->own_output = own_output;
@@ -33,13 +34,14 @@ medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, c
     mh->params = calloc(mh->n_params, sizeof(float));
     if (!mh->params) {
         free(mh);
-        util_fail(err, errlen, SPECD_ERR_OOM "medusa heads: %zu parameters", nw + nb + no);
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads: %zu parameters", nw + nb + no);
         return NULL;
     }
     mh->w = mh->params;
     mh->b = mh->w + nw;
     mh->out = own_output ? mh->b + nb : NULL;
     mh->wtype = GGML_TYPE_F32;
+    engine_status_set(st, ENGINE_OK);
     return mh;
 }
 
@@ -52,19 +54,21 @@ static float *mat_row(medusa_heads *mh, size_t r) {
     return r < nwr ? mh->w + r * mh->dim : mh->out + (r - nwr) * mh->dim;
 }
 
-int medusa_heads_set_type(medusa_heads *mh, int type, char *err, size_t errlen) {
+int medusa_heads_set_type(medusa_heads *mh, int type, engine_status *st, char *err, size_t errlen) {
     if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16 && type != GGML_TYPE_Q8_0)
-        return util_fail(err, errlen, "medusa heads: type %s is not supported (f32, f16, q8_0)",
-                     ggml_type_name(type) ? ggml_type_name(type) : "?");
+        return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "medusa heads: type %s is not supported (f32, f16, q8_0)",
+                            ggml_type_name(type) ? ggml_type_name(type) : "?");
     free(mh->q);
     mh->q = NULL;
     mh->wtype = type;
+    engine_status_set(st, ENGINE_OK);
     if (type == GGML_TYPE_F32) return 0;
     size_t rb = ggml_row_size(type, (uint64_t)mh->dim), R = mat_rows(mh);
     if (!rb || (type == GGML_TYPE_Q8_0 && mh->dim % 32))
-        return util_fail(err, errlen, "medusa heads: hidden size %d is not a multiple of %s's block", mh->dim,
-                     ggml_type_name(type));
-    if (!(mh->q = malloc(rb * R))) return util_fail(err, errlen, SPECD_ERR_OOM "quantized medusa heads");
+        return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "medusa heads: hidden size %d is not a multiple of "
+                            "%s's block", mh->dim, ggml_type_name(type));
+    if (!(mh->q = malloc(rb * R)))
+        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: quantized medusa heads");
     for (size_t r = 0; r < R; r++) {
         uint8_t *qr = (uint8_t *)mh->q + r * rb;
         ggml_quantize_row(qr, type, mat_row(mh, r), (uint64_t)mh->dim);
@@ -161,8 +165,10 @@ static int load_tensor(const gguf_file *f, const char *fname, const char *name, 
     return 0;
 }
 
+/* Everything but the heads' own allocations is ENGINE_ERR_INVALID. */
 static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expect_id, int dim, int n_vocab,
-                               char *err, size_t errlen) {
+                               engine_status *st, char *err, size_t errlen) {
+    engine_status_set(st, ENGINE_ERR_INVALID);
     char arch[32] = "";
     if (!gguf_get_cstr(f, "general.architecture", arch, sizeof(arch)) || strcmp(arch, "medusa") != 0) {
         util_fail(err, errlen, "%s: not a medusa heads file (general.architecture is '%s', expected 'medusa')", fname,
@@ -198,7 +204,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
               V, dim, n_vocab);
         return NULL;
     }
-    medusa_heads *mh = medusa_heads_create((int)K, (int)L, (int)D, (int)V, !shared, err, errlen);
+    medusa_heads *mh = medusa_heads_create((int)K, (int)L, (int)D, (int)V, !shared, st, err, errlen);
     if (!mh) return NULL;
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", tid);
     snprintf(mh->target_name, sizeof(mh->target_name), "%s", tname);
@@ -239,7 +245,8 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
               ggml_type_name(wt) ? ggml_type_name(wt) : "unknown");
         goto fail;
     }
-    if (wt != GGML_TYPE_F32 && medusa_heads_set_type(mh, wt, err, errlen) != 0) goto fail;
+    if (wt != GGML_TYPE_F32 && medusa_heads_set_type(mh, wt, st, err, errlen) != 0) goto fail;
+    engine_status_set(st, ENGINE_ERR_INVALID); /* a tensor below */
     size_t rb = ggml_row_size(wt, D);
     for (uint32_t k = 0; k < K; k++) {
         for (uint32_t l = 0; l < L; l++) {
@@ -260,26 +267,27 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
                 goto fail;
         }
     }
+    engine_status_set(st, ENGINE_OK);
     return mh;
 fail:
     medusa_heads_destroy(mh);
     return NULL;
 }
 
-medusa_heads *medusa_heads_load(const char *path, const char *expect_id, int dim, int n_vocab, char *err,
-                                size_t errlen) {
-    gguf_file *f = gguf_open(path, err, errlen);
+medusa_heads *medusa_heads_load(const char *path, const char *expect_id, int dim, int n_vocab, engine_status *st,
+                                char *err, size_t errlen) {
+    gguf_file *f = gguf_open(path, st, err, errlen);
     if (!f) return NULL;
-    medusa_heads *mh = load_from(f, path, expect_id, dim, n_vocab, err, errlen);
+    medusa_heads *mh = load_from(f, path, expect_id, dim, n_vocab, st, err, errlen);
     gguf_close(f);
     return mh;
 }
 
 medusa_heads *medusa_heads_load_mem(const void *buf, size_t len, const char *expect_id, int dim, int n_vocab,
-                                    char *err, size_t errlen) {
-    gguf_file *f = gguf_open_mem(buf, len, err, errlen);
+                                    engine_status *st, char *err, size_t errlen) {
+    gguf_file *f = gguf_open_mem(buf, len, st, err, errlen);
     if (!f) return NULL;
-    medusa_heads *mh = load_from(f, "<memory>", expect_id, dim, n_vocab, err, errlen);
+    medusa_heads *mh = load_from(f, "<memory>", expect_id, dim, n_vocab, st, err, errlen);
     gguf_close(f);
     return mh;
 }
@@ -324,7 +332,7 @@ float *medusa_target_output(const model *m, char *err, size_t errlen) {
     }
     float *O = malloc(sizeof(float) * (size_t)V * D);
     if (!O) {
-        util_fail(err, errlen, SPECD_ERR_OOM "the target's output matrix as floats (%d x %d)", V, D);
+        util_fail(err, errlen, "out of memory: the target's output matrix as floats (%d x %d)", V, D);
         return NULL;
     }
     size_t rb = ggml_row_size(t->type, (uint64_t)D);
@@ -378,11 +386,13 @@ void medusa_rt_destroy(medusa_rt *rt) {
     free(rt);
 }
 
-medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char *err, size_t errlen) {
+medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, engine_status *st, char *err,
+                            size_t errlen) {
     int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
     if (D != m->hp.dim || V != m->hp.n_vocab) {
-        util_fail(err, errlen, "medusa heads (dim %d, vocab %d) do not fit the target (dim %d, vocab %d)", D, V, m->hp.dim,
-              m->hp.n_vocab);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
+                     "medusa heads (dim %d, vocab %d) do not fit the target (dim %d, vocab %d)", D, V, m->hp.dim,
+                     m->hp.n_vocab);
         return NULL;
     }
     if (max_rows < 1) max_rows = 1;
@@ -421,9 +431,10 @@ medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char
     op->upload(rt->be, rt->ones, one, sizeof(float) * R * D);
     free(one);
     if (op->reserve(rt->be, K * max_rows, D, 0) != 0) goto oom;
+    engine_status_set(st, ENGINE_OK);
     return rt;
 oom:
-    util_fail(err, errlen, SPECD_ERR_OOM "medusa heads on the %s backend", m->be->i->name);
+    util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads on the %s backend", m->be->i->name);
     medusa_rt_destroy(rt);
     return NULL;
 }

@@ -55,17 +55,18 @@ typedef struct {
 } medusa_heads;
 
 /* Zero-initialised heads (every head the identity on h); NULL when a size is
- * out of range or out of memory (reason in err). */
-medusa_heads *medusa_heads_create(int n_heads, int n_layers, int dim, int n_vocab, bool own_output, char *err,
-                                  size_t errlen);
+ * out of range (*st = ENGINE_ERR_INVALID) or out of memory (ENGINE_ERR_OOM),
+ * reason in err. st may be NULL. */
+medusa_heads *medusa_heads_create(int n_heads, int n_layers, int dim, int n_vocab, bool own_output,
+                                  engine_status *st, char *err, size_t errlen);
 void medusa_heads_destroy(medusa_heads *mh); /* accepts NULL */
 
 /* Re-types W and the own output matrices (medusa_heads.wtype): quantizes
  * params into q and replaces params by the dequantized values, so training
  * figures measured afterwards are the stored heads'. F32 drops q. Returns 0,
- * or -1 with err (a type other than F32/F16/Q8_0, D not a multiple of its
- * block, out of memory). */
-int medusa_heads_set_type(medusa_heads *mh, int type, char *err, size_t errlen);
+ * or -1 with err and *st (a type other than F32/F16/Q8_0, D not a multiple of
+ * its block: ENGINE_ERR_INVALID; out of memory: ENGINE_ERR_OOM). */
+int medusa_heads_set_type(medusa_heads *mh, int type, engine_status *st, char *err, size_t errlen);
 
 /* Writes the side file (atomically: gguf_writer_write). Returns 0 or -1 with err. */
 int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_t errlen);
@@ -74,13 +75,14 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
  * target the heads are for (spec_model_id.id); heads trained for another
  * target are refused, naming both. dim/n_vocab > 0 are checked against the
  * file too. Truncated or corrupt files, wrong architecture, missing or
- * mis-shaped tensors, non-finite weights: NULL with a one-line reason. The
+ * mis-shaped tensors, non-finite weights: NULL with a one-line reason and
+ * *st = ENGINE_ERR_INVALID; a shortage: ENGINE_ERR_OOM (st may be NULL). The
  * caller owns the result (the weights are copied out of the file). */
-medusa_heads *medusa_heads_load(const char *path, const char *expect_id, int dim, int n_vocab, char *err,
-                                size_t errlen);
+medusa_heads *medusa_heads_load(const char *path, const char *expect_id, int dim, int n_vocab, engine_status *st,
+                                char *err, size_t errlen);
 /* The same from a buffer (fuzzing); messages name "<memory>". */
 medusa_heads *medusa_heads_load_mem(const void *buf, size_t len, const char *expect_id, int dim, int n_vocab,
-                                    char *err, size_t errlen);
+                                    engine_status *st, char *err, size_t errlen);
 
 /* Weight bytes of the heads as stored (wtype; biases F32), for the "% of the target" figure. */
 uint64_t medusa_heads_bytes(const medusa_heads *mh);
@@ -92,8 +94,10 @@ typedef struct medusa_rt medusa_rt;
 /* Binds heads to a loaded target: uploads W, b (and own output matrices) to
  * the target's backend (shard 0's), sizes scratch for max_rows hidden rows,
  * and uses the target's output matrix when shared. mh and m must outlive the
- * result. NULL with err (shape mismatch, out of memory: err_is_oom). */
-medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, char *err, size_t errlen);
+ * result. NULL with err and *st (shape mismatch: ENGINE_ERR_INVALID; out of
+ * memory: ENGINE_ERR_OOM). */
+medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, engine_status *st, char *err,
+                            size_t errlen);
 void medusa_rt_destroy(medusa_rt *rt); /* accepts NULL */
 
 /* logits (k_used, n, V) host: head k's logits for hidden row r at

@@ -4,7 +4,6 @@
 #include "engine/medusa_train.h"
 #include "engine/util.h"
 
-#include "engine/errkind.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/ggml_type.h"
 
@@ -54,7 +53,7 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
         free(logits);
         free(rows);
         kv_seq_destroy(pool, kv);
-        return util_fail(err, errlen, SPECD_ERR_OOM "hidden-state pass scratch");
+        return util_fail(err, errlen, "out of memory: hidden-state pass scratch");
     }
     for (int j = 0; j < chunk; j++) rows[j] = j;
     int64_t added = 0;
@@ -361,7 +360,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
     float *grads = malloc(sizeof(float) * P * T), *scr = malloc(sizeof(float) * S * T);
     if (!mom || !vel || !perm || !ws || !grads || !scr) {
         free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
-        return util_fail(err, errlen, SPECD_ERR_OOM "trainer state (%zu parameters, %d threads)", P, T);
+        return util_fail(err, errlen, "out of memory: trainer state (%zu parameters, %d threads)", P, T);
     }
     /* the held-out unigram baseline: head 1's labels vs the most frequent training label */
     {

@@ -3,10 +3,7 @@
 #include "engine/model.h"
 #include "engine/util.h"
 
-#include "engine/errkind.h"
-
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,37 +11,24 @@
 
 #define MODEL_MAX_CTX_DEFAULT 4096
 
-/* model_fail for a memory shortage: err starts with SPECD_ERR_OOM (errkind.h),
- * then says what did not fit. */
-static int model_oom(char *err, size_t n, const char *fmt, ...) {
-    int k = snprintf(err, n, "%s", SPECD_ERR_OOM);
-    if (k >= 0 && (size_t)k < n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err + k, n - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static bool type_supported(int t) {
     return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16 || t == GGML_TYPE_Q8_0 ||
            t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
 }
 
 /* Hands a tensor to shard sh's backend (upload on GPU backends) and remembers it for model_free. */
-static const void *be_weight(model_shard *sh, const void *host, int *type, uint64_t rows, uint64_t cols, char *err,
+static const void *be_weight(model_shard *sh, const void *host, int *type, uint64_t rows, uint64_t cols, engine_status *st, char *err,
                              size_t n) {
     if (sh->n_wrefs == sh->cap_wrefs) {
         int cap = sh->cap_wrefs ? 2 * sh->cap_wrefs : 64;
         struct model_wref *r = realloc(sh->wrefs, (size_t)cap * sizeof(*r));
-        if (!r) return model_oom(err, n, "weight table of %d entries", cap), NULL;
+        if (!r) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: weight table of %d entries", cap), NULL;
         sh->wrefs = r;
         sh->cap_wrefs = cap;
     }
     const void *w = sh->be->i->weight(sh->be, host, type, (int64_t)rows, (int64_t)cols);
     if (!w) {
-        model_oom(err, n, "the %s backend cannot hold a %llu x %llu %s tensor", sh->be->i->name,
+        util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: the %s backend cannot hold a %llu x %llu %s tensor", sh->be->i->name,
                   (unsigned long long)rows, (unsigned long long)cols, ggml_type_name(*type));
         return NULL;
     }
@@ -63,17 +47,17 @@ typedef enum {
  * row_bytes each (the column range is whole blocks: slice_bytes per row starting
  * at byte col_off), kept in sh->slices. */
 static const void *col_slice(model_shard *sh, const uint8_t *src, uint64_t rows, size_t row_bytes, size_t col_off,
-                             size_t slice_bytes, char *err, size_t n) {
+                             size_t slice_bytes, engine_status *st, char *err, size_t n) {
     if (sh->n_slices == sh->cap_slices) {
         int cap = sh->cap_slices ? 2 * sh->cap_slices : 16;
         void **p = realloc(sh->slices, (size_t)cap * sizeof(*p));
-        if (!p) return model_oom(err, n, "weight slice table of %d entries", cap), NULL;
+        if (!p) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: weight slice table of %d entries", cap), NULL;
         sh->slices = p;
         sh->cap_slices = cap;
     }
     size_t bytes = (size_t)rows * slice_bytes;
     uint8_t *dst = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!dst) return model_oom(err, n, "a %zu-byte weight slice", bytes), NULL;
+    if (!dst) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: a %zu-byte weight slice", bytes), NULL;
     for (uint64_t i = 0; i < rows; i++) memcpy(dst + i * slice_bytes, src + i * row_bytes + col_off, slice_bytes);
     sh->slices[sh->n_slices++] = dst;
     return dst;
@@ -82,7 +66,7 @@ static const void *col_slice(model_shard *sh, const uint8_t *src, uint64_t rows,
 /* Finds `name`, checks it is a (ne0, ne1) matrix of a supported type and hands
  * shard r's part of it (see split_kind) to that shard's backend. */
 static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, split_kind split,
-                   model_mat *out, bool optional, char *err, size_t n) {
+                   model_mat *out, bool optional, engine_status *st, char *err, size_t n) {
     model_shard *sh = &m->shards[r];
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) {
@@ -117,17 +101,17 @@ static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64
                               "cut into column slices of %llu, not whole %s blocks of %u; pick a shard count that "
                               "leaves whole blocks", N, name, ggml_type_name(t->type), (unsigned long long)ne0,
                               (unsigned long long)cols, ggml_type_name(t->type), ggml_blck_size(t->type));
-        host = col_slice(sh, t->data, rows, row_bytes, (size_t)r * slice_bytes, slice_bytes, err, n);
+        host = col_slice(sh, t->data, rows, row_bytes, (size_t)r * slice_bytes, slice_bytes, st, err, n);
         if (!host) return -1;
     }
     out->type = out->file_type = t->type;
-    out->w = be_weight(sh, host, &out->type, rows, cols, err, n);
+    out->w = be_weight(sh, host, &out->type, rows, cols, st, err, n);
     return out->w ? 0 : -1;
 }
 
 /* An F32 vector, whole (SPLIT_NONE) or shard r's slice [r*ne0/N, (r+1)*ne0/N) (SPLIT_ROWS). */
 static int get_vec(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, split_kind split,
-                   const float **out, char *err, size_t n) {
+                   const float **out, engine_status *st, char *err, size_t n) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
     if (!t) return util_fail(err, n, "missing tensor '%s'", name);
     if (t->ne[0] != ne0 || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)
@@ -143,16 +127,16 @@ static int get_vec(model *m, int r, const gguf_file *f, const char *name, uint64
         host += (size_t)r * ne0;
     }
     int type = GGML_TYPE_F32;
-    *out = be_weight(&m->shards[r], host, &type, 1, ne0, err, n);
+    *out = be_weight(&m->shards[r], host, &type, 1, ne0, st, err, n);
     return *out ? 0 : -1;
 }
 
 /* An optional (or, with required, mandatory) F32 bias vector, shard r's rows; *out = NULL when absent. */
 static int get_bias(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, const float **out,
-                    bool required, char *err, size_t n) {
+                    bool required, engine_status *st, char *err, size_t n) {
     *out = NULL;
     if (!required && !gguf_find_tensor(f, name)) return 0;
-    return get_vec(m, r, f, name, ne0, SPLIT_ROWS, out, err, n);
+    return get_vec(m, r, f, name, ne0, SPLIT_ROWS, out, st, err, n);
 }
 
 /* x (M, N) += b (N) on every row (through the backend's add, one row at a time). */
@@ -225,12 +209,12 @@ static int load_hparams(model *m, char *err, size_t n) {
 
 /* RoPE frequencies, with Llama-3 style per-frequency factors (rope_freqs.weight
  * or computed from rope.scaling.* metadata) and linear position scaling. */
-static int load_rope(model *m, char *err, size_t n) {
+static int load_rope(model *m, engine_status *st, char *err, size_t n) {
     const gguf_file *f = m->gguf;
     model_hparams *hp = &m->hp;
     int half = hp->n_rot / 2;
     m->inv_freq = malloc((size_t)half * sizeof(float));
-    if (!m->inv_freq) return model_oom(err, n, "RoPE frequency table");
+    if (!m->inv_freq) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: RoPE frequency table");
     m->rope_pos_scale = 1.0f;
     for (int i = 0; i < half; i++) m->inv_freq[i] = (float)pow(hp->rope_base, -2.0 * i / hp->n_rot);
 
@@ -282,49 +266,49 @@ static int load_rope(model *m, char *err, size_t n) {
 }
 
 /* Shard r's tensors: its slices of the layers, the replicated rest. */
-static int load_shard_tensors(model *m, int r, char *err, size_t n) {
+static int load_shard_tensors(model *m, int r, engine_status *st, char *err, size_t n) {
     const gguf_file *f = m->gguf;
     const model_hparams *hp = &m->hp;
     model_shard *sh = &m->shards[r];
     uint64_t D = (uint64_t)hp->dim, QD = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t KVD = (uint64_t)hp->n_kv_head * hp->head_dim, F = (uint64_t)hp->ff, V = (uint64_t)hp->n_vocab;
-    if (get_mat(m, r, f, "token_embd.weight", D, V, SPLIT_NONE, &sh->tok_embd, false, err, n)) return -1;
-    if (get_vec(m, r, f, "output_norm.weight", D, SPLIT_NONE, &sh->out_norm, err, n)) return -1;
-    if (get_mat(m, r, f, "output.weight", D, V, SPLIT_NONE, &sh->output, true, err, n)) return -1;
+    if (get_mat(m, r, f, "token_embd.weight", D, V, SPLIT_NONE, &sh->tok_embd, false, st, err, n)) return -1;
+    if (get_vec(m, r, f, "output_norm.weight", D, SPLIT_NONE, &sh->out_norm, st, err, n)) return -1;
+    if (get_mat(m, r, f, "output.weight", D, V, SPLIT_NONE, &sh->output, true, st, err, n)) return -1;
     m->tied = sh->output.w == NULL;
     if (m->tied) sh->output = sh->tok_embd;
     int type = GGML_TYPE_F32;
-    sh->inv_freq_be = be_weight(sh, m->inv_freq, &type, 1, (uint64_t)(hp->n_rot / 2), err, n);
+    sh->inv_freq_be = be_weight(sh, m->inv_freq, &type, 1, (uint64_t)(hp->n_rot / 2), st, err, n);
     if (!sh->inv_freq_be) return -1;
     sh->layers = calloc((size_t)hp->n_layer, sizeof(model_layer));
-    if (!sh->layers) return model_oom(err, n, "layer table");
+    if (!sh->layers) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: layer table");
     bool need_bias = !strcmp(m->arch, "qwen2");
     for (int l = 0; l < hp->n_layer; l++) {
         model_layer *L = &sh->layers[l];
         char nm[96];
 #define LNAME(s) (snprintf(nm, sizeof(nm), "blk.%d.%s", l, s), nm)
-        if (get_vec(m, r, f, LNAME("attn_norm.weight"), D, SPLIT_NONE, &L->attn_norm, err, n) ||
-            get_mat(m, r, f, LNAME("attn_q.weight"), D, QD, SPLIT_ROWS, &L->wq, false, err, n) ||
-            get_mat(m, r, f, LNAME("attn_k.weight"), D, KVD, SPLIT_ROWS, &L->wk, false, err, n) ||
-            get_mat(m, r, f, LNAME("attn_v.weight"), D, KVD, SPLIT_ROWS, &L->wv, false, err, n) ||
-            get_mat(m, r, f, LNAME("attn_output.weight"), QD, D, SPLIT_COLS, &L->wo, false, err, n) ||
-            get_vec(m, r, f, LNAME("ffn_norm.weight"), D, SPLIT_NONE, &L->ffn_norm, err, n) ||
-            get_mat(m, r, f, LNAME("ffn_gate.weight"), D, F, SPLIT_ROWS, &L->w_gate, false, err, n) ||
-            get_mat(m, r, f, LNAME("ffn_up.weight"), D, F, SPLIT_ROWS, &L->w_up, false, err, n) ||
-            get_mat(m, r, f, LNAME("ffn_down.weight"), F, D, SPLIT_COLS, &L->w_down, false, err, n))
+        if (get_vec(m, r, f, LNAME("attn_norm.weight"), D, SPLIT_NONE, &L->attn_norm, st, err, n) ||
+            get_mat(m, r, f, LNAME("attn_q.weight"), D, QD, SPLIT_ROWS, &L->wq, false, st, err, n) ||
+            get_mat(m, r, f, LNAME("attn_k.weight"), D, KVD, SPLIT_ROWS, &L->wk, false, st, err, n) ||
+            get_mat(m, r, f, LNAME("attn_v.weight"), D, KVD, SPLIT_ROWS, &L->wv, false, st, err, n) ||
+            get_mat(m, r, f, LNAME("attn_output.weight"), QD, D, SPLIT_COLS, &L->wo, false, st, err, n) ||
+            get_vec(m, r, f, LNAME("ffn_norm.weight"), D, SPLIT_NONE, &L->ffn_norm, st, err, n) ||
+            get_mat(m, r, f, LNAME("ffn_gate.weight"), D, F, SPLIT_ROWS, &L->w_gate, false, st, err, n) ||
+            get_mat(m, r, f, LNAME("ffn_up.weight"), D, F, SPLIT_ROWS, &L->w_up, false, st, err, n) ||
+            get_mat(m, r, f, LNAME("ffn_down.weight"), F, D, SPLIT_COLS, &L->w_down, false, st, err, n))
             return -1;
-        if (get_bias(m, r, f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, err, n) ||
-            get_bias(m, r, f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, err, n) ||
-            get_bias(m, r, f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, err, n))
+        if (get_bias(m, r, f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, st, err, n) ||
+            get_bias(m, r, f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, st, err, n) ||
+            get_bias(m, r, f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, st, err, n))
             return -1;
 #undef LNAME
     }
     return 0;
 }
 
-static int load_tensors(model *m, char *err, size_t n) {
+static int load_tensors(model *m, engine_status *st, char *err, size_t n) {
     for (int r = 0; r < m->n_shards; r++)
-        if (load_shard_tensors(m, r, err, n)) return -1;
+        if (load_shard_tensors(m, r, st, err, n)) return -1;
     m->layers = m->shards[0].layers;
     const gguf_file *f = m->gguf;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
@@ -338,7 +322,7 @@ static int load_tensors(model *m, char *err, size_t n) {
 }
 
 /* Shard r's scratch in its backend's memory. */
-static int alloc_shard_scratch(model *m, int r, char *err, size_t n) {
+static int alloc_shard_scratch(model *m, int r, engine_status *st, char *err, size_t n) {
     const model_hparams *hp = &m->hp;
     model_shard *sh = &m->shards[r];
     size_t MB = (size_t)m->mp.max_batch;
@@ -348,27 +332,27 @@ static int alloc_shard_scratch(model *m, int r, char *err, size_t n) {
     const backend_i *op = sh->be->i;
     for (size_t i = 0; i < 8; i++) {
         *bufs[i] = op->alloc(sh->be, MB * widths[i] * sizeof(float));
-        if (!*bufs[i]) return model_oom(err, n, "%zu-row scratch in %s memory", MB, op->name);
+        if (!*bufs[i]) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: %zu-row scratch in %s memory", MB, op->name);
     }
     m->red[r] = sh->xb;
     if (r == 0 && !sh->be->host_memory &&
         !(sh->logits_be = op->alloc(sh->be, MB * (size_t)hp->n_vocab * sizeof(float))))
-        return model_oom(err, n, "%zu rows of logits in %s memory", MB, op->name);
+        return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: %zu rows of logits in %s memory", MB, op->name);
     int max_k = hp->dim > sh->ff ? hp->dim : sh->ff;
     if ((int)QD > max_k) max_k = (int)QD;
     if (op->reserve(sh->be, (int)MB, max_k, m->mp.max_ctx + m->mp.max_batch) != 0)
-        return model_oom(err, n, "the %s backend cannot reserve its scratch", op->name);
+        return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: the %s backend cannot reserve its scratch", op->name);
     return 0;
 }
 
-static int alloc_scratch(model *m, char *err, size_t n) {
+static int alloc_scratch(model *m, engine_status *st, char *err, size_t n) {
     size_t MB = (size_t)m->mp.max_batch;
     for (int r = 0; r < m->n_shards; r++)
-        if (alloc_shard_scratch(m, r, err, n)) return -1;
+        if (alloc_shard_scratch(m, r, st, err, n)) return -1;
     m->pos = malloc(MB * sizeof(int32_t));
     m->ids = malloc(MB * sizeof(int32_t));
     m->aseq = malloc(MB * sizeof(attn_seq));
-    if (!m->pos || !m->ids || !m->aseq) return model_oom(err, n, "batch arrays of %zu rows", MB);
+    if (!m->pos || !m->ids || !m->aseq) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: batch arrays of %zu rows", MB);
     return 0;
 }
 
@@ -385,20 +369,22 @@ static int check_split(const model *m, char *err, size_t n) {
     return 0;
 }
 
-model *model_load(const char *path, backend *be, const model_params *mp, char *err, size_t errlen) {
-    return model_load_tp(path, &be, 1, NULL, mp, err, errlen);
+model *model_load(const char *path, backend *be, const model_params *mp, engine_status *st, char *err,
+                  size_t errlen) {
+    return model_load_tp(path, &be, 1, NULL, mp, st, err, errlen);
 }
 
-model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp, char *err,
-                     size_t errlen) {
+model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp,
+                     engine_status *st, char *err, size_t errlen) {
     if (n_shards < 1 || (n_shards > 1 && (!c || c->n_ranks != n_shards))) {
-        snprintf(err, errlen, "%s: tensor parallelism over %d shards needs a communicator of %d ranks (got %d)", path,
-                 n_shards, n_shards, c ? c->n_ranks : 0);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
+                     "%s: tensor parallelism over %d shards needs a communicator of %d ranks (got %d)", path,
+                     n_shards, n_shards, c ? c->n_ranks : 0);
         return NULL;
     }
     for (int r = 0; r < n_shards; r++)
         if (!bes[r]) {
-            snprintf(err, errlen, "%s: shard %d has no backend", path, r);
+            util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "%s: shard %d has no backend", path, r);
             return NULL;
         }
     model *m = calloc(1, sizeof(*m));
@@ -408,7 +394,7 @@ model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *
         m->red = calloc((size_t)n_shards, sizeof(float *));
     }
     if (!m || !m->shards || !m->bes || !m->red) {
-        model_oom(err, errlen, "model %s", path);
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "%s: out of memory for the model's tables", path);
         if (m) free(m->shards), free(m->bes), free(m->red), free(m);
         return NULL;
     }
@@ -417,31 +403,30 @@ model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *
     for (int r = 0; r < n_shards; r++) m->shards[r].be = m->bes[r] = bes[r];
     m->be = bes[0];
     char sub[512];
-    m->gguf = gguf_open(path, sub, sizeof(sub));
+    m->gguf = gguf_open(path, st, sub, sizeof(sub));
     if (!m->gguf) {
-        snprintf(err, errlen, "%s", sub);
+        snprintf(err, errlen, "%s", sub); /* it names the file */
         model_free(m);
         return NULL;
     }
+    /* the helpers below set kind only when memory runs out */
+    engine_status kind = ENGINE_ERR_INVALID;
     if (load_hparams(m, sub, sizeof(sub)) || check_split(m, sub, sizeof(sub))) goto fail;
     for (int r = 0; r < n_shards; r++) {
         m->shards[r].n_head = m->hp.n_head / n_shards;
         m->shards[r].n_kv_head = m->hp.n_kv_head / n_shards;
         m->shards[r].ff = m->hp.ff / n_shards;
     }
-    if (load_rope(m, sub, sizeof(sub)) || load_tensors(m, sub, sizeof(sub))) goto fail;
+    if (load_rope(m, &kind, sub, sizeof(sub)) || load_tensors(m, &kind, sub, sizeof(sub))) goto fail;
     m->mp.max_batch = mp && mp->max_batch > 0 ? mp->max_batch : 512;
     m->mp.max_ctx = mp && mp->max_ctx > 0 ? mp->max_ctx
                                           : (m->hp.n_ctx_train < MODEL_MAX_CTX_DEFAULT ? m->hp.n_ctx_train
                                                                                        : MODEL_MAX_CTX_DEFAULT);
-    if (alloc_scratch(m, sub, sizeof(sub))) goto fail;
+    if (alloc_scratch(m, &kind, sub, sizeof(sub))) goto fail;
+    engine_status_set(st, ENGINE_OK);
     return m;
 fail:
-    /* a shortage keeps SPECD_ERR_OOM first (errkind.h) */
-    if (err_is_oom(sub))
-        model_oom(err, errlen, "%s: %s", path, sub + strlen(SPECD_ERR_OOM));
-    else
-        snprintf(err, errlen, "%s: %s", path, sub);
+    util_fail_st(st, kind, err, errlen, "%s: %s", path, sub);
     model_free(m);
     return NULL;
 }
@@ -470,9 +455,9 @@ void model_free(model *m) {
     free(m);
 }
 
-kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, char *err, size_t errlen) {
+kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, engine_status *st, char *err, size_t errlen) {
     return kv_pool_create_sharded(m->bes, m->n_shards, m->hp.n_layer, m->shards[0].n_kv_head * m->hp.head_dim,
-                                  m->hp.head_dim, block_size, n_blocks, err, errlen);
+                                  m->hp.head_dim, block_size, n_blocks, st, err, errlen);
 }
 
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,

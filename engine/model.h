@@ -114,25 +114,27 @@ typedef struct model {
 } model;
 
 /* Loads PATH. Returns NULL with a clear reason in err (unsupported architecture
- * or tensor type, missing tensor, shape mismatch, ...); err_is_oom(err) (see
- * errkind.h) exactly when the reason is a memory shortage (host or backend
- * memory for weights, scratch or tables). The caller owns the model; be must
- * outlive it. mp may be NULL for defaults. */
-model *model_load(const char *path, backend *be, const model_params *mp, char *err, size_t errlen);
+ * or tensor type, missing tensor, shape mismatch, ...) and its kind in *st
+ * (errkind.h; st may be NULL): ENGINE_ERR_OOM exactly when the reason is a
+ * memory shortage (host or backend memory for weights, scratch or tables),
+ * else ENGINE_ERR_INVALID; ENGINE_OK on success. The caller owns the model;
+ * be must outlive it. mp may be NULL for defaults. */
+model *model_load(const char *path, backend *be, const model_params *mp, engine_status *st, char *err,
+                  size_t errlen);
 /* Loads PATH split over n_shards backends (bes[r] computes shard r; each must
  * outlive the model), with c (n_ranks == n_shards; not owned, must outlive the
  * model; may be NULL when n_shards == 1) summing the shards' partial outputs.
  * Needs H, Hkv and F divisible by n_shards, and the column slices of wo and
  * w_down to be whole quantization blocks of their type; otherwise NULL with the
  * numbers in err. n_shards == 1 is exactly model_load (same bits, same speed). */
-model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp, char *err,
-                     size_t errlen);
+model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp,
+                     engine_status *st, char *err, size_t errlen);
 void model_free(model *m); /* accepts NULL */
 
 /* A KV pool shaped for this model with n_blocks blocks of block_size (sharded
- * like the model: shard r's kv heads in backend r's memory). NULL with err
- * filled as kv_pool_create_sharded does (err_is_oom(err) when it did not fit). */
-kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, char *err, size_t errlen);
+ * like the model: shard r's kv heads in backend r's memory). NULL with err and
+ * *st filled as kv_pool_create_sharded does (ENGINE_ERR_OOM when it did not fit). */
+kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, engine_status *st, char *err, size_t errlen);
 
 /* One sequence's part of a forward call. New tokens go to cache positions
  * kv->len .. kv->len+n-1; after the call kv->len has grown by n (roll back with

@@ -115,49 +115,51 @@ void spec_pair_free(spec_pair *sp) {
     free(sp);
 }
 
-/* The brief's "draft model OOM": keep serving with plain decoding. why is an
- * err_is_oom error (errkind.h); its prefix would repeat the warning. */
+/* The brief's "draft model OOM": keep serving with plain decoding. why is the
+ * message of a load that failed with ENGINE_ERR_OOM. */
 static void draft_dropped(spec_pair *sp, const char *draft_path, const char *why, FILE *log) {
     sp->draft_oom = true;
     if (log)
-        fprintf(log, "specd: WARNING: draft %s does not fit in memory (%s); decoding without speculation\n",
-                draft_path, why + strlen(SPECD_ERR_OOM));
+        fprintf(log, "specd: WARNING: draft %s does not fit in memory; decoding without speculation (%s)\n",
+                draft_path, why);
 }
 
 spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be, const spec_pair_params *pp,
-                          FILE *log, char *err, size_t errlen) {
+                          FILE *log, engine_status *st, char *err, size_t errlen) {
     spec_pair_params prm = pp ? *pp : (spec_pair_params){0};
     if (prm.block_size <= 0) prm.block_size = 16;
     if (prm.draft_mem_warn_pct <= 0) prm.draft_mem_warn_pct = 20.0f;
     char sub[640];
     spec_pair *sp = calloc(1, sizeof(*sp));
-    if (!sp) return util_fail(err, errlen, "out of memory"), NULL;
+    if (!sp) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory"), NULL;
     model_params mp = {.max_batch = 512, .max_ctx = prm.max_ctx};
     if (prm.tensor_parallel > 1) {
         if (!prm.target_shards || prm.target_shards[0] != be) {
-            util_fail(err, errlen, "tensor parallelism: shard 0 must be the pair's backend");
+            util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "tensor parallelism: shard 0 must be the pair's backend");
             goto fail_quiet;
         }
-        sp->target = model_load_tp(target_path, prm.target_shards, prm.tensor_parallel, prm.tp_comm, &mp, err, errlen);
+        sp->target = model_load_tp(target_path, prm.target_shards, prm.tensor_parallel, prm.tp_comm, &mp, st, err,
+                                   errlen);
     } else {
-        sp->target = model_load(target_path, be, &mp, err, errlen);
+        sp->target = model_load(target_path, be, &mp, st, err, errlen);
     }
     if (!sp->target) goto fail_quiet;
     if (!(sp->tok = tok_create(sp->target->gguf, sub, sizeof(sub)))) {
-        util_fail(err, errlen, "%s: %s", target_path, sub);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "%s: %s", target_path, sub);
         goto fail_quiet;
     }
     sp->n_vocab = sp->target->hp.n_vocab;
     if (tok_n_vocab(sp->tok) != sp->n_vocab) {
-        util_fail(err, errlen, "%s: tokenizer has %d tokens but the model's vocabulary is %d", target_path,
-                  tok_n_vocab(sp->tok), sp->n_vocab);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "%s: tokenizer has %d tokens but the model's vocabulary is %d",
+                     target_path, tok_n_vocab(sp->tok), sp->n_vocab);
         goto fail_quiet;
     }
     int max_ctx = sp->target->mp.max_ctx;
     drafter *dm = NULL;
+    engine_status dst = ENGINE_OK; /* the draft's loads */
     if (draft_path) {
-        if (!(dm = draft_model_load(draft_path, be, max_ctx, sp->tok, sp->n_vocab, err, errlen))) {
-            if (!err_is_oom(err)) goto fail_quiet;
+        if (!(dm = draft_model_load(draft_path, be, max_ctx, sp->tok, sp->n_vocab, &dst, err, errlen))) {
+            if (dst != ENGINE_ERR_OOM) goto fail_refused;
             draft_dropped(sp, draft_path, err, log);
         } else {
             sp->drafters[SPEC_DRAFTER_MODEL] = dm;
@@ -169,10 +171,10 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     /* one full-context sequence, the γ+1 verify overhang, and calibration */
     sp->max_ctx = max_ctx;
     int blocks = prm.kv_blocks > 0 ? prm.kv_blocks : (max_ctx + GAMMA_MAX + 2) / prm.block_size + 4;
-    if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, err, errlen))) goto fail_quiet;
+    if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, st, err, errlen))) goto fail_quiet;
     sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;
-    if (dm && draft_model_reserve(dm, prm.block_size, blocks, sp->max_seqs, err, errlen) != 0) {
-        if (!err_is_oom(err)) goto fail_quiet;
+    if (dm && draft_model_reserve(dm, prm.block_size, blocks, sp->max_seqs, &dst, err, errlen) != 0) {
+        if (dst != ENGINE_ERR_OOM) goto fail_refused;
         draft_dropped(sp, draft_path, err, log);
         drafter_destroy(dm);
         dm = sp->drafters[SPEC_DRAFTER_MODEL] = NULL;
@@ -189,8 +191,8 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->ngram_min = prm.ngram_min ? prm.ngram_min : 2;
     sp->ngram_max = prm.ngram_max ? prm.ngram_max : 5;
     if (!(sp->drafters[SPEC_DRAFTER_NGRAM] = draft_ngram_create(sp->n_vocab, prm.ngram_min, prm.ngram_max))) {
-        util_fail(err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of memory)", prm.ngram_min,
-                  prm.ngram_max, NGRAM_MAX_N);
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of "
+                     "memory)", prm.ngram_min, prm.ngram_max, NGRAM_MAX_N);
         goto fail_quiet;
     }
     size_t V = (size_t)sp->n_vocab;
@@ -206,7 +208,7 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->props = malloc(sizeof(drafter_prop) * (size_t)sp->max_seqs);
     sp->prop_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
     if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->ms || !sp->gam || !sp->props || !sp->prop_of) {
-        util_fail(err, errlen, "out of memory");
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: the pair's step scratch (%zu rows)", rows);
         goto fail_quiet;
     }
     if (dm) {
@@ -222,7 +224,10 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
                                                                  "best with a much smaller draft" : "");
         }
     }
+    engine_status_set(st, ENGINE_OK);
     return sp;
+fail_refused: /* the draft's own failure, not a shortage */
+    engine_status_set(st, dst);
 fail_quiet:
     spec_pair_free(sp);
     return NULL;

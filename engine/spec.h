@@ -175,9 +175,12 @@ drafter *spec_pair_set_drafter(spec_pair *sp, int slot, drafter *d);
  * as if no draft were given. Refuses a draft whose tokenizer
  * differs from the target's, naming the first differing token. Prints the
  * draft memory share to `log` (NULL: quiet) with a warning above the limit.
- * Returns NULL with err filled. be must outlive the pair. */
+ * Returns NULL with err filled and the kind in *st (errkind.h; st may be
+ * NULL): ENGINE_ERR_OOM when the target, its KV pool or the step scratch do
+ * not fit, ENGINE_ERR_INVALID for a bad file or a refused draft; ENGINE_OK on
+ * success (a dropped draft included). be must outlive the pair. */
 spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be,
-                          const spec_pair_params *pp, FILE *log, char *err, size_t errlen);
+                          const spec_pair_params *pp, FILE *log, engine_status *st, char *err, size_t errlen);
 void spec_pair_free(spec_pair *sp); /* accepts NULL */
 
 /* Measures the cost model (draft 1-position call, target 1- and 5-position

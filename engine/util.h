@@ -1,5 +1,5 @@
 /* util.h — small helpers every engine file may use: the monotonic clock
- * (kernels/clock.h) and the formatted-error helper of the recoverable paths. */
+ * (kernels/clock.h) and the formatted-error helpers of the recoverable paths. */
 #ifndef SPECD_ENGINE_UTIL_H
 #define SPECD_ENGINE_UTIL_H
 
@@ -7,12 +7,27 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "engine/errkind.h"
 #include "kernels/clock.h"
 
 /* Writes the formatted message into err (at most n bytes, NUL-terminated;
  * nothing when err is NULL or n is 0) and returns -1, so a failing path reads
  * `return util_fail(err, errlen, "...", ...);`. */
 __attribute__((format(printf, 3, 4))) static inline int util_fail(char *err, size_t n, const char *fmt, ...) {
+    if (err && n) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* util_fail that also says what kind of failure it was: *st = kind (st may be
+ * NULL), for the loaders (errkind.h). */
+__attribute__((format(printf, 5, 6))) static inline int util_fail_st(engine_status *st, engine_status kind, char *err,
+                                                                     size_t n, const char *fmt, ...) {
+    engine_status_set(st, kind);
     if (err && n) {
         va_list ap;
         va_start(ap, fmt);

@@ -4,7 +4,7 @@
 #include "gateway/conn.h"
 #include "kernels/clock.h"
 
-#include "gateway/openai.h"
+#include "gateway/openai_response.h"
 #include "gateway/protocol.h"
 
 #include <stdio.h>

@@ -47,7 +47,7 @@ typedef struct gw_req {
     int completion_tokens;        /* from its finished event */
     engine_event *fin;            /* its finished event (non-streaming, until all choices are done; malloc'd) */
     bool logprobs;                /* the request asked for logprobs */
-    void *lp;                     /* accumulated logprobs (non-streaming; openai.h oa_logprobs_*) */
+    void *lp;                     /* accumulated logprobs (non-streaming; openai_response.h oa_logprobs_*) */
     size_t lp_offset;             /* completions: text_offset of the next token */
 } gw_req;
 

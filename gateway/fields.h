@@ -2,7 +2,7 @@
  * table (fields.c): the sampling fields (max_tokens, temperature, top_p,
  * min_p, top_k, seed), prefix_cache, the speculation object (mode, method,
  * verify, gamma, adaptive) and OpenAI's n. The WebSocket parser (protocol.c)
- * and the OpenAI parser (openai.c) both call gw_fields_parse, so a field has
+ * and the OpenAI parser (openai_request.c) both call gw_fields_parse, so a field has
  * one name, one type, one range and one error message in both. A new field is one row in
  * the table in fields.c (and, for the WebSocket protocol, one name in its
  * list of known fields). Also the finish-reason names, once.

@@ -3,7 +3,8 @@
  * the web root (no path escapes it). Runs on the event loop thread only. */
 #include "gateway/gw.h"
 #include "gateway/metrics.h"
-#include "gateway/openai.h"
+#include "gateway/openai_request.h"
+#include "gateway/openai_response.h"
 #include "gateway/status_map.h"
 
 #include <arpa/inet.h>

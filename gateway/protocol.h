@@ -2,7 +2,7 @@
  * (subprotocol `specd.v1`): parses and validates client JSON frames into an
  * engine_request, and serializes engine events into server JSON frames.
  * It deliberately knows nothing of sockets, libwebsockets, chat templates or
- * the OpenAI HTTP shapes (gateway/openai.c).
+ * the OpenAI HTTP shapes (gateway/openai_request.c, openai_response.c).
  *
  * Client → server (text frames):
  *   {"type":"generate","id":<string 1..GW_ID_MAX bytes | integer>,

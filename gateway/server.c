@@ -9,7 +9,6 @@
 #include "gateway/gw.h"
 #include "gateway/stream.h"
 #include "gateway/metrics.h"
-#include "gateway/openai.h"
 #include "gateway/protocol.h"
 #include "policy/classify.h"
 

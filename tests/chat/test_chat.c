@@ -39,7 +39,7 @@ static chat_template_kind detect_str(const char *tmpl) {
     char err[256];
     chat_template_kind k = (chat_template_kind)-2;
     if (gguf_writer_write(w, path, err, sizeof err) == 0) {
-        gguf_file *f = gguf_open(path, err, sizeof err);
+        gguf_file *f = gguf_open(path, NULL, err, sizeof err);
         if (f) k = chat_template_detect(f, NULL);
         gguf_close(f);
     }
@@ -83,7 +83,7 @@ static tokenizer *markup_vocab(void) {
     if (fd >= 0) {
         close(fd);
         if (gguf_writer_write(w, path, err, sizeof err) == 0) {
-            gguf_file *f = gguf_open(path, err, sizeof err);
+            gguf_file *f = gguf_open(path, NULL, err, sizeof err);
             if (f) t = tok_create(f, err, sizeof err);
             gguf_close(f);
         }
@@ -321,7 +321,7 @@ int main(void) {
     if (dir) {
         char path[1024], err[256];
         snprintf(path, sizeof path, "%s/stories260K.gguf", dir);
-        gguf_file *f = gguf_open(path, err, sizeof err);
+        gguf_file *f = gguf_open(path, NULL, err, sizeof err);
         if (f) {
             tokenizer *t = tok_create(f, err, sizeof err);
             CHECK(t != NULL);

@@ -45,6 +45,9 @@ def main():
                 raise SystemExit(f"FAIL: {k} = {v!r} in {p.stdout}")
         if j["verify_positions"] != 5 or j["weight_type"] != "q8_0":
             raise SystemExit(f"FAIL: verify_positions/weight_type in {p.stdout}")
+        # what ran the model is the backend's own description (a CPU here)
+        if not j.get("backend", "").startswith("cpu ") or not j.get("simd"):
+            raise SystemExit(f"FAIL: backend/simd in {p.stdout}")
         # the percentages are decode tok/s over bandwidth / step bytes
         want = 100.0 * j["decode_tok_s"] / j["roofline_tok_s"]
         if abs(want - j["roofline_pct"]) > 0.1 + 1e-3 * want:
@@ -56,7 +59,7 @@ def main():
         p = run(["bench", "-m", mp, "-t", "2", "-r", "1"])
         if p.returncode != 0:
             raise SystemExit(f"FAIL: bench exit {p.returncode}\n{p.stderr}")
-        for want in ("of roofline", "decode against a bandwidth probe run just before it (3 runs",
+        for want in ("backend: cpu ", "of roofline", "decode against a bandwidth probe run just before it (3 runs",
                      "prefill 128 / decode:", "verify call (5 positions) / decode call (1 position)",
                      "per-op wall time over 32 decode steps"):
             if want not in p.stdout:

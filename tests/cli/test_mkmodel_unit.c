@@ -28,7 +28,7 @@ static const char *tpath(const char *name)
 static gguf_file *open_or_die(const char *path)
 {
     char err[512];
-    gguf_file *f = gguf_open(path, err, sizeof err);
+    gguf_file *f = gguf_open(path, NULL, err, sizeof err);
     if (!f) { fprintf(stderr, "gguf_open(%s): %s\n", path, err); exit(1); }
     return f;
 }

@@ -25,7 +25,7 @@ static void run(const char *tp, const char *dp, int C, int T, int threads, bool 
     engine_config c = engine_config_default();
     c.target_path = tp, c.draft_path = dp, c.threads = threads, c.max_ctx = 1024, c.prefix_cache = on;
     char err[512];
-    engine *e = engine_create(&c, err, sizeof(err));
+    engine *e = engine_create(&c, NULL, err, sizeof(err));
     if (!e) {
         fprintf(stderr, "%s\n", err);
         exit(1);

@@ -35,7 +35,7 @@ static inline engine *eu_create(engine_config *cfg, bool with_draft) {
     cfg->target_path = tu_model(t, sizeof(t), "stories260K.gguf");
     cfg->draft_path = with_draft ? tu_model(d, sizeof(d), "llama2xs-281K.gguf") : NULL;
     char err[512];
-    engine *e = engine_create(cfg, err, sizeof(err));
+    engine *e = engine_create(cfg, NULL, err, sizeof(err));
     if (!e) {
         fprintf(stderr, "engine_create: %s\n", err);
         exit(1);

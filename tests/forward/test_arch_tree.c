@@ -36,13 +36,13 @@ static void check_arch(const char *arch, int window, const char *dir, backend *b
     o.sliding_window = window;
     o.dim = 64, o.n_layers = 2, o.n_heads = 4, o.n_kv_heads = 2, o.ff = 128, o.ctx = 64, o.seed = 21;
     CHECKF(mkmodel_random(path, &o, NULL, err, sizeof err) == 0, "%s: mkmodel: %s", arch, err);
-    model *m = model_load(path, be, NULL, err, sizeof err);
+    model *m = model_load(path, be, NULL, NULL, err, sizeof err);
     CHECKF(m != NULL, "%s: load: %s", arch, err);
     if (!m) return;
     CHECKF(m->hp.sliding_window == window && m->hp.rope_neox == !strcmp(arch, "qwen2"),
            "%s: window %d neox %d", arch, m->hp.sliding_window, m->hp.rope_neox);
     int V = m->hp.n_vocab;
-    kv_pool *pool = model_kv_pool(m, 4, 64, err, sizeof err); /* small blocks: the tree straddles them */
+    kv_pool *pool = model_kv_pool(m, 4, 64, NULL, err, sizeof err); /* small blocks: the tree straddles them */
     CHECKF(pool != NULL, "%s: pool: %s", arch, err);
     kv_seq *kv = kv_seq_create(pool, 64);
     int32_t prefix[N_PREFIX], tree[N_TREE], pos[N_TREE], depth[N_TREE];

@@ -2,7 +2,8 @@
  * invalid request bodies (every refusal is a 400 in OpenAI's error shape with
  * the right param and code), the builders' output parsed back by jansson field
  * by field, SSE framing, /v1/models, and UTF-8 repair. */
-#include "gateway/openai.h"
+#include "gateway/openai_request.h"
+#include "gateway/openai_response.h"
 #include "tests/testutil.h"
 
 #include <jansson.h>

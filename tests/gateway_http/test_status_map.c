@@ -3,7 +3,7 @@
  * code and type and the specd.v1 WebSocket code it must give, every row
  * filled and in its own slot, a value outside the enum answered as a server
  * error, and the OpenAI error body built from a row. */
-#include "gateway/openai.h"
+#include "gateway/openai_response.h"
 #include "gateway/status_map.h"
 #include "tests/testutil.h"
 

@@ -20,7 +20,7 @@ static void touch(const void *p, uint64_t n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     char err[512];
-    gguf_file *f = gguf_open_mem(data, size, err, sizeof err);
+    gguf_file *f = gguf_open_mem(data, size, NULL, err, sizeof err);
     if (!f) {
         if (err[0] == 0 || strlen(err) >= sizeof err) abort(); /* every rejection names a reason */
         return 0;

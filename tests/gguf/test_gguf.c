@@ -337,8 +337,9 @@ static void test_round_trip(void)
     gguf_writer_destroy(w);
     gguf_writer_destroy(NULL);
 
-    gguf_file *f = gguf_open(path, err, sizeof err);
-    CHECKF(f != NULL, "open round trip: %s", err);
+    engine_status st = ENGINE_ERR_BACKEND;
+    gguf_file *f = gguf_open(path, &st, err, sizeof err);
+    CHECKF(f != NULL && st == ENGINE_OK, "open round trip: %s", err);
     if (!f) return;
     CHECK(f->mapped);
     check_contents(f);
@@ -348,7 +349,7 @@ static void test_round_trip(void)
     uint8_t *buf = read_all(path, &len);
     CHECK(buf && len == f->size);
     if (buf) save_corpus("roundtrip.gguf", buf, len);
-    gguf_file *m = gguf_open_mem(buf, len, err, sizeof err);
+    gguf_file *m = gguf_open_mem(buf, len, NULL, err, sizeof err);
     CHECKF(m != NULL, "open_mem: %s", err);
     if (m) { CHECK(!m->mapped); check_contents(m); gguf_close(m); }
 
@@ -367,7 +368,7 @@ static void test_round_trip(void)
 
     /* version 2 layout is identical */
     buf[4] = 2;
-    m = gguf_open_mem(buf, len, err, sizeof err);
+    m = gguf_open_mem(buf, len, NULL, err, sizeof err);
     CHECKF(m && m->version == 2, "v2: %s", err);
     gguf_close(m);
     free(buf);
@@ -384,7 +385,7 @@ static void test_round_trip(void)
     }
     CHECKF(gguf_writer_write(w, path2, err, sizeof err) == 0, "write copy: %s", err);
     gguf_writer_destroy(w);
-    gguf_file *g = gguf_open(path2, err, sizeof err);
+    gguf_file *g = gguf_open(path2, NULL, err, sizeof err);
     CHECKF(g != NULL, "open copy: %s", err);
     if (g) {
         CHECK(g->n_kv == f->n_kv - 4);
@@ -416,7 +417,7 @@ static void test_round_trip(void)
     CHECK(gguf_writer_add_tensor(w, "x", GGML_TYPE_F32, 1, ne, v));
     CHECK(gguf_writer_add_tensor(w, "y", GGML_TYPE_F32, 1, ne, v));
     CHECKF(gguf_writer_write(w, path2, err, sizeof err) == 0, "write aligned: %s", err);
-    g = gguf_open(path2, err, sizeof err);
+    g = gguf_open(path2, NULL, err, sizeof err);
     CHECKF(g && g->alignment == 256 && g->data_offset % 256 == 0 && g->tensors[1].offset == 256 &&
            memcmp(g->tensors[1].data, v, sizeof v) == 0, "alignment 256: %s", err);
     gguf_close(g);
@@ -428,7 +429,7 @@ static void test_round_trip(void)
     w = gguf_writer_create();
     CHECKF(gguf_writer_write(w, path2, err, sizeof err) == 0, "write empty: %s", err);
     gguf_writer_destroy(w);
-    g = gguf_open(path2, err, sizeof err);
+    g = gguf_open(path2, NULL, err, sizeof err);
     CHECKF(g && g->n_kv == 0 && g->n_tensors == 0, "open empty: %s", err);
     gguf_close(g);
 
@@ -531,7 +532,7 @@ static bool open_copy(const uint8_t *p, size_t n, char *err, size_t errlen)
 {
     uint8_t *c = malloc(n ? n : 1);
     if (n) memcpy(c, p, n);
-    gguf_file *f = gguf_open_mem(c, n, err, errlen);
+    gguf_file *f = gguf_open_mem(c, n, NULL, err, errlen);
     bool ok = f != NULL;
     if (f) g_sink += walk(f); /* volatile: the reads cannot be optimized away */
     gguf_close(f);
@@ -549,8 +550,10 @@ static void expect_reject(const char *what, const buf *base, const patch *ps, in
         else c[ps[i].off] = (uint8_t)ps[i].val;
     }
     char err[512] = "";
-    gguf_file *f = gguf_open_mem(c, base->n, err, sizeof err);
+    engine_status st = ENGINE_OK;
+    gguf_file *f = gguf_open_mem(c, base->n, &st, err, sizeof err);
     CHECKF(f == NULL, "%s: accepted", what);
+    CHECKF(st == ENGINE_ERR_INVALID, "%s: status %s, not invalid", what, engine_status_name(st));
     CHECKF(err[0] != 0, "%s: empty message", what);
     CHECKF(strstr(err, "<memory>") == err, "%s: message does not name the file: %s", what, err);
     CHECKF(strstr(err, want) != NULL, "%s: message '%s' lacks '%s'", what, err, want);
@@ -564,7 +567,7 @@ static void test_corrupt(void)
     layout L;
     buf b = build_base(&L);
     char err[512];
-    gguf_file *f = gguf_open_mem(b.p, b.n, err, sizeof err);
+    gguf_file *f = gguf_open_mem(b.p, b.n, NULL, err, sizeof err);
     CHECKF(f != NULL, "hand-built base file: %s", err);
     save_corpus("base.gguf", b.p, b.n);
     if (f) {
@@ -647,8 +650,8 @@ static void test_corrupt(void)
     /* the trailing padding is optional */
     CHECK(open_copy(b.p, L.data_end, err, sizeof err));
     err[0] = 0;
-    CHECK(gguf_open_mem(NULL, 0, err, sizeof err) == NULL && strstr(err, "bad magic"));
-    CHECK(gguf_open_mem(b.p, 3, NULL, 0) == NULL); /* no error buffer is fine */
+    CHECK(gguf_open_mem(NULL, 0, NULL, err, sizeof err) == NULL && strstr(err, "bad magic"));
+    CHECK(gguf_open_mem(b.p, 3, NULL, NULL, 0) == NULL); /* no error buffer is fine */
 
     /* random mutations: reject or accept, never crash or read out of bounds */
     int acc = 0, rej = 0;
@@ -699,7 +702,7 @@ static void test_nested(void)
     put(&b, &v, 2);
     char err[512], path[512];
     save_corpus("nested.gguf", b.p, b.n);
-    gguf_file *f = gguf_open_mem(b.p, b.n, err, sizeof err);
+    gguf_file *f = gguf_open_mem(b.p, b.n, NULL, err, sizeof err);
     CHECKF(f != NULL, "nested arrays: %s", err);
     if (f) {
         const gguf_kv *kv = gguf_find(f, "nested");
@@ -731,7 +734,7 @@ static void test_nested(void)
     put_u32(&d, GGUF_TYPE_UINT8);
     put_u64(&d, 0);
     err[0] = 0;
-    CHECK(gguf_open_mem(d.p, d.n, err, sizeof err) == NULL && strstr(err, "nested"));
+    CHECK(gguf_open_mem(d.p, d.n, NULL, err, sizeof err) == NULL && strstr(err, "nested"));
     free(d.p);
     free(b.p);
 }
@@ -739,20 +742,26 @@ static void test_nested(void)
 static void test_open_errors(void)
 {
     char err[512], path[512];
+    engine_status st = ENGINE_OK;
     err[0] = 0;
-    CHECK(gguf_open("/nonexistent/model.gguf", err, sizeof err) == NULL && strstr(err, "/nonexistent/model.gguf: cannot open"));
+    CHECK(gguf_open("/nonexistent/model.gguf", &st, err, sizeof err) == NULL && strstr(err, "/nonexistent/model.gguf: cannot open"));
+    CHECK(st == ENGINE_ERR_INVALID);
     err[0] = 0;
-    CHECK(gguf_open(g_tmpdir, err, sizeof err) == NULL && strstr(err, "not a regular file"));
+    st = ENGINE_OK;
+    CHECK(gguf_open(g_tmpdir, &st, err, sizeof err) == NULL && strstr(err, "not a regular file") &&
+          st == ENGINE_ERR_INVALID);
     tmp_path(path, sizeof path, "empty.gguf");
     FILE *fp = fopen(path, "wb");
     fclose(fp);
     err[0] = 0;
-    CHECK(gguf_open(path, err, sizeof err) == NULL && strstr(err, "empty.gguf") && strstr(err, "not a GGUF file"));
+    CHECK(gguf_open(path, NULL, err, sizeof err) == NULL && strstr(err, "empty.gguf") && strstr(err, "not a GGUF file"));
     fp = fopen(path, "wb");
     fputs("GGML-this is not gguf at all", fp);
     fclose(fp);
     err[0] = 0;
-    CHECK(gguf_open(path, err, sizeof err) == NULL && strstr(err, "empty.gguf: offset 0: bad magic 0x4c4d4747 (not a GGUF file)"));
+    st = ENGINE_OK;
+    CHECK(gguf_open(path, &st, err, sizeof err) == NULL && strstr(err, "empty.gguf: offset 0: bad magic 0x4c4d4747 (not a GGUF file)"));
+    CHECK(st == ENGINE_ERR_INVALID);
 }
 
 /* ---- real models ------------------------------------------------------- */
@@ -761,7 +770,7 @@ static gguf_file *open_model(const char *dir, const char *name)
 {
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    gguf_file *f = gguf_open(path, err, sizeof err);
+    gguf_file *f = gguf_open(path, NULL, err, sizeof err);
     CHECKF(f != NULL, "%s", err);
     return f;
 }
@@ -836,7 +845,7 @@ static void test_real_models(void)
         }
         CHECKF(gguf_writer_write(w, path, err, sizeof err) == 0, "%s", err);
         gguf_writer_destroy(w);
-        gguf_file *g = gguf_open(path, err, sizeof err);
+        gguf_file *g = gguf_open(path, NULL, err, sizeof err);
         CHECKF(g != NULL, "reopen copy: %s", err);
         if (g) {
             check_llama(g, "stories260K copy", 5, 172, 8, 4, 2048, 48);

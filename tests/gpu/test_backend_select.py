@@ -37,7 +37,7 @@ def main():
             raise SystemExit(f"FAIL: specd {' '.join(args[:3])}: exit {p.returncode}, last stderr line {msg!r}")
         print(f"ok: specd {args[0]} --backend cuda refused: {msg}")
     p = run(["generate", "--backend", "auto", "-m", model, "-n", "8", "--temp", "0"])
-    if p.returncode != 0 or not p.stdout.strip():
+    if p.returncode != 0 or not p.stdout.strip() or "[backend: cpu " not in p.stderr:
         raise SystemExit(f"FAIL: --backend auto did not fall back to the CPU: exit {p.returncode}\n{p.stderr}")
     print("ok: --backend auto runs on the CPU")
     with tempfile.TemporaryDirectory() as d:

@@ -206,8 +206,8 @@ static void attention_case(int n_seqs, const int *past, const int *nnew, bool tr
                            int E) {
     int B = 16, n_blocks = 64, kvd = Hkv * E;
     char err[256];
-    kv_pool *pc = kv_pool_create_on(cpu, 1, kvd, E, B, n_blocks, err, sizeof(err));
-    kv_pool *pg = kv_pool_create_on(gpu, 1, kvd, E, B, n_blocks, err, sizeof(err));
+    kv_pool *pc = kv_pool_create_on(cpu, 1, kvd, E, B, n_blocks, NULL, err, sizeof(err));
+    kv_pool *pg = kv_pool_create_on(gpu, 1, kvd, E, B, n_blocks, NULL, err, sizeof(err));
     CHECK(pc && pg);
     int32_t perm[64];
     for (int i = 0; i < n_blocks; i++) perm[i] = i;
@@ -287,12 +287,12 @@ static side side_load(const char *path, backend *be) {
     side s = {0};
     char err[512];
     model_params mp = {.max_batch = 64, .max_ctx = 256};
-    s.m = model_load(path, be, &mp, err, sizeof(err));
+    s.m = model_load(path, be, &mp, NULL, err, sizeof(err));
     if (!s.m) {
         fprintf(stderr, "model_load %s on %s: %s\n", path, be->i->name, err);
         exit(1);
     }
-    s.pool = model_kv_pool(s.m, 16, 40, err, sizeof(err));
+    s.pool = model_kv_pool(s.m, 16, 40, NULL, err, sizeof(err));
     s.a = kv_seq_create(s.pool, 256);
     s.b = kv_seq_create(s.pool, 256);
     return s;
@@ -482,8 +482,8 @@ static void test_spec(void) {
 static void test_kv_move(void) {
     char err[256];
     enum { L = 2, E = 8, HKV = 2, D = HKV * E, B = 16, NB = 8, LEN = 60 };
-    kv_pool *pc = kv_pool_create_on(cpu, L, D, E, B, NB, err, sizeof(err));
-    kv_pool *pg = kv_pool_create_on(gpu, L, D, E, B, NB, err, sizeof(err));
+    kv_pool *pc = kv_pool_create_on(cpu, L, D, E, B, NB, NULL, err, sizeof(err));
+    kv_pool *pg = kv_pool_create_on(gpu, L, D, E, B, NB, NULL, err, sizeof(err));
     CHECK(pc != NULL && pg != NULL);
     if (!pc || !pg) return;
     kv_seq *sc = kv_seq_create(pc, 64), *sg = kv_seq_create(pg, 64);

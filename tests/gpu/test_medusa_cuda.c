@@ -36,10 +36,10 @@ int main(void) {
     model *m[2];
     kv_pool *pool[2];
     for (int b = 0; b < 2; b++) {
-        m[b] = model_load(path, bes[b], NULL, err, sizeof(err));
+        m[b] = model_load(path, bes[b], NULL, NULL, err, sizeof(err));
         CHECKF(m[b], "%s", err);
         if (!m[b]) return 1;
-        pool[b] = model_kv_pool(m[b], 16, 8, err, sizeof(err));
+        pool[b] = model_kv_pool(m[b], 16, 8, NULL, err, sizeof(err));
     }
     int D = m[0]->hp.dim, V = m[0]->hp.n_vocab, n = 12, K = 3;
     int32_t toks[12] = {1, 403, 407, 261, 378, 275, 260, 1919 % 512, 29, 100, 200, 300};
@@ -58,11 +58,11 @@ int main(void) {
     fprintf(stderr, "hidden states CUDA vs CPU: rel err %.2e\n", eh);
     CHECK(eh < 1e-3);
     for (int own = 0; own < 2; own++) {
-        medusa_heads *mh = medusa_heads_create(K, 2, D, V, own, err, sizeof(err));
+        medusa_heads *mh = medusa_heads_create(K, 2, D, V, own, NULL, err, sizeof(err));
         for (size_t i = 0; i < mh->n_params; i++) mh->params[i] = frand() * 0.2f;
         float *out[2];
         for (int b = 0; b < 2; b++) {
-            medusa_rt *rt = medusa_rt_create(mh, m[b], n, err, sizeof(err));
+            medusa_rt *rt = medusa_rt_create(mh, m[b], n, NULL, err, sizeof(err));
             CHECKF(rt, "%s", err);
             out[b] = malloc(sizeof(float) * K * n * V);
             CHECK(rt && medusa_rt_logits(rt, out[b], hid[0], n, K) == 0);

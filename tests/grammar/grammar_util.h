@@ -19,7 +19,7 @@ static inline uint32_t gu_next(void) {
 /* A tokenizer from a GGUF file (NULL with a message when missing). */
 static inline tokenizer *gu_tokenizer(const char *path) {
     char err[512];
-    gguf_file *g = gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, NULL, err, sizeof err);
     if (!g) {
         fprintf(stderr, "%s: %s\n", path, err);
         return NULL;

@@ -24,7 +24,7 @@ static int held(const kv_pool *p, kv_seq **s, int n) {
 
 static void test_accounting(void) {
     char err[256];
-    kv_pool *p = kv_pool_create(2, 8, 4, 16, 10, err, sizeof(err));
+    kv_pool *p = kv_pool_create(2, 8, 4, 16, 10, NULL, err, sizeof(err));
     CHECK(p != NULL);
     CHECK(p->n_free == 10);
     kv_seq *s[3] = {kv_seq_create(p, 100), kv_seq_create(p, 100), kv_seq_create(p, 32)};
@@ -63,8 +63,8 @@ static void test_accounting(void) {
     kv_seq_destroy(p, s[2]);
     CHECK(p->n_free == 10);
     kv_pool_destroy(p);
-    CHECK(kv_pool_create(0, 8, 4, 16, 10, err, sizeof(err)) == NULL && strstr(err, "bad shape"));
-    CHECK(kv_pool_create(2, 8, 3, 16, 10, err, sizeof(err)) == NULL && strstr(err, "bad shape")); /* 8 % 3 */
+    CHECK(kv_pool_create(0, 8, 4, 16, 10, NULL, err, sizeof(err)) == NULL && strstr(err, "bad shape"));
+    CHECK(kv_pool_create(2, 8, 3, 16, 10, NULL, err, sizeof(err)) == NULL && strstr(err, "bad shape")); /* 8 % 3 */
 }
 
 
@@ -90,7 +90,7 @@ static int same_block(const kv_pool *p, int a, int b) {
 
 static void test_prefix(void) {
     char err[256];
-    kv_pool *p = kv_pool_create(2, 8, 4, 4, 12, err, sizeof(err)); /* B = 4 */
+    kv_pool *p = kv_pool_create(2, 8, 4, 4, 12, NULL, err, sizeof(err)); /* B = 4 */
     CHECK(p != NULL);
     kv_pool_set_prefix(p, true, 0x1234, 0);
     int32_t t[16] = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
@@ -193,7 +193,7 @@ static void test_prefix(void) {
  * block is free, idle or held with a count equal to its holders. */
 static void test_prefix_random(void) {
     char err[256];
-    kv_pool *p = kv_pool_create(1, 4, 4, 4, 40, err, sizeof(err));
+    kv_pool *p = kv_pool_create(1, 4, 4, 4, 40, NULL, err, sizeof(err));
     kv_pool_set_prefix(p, true, 77, 0);
     enum { NS = 8, LEN = 64 };
     int32_t fam[3][LEN];
@@ -256,10 +256,10 @@ static void test_no_alloc_decode(void) {
     mkmodel_info info;
     CHECKF(mkmodel_random(file, &o, &info, err, sizeof(err)) == 0, "%s", err);
     backend *be = backend_cpu_create(2);
-    model *m = model_load(file, be, NULL, err, sizeof(err));
+    model *m = model_load(file, be, NULL, NULL, err, sizeof(err));
     CHECKF(m != NULL, "%s", err);
     if (!m) return;
-    kv_pool *pool = model_kv_pool(m, 16, 16, err, sizeof(err));
+    kv_pool *pool = model_kv_pool(m, 16, 16, NULL, err, sizeof(err));
     kv_seq *seq = kv_seq_create(pool, 256);
     float *logits = malloc(sizeof(float) * 300 * 8);
     int32_t toks[200];
@@ -312,7 +312,7 @@ static double now_ms(void) {
 static void figure_index_cost(void) {
     char err[256];
     int B = 16, L = 2048 * B;
-    kv_pool *p = kv_pool_create(1, 8, 8, B, 4096, err, sizeof err);
+    kv_pool *p = kv_pool_create(1, 8, 8, B, 4096, NULL, err, sizeof err);
     int32_t *t = malloc(sizeof(int32_t) * (size_t)L);
     CHECK(p && t);
     if (!p || !t) return;

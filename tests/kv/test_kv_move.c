@@ -42,7 +42,7 @@ static int mismatches(kv_pool *p, kv_seq *s, const int *want) {
 
 int main(void) {
     char err[256];
-    kv_pool *p = kv_pool_create(L, D, E, B, NB, err, sizeof(err));
+    kv_pool *p = kv_pool_create(L, D, E, B, NB, NULL, err, sizeof(err));
     CHECK(p != NULL);
     kv_seq *s = kv_seq_create(p, 64);
     CHECK(kv_seq_reserve(p, s, LEN) == 0);

@@ -67,12 +67,12 @@ int main(int argc, char **argv) {
     backend *be = backend_cpu_create(threads);
     spec_pair *sp = su_load(argv[1], NULL, be, 512);
     char err[1024];
-    medusa_heads *mh = medusa_heads_load(argv[2], sp->target_id.id, sp->target->hp.dim, sp->n_vocab, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_load(argv[2], sp->target_id.id, sp->target->hp.dim, sp->n_vocab, NULL, err, sizeof(err));
     if (!mh) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    draft_medusa *dm = draft_medusa_create(sp, mh, err, sizeof(err));
+    draft_medusa *dm = draft_medusa_create(sp, mh, NULL, err, sizeof(err));
     spec_tree_ctx *tc = spec_tree_create(sp);
     if (!dm || !tc) {
         fprintf(stderr, "%s\n", err);

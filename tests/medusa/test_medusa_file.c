@@ -29,7 +29,7 @@ static uint8_t *slurp(const char *path, size_t *n) {
 
 static medusa_heads *make(int K, int L, int D, int V, bool own, const char *id) {
     char err[256];
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, NULL, err, sizeof(err));
     if (!mh) {
         fprintf(stderr, "%s\n", err);
         exit(1);
@@ -65,11 +65,11 @@ int main(void) {
     /* round trips */
     medusa_heads *a = make(3, 2, 64, 512, false, tid);
     CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
-    medusa_heads *b = medusa_heads_load(hp, tid, 64, 512, err, sizeof(err));
+    medusa_heads *b = medusa_heads_load(hp, tid, 64, 512, NULL, err, sizeof(err));
     CHECKF(b && same(a, b), "round trip (shared): %s", b ? "differs" : err);
     medusa_heads *c = make(2, 1, 64, 512, true, tid);
     CHECK(medusa_heads_save(c, hp2, err, sizeof(err)) == 0);
-    medusa_heads *c2 = medusa_heads_load(hp2, tid, 64, 512, err, sizeof(err));
+    medusa_heads *c2 = medusa_heads_load(hp2, tid, 64, 512, NULL, err, sizeof(err));
     CHECKF(c2 && same(c, c2), "round trip (own output): %s", c2 ? "differs" : err);
     CHECK(c2 && c2->out && c2->out[5] == c->out[5]);
 
@@ -77,13 +77,13 @@ int main(void) {
     for (int qt = 0; qt < 2; qt++) {
         int type = qt ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
         medusa_heads *q = make(2, 1, 64, 512, qt == 1, tid);
-        CHECK(medusa_heads_set_type(q, type, err, sizeof(err)) == 0);
+        CHECK(medusa_heads_set_type(q, type, NULL, err, sizeof(err)) == 0);
         CHECK(medusa_heads_save(q, hp2, err, sizeof(err)) == 0);
-        medusa_heads *q2 = medusa_heads_load(hp2, tid, 64, 512, err, sizeof(err));
+        medusa_heads *q2 = medusa_heads_load(hp2, tid, 64, 512, NULL, err, sizeof(err));
         CHECKF(q2 && q2->wtype == type && same(q, q2), "round trip (%s): %s", ggml_type_name(type), q2 ? "differs" : err);
         CHECK(medusa_heads_bytes(q) < medusa_heads_bytes(c) * (qt ? 2 : 1));
         /* on the CPU backend the quantized rows are what the matmuls read */
-        medusa_rt *rt = q2 ? medusa_rt_create(q2, sp->target, 2, err, sizeof(err)) : NULL;
+        medusa_rt *rt = q2 ? medusa_rt_create(q2, sp->target, 2, NULL, err, sizeof(err)) : NULL;
         CHECKF(rt, "medusa_rt_create: %s", err);
         if (rt) {
             float h[2 * 64], lg[2 * 2 * 512], z[512], ys[2 * 64];
@@ -109,23 +109,23 @@ int main(void) {
     }
 
     /* another target: refused, naming both */
-    medusa_heads *x = medusa_heads_load(hp, did, 64, 512, err, sizeof(err));
+    medusa_heads *x = medusa_heads_load(hp, did, 64, 512, NULL, err, sizeof(err));
     CHECK(!x);
     CHECKF(strstr(err, tid) && strstr(err, did) && strstr(err, "trained for"), "message: %s", err);
     fprintf(stderr, "wrong target: %s\n", err);
     /* the proposer checks it too */
     medusa_heads *wrong = make(2, 1, 64, 512, false, did);
-    CHECK(draft_medusa_create(sp, wrong, err, sizeof(err)) == NULL && strstr(err, "trained for"));
+    CHECK(draft_medusa_create(sp, wrong, NULL, err, sizeof(err)) == NULL && strstr(err, "trained for"));
     medusa_heads_destroy(wrong);
     /* shape mismatch, a model file */
-    CHECK(!medusa_heads_load(hp, NULL, 128, 512, err, sizeof(err)) && strstr(err, "hidden size"));
-    CHECK(!medusa_heads_load(tpath, NULL, 0, 0, err, sizeof(err)) && strstr(err, "not a medusa heads file"));
+    CHECK(!medusa_heads_load(hp, NULL, 128, 512, NULL, err, sizeof(err)) && strstr(err, "hidden size"));
+    CHECK(!medusa_heads_load(tpath, NULL, 0, 0, NULL, err, sizeof(err)) && strstr(err, "not a medusa heads file"));
     fprintf(stderr, "model file: %s\n", err);
 
     /* a NaN weight */
     a->params[77] = NAN;
     CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
-    CHECK(!medusa_heads_load(hp, tid, 64, 512, err, sizeof(err)) && strstr(err, "non-finite"));
+    CHECK(!medusa_heads_load(hp, tid, 64, 512, NULL, err, sizeof(err)) && strstr(err, "non-finite"));
     a->params[77] = 0.25f;
     CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
 
@@ -137,12 +137,12 @@ int main(void) {
     for (size_t len = 0; len < n; len += len < 2048 ? 1 : 97) {
         memcpy(cp, buf, len);
         err[0] = 0;
-        medusa_heads *t = medusa_heads_load_mem(cp, len, tid, 64, 512, err, sizeof(err));
+        medusa_heads *t = medusa_heads_load_mem(cp, len, tid, 64, 512, NULL, err, sizeof(err));
         if (t || !err[0]) trunc_ok = 0;
         medusa_heads_destroy(t);
     }
     CHECK(trunc_ok);
-    medusa_heads *full = medusa_heads_load_mem(buf, n, tid, 64, 512, err, sizeof(err));
+    medusa_heads *full = medusa_heads_load_mem(buf, n, tid, 64, 512, NULL, err, sizeof(err));
     CHECKF(full && same(a, full), "whole buffer: %s", err);
     medusa_heads_destroy(full);
 
@@ -157,7 +157,7 @@ int main(void) {
             cp[at] ^= (uint8_t)(1u << (rnd() % 8));
         }
         err[0] = 0;
-        medusa_heads *t = medusa_heads_load_mem(cp, n, tid, 64, 512, err, sizeof(err));
+        medusa_heads *t = medusa_heads_load_mem(cp, n, tid, 64, 512, NULL, err, sizeof(err));
         if (t) {
             loaded++;
             for (size_t i = 0; i < t->n_params; i++) bad += !isfinite(t->params[i]);

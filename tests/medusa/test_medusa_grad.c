@@ -52,7 +52,7 @@ static double ref_loss(const medusa_heads *mh, const double *p, const double *O,
 /* max over parameters of |analytic - numeric| / max(1e-3, |analytic| + |numeric|) */
 static double check(int K, int L, int D, int V, bool own, bool wrong_silu, int *n_checked) {
     char err[256];
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, NULL, err, sizeof(err));
     if (!mh) {
         fprintf(stderr, "%s\n", err);
         exit(1);
@@ -104,7 +104,7 @@ static double check(int K, int L, int D, int V, bool own, bool wrong_silu, int *
 /* the trainer's grouped pass (G samples in lockstep) equals the sum of single samples */
 static double group_check(int K, int L, int D, int V, bool own, int G) {
     char err[256];
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, NULL, err, sizeof(err));
     size_t P = mh->n_params;
     for (size_t i = 0; i < P; i++) mh->params[i] = (float)((urand() - 0.5) * 0.6);
     float *O = malloc(sizeof(float) * V * D), *hs = malloc(sizeof(float) * G * D), hw[8];

@@ -144,7 +144,7 @@ static void sampled(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc) {
 static medusa_heads *train(spec_pair *sp, int steps) {
     char err[512], path[512];
     model *m = sp->target;
-    medusa_heads *mh = medusa_heads_create(3, 1, m->hp.dim, m->hp.n_vocab, false, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(3, 1, m->hp.dim, m->hp.n_vocab, false, NULL, err, sizeof(err));
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", sp->target_id.id);
     if (!steps) return mh;
     tu_model(path, sizeof(path), "corpora/tinystories_valid_30K.txt");
@@ -169,7 +169,7 @@ static medusa_heads *train(spec_pair *sp, int steps) {
     fprintf(stderr, "trained %d steps on %lld positions: held-out loss %.3f -> %.3f, head-1 top-1 %.3f\n", steps,
             (long long)d->n, res.loss0, res.loss1, mh->acc[0][0]);
     /* the backend forward equals the host one */
-    medusa_rt *rt = medusa_rt_create(mh, m, 4, err, sizeof(err));
+    medusa_rt *rt = medusa_rt_create(mh, m, 4, NULL, err, sizeof(err));
     CHECKF(rt, "%s", err);
     if (rt) {
         int V = m->hp.n_vocab, D = m->hp.dim;
@@ -240,7 +240,7 @@ int main(void) {
     for (int trained = 1; trained >= 0; trained--) {
         medusa_heads *mh = train(sp, trained ? 400 : 0);
         char err[512];
-        draft_medusa *dm = draft_medusa_create(sp, mh, err, sizeof(err));
+        draft_medusa *dm = draft_medusa_create(sp, mh, NULL, err, sizeof(err));
         CHECKF(dm, "draft_medusa_create: %s", err);
         if (!dm) break;
         for (int si = 0; si < 3; si++) {

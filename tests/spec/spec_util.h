@@ -56,7 +56,7 @@ static inline void su_mkmodel(const char *out, const char *tok_src, uint64_t see
 static inline spec_pair *su_load(const char *target, const char *draft, backend *be, int max_ctx) {
     spec_pair_params pp = {.max_ctx = max_ctx, .kv_blocks = 3 * ((max_ctx + GAMMA_MAX + 2) / 16 + 2) + 8};
     char err[1024];
-    spec_pair *sp = spec_pair_load(target, draft, be, &pp, NULL, err, sizeof(err));
+    spec_pair *sp = spec_pair_load(target, draft, be, &pp, NULL, NULL, err, sizeof(err));
     if (!sp) {
         fprintf(stderr, "spec_pair_load(%s, %s): %s\n", target, draft ? draft : "-", err);
         exit(1);

@@ -148,7 +148,7 @@ int main(void) {
     /* room for 32 sequences at once */
     spec_pair_params bp = {.max_ctx = 256, .kv_blocks = (BATCH + 2) * (256 / 16 + 2)};
     char err[512];
-    spec_pair *spb = spec_pair_load(tpath, dpath, be, &bp, NULL, err, sizeof(err));
+    spec_pair *spb = spec_pair_load(tpath, dpath, be, &bp, NULL, NULL, err, sizeof(err));
     CHECKF(spb != NULL, "%s", err);
     if (spb) batched(spb, &a);
     spec_pair_free(spb);

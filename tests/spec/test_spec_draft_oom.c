@@ -5,29 +5,38 @@
  * draft loads and speculation runs. A target that does not fit still fails
  * with the reason. A draft that fails for any other reason (not a GGUF file, a
  * different vocabulary) still fails the load with its own error, memory cap or
- * not: only errors that say so through errkind.h count as a shortage. */
+ * not: only a load whose status is ENGINE_ERR_OOM (errkind.h) counts as a
+ * shortage, and its message still says "out of memory". */
 #include "engine/errkind.h"
 #include "tests/spec/spec_util.h"
 
+/* Whether a load said it ran out of memory, by its status and in its words. */
+static bool says_oom(engine_status st, const char *err) {
+    return st == ENGINE_ERR_OOM && strstr(err, "out of memory") != NULL;
+}
+
 /* The producers' side of errkind.h: allocation failures of model loading and
- * KV pool creation are err_is_oom, bad input is not. be's cap must leave too
- * little for tpath's scratch. */
+ * KV pool creation are ENGINE_ERR_OOM, bad input is ENGINE_ERR_INVALID. be's
+ * cap must leave too little for tpath's scratch. */
 static void check_err_kinds(backend *be, const char *tpath, const char *junk, const char *cut) {
     char err[1024];
+    engine_status st = ENGINE_OK;
     model_params mp = {.max_batch = 512, .max_ctx = 256};
-    model *m = model_load(tpath, be, &mp, err, sizeof(err));
-    CHECKF(!m && err_is_oom(err) && strstr(err, tpath), "model OOM: %s", m ? "loaded" : err);
+    model *m = model_load(tpath, be, &mp, &st, err, sizeof(err));
+    CHECKF(!m && says_oom(st, err) && strstr(err, tpath), "model OOM: %s (%s)", m ? "loaded" : err,
+           engine_status_name(st));
     model_free(m);
-    kv_pool *p = kv_pool_create_on(be, 64, 1024, 64, 16, 4096, err, sizeof(err));
-    CHECKF(!p && err_is_oom(err), "kv pool OOM: %s", p ? "created" : err);
+    kv_pool *p = kv_pool_create_on(be, 64, 1024, 64, 16, 4096, &st, err, sizeof(err));
+    CHECKF(!p && says_oom(st, err), "kv pool OOM: %s (%s)", p ? "created" : err, engine_status_name(st));
     kv_pool_destroy(p);
-    p = kv_pool_create(0, 64, 64, 16, 4, err, sizeof(err));
-    CHECKF(!p && !err_is_oom(err), "kv pool bad shape: %s", p ? "created" : err);
+    p = kv_pool_create(0, 64, 64, 16, 4, &st, err, sizeof(err));
+    CHECKF(!p && st == ENGINE_ERR_INVALID, "kv pool bad shape: %s (%s)", p ? "created" : err, engine_status_name(st));
     kv_pool_destroy(p);
     const char *bad[] = {junk, cut, "/nonexistent/specd-model.gguf"};
     for (int i = 0; i < 3; i++) {
-        m = model_load(bad[i], be, &mp, err, sizeof(err));
-        CHECKF(!m && !err_is_oom(err) && strstr(err, bad[i]), "%s: %s", bad[i], m ? "loaded" : err);
+        m = model_load(bad[i], be, &mp, &st, err, sizeof(err));
+        CHECKF(!m && st == ENGINE_ERR_INVALID && strstr(err, bad[i]), "%s: %s (%s)", bad[i], m ? "loaded" : err,
+               engine_status_name(st));
         model_free(m);
     }
 }
@@ -52,7 +61,7 @@ int main(void) {
     char err[1024];
 
     /* what the target alone takes (scratch + KV pool) */
-    spec_pair *alone = spec_pair_load(tpath, NULL, be, &pp, NULL, err, sizeof(err));
+    spec_pair *alone = spec_pair_load(tpath, NULL, be, &pp, NULL, NULL, err, sizeof(err));
     CHECK(alone != NULL);
     size_t target_bytes = backend_cpu_memory_used(be);
     spec_pair_free(alone);
@@ -61,15 +70,17 @@ int main(void) {
     /* room for the target and part of the draft: the draft is dropped */
     backend_cpu_limit_memory(be, target_bytes + 4096);
     FILE *log = tmpfile();
-    spec_pair *sp = spec_pair_load(tpath, dpath, be, &pp, log, err, sizeof(err));
-    CHECKF(sp != NULL, "the pair must load without its draft: %s", sp ? "" : err);
+    engine_status st = ENGINE_ERR_BACKEND;
+    spec_pair *sp = spec_pair_load(tpath, dpath, be, &pp, log, &st, err, sizeof(err));
+    CHECKF(sp != NULL && st == ENGINE_OK, "the pair must load without its draft: %s", sp ? "" : err);
     if (sp) {
         CHECK(su_draft(sp) == NULL && su_dpool(sp) == NULL && sp->draft_oom);
         char text[2048] = "";
         rewind(log);
         size_t n = fread(text, 1, sizeof(text) - 1, log);
         text[n] = 0;
-        CHECKF(strstr(text, "does not fit in memory") && strstr(text, "decoding without speculation"),
+        CHECKF(strstr(text, "does not fit in memory") && strstr(text, "decoding without speculation") &&
+               strstr(text, "out of memory"),
                "no warning on the log: '%s'", text);
         fprintf(stderr, "log: %s", text);
         /* plain decoding, token for token, with speculation asked for */
@@ -91,8 +102,8 @@ int main(void) {
 
     /* room for both: the draft is there and drafts */
     backend_cpu_limit_memory(be, 0);
-    sp = spec_pair_load(tpath, dpath, be, &pp, NULL, err, sizeof(err));
-    CHECK(sp && su_draft(sp) && !sp->draft_oom);
+    sp = spec_pair_load(tpath, dpath, be, &pp, NULL, &st, err, sizeof(err));
+    CHECK(sp && su_draft(sp) && !sp->draft_oom && st == ENGINE_OK);
     size_t pair_bytes = backend_cpu_memory_used(be);
     CHECK(pair_bytes > target_bytes);
     spec_pair_free(sp);
@@ -100,15 +111,16 @@ int main(void) {
 
     /* room for the draft's weights and scratch but not its KV pool (allocated last) */
     backend_cpu_limit_memory(be, pair_bytes - 1);
-    sp = spec_pair_load(tpath, dpath, be, &pp, NULL, err, sizeof(err));
-    CHECKF(sp && !su_draft(sp) && !su_dpool(sp) && sp->draft_oom, "draft KV pool OOM: %s", sp ? "draft kept" : err);
+    sp = spec_pair_load(tpath, dpath, be, &pp, NULL, &st, err, sizeof(err));
+    CHECKF(sp && !su_draft(sp) && !su_dpool(sp) && sp->draft_oom && st == ENGINE_OK, "draft KV pool OOM: %s",
+           sp ? "draft kept" : err);
     CHECK(backend_cpu_memory_used(be) == target_bytes); /* the dropped draft's scratch went back */
     spec_pair_free(sp);
 
     /* no room for the target: a clear failure, not a silent plain server */
     backend_cpu_limit_memory(be, target_bytes / 2);
-    sp = spec_pair_load(tpath, dpath, be, &pp, NULL, err, sizeof(err));
-    CHECKF(sp == NULL && err_is_oom(err) && strstr(err, "memory"), "target OOM: %s", sp ? "loaded" : err);
+    sp = spec_pair_load(tpath, dpath, be, &pp, NULL, &st, err, sizeof(err));
+    CHECKF(sp == NULL && says_oom(st, err), "target OOM: %s (%s)", sp ? "loaded" : err, engine_status_name(st));
     fprintf(stderr, "target OOM: %s\n", err);
     spec_pair_free(sp);
 
@@ -128,13 +140,14 @@ int main(void) {
     for (int c = 0; c < 2; c++) {
         for (int i = 0; i < 2; i++) {
             backend_cpu_limit_memory(be, 0);
-            model *m = model_load(bad[i], be, NULL, want, sizeof(want)); /* what the draft's load says */
-            CHECK(m == NULL);
+            engine_status wst = ENGINE_OK;
+            model *m = model_load(bad[i], be, NULL, &wst, want, sizeof(want)); /* what the draft's load says */
+            CHECK(m == NULL && wst == ENGINE_ERR_INVALID);
             model_free(m);
             backend_cpu_limit_memory(be, caps[c]);
-            sp = spec_pair_load(tpath, bad[i], be, &pp, NULL, err, sizeof(err));
-            CHECKF(sp == NULL && !strcmp(err, want) && !err_is_oom(err), "bad draft %s (cap %zu): %s", bad[i], caps[c],
-                   sp ? (sp->draft_oom ? "dropped as OOM" : "loaded") : err);
+            sp = spec_pair_load(tpath, bad[i], be, &pp, NULL, &st, err, sizeof(err));
+            CHECKF(sp == NULL && !strcmp(err, want) && st == ENGINE_ERR_INVALID, "bad draft %s (cap %zu): %s (%s)",
+                   bad[i], caps[c], sp ? (sp->draft_oom ? "dropped as OOM" : "loaded") : err, engine_status_name(st));
             spec_pair_free(sp);
             CHECK(backend_cpu_memory_used(be) == 0);
         }
@@ -143,8 +156,8 @@ int main(void) {
     /* another vocabulary: refused, as spec_pair's test checks, and not a shortage */
     backend_cpu_limit_memory(be, 0);
     tu_model(apath, sizeof(apath), "aidreams260K.gguf");
-    sp = spec_pair_load(tpath, apath, be, &pp, NULL, err, sizeof(err));
-    CHECKF(sp == NULL && strstr(err, "refused") && strstr(err, "differs") && !err_is_oom(err),
+    sp = spec_pair_load(tpath, apath, be, &pp, NULL, &st, err, sizeof(err));
+    CHECKF(sp == NULL && strstr(err, "refused") && strstr(err, "differs") && st == ENGINE_ERR_INVALID,
            "draft with another vocabulary: %s", sp ? "loaded" : err);
     spec_pair_free(sp);
     const char *tmp[] = {"not-a-model.gguf", "cut-short.gguf"};

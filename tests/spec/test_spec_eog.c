@@ -9,7 +9,7 @@
 /* A copy of src with key set to token id. */
 static void write_with_stop(const char *src, const char *dst, const char *key, int32_t id) {
     char err[512];
-    gguf_file *f = gguf_open(src, err, sizeof err);
+    gguf_file *f = gguf_open(src, NULL, err, sizeof err);
     if (!f) {
         fprintf(stderr, "gguf_open: %s\n", err);
         exit(1);

@@ -13,7 +13,7 @@ int main(void) {
     backend *be = backend_cpu_create(1);
 
     err[0] = 0;
-    spec_pair *bad = spec_pair_load(tpath, apath, be, NULL, NULL, err, sizeof(err));
+    spec_pair *bad = spec_pair_load(tpath, apath, be, NULL, NULL, NULL, err, sizeof(err));
     CHECK(bad == NULL);
     fprintf(stderr, "refused: %s\n", err);
     CHECKF(strstr(err, "token 259") != NULL, "message does not name token 259: %s", err);
@@ -26,7 +26,7 @@ int main(void) {
      * as large as the target: far above 20%) */
     char logbuf[4096] = "";
     FILE *log = fmemopen(logbuf, sizeof(logbuf) - 1, "w");
-    spec_pair *sp = spec_pair_load(tpath, dpath, be, NULL, log, err, sizeof(err));
+    spec_pair *sp = spec_pair_load(tpath, dpath, be, NULL, log, NULL, err, sizeof(err));
     fclose(log);
     CHECKF(sp != NULL, "%s", err);
     if (sp) {
@@ -36,11 +36,11 @@ int main(void) {
         CHECKF(strstr(logbuf, "WARNING") != NULL, "no warning for a draft at %.1f%% of the target: %s",
                sp->draft_mem_pct, logbuf);
         /* the same files give the same identities */
-        spec_pair *again = spec_pair_load(tpath, dpath, be, NULL, NULL, err, sizeof(err));
+        spec_pair *again = spec_pair_load(tpath, dpath, be, NULL, NULL, NULL, err, sizeof(err));
         CHECK(again && !strcmp(again->target_id.id, sp->target_id.id) && !strcmp(again->draft_id.id, sp->draft_id.id));
         spec_pair_free(again);
         /* aidreams has other weights and tokenizer: another identity */
-        spec_pair *ai = spec_pair_load(apath, NULL, be, NULL, NULL, err, sizeof(err));
+        spec_pair *ai = spec_pair_load(apath, NULL, be, NULL, NULL, NULL, err, sizeof(err));
         CHECK(ai && strcmp(ai->target_id.id, sp->target_id.id) != 0 &&
               ai->target_id.tokenizer_hash != sp->target_id.tokenizer_hash);
         spec_pair_free(ai);

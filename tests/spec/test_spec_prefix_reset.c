@@ -137,7 +137,7 @@ int main(void) {
     backend *be = backend_cpu_create(1);
     spec_pair_params pp = {.max_ctx = 256, .kv_blocks = 160, .prefix_cache = true};
     char err[1024];
-    spec_pair *sp = spec_pair_load(tpath, dpath, be, &pp, NULL, err, sizeof(err));
+    spec_pair *sp = spec_pair_load(tpath, dpath, be, &pp, NULL, NULL, err, sizeof(err));
     if (!sp) {
         fprintf(stderr, "spec_pair_load: %s\n", err);
         return 1;

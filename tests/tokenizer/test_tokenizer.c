@@ -18,7 +18,7 @@ static const char *g_models;
 static tokenizer *load(const char *rel, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", g_models, rel);
-    gguf_file *g = gguf_open(path, err, errlen);
+    gguf_file *g = gguf_open(path, NULL, err, errlen);
     if (!g) return NULL;
     tokenizer *t = tok_create(g, err, errlen);
     gguf_close(g); /* the tokenizer must not need the mapping */
@@ -448,7 +448,7 @@ static tokenizer *synth(const tokdef *defs, int ndefs, bool bytes, void (*extra)
     close(fd);
     tokenizer *t = NULL;
     if (gguf_writer_write(w, path, err, errlen) == 0) {
-        gguf_file *g = gguf_open(path, err, errlen);
+        gguf_file *g = gguf_open(path, NULL, err, errlen);
         if (g) t = tok_create(g, err, errlen);
         gguf_close(g);
     }
@@ -590,7 +590,7 @@ static void test_synthetic_flags_and_errors(void) {
     int fd = mkstemp(path);
     close(fd);
     CHECK(gguf_writer_write(w, path, err, sizeof err) == 0);
-    gguf_file *g = gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, NULL, err, sizeof err);
     CHECK(g != NULL);
     if (g) {
         t = tok_create(g, err, sizeof err);

@@ -331,7 +331,7 @@ static tokenizer *tok_from_writer(gguf_writer *w, char *err, size_t errlen) {
     if (fd < 0) { snprintf(err, errlen, "mkstemp failed"); gguf_writer_destroy(w); return NULL; }
     close(fd);
     if (gguf_writer_write(w, path, err, errlen) == 0) {
-        gguf_file *f = gguf_open(path, err, errlen);
+        gguf_file *f = gguf_open(path, NULL, err, errlen);
         if (f) { t = tok_create(f, err, errlen); gguf_close(f); }
     }
     unlink(path);
@@ -452,7 +452,7 @@ int main(void) {
     if (!models) SKIP("SPECD_MODELS not set");
     char path[4096], err[512];
     snprintf(path, sizeof path, "%s/tokenizer-vectors/ggml-vocab-gpt-2.gguf", models);
-    gguf_file *g = gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, NULL, err, sizeof err);
     if (!g) SKIP("cannot open %s: %s", path, err);
     tokenizer *t = tok_create(g, err, sizeof err);
     CHECKF(t != NULL, "tok_create: %s", err);

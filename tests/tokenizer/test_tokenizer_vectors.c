@@ -19,7 +19,7 @@ int main(void) {
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
 
-    gguf_file *g = gguf_open(path, err, sizeof err);
+    gguf_file *g = gguf_open(path, NULL, err, sizeof err);
     if (!g) SKIP("cannot open %s: %s", path, err);
     tokenizer *t = tok_create(g, err, sizeof err);
     CHECKF(t != NULL, "tok_create: %s", err);

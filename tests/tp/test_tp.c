@@ -25,7 +25,7 @@
 static int scenario(model *m, float *out, size_t *pool_bytes) {
     char err[512];
     int V = m->hp.n_vocab;
-    kv_pool *pool = model_kv_pool(m, 4, 32, err, sizeof err); /* small blocks: sequences straddle them */
+    kv_pool *pool = model_kv_pool(m, 4, 32, NULL, err, sizeof err); /* small blocks: sequences straddle them */
     CHECKF(pool != NULL, "pool: %s", err);
     if (!pool) return -1;
     *pool_bytes = kv_pool_bytes(pool);
@@ -87,7 +87,7 @@ static void run_case(const tp_case *tc, const char *dir) {
         return;
     }
     backend *be_ref = backend_cpu_create(1);
-    model *ref = model_load(path, be_ref, NULL, err, sizeof err);
+    model *ref = model_load(path, be_ref, NULL, NULL, err, sizeof err);
     CHECKF(ref != NULL, "%s: load: %s", tc->label, err);
     if (!ref) {
         backend_destroy(be_ref);
@@ -106,7 +106,7 @@ static void run_case(const tp_case *tc, const char *dir) {
         for (int r = 0; r < N; r++) bes[r] = backend_cpu_create(1);
         comm *c = N > 1 ? comm_local_create(bes, N) : NULL;
         CHECK(N == 1 || c != NULL);
-        model *m = model_load_tp(path, bes, N, c, NULL, err, sizeof err);
+        model *m = model_load_tp(path, bes, N, c, NULL, NULL, err, sizeof err);
         CHECKF(m != NULL, "%s N=%d: load: %s", tc->label, N, err);
         if (m) {
             memset(ltp, 0, nl * sizeof(float));
@@ -162,24 +162,24 @@ static void check_errors(const char *dir) {
     }
     comm *c3 = comm_local_create(bes, 3), *c2 = comm_local_create(bes, 2);
     /* 8 heads over 3 shards */
-    model *m = model_load_tp(path, bes, 3, c3, NULL, err, sizeof err);
+    model *m = model_load_tp(path, bes, 3, c3, NULL, NULL, err, sizeof err);
     CHECK(m == NULL);
     printf("N=3 on 8 heads: %s\n", err);
     CHECKF(strstr(err, "8 query heads") && strstr(err, "4 kv heads") && strstr(err, "3 shards"), "error: %s", err);
     model_free(m);
     /* ff 96 over 2 shards: w_down slices of 48 columns are not whole Q8_0 blocks of 32 */
-    m = model_load_tp(path, bes, 2, c2, NULL, err, sizeof err);
+    m = model_load_tp(path, bes, 2, c2, NULL, NULL, err, sizeof err);
     CHECK(m == NULL);
     printf("F/N not whole blocks: %s\n", err);
     CHECKF(strstr(err, "ffn_down") && strstr(err, "q8_0") && strstr(err, "slices of 48") && strstr(err, "blocks of 32"), "error: %s",
            err);
     model_free(m);
     /* a communicator of the wrong size */
-    m = model_load_tp(path, bes, 2, c3, NULL, err, sizeof err);
+    m = model_load_tp(path, bes, 2, c3, NULL, NULL, err, sizeof err);
     CHECKF(m == NULL && strstr(err, "communicator of 2 ranks"), "error: %s", err);
     model_free(m);
     /* the same file unsharded loads fine */
-    m = model_load_tp(path, bes, 1, NULL, NULL, err, sizeof err);
+    m = model_load_tp(path, bes, 1, NULL, NULL, NULL, err, sizeof err);
     CHECKF(m != NULL, "N=1: %s", err);
     model_free(m);
     comm_destroy(c3);

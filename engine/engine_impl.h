@@ -215,4 +215,25 @@ void *engine_main(void *arg);
  * before the thread starts) */
 void publish_pools(engine *e);
 
+/* One iteration's work and what came of it: sched_pick fills the first
+ * part under mu, sched_run the rest without it, sched_emit reads it all
+ * under mu again. */
+typedef struct {
+    req *pre;                     /* the request getting a prefill chunk (NULL: none) */
+    int n_run, n_pre;             /* running sequences (in e->bseq), prefilling requests */
+    int pre_rc;                   /* spec_seq_prefill: 1 done, 0 more chunks, -1 failed (err) */
+    int n_med, n_tree, n_chain;   /* the running sequences by path: Medusa, tree, chain */
+    int nb;                       /* chain micro-batches (e->bins) */
+    double pad;                   /* their padding ratio */
+    int n_calls;                  /* target calls made */
+    double med_ms;                /* the Medusa calls' wall time per Medusa sequence */
+    int step_rc, tree_rc, med_rc; /* 0, or -1 with the path's error */
+    char err[512], step_err[512], tree_err[512], med_err[512];
+} sched_step;
+
+/* The model work of one iteration (sched_run.c): w's first part as
+ * sched_pick left it, the rest filled. Engine thread, mu not held. */
+void sched_run(engine *e, sched_step *w);
+
+
 #endif

@@ -186,6 +186,8 @@ void spec_pair_free(spec_pair *sp); /* accepts NULL */
 /* Measures the cost model (draft 1-position call, target 1- and 5-position
  * calls) on scratch sequences; the pair's pools must have a few free blocks. */
 void spec_pair_calibrate(spec_pair *sp);
+/* Copies the draft model's cost figures into sp->costs (after they change). */
+void spec_pair_sync_draft_costs(spec_pair *sp);
 
 typedef struct {
     sampler_config sc;          /* ONE config for both draft and target */

@@ -621,6 +621,19 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         c->rx_len += len;
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (c->kind != GW_CONN_HTTP) return 0; /* answered and completed before its body was read */
+        if (c->body_complete) {
+            /* bytes past this body before its answer: a request pipelined
+             * behind a POST (RFC 9112 9.3.2: clients should not). lws 4.1
+             * hands them back to this state on every service pass until the
+             * transaction completes, spinning the loop (and re-running the
+             * request), and holding its input would stall our writes too;
+             * the request cannot wait its turn, so the connection closes
+             * (its running request is cancelled) */
+            gw_metrics_error("pipelined_request");
+            return -1;
+        }
+        c->body_complete = true;
         if (c->rx_too_big) {
             gw_metrics_error("message_too_large");
             return respond_json(c, 413, oa_simple_error(413, "message_too_large", "request body too large")) < 0 ? -1 : 0;

@@ -315,6 +315,16 @@ static int start_completion(gw_server *s, gw_conn *c, int api) {
     if (s->draining) {
         oe = status_error(ENGINE_ERR_SHUTTING_DOWN, "the server is shutting down");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
+    } else if (c->n_reqs + oq.n > s->cfg.max_requests_per_conn) {
+        /* the WebSocket rule (stream.c): each choice is a concurrent request
+         * of this connection; HTTP/1.1 serves one request at a time, so only
+         * n can pass the limit */
+        gw_metrics_error(GW_ERR_TOO_MANY_REQUESTS);
+        oe = (oa_error){.status = 429, .code = GW_ERR_TOO_MANY_REQUESTS};
+        snprintf(oe.param, sizeof(oe.param), "n");
+        snprintf(oe.message, sizeof(oe.message), GW_TOO_MANY_REQUESTS_MSG ": n = %d choices are %d concurrent "
+                 "requests, server.max_requests_per_connection is %d", oq.n, oq.n, s->cfg.max_requests_per_conn);
+        rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else if (s->pool.n_reqs + oq.n > s->cfg.max_requests_total) {
         oe = status_error(ENGINE_ERR_QUEUE_FULL, "the server is at its concurrent request limit; retry later");
         rc = respond_json(c, oe.status, oa_error_json(&oe));

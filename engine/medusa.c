@@ -165,7 +165,8 @@ static int load_tensor(const gguf_file *f, const char *fname, const char *name, 
     return 0;
 }
 
-/* Everything but the heads' own allocations is ENGINE_ERR_INVALID. */
+/* A failure is the file's (ENGINE_ERR_INVALID) except the heads' own
+ * allocations (ENGINE_ERR_OOM, from medusa_heads_create / _set_type). */
 static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expect_id, int dim, int n_vocab,
                                engine_status *st, char *err, size_t errlen) {
     engine_status_set(st, ENGINE_ERR_INVALID);
@@ -206,6 +207,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
     }
     medusa_heads *mh = medusa_heads_create((int)K, (int)L, (int)D, (int)V, !shared, st, err, errlen);
     if (!mh) return NULL;
+    engine_status_set(st, ENGINE_ERR_INVALID); /* what fails below is the file's */
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", tid);
     snprintf(mh->target_name, sizeof(mh->target_name), "%s", tname);
     const gguf_kv *acc = gguf_find(f, "medusa.accuracy");
@@ -246,7 +248,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
         goto fail;
     }
     if (wt != GGML_TYPE_F32 && medusa_heads_set_type(mh, wt, st, err, errlen) != 0) goto fail;
-    engine_status_set(st, ENGINE_ERR_INVALID); /* a tensor below */
+    engine_status_set(st, ENGINE_ERR_INVALID); /* again: set_type said ENGINE_OK */
     size_t rb = ggml_row_size(wt, D);
     for (uint32_t k = 0; k < K; k++) {
         for (uint32_t l = 0; l < L; l++) {

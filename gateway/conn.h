@@ -71,6 +71,7 @@ typedef struct gw_conn {
     /* HTTP */
     char path[256];
     bool is_post, headers_sent, finished;
+    bool body_complete;           /* the request's body is read (lws' BODY_COMPLETION came) */
     bool admin_ok;                /* bearer token matched (admin endpoints) */
     int status;
     int n_choices;                /* completions: choices of the request (its gw_reqs, while they run) */

@@ -32,7 +32,8 @@
 #define GW_ERR_DUPLICATE_ID "duplicate_id"
 #define GW_ERR_UNKNOWN_ID "unknown_id"
 #define GW_ERR_PROMPT_TOO_LONG "prompt_too_long"
-#define GW_ERR_TOO_MANY_REQUESTS "too_many_requests"
+#define GW_ERR_TOO_MANY_REQUESTS "too_many_requests" /* server.max_requests_per_connection, both protocols */
+#define GW_TOO_MANY_REQUESTS_MSG "too many concurrent requests on this connection" /* its message's start */
 #define GW_ERR_INTERNAL "internal"
 #define GW_ERR_INVALID_GRAMMAR "invalid_grammar" /* a grammar or JSON Schema that does not compile */
 

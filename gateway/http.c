@@ -315,6 +315,16 @@ static int start_completion(gw_server *s, gw_conn *c, int api) {
     if (s->draining) {
         oe = status_error(ENGINE_ERR_SHUTTING_DOWN, "the server is shutting down");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
+    } else if (c->n_reqs + oq.n > s->cfg.max_requests_per_conn) {
+        /* the WebSocket rule (stream.c): each choice is a concurrent request
+         * of this connection; HTTP/1.1 serves one request at a time, so only
+         * n can pass the limit */
+        gw_metrics_error(GW_ERR_TOO_MANY_REQUESTS);
+        oe = (oa_error){.status = 429, .code = GW_ERR_TOO_MANY_REQUESTS};
+        snprintf(oe.param, sizeof(oe.param), "n");
+        snprintf(oe.message, sizeof(oe.message), GW_TOO_MANY_REQUESTS_MSG ": n = %d choices are %d concurrent "
+                 "requests, server.max_requests_per_connection is %d", oq.n, oq.n, s->cfg.max_requests_per_conn);
+        rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else if (s->pool.n_reqs + oq.n > s->cfg.max_requests_total) {
         oe = status_error(ENGINE_ERR_QUEUE_FULL, "the server is at its concurrent request limit; retry later");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
@@ -621,6 +631,19 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         c->rx_len += len;
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (c->kind != GW_CONN_HTTP) return 0; /* answered and completed before its body was read */
+        if (c->body_complete) {
+            /* bytes past this body before its answer: a request pipelined
+             * behind a POST (RFC 9112 9.3.2: clients should not). lws 4.1
+             * hands them back to this state on every service pass until the
+             * transaction completes, spinning the loop (and re-running the
+             * request), and holding its input would stall our writes too;
+             * the request cannot wait its turn, so the connection closes
+             * (its running request is cancelled) */
+            gw_metrics_error("pipelined_request");
+            return -1;
+        }
+        c->body_complete = true;
         if (c->rx_too_big) {
             gw_metrics_error("message_too_large");
             return respond_json(c, 413, oa_simple_error(413, "message_too_large", "request body too large")) < 0 ? -1 : 0;

@@ -89,8 +89,8 @@ static void ws_handle_message(gw_server *s, gw_conn *c, const char *buf, size_t 
         else engine_cancel(s->eng, r->eid);
     } else if (gw_req_find(c, m.id)) {
         ws_error(c, m.id, "duplicate_id", "a request with this id is still active on this connection");
-    } else if (c->n_reqs >= s->cfg.max_requests_per_conn) {
-        ws_error(c, m.id, "too_many_requests", "too many concurrent requests on this connection");
+    } else if (c->n_reqs + 1 > s->cfg.max_requests_per_conn) { /* the HTTP rule too (http.c: n choices count n) */
+        ws_error(c, m.id, GW_ERR_TOO_MANY_REQUESTS, GW_TOO_MANY_REQUESTS_MSG);
     } else if (s->pool.n_reqs >= s->cfg.max_requests_total) {
         ws_error(c, m.id, gw_status_lookup(ENGINE_ERR_QUEUE_FULL)->ws_code,
                  "the server is at its concurrent request limit; retry later");

@@ -211,6 +211,20 @@ class Server:
             time.sleep(0.05)
 
 
+# ---- OpenAI request bodies ------------------------------------------------------------
+
+CHAT = "/v1/chat/completions"
+COMP = "/v1/completions"
+
+
+def oa_body(path, chat_text="Tell me a story about a cat.", prompt="Once upon a time", **fields):
+    """A request body for the OpenAI endpoint `path` (CHAT: one user message
+    chat_text; COMP: the prompt) with the other fields given."""
+    b = {"messages": [{"role": "user", "content": chat_text}]} if path == CHAT else {"prompt": prompt}
+    b.update(fields)
+    return b
+
+
 # ---- raw sockets (no client-side normalisation or protocol help) ----------------------
 
 def raw_exchange(port, data, timeout=5):

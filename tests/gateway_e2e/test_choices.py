@@ -18,14 +18,12 @@ import struct
 import subprocess
 import time
 
-from specd_e2e import Fail, Server, check, main, metric_value, skip
+from specd_e2e import CHAT, COMP, Fail, Server, check, main, metric_value, oa_body, skip
 
 MAX_CHOICES = 3
 CONFIG = ("server:\n  max_choices: %d\nspeculation:\n  tree: auto\n  tree_budget: 16\n  tree_depth: 5\n"
           "  tree_topk: 3\n" % MAX_CHOICES)
 FIXED = {"gamma": 4, "adaptive": False, "tree": "off"}  # a fixed γ, chains only: seeded sampling is then reproducible under any schedule
-CHAT = "/v1/chat/completions"
-COMP = "/v1/completions"
 
 
 def post(srv, path, body):
@@ -38,13 +36,7 @@ def text_of(chat, c):
 
 
 def body_for(path, **kw):
-    b = {"max_tokens": 32}
-    if path == CHAT:
-        b["messages"] = [{"role": "user", "content": "Tell me a story about a cat."}]
-    else:
-        b["prompt"] = "Once upon a time"
-    b.update(kw)
-    return b
+    return oa_body(path, **{"max_tokens": 32, **kw})
 
 
 def answer(srv, path, body):

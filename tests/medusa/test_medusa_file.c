@@ -109,23 +109,32 @@ int main(void) {
     }
 
     /* another target: refused, naming both */
-    medusa_heads *x = medusa_heads_load(hp, did, 64, 512, NULL, err, sizeof(err));
-    CHECK(!x);
+    engine_status st = ENGINE_OK;
+    medusa_heads *x = medusa_heads_load(hp, did, 64, 512, &st, err, sizeof(err));
+    CHECK(!x && st == ENGINE_ERR_INVALID);
     CHECKF(strstr(err, tid) && strstr(err, did) && strstr(err, "trained for"), "message: %s", err);
     fprintf(stderr, "wrong target: %s\n", err);
     /* the proposer checks it too */
     medusa_heads *wrong = make(2, 1, 64, 512, false, did);
-    CHECK(draft_medusa_create(sp, wrong, NULL, err, sizeof(err)) == NULL && strstr(err, "trained for"));
+    st = ENGINE_OK;
+    CHECK(draft_medusa_create(sp, wrong, &st, err, sizeof(err)) == NULL && strstr(err, "trained for") &&
+          st == ENGINE_ERR_INVALID);
     medusa_heads_destroy(wrong);
     /* shape mismatch, a model file */
-    CHECK(!medusa_heads_load(hp, NULL, 128, 512, NULL, err, sizeof(err)) && strstr(err, "hidden size"));
-    CHECK(!medusa_heads_load(tpath, NULL, 0, 0, NULL, err, sizeof(err)) && strstr(err, "not a medusa heads file"));
+    st = ENGINE_OK;
+    CHECK(!medusa_heads_load(hp, NULL, 128, 512, &st, err, sizeof(err)) && strstr(err, "hidden size") &&
+          st == ENGINE_ERR_INVALID);
+    st = ENGINE_OK;
+    CHECK(!medusa_heads_load(tpath, NULL, 0, 0, &st, err, sizeof(err)) && strstr(err, "not a medusa heads file") &&
+          st == ENGINE_ERR_INVALID);
     fprintf(stderr, "model file: %s\n", err);
 
     /* a NaN weight */
     a->params[77] = NAN;
     CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
-    CHECK(!medusa_heads_load(hp, tid, 64, 512, NULL, err, sizeof(err)) && strstr(err, "non-finite"));
+    st = ENGINE_OK;
+    CHECK(!medusa_heads_load(hp, tid, 64, 512, &st, err, sizeof(err)) && strstr(err, "non-finite") &&
+          st == ENGINE_ERR_INVALID);
     a->params[77] = 0.25f;
     CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
 
@@ -137,8 +146,9 @@ int main(void) {
     for (size_t len = 0; len < n; len += len < 2048 ? 1 : 97) {
         memcpy(cp, buf, len);
         err[0] = 0;
-        medusa_heads *t = medusa_heads_load_mem(cp, len, tid, 64, 512, NULL, err, sizeof(err));
-        if (t || !err[0]) trunc_ok = 0;
+        st = ENGINE_OK;
+        medusa_heads *t = medusa_heads_load_mem(cp, len, tid, 64, 512, &st, err, sizeof(err));
+        if (t || !err[0] || st != ENGINE_ERR_INVALID) trunc_ok = 0;
         medusa_heads_destroy(t);
     }
     CHECK(trunc_ok);
@@ -157,15 +167,17 @@ int main(void) {
             cp[at] ^= (uint8_t)(1u << (rnd() % 8));
         }
         err[0] = 0;
-        medusa_heads *t = medusa_heads_load_mem(cp, n, tid, 64, 512, NULL, err, sizeof(err));
+        st = ENGINE_ERR_BACKEND;
+        medusa_heads *t = medusa_heads_load_mem(cp, n, tid, 64, 512, &st, err, sizeof(err));
         if (t) {
+            bad += st != ENGINE_OK;
             loaded++;
             for (size_t i = 0; i < t->n_params; i++) bad += !isfinite(t->params[i]);
             bad += t->dim != 64 || t->n_vocab != 512 || t->n_heads < 1 || t->n_heads > MEDUSA_MAX_HEADS;
             medusa_heads_destroy(t);
         } else {
             refused++;
-            bad += !err[0];
+            bad += !err[0] || st != ENGINE_ERR_INVALID; /* a flip is bad input, never a shortage */
         }
     }
     fprintf(stderr, "byte flips: %d loaded, %d refused with a message\n", loaded, refused);

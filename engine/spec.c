@@ -157,18 +157,20 @@ static bool prefix_lockstep(const spec_pair *sp, const spec_seq_params *p, bool 
     return d && has_ds && d->i->prefix_attach && p->speculate && method_uses(p->method, SPEC_DRAFTER_MODEL);
 }
 
-/* Attaches the cached prefix of the prompt to the target cache and, in
- * lockstep, to the draft's; the shorter of the two hits wins in both. At least
- * the last prompt token is left to prefill (its logits give the first token). */
+/* Attaches the cached prefix of the prompt to the target cache and, for a
+ * sequence that may draft with the draft model, to the draft's, at most the
+ * target's length: the draft may start behind (a draft that never drafted
+ * left no blocks) and catches up at its first proposal, which keeps the cache
+ * invariant (the draft never ahead) and the outputs. At least the last prompt
+ * token is left to prefill (its logits give the first token). */
 static void prefix_attach(spec_seq *s, const int32_t *prompt, int n) {
     spec_pair *sp = s->sp;
     int lt = kv_seq_attach(sp->tpool, s->tkv, prompt, n, n - 1);
     if (prefix_lockstep(sp, &s->prm, s->ds[SPEC_DRAFTER_MODEL] != NULL)) {
         drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
         int ld = d->i->prefix_attach(d, s->ds[SPEC_DRAFTER_MODEL], prompt, n, lt);
-        if (ld < lt) kv_seq_truncate(sp->tpool, s->tkv, lt = ld);
         s->st.prefix_draft_offered += (uint64_t)n;
-        s->st.prefix_draft_reused += (uint64_t)lt;
+        s->st.prefix_draft_reused += (uint64_t)ld;
     }
     s->st.prefix_offered += (uint64_t)n;
     s->st.prefix_reused += (uint64_t)lt;
@@ -176,8 +178,8 @@ static void prefix_attach(spec_seq *s, const int32_t *prompt, int n) {
 
 /* After a hard reset (both caches emptied): takes back from the index the
  * cached full blocks of the accepted positions [0, want) — the sequence's own,
- * idle since the truncate, or a twin — with the same lockstep rule as
- * prefix_attach. Indexed blocks hold positions that were final when
+ * idle since the truncate, or a twin — with the same rule as prefix_attach
+ * (the draft at most the target's length). Indexed blocks hold positions that were final when
  * published, so they are what a re-prefill would compute. Returns the target
  * length attached (the re-prefill starts there; the draft catches up from its
  * own, never longer, length on its next proposal). */
@@ -186,8 +188,7 @@ static int prefix_reattach(spec_seq *s, int want) {
     int lt = kv_seq_attach(sp->tpool, s->tkv, s->tokens, want, want);
     if (lt > 0 && prefix_lockstep(sp, &s->prm, s->ds[SPEC_DRAFTER_MODEL] != NULL)) {
         drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
-        int ld = d->i->prefix_attach(d, s->ds[SPEC_DRAFTER_MODEL], s->tokens, want, lt);
-        if (ld < lt) kv_seq_truncate(sp->tpool, s->tkv, lt = ld);
+        d->i->prefix_attach(d, s->ds[SPEC_DRAFTER_MODEL], s->tokens, want, lt);
     }
     s->st.kv_reset_reused += (uint64_t)lt;
     return lt;

@@ -49,11 +49,25 @@ double tree_ctl_rate(const tree_ctl *c, int e, int batch) {
     return c->tpp[e] / (ms * c->speed);
 }
 
+/* The most tree entry e could deliver per ms: every level accepted plus the
+ * bonus, nothing spent beyond its share of the verify pass. */
+static double ceiling(const tree_ctl *c, int e, int batch) {
+    double ms = t_of(c, batch * (c->menu[e].budget + 1)) / (double)batch * c->speed;
+    return (c->menu[e].depth + 1) / (ms > 1e-6 ? ms : 1e-6);
+}
+
+/* Whether trying e can pay: a tree whose ceiling is below what the chain path
+ * measurably delivers never wins, so probing it only costs (a 16-node tree
+ * on a compute-bound curve: measured 15% of the conc-1 speed). */
+static bool worth_trying(const tree_ctl *c, int e, int batch) {
+    return e == 0 || !c->seen[0] || ceiling(c, e, batch) > tree_ctl_rate(c, 0, batch);
+}
+
 int tree_ctl_pick(const tree_ctl *c, int batch) {
     for (int e = 0; e < c->n; e++)
-        if (c->seen[e] < c->explore) return e;
+        if (c->seen[e] < c->explore && worth_trying(c, e, batch)) return e;
     for (int e = 0; e < c->n; e++)
-        if (c->age[e] >= (long)c->reprobe << c->backoff[e]) return e;
+        if (c->age[e] >= (long)c->reprobe << c->backoff[e] && worth_trying(c, e, batch)) return e;
     /* a tree must beat the chain path by TREE_MARGIN: measurements are noisy,
      * and a tree that only ties costs compute other sequences could use */
     int best = 0;

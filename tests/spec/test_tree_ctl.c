@@ -6,7 +6,8 @@
  * but the chain path at a batch of 8; measured rows, not budgets, are the
  * cost, and so is wall time the curve does not explain (a slow proposer);
  * entries left unobserved for `reprobe` steps are tried again (ever less
- * often when far below the best); a host that slows down after the trees
+ * often when far below the best), but never an entry whose best case (every
+ * level accepted) is below what the chain delivers; a host that slows down after the trees
  * were measured does not make them look cheaper than the chain; a controller seeded from an engine-wide one skips its exploration;
  * the policy bounds (tree_budget/depth/topk) bound the menu. */
 #include "engine/tree_ctl.h"
@@ -125,8 +126,31 @@ int main(void) {
                wrong, after);
         CHECKF(tree_ctl_pick(&c, 1) == 0 || c.age[tree_ctl_pick(&c, 1)] >= c.reprobe, "settled on entry %d",
                tree_ctl_pick(&c, 1));
-        /* the far-worse big tree backs off its re-probes */
-        CHECKF(c.backoff[3] > 0, "backoff of the 16-node tree %d", c.backoff[3]);
+        /* the far-worse big tree backs off its re-probes, or is never tried:
+         * its ceiling (6 tokens a pass of 17 rows, 4x) is under the chain's 3.3 */
+        CHECKF(c.backoff[3] > 0 || c.picks[3] == 0, "backoff of the 16-node tree %d, picks %ld", c.backoff[3],
+               c.picks[3]);
+    }
+    /* hopeless entries are not explored: on a compute-bound curve a tree of
+     * depth d can deliver at most d + 1 tokens for its budget + 1 rows, so once
+     * the chain delivers 3 tokens in a 5-row pass (0.6 per row-unit), the
+     * 8- and 16-node trees (5/9 and 6/17) are never tried; the 4-node tree's
+     * ceiling (4/5) is above it, and it is tried */
+    {
+        double lin[TREE_CTL_ROWS + 1] = {0};
+        curve(lin, 1);
+        tree_ctl_init(&c, lin, 16, 5, 3);
+        long tried[TREE_CTL_MENU] = {0};
+        for (int step = 0; step < 400; step++) {
+            int k = tree_ctl_pick(&c, 1);
+            tried[k]++;
+            int rows = k == 0 ? 5 : c.menu[k].budget + 1;
+            tree_ctl_observe(&c, k, k == 0 ? 3 : 2, rows, 1, rows, lin[rows]);
+        }
+        CHECKF(c.menu[1].budget == 4 && tried[1] >= c.explore, "the 4-node tree tried %ld times", tried[1]);
+        for (int k = 2; k < c.n; k++)
+            CHECKF(tried[k] == 0, "entry %d (%d nodes) tried %ld times with a ceiling under the chain", k,
+                   c.menu[k].budget, tried[k]);
     }
     /* bounds */
     tree_ctl_init(&c, t, 1, 8, 4);

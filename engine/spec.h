@@ -301,8 +301,9 @@ void spec_seq_set_gamma_params(spec_seq *s, const gamma_params *gp);
 
 /* Prefix reuse. spec_seq_create attaches the longest cached run of the
  * prompt's full blocks to the target cache and, for a sequence that may use
- * the draft model, the same length to the draft cache (a hit in one pool
- * only reuses the shorter), always leaving at least the last prompt token to
+ * the draft model, the draft's own cached run, at most the target's length
+ * (a draft that starts behind catches up at its first proposal; the draft is
+ * never ahead), always leaving at least the last prompt token to
  * prefill; the rest is prefilled as usual. Full blocks are offered to the
  * caches as the sequence's tokens become final. Outputs never change: the
  * reused rows are the ones a prefill of the same tokens computes.
@@ -320,7 +321,7 @@ void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]);
 /* Cache-invariant check (also run by every step): on mismatch the caches are
  * reset and re-prefilled from the tokens, counted in kv_resets; with the
  * prefix cache on, the cached full blocks of the accepted tokens are attached
- * again first (both pools in lockstep, as at creation; counted in
+ * again first (by the same rule as at creation; counted in
  * kv_reset_reused) and only the rest is re-prefilled. Returns 0 if
  * the caches were consistent, 1 after a successful reset, -1 if re-prefill failed. */
 int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen);

@@ -525,6 +525,7 @@ static void emit_medusa(engine *e, const sched_step *w) {
         const spec_step_info *si = &e->uinfo[k];
         if (med_rc == 0) {
             path_note(e, r, 1, si, w->med_ms);
+            if (r->auto_medusa) spec_seq_note_other_step(r->seq); /* the draft's fallback clock runs on */
             r->pub_gamma = si->gamma;
             r->pub_method = si->method;
             r->pub_shape = e->medusa_sh;

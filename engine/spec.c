@@ -600,6 +600,12 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
     return 0;
 }
 
+void spec_seq_note_other_step(spec_seq *s) {
+    if (!s->prm.speculate) return;
+    if (method_uses(s->prm.method, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
+    if (method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
+}
+
 void spec_seq_keep_hidden(spec_seq *s, float *h, int *at) {
     s->hid = h;
     s->hid_at = h ? at : NULL;

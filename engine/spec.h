@@ -288,6 +288,13 @@ int spec_seq_plan(spec_seq *s, int max_new, int batch);
 int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
                             spec_step_info *info, char *err, size_t errlen);
 
+/* The sequence took a step on another proposer (Medusa trees, outside
+ * this file): its drafters' controllers count it as a plain step, so a
+ * fallback's countdown to its next probe keeps running (else a sequence the
+ * auto method keeps on Medusa while its draft is in fallback never probes the
+ * draft again, and both paths look like plain decoding). */
+void spec_seq_note_other_step(spec_seq *s);
+
 /* Every later chain step (spec_step_batch*, plain steps included) copies
  * the target's final-normed hidden state of the row that sampled the
  * sequence's last token into h (D floats) and sets *at to n_tokens — what a

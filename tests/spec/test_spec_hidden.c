@@ -5,7 +5,9 @@
  * hidden state at the row that sampled the sequence's last token, i.e. what
  * a fresh prefill of every token but the last computes at its last row, and
  * the count it is for is the sequence's n_tokens. A wrong row (one off either
- * way) fails on the first speculative step. */
+ * way) fails on the first speculative step. And a step on another proposer
+ * (spec_seq_note_other_step: Medusa, for the auto method) advances the
+ * draft's fallback countdown as a plain step does. */
 #include "tests/spec/spec_util.h"
 
 typedef struct {
@@ -72,6 +74,24 @@ int main(void) {
         fprintf(stderr, "draft %s: %d steps checked, worst relative difference %.2e, %d over 1e-3\n",
                 d ? "random" : "self", c.checked, c.worst, c.fails);
         CHECK(c.checked >= 3 * 4 && c.fails == 0);
+        /* steps on another proposer (Medusa) run the draft's fallback clock
+         * like plain steps: after plain_left of them it probes again */
+        {
+            spec_seq_params prm = su_params(0.0f, 1, 4, true);
+            char err[512];
+            spec_seq *s = spec_seq_start(sp, prompts[0].ids, prompts[0].n, &prm, err, sizeof err);
+            CHECKF(s, "%s", err);
+            if (s) {
+                s->ctl.plain_left = 5;
+                uint64_t p0 = s->ctl.probes;
+                for (int k = 0; k < 4; k++) spec_seq_note_other_step(s);
+                CHECK(s->ctl.plain_left == 1 && s->ctl.probes == p0);
+                spec_seq_note_other_step(s);
+                CHECKF(s->ctl.plain_left == 0 && s->ctl.probes == p0 + 1, "plain_left %d, probes %llu", s->ctl.plain_left,
+                       (unsigned long long)(s->ctl.probes - p0));
+                spec_seq_free(s);
+            }
+        }
         free(c.h), free(c.ref), free(c.logits);
         spec_pair_free(sp);
     }

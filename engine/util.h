@@ -10,16 +10,20 @@
 #include "engine/errkind.h"
 #include "kernels/clock.h"
 
-/* Writes the formatted message into err (at most n bytes, NUL-terminated;
- * nothing when err is NULL or n is 0) and returns -1, so a failing path reads
- * `return util_fail(err, errlen, "...", ...);`. */
+/* The va_list form under both helpers below: writes the formatted message
+ * into err (at most n bytes, NUL-terminated; nothing when err is NULL or n
+ * is 0). */
+static inline void util_vformat(char *err, size_t n, const char *fmt, va_list ap) {
+    if (err && n) vsnprintf(err, n, fmt, ap);
+}
+
+/* Writes the formatted message into err (as util_vformat) and returns -1, so
+ * a failing path reads `return util_fail(err, errlen, "...", ...);`. */
 __attribute__((format(printf, 3, 4))) static inline int util_fail(char *err, size_t n, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    util_vformat(err, n, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -28,12 +32,10 @@ __attribute__((format(printf, 3, 4))) static inline int util_fail(char *err, siz
 __attribute__((format(printf, 5, 6))) static inline int util_fail_st(engine_status *st, engine_status kind, char *err,
                                                                      size_t n, const char *fmt, ...) {
     engine_status_set(st, kind);
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    util_vformat(err, n, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

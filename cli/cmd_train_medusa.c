@@ -6,6 +6,7 @@
  * writes measured heads. */
 #include "cli/cmd.h"
 #include "cli/util.h"
+#include "engine/medusa_distill.h"
 #include "engine/medusa_train.h"
 #include "engine/spec.h"
 
@@ -29,9 +30,13 @@ static void usage(FILE *f) {
             "  --layers L         ResBlocks per head (1, at most %d)\n"
             "  --own-output       each head gets its own copy of the output matrix (default: shared)\n"
             "  --type T           storage type of the heads' matrices: f32 (default), f16, q8_0\n"
-            "  --self-distill     train on the target's own sampled continuations of corpus prompts\n"
+            "  --self-distill     train on the target's own continuations of corpus prompts\n"
             "  --gen-len N        tokens generated per prompt with --self-distill (192)\n"
-            "  --samples N        continuations per prompt with --self-distill (1)\n"
+            "  --samples N        continuations per document with --self-distill, each from a longer\n"
+            "                     prefix of it (1)\n"
+            "  --distill-temp T   temperature of the continuations (0: greedy, the default: what greedy\n"
+            "                     verification accepts)\n"
+            "  --distill-batch B  continuations generated in lockstep (16)\n"
             "  --tokens N         most training positions (200000; hidden states take N x dim x 4 bytes)\n"
             "  --epochs E         passes over the positions (1)      --steps N   exact step count instead\n"
             "  --lr LR            peak learning rate (0.001)        --batch B   positions per step (64)\n"
@@ -55,45 +60,6 @@ static int next_doc(const char **p, const char *end, const char **ds, size_t *dl
         }
     }
     return 0;
-}
-
-static uint64_t mix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* prompt (n_prompt tokens) followed by gen sampled tokens of the target at T = 1,
- * into out; returns the length (stops at end of generation). */
-static int self_distill(spec_pair *sp, const int32_t *prompt, int n_prompt, int gen, int32_t *out, float *logits,
-                        uint64_t *rs, char *err, size_t errlen) {
-    model *m = sp->target;
-    int V = m->hp.n_vocab;
-    kv_seq *kv = kv_seq_create(sp->tpool, n_prompt + gen + 1);
-    if (!kv) return -1;
-    memcpy(out, prompt, sizeof(int32_t) * (size_t)n_prompt);
-    int n = n_prompt;
-    if (model_feed(m, sp->tpool, kv, out, 0, n, logits, err, errlen) != 0) n = -1;
-    while (n > 0 && n < n_prompt + gen) {
-        float mx = logits[0];
-        for (int v = 1; v < V; v++) mx = logits[v] > mx ? logits[v] : mx;
-        double s = 0;
-        for (int v = 0; v < V; v++) s += exp((double)(logits[v] - mx));
-        double u = (double)(mix(rs) >> 11) / 9007199254740992.0 * s, c = 0;
-        int t = V - 1;
-        for (int v = 0; v < V; v++)
-            if ((c += exp((double)(logits[v] - mx))) > u) {
-                t = v;
-                break;
-            }
-        out[n++] = t;
-        if (tok_is_eog(sp->tok, t) || n >= m->mp.max_ctx) break;
-        model_seq ms = {.kv = kv, .n = 1, .tokens = &out[n - 1]};
-        if (model_forward(m, sp->tpool, &ms, 1, logits, err, errlen) != 0) n = -1;
-    }
-    kv_seq_destroy(sp->tpool, kv);
-    return n;
 }
 
 typedef struct {
@@ -120,6 +86,10 @@ int cmd_train_medusa(int argc, char **argv) {
     const char *target = NULL, *out = NULL, *corpora[16];
     int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192, samples = 1;
     bool own = false, distill = false, quiet = false;
+    float dtemp = 0.0f;
+    int32_t **prs = NULL; /* --self-distill: the prompts, continued after the corpus is read */
+    int *prl = NULL, n_pr = 0, pr_cap = 0;
+    int dbatch = 16;
     int wtype = GGML_TYPE_F32;
     long max_tokens = 200000;
     medusa_train_opts o;
@@ -149,6 +119,8 @@ int cmd_train_medusa(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--self-distill")) distill = true;
+        else if (!strcmp(a, "--distill-temp")) dtemp = (float)arg_double(argc, argv, &i, 0, 4);
+        else if (!strcmp(a, "--distill-batch")) dbatch = (int)arg_long(argc, argv, &i, 1, 256);
         else if (!strcmp(a, "--gen-len")) gen_len = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--samples")) samples = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--tokens")) max_tokens = arg_long(argc, argv, &i, 16, 100000000);
@@ -191,9 +163,8 @@ int cmd_train_medusa(int argc, char **argv) {
     float *O = mh ? medusa_target_output(m, err, sizeof(err)) : NULL;
     medusa_data *d = medusa_data_create(D, K, max_tokens);
     int cap = pp.max_ctx;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap * 2), *gen = malloc(sizeof(int32_t) * (size_t)cap * 2);
-    float *logits = malloc(sizeof(float) * (size_t)V);
-    if (!mh || !O || !d || !toks || !gen || !logits) {
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap * 2);
+    if (!mh || !O || !d || !toks) {
         fprintf(stderr, "specd train-medusa: %s\n", mh && O ? "out of memory for the hidden states (lower --tokens)" : err);
         goto done;
     }
@@ -235,16 +206,29 @@ int cmd_train_medusa(int argc, char **argv) {
                     n_text += ns;
                     continue;
                 }
-                /* the target's own continuations of this segment's start */
-                int np = ns / 4 < 4 ? (ns < 4 ? ns : 4) : (ns / 4 > 32 ? 32 : ns / 4);
-                for (int r = 0; r < samples && d->n < d->cap; r++) {
-                    int ng = self_distill(sp, seg, np, gen_len, gen, logits, &rs, err, sizeof(err));
-                    if (ng < 0 || medusa_data_add(d, m, sp->tpool, gen, ng, chunk + 1, err, sizeof(err)) < 0) {
-                        fprintf(stderr, "specd train-medusa: %s\n", err);
+                /* the target's own continuations of prefixes of this segment, each a
+                 * little longer: greedy continuations of one prefix would be alike */
+                for (int r = 0; r < samples; r++) {
+                    if (n_pr == pr_cap) {
+                        int nc = pr_cap ? 2 * pr_cap : 256;
+                        int32_t **np2 = realloc(prs, sizeof(*prs) * (size_t)nc);
+                        int *nl2 = np2 ? realloc(prl, sizeof(int) * (size_t)nc) : NULL;
+                        if (np2) prs = np2;
+                        if (!nl2) {
+                            fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
+                            free(text);
+                            goto done;
+                        }
+                        prl = nl2, pr_cap = nc;
+                    }
+                    int np = ns < 4 ? ns : 4 + (int)((int64_t)(ns - 4) * r / samples);
+                    if (!(prs[n_pr] = malloc(sizeof(int32_t) * (size_t)np))) {
+                        fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
                         free(text);
                         goto done;
                     }
-                    n_text += ng;
+                    memcpy(prs[n_pr], seg, sizeof(int32_t) * (size_t)np);
+                    prl[n_pr++] = np;
                 }
             }
             n_docs++;
@@ -252,6 +236,20 @@ int cmd_train_medusa(int argc, char **argv) {
                 fprintf(stderr, "\rhidden states: %lld positions from %d documents", (long long)d->n, n_docs);
         }
         free(text);
+    }
+    /* the continuations, a few batches at a time so progress shows */
+    for (int i = 0; i < n_pr && d->n < d->cap && !stop_flag; i += 4 * dbatch) {
+        int g = n_pr - i < 4 * dbatch ? n_pr - i : 4 * dbatch;
+        int64_t before = d->n;
+        if (medusa_distill_add(d, m, sp->tok, (const int32_t *const *)prs + i, prl + i, g, gen_len, dtemp, dbatch,
+                               &rs, NULL, NULL, err, sizeof(err)) < 0) {
+            fprintf(stderr, "specd train-medusa: %s\n", err);
+            goto done;
+        }
+        n_text += d->n - before;
+        if (!quiet)
+            fprintf(stderr, "\rhidden states: %lld positions from %d of %d continuations (%.0f positions/s)",
+                    (long long)d->n, i + g, n_pr, d->n / ((now_ms() - t_start) / 1e3));
     }
     double t_hidden = now_ms() - t_start;
     fprintf(stderr, "%shidden states: %lld positions from %d documents%s in %.1f s\n", quiet ? "" : "\r",
@@ -301,9 +299,10 @@ int cmd_train_medusa(int argc, char **argv) {
     rc = 0;
 done:
     if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
+    for (int i = 0; i < n_pr; i++) free(prs[i]);
+    free(prs);
+    free(prl);
     free(toks);
-    free(gen);
-    free(logits);
     free(O);
     medusa_data_destroy(d);
     medusa_heads_destroy(mh);

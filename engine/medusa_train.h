@@ -10,8 +10,8 @@
  * top-1..top-8 accuracies stored in the heads file.
  *
  * Not here: soft targets from the target's distribution (self-distillation
- * uses the target's own generated text as the training text: see
- * cmd_train_medusa.c), on-disk caches of the hidden states.
+ * uses the target's own generated text as the training text, with the
+ * hidden states of the generating passes: medusa_distill.h), on-disk caches of the hidden states.
  *
  * Threading: one caller thread; medusa_train fans out over its own threads. */
 #ifndef SPECD_MEDUSA_TRAIN_H

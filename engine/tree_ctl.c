@@ -16,6 +16,7 @@ void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_
     memset(c, 0, sizeof(*c));
     c->explore = 3;
     c->reprobe = 48;
+    c->retire = TREE_CTL_RETIRE;
     c->speed = 1.0;
     for (int i = 0; i < (int)(sizeof(menu) / sizeof(menu[0])) && c->n < TREE_CTL_MENU; i++) {
         tree_shape s = menu[i];
@@ -63,11 +64,18 @@ static bool worth_trying(const tree_ctl *c, int e, int batch) {
     return e == 0 || !c->seen[0] || ceiling(c, e, batch) > tree_ctl_rate(c, 0, batch);
 }
 
+/* Steps e waits unobserved before its re-probe: longer when it lost the last
+ * ones (backoff), far longer once it lost `retire` in a row (retired). */
+static long wait_of(const tree_ctl *c, int e) {
+    bool retired = e > 0 && c->losses[e] >= c->retire;
+    return (long)c->reprobe << (retired ? TREE_CTL_RETIRED_SHIFT : c->backoff[e]);
+}
+
 int tree_ctl_pick(const tree_ctl *c, int batch) {
     for (int e = 0; e < c->n; e++)
         if (c->seen[e] < c->explore && worth_trying(c, e, batch)) return e;
     for (int e = 0; e < c->n; e++)
-        if (c->age[e] >= (long)c->reprobe << c->backoff[e] && worth_trying(c, e, batch)) return e;
+        if (c->age[e] >= wait_of(c, e) && worth_trying(c, e, batch)) return e;
     /* a tree must beat the chain path by TREE_MARGIN: measurements are noisy,
      * and a tree that only ties costs compute other sequences could use */
     int best = 0;
@@ -84,7 +92,7 @@ void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior) {
         for (int f = 0; f < prior->n; f++) {
             if (memcmp(&c->menu[e], &prior->menu[f], sizeof(tree_shape)) || !prior->seen[f]) continue;
             c->tpp[e] = prior->tpp[f], c->rows[e] = prior->rows[f], c->extra_ms[e] = prior->extra_ms[f];
-            c->backoff[e] = prior->backoff[f];
+            c->backoff[e] = prior->backoff[f], c->losses[e] = prior->losses[f];
             c->speed = prior->speed;
             c->seen[e] = prior->seen[f] < c->explore ? prior->seen[f] : c->explore;
         }
@@ -93,6 +101,9 @@ void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior) {
 void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int call_rows, double step_ms) {
     if (e < 0 || e >= c->n) return;
     double a = c->seen[e] ? EWMA : 1.0;
+    /* a re-probe: explored, and unobserved for `reprobe` observations (at a
+     * batch of B, the engine-wide controller sees one step's B at once) */
+    bool reprobed = c->seen[e] >= c->explore && c->age[e] >= c->reprobe;
     for (int f = 0; f < c->n; f++) c->age[f]++;
     c->age[e] = 0;
     c->tpp[e] += a * ((double)tokens - c->tpp[e]);
@@ -113,14 +124,16 @@ void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int c
     double extra = step_ms / c->speed - share, ax = 1.0 / (double)(c->seen[e] + 1);
     c->extra_ms[e] += (ax > EXTRA_EWMA ? ax : EXTRA_EWMA) * (extra - c->extra_ms[e]);
     c->seen[e]++;
-    /* an entry well below the best backs off; near it, it is re-probed as usual */
+    /* an entry well below the best backs off, and a tree that stays there
+     * after its exploration retires; near it, it is re-probed as usual */
     double best = 0;
     for (int f = 0; f < c->n; f++)
         if (c->seen[f] && tree_ctl_rate(c, f, batch) > best) best = tree_ctl_rate(c, f, batch);
     if (tree_ctl_rate(c, e, batch) < BACKOFF_BELOW * best) {
         if (c->backoff[e] < BACKOFF_MAX) c->backoff[e]++;
+        if (e > 0 && reprobed && c->losses[e] < c->retire) c->losses[e]++;
     } else {
-        c->backoff[e] = 0;
+        c->backoff[e] = 0, c->losses[e] = 0;
     }
 }
 

@@ -16,10 +16,24 @@
  * cost is split into a host speed common to all entries (`speed`) and each
  * entry's own cost in the curve's units: a slowdown seen by the chain alone
  * does not make stale trees look cheaper. An entry found well below the best
- * is re-probed ever less often (backoff, up to 16x). Every entry is
- * tried `explore` times first; tree_ctl_seed starts a sequence's controller
- * from what earlier sequences learned, so short requests do not pay the
- * exploration.
+ * (under 0.8 of its rate) is re-probed ever less often (backoff, up to 16x).
+ * A tree found well below the best on `retire` (TREE_CTL_RETIRE, 3)
+ * re-probes in a row (observations after its exploration that follow
+ * `reprobe` others: at a batch of B the engine-wide controller sees one
+ * step's B at once; one not well below the best resets the count) is
+ * retired: it is no longer re-probed at the usual intervals (a 4-node tree
+ * whose ceiling is above the chain but whose steps measured 0.79x it, probed
+ * forever, cost auto ~7% on a Q8_0 target at concurrency 1). Retirement is
+ * not forever: what pays changes with the batch and the text, so a retired
+ * entry is probed once after reprobe << TREE_CTL_RETIRED_SHIFT (64x) steps
+ * unobserved; a probe not well below the best returns it to the usual
+ * rotation, one that is keeps it retired for another such wait. The chain
+ * path (entry 0) is never retired, and the pick itself still compares every
+ * entry's averages.
+ * Every entry is tried `explore` times first; tree_ctl_seed starts a
+ * sequence's controller from what earlier sequences learned (its retired
+ * entries included), so short requests do not pay the exploration;
+ * tree_ctl_init forgets all of it.
  *
  * Threading: one controller per sequence, engine thread. */
 #ifndef SPECD_TREE_CTL_H
@@ -30,6 +44,8 @@
 
 #define TREE_CTL_MENU 8
 #define TREE_CTL_ROWS COST_CURVE_ROWS /* t(rows) is measured up to here, extrapolated linearly beyond */
+#define TREE_CTL_RETIRE 3         /* consecutive losing re-probes that retire a tree (the default of `retire`) */
+#define TREE_CTL_RETIRED_SHIFT 6  /* a retired entry waits reprobe << this (64x) steps for its next probe */
 
 typedef struct {
     int n;                          /* menu entries; entry 0 is the chain path (budget 0) */
@@ -43,11 +59,14 @@ typedef struct {
     long age[TREE_CTL_MENU];        /* observations of other entries since this one's last */
     cost_curve curve;               /* t(rows): ms of one verify pass (cost_curve.h) */
     int backoff[TREE_CTL_MENU];     /* an entry well below the best waits reprobe << backoff steps */
+    int losses[TREE_CTL_MENU];      /* re-probes in a row well below the best;
+                                     * >= retire: retired (waits reprobe << TREE_CTL_RETIRED_SHIFT) */
     double speed;                   /* the host now against when t_rows was measured (EWMA of step
                                      * time over its prediction; 1 = as measured) */
     int explore;                    /* passes each entry gets before the controller exploits */
     int reprobe;                    /* an entry unobserved this many steps is tried again (what pays
                                      * changes with the batch and the text) */
+    int retire;                     /* losing re-probes in a row that retire a tree (TREE_CTL_RETIRE) */
 } tree_ctl;
 
 /* Builds the menu (the chain path; trees of 4, 8, 16 nodes and the bounds'
@@ -58,8 +77,9 @@ typedef struct {
 void tree_ctl_init(tree_ctl *c, const double *t_rows, int budget_max, int depth_max, int topk_max);
 
 /* Starts c (just initialised) from what prior (an engine-wide controller fed
- * by every sequence) learned for the same shapes: each entry's averages, and
- * its exploration counted as done as far as prior saw it. */
+ * by every sequence) learned for the same shapes: each entry's averages, its
+ * backoff and losses (so a tree prior retired stays retired), and its
+ * exploration counted as done as far as prior saw it. */
 void tree_ctl_seed(tree_ctl *c, const tree_ctl *prior);
 
 /* ms of one verify pass of `rows` rows by the measured curve (linear past

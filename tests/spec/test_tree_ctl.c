@@ -7,7 +7,9 @@
  * cost, and so is wall time the curve does not explain (a slow proposer);
  * entries left unobserved for `reprobe` steps are tried again (ever less
  * often when far below the best), but never an entry whose best case (every
- * level accepted) is below what the chain delivers; a host that slows down after the trees
+ * level accepted) is below what the chain delivers, and a tree that loses
+ * every re-probe retires (then returns once it pays; a seeded controller
+ * inherits the retirement), while a faster tree stays the pick; a host that slows down after the trees
  * were measured does not make them look cheaper than the chain; a controller seeded from an engine-wide one skips its exploration;
  * the policy bounds (tree_budget/depth/topk) bound the menu. */
 #include "engine/tree_ctl.h"
@@ -151,6 +153,78 @@ int main(void) {
         for (int k = 2; k < c.n; k++)
             CHECKF(tried[k] == 0, "entry %d (%d nodes) tried %ld times with a ceiling under the chain", k,
                    c.menu[k].budget, tried[k]);
+    }
+    /* a tree that can pay (ceiling above the chain) but measures ~0.78x it
+     * every time (the Q8_0 target's 4-node tree at concurrency 1): after its
+     * exploration and `retire` losing re-probes it is retired, probed again
+     * only every reprobe << TREE_CTL_RETIRED_SHIFT steps; without retirement
+     * it was re-probed every reprobe << BACKOFF_MAX steps forever (measured:
+     * 17 picks in 10000 steps, against 8 with it) */
+    {
+        double flat[TREE_CTL_ROWS + 1] = {0};
+        curve(flat, 0);
+        tree_ctl_init(&c, flat, 4, 3, 2); /* the chain and one 4-node tree */
+        CHECKF(c.n == 2 && c.menu[1].budget == 4, "menu of %d", c.n);
+        enum { STEPS = 10000 };
+        long picks[2] = {0};
+        for (int step = 0; step < STEPS; step++) {
+            int k = tree_ctl_pick(&c, 1);
+            picks[k]++;
+            /* both 3 tokens a 5-row pass; the tree's steps take 1/0.78 as long (+-3% noise) */
+            double ms = (k ? 1.0 / 0.78 : 1.0) * (1.0 + 0.03 * sin(step * 1.7));
+            tree_ctl_observe(&c, k, 3, 5, 1, 5, ms);
+        }
+        long bound = c.explore + c.retire + STEPS / ((long)c.reprobe << TREE_CTL_RETIRED_SHIFT) + 1;
+        printf("losing tree: picked %ld of %d steps (bound %ld), losses %d\n", picks[1], STEPS, bound, c.losses[1]);
+        CHECKF(picks[1] >= c.explore + c.retire && picks[1] <= bound, "a losing tree picked %ld times in %d steps",
+               picks[1], STEPS);
+        CHECKF(c.losses[1] >= c.retire, "losses %d", c.losses[1]);
+        /* one probe step at a batch of 4 (the engine-wide controller sees its
+         * 4 observations in a row) is one re-probe, not 4 */
+        tree_ctl one;
+        tree_ctl_init(&one, flat, 4, 3, 2);
+        for (int step = 0; step < 2 * one.explore; step++)
+            tree_ctl_observe(&one, step & 1, 3, 5, 1, 5, step & 1 ? 1.0 / 0.78 : 1.0);
+        one.age[1] = one.reprobe;
+        for (int b = 0; b < 4; b++) tree_ctl_observe(&one, 1, 3, 5, 4, 20, 1.0 / 0.78);
+        CHECKF(one.losses[1] == 1, "one batched probe counted %d losses", one.losses[1]);
+        /* a controller seeded from this one inherits the retirement: no probe
+         * within the longest backoff, where a fresh one probes at once */
+        tree_ctl seeded;
+        tree_ctl_init(&seeded, flat, 4, 3, 2);
+        tree_ctl_seed(&seeded, &c);
+        CHECK(seeded.losses[1] == c.losses[1]);
+        long tried = 0;
+        for (int step = 0; step < (c.reprobe << 4) + 1; step++) {
+            int k = tree_ctl_pick(&seeded, 1);
+            tried += k;
+            tree_ctl_observe(&seeded, k, 3, 5, 1, 5, k ? 1.0 / 0.78 : 1.0);
+        }
+        CHECKF(tried == 0, "a seeded controller probed a retired tree %ld times", tried);
+        /* retirement is not forever: once the tree pays (the text changed),
+         * its next probe (within 64x reprobe) returns it, and it is the pick */
+        long tree = 0, after = 0;
+        for (int step = 0; step < 2 * ((long)c.reprobe << TREE_CTL_RETIRED_SHIFT); step++) {
+            int k = tree_ctl_pick(&c, 1);
+            if (step >= ((long)c.reprobe << TREE_CTL_RETIRED_SHIFT) + 200) after++, tree += k;
+            tree_ctl_observe(&c, k, k ? 5 : 3, 5, 1, 5, 1.0); /* the tree now 5 tokens a pass */
+        }
+        printf("returned tree: picked %ld of the last %ld steps\n", tree, after);
+        CHECKF(c.losses[1] == 0 && tree >= after * 9 / 10, "returned tree picked %ld of %ld", tree, after);
+    }
+    /* a tree that really is faster (1.3x the chain) is the pick nearly always */
+    {
+        double flat[TREE_CTL_ROWS + 1] = {0};
+        curve(flat, 0);
+        tree_ctl_init(&c, flat, 4, 3, 2);
+        long tree = 0;
+        for (int step = 0; step < 5000; step++) {
+            int k = tree_ctl_pick(&c, 1);
+            tree += k;
+            tree_ctl_observe(&c, k, 3, 5, 1, 5, (k ? 1.0 / 1.3 : 1.0) * (1.0 + 0.03 * sin(step * 1.7)));
+        }
+        printf("faster tree: picked %ld of 5000 steps\n", tree);
+        CHECKF(tree >= 4900 && c.losses[1] == 0, "a faster tree picked %ld of 5000 steps", tree);
     }
     /* bounds */
     tree_ctl_init(&c, t, 1, 8, 4);

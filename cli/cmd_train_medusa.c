@@ -29,6 +29,8 @@ static void usage(FILE *f) {
             "  --heads K          heads to train (4, at most %d)\n"
             "  --layers L         ResBlocks per head (1, at most %d)\n"
             "  --own-output       each head gets its own copy of the output matrix (default: shared)\n"
+            "  --token-input      heads also read the token the target predicted, y0 = h + U e(x) (default)\n"
+            "  --no-token-input   heads read only the hidden state (Medusa-1 as published)\n"
             "  --type T           storage type of the heads' matrices: f32 (default), f16, q8_0\n"
             "  --self-distill     train on the target's own continuations of corpus prompts\n"
             "  --gen-len N        tokens generated per prompt with --self-distill (192)\n"
@@ -85,7 +87,7 @@ static void progress(void *ctx, const medusa_progress *p) {
 int cmd_train_medusa(int argc, char **argv) {
     const char *target = NULL, *out = NULL, *corpora[16];
     int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192, samples = 1;
-    bool own = false, distill = false, quiet = false;
+    bool own = false, distill = false, quiet = false, tin = true;
     float dtemp = 0.0f;
     int32_t **prs = NULL; /* --self-distill: the prompts, continued after the corpus is read */
     int *prl = NULL, n_pr = 0, pr_cap = 0;
@@ -110,6 +112,8 @@ int cmd_train_medusa(int argc, char **argv) {
         } else if (!strcmp(a, "--heads")) K = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_HEADS);
         else if (!strcmp(a, "--layers")) L = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_LAYERS);
         else if (!strcmp(a, "--own-output")) own = true;
+        else if (!strcmp(a, "--token-input")) tin = true;
+        else if (!strcmp(a, "--no-token-input")) tin = false;
         else if (!strcmp(a, "--type")) {
             const char *tn = arg_str(argc, argv, &i);
             wtype = ggml_type_from_name(tn);
@@ -159,13 +163,15 @@ int cmd_train_medusa(int argc, char **argv) {
     }
     model *m = sp->target;
     int D = m->hp.dim, V = m->hp.n_vocab, rc = 1;
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, tin, NULL, err, sizeof(err));
     float *O = mh ? medusa_target_output(m, err, sizeof(err)) : NULL;
+    float *E = O && tin ? medusa_target_embedding(m, err, sizeof(err)) : NULL;
     medusa_data *d = medusa_data_create(D, K, max_tokens);
     int cap = pp.max_ctx;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)cap * 2);
-    if (!mh || !O || !d || !toks) {
-        fprintf(stderr, "specd train-medusa: %s\n", mh && O ? "out of memory for the hidden states (lower --tokens)" : err);
+    if (!mh || !O || (tin && !E) || !d || !toks) {
+        fprintf(stderr, "specd train-medusa: %s\n",
+                mh && O && (!tin || E) ? "out of memory for the hidden states (lower --tokens)" : err);
         goto done;
     }
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", sp->target_id.id);
@@ -261,7 +267,7 @@ int cmd_train_medusa(int argc, char **argv) {
     o.progress_every = pc.tty ? 10 : 200; /* a log gets a line now and then, a terminal a live bar */
     o.stop = &stop_flag;
     medusa_train_result res;
-    int trc = medusa_train(mh, O, d, &o, &res, err, sizeof(err));
+    int trc = medusa_train(mh, O, E, d, &o, &res, err, sizeof(err));
     if (!quiet && pc.tty) fprintf(stderr, "\n");
     if (trc != 0) {
         fprintf(stderr, "specd train-medusa: %s\n", err);
@@ -273,7 +279,7 @@ int cmd_train_medusa(int argc, char **argv) {
             fprintf(stderr, "specd train-medusa: %s\n", err);
             goto done;
         }
-        res.loss1 = medusa_evaluate(mh, O, d, d->n - res.n_heldout, d->n, o.head_decay, res.head_loss1, mh->acc);
+        res.loss1 = medusa_evaluate(mh, O, E, d, d->n - res.n_heldout, d->n, o.head_decay, res.head_loss1, mh->acc);
         mh->heldout_loss = (float)res.loss1;
     }
     if (medusa_heads_save(mh, out, err, sizeof(err)) != 0) {
@@ -281,8 +287,8 @@ int cmd_train_medusa(int argc, char **argv) {
         goto done;
     }
     double total_s = (now_ms() - t_start) / 1e3;
-    printf("%s: %d heads x %d ResBlock%s (%s output, %s), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K, L,
-           L > 1 ? "s" : "", own ? "own" : "shared", ggml_type_name(wtype), medusa_heads_bytes(mh) / 1024.0,
+    printf("%s: %d heads x %d ResBlock%s (%s output%s, %s), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K,
+           L, L > 1 ? "s" : "", own ? "own" : "shared", tin ? ", token input" : "", ggml_type_name(wtype), medusa_heads_bytes(mh) / 1024.0,
            100.0 * medusa_heads_bytes(mh) / (double)m->weight_bytes);
     printf("%s after %lld steps (%lld train / %lld held-out positions): hidden pass %.1f s, training %.1f s "
            "(%.0f positions/s), total %.1f s\n",
@@ -304,6 +310,7 @@ done:
     free(prl);
     free(toks);
     free(O);
+    free(E);
     medusa_data_destroy(d);
     medusa_heads_destroy(mh);
     spec_pair_free(sp);

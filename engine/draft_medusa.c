@@ -23,6 +23,7 @@ struct draft_medusa {
     medusa_rt *rt;
     int D, V, K;
     float *h;                   /* (max_seqs, D) the rows of this step's proposals */
+    int32_t *tok;               /* (max_seqs) their last tokens (the heads' token input) */
     float *hid;                 /* (max_seqs, D) hidden states out of the verify pass */
     float *logits;              /* (K, max_seqs, V) */
     spec_tree *trees;           /* (max_seqs) */
@@ -47,6 +48,7 @@ void draft_medusa_destroy(draft_medusa *dm) {
     if (!dm) return;
     medusa_rt_destroy(dm->rt);
     free(dm->h);
+    free(dm->tok);
     free(dm->hid);
     free(dm->logits);
     free(dm->trees);
@@ -74,11 +76,12 @@ draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, engine_
         return NULL;
     }
     dm->h = malloc(sizeof(float) * S * dm->D);
+    dm->tok = malloc(sizeof(int32_t) * S);
     dm->hid = malloc(sizeof(float) * S * dm->D);
     dm->logits = malloc(sizeof(float) * S * dm->K * dm->V);
     dm->trees = malloc(sizeof(spec_tree) * S);
     dm->row = malloc(sizeof(int) * S);
-    if (!dm->h || !dm->hid || !dm->logits || !dm->trees || !dm->row) {
+    if (!dm->h || !dm->tok || !dm->hid || !dm->logits || !dm->trees || !dm->row) {
         draft_medusa_destroy(dm);
         util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa proposer scratch");
         return NULL;
@@ -234,6 +237,7 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
         dm->trees[i].q = NULL;
         if (nb > 0 && M[i]->at == S[i]->n_tokens) {
             memcpy(dm->h + (size_t)nr * D, M[i]->h, sizeof(float) * (size_t)D);
+            dm->tok[nr] = S[i]->tokens[S[i]->n_tokens - 1]; /* what the target sampled from h: the root */
             dm->row[i] = nr++;
         }
     }
@@ -242,7 +246,8 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
     if (nr > 0) {
         int maxd = 0;
         for (int j = 0; j < nb; j++) maxd = dm->depth[j] > maxd ? dm->depth[j] : maxd;
-        medusa_rt_logits(dm->rt, dm->logits, dm->h, nr, maxd);
+        if (medusa_rt_logits(dm->rt, dm->logits, dm->h, dm->tok, nr, maxd) != 0)
+            return util_fail(err, errlen, "medusa heads: a row's token is out of the vocabulary");
         for (int i = 0; i < n; i++) {
             if (dm->row[i] < 0) continue;
             int32_t top[MEDUSA_MAX_HEADS][TOPK_MAX];

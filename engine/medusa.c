@@ -14,8 +14,8 @@
 
 /* ---- parameters ------------------------------------------------------------ */
 
-medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, engine_status *st, char *err,
-                                  size_t errlen) {
+medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, bool token_input, engine_status *st,
+                                  char *err, size_t errlen) {
     if (K < 1 || K > MEDUSA_MAX_HEADS || L < 1 || L > MEDUSA_MAX_LAYERS || D < 1 || D > 65536 || V < 2 ||
         V > 1 << 22) {
         util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
@@ -29,29 +29,35 @@ medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, e
         return NULL;
     }
     mh->n_heads = K, mh->n_layers = L, mh->dim = D, mh->n_vocab = V, mh->own_output = own_output;
+    mh->token_input = token_input;
     size_t nw = (size_t)K * L * D * D, nb = (size_t)K * L * D, no = own_output ? (size_t)K * V * D : 0;
-    mh->n_params = nw + nb + no;
+    size_t nu = token_input ? (size_t)D * D : 0;
+    mh->n_params = nw + nb + no + nu;
     mh->params = calloc(mh->n_params, sizeof(float));
     if (!mh->params) {
         free(mh);
-        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads: %zu parameters", nw + nb + no);
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads: %zu parameters", nw + nb + no + nu);
         return NULL;
     }
     mh->w = mh->params;
     mh->b = mh->w + nw;
     mh->out = own_output ? mh->b + nb : NULL;
+    mh->u = token_input ? mh->b + nb + no : NULL;
     mh->wtype = GGML_TYPE_F32;
     engine_status_set(st, ENGINE_OK);
     return mh;
 }
 
-/* the matrices' rows in params order: W (K*L*D rows), then output (K*V rows); each D wide */
-static size_t mat_rows(const medusa_heads *mh) {
-    return (size_t)mh->n_heads * mh->n_layers * mh->dim + (mh->own_output ? (size_t)mh->n_heads * mh->n_vocab : 0);
+/* the matrices' rows in params order: W (K*L*D rows), then output (K*V
+ * rows), then U (D rows); each D wide */
+static size_t out_row0(const medusa_heads *mh) { return (size_t)mh->n_heads * mh->n_layers * mh->dim; }
+static size_t u_row0(const medusa_heads *mh) {
+    return out_row0(mh) + (mh->own_output ? (size_t)mh->n_heads * mh->n_vocab : 0);
 }
+static size_t mat_rows(const medusa_heads *mh) { return u_row0(mh) + (mh->token_input ? (size_t)mh->dim : 0); }
 static float *mat_row(medusa_heads *mh, size_t r) {
-    size_t nwr = (size_t)mh->n_heads * mh->n_layers * mh->dim;
-    return r < nwr ? mh->w + r * mh->dim : mh->out + (r - nwr) * mh->dim;
+    size_t nwr = out_row0(mh), nur = u_row0(mh);
+    return r < nwr ? mh->w + r * mh->dim : r < nur ? mh->out + (r - nwr) * mh->dim : mh->u + (r - nur) * mh->dim;
 }
 
 int medusa_heads_set_type(medusa_heads *mh, int type, engine_status *st, char *err, size_t errlen) {
@@ -107,6 +113,7 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
     gguf_writer_set_u32(w, "medusa.embedding_length", (uint32_t)D);
     gguf_writer_set_u32(w, "medusa.vocab_size", (uint32_t)V);
     gguf_writer_set_bool(w, "medusa.shared_output", !mh->own_output);
+    gguf_writer_set_bool(w, "medusa.token_input", mh->token_input);
     gguf_writer_set_str(w, "medusa.target_id", mh->target_id);
     gguf_writer_set_str(w, "medusa.target_name", mh->target_name);
     gguf_writer_set_u32(w, "medusa.accuracy_topk", MEDUSA_ACC_K);
@@ -131,6 +138,10 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
             gguf_writer_add_tensor(w, name, mh->wtype, 2, ne_o,
                                    stored_row(mh, (size_t)K * L * D + (size_t)k * V));
         }
+    }
+    if (mh->token_input) {
+        uint64_t ne_u[2] = {(uint64_t)D, (uint64_t)D};
+        gguf_writer_add_tensor(w, "medusa.token_input.weight", mh->wtype, 2, ne_u, stored_row(mh, u_row0(mh)));
     }
     int rc = gguf_writer_write(w, path, err, errlen);
     gguf_writer_destroy(w);
@@ -188,6 +199,11 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
         util_fail(err, errlen, "%s: medusa heads: metadata key %s is missing or of the wrong type", fname, miss);
         return NULL;
     }
+    bool token_input = false; /* absent: heads of before the option, y0 = h */
+    if (gguf_find(f, "medusa.token_input") && !gguf_get_bool(f, "medusa.token_input", &token_input)) {
+        util_fail(err, errlen, "%s: medusa heads: metadata key medusa.token_input is not a bool", fname);
+        return NULL;
+    }
     char tid[MEDUSA_ID_LEN] = "";
     if (!gguf_get_cstr(f, "medusa.target_id", tid, sizeof(tid)) || !tid[0]) {
         util_fail(err, errlen, "%s: medusa heads: medusa.target_id is missing (the target they were trained for)", fname);
@@ -205,7 +221,7 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
               V, dim, n_vocab);
         return NULL;
     }
-    medusa_heads *mh = medusa_heads_create((int)K, (int)L, (int)D, (int)V, !shared, st, err, errlen);
+    medusa_heads *mh = medusa_heads_create((int)K, (int)L, (int)D, (int)V, !shared, token_input, st, err, errlen);
     if (!mh) return NULL;
     engine_status_set(st, ENGINE_ERR_INVALID); /* what fails below is the file's */
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", tid);
@@ -269,6 +285,9 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
                 goto fail;
         }
     }
+    if (token_input && load_tensor(f, fname, "medusa.token_input.weight", D, D, wt, mh->u,
+                                   mh->q ? (uint8_t *)mh->q + u_row0(mh) * rb : NULL, err, errlen))
+        goto fail;
     engine_status_set(st, ENGINE_OK);
     return mh;
 fail:
@@ -298,6 +317,19 @@ medusa_heads *medusa_heads_load_mem(const void *buf, size_t len, const char *exp
 
 static inline float silu(float a) { return a / (1.0f + expf(-a)); }
 
+void medusa_head_input(const medusa_heads *mh, const float *E, int32_t tok, const float *h, float *x) {
+    int D = mh->dim;
+    memcpy(x, h, sizeof(float) * (size_t)D);
+    if (!mh->token_input || tok < 0 || tok >= mh->n_vocab) return;
+    const float *e = E + (size_t)tok * D;
+    for (int i = 0; i < D; i++) {
+        const float *ur = mh->u + (size_t)i * D;
+        float a = 0;
+        for (int j = 0; j < D; j++) a += ur[j] * e[j];
+        x[i] += a;
+    }
+}
+
 void medusa_head_forward(const medusa_heads *mh, const float *O, int k, const float *h, float *z, float *ys,
                          float *as) {
     int L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
@@ -324,27 +356,37 @@ void medusa_head_forward(const medusa_heads *mh, const float *O, int k, const fl
     }
 }
 
-float *medusa_target_output(const model *m, char *err, size_t errlen) {
-    const gguf_tensor *t = gguf_find_tensor(m->gguf, "output.weight");
-    if (!t) t = gguf_find_tensor(m->gguf, "token_embd.weight");
+/* tensor `name` (else `fallback`) of m's file, (V, D), as host floats */
+static float *target_matrix(const model *m, const char *name, const char *fallback, const char *what, char *err,
+                            size_t errlen) {
+    const gguf_tensor *t = gguf_find_tensor(m->gguf, name);
+    if (!t && fallback) t = gguf_find_tensor(m->gguf, fallback);
     int D = m->hp.dim, V = m->hp.n_vocab;
     if (!t || t->ne[0] != (uint64_t)D || t->ne[1] != (uint64_t)V) {
-        util_fail(err, errlen, "%s: no (%d, %d) output matrix", m->name, V, D);
+        util_fail(err, errlen, "%s: no (%d, %d) %s", m->name, V, D, what);
         return NULL;
     }
     float *O = malloc(sizeof(float) * (size_t)V * D);
     if (!O) {
-        util_fail(err, errlen, "out of memory: the target's output matrix as floats (%d x %d)", V, D);
+        util_fail(err, errlen, "out of memory: the target's %s as floats (%d x %d)", what, V, D);
         return NULL;
     }
     size_t rb = ggml_row_size(t->type, (uint64_t)D);
     for (int v = 0; v < V; v++)
         if (!ggml_dequantize_row(O + (size_t)v * D, t->type, (const uint8_t *)t->data + (size_t)v * rb, (uint64_t)D)) {
             free(O);
-            util_fail(err, errlen, "the target's output matrix type %s cannot be converted", ggml_type_name(t->type));
+            util_fail(err, errlen, "the target's %s type %s cannot be converted", what, ggml_type_name(t->type));
             return NULL;
         }
     return O;
+}
+
+float *medusa_target_output(const model *m, char *err, size_t errlen) {
+    return target_matrix(m, "output.weight", "token_embd.weight", "output matrix", err, errlen);
+}
+
+float *medusa_target_embedding(const model *m, char *err, size_t errlen) {
+    return target_matrix(m, "token_embd.weight", NULL, "token embedding", err, errlen);
 }
 
 /* ---- on the target's backend ------------------------------------------------- */
@@ -359,6 +401,10 @@ struct medusa_rt {
     float **b;                  /* (K*L) backend biases (D) */
     const void **out;           /* (K) own output matrices, or NULL */
     int *out_t;
+    const void *u;              /* U with token input, or NULL */
+    int u_t;
+    int32_t *tok;               /* (R) host: the rows' tokens */
+    float *e;                   /* (R, D) their embedding rows, then U e */
     float *h;                   /* (R, D) the hidden rows */
     float *y;                   /* (K*R, D) every head's running state */
     float *t;                   /* (R, D) a ResBlock's branch */
@@ -378,8 +424,10 @@ void medusa_rt_destroy(medusa_rt *rt) {
         if (rt->out[k])
             op->weight_release(rt->be, stored_row(rt->mh, (size_t)KL * rt->mh->dim + (size_t)k * rt->mh->n_vocab),
                                rt->out[k]);
-    float *bufs[] = {rt->h, rt->y, rt->t, rt->ones, rt->logits_be};
-    for (int i = 0; i < 5; i++) op->release(rt->be, bufs[i]);
+    if (rt->u) op->weight_release(rt->be, stored_row(rt->mh, u_row0(rt->mh)), rt->u);
+    float *bufs[] = {rt->h, rt->y, rt->t, rt->ones, rt->logits_be, rt->e};
+    for (int i = 0; i < 6; i++) op->release(rt->be, bufs[i]);
+    free(rt->tok);
     free(rt->w);
     free(rt->wt);
     free(rt->b);
@@ -421,6 +469,13 @@ medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, engi
             goto oom;
     }
     size_t R = (size_t)max_rows;
+    if (mh->token_input) {
+        rt->u_t = mh->wtype;
+        rt->u = op->weight(rt->be, stored_row(mh, u_row0(mh)), &rt->u_t, D, D);
+        rt->e = op->alloc(rt->be, sizeof(float) * R * D);
+        rt->tok = malloc(sizeof(int32_t) * R);
+        if (!rt->u || !rt->e || !rt->tok) goto oom;
+    }
     rt->h = op->alloc(rt->be, sizeof(float) * R * D);
     rt->y = op->alloc(rt->be, sizeof(float) * K * R * D);
     rt->t = op->alloc(rt->be, sizeof(float) * R * D);
@@ -441,10 +496,15 @@ oom:
     return NULL;
 }
 
-int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n, int K) {
+int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, const int32_t *tok, int n, int K) {
     const medusa_heads *mh = rt->mh;
     int L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
     if (n < 1 || n > rt->max_rows || K < 1 || K > mh->n_heads) return -1;
+    if (mh->token_input)
+        for (int r = 0; r < n; r++) {
+            if (!tok || tok[r] < 0 || tok[r] >= V) return -1;
+            rt->tok[r] = tok[r];
+        }
     backend *be = rt->be;
     const backend_i *op = be->i;
     const model_shard *s0 = &rt->m->shards[0];
@@ -452,6 +512,11 @@ int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n, int K)
     size_t nd = (size_t)n * D;
     op->begin(be, 0);
     op->upload(be, rt->h, h, sizeof(float) * nd);
+    if (mh->token_input) { /* h += U e(x), once for every head */
+        op->get_rows(be, rt->e, s0->tok_embd.w, s0->tok_embd.type, rt->tok, n, D);
+        op->matmul(be, rt->t, rt->e, rt->u, rt->u_t, n, D, D);
+        op->add(be, rt->h, rt->t, n, D);
+    }
     for (int k = 0; k < K; k++) {
         float *y = rt->y + (size_t)k * nd;
         op->copy(be, y, rt->h, sizeof(float) * nd);

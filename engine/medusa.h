@@ -3,7 +3,13 @@
  * after the one the target's own output head predicts. A head is L ResBlocks
  *     y ← y + SiLU(W y + b)      W (D, D), b (D), zero-initialised (identity)
  * followed by an output matrix (V, D): the target's own (shared, the default)
- * or the head's own copy. This file holds the heads' parameters, their GGUF
+ * or the head's own copy.
+ * With token input (token_input) every head starts from
+ *     y0 = h + U e(x)            U (D, D) shared by the heads, zero-initialised
+ * where x is the token the target's own head produced from h (the root of
+ * the next tree: known when the heads run, and exactly what a head for +2
+ * lacks) and e(x) its row of the target's token embedding (frozen). Without
+ * it y0 = h (Medusa-1 as published). This file holds the heads' parameters, their GGUF
  * side file (general.architecture = "medusa", layout in README.md), and the
  * forward on the target's backend batched over rows; training is
  * medusa_train.h, drafting draft_medusa.h.
@@ -32,6 +38,7 @@ typedef struct {
     int dim;                    /* D, the target's hidden size */
     int n_vocab;                /* V */
     bool own_output;            /* each head has its own (V, D) output matrix (else the target's is shared) */
+    bool token_input;           /* y0 = h + U e(x) (see above) */
     char target_id[MEDUSA_ID_LEN]; /* spec_model_id.id of the target the heads were trained for */
     char target_name[128];      /* for messages */
     /* measured on held-out text: acc[k][j] = P(the label is among head k's
@@ -46,9 +53,10 @@ typedef struct {
     float *w;                   /* (K, L, D, D) W[k][l] row-major: out row i = sum_j W[i][j] y[j] */
     float *b;                   /* (K, L, D) */
     float *out;                 /* (K, V, D) when own_output, else NULL */
-    /* Storage type of W and the own output matrices (biases stay F32): F32,
-     * F16 or Q8_0. Not F32: q holds them in that type (W rows first, then
-     * output rows, in params order) — what the file stores and the backend
+    float *u;                   /* (D, D) U when token_input, else NULL */
+    /* Storage type of W, the own output matrices and U (biases stay F32):
+     * F32, F16 or Q8_0. Not F32: q holds them in that type (W rows first,
+     * then output rows, then U's, in params order) — what the file stores and the backend
      * computes with — and params hold exactly their dequantized values. */
     int wtype;
     void *q;                    /* owned, NULL for F32 */
@@ -58,7 +66,7 @@ typedef struct {
  * out of range (*st = ENGINE_ERR_INVALID) or out of memory (ENGINE_ERR_OOM),
  * reason in err. st may be NULL. */
 medusa_heads *medusa_heads_create(int n_heads, int n_layers, int dim, int n_vocab, bool own_output,
-                                  engine_status *st, char *err, size_t errlen);
+                                  bool token_input, engine_status *st, char *err, size_t errlen);
 void medusa_heads_destroy(medusa_heads *mh); /* accepts NULL */
 
 /* Re-types W and the own output matrices (medusa_heads.wtype): quantizes
@@ -91,9 +99,10 @@ uint64_t medusa_heads_bytes(const medusa_heads *mh);
 
 typedef struct medusa_rt medusa_rt;
 
-/* Binds heads to a loaded target: uploads W, b (and own output matrices) to
+/* Binds heads to a loaded target: uploads W, b (own output matrices, U) to
  * the target's backend (shard 0's), sizes scratch for max_rows hidden rows,
- * and uses the target's output matrix when shared. mh and m must outlive the
+ * and uses the target's output matrix when shared and its token embedding
+ * for e(x). mh and m must outlive the
  * result. NULL with err and *st (shape mismatch: ENGINE_ERR_INVALID; out of
  * memory: ENGINE_ERR_OOM). */
 medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, engine_status *st, char *err,
@@ -102,13 +111,18 @@ void medusa_rt_destroy(medusa_rt *rt); /* accepts NULL */
 
 /* logits (k_used, n, V) host: head k's logits for hidden row r at
  * logits[(k*n + r)*V], for the first k_used heads (1..K; a shallow tree needs
- * only its depth's). h (n, D) host, n <= max_rows. All of it in one backend
- * step; the shared output matrix is read once for the k_used*n rows. Returns
- * 0 or -1 when n or k_used is out of range. */
-int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, int n, int k_used);
+ * only its depth's). h (n, D) host, n <= max_rows; tok (n) row r's token x
+ * (read only with token input). All of it in one backend step; the shared
+ * output matrix is read once for the k_used*n rows. Returns 0 or -1 when n,
+ * k_used or a token is out of range. */
+int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, const int32_t *tok, int n, int k_used);
+
+/* A head's input on the host: x (D) = h + U E[tok] with token input (E the
+ * target's token embedding (V, D) floats; tok < 0: no token, x = h), else h. */
+void medusa_head_input(const medusa_heads *mh, const float *E, int32_t tok, const float *h, float *x);
 
 /* The same on the host in float, no backend (the trainer's and the tests'
- * reference): one row h (D) through head k into z (V); O is the shared
+ * reference): one input row h (D, medusa_head_input's x) through head k into z (V); O is the shared
  * output matrix (V, D) floats (ignored when own_output); ys (L+1, D)
  * receives the layer inputs and the head's final state, as (L, D) the
  * pre-activations when not NULL. */
@@ -118,5 +132,7 @@ void medusa_head_forward(const medusa_heads *mh, const float *O, int k, const fl
 /* The target's output matrix as (V, D) floats on the host (dequantized from
  * the GGUF file, the token embedding when tied). NULL with err. Caller frees. */
 float *medusa_target_output(const model *m, char *err, size_t errlen);
+/* The target's token embedding (V, D) as floats on the host, the same way. */
+float *medusa_target_embedding(const model *m, char *err, size_t errlen);
 
 #endif

@@ -87,8 +87,10 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
 
 size_t medusa_scratch_floats(const medusa_heads *mh) {
     size_t D = (size_t)mh->dim, L = (size_t)mh->n_layers, V = (size_t)mh->n_vocab;
-    /* per sample, then the group's matmul input (G, D) and output (G, max(D, V)) */
-    return MEDUSA_GROUP * ((L + 1) * D + L * D + V + D) + MEDUSA_GROUP * (D + (V > D ? V : D));
+    /* per sample, then the group's matmul input (G, D) and output (G, max(D, V)),
+     * then the heads' inputs x0, the token rows e and the gradient at x0 (G, D) each */
+    return MEDUSA_GROUP * ((L + 1) * D + L * D + V + D) + MEDUSA_GROUP * (D + (V > D ? V : D)) +
+           3 * MEDUSA_GROUP * D;
 }
 
 /* y (G, N) = x (G, D) . W^T for W (N, D) F32: the CPU kernels' SIMD matmul
@@ -116,14 +118,29 @@ typedef struct {
  * they update): per-sample outer products into a D x D gradient would
  * stream it through memory once per sample. */
 static inline __attribute__((always_inline)) double
-group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab, int G,
-           const float *hw, float *grad, float *scratch, int *correct) {
+group_grad(const medusa_heads *mh, const float *O, const float *E, const float *const *h, const int32_t *tok,
+           const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch, int *correct) {
     int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
     size_t per = (size_t)(L + 1) * D + (size_t)L * D + V + D;
     gsample sm[MEDUSA_GROUP];
     if (G > MEDUSA_GROUP) G = MEDUSA_GROUP;
     double loss = 0;
     float *X = scratch + (size_t)MEDUSA_GROUP * per, *Y = X + (size_t)MEDUSA_GROUP * D;
+    float *X0 = Y + (size_t)MEDUSA_GROUP * (V > D ? V : D), *Er = X0 + (size_t)MEDUSA_GROUP * D,
+          *G0 = Er + (size_t)MEDUSA_GROUP * D;
+    /* the heads' input: x0 = h + U e(tok), shared by every head (token input), else h */
+    bool ti = mh->token_input && E && tok;
+    for (int s = 0; s < G; s++) {
+        float *e = Er + (size_t)s * D;
+        if (ti && tok[s] >= 0 && tok[s] < V) memcpy(e, E + (size_t)tok[s] * D, sizeof(float) * (size_t)D);
+        else memset(e, 0, sizeof(float) * (size_t)D);
+    }
+    if (ti) group_matmul(X0, Er, mh->u, G, D, D);
+    for (int s = 0; s < G; s++) {
+        float *x0 = X0 + (size_t)s * D;
+        for (int j = 0; j < D; j++) x0[j] = (ti ? x0[j] : 0.0f) + h[s][j];
+    }
+    if (ti && grad) memset(G0, 0, sizeof(float) * (size_t)G * D);
     for (int k = 0; k < K; k++) {
         int act[MEDUSA_GROUP], na = 0;
         for (int s = 0; s < G; s++)
@@ -131,7 +148,7 @@ group_grad(const medusa_heads *mh, const float *O, const float *const *h, const 
                 float *b0 = scratch + (size_t)na * per;
                 sm[na] = (gsample){b0, b0 + (size_t)(L + 1) * D, b0 + (size_t)(L + 1) * D + (size_t)L * D,
                                    b0 + (size_t)(L + 1) * D + (size_t)L * D + V};
-                memcpy(sm[na].ys, h[s], sizeof(float) * (size_t)D);
+                memcpy(sm[na].ys, X0 + (size_t)s * D, sizeof(float) * (size_t)D);
                 act[na++] = s;
             }
         if (!na) continue;
@@ -212,6 +229,23 @@ group_grad(const medusa_heads *mh, const float *O, const float *const *h, const 
                 }
             }
         }
+        if (ti) /* g is now the gradient at head k's input x0 */
+            for (int s = 0; s < na; s++) {
+                float *g0 = G0 + (size_t)act[s] * D;
+                const float *g = sm[s].g;
+                for (int j = 0; j < D; j++) g0[j] += g[j];
+            }
+    }
+    if (ti && grad) { /* x0 = h + U e: dU = sum over the samples of g0 e^T */
+        float *gU = grad + (mh->u - mh->params);
+        for (int r = 0; r < D; r++) {
+            float *gu = gU + (size_t)r * D;
+            for (int s = 0; s < G; s++) {
+                float gr = G0[(size_t)s * D + r];
+                const float *e = Er + (size_t)s * D;
+                for (int j = 0; j < D; j++) gu[j] += gr * e[j];
+            }
+        }
     }
     return loss;
 }
@@ -220,46 +254,49 @@ group_grad(const medusa_heads *mh, const float *O, const float *const *h, const 
  * the baseline ISA and for AVX-512 (16 lanes, FMA), picked at run time by the
  * kernels' level (SPECD_SIMD=generic runs the portable copy). The dot
  * products are the kernels' matmul in both. */
-static double group_grad_generic(const medusa_heads *mh, const float *O, const float *const *h,
-                                 const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch,
-                                 int *correct) {
-    return group_grad(mh, O, h, lab, G, hw, grad, scratch, correct);
+static double group_grad_generic(const medusa_heads *mh, const float *O, const float *E, const float *const *h,
+                                 const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad,
+                                 float *scratch, int *correct) {
+    return group_grad(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512vl,avx512bw,fma,prefer-vector-width=512"))) static double
-group_grad_avx512(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab, int G,
-                  const float *hw, float *grad, float *scratch, int *correct) {
-    return group_grad(mh, O, h, lab, G, hw, grad, scratch, correct);
+group_grad_avx512(const medusa_heads *mh, const float *O, const float *E, const float *const *h, const int32_t *tok,
+                  const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch, int *correct) {
+    return group_grad(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 }
 #endif
 
-double medusa_group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab,
-                         int G, const float *hw, float *grad, float *scratch, int *correct) {
+double medusa_group_grad(const medusa_heads *mh, const float *O, const float *E, const float *const *h,
+                         const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad,
+                         float *scratch, int *correct) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (train_simd() == SIMD_AVX512) return group_grad_avx512(mh, O, h, lab, G, hw, grad, scratch, correct);
+    if (train_simd() == SIMD_AVX512) return group_grad_avx512(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 #endif
-    return group_grad_generic(mh, O, h, lab, G, hw, grad, scratch, correct);
+    return group_grad_generic(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 }
 
-double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *h, const int32_t *lab, const float *hw,
-                          float *grad, float *scratch, int *correct) {
-    return medusa_group_grad(mh, O, &h, &lab, 1, hw, grad, scratch, correct);
+double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *E, const float *h, int32_t tok,
+                          const int32_t *lab, const float *hw, float *grad, float *scratch, int *correct) {
+    return medusa_group_grad(mh, O, E, &h, &tok, &lab, 1, hw, grad, scratch, correct);
 }
 
 /* ---- evaluation ---------------------------------------------------------------------- */
 
-double medusa_evaluate(const medusa_heads *mh, const float *O, const medusa_data *d, int64_t from, int64_t to,
-                       float head_decay, double *head_loss, float (*acc)[MEDUSA_ACC_K]) {
+double medusa_evaluate(const medusa_heads *mh, const float *O, const float *E, const medusa_data *d, int64_t from,
+                       int64_t to, float head_decay, double *head_loss, float (*acc)[MEDUSA_ACC_K]) {
     int K = mh->n_heads, V = mh->n_vocab, D = mh->dim;
-    float *z = malloc(sizeof(float) * ((size_t)V + (size_t)(mh->n_layers + 1) * D)), *ys = z + V;
+    float *z = malloc(sizeof(float) * ((size_t)V + (size_t)(mh->n_layers + 2) * D)), *ys = z + V,
+          *x = ys + (size_t)(mh->n_layers + 1) * D;
     double cnt[MEDUSA_MAX_HEADS] = {0}, hit[MEDUSA_MAX_HEADS][MEDUSA_ACC_K] = {{0}}, ce[MEDUSA_MAX_HEADS] = {0};
     if (!z) return NAN;
     for (int64_t i = from; i < to; i++) {
+        medusa_head_input(mh, E, d->next[i], d->h + (size_t)i * D, x);
         for (int k = 0; k < K && k < d->n_heads; k++) {
             int y = d->lab[i * d->n_heads + k];
             if (y < 0) continue;
-            medusa_head_forward(mh, O, k, d->h + (size_t)i * D, z, ys, NULL);
+            medusa_head_forward(mh, O, k, x, z, ys, NULL);
             float mx = z[0];
             for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
             double se = 0;
@@ -295,7 +332,7 @@ void medusa_train_opts_init(medusa_train_opts *o) {
 
 typedef struct {
     const medusa_heads *mh;
-    const float *O;
+    const float *O, *E;
     const medusa_data *d;
     const int64_t *idx;         /* this step's positions */
     int n;
@@ -316,13 +353,15 @@ static void *work(void *arg) {
     for (int j = 0; j < w->n; j += MEDUSA_GROUP) {
         const float *h[MEDUSA_GROUP];
         const int32_t *lab[MEDUSA_GROUP];
+        int32_t tok[MEDUSA_GROUP];
         int G = w->n - j < MEDUSA_GROUP ? w->n - j : MEDUSA_GROUP;
         for (int s = 0; s < G; s++) {
             int64_t i = w->idx[j + s];
             h[s] = d->h + (size_t)i * d->dim;
             lab[s] = d->lab + i * d->n_heads;
+            tok[s] = d->next[i];
         }
-        w->loss += medusa_group_grad(mh, w->O, h, lab, G, w->hw, w->grad, w->scratch, w->correct);
+        w->loss += medusa_group_grad(mh, w->O, w->E, h, tok, lab, G, w->hw, w->grad, w->scratch, w->correct);
     }
     return NULL;
 }
@@ -334,11 +373,12 @@ static uint64_t splitmix(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
-int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const medusa_train_opts *o,
+int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_data *d, const medusa_train_opts *o,
                  medusa_train_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof(*res));
     int K = mh->n_heads;
     if (d->n_heads < K || d->dim != mh->dim) return util_fail(err, errlen, "training data do not fit the heads");
+    if (mh->token_input && !E) return util_fail(err, errlen, "heads with token input need the target's token embedding");
     int64_t n_held = (int64_t)(d->n * (double)o->holdout);
     if (n_held < 1) n_held = d->n > 1 ? 1 : 0;
     int64_t n_tr = d->n - n_held;
@@ -380,7 +420,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
             free(freq);
         }
     }
-    res->loss0 = medusa_evaluate(mh, O, d, n_tr, d->n, o->head_decay, res->head_loss0, NULL);
+    res->loss0 = medusa_evaluate(mh, O, E, d, n_tr, d->n, o->head_decay, res->head_loss0, NULL);
 
     uint64_t rs = o->seed;
     for (int64_t i = 0; i < n_tr; i++) perm[i] = i;
@@ -406,7 +446,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
         int nt = T < 64 ? T : 64;
         for (int t = 0; t < nt; t++) {
             int lo = (int)((int64_t)B * t / nt), hi = (int)((int64_t)B * (t + 1) / nt);
-            ws[t] = (worker){mh, O, d, perm + pos + lo, hi - lo, hw, grads + P * t, scr + S * t, 0, {0}};
+            ws[t] = (worker){mh, O, E, d, perm + pos + lo, hi - lo, hw, grads + P * t, scr + S * t, 0, {0}};
         }
         for (int t = 1; t < nt; t++)
             if (pthread_create(&th[t], NULL, work, &ws[t]) != 0) work(&ws[t]), th[t] = 0;
@@ -456,7 +496,7 @@ int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const m
     }
     res->steps = step;
     if (wsamples && res->train_loss == 0) res->train_loss = wloss / (double)(wsamples / B);
-    res->loss1 = medusa_evaluate(mh, O, d, n_tr, d->n, o->head_decay, res->head_loss1, mh->acc);
+    res->loss1 = medusa_evaluate(mh, O, E, d, n_tr, d->n, o->head_decay, res->head_loss1, mh->acc);
     mh->acc_tokens = (uint64_t)n_held;
     mh->train_loss = (float)res->train_loss;
     mh->heldout_loss = (float)res->loss1;

@@ -53,17 +53,21 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
 /* Scratch floats medusa_sample_grad / medusa_group_grad need. */
 size_t medusa_scratch_floats(const medusa_heads *mh);
 
-/* One sample: hidden h (D) with labels lab (K; < 0 = no target for that
- * head) through every head; returns sum_k hw[k] * CE_k and, when grad is not
- * NULL, ADDS the gradient of that sum with respect to mh->params into grad
- * (same layout; the shared output matrix O (V, D) is frozen and gets none).
+/* One sample: hidden h (D) and its token tok (the one right after it: the
+ * token input's x, read only with token input; < 0 none) with labels lab (K;
+ * < 0 = no target for that head) through every head; returns
+ * sum_k hw[k] * CE_k and, when grad is not NULL, ADDS the gradient of that
+ * sum with respect to mh->params into grad (same layout; the shared output
+ * matrix O (V, D) and the token embedding E (V, D) are frozen and get none).
  * correct (K, may be NULL) is incremented where the head's argmax is its label. */
-double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *h, const int32_t *lab, const float *hw,
-                          float *grad, float *scratch, int *correct);
-/* The same summed over G <= MEDUSA_GROUP samples h[s], lab[s]: the loss is
- * the sum of the samples' and the gradient their sum (what the trainer runs). */
-double medusa_group_grad(const medusa_heads *mh, const float *O, const float *const *h, const int32_t *const *lab,
-                         int G, const float *hw, float *grad, float *scratch, int *correct);
+double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *E, const float *h, int32_t tok,
+                          const int32_t *lab, const float *hw, float *grad, float *scratch, int *correct);
+/* The same summed over G <= MEDUSA_GROUP samples h[s], tok[s], lab[s]: the
+ * loss is the sum of the samples' and the gradient their sum (what the
+ * trainer runs). */
+double medusa_group_grad(const medusa_heads *mh, const float *O, const float *E, const float *const *h,
+                         const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad,
+                         float *scratch, int *correct);
 
 struct medusa_progress;
 
@@ -107,15 +111,16 @@ void medusa_train_opts_init(medusa_train_opts *o);
 /* Trains mh (its parameters are updated in place; own output matrices should
  * start as copies of O) on d, then measures held-out loss and accuracies into
  * mh->acc / acc_tokens / heldout_loss / train_loss. O: the target's output
- * matrix (V, D) floats (medusa_target_output). Returns 0, or -1 with err
+ * matrix (V, D) floats (medusa_target_output); E: its token embedding
+ * (medusa_target_embedding; needed only with token input, else may be NULL). Returns 0, or -1 with err
  * (too few positions, out of memory). An interrupted run still returns 0
  * with res->interrupted and usable, measured heads. */
-int medusa_train(medusa_heads *mh, const float *O, const medusa_data *d, const medusa_train_opts *o,
+int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_data *d, const medusa_train_opts *o,
                  medusa_train_result *res, char *err, size_t errlen);
 
 /* Held-out figures of mh on positions [from, to) of d: weighted loss, per
  * head CE (head_loss, K) and cumulative top-j accuracy (acc, K x MEDUSA_ACC_K). */
-double medusa_evaluate(const medusa_heads *mh, const float *O, const medusa_data *d, int64_t from, int64_t to,
-                       float head_decay, double *head_loss, float (*acc)[MEDUSA_ACC_K]);
+double medusa_evaluate(const medusa_heads *mh, const float *O, const float *E, const medusa_data *d, int64_t from,
+                       int64_t to, float head_decay, double *head_loss, float (*acc)[MEDUSA_ACC_K]);
 
 #endif

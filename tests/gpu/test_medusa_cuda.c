@@ -1,7 +1,8 @@
 /* test_medusa_cuda.c — the Medusa heads on the CUDA backend against the CPU
  * (issue 18): the final-normed hidden states a forward leaves behind
  * (model_hidden_rows) and every head's logits (medusa_rt_logits, shared and
- * own output matrices) for random non-zero heads on stories260K. Exits 77
+ * own output matrices; the token input U e(x) with the shared one) for
+ * random non-zero heads on stories260K. Exits 77
  * (skipped) without a GPU. */
 #include "engine/medusa.h"
 #include "tests/testutil.h"
@@ -57,15 +58,15 @@ int main(void) {
     double eh = rel_err(hid[1], hid[0], (size_t)n * D);
     fprintf(stderr, "hidden states CUDA vs CPU: rel err %.2e\n", eh);
     CHECK(eh < 1e-3);
-    for (int own = 0; own < 2; own++) {
-        medusa_heads *mh = medusa_heads_create(K, 2, D, V, own, NULL, err, sizeof(err));
+    for (int own = 0; own < 2; own++) { /* shared output with token input, own output without */
+        medusa_heads *mh = medusa_heads_create(K, 2, D, V, own, !own, NULL, err, sizeof(err));
         for (size_t i = 0; i < mh->n_params; i++) mh->params[i] = frand() * 0.2f;
         float *out[2];
         for (int b = 0; b < 2; b++) {
             medusa_rt *rt = medusa_rt_create(mh, m[b], n, NULL, err, sizeof(err));
             CHECKF(rt, "%s", err);
             out[b] = malloc(sizeof(float) * K * n * V);
-            CHECK(rt && medusa_rt_logits(rt, out[b], hid[0], n, K) == 0);
+            CHECK(rt && medusa_rt_logits(rt, out[b], hid[0], toks, n, K) == 0);
             medusa_rt_destroy(rt);
         }
         double e = rel_err(out[1], out[0], (size_t)K * n * V);

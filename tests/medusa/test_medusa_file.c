@@ -27,9 +27,9 @@ static uint8_t *slurp(const char *path, size_t *n) {
     return b;
 }
 
-static medusa_heads *make(int K, int L, int D, int V, bool own, const char *id) {
+static medusa_heads *make(int K, int L, int D, int V, bool own, bool tin, const char *id) {
     char err[256];
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, tin, NULL, err, sizeof(err));
     if (!mh) {
         fprintf(stderr, "%s\n", err);
         exit(1);
@@ -46,7 +46,7 @@ static medusa_heads *make(int K, int L, int D, int V, bool own, const char *id) 
 
 static bool same(const medusa_heads *a, const medusa_heads *b) {
     return a->n_heads == b->n_heads && a->n_layers == b->n_layers && a->dim == b->dim && a->n_vocab == b->n_vocab &&
-           a->own_output == b->own_output && a->n_params == b->n_params && !strcmp(a->target_id, b->target_id) &&
+           a->own_output == b->own_output && a->token_input == b->token_input && a->n_params == b->n_params && !strcmp(a->target_id, b->target_id) &&
            !memcmp(a->params, b->params, sizeof(float) * a->n_params) && !memcmp(a->acc, b->acc, sizeof(a->acc)) &&
            a->acc_tokens == b->acc_tokens && a->heldout_loss == b->heldout_loss;
 }
@@ -63,11 +63,12 @@ int main(void) {
     su_tmp_path(hp2, sizeof(hp2), "heads_own.gguf");
 
     /* round trips */
-    medusa_heads *a = make(3, 2, 64, 512, false, tid);
+    medusa_heads *a = make(3, 2, 64, 512, false, true, tid);
     CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
     medusa_heads *b = medusa_heads_load(hp, tid, 64, 512, NULL, err, sizeof(err));
-    CHECKF(b && same(a, b), "round trip (shared): %s", b ? "differs" : err);
-    medusa_heads *c = make(2, 1, 64, 512, true, tid);
+    CHECKF(b && same(a, b), "round trip (shared, token input): %s", b ? "differs" : err);
+    CHECK(b && b->u && b->u[7] == a->u[7]);
+    medusa_heads *c = make(2, 1, 64, 512, true, false, tid);
     CHECK(medusa_heads_save(c, hp2, err, sizeof(err)) == 0);
     medusa_heads *c2 = medusa_heads_load(hp2, tid, 64, 512, NULL, err, sizeof(err));
     CHECKF(c2 && same(c, c2), "round trip (own output): %s", c2 ? "differs" : err);
@@ -76,7 +77,7 @@ int main(void) {
     /* quantized heads: the file keeps the type, params are the dequantized values */
     for (int qt = 0; qt < 2; qt++) {
         int type = qt ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
-        medusa_heads *q = make(2, 1, 64, 512, qt == 1, tid);
+        medusa_heads *q = make(2, 1, 64, 512, qt == 1, qt == 1, tid);
         CHECK(medusa_heads_set_type(q, type, NULL, err, sizeof(err)) == 0);
         CHECK(medusa_heads_save(q, hp2, err, sizeof(err)) == 0);
         medusa_heads *q2 = medusa_heads_load(hp2, tid, 64, 512, NULL, err, sizeof(err));
@@ -86,14 +87,20 @@ int main(void) {
         medusa_rt *rt = q2 ? medusa_rt_create(q2, sp->target, 2, NULL, err, sizeof(err)) : NULL;
         CHECKF(rt, "medusa_rt_create: %s", err);
         if (rt) {
-            float h[2 * 64], lg[2 * 2 * 512], z[512], ys[2 * 64];
+            float h[2 * 64], lg[2 * 2 * 512], z[512], ys[2 * 64], x[64];
+            int32_t tok[2] = {17, 300};
             for (int i = 0; i < 128; i++) h[i] = (float)((double)(rnd() % 2001) / 1000.0 - 1.0);
             float *O = medusa_target_output(sp->target, err, sizeof(err));
-            CHECK(medusa_rt_logits(rt, lg, h, 2, 2) == 0);
+            float *E = medusa_target_embedding(sp->target, err, sizeof(err));
+            CHECK(medusa_rt_logits(rt, lg, h, tok, 2, 2) == 0);
+            int32_t badtok[2] = {17, 512};
+            CHECK(!q2->token_input || medusa_rt_logits(rt, lg, h, badtok, 2, 2) == -1);
+            CHECK(medusa_rt_logits(rt, lg, h, tok, 2, 2) == 0);
             double num = 0, den = 0;
             for (int k = 0; k < 2; k++)
                 for (int r = 0; r < 2; r++) {
-                    medusa_head_forward(q2, O, k, h + r * 64, z, ys, NULL);
+                    medusa_head_input(q2, E, tok[r], h + r * 64, x);
+                    medusa_head_forward(q2, O, k, x, z, ys, NULL);
                     for (int v = 0; v < 512; v++) {
                         double dd = z[v] - lg[(k * 2 + r) * 512 + v];
                         num += dd * dd, den += (double)z[v] * z[v];
@@ -103,6 +110,7 @@ int main(void) {
                     sqrt(num / den));
             CHECK(sqrt(num / den) < 2e-2);
             free(O);
+            free(E);
             medusa_rt_destroy(rt);
         }
         medusa_heads_destroy(q), medusa_heads_destroy(q2);
@@ -115,7 +123,7 @@ int main(void) {
     CHECKF(strstr(err, tid) && strstr(err, did) && strstr(err, "trained for"), "message: %s", err);
     fprintf(stderr, "wrong target: %s\n", err);
     /* the proposer checks it too */
-    medusa_heads *wrong = make(2, 1, 64, 512, false, did);
+    medusa_heads *wrong = make(2, 1, 64, 512, false, false, did);
     st = ENGINE_OK;
     CHECK(draft_medusa_create(sp, wrong, &st, err, sizeof(err)) == NULL && strstr(err, "trained for") &&
           st == ENGINE_ERR_INVALID);

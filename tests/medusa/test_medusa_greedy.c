@@ -3,8 +3,9 @@
  * equals plain greedy decoding token for token on 50 prompts, for several
  * tree shapes, one sequence at a time and in batches of 5; the target cache
  * equals a fresh prefill of the tokens; the trained heads' trees get drafts
- * accepted (more than one token per target pass), and the untrained
- * (identity) heads' do much worse. Also: the heads on the backend
+ * accepted (more than one token per target pass), heads trained with the
+ * token input (the default) more than the same heads without it, and the
+ * untrained (identity) heads' do much worse. Also: the heads on the backend
  * (medusa_rt_logits) equal the host reference forward. Then the law at
  * T = 1.0 and at T = 0.7 / top-p 0.9: the first token of a sampled Medusa
  * step (deterministic siblings) against the target's distribution by χ²
@@ -140,11 +141,12 @@ static void sampled(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc) {
     CHECK(law(sp, dm, tc, a, TREE_BROKEN_NO_RESIDUAL, 12000, &crit) > crit);
 }
 
-/* heads trained for `steps` steps on the corpus (0: untrained, the identity) */
-static medusa_heads *train(spec_pair *sp, int steps) {
+/* heads trained for `steps` steps on the corpus (0: untrained, the identity),
+ * with token input or without */
+static medusa_heads *train(spec_pair *sp, int steps, bool tin) {
     char err[512], path[512];
     model *m = sp->target;
-    medusa_heads *mh = medusa_heads_create(3, 1, m->hp.dim, m->hp.n_vocab, false, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(3, 1, m->hp.dim, m->hp.n_vocab, false, tin, NULL, err, sizeof(err));
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", sp->target_id.id);
     if (!steps) return mh;
     tu_model(path, sizeof(path), "corpora/tinystories_valid_30K.txt");
@@ -160,33 +162,36 @@ static medusa_heads *train(spec_pair *sp, int steps) {
         int c = n - s < 121 ? n - s : 121;
         CHECK(medusa_data_add(d, m, sp->tpool, toks + s, c, 121, err, sizeof(err)) >= 0);
     }
-    float *O = medusa_target_output(m, err, sizeof(err));
+    float *O = medusa_target_output(m, err, sizeof(err)), *E = medusa_target_embedding(m, err, sizeof(err));
     medusa_train_opts o;
     medusa_train_opts_init(&o);
     o.max_steps = steps, o.lr = 0.01f, o.batch = 32, o.holdout = 0.1f;
     medusa_train_result res;
-    CHECKF(medusa_train(mh, O, d, &o, &res, err, sizeof(err)) == 0, "%s", err);
-    fprintf(stderr, "trained %d steps on %lld positions: held-out loss %.3f -> %.3f, head-1 top-1 %.3f\n", steps,
-            (long long)d->n, res.loss0, res.loss1, mh->acc[0][0]);
+    CHECKF(medusa_train(mh, O, E, d, &o, &res, err, sizeof(err)) == 0, "%s", err);
+    fprintf(stderr, "trained %d steps on %lld positions%s: held-out loss %.3f -> %.3f, head-1 top-1 %.3f\n", steps,
+            (long long)d->n, tin ? " (token input)" : "", res.loss0, res.loss1, mh->acc[0][0]);
     /* the backend forward equals the host one */
     medusa_rt *rt = medusa_rt_create(mh, m, 4, NULL, err, sizeof(err));
     CHECKF(rt, "%s", err);
     if (rt) {
         int V = m->hp.n_vocab, D = m->hp.dim;
-        float *lg = malloc(sizeof(float) * 3 * 4 * V), *z = malloc(sizeof(float) * V), *ys = malloc(sizeof(float) * 2 * D);
-        CHECK(medusa_rt_logits(rt, lg, d->h, 4, 3) == 0);
+        float *lg = malloc(sizeof(float) * 3 * 4 * V), *z = malloc(sizeof(float) * V), *ys = malloc(sizeof(float) * 2 * D),
+              *x = malloc(sizeof(float) * D);
+        CHECK(medusa_rt_logits(rt, lg, d->h, d->next, 4, 3) == 0);
         double worst = 0;
         for (int k = 0; k < 3; k++)
             for (int r = 0; r < 4; r++) {
-                medusa_head_forward(mh, O, k, d->h + (size_t)r * D, z, ys, NULL);
+                medusa_head_input(mh, E, d->next[r], d->h + (size_t)r * D, x);
+                medusa_head_forward(mh, O, k, x, z, ys, NULL);
                 for (int v = 0; v < V; v++) worst = fmax(worst, fabs(z[v] - lg[((size_t)k * 4 + r) * V + v]) / (1 + fabs(z[v])));
             }
         fprintf(stderr, "backend heads vs host reference: worst relative difference %.2e\n", worst);
         CHECK(worst < 1e-3);
-        free(lg), free(z), free(ys);
+        free(lg), free(z), free(ys), free(x);
         medusa_rt_destroy(rt);
     }
     free(O);
+    free(E);
     medusa_data_destroy(d);
     return mh;
 }
@@ -236,38 +241,43 @@ int main(void) {
     CHECK(n_prompts == N_PROMPTS);
     spec_tree_ctx *tc = spec_tree_create(sp);
     static const tree_shape shapes[] = {{3, 3, 1}, {8, 3, 3}, {16, 3, 4}};
-    double tpp[2] = {0};
-    for (int trained = 1; trained >= 0; trained--) {
-        medusa_heads *mh = train(sp, trained ? 400 : 0);
+    /* variant 2: trained with token input (the default), 1: trained without, 0: untrained */
+    double tpp[3] = {0};
+    for (int v = 2; v >= 0; v--) {
+        int trained = v > 0;
+        medusa_heads *mh = train(sp, trained ? 400 : 0, v == 2);
         char err[512];
         draft_medusa *dm = draft_medusa_create(sp, mh, NULL, err, sizeof(err));
         CHECKF(dm, "draft_medusa_create: %s", err);
         if (!dm) break;
         for (int si = 0; si < 3; si++) {
-            if (!trained && si != 1) continue;
+            if (v < 2 && si != 1) continue;
             for (int B = 1; B <= 5; B += 4) {
                 spec_stats tot = {0};
                 su_cache_stats cs = {0};
                 int mism = run(sp, dm, tc, &shapes[si], B, &tot, &cs);
                 double t = spec_stats_tokens_per_pass(&tot);
                 fprintf(stderr, "%s heads, shape budget %d depth %d topk %d, batch %d: %d/%d differ, %.3f tokens/pass, "
-                        "%llu of %llu drafts accepted\n", trained ? "trained" : "untrained", shapes[si].budget,
+                        "%llu of %llu drafts accepted\n",
+                        v == 2 ? "trained (token input)" : trained ? "trained" : "untrained", shapes[si].budget,
                         shapes[si].depth, shapes[si].topk, B, mism, n_prompts, t, (unsigned long long)tot.accepted,
                         (unsigned long long)tot.drafted);
                 CHECK(mism == 0);
                 su_cache_print(&cs);
                 fputc('\n', stderr);
-                if (si == 1 && B == 1) tpp[trained] = t;
+                if (si == 1 && B == 1) tpp[v] = t;
             }
         }
-        if (trained) sampled(sp, dm, tc);
-        if (trained) budgets(sp, dm, tc, &shapes[2]);
+        if (v == 2) sampled(sp, dm, tc);
+        if (v == 2) budgets(sp, dm, tc, &shapes[2]);
         draft_medusa_destroy(dm);
         medusa_heads_destroy(mh);
     }
-    /* the trained heads' proposals are accepted, and more often than the identity's */
+    /* the trained heads' proposals are accepted, more often than the
+     * identity's, and more often with the token input than without */
     CHECKF(tpp[1] > 1.15, "trained heads: %.3f tokens per pass", tpp[1]);
     CHECKF(tpp[1] > tpp[0], "trained %.3f vs untrained %.3f tokens per pass", tpp[1], tpp[0]);
+    CHECKF(tpp[2] > tpp[1], "token input %.3f vs without %.3f tokens per pass", tpp[2], tpp[1]);
     spec_tree_destroy(tc);
     spec_pair_free(sp);
     backend_destroy(be);

@@ -3,7 +3,9 @@
 text (seeded, seconds): the held-out loss falls, head 1's top-1 accuracy on
 held-out text is well above the unigram baseline (the most frequent training
 label), heads trained on the target's own greedy continuations (--self-distill)
-are far more accurate on them than corpus-trained heads are on the corpus, the heads file loads (specd refuses it for another target via the
+are far more accurate on them than corpus-trained heads are on the corpus,
+heads with the token input (the default) are far more accurate than the same
+heads trained without it (--no-token-input) on the same data, the heads file loads (specd refuses it for another target via the
 loader, tested in C), Ctrl-C still writes a usable file, and bad arguments
 fail with a message."""
 import os, re, signal, subprocess, sys, tempfile, time
@@ -69,6 +71,19 @@ with tempfile.TemporaryDirectory() as tmp:
         check(sd["top1"] > 0.3 and sd["top1"] > 2 * s["top1"],
               "self-distilled head-1 top-1 %.3f is not far above the corpus-trained %.3f" % (sd["top1"], s["top1"]))
     check("self-distilled continuations" in r.stderr, "the hidden-state line does not say self-distilled")
+    check("token input" in r.stdout, "the heads line does not say token input")
+    # the same without the token input: the root token is what a head for +2 lacks
+    r = subprocess.run([SPECD, "train-medusa", "-m", TARGET, "-o", heads_sd, "--corpus", CORPUS, "--self-distill",
+                        "--samples", "8", "--tokens", "60000", "--heads", "3", "--epochs", "3", "--lr", "0.01",
+                        "--holdout", "0.1", "--seed", "7", "-t", "2", "--quiet", "--no-token-input"],
+                       capture_output=True, text=True, timeout=240)
+    print(r.stdout, file=sys.stderr)
+    nt = summary(r.stdout)
+    check(r.returncode == 0 and nt is not None, "--no-token-input run failed: " + r.stderr[-2000:])
+    check("token input" not in r.stdout, "--no-token-input heads say token input")
+    if sd and nt:
+        check(sd["top1"] > nt["top1"] + 0.1,
+              "token input head-1 top-1 %.3f is not well above %.3f without it" % (sd["top1"], nt["top1"]))
 
     # Ctrl-C: a long run interrupted still writes measured heads
     heads3 = os.path.join(tmp, "heads3.gguf")

@@ -243,6 +243,18 @@ int cmd_train_medusa(int argc, char **argv) {
         }
         free(text);
     }
+    /* in a seeded random order: when --tokens runs out first, the continuations
+     * still come from the whole text, and the held-out share (the last
+     * positions) from many documents rather than the last one's prefixes */
+    for (int i = n_pr - 1; i > 0; i--) {
+        uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        int j = (int)((z ^ (z >> 31)) % (uint64_t)(i + 1));
+        int32_t *tp = prs[i];
+        int tl = prl[i];
+        prs[i] = prs[j], prl[i] = prl[j], prs[j] = tp, prl[j] = tl;
+    }
     /* the continuations, a few batches at a time so progress shows */
     for (int i = 0; i < n_pr && d->n < d->cap && !stop_flag; i += 4 * dbatch) {
         int g = n_pr - i < 4 * dbatch ? n_pr - i : 4 * dbatch;

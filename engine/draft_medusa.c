@@ -39,10 +39,19 @@ struct draft_medusa {
     cost_curve curve;                /* t(rows) */
     double speed;                    /* verify time over the curve's prediction (EWMA) */
     double heads_ms;                 /* the heads' ms per proposing row (EWMA; 0 before any) */
+    /* accepted path length over the value the shape promised for it (sums
+     * with decay): the stored accuracies are top-k matches on greedy text,
+     * while a sampled step accepts a deterministic node with probability
+     * p(node) and the served text is not the held-out text, so the budget
+     * choice scales the values by what the steps delivered */
+    double got, promised;
+    long plain_run;                  /* consecutive steps the scaled choice made plain */
     int last_budget;
 };
 
 #define BUDGET_EWMA 0.2
+#define ACCEPT_DECAY 0.98    /* per proposing row: the acceptance ratio's memory (about 50 rows) */
+#define ACCEPT_PROBE 32      /* plain steps chosen for low acceptance before one probe at the unscaled choice */
 
 void draft_medusa_destroy(draft_medusa *dm) {
     if (!dm) return;
@@ -113,8 +122,24 @@ int draft_medusa_pick_budget(const double *value, int n_shape, const cost_curve 
     return best;
 }
 
-static int pick_budget(const draft_medusa *dm, int n, int nr) {
+double draft_medusa_accept_ratio(const draft_medusa *dm) {
+    return dm->promised > 0.5 ? dm->got / dm->promised : 1.0;
+}
+
+static int pick_budget(draft_medusa *dm, int n, int nr) {
     if (!dm->has_curve || nr == 0) return dm->n_shape;
+    double r = draft_medusa_accept_ratio(dm), v[DRAFTER_MAX_NODES];
+    r = r < 0.02 ? 0.02 : r > 3 ? 3 : r;
+    for (int j = 0; j < dm->n_shape; j++) v[j] = dm->value[j] * r;
+    int b = draft_medusa_pick_budget(v, dm->n_shape, &dm->curve, dm->speed, dm->heads_ms, n, nr);
+    if (b > 0) {
+        dm->plain_run = 0;
+        return b;
+    }
+    /* plain for low acceptance: now and then the unscaled choice, so a ratio
+     * measured on other text can recover */
+    if (++dm->plain_run < ACCEPT_PROBE) return 0;
+    dm->plain_run = 0;
     return draft_medusa_pick_budget(dm->value, dm->n_shape, &dm->curve, dm->speed, dm->heads_ms, n, nr);
 }
 
@@ -268,6 +293,15 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
         double r = info[0].target_ms / cost_curve_ms(&dm->curve, rows);
         r = r < 0.05 ? 0.05 : r > 50 ? 50 : r;
         dm->speed += BUDGET_EWMA * (r - dm->speed);
+    }
+    if (nr > 0) { /* what the trees delivered against what their values promised */
+        double promised = 0;
+        for (int j = 0; j < nb; j++) promised += dm->value[j];
+        for (int i = 0; i < n; i++) {
+            if (dm->row[i] < 0) continue;
+            dm->got = dm->got * ACCEPT_DECAY + info[i].accepted;
+            dm->promised = dm->promised * ACCEPT_DECAY + promised;
+        }
     }
     for (int i = 0; i < n; i++) {
         memcpy(M[i]->h, dm->hid + (size_t)i * D, sizeof(float) * (size_t)D);

@@ -5,7 +5,9 @@
  * equals a fresh prefill of the tokens; the trained heads' trees get drafts
  * accepted (more than one token per target pass), heads trained with the
  * token input (the default) more than the same heads without it, and the
- * untrained (identity) heads' do much worse. Also: the heads on the backend
+ * untrained (identity) heads' do much worse; heads whose stored accuracies
+ * overpromise are found out by the budget choice (delivered/promised
+ * ratio) and step plainly, which the unscaled choice does not. Also: the heads on the backend
  * (medusa_rt_logits) equal the host reference forward. Then the law at
  * T = 1.0 and at T = 0.7 / top-p 0.9: the first token of a sampled Medusa
  * step (deterministic siblings) against the target's distribution by χ²
@@ -232,6 +234,33 @@ static void budgets(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc, const tr
     }
 }
 
+/* Heads whose stored figures overpromise (the untrained identity heads with
+ * the prior's values: 0.6 for the first node) on a cheap-rows curve: the
+ * first steps draft, the delivered/promised ratio falls, and then nearly
+ * every step is plain (the probes aside) while the output stays plain's.
+ * Choosing on the stored values alone drafts on every step. */
+static void overpromised(spec_pair *sp, const medusa_heads *mh, spec_tree_ctx *tc, const tree_shape *sh) {
+    char err[512];
+    draft_medusa *dm = draft_medusa_create(sp, mh, NULL, err, sizeof(err));
+    CHECKF(dm, "%s", err);
+    if (!dm) return;
+    double t[TREE_CTL_ROWS + 1] = {0};
+    for (int r = 1; r <= TREE_CTL_ROWS; r++) t[r] = 1.0 + 0.1 * (r - 1);
+    draft_medusa_set_curve(dm, t);
+    spec_stats tot = {0};
+    su_cache_stats cs = {0};
+    int mism = run(sp, dm, tc, sh, 1, &tot, &cs);
+    double ratio = draft_medusa_accept_ratio(dm);
+    uint64_t steps = tot.verify_steps + tot.plain_steps;
+    fprintf(stderr, "overpromising heads: delivered/promised %.3f, %llu of %llu steps drafted, %d/%d differ\n", ratio,
+            (unsigned long long)tot.verify_steps, (unsigned long long)steps, mism, n_prompts);
+    CHECK(mism == 0);
+    CHECKF(ratio < 0.5, "acceptance ratio %.3f", ratio);
+    CHECKF(tot.verify_steps * 4 < steps, "%llu of %llu steps drafted", (unsigned long long)tot.verify_steps,
+           (unsigned long long)steps);
+    draft_medusa_destroy(dm);
+}
+
 int main(void) {
     char tpath[512];
     tu_model(tpath, sizeof(tpath), "stories260K.gguf");
@@ -270,6 +299,7 @@ int main(void) {
         }
         if (v == 2) sampled(sp, dm, tc);
         if (v == 2) budgets(sp, dm, tc, &shapes[2]);
+        if (v == 0) overpromised(sp, mh, tc, &shapes[1]);
         draft_medusa_destroy(dm);
         medusa_heads_destroy(mh);
     }

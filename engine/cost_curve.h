@@ -17,7 +17,9 @@ typedef struct {
 
 /* From t_rows[1..n] (n <= COST_CURVE_ROWS; a 0 entry was not measured):
  * gaps interpolated linearly, held before the first measured point, past the
- * last one linear along the last two measured points (never falling), and
+ * last one linear along the steeper of the last two measured points and the
+ * upper half of the table (never falling: one noisy point must not make rows
+ * look free), and
  * the whole made non-decreasing (a pass of more rows never costs less; timing
  * noise can say otherwise). Nothing measured: c->n = 0. */
 void cost_curve_init(cost_curve *c, const double *t_rows, int n);

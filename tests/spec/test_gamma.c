@@ -173,6 +173,25 @@ int main(void) {
     CHECKF(gamma_ctl_next_batch(&gc, &cc, 8, 30) == 0, "curve: batch 8 drafts after plain passes");
     CHECKF(gamma_ctl_next_batch(&gs, &cs, 8, 30) > 0, "two slopes no longer flip (the test lost its teeth)");
     CHECKF(gamma_ctl_next_batch(&gc, &cc, 1, 30) >= 2, "curve: alone, the sequence does not draft");
+    {
+        /* a compute-bound curve whose last point came out cheap (measured on
+         * a Q8_0 target: 24 rows 7.95x, 32 rows 8.23x): past the table rows
+         * still cost what the upper half says, so at a batch of 32 the chain
+         * decodes plainly; along the last two points alone 96 rows looked like
+         * 10.5x and it drafted (0.76x plain, measured) */
+        double q8[GAMMA_CURVE_ROWS + 1] = {0};
+        const int at[] = {1, 2, 4, 8, 12, 16, 24, 32};
+        const double x[] = {1.0, 1.13, 1.61, 3.26, 4.16, 5.23, 7.95, 8.23};
+        for (int i = 0; i < 8; i++) q8[at[i]] = 4.6 * x[i];
+        gamma_costs cq = cc;
+        gamma_costs_set_curve(&cq, q8, GAMMA_CURVE_ROWS);
+        double r96 = cost_curve_ratio(&cq.curve, 96);
+        fprintf(stderr, "noisy-tail curve: 96 rows %.2fx, 32 rows %.2fx\n", r96, cost_curve_ratio(&cq.curve, 32));
+        CHECKF(r96 > 2.0 * 8.23, "96 rows %.2fx: rows past the table look nearly free", r96);
+        CHECKF(best_gamma(&cq, 0.7, 32, 200) == 0, "batch 32 on a compute-bound curve: gamma %d",
+               best_gamma(&cq, 0.7, 32, 200));
+        CHECKF(best_gamma(&cq, 0.7, 1, 200) >= 1, "alone: gamma %d", best_gamma(&cq, 0.7, 1, 200));
+    }
     /* a slower host: the base follows, the shape stays */
     for (int i = 0; i < 60; i++) gamma_costs_observe_target(&cc, 16, 0, 0, 300.0);
     CHECKF(fabs(cc.target_ms - 120.0) < 6.0 && fabs(CURVE(16) - 2.5) < 1e-12, "slower host: base %g",

@@ -9,6 +9,7 @@
 #include "engine/medusa_distill.h"
 #include "engine/medusa_train.h"
 #include "engine/spec.h"
+#include "engine/util.h"
 
 #include <math.h>
 #include <signal.h>
@@ -247,10 +248,7 @@ int cmd_train_medusa(int argc, char **argv) {
      * still come from the whole text, and the held-out share (the last
      * positions) from many documents rather than the last one's prefixes */
     for (int i = n_pr - 1; i > 0; i--) {
-        uint64_t z = (rs += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        int j = (int)((z ^ (z >> 31)) % (uint64_t)(i + 1));
+        int j = (int)(util_splitmix64(&rs) % (uint64_t)(i + 1));
         int32_t *tp = prs[i];
         int tl = prl[i];
         prs[i] = prs[j], prl[i] = prl[j], prs[j] = tp, prl[j] = tl;

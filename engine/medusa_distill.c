@@ -8,13 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* argmax at temp 0, else a draw from softmax(logits / temp) */
 static int32_t pick(const float *logits, int V, float temp, uint64_t *rs) {
     int32_t best = 0;
@@ -23,7 +16,7 @@ static int32_t pick(const float *logits, int V, float temp, uint64_t *rs) {
     if (temp <= 0) return best;
     double mx = logits[best], s = 0;
     for (int v = 0; v < V; v++) s += exp((logits[v] - mx) / temp);
-    double u = (double)(splitmix(rs) >> 11) / 9007199254740992.0 * s, c = 0;
+    double u = (double)(util_splitmix64(rs) >> 11) / 9007199254740992.0 * s, c = 0;
     for (int v = 0; v < V; v++)
         if ((c += exp((logits[v] - mx) / temp)) > u) return v;
     return V - 1;

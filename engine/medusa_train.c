@@ -366,13 +366,6 @@ static void *work(void *arg) {
     return NULL;
 }
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_data *d, const medusa_train_opts *o,
                  medusa_train_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof(*res));
@@ -437,7 +430,7 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
         }
         if (pos + B > n_tr) { /* a new epoch: reshuffle (Fisher-Yates) */
             for (int64_t i = n_tr - 1; i > 0; i--) {
-                int64_t j = (int64_t)(splitmix(&rs) % (uint64_t)(i + 1)), t = perm[i];
+                int64_t j = (int64_t)(util_splitmix64(&rs) % (uint64_t)(i + 1)), t = perm[i];
                 perm[i] = perm[j], perm[j] = t;
             }
             pos = 0;

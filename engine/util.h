@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "engine/errkind.h"
@@ -37,6 +38,15 @@ __attribute__((format(printf, 5, 6))) static inline int util_fail_st(engine_stat
     util_vformat(err, n, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* The next value of a splitmix64 sequence with state *s (the trainer's
+ * shuffles and the self-distillation draws: seeded, not for cryptography). */
+static inline uint64_t util_splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
 }
 
 #endif

@@ -130,12 +130,14 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
           *G0 = Er + (size_t)MEDUSA_GROUP * D;
     /* the heads' input: x0 = h + U e(tok), shared by every head (token input), else h */
     bool ti = mh->token_input && E && tok;
-    for (int s = 0; s < G; s++) {
-        float *e = Er + (size_t)s * D;
-        if (ti && tok[s] >= 0 && tok[s] < V) memcpy(e, E + (size_t)tok[s] * D, sizeof(float) * (size_t)D);
-        else memset(e, 0, sizeof(float) * (size_t)D);
+    if (ti) {
+        for (int s = 0; s < G; s++) {
+            float *e = Er + (size_t)s * D;
+            if (tok[s] >= 0 && tok[s] < V) memcpy(e, E + (size_t)tok[s] * D, sizeof(float) * (size_t)D);
+            else memset(e, 0, sizeof(float) * (size_t)D);
+        }
+        group_matmul(X0, Er, mh->u, G, D, D);
     }
-    if (ti) group_matmul(X0, Er, mh->u, G, D, D);
     for (int s = 0; s < G; s++) {
         float *x0 = X0 + (size_t)s * D;
         for (int j = 0; j < D; j++) x0[j] = (ti ? x0[j] : 0.0f) + h[s][j];

@@ -24,6 +24,7 @@
 #define BE_MAX_STREAMS 1024
 #define BE_MAX_CFG 12
 #define BE_MAX_ROUNDS 1000
+#define BE_MAX_PROMPTS 256      /* distinct prompts read from the corpus */
 
 int bench_engine(int argc, char **argv);
 
@@ -34,9 +35,11 @@ typedef struct {
     int n;
 } be_prompt;
 
-/* n_streams prompts: BOS + the first prompt_tokens tokens of successive
- * non-empty corpus lines (lines too short are joined with the next). */
-static int be_load_prompts(const char *path, const tokenizer *tok, int prompt_tokens, be_prompt *out, int n_streams) {
+/* Up to cap prompts, then repeated to fill n_streams <= cap slots: BOS + the
+ * first prompt_tokens tokens of successive non-empty corpus lines (lines
+ * too short are joined with the next). Returns the distinct ones loaded. */
+static int be_load_prompts(const char *path, const tokenizer *tok, int prompt_tokens, be_prompt *out, int n_streams,
+                           int cap) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         fprintf(stderr, "specd bench: cannot open prompts file %s\n", path);
@@ -46,7 +49,7 @@ static int be_load_prompts(const char *path, const tokenizer *tok, int prompt_to
     int n = 0;
     size_t alen = 0;
     int32_t *buf = malloc(sizeof(int32_t) * 8192);
-    while (n < n_streams && buf && fgets(line, sizeof(line), f)) {
+    while (n < cap && buf && fgets(line, sizeof(line), f)) {
         size_t l = strcspn(line, "\r\n");
         if (l == 0) continue;
         if (alen + l + 1 >= sizeof(acc)) alen = 0;
@@ -251,16 +254,20 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
 
 /* --trees: per concurrency, R rounds of every configuration (order rotated),
  * then medians and ranges. */
-static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc, int n_conc, int n_tokens,
-                            float temp, const be_cfg *cfgs, int n_cfg, int rounds, cli_waker *w) {
+/* Round r gives stream i distinct prompt (i + r * conc) mod n_distinct: every
+ * configuration of a round decodes the same prompts, and the rounds move on
+ * through the corpus (one prompt would be one sample of the acceptance). */
+static int be_compare_trees(engine *e, const be_prompt *all, int n_distinct, const int *conc, int n_conc,
+                            int n_tokens, float temp, const be_cfg *cfgs, int n_cfg, int rounds, cli_waker *w) {
+    be_prompt prompts[BE_MAX_STREAMS];
     engine_info info;
     engine_get_info(e, &info);
     printf("verify cost curve t(rows), measured at start: t(1) %.2f ms;", info.tree_t_rows[1]);
     for (int r = 2; r <= TREE_CTL_ROWS; r++)
         if (info.tree_t_rows[r] > 0) printf(" %d: %.2fx", r, info.tree_t_rows[r] / info.tree_t_rows[1]);
     printf("\n");
-    printf("T=%.2f, %d tokens per stream, %d rounds per configuration (order rotated each round)\n", (double)temp,
-           n_tokens, rounds);
+    printf("T=%.2f, %d tokens per stream, %d rounds per configuration (order rotated each round; the prompts move on "
+           "each round)\n", (double)temp, n_tokens, rounds);
     printf("conc config      tok/s:median   min      max   x plain:median  min   max  tok/pass nodes/pass branched "
            "tree-steps%s\n", info.has_medusa ? " medusa-steps" : "");
     for (int c = 0; c < n_conc; c++) {
@@ -273,6 +280,7 @@ static int be_compare_trees(engine *e, const be_prompt *prompts, const int *conc
         for (int r = 0; r < rounds; r++) {
             double plain = 0;
             double got[BE_MAX_CFG];
+            for (int i = 0; i < conc[c]; i++) prompts[i] = all[(i + (int64_t)r * conc[c]) % n_distinct];
             for (int k0 = 0; k0 < n_cfg; k0++) {
                 int k = (k0 + r) % n_cfg;
                 be_result res;
@@ -399,8 +407,10 @@ int bench_engine(int argc, char **argv) {
         return 1;
     }
     tl = now_ms() - tl;
-    be_prompt *prompts = calloc((size_t)max_conc, sizeof(be_prompt));
-    int n_distinct = prompts ? be_load_prompts(prompts_path, engine_tokenizer(e), prompt_tokens, prompts, max_conc) : -1;
+    int pcap = max_conc > BE_MAX_PROMPTS ? max_conc : BE_MAX_PROMPTS;
+    be_prompt *prompts = calloc((size_t)pcap, sizeof(be_prompt));
+    int n_distinct =
+        prompts ? be_load_prompts(prompts_path, engine_tokenizer(e), prompt_tokens, prompts, max_conc, pcap) : -1;
     if (n_distinct < 0) {
         engine_destroy(e);
         free(prompts);
@@ -427,7 +437,7 @@ int bench_engine(int argc, char **argv) {
     be_phase(e, prompts, 1, 8, draft != NULL ? &on_cfg : &off_cfg, temp, &w, &warm);
     int rc = 0;
     if (trees) {
-        rc = be_compare_trees(e, prompts, conc, n_conc, n_tokens, temp, cfgs, n_cfg, rounds, &w);
+        rc = be_compare_trees(e, prompts, n_distinct, conc, n_conc, n_tokens, temp, cfgs, n_cfg, rounds, &w);
         goto done;
     }
 

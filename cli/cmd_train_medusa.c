@@ -28,7 +28,9 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: specd train-medusa -m TARGET.gguf -o HEADS.gguf --corpus FILE [--corpus FILE ...] [options]\n"
             "  --heads K          heads to train (4, at most %d)\n"
-            "  --layers L         ResBlocks per head (1, at most %d)\n"
+            "  --layers L         layers per head (1, at most %d)\n"
+            "  --ffn F            FFN layers y += W2 SiLU(W y + b) of F hidden units (a multiple of 32)\n"
+            "                     instead of ResBlocks y += SiLU(W y + b) (0, the default: ResBlocks)\n"
             "  --own-output       each head gets its own copy of the output matrix (default: shared)\n"
             "  --token-input      heads also read the token the target predicted, y0 = h + U e(x) (default)\n"
             "  --no-token-input   heads read only the hidden state (Medusa-1 as published)\n"
@@ -87,7 +89,7 @@ static void progress(void *ctx, const medusa_progress *p) {
 
 int cmd_train_medusa(int argc, char **argv) {
     const char *target = NULL, *out = NULL, *corpora[16];
-    int n_corpora = 0, K = 4, L = 1, threads = 1, chunk = 256, gen_len = 192, samples = 1;
+    int n_corpora = 0, K = 4, L = 1, F = 0, threads = 1, chunk = 256, gen_len = 192, samples = 1;
     bool own = false, distill = false, quiet = false, tin = true;
     float dtemp = 0.0f;
     int32_t **prs = NULL; /* --self-distill: the prompts, continued after the corpus is read */
@@ -112,7 +114,13 @@ int cmd_train_medusa(int argc, char **argv) {
             corpora[n_corpora++] = arg_str(argc, argv, &i);
         } else if (!strcmp(a, "--heads")) K = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_HEADS);
         else if (!strcmp(a, "--layers")) L = (int)arg_long(argc, argv, &i, 1, MEDUSA_MAX_LAYERS);
-        else if (!strcmp(a, "--own-output")) own = true;
+        else if (!strcmp(a, "--ffn")) {
+            F = (int)arg_long(argc, argv, &i, 0, MEDUSA_MAX_FFN);
+            if (F % 32) {
+                fprintf(stderr, "specd train-medusa: --ffn must be a multiple of 32 (got %d)\n", F);
+                return 2;
+            }
+        } else if (!strcmp(a, "--own-output")) own = true;
         else if (!strcmp(a, "--token-input")) tin = true;
         else if (!strcmp(a, "--no-token-input")) tin = false;
         else if (!strcmp(a, "--type")) {
@@ -164,7 +172,7 @@ int cmd_train_medusa(int argc, char **argv) {
     }
     model *m = sp->target;
     int D = m->hp.dim, V = m->hp.n_vocab, rc = 1;
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, tin, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, F, D, V, own, tin, NULL, err, sizeof(err));
     float *O = mh ? medusa_target_output(m, err, sizeof(err)) : NULL;
     float *E = O && tin ? medusa_target_embedding(m, err, sizeof(err)) : NULL;
     medusa_data *d = medusa_data_create(D, K, max_tokens);
@@ -289,7 +297,8 @@ int cmd_train_medusa(int argc, char **argv) {
             fprintf(stderr, "specd train-medusa: %s\n", err);
             goto done;
         }
-        res.loss1 = medusa_evaluate(mh, O, E, d, d->n - res.n_heldout, d->n, o.head_decay, res.head_loss1, mh->acc);
+        res.loss1 =
+            medusa_evaluate(mh, O, E, d, d->n - res.n_heldout, d->n, o.head_decay, o.threads, res.head_loss1, mh->acc);
         mh->heldout_loss = (float)res.loss1;
     }
     if (medusa_heads_save(mh, out, err, sizeof(err)) != 0) {
@@ -297,9 +306,12 @@ int cmd_train_medusa(int argc, char **argv) {
         goto done;
     }
     double total_s = (now_ms() - t_start) / 1e3;
-    printf("%s: %d heads x %d ResBlock%s (%s output%s, %s), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K,
-           L, L > 1 ? "s" : "", own ? "own" : "shared", tin ? ", token input" : "", ggml_type_name(wtype), medusa_heads_bytes(mh) / 1024.0,
-           100.0 * medusa_heads_bytes(mh) / (double)m->weight_bytes);
+    char kind[48];
+    if (F) snprintf(kind, sizeof kind, "FFN layer%s of %d", L > 1 ? "s" : "", F);
+    else snprintf(kind, sizeof kind, "ResBlock%s", L > 1 ? "s" : "");
+    printf("%s: %d heads x %d %s (%s output%s, %s), %.1f KiB = %.2f%% of the target's weight bytes\n", out, K, L,
+           kind, own ? "own" : "shared", tin ? ", token input" : "", ggml_type_name(wtype),
+           medusa_heads_bytes(mh) / 1024.0, 100.0 * medusa_heads_bytes(mh) / (double)m->weight_bytes);
     printf("%s after %lld steps (%lld train / %lld held-out positions): hidden pass %.1f s, training %.1f s "
            "(%.0f positions/s), total %.1f s\n",
            res.interrupted ? "interrupted" : "done", (long long)res.steps, (long long)res.n_train,

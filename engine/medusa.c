@@ -14,13 +14,14 @@
 
 /* ---- parameters ------------------------------------------------------------ */
 
-medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, bool token_input, engine_status *st,
-                                  char *err, size_t errlen) {
+medusa_heads *medusa_heads_create(int K, int L, int F, int D, int V, bool own_output, bool token_input,
+                                  engine_status *st, char *err, size_t errlen) {
     if (K < 1 || K > MEDUSA_MAX_HEADS || L < 1 || L > MEDUSA_MAX_LAYERS || D < 1 || D > 65536 || V < 2 ||
-        V > 1 << 22) {
+        V > 1 << 22 || F < 0 || F > MEDUSA_MAX_FFN || F % 32) {
         util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
-                     "medusa heads: unsupported shape (heads %d of 1..%d, layers %d of 1..%d, dim %d, vocab %d)", K,
-                     MEDUSA_MAX_HEADS, L, MEDUSA_MAX_LAYERS, D, V);
+                     "medusa heads: unsupported shape (heads %d of 1..%d, layers %d of 1..%d, ffn %d (0, or a "
+                     "multiple of 32 up to %d), dim %d, vocab %d)",
+                     K, MEDUSA_MAX_HEADS, L, MEDUSA_MAX_LAYERS, F, MEDUSA_MAX_FFN, D, V);
         return NULL;
     }
     medusa_heads *mh = calloc(1, sizeof(*mh));
@@ -28,36 +29,52 @@ medusa_heads *medusa_heads_create(int K, int L, int D, int V, bool own_output, b
         util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads");
         return NULL;
     }
-    mh->n_heads = K, mh->n_layers = L, mh->dim = D, mh->n_vocab = V, mh->own_output = own_output;
+    mh->n_heads = K, mh->n_layers = L, mh->ffn = F, mh->dim = D, mh->n_vocab = V, mh->own_output = own_output;
     mh->token_input = token_input;
-    size_t nw = (size_t)K * L * D * D, nb = (size_t)K * L * D, no = own_output ? (size_t)K * V * D : 0;
-    size_t nu = token_input ? (size_t)D * D : 0;
-    mh->n_params = nw + nb + no + nu;
+    size_t H = F ? (size_t)F : (size_t)D;
+    size_t nw = (size_t)K * L * H * D, nb = (size_t)K * L * H, no = own_output ? (size_t)K * V * D : 0;
+    size_t nu = token_input ? (size_t)D * D : 0, nw2 = F ? (size_t)K * L * D * F : 0;
+    mh->n_params = nw + nb + no + nu + nw2;
     mh->params = calloc(mh->n_params, sizeof(float));
     if (!mh->params) {
         free(mh);
-        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads: %zu parameters", nw + nb + no + nu);
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa heads: %zu parameters",
+                     nw + nb + no + nu + nw2);
         return NULL;
     }
     mh->w = mh->params;
     mh->b = mh->w + nw;
     mh->out = own_output ? mh->b + nb : NULL;
     mh->u = token_input ? mh->b + nb + no : NULL;
+    mh->w2 = F ? mh->b + nb + no + nu : NULL;
     mh->wtype = GGML_TYPE_F32;
     engine_status_set(st, ENGINE_OK);
     return mh;
 }
 
-/* the matrices' rows in params order: W (K*L*D rows), then output (K*V
- * rows), then U (D rows); each D wide */
-static size_t out_row0(const medusa_heads *mh) { return (size_t)mh->n_heads * mh->n_layers * mh->dim; }
+/* The matrices' rows in params order: W (K*L*H rows), then output (K*V
+ * rows), then U (D rows), each D wide; then W2 (K*L*D rows, F wide). */
+static size_t out_row0(const medusa_heads *mh) {
+    return (size_t)mh->n_heads * mh->n_layers * medusa_hidden(mh);
+}
 static size_t u_row0(const medusa_heads *mh) {
     return out_row0(mh) + (mh->own_output ? (size_t)mh->n_heads * mh->n_vocab : 0);
 }
-static size_t mat_rows(const medusa_heads *mh) { return u_row0(mh) + (mh->token_input ? (size_t)mh->dim : 0); }
+static size_t w2_row0(const medusa_heads *mh) { return u_row0(mh) + (mh->token_input ? (size_t)mh->dim : 0); }
+static size_t mat_rows(const medusa_heads *mh) {
+    return w2_row0(mh) + (mh->ffn ? (size_t)mh->n_heads * mh->n_layers * mh->dim : 0);
+}
+static int row_width(const medusa_heads *mh, size_t r) { return r < w2_row0(mh) ? mh->dim : mh->ffn; }
 static float *mat_row(medusa_heads *mh, size_t r) {
-    size_t nwr = out_row0(mh), nur = u_row0(mh);
+    size_t nwr = out_row0(mh), nur = u_row0(mh), n2r = w2_row0(mh);
+    if (r >= n2r) return mh->w2 + (r - n2r) * mh->ffn;
     return r < nwr ? mh->w + r * mh->dim : r < nur ? mh->out + (r - nwr) * mh->dim : mh->u + (r - nur) * mh->dim;
+}
+/* byte offset of matrix row r in q */
+static size_t q_offset(const medusa_heads *mh, size_t r) {
+    size_t n2r = w2_row0(mh), rb = ggml_row_size(mh->wtype, (uint64_t)mh->dim);
+    if (r < n2r) return r * rb;
+    return n2r * rb + (r - n2r) * ggml_row_size(mh->wtype, (uint64_t)mh->ffn);
 }
 
 int medusa_heads_set_type(medusa_heads *mh, int type, engine_status *st, char *err, size_t errlen) {
@@ -69,16 +86,17 @@ int medusa_heads_set_type(medusa_heads *mh, int type, engine_status *st, char *e
     mh->wtype = type;
     engine_status_set(st, ENGINE_OK);
     if (type == GGML_TYPE_F32) return 0;
-    size_t rb = ggml_row_size(type, (uint64_t)mh->dim), R = mat_rows(mh);
-    if (!rb || (type == GGML_TYPE_Q8_0 && mh->dim % 32))
+    size_t R = mat_rows(mh);
+    if (!ggml_row_size(type, (uint64_t)mh->dim) || (type == GGML_TYPE_Q8_0 && mh->dim % 32))
         return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "medusa heads: hidden size %d is not a multiple of "
                             "%s's block", mh->dim, ggml_type_name(type));
-    if (!(mh->q = malloc(rb * R)))
+    if (!(mh->q = malloc(q_offset(mh, R))))
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: quantized medusa heads");
     for (size_t r = 0; r < R; r++) {
-        uint8_t *qr = (uint8_t *)mh->q + r * rb;
-        ggml_quantize_row(qr, type, mat_row(mh, r), (uint64_t)mh->dim);
-        ggml_dequantize_row(mat_row(mh, r), type, qr, (uint64_t)mh->dim);
+        uint8_t *qr = (uint8_t *)mh->q + q_offset(mh, r);
+        int n = row_width(mh, r);
+        ggml_quantize_row(qr, type, mat_row(mh, r), (uint64_t)n);
+        ggml_dequantize_row(mat_row(mh, r), type, qr, (uint64_t)n);
     }
     return 0;
 }
@@ -91,20 +109,20 @@ void medusa_heads_destroy(medusa_heads *mh) {
 }
 
 uint64_t medusa_heads_bytes(const medusa_heads *mh) {
-    uint64_t R = mat_rows(mh), bias = (uint64_t)mh->n_heads * mh->n_layers * mh->dim * sizeof(float);
-    return R * ggml_row_size(mh->wtype, (uint64_t)mh->dim) + bias;
+    uint64_t bias = (uint64_t)mh->n_heads * mh->n_layers * medusa_hidden(mh) * sizeof(float);
+    return q_offset(mh, mat_rows(mh)) + bias; /* every matrix row in wtype, F32 included */
 }
 
 /* host address of matrix row r as stored (q for a quantized type) */
 static const void *stored_row(const medusa_heads *mh, size_t r) {
     if (mh->wtype == GGML_TYPE_F32) return mat_row((medusa_heads *)mh, r);
-    return (const uint8_t *)mh->q + r * ggml_row_size(mh->wtype, (uint64_t)mh->dim);
+    return (const uint8_t *)mh->q + q_offset(mh, r);
 }
 
 /* ---- the side file ----------------------------------------------------------- */
 
 int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_t errlen) {
-    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab, F = mh->ffn, H = medusa_hidden(mh);
     gguf_writer *w = gguf_writer_create();
     gguf_writer_set_str(w, "general.architecture", "medusa");
     gguf_writer_set_str(w, "general.name", "medusa heads");
@@ -114,6 +132,7 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
     gguf_writer_set_u32(w, "medusa.vocab_size", (uint32_t)V);
     gguf_writer_set_bool(w, "medusa.shared_output", !mh->own_output);
     gguf_writer_set_bool(w, "medusa.token_input", mh->token_input);
+    gguf_writer_set_u32(w, "medusa.feed_forward_length", (uint32_t)F);
     gguf_writer_set_str(w, "medusa.target_id", mh->target_id);
     gguf_writer_set_str(w, "medusa.target_name", mh->target_name);
     gguf_writer_set_u32(w, "medusa.accuracy_topk", MEDUSA_ACC_K);
@@ -126,17 +145,21 @@ int medusa_heads_save(const medusa_heads *mh, const char *path, char *err, size_
     char name[64];
     for (int k = 0; k < K; k++) {
         for (int l = 0; l < L; l++) {
-            uint64_t ne_w[2] = {(uint64_t)D, (uint64_t)D}, ne_b[1] = {(uint64_t)D};
+            uint64_t ne_w[2] = {(uint64_t)D, (uint64_t)H}, ne_b[1] = {(uint64_t)H}, ne_w2[2] = {(uint64_t)F, (uint64_t)D};
             snprintf(name, sizeof(name), "medusa.%d.%d.weight", k, l);
-            gguf_writer_add_tensor(w, name, mh->wtype, 2, ne_w, stored_row(mh, ((size_t)k * L + l) * D));
+            gguf_writer_add_tensor(w, name, mh->wtype, 2, ne_w, stored_row(mh, ((size_t)k * L + l) * H));
             snprintf(name, sizeof(name), "medusa.%d.%d.bias", k, l);
-            gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, ne_b, mh->b + ((size_t)k * L + l) * D);
+            gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 1, ne_b, mh->b + ((size_t)k * L + l) * H);
+            if (F) {
+                snprintf(name, sizeof(name), "medusa.%d.%d.down.weight", k, l);
+                gguf_writer_add_tensor(w, name, mh->wtype, 2, ne_w2, stored_row(mh, w2_row0(mh) + ((size_t)k * L + l) * D));
+            }
         }
         if (mh->own_output) {
             uint64_t ne_o[2] = {(uint64_t)D, (uint64_t)V};
             snprintf(name, sizeof(name), "medusa.%d.output.weight", k);
             gguf_writer_add_tensor(w, name, mh->wtype, 2, ne_o,
-                                   stored_row(mh, (size_t)K * L * D + (size_t)k * V));
+                                   stored_row(mh, out_row0(mh) + (size_t)k * V));
         }
     }
     if (mh->token_input) {
@@ -204,6 +227,11 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
         util_fail(err, errlen, "%s: medusa heads: metadata key medusa.token_input is not a bool", fname);
         return NULL;
     }
+    uint32_t F = 0; /* absent: ResBlock heads */
+    if (gguf_find(f, "medusa.feed_forward_length") && !gguf_get_u32(f, "medusa.feed_forward_length", &F)) {
+        util_fail(err, errlen, "%s: medusa heads: metadata key medusa.feed_forward_length is not a u32", fname);
+        return NULL;
+    }
     char tid[MEDUSA_ID_LEN] = "";
     if (!gguf_get_cstr(f, "medusa.target_id", tid, sizeof(tid)) || !tid[0]) {
         util_fail(err, errlen, "%s: medusa heads: medusa.target_id is missing (the target they were trained for)", fname);
@@ -221,7 +249,12 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
               V, dim, n_vocab);
         return NULL;
     }
-    medusa_heads *mh = medusa_heads_create((int)K, (int)L, (int)D, (int)V, !shared, token_input, st, err, errlen);
+    if (F > MEDUSA_MAX_FFN) {
+        util_fail(err, errlen, "%s: medusa heads: FFN width %u is over %d", fname, F, MEDUSA_MAX_FFN);
+        return NULL;
+    }
+    medusa_heads *mh =
+        medusa_heads_create((int)K, (int)L, (int)F, (int)D, (int)V, !shared, token_input, st, err, errlen);
     if (!mh) return NULL;
     engine_status_set(st, ENGINE_ERR_INVALID); /* what fails below is the file's */
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", tid);
@@ -265,29 +298,28 @@ static medusa_heads *load_from(gguf_file *f, const char *fname, const char *expe
     }
     if (wt != GGML_TYPE_F32 && medusa_heads_set_type(mh, wt, st, err, errlen) != 0) goto fail;
     engine_status_set(st, ENGINE_ERR_INVALID); /* again: set_type said ENGINE_OK */
-    size_t rb = ggml_row_size(wt, D);
+    uint32_t H = (uint32_t)medusa_hidden(mh);
+#define QAT(row) (mh->q ? (uint8_t *)mh->q + q_offset(mh, (row)) : NULL)
     for (uint32_t k = 0; k < K; k++) {
         for (uint32_t l = 0; l < L; l++) {
-            size_t r0 = ((size_t)k * L + l) * D;
+            size_t i = (size_t)k * L + l, r0 = i * H;
             snprintf(name, sizeof(name), "medusa.%u.%u.weight", k, l);
-            if (load_tensor(f, fname, name, D, D, wt, mh->w + r0 * D, mh->q ? (uint8_t *)mh->q + r0 * rb : NULL, err,
-                            errlen))
-                goto fail;
+            if (load_tensor(f, fname, name, D, H, wt, mh->w + r0 * D, QAT(r0), err, errlen)) goto fail;
             snprintf(name, sizeof(name), "medusa.%u.%u.bias", k, l);
-            if (load_tensor(f, fname, name, D, 1, GGML_TYPE_F32, mh->b + ((size_t)k * L + l) * D, NULL, err, errlen))
+            if (load_tensor(f, fname, name, H, 1, GGML_TYPE_F32, mh->b + i * H, NULL, err, errlen)) goto fail;
+            snprintf(name, sizeof(name), "medusa.%u.%u.down.weight", k, l);
+            if (F && load_tensor(f, fname, name, F, D, wt, mh->w2 + i * D * F, QAT(w2_row0(mh) + i * D), err, errlen))
                 goto fail;
         }
         if (!shared) {
-            size_t r0 = (size_t)K * L * D + (size_t)k * V;
+            size_t r0 = out_row0(mh) + (size_t)k * V;
             snprintf(name, sizeof(name), "medusa.%u.output.weight", k);
-            if (load_tensor(f, fname, name, D, V, wt, mh->out + (size_t)k * V * D,
-                            mh->q ? (uint8_t *)mh->q + r0 * rb : NULL, err, errlen))
-                goto fail;
+            if (load_tensor(f, fname, name, D, V, wt, mh->out + (size_t)k * V * D, QAT(r0), err, errlen)) goto fail;
         }
     }
-    if (token_input && load_tensor(f, fname, "medusa.token_input.weight", D, D, wt, mh->u,
-                                   mh->q ? (uint8_t *)mh->q + u_row0(mh) * rb : NULL, err, errlen))
+    if (token_input && load_tensor(f, fname, "medusa.token_input.weight", D, D, wt, mh->u, QAT(u_row0(mh)), err, errlen))
         goto fail;
+#undef QAT
     engine_status_set(st, ENGINE_OK);
     return mh;
 fail:
@@ -332,18 +364,26 @@ void medusa_head_input(const medusa_heads *mh, const float *E, int32_t tok, cons
 
 void medusa_head_forward(const medusa_heads *mh, const float *O, int k, const float *h, float *z, float *ys,
                          float *as) {
-    int L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    int L = mh->n_layers, D = mh->dim, V = mh->n_vocab, F = mh->ffn, H = medusa_hidden(mh);
     float *y = ys;
     memcpy(y, h, sizeof(float) * (size_t)D);
     for (int l = 0; l < L; l++) {
-        const float *W = mh->w + ((size_t)k * L + l) * D * D, *b = mh->b + ((size_t)k * L + l) * D;
+        size_t i = (size_t)k * L + l;
+        const float *W = mh->w + i * H * D, *b = mh->b + i * H;
         float *yn = ys + (size_t)(l + 1) * D;
-        for (int i = 0; i < D; i++) {
-            const float *wr = W + (size_t)i * D;
-            float a = b[i];
+        if (F) memcpy(yn, y, sizeof(float) * (size_t)D);
+        for (int r = 0; r < H; r++) {
+            const float *wr = W + (size_t)r * D;
+            float a = b[r];
             for (int j = 0; j < D; j++) a += wr[j] * y[j];
-            if (as) as[(size_t)l * D + i] = a;
-            yn[i] = y[i] + silu(a);
+            if (as) as[(size_t)l * H + r] = a;
+            if (!F) {
+                yn[r] = y[r] + silu(a);
+                continue;
+            }
+            float sa = silu(a); /* yn += W2[:, r] SiLU(a) */
+            const float *w2 = mh->w2 + i * D * F + r;
+            for (int j = 0; j < D; j++) yn[j] += w2[(size_t)j * F] * sa;
         }
         y = yn;
     }
@@ -398,7 +438,9 @@ struct medusa_rt {
     int max_rows;               /* R */
     const void **w;             /* (K*L) backend weights W[k][l] */
     int *wt;                    /* (K*L) their backend types */
-    float **b;                  /* (K*L) backend biases (D) */
+    float **b;                  /* (K*L) backend biases (H) */
+    const void **w2;            /* (K*L) W2[k][l] of FFN heads, else NULL */
+    int *w2t;
     const void **out;           /* (K) own output matrices, or NULL */
     int *out_t;
     const void *u;              /* U with token input, or NULL */
@@ -407,29 +449,33 @@ struct medusa_rt {
     float *e;                   /* (R, D) their embedding rows, then U e */
     float *h;                   /* (R, D) the hidden rows */
     float *y;                   /* (K*R, D) every head's running state */
-    float *t;                   /* (R, D) a ResBlock's branch */
-    float *ones;                /* (R, D) 1.0: silu_mul(t, ones) is SiLU(t) */
+    float *t;                   /* (R, max(D, H)) a layer's branch */
+    float *t2;                  /* (R, D) an FFN layer's output, NULL for ResBlocks */
+    float *ones;                /* (R, max(D, H)) 1.0: silu_mul(t, ones) is SiLU(t) */
     float *logits_be;           /* (K*R, V) when backend memory is not host memory */
 };
 
 void medusa_rt_destroy(medusa_rt *rt) {
     if (!rt) return;
     const backend_i *op = rt->be->i;
-    int KL = rt->mh->n_heads * rt->mh->n_layers;
+    const medusa_heads *mh = rt->mh;
+    int KL = mh->n_heads * mh->n_layers;
     for (int i = 0; i < KL; i++) {
-        if (rt->w && rt->w[i]) op->weight_release(rt->be, stored_row(rt->mh, (size_t)i * rt->mh->dim), rt->w[i]);
+        if (rt->w && rt->w[i]) op->weight_release(rt->be, stored_row(mh, (size_t)i * medusa_hidden(mh)), rt->w[i]);
+        if (rt->w2 && rt->w2[i])
+            op->weight_release(rt->be, stored_row(mh, w2_row0(mh) + (size_t)i * mh->dim), rt->w2[i]);
         if (rt->b) op->release(rt->be, rt->b[i]);
     }
-    for (int k = 0; rt->out && k < rt->mh->n_heads; k++)
-        if (rt->out[k])
-            op->weight_release(rt->be, stored_row(rt->mh, (size_t)KL * rt->mh->dim + (size_t)k * rt->mh->n_vocab),
-                               rt->out[k]);
-    if (rt->u) op->weight_release(rt->be, stored_row(rt->mh, u_row0(rt->mh)), rt->u);
-    float *bufs[] = {rt->h, rt->y, rt->t, rt->ones, rt->logits_be, rt->e};
-    for (int i = 0; i < 6; i++) op->release(rt->be, bufs[i]);
+    for (int k = 0; rt->out && k < mh->n_heads; k++)
+        if (rt->out[k]) op->weight_release(rt->be, stored_row(mh, out_row0(mh) + (size_t)k * mh->n_vocab), rt->out[k]);
+    if (rt->u) op->weight_release(rt->be, stored_row(mh, u_row0(mh)), rt->u);
+    float *bufs[] = {rt->h, rt->y, rt->t, rt->t2, rt->ones, rt->logits_be, rt->e};
+    for (int i = 0; i < 7; i++) op->release(rt->be, bufs[i]);
     free(rt->tok);
     free(rt->w);
     free(rt->wt);
+    free(rt->w2);
+    free(rt->w2t);
     free(rt->b);
     free(rt->out);
     free(rt->out_t);
@@ -438,7 +484,8 @@ void medusa_rt_destroy(medusa_rt *rt) {
 
 medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, engine_status *st, char *err,
                             size_t errlen) {
-    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab, F = mh->ffn, H = medusa_hidden(mh);
+    int DH = D > H ? D : H;
     if (D != m->hp.dim || V != m->hp.n_vocab) {
         util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
                      "medusa heads (dim %d, vocab %d) do not fit the target (dim %d, vocab %d)", D, V, m->hp.dim,
@@ -456,16 +503,23 @@ medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, engi
     rt->out = calloc((size_t)K, sizeof(*rt->out));
     rt->out_t = calloc((size_t)K, sizeof(int));
     if (!rt->w || !rt->wt || !rt->b || !rt->out || !rt->out_t) goto oom;
+    if (F && (!(rt->w2 = calloc((size_t)K * L, sizeof(*rt->w2))) || !(rt->w2t = calloc((size_t)K * L, sizeof(int)))))
+        goto oom;
     for (int i = 0; i < K * L; i++) {
         rt->wt[i] = mh->wtype;
-        rt->w[i] = op->weight(rt->be, stored_row(mh, (size_t)i * D), &rt->wt[i], D, D);
-        rt->b[i] = op->alloc(rt->be, sizeof(float) * (size_t)D);
+        rt->w[i] = op->weight(rt->be, stored_row(mh, (size_t)i * H), &rt->wt[i], H, D);
+        rt->b[i] = op->alloc(rt->be, sizeof(float) * (size_t)H);
         if (!rt->w[i] || !rt->b[i]) goto oom;
-        op->upload(rt->be, rt->b[i], mh->b + (size_t)i * D, sizeof(float) * (size_t)D);
+        op->upload(rt->be, rt->b[i], mh->b + (size_t)i * H, sizeof(float) * (size_t)H);
+        if (F) {
+            rt->w2t[i] = mh->wtype;
+            if (!(rt->w2[i] = op->weight(rt->be, stored_row(mh, w2_row0(mh) + (size_t)i * D), &rt->w2t[i], D, F)))
+                goto oom;
+        }
     }
     for (int k = 0; mh->own_output && k < K; k++) {
         rt->out_t[k] = mh->wtype;
-        if (!(rt->out[k] = op->weight(rt->be, stored_row(mh, (size_t)K * L * D + (size_t)k * V), &rt->out_t[k], V, D)))
+        if (!(rt->out[k] = op->weight(rt->be, stored_row(mh, out_row0(mh) + (size_t)k * V), &rt->out_t[k], V, D)))
             goto oom;
     }
     size_t R = (size_t)max_rows;
@@ -478,16 +532,17 @@ medusa_rt *medusa_rt_create(const medusa_heads *mh, model *m, int max_rows, engi
     }
     rt->h = op->alloc(rt->be, sizeof(float) * R * D);
     rt->y = op->alloc(rt->be, sizeof(float) * K * R * D);
-    rt->t = op->alloc(rt->be, sizeof(float) * R * D);
-    rt->ones = op->alloc(rt->be, sizeof(float) * R * D);
+    rt->t = op->alloc(rt->be, sizeof(float) * R * DH);
+    rt->ones = op->alloc(rt->be, sizeof(float) * R * DH);
     if (!rt->h || !rt->y || !rt->t || !rt->ones) goto oom;
+    if (F && !(rt->t2 = op->alloc(rt->be, sizeof(float) * R * D))) goto oom;
     if (!rt->be->host_memory && !(rt->logits_be = op->alloc(rt->be, sizeof(float) * K * R * V))) goto oom;
-    float *one = malloc(sizeof(float) * R * D);
+    float *one = malloc(sizeof(float) * R * DH);
     if (!one) goto oom;
-    for (size_t i = 0; i < R * D; i++) one[i] = 1.0f;
-    op->upload(rt->be, rt->ones, one, sizeof(float) * R * D);
+    for (size_t i = 0; i < R * DH; i++) one[i] = 1.0f;
+    op->upload(rt->be, rt->ones, one, sizeof(float) * R * DH);
     free(one);
-    if (op->reserve(rt->be, K * max_rows, D, 0) != 0) goto oom;
+    if (op->reserve(rt->be, K * max_rows, DH, 0) != 0) goto oom;
     engine_status_set(st, ENGINE_OK);
     return rt;
 oom:
@@ -498,7 +553,7 @@ oom:
 
 int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, const int32_t *tok, int n, int K) {
     const medusa_heads *mh = rt->mh;
-    int L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    int L = mh->n_layers, D = mh->dim, V = mh->n_vocab, F = mh->ffn, H = medusa_hidden(mh);
     if (n < 1 || n > rt->max_rows || K < 1 || K > mh->n_heads) return -1;
     if (mh->token_input)
         for (int r = 0; r < n; r++) {
@@ -522,10 +577,15 @@ int medusa_rt_logits(medusa_rt *rt, float *logits, const float *h, const int32_t
         op->copy(be, y, rt->h, sizeof(float) * nd);
         for (int l = 0; l < L; l++) {
             int i = k * L + l;
-            op->matmul(be, rt->t, y, rt->w[i], rt->wt[i], n, D, D);
-            for (int r = 0; r < n; r++) op->add(be, rt->t + (size_t)r * D, rt->b[i], 1, D);
-            op->silu_mul(be, rt->t, rt->ones, n, D);
-            op->add(be, y, rt->t, n, D);
+            op->matmul(be, rt->t, y, rt->w[i], rt->wt[i], n, D, H);
+            for (int r = 0; r < n; r++) op->add(be, rt->t + (size_t)r * H, rt->b[i], 1, H);
+            op->silu_mul(be, rt->t, rt->ones, n, H);
+            if (F) { /* y += W2 SiLU(W y + b) */
+                op->matmul(be, rt->t2, rt->t, rt->w2[i], rt->w2t[i], n, F, D);
+                op->add(be, y, rt->t2, n, D);
+            } else {
+                op->add(be, y, rt->t, n, D);
+            }
         }
         if (mh->own_output) op->matmul(be, lo + (size_t)k * n * V, y, rt->out[k], rt->out_t[k], n, D, V);
     }

@@ -31,10 +31,12 @@
 #define MEDUSA_MAX_LAYERS 4
 #define MEDUSA_ACC_K 8          /* top-1..top-8 accuracies stored per head */
 #define MEDUSA_ID_LEN 64
+#define MEDUSA_MAX_FFN 16384
 
 typedef struct {
     int n_heads;                /* K, 1..MEDUSA_MAX_HEADS */
-    int n_layers;               /* L ResBlocks per head, 1..MEDUSA_MAX_LAYERS */
+    int n_layers;               /* L layers per head, 1..MEDUSA_MAX_LAYERS */
+    int ffn;                    /* F: FFN width (0: ResBlocks, W (D, D)); a multiple of 32 up to MEDUSA_MAX_FFN */
     int dim;                    /* D, the target's hidden size */
     int n_vocab;                /* V */
     bool own_output;            /* each head has its own (V, D) output matrix (else the target's is shared) */
@@ -50,26 +52,32 @@ typedef struct {
      * gradient and moments have the same layout): */
     float *params;              /* owned */
     size_t n_params;
-    float *w;                   /* (K, L, D, D) W[k][l] row-major: out row i = sum_j W[i][j] y[j] */
-    float *b;                   /* (K, L, D) */
+    float *w;                   /* (K, L, H, D) W[k][l] row-major: out row i = sum_j W[i][j] y[j];
+                                 * H = F, or D for ResBlocks (medusa_hidden) */
+    float *b;                   /* (K, L, H) */
     float *out;                 /* (K, V, D) when own_output, else NULL */
     float *u;                   /* (D, D) U when token_input, else NULL */
-    /* Storage type of W, the own output matrices and U (biases stay F32):
+    float *w2;                  /* (K, L, D, F) W2[k][l] when ffn, else NULL */
+    /* Storage type of W, W2, the own output matrices and U (biases stay F32):
      * F32, F16 or Q8_0. Not F32: q holds them in that type (W rows first,
-     * then output rows, then U's, in params order) — what the file stores and the backend
+     * then output rows, then U's, then W2's, in params order) — what the file stores and the backend
      * computes with — and params hold exactly their dequantized values. */
     int wtype;
     void *q;                    /* owned, NULL for F32 */
 } medusa_heads;
 
-/* Zero-initialised heads (every head the identity on h); NULL when a size is
- * out of range (*st = ENGINE_ERR_INVALID) or out of memory (ENGINE_ERR_OOM),
- * reason in err. st may be NULL. */
-medusa_heads *medusa_heads_create(int n_heads, int n_layers, int dim, int n_vocab, bool own_output,
+/* Zero-initialised heads (every head the identity on h); ffn 0 for
+ * ResBlocks, else the FFN width F. NULL when a size is out of range (F not a
+ * multiple of 32 included: *st = ENGINE_ERR_INVALID) or out of memory
+ * (ENGINE_ERR_OOM), reason in err. st may be NULL. */
+medusa_heads *medusa_heads_create(int n_heads, int n_layers, int ffn, int dim, int n_vocab, bool own_output,
                                   bool token_input, engine_status *st, char *err, size_t errlen);
+
+/* H: a layer's hidden units, F for FFN heads, else D. */
+static inline int medusa_hidden(const medusa_heads *mh) { return mh->ffn ? mh->ffn : mh->dim; }
 void medusa_heads_destroy(medusa_heads *mh); /* accepts NULL */
 
-/* Re-types W and the own output matrices (medusa_heads.wtype): quantizes
+/* Re-types W, W2, U and the own output matrices (medusa_heads.wtype): quantizes
  * params into q and replaces params by the dequantized values, so training
  * figures measured afterwards are the stored heads'. F32 drops q. Returns 0,
  * or -1 with err and *st (a type other than F32/F16/Q8_0, D not a multiple of
@@ -124,7 +132,7 @@ void medusa_head_input(const medusa_heads *mh, const float *E, int32_t tok, cons
 /* The same on the host in float, no backend (the trainer's and the tests'
  * reference): one input row h (D, medusa_head_input's x) through head k into z (V); O is the shared
  * output matrix (V, D) floats (ignored when own_output); ys (L+1, D)
- * receives the layer inputs and the head's final state, as (L, D) the
+ * receives the layer inputs and the head's final state, as (L, H) the
  * pre-activations when not NULL. */
 void medusa_head_forward(const medusa_heads *mh, const float *O, int k, const float *h, float *z, float *ys,
                          float *as);

@@ -85,12 +85,22 @@ int64_t medusa_data_add(medusa_data *d, model *m, kv_pool *pool, const int32_t *
 
 /* ---- forward and backward of one sample ------------------------------------------- */
 
+/* Per sample: ys (L+1, D), as (L, H), ss (L, H) the SiLU values of FFN
+ * layers, z (V), g (D), gs (H) the gradient at an FFN layer's SiLU. */
+static size_t per_sample(const medusa_heads *mh) {
+    size_t D = (size_t)mh->dim, L = (size_t)mh->n_layers, V = (size_t)mh->n_vocab, H = (size_t)medusa_hidden(mh);
+    return (L + 1) * D + L * H + (mh->ffn ? L * H + H : 0) + V + D;
+}
+static size_t widest(const medusa_heads *mh) {
+    size_t D = (size_t)mh->dim, V = (size_t)mh->n_vocab, H = (size_t)medusa_hidden(mh), m = D > H ? D : H;
+    return m > V ? m : V;
+}
+
 size_t medusa_scratch_floats(const medusa_heads *mh) {
-    size_t D = (size_t)mh->dim, L = (size_t)mh->n_layers, V = (size_t)mh->n_vocab;
-    /* per sample, then the group's matmul input (G, D) and output (G, max(D, V)),
+    size_t D = (size_t)mh->dim, H = (size_t)medusa_hidden(mh);
+    /* per sample, then the group's matmul input (G, max(D, H)) and output (G, max(D, H, V)),
      * then the heads' inputs x0, the token rows e and the gradient at x0 (G, D) each */
-    return MEDUSA_GROUP * ((L + 1) * D + L * D + V + D) + MEDUSA_GROUP * (D + (V > D ? V : D)) +
-           3 * MEDUSA_GROUP * D;
+    return MEDUSA_GROUP * per_sample(mh) + MEDUSA_GROUP * ((D > H ? D : H) + widest(mh)) + 3 * MEDUSA_GROUP * D;
 }
 
 /* y (G, N) = x (G, D) . W^T for W (N, D) F32: the CPU kernels' SIMD matmul
@@ -108,9 +118,9 @@ static void group_matmul(float *y, const float *x, const float *W, int G, int D,
 
 static inline float sigm(float a) { return 1.0f / (1.0f + expf(-a)); }
 
-/* Per-sample scratch of a group: ys (L+1, D), as (L, D), z (V), g (D). */
+/* Per-sample scratch of a group (per_sample). */
 typedef struct {
-    float *ys, *as, *z, *g;
+    float *ys, *as, *ss, *z, *g, *gs;
 } gsample;
 
 /* The group's samples in lockstep, loops ordered so that each weight row is
@@ -120,13 +130,13 @@ typedef struct {
 static inline __attribute__((always_inline)) double
 group_grad(const medusa_heads *mh, const float *O, const float *E, const float *const *h, const int32_t *tok,
            const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch, int *correct) {
-    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
-    size_t per = (size_t)(L + 1) * D + (size_t)L * D + V + D;
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab, F = mh->ffn, H = medusa_hidden(mh);
+    size_t per = per_sample(mh), DH = (size_t)(D > H ? D : H);
     gsample sm[MEDUSA_GROUP];
     if (G > MEDUSA_GROUP) G = MEDUSA_GROUP;
     double loss = 0;
-    float *X = scratch + (size_t)MEDUSA_GROUP * per, *Y = X + (size_t)MEDUSA_GROUP * D;
-    float *X0 = Y + (size_t)MEDUSA_GROUP * (V > D ? V : D), *Er = X0 + (size_t)MEDUSA_GROUP * D,
+    float *X = scratch + (size_t)MEDUSA_GROUP * per, *Y = X + (size_t)MEDUSA_GROUP * DH;
+    float *X0 = Y + (size_t)MEDUSA_GROUP * widest(mh), *Er = X0 + (size_t)MEDUSA_GROUP * D,
           *G0 = Er + (size_t)MEDUSA_GROUP * D;
     /* the heads' input: x0 = h + U e(tok), shared by every head (token input), else h */
     bool ti = mh->token_input && E && tok;
@@ -148,25 +158,42 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
         for (int s = 0; s < G; s++)
             if (lab[s][k] >= 0 && lab[s][k] < V) {
                 float *b0 = scratch + (size_t)na * per;
-                sm[na] = (gsample){b0, b0 + (size_t)(L + 1) * D, b0 + (size_t)(L + 1) * D + (size_t)L * D,
-                                   b0 + (size_t)(L + 1) * D + (size_t)L * D + V};
-                memcpy(sm[na].ys, X0 + (size_t)s * D, sizeof(float) * (size_t)D);
+                gsample *q = &sm[na];
+                q->ys = b0, b0 += (size_t)(L + 1) * D;
+                q->as = b0, b0 += (size_t)L * H;
+                q->ss = F ? b0 : NULL, b0 += F ? (size_t)L * H : 0;
+                q->z = b0, b0 += V;
+                q->g = b0, b0 += D;
+                q->gs = F ? b0 : NULL;
+                memcpy(q->ys, X0 + (size_t)s * D, sizeof(float) * (size_t)D);
                 act[na++] = s;
             }
         if (!na) continue;
-        /* forward through the ResBlocks */
+        /* forward through the layers */
         for (int l = 0; l < L; l++) {
             size_t i = (size_t)k * L + l;
-            const float *W = mh->w + i * D * D, *b = mh->b + i * D;
+            const float *W = mh->w + i * H * D, *b = mh->b + i * H;
             for (int s = 0; s < na; s++) memcpy(X + (size_t)s * D, sm[s].ys + (size_t)l * D, sizeof(float) * (size_t)D);
-            group_matmul(Y, X, W, na, D, D);
+            group_matmul(Y, X, W, na, D, H);
             for (int s = 0; s < na; s++) {
-                const float *y = sm[s].ys + (size_t)l * D, *wy = Y + (size_t)s * D;
-                for (int r = 0; r < D; r++) {
-                    float a = wy[r] + b[r];
-                    sm[s].as[(size_t)l * D + r] = a;
-                    sm[s].ys[(size_t)(l + 1) * D + r] = y[r] + a * sigm(a);
+                const float *y = sm[s].ys + (size_t)l * D, *wy = Y + (size_t)s * H;
+                float *a = sm[s].as + (size_t)l * H, *yn = sm[s].ys + (size_t)(l + 1) * D;
+                float *sv = F ? sm[s].ss + (size_t)l * H : NULL;
+                for (int r = 0; r < H; r++) {
+                    a[r] = wy[r] + b[r];
+                    float si = a[r] * sigm(a[r]);
+                    if (F) sv[r] = si;
+                    else yn[r] = y[r] + si;
                 }
+            }
+            if (!F) continue;
+            /* ys[l+1] = ys[l] + W2 SiLU(a) */
+            for (int s = 0; s < na; s++) memcpy(X + (size_t)s * H, sm[s].ss + (size_t)l * H, sizeof(float) * (size_t)H);
+            group_matmul(Y, X, mh->w2 + i * D * F, na, F, D);
+            for (int s = 0; s < na; s++) {
+                const float *y = sm[s].ys + (size_t)l * D, *w2s = Y + (size_t)s * D;
+                float *yn = sm[s].ys + (size_t)(l + 1) * D;
+                for (int j = 0; j < D; j++) yn[j] = y[j] + w2s[j];
             }
         }
         const float *Om = mh->own_output ? mh->out + (size_t)k * V * D : O;
@@ -205,25 +232,44 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
                 }
             }
         }
-        /* back through the ResBlocks: y' = y + silu(W y + b); u = g . silu'(a), kept in as */
+        /* back through the layers. ResBlock: y' = y + silu(a), a = W y + b, the
+         * gradient at the SiLU is g itself; FFN: y' = y + W2 silu(a), it is
+         * gs = W2^T g, and dW2 = g silu(a)^T. Then u = (that) . silu'(a), kept
+         * in as: dW = u y^T, db = u, g += W^T u. */
         for (int l = L - 1; l >= 0; l--) {
             size_t i = (size_t)k * L + l;
-            const float *W = mh->w + i * D * D;
-            float *gW = grad + (mh->w - mh->params) + i * D * D, *gb = grad + (mh->b - mh->params) + i * D;
-            for (int s = 0; s < na; s++) {
-                float *a = sm[s].as + (size_t)l * D;
-                const float *g = sm[s].g;
+            const float *W = mh->w + i * H * D;
+            float *gW = grad + (mh->w - mh->params) + i * H * D, *gb = grad + (mh->b - mh->params) + i * H;
+            if (F) {
+                const float *W2 = mh->w2 + i * D * F;
+                float *gW2 = grad + (mh->w2 - mh->params) + i * D * F;
+                for (int s = 0; s < na; s++) memset(sm[s].gs, 0, sizeof(float) * (size_t)F);
                 for (int r = 0; r < D; r++) {
+                    const float *w2r = W2 + (size_t)r * F;
+                    float *gw2 = gW2 + (size_t)r * F;
+                    for (int s = 0; s < na; s++) {
+                        float gr = sm[s].g[r];
+                        const float *sv = sm[s].ss + (size_t)l * F;
+                        float *gs = sm[s].gs;
+                        for (int j = 0; j < F; j++) gw2[j] += gr * sv[j];
+                        for (int j = 0; j < F; j++) gs[j] += gr * w2r[j];
+                    }
+                }
+            }
+            for (int s = 0; s < na; s++) {
+                float *a = sm[s].as + (size_t)l * H;
+                const float *g = F ? sm[s].gs : sm[s].g;
+                for (int r = 0; r < H; r++) {
                     float sg = sigm(a[r]);
                     a[r] = g[r] * sg * (1.0f + a[r] * (1.0f - sg));
                     gb[r] += a[r];
                 }
             }
-            for (int r = 0; r < D; r++) {
+            for (int r = 0; r < H; r++) {
                 float *gw = gW + (size_t)r * D;
                 const float *wr = W + (size_t)r * D;
                 for (int s = 0; s < na; s++) {
-                    float ur = sm[s].as[(size_t)l * D + r];
+                    float ur = sm[s].as[(size_t)l * H + r];
                     const float *yl = sm[s].ys + (size_t)l * D;
                     float *g = sm[s].g;
                     for (int j = 0; j < D; j++) gw[j] += ur * yl[j];
@@ -286,33 +332,108 @@ double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *E
 
 /* ---- evaluation ---------------------------------------------------------------------- */
 
-double medusa_evaluate(const medusa_heads *mh, const float *O, const float *E, const medusa_data *d, int64_t from,
-                       int64_t to, float head_decay, double *head_loss, float (*acc)[MEDUSA_ACC_K]) {
-    int K = mh->n_heads, V = mh->n_vocab, D = mh->dim;
-    float *z = malloc(sizeof(float) * ((size_t)V + (size_t)(mh->n_layers + 2) * D)), *ys = z + V,
-          *x = ys + (size_t)(mh->n_layers + 1) * D;
-    double cnt[MEDUSA_MAX_HEADS] = {0}, hit[MEDUSA_MAX_HEADS][MEDUSA_ACC_K] = {{0}}, ce[MEDUSA_MAX_HEADS] = {0};
-    if (!z) return NAN;
-    for (int64_t i = from; i < to; i++) {
-        medusa_head_input(mh, E, d->next[i], d->h + (size_t)i * D, x);
-        for (int k = 0; k < K && k < d->n_heads; k++) {
-            int y = d->lab[i * d->n_heads + k];
-            if (y < 0) continue;
-            medusa_head_forward(mh, O, k, x, z, ys, NULL);
-            float mx = z[0];
-            for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-            double se = 0;
-            int rank = 0; /* tokens scoring above the label (ties: lower ids first) */
-            for (int v = 0; v < V; v++) {
-                se += exp((double)(z[v] - mx));
-                rank += z[v] > z[y] || (z[v] == z[y] && v < y);
+/* Held-out counts of one range: per head, samples, CE sum and top-j hits. */
+typedef struct {
+    const medusa_heads *mh;
+    const float *O, *E;
+    const medusa_data *d;
+    int64_t from, to;
+    double cnt[MEDUSA_MAX_HEADS], ce[MEDUSA_MAX_HEADS], hit[MEDUSA_MAX_HEADS][MEDUSA_ACC_K];
+    int failed;
+} eval_part;
+
+/* The heads' forward over groups of MEDUSA_GROUP positions on the kernels'
+ * matmul (each weight row read once per group), as medusa_head_forward
+ * computes it one row at a time. */
+static void *eval_work(void *arg) {
+    eval_part *ep = arg;
+    const medusa_heads *mh = ep->mh;
+    const medusa_data *d = ep->d;
+    int K = mh->n_heads < d->n_heads ? mh->n_heads : d->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
+    int F = mh->ffn, H = medusa_hidden(mh), G = MEDUSA_GROUP;
+    float *buf = malloc(sizeof(float) * (size_t)G * (4 * (size_t)D + (size_t)H + (size_t)V));
+    if (!buf) {
+        ep->failed = 1;
+        return NULL;
+    }
+    float *X0 = buf, *Er = X0 + (size_t)G * D, *Y = Er + (size_t)G * D, *T2 = Y + (size_t)G * D,
+          *A = T2 + (size_t)G * D, *Z = A + (size_t)G * H;
+    bool ti = mh->token_input && ep->E;
+    for (int64_t i0 = ep->from; i0 < ep->to; i0 += G) {
+        int g = ep->to - i0 < G ? (int)(ep->to - i0) : G;
+        if (ti) {
+            for (int s = 0; s < g; s++) {
+                int32_t t = d->next[i0 + s];
+                if (t >= 0 && t < V) memcpy(Er + (size_t)s * D, ep->E + (size_t)t * D, sizeof(float) * (size_t)D);
+                else memset(Er + (size_t)s * D, 0, sizeof(float) * (size_t)D);
             }
-            ce[k] += mx + log(se) - z[y];
-            cnt[k]++;
-            for (int j = rank; j < MEDUSA_ACC_K; j++) hit[k][j]++;
+            group_matmul(X0, Er, mh->u, g, D, D);
+        }
+        for (int s = 0; s < g; s++)
+            for (int j = 0; j < D; j++) X0[(size_t)s * D + j] = (ti ? X0[(size_t)s * D + j] : 0.0f) + d->h[(size_t)(i0 + s) * D + j];
+        for (int k = 0; k < K; k++) {
+            memcpy(Y, X0, sizeof(float) * (size_t)g * D);
+            for (int l = 0; l < L; l++) {
+                size_t i = (size_t)k * L + l;
+                const float *b = mh->b + i * H;
+                group_matmul(A, Y, mh->w + i * H * D, g, D, H);
+                for (int s = 0; s < g; s++)
+                    for (int r = 0; r < H; r++) {
+                        float a = A[(size_t)s * H + r] + b[r];
+                        A[(size_t)s * H + r] = a * sigm(a);
+                    }
+                const float *br = A;
+                if (F) group_matmul(T2, A, mh->w2 + i * D * F, g, F, D), br = T2;
+                for (size_t j = 0; j < (size_t)g * D; j++) Y[j] += br[j];
+            }
+            group_matmul(Z, Y, mh->own_output ? mh->out + (size_t)k * V * D : ep->O, g, D, V);
+            for (int s = 0; s < g; s++) {
+                int y = d->lab[(i0 + s) * d->n_heads + k];
+                if (y < 0) continue;
+                const float *z = Z + (size_t)s * V;
+                float mx = z[0];
+                for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+                double se = 0;
+                int rank = 0; /* tokens scoring above the label (ties: lower ids first) */
+                for (int v = 0; v < V; v++) {
+                    se += exp((double)(z[v] - mx));
+                    rank += z[v] > z[y] || (z[v] == z[y] && v < y);
+                }
+                ep->ce[k] += mx + log(se) - z[y];
+                ep->cnt[k]++;
+                for (int j = rank; j < MEDUSA_ACC_K; j++) ep->hit[k][j]++;
+            }
         }
     }
-    free(z);
+    free(buf);
+    return NULL;
+}
+
+double medusa_evaluate(const medusa_heads *mh, const float *O, const float *E, const medusa_data *d, int64_t from,
+                       int64_t to, float head_decay, int threads, double *head_loss, float (*acc)[MEDUSA_ACC_K]) {
+    int K = mh->n_heads;
+    int T = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+    if (to - from < (int64_t)T * MEDUSA_GROUP) T = 1;
+    eval_part parts[64];
+    pthread_t th[64];
+    for (int t = 0; t < T; t++) {
+        memset(&parts[t], 0, sizeof(parts[t]));
+        parts[t].mh = mh, parts[t].O = O, parts[t].E = E, parts[t].d = d;
+        parts[t].from = from + (to - from) * t / T, parts[t].to = from + (to - from) * (t + 1) / T;
+    }
+    for (int t = 1; t < T; t++)
+        if (pthread_create(&th[t], NULL, eval_work, &parts[t]) != 0) eval_work(&parts[t]), th[t] = 0;
+    eval_work(&parts[0]);
+    for (int t = 1; t < T; t++)
+        if (th[t]) pthread_join(th[t], NULL);
+    double cnt[MEDUSA_MAX_HEADS] = {0}, hit[MEDUSA_MAX_HEADS][MEDUSA_ACC_K] = {{0}}, ce[MEDUSA_MAX_HEADS] = {0};
+    for (int t = 0; t < T; t++) {
+        if (parts[t].failed) return NAN;
+        for (int k = 0; k < K; k++) {
+            cnt[k] += parts[t].cnt[k], ce[k] += parts[t].ce[k];
+            for (int j = 0; j < MEDUSA_ACC_K; j++) hit[k][j] += parts[t].hit[k][j];
+        }
+    }
     double loss = 0, w = 1;
     for (int k = 0; k < K; k++, w *= head_decay) {
         double hl = cnt[k] > 0 ? ce[k] / cnt[k] : 0;
@@ -368,6 +489,33 @@ static void *work(void *arg) {
     return NULL;
 }
 
+/* An FFN layer whose W and W2 are both zero (fresh heads) is a saddle: no
+ * gradient reaches either. Such W is drawn N(0, s^2) with s = 1 / rms|x0|
+ * over the training positions (pre-activations of unit variance; W2 stays
+ * zero, so the head is still the identity). Trained heads are left alone. */
+static void init_ffn(medusa_heads *mh, const medusa_data *d, int64_t n_tr, uint64_t seed) {
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, F = mh->ffn;
+    if (!F) return;
+    double ss = 0;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n_tr; i += 1 + n_tr / 4096, cnt++)
+        for (int j = 0; j < D; j++) ss += (double)d->h[(size_t)i * D + j] * d->h[(size_t)i * D + j];
+    float sd = ss > 0 ? (float)(1.0 / sqrt(ss / (double)(cnt ? cnt : 1))) : 1.0f / sqrtf((float)D);
+    uint64_t rs = seed ^ 0x6a09e667f3bcc909ULL;
+    for (int i = 0; i < K * L; i++) {
+        float *W = mh->w + (size_t)i * F * D, *W2 = mh->w2 + (size_t)i * D * F;
+        bool zero = true;
+        for (size_t j = 0; j < (size_t)F * D && zero; j++) zero = W[j] == 0 && W2[j] == 0;
+        if (!zero) continue;
+        for (size_t j = 0; j < (size_t)F * D; j += 2) { /* Box-Muller, two at a time */
+            double u1 = ((util_splitmix64(&rs) >> 11) + 0.5) * 0x1p-53, u2 = (util_splitmix64(&rs) >> 11) * 0x1p-53;
+            double r = sqrt(-2 * log(u1));
+            W[j] = sd * (float)(r * cos(2 * M_PI * u2));
+            if (j + 1 < (size_t)F * D) W[j + 1] = sd * (float)(r * sin(2 * M_PI * u2));
+        }
+    }
+}
+
 int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_data *d, const medusa_train_opts *o,
                  medusa_train_result *res, char *err, size_t errlen) {
     memset(res, 0, sizeof(*res));
@@ -415,7 +563,8 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
             free(freq);
         }
     }
-    res->loss0 = medusa_evaluate(mh, O, E, d, n_tr, d->n, o->head_decay, res->head_loss0, NULL);
+    init_ffn(mh, d, n_tr, o->seed);
+    res->loss0 = medusa_evaluate(mh, O, E, d, n_tr, d->n, o->head_decay, T, res->head_loss0, NULL);
 
     uint64_t rs = o->seed;
     for (int64_t i = 0; i < n_tr; i++) perm[i] = i;
@@ -464,7 +613,7 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
         double lr = step < warm ? o->lr * (double)(step + 1) / warm
                                 : o->lr * 0.5 * (1 + cos(M_PI * (double)(step - warm) / (double)(steps - warm + 1)));
         double bc1 = 1 - pow(b1, (double)(step + 1)), bc2 = 1 - pow(b2, (double)(step + 1));
-        size_t nb0 = (size_t)(mh->b - mh->params), nb1 = nb0 + (size_t)K * mh->n_layers * mh->dim;
+        size_t nb0 = (size_t)(mh->b - mh->params), nb1 = nb0 + (size_t)K * mh->n_layers * medusa_hidden(mh);
         float invB = 1.0f / B;
         for (size_t i = 0; i < P; i++) {
             float g = grads[i] * invB;
@@ -491,7 +640,7 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
     }
     res->steps = step;
     if (wsamples && res->train_loss == 0) res->train_loss = wloss / (double)(wsamples / B);
-    res->loss1 = medusa_evaluate(mh, O, E, d, n_tr, d->n, o->head_decay, res->head_loss1, mh->acc);
+    res->loss1 = medusa_evaluate(mh, O, E, d, n_tr, d->n, o->head_decay, T, res->head_loss1, mh->acc);
     mh->acc_tokens = (uint64_t)n_held;
     mh->train_loss = (float)res->train_loss;
     mh->heldout_loss = (float)res->loss1;

@@ -119,8 +119,9 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
                  medusa_train_result *res, char *err, size_t errlen);
 
 /* Held-out figures of mh on positions [from, to) of d: weighted loss, per
- * head CE (head_loss, K) and cumulative top-j accuracy (acc, K x MEDUSA_ACC_K). */
+ * head CE (head_loss, K) and cumulative top-j accuracy (acc, K x MEDUSA_ACC_K),
+ * over `threads` threads (NAN when out of memory). */
 double medusa_evaluate(const medusa_heads *mh, const float *O, const float *E, const medusa_data *d, int64_t from,
-                       int64_t to, float head_decay, double *head_loss, float (*acc)[MEDUSA_ACC_K]);
+                       int64_t to, float head_decay, int threads, double *head_loss, float (*acc)[MEDUSA_ACC_K]);
 
 #endif

@@ -1,8 +1,9 @@
 /* test_medusa_cuda.c — the Medusa heads on the CUDA backend against the CPU
  * (issue 18): the final-normed hidden states a forward leaves behind
  * (model_hidden_rows) and every head's logits (medusa_rt_logits, shared and
- * own output matrices; the token input U e(x) with the shared one) for
- * random non-zero heads on stories260K. Exits 77
+ * own output matrices; the token input U e(x) with the shared one;
+ * ResBlocks and FFN layers of 96 units) for random non-zero heads on
+ * stories260K. Exits 77
  * (skipped) without a GPU. */
 #include "engine/medusa.h"
 #include "tests/testutil.h"
@@ -58,8 +59,9 @@ int main(void) {
     double eh = rel_err(hid[1], hid[0], (size_t)n * D);
     fprintf(stderr, "hidden states CUDA vs CPU: rel err %.2e\n", eh);
     CHECK(eh < 1e-3);
-    for (int own = 0; own < 2; own++) { /* shared output with token input, own output without */
-        medusa_heads *mh = medusa_heads_create(K, 2, D, V, own, !own, NULL, err, sizeof(err));
+    for (int c = 0; c < 4; c++) { /* shared output with token input, own output without; ResBlocks, then FFN */
+        int own = c & 1, ffn = c < 2 ? 0 : 96;
+        medusa_heads *mh = medusa_heads_create(K, 2, ffn, D, V, own, !own, NULL, err, sizeof(err));
         for (size_t i = 0; i < mh->n_params; i++) mh->params[i] = frand() * 0.2f;
         float *out[2];
         for (int b = 0; b < 2; b++) {
@@ -70,7 +72,8 @@ int main(void) {
             medusa_rt_destroy(rt);
         }
         double e = rel_err(out[1], out[0], (size_t)K * n * V);
-        fprintf(stderr, "%s output: head logits CUDA vs CPU rel err %.2e\n", own ? "own" : "shared", e);
+        fprintf(stderr, "%s, %s output: head logits CUDA vs CPU rel err %.2e\n", ffn ? "FFN" : "ResBlocks",
+                own ? "own" : "shared", e);
         CHECK(e < 2e-3);
         free(out[0]), free(out[1]);
         medusa_heads_destroy(mh);

@@ -1,5 +1,7 @@
 /* test_medusa_file.c — the Medusa heads side file: round trip (shared and own
- * output matrices, every parameter and accuracy bit-exact), refusal of heads
+ * output matrices, ResBlock and FFN heads, every parameter and accuracy
+ * bit-exact; F16 and Q8_0 heads on the CPU backend against the host
+ * forward), refusal of heads
  * trained for another target (naming both identities) and of a model file,
  * shape mismatch, non-finite weights, and fuzzing: every truncation and
  * thousands of random byte flips either load consistently or fail with a
@@ -27,9 +29,9 @@ static uint8_t *slurp(const char *path, size_t *n) {
     return b;
 }
 
-static medusa_heads *make(int K, int L, int D, int V, bool own, bool tin, const char *id) {
+static medusa_heads *make(int K, int L, int F, int D, int V, bool own, bool tin, const char *id) {
     char err[256];
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, tin, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, F, D, V, own, tin, NULL, err, sizeof(err));
     if (!mh) {
         fprintf(stderr, "%s\n", err);
         exit(1);
@@ -45,7 +47,7 @@ static medusa_heads *make(int K, int L, int D, int V, bool own, bool tin, const 
 }
 
 static bool same(const medusa_heads *a, const medusa_heads *b) {
-    return a->n_heads == b->n_heads && a->n_layers == b->n_layers && a->dim == b->dim && a->n_vocab == b->n_vocab &&
+    return a->n_heads == b->n_heads && a->n_layers == b->n_layers && a->ffn == b->ffn && a->dim == b->dim && a->n_vocab == b->n_vocab &&
            a->own_output == b->own_output && a->token_input == b->token_input && a->n_params == b->n_params && !strcmp(a->target_id, b->target_id) &&
            !memcmp(a->params, b->params, sizeof(float) * a->n_params) && !memcmp(a->acc, b->acc, sizeof(a->acc)) &&
            a->acc_tokens == b->acc_tokens && a->heldout_loss == b->heldout_loss;
@@ -63,31 +65,39 @@ int main(void) {
     su_tmp_path(hp2, sizeof(hp2), "heads_own.gguf");
 
     /* round trips */
-    medusa_heads *a = make(3, 2, 64, 512, false, true, tid);
+    medusa_heads *a = make(3, 2, 96, 64, 512, false, true, tid); /* FFN heads: the fuzzing below reads this file */
     CHECK(medusa_heads_save(a, hp, err, sizeof(err)) == 0);
     medusa_heads *b = medusa_heads_load(hp, tid, 64, 512, NULL, err, sizeof(err));
-    CHECKF(b && same(a, b), "round trip (shared, token input): %s", b ? "differs" : err);
-    CHECK(b && b->u && b->u[7] == a->u[7]);
-    medusa_heads *c = make(2, 1, 64, 512, true, false, tid);
+    CHECKF(b && same(a, b), "round trip (FFN, shared, token input): %s", b ? "differs" : err);
+    CHECK(b && b->u && b->u[7] == a->u[7] && b->w2 && b->w2[3 * 2 * 64 * 96 - 1] == a->w2[3 * 2 * 64 * 96 - 1]);
+    medusa_heads *rb = make(3, 2, 0, 64, 512, false, true, tid);
+    CHECK(medusa_heads_save(rb, hp2, err, sizeof(err)) == 0);
+    medusa_heads *rb2 = medusa_heads_load(hp2, tid, 64, 512, NULL, err, sizeof(err));
+    CHECKF(rb2 && same(rb, rb2) && !rb2->w2, "round trip (ResBlocks, token input): %s", rb2 ? "differs" : err);
+    medusa_heads_destroy(rb), medusa_heads_destroy(rb2);
+    char e2[256];
+    CHECK(!medusa_heads_create(2, 1, 40, 64, 512, false, false, NULL, e2, sizeof e2) && strstr(e2, "multiple of 32"));
+    medusa_heads *c = make(2, 1, 0, 64, 512, true, false, tid);
     CHECK(medusa_heads_save(c, hp2, err, sizeof(err)) == 0);
     medusa_heads *c2 = medusa_heads_load(hp2, tid, 64, 512, NULL, err, sizeof(err));
     CHECKF(c2 && same(c, c2), "round trip (own output): %s", c2 ? "differs" : err);
     CHECK(c2 && c2->out && c2->out[5] == c->out[5]);
 
     /* quantized heads: the file keeps the type, params are the dequantized values */
-    for (int qt = 0; qt < 2; qt++) {
-        int type = qt ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
-        medusa_heads *q = make(2, 1, 64, 512, qt == 1, qt == 1, tid);
+    for (int qt = 0; qt < 4; qt++) { /* F16, Q8_0 (own output, token input), then both again as FFN heads */
+        int type = qt & 1 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+        medusa_heads *q = make(2, qt < 2 ? 1 : 2, qt < 2 ? 0 : 64, 64, 512, qt == 1, qt & 1, tid);
         CHECK(medusa_heads_set_type(q, type, NULL, err, sizeof(err)) == 0);
         CHECK(medusa_heads_save(q, hp2, err, sizeof(err)) == 0);
         medusa_heads *q2 = medusa_heads_load(hp2, tid, 64, 512, NULL, err, sizeof(err));
-        CHECKF(q2 && q2->wtype == type && same(q, q2), "round trip (%s): %s", ggml_type_name(type), q2 ? "differs" : err);
-        CHECK(medusa_heads_bytes(q) < medusa_heads_bytes(c) * (qt ? 2 : 1));
+        CHECKF(q2 && q2->wtype == type && same(q, q2), "round trip (%s%s): %s", ggml_type_name(type),
+               qt < 2 ? "" : ", FFN", q2 ? "differs" : err);
+        if (qt < 2) CHECK(medusa_heads_bytes(q) < medusa_heads_bytes(c) * (qt ? 2 : 1));
         /* on the CPU backend the quantized rows are what the matmuls read */
         medusa_rt *rt = q2 ? medusa_rt_create(q2, sp->target, 2, NULL, err, sizeof(err)) : NULL;
         CHECKF(rt, "medusa_rt_create: %s", err);
         if (rt) {
-            float h[2 * 64], lg[2 * 2 * 512], z[512], ys[2 * 64], x[64];
+            float h[2 * 64], lg[2 * 2 * 512], z[512], ys[3 * 64], x[64];
             int32_t tok[2] = {17, 300};
             for (int i = 0; i < 128; i++) h[i] = (float)((double)(rnd() % 2001) / 1000.0 - 1.0);
             float *O = medusa_target_output(sp->target, err, sizeof(err));
@@ -106,8 +116,8 @@ int main(void) {
                         num += dd * dd, den += (double)z[v] * z[v];
                     }
                 }
-            fprintf(stderr, "%s heads on the CPU backend vs host forward: rel err %.2e\n", ggml_type_name(type),
-                    sqrt(num / den));
+            fprintf(stderr, "%s%s heads on the CPU backend vs host forward: rel err %.2e\n", ggml_type_name(type),
+                    qt < 2 ? "" : " FFN", sqrt(num / den));
             CHECK(sqrt(num / den) < 2e-2);
             free(O);
             free(E);
@@ -123,7 +133,7 @@ int main(void) {
     CHECKF(strstr(err, tid) && strstr(err, did) && strstr(err, "trained for"), "message: %s", err);
     fprintf(stderr, "wrong target: %s\n", err);
     /* the proposer checks it too */
-    medusa_heads *wrong = make(2, 1, 64, 512, false, false, did);
+    medusa_heads *wrong = make(2, 1, 0, 64, 512, false, false, did);
     st = ENGINE_OK;
     CHECK(draft_medusa_create(sp, wrong, &st, err, sizeof(err)) == NULL && strstr(err, "trained for") &&
           st == ENGINE_ERR_INVALID);

@@ -1,11 +1,12 @@
 /* test_medusa_grad.c — the trainer's hand-written backward (medusa_sample_grad)
  * against central finite differences of an independent float64 forward, for
- * EVERY trained parameter (W, b of each ResBlock, each head's own output
- * matrix, the token input's U), with shared and own output matrices, with and
- * without token input, 1 and 2 layers, and labels missing for some heads.
+ * EVERY trained parameter (W, b of each ResBlock or FFN layer, W2 of FFN
+ * layers, each head's own output matrix, the token input's U), with shared
+ * and own output matrices, with and without token input, 1 and 2 layers,
+ * ResBlocks and FFN layers, and labels missing for some heads.
  * Also: the float forward's loss equals the float64 one, and a gradient
- * perturbed by 30% on a third of its ResBlock entries, or of U's, fails the
- * same comparison. */
+ * perturbed by 30% on a third of its ResBlock entries, of U's, or of an FFN
+ * layer's W2, fails the same comparison. */
 #include "engine/medusa_train.h"
 #include "tests/testutil.h"
 
@@ -21,8 +22,9 @@ static double urand(void) {
 /* float64 loss of one sample: the definition, written again */
 static double ref_loss(const medusa_heads *mh, const double *p, const double *O, const double *E, int tok,
                        const double *h, const int32_t *lab, const float *hw) {
-    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
-    size_t nw = (size_t)K * L * D * D, nb = (size_t)K * L * D, no = mh->own_output ? (size_t)K * V * D : 0;
+    int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab, F = mh->ffn, H = F ? F : D;
+    size_t nw = (size_t)K * L * H * D, nb = (size_t)K * L * H, no = mh->own_output ? (size_t)K * V * D : 0;
+    size_t nu = mh->token_input ? (size_t)D * D : 0;
     double y[64], yn[64], z[64], x0[64], loss = 0;
     for (int i = 0; i < D; i++) { /* x0 = h + U e(tok) */
         x0[i] = h[i];
@@ -33,11 +35,16 @@ static double ref_loss(const medusa_heads *mh, const double *p, const double *O,
         if (lab[k] < 0) continue;
         memcpy(y, x0, sizeof(double) * D);
         for (int l = 0; l < L; l++) {
-            const double *W = p + ((size_t)k * L + l) * D * D, *b = p + nw + ((size_t)k * L + l) * D;
-            for (int i = 0; i < D; i++) {
+            const double *W = p + ((size_t)k * L + l) * H * D, *b = p + nw + ((size_t)k * L + l) * H;
+            const double *W2 = p + nw + nb + no + nu + ((size_t)k * L + l) * D * F; /* (D, F) */
+            memcpy(yn, y, sizeof(double) * D);
+            for (int i = 0; i < H; i++) {
                 double a = b[i];
                 for (int j = 0; j < D; j++) a += W[i * D + j] * y[j];
-                yn[i] = y[i] + a / (1 + exp(-a));
+                double sa = a / (1 + exp(-a));
+                if (!F) yn[i] += sa;
+                else
+                    for (int j = 0; j < D; j++) yn[j] += W2[(size_t)j * F + i] * sa;
             }
             memcpy(y, yn, sizeof(double) * D);
         }
@@ -56,10 +63,10 @@ static double ref_loss(const medusa_heads *mh, const double *p, const double *O,
 }
 
 /* max over parameters of |analytic - numeric| / max(1e-3, |analytic| + |numeric|) */
-/* perturb: 0 none, 1 a third of the ResBlock entries, 2 a third of U's */
-static double check(int K, int L, int D, int V, bool own, bool tin, int perturb, int *n_checked) {
+/* perturb: 0 none, 1 a third of the ResBlock entries, 2 a third of U's, 3 of W2's */
+static double check(int K, int L, int F, int D, int V, bool own, bool tin, int perturb, int *n_checked) {
     char err[256];
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, tin, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, F, D, V, own, tin, NULL, err, sizeof(err));
     if (!mh) {
         fprintf(stderr, "%s\n", err);
         exit(1);
@@ -93,7 +100,10 @@ static double check(int K, int L, int D, int V, bool own, bool tin, int perturb,
     if (perturb == 1)
         for (size_t i = 0; i < (size_t)K * L * D * (D + 1); i++) g[i] *= 1.0f + 0.3f * (float)(i % 3 == 0);
     if (perturb == 2 && tin)
-        for (size_t i = (size_t)(mh->u - mh->params); i < P; i++) g[i] *= 1.0f + 0.3f * (float)(i % 3 == 0);
+        for (size_t i = (size_t)(mh->u - mh->params); i < (size_t)(mh->u - mh->params) + (size_t)D * D; i++)
+            g[i] *= 1.0f + 0.3f * (float)(i % 3 == 0);
+    if (perturb == 3 && F)
+        for (size_t i = (size_t)(mh->w2 - mh->params); i < P; i++) g[i] *= 1.0f + 0.3f * (float)(i % 3 == 0);
     double worst = 0, eps = 1e-5;
     for (size_t i = 0; i < P; i++) {
         double keep = p[i];
@@ -113,9 +123,9 @@ static double check(int K, int L, int D, int V, bool own, bool tin, int perturb,
 }
 
 /* the trainer's grouped pass (G samples in lockstep) equals the sum of single samples */
-static double group_check(int K, int L, int D, int V, bool own, bool tin, int G) {
+static double group_check(int K, int L, int F, int D, int V, bool own, bool tin, int G) {
     char err[256];
-    medusa_heads *mh = medusa_heads_create(K, L, D, V, own, tin, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(K, L, F, D, V, own, tin, NULL, err, sizeof(err));
     size_t P = mh->n_params;
     for (size_t i = 0; i < P; i++) mh->params[i] = (float)((urand() - 0.5) * 0.6);
     float *O = malloc(sizeof(float) * V * D), *E = malloc(sizeof(float) * V * D), *hs = malloc(sizeof(float) * G * D),
@@ -146,33 +156,38 @@ static double group_check(int K, int L, int D, int V, bool own, bool tin, int G)
 }
 
 int main(void) {
-    struct { int K, L, D, V; bool own, tin; } cases[] = {
-        {1, 1, 6, 11, false, false},
-        {3, 1, 8, 13, false, false},
-        {2, 2, 7, 9, true, false},
-        {4, 2, 5, 17, true, false},
-        {1, 1, 6, 11, false, true},
-        {3, 2, 8, 13, false, true},
-        {2, 1, 7, 9, true, true},
+    struct { int K, L, F, D, V; bool own, tin; } cases[] = {
+        {1, 1, 0, 6, 11, false, false},
+        {3, 1, 0, 8, 13, false, false},
+        {2, 2, 0, 7, 9, true, false},
+        {4, 2, 0, 5, 17, true, false},
+        {1, 1, 0, 6, 11, false, true},
+        {3, 2, 0, 8, 13, false, true},
+        {2, 1, 0, 7, 9, true, true},
+        {1, 1, 32, 6, 11, false, false},
+        {3, 1, 32, 5, 13, false, true},
+        {2, 2, 32, 7, 9, true, true},
     };
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         int n = 0;
-        double w = check(cases[c].K, cases[c].L, cases[c].D, cases[c].V, cases[c].own, cases[c].tin, 0, &n);
-        fprintf(stderr, "K=%d L=%d D=%d V=%d %s output%s: %d parameters, worst relative error %.2e\n", cases[c].K,
-                cases[c].L, cases[c].D, cases[c].V, cases[c].own ? "own" : "shared", cases[c].tin ? ", token input" : "",
-                n, w);
+        double w = check(cases[c].K, cases[c].L, cases[c].F, cases[c].D, cases[c].V, cases[c].own, cases[c].tin, 0, &n);
+        fprintf(stderr, "K=%d L=%d F=%d D=%d V=%d %s output%s: %d parameters, worst relative error %.2e\n", cases[c].K,
+                cases[c].L, cases[c].F, cases[c].D, cases[c].V, cases[c].own ? "own" : "shared",
+                cases[c].tin ? ", token input" : "", n, w);
         CHECKF(w < 2e-3, "case %zu: worst relative gradient error %.3e", c, w);
     }
-    double gw = fmax(fmax(group_check(3, 2, 9, 14, true, false, MEDUSA_GROUP), group_check(2, 1, 12, 20, false, false, 5)),
-                     group_check(3, 1, 10, 15, false, true, MEDUSA_GROUP));
+    double gw = fmax(fmax(group_check(3, 2, 0, 9, 14, true, false, MEDUSA_GROUP),
+                          group_check(2, 1, 0, 12, 20, false, false, 5)),
+                     fmax(group_check(3, 1, 0, 10, 15, false, true, MEDUSA_GROUP),
+                          group_check(2, 2, 32, 9, 14, true, true, MEDUSA_GROUP)));
     fprintf(stderr, "grouped pass vs sum of single samples: worst relative difference %.2e\n", gw);
     CHECK(gw < 1e-4);
     /* the comparison has teeth: a gradient off by 30% on a third of the entries fails it */
-    for (int pb = 1; pb <= 2; pb++) {
+    for (int pb = 1; pb <= 3; pb++) {
         int n = 0;
-        double w = check(2, 2, 6, 9, true, true, pb, &n);
+        double w = check(2, 2, pb == 3 ? 32 : 0, 6, 9, true, true, pb, &n);
         fprintf(stderr, "perturbed gradient (%s): worst relative error %.2e (must fail the bound)\n",
-                pb == 1 ? "ResBlocks" : "U", w);
+                pb == 1 ? "ResBlocks" : pb == 2 ? "U" : "FFN W2", w);
         CHECK(w > 2e-2);
     }
     TEST_DONE();

@@ -144,11 +144,11 @@ static void sampled(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc) {
 }
 
 /* heads trained for `steps` steps on the corpus (0: untrained, the identity),
- * with token input or without */
-static medusa_heads *train(spec_pair *sp, int steps, bool tin) {
+ * with token input or without, ResBlocks (ffn 0) or FFN layers of ffn units */
+static medusa_heads *train(spec_pair *sp, int steps, bool tin, int ffn) {
     char err[512], path[512];
     model *m = sp->target;
-    medusa_heads *mh = medusa_heads_create(3, 1, m->hp.dim, m->hp.n_vocab, false, tin, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(3, 1, ffn, m->hp.dim, m->hp.n_vocab, false, tin, NULL, err, sizeof(err));
     snprintf(mh->target_id, sizeof(mh->target_id), "%s", sp->target_id.id);
     if (!steps) return mh;
     tu_model(path, sizeof(path), "corpora/tinystories_valid_30K.txt");
@@ -170,8 +170,8 @@ static medusa_heads *train(spec_pair *sp, int steps, bool tin) {
     o.max_steps = steps, o.lr = 0.01f, o.batch = 32, o.holdout = 0.1f;
     medusa_train_result res;
     CHECKF(medusa_train(mh, O, E, d, &o, &res, err, sizeof(err)) == 0, "%s", err);
-    fprintf(stderr, "trained %d steps on %lld positions%s: held-out loss %.3f -> %.3f, head-1 top-1 %.3f\n", steps,
-            (long long)d->n, tin ? " (token input)" : "", res.loss0, res.loss1, mh->acc[0][0]);
+    fprintf(stderr, "trained %d steps on %lld positions%s%s: held-out loss %.3f -> %.3f, head-1 top-1 %.3f\n", steps,
+            (long long)d->n, tin ? " (token input)" : "", ffn ? " (FFN)" : "", res.loss0, res.loss1, mh->acc[0][0]);
     /* the backend forward equals the host one */
     medusa_rt *rt = medusa_rt_create(mh, m, 4, NULL, err, sizeof(err));
     CHECKF(rt, "%s", err);
@@ -270,17 +270,20 @@ int main(void) {
     CHECK(n_prompts == N_PROMPTS);
     spec_tree_ctx *tc = spec_tree_create(sp);
     static const tree_shape shapes[] = {{3, 3, 1}, {8, 3, 3}, {16, 3, 4}};
-    /* variant 2: trained with token input (the default), 1: trained without, 0: untrained */
-    double tpp[3] = {0};
-    for (int v = 2; v >= 0; v--) {
+    /* variant 3: FFN heads with token input, 2: ResBlocks with token input
+     * (the default), 1: trained without, 0: untrained */
+    double tpp[4] = {0};
+    static const char *vname[] = {"untrained", "trained", "trained (token input)", "trained FFN (token input)"};
+    for (int v = 3; v >= 0; v--) {
         int trained = v > 0;
-        medusa_heads *mh = train(sp, trained ? 400 : 0, v == 2);
+        medusa_heads *mh = train(sp, trained ? 400 : 0, v >= 2, v == 3 ? 256 : 0);
         char err[512];
         draft_medusa *dm = draft_medusa_create(sp, mh, NULL, err, sizeof(err));
         CHECKF(dm, "draft_medusa_create: %s", err);
         if (!dm) break;
         for (int si = 0; si < 3; si++) {
             if (v < 2 && si != 1) continue;
+            if (v == 3 && si == 0) continue;
             for (int B = 1; B <= 5; B += 4) {
                 spec_stats tot = {0};
                 su_cache_stats cs = {0};
@@ -288,7 +291,7 @@ int main(void) {
                 double t = spec_stats_tokens_per_pass(&tot);
                 fprintf(stderr, "%s heads, shape budget %d depth %d topk %d, batch %d: %d/%d differ, %.3f tokens/pass, "
                         "%llu of %llu drafts accepted\n",
-                        v == 2 ? "trained (token input)" : trained ? "trained" : "untrained", shapes[si].budget,
+                        vname[v], shapes[si].budget,
                         shapes[si].depth, shapes[si].topk, B, mism, n_prompts, t, (unsigned long long)tot.accepted,
                         (unsigned long long)tot.drafted);
                 CHECK(mism == 0);
@@ -308,6 +311,7 @@ int main(void) {
     CHECKF(tpp[1] > 1.15, "trained heads: %.3f tokens per pass", tpp[1]);
     CHECKF(tpp[1] > tpp[0], "trained %.3f vs untrained %.3f tokens per pass", tpp[1], tpp[0]);
     CHECKF(tpp[2] > tpp[1], "token input %.3f vs without %.3f tokens per pass", tpp[2], tpp[1]);
+    CHECKF(tpp[3] > tpp[2], "FFN heads %.3f vs ResBlocks %.3f tokens per pass", tpp[3], tpp[2]);
     spec_tree_destroy(tc);
     spec_pair_free(sp);
     backend_destroy(be);

@@ -5,7 +5,8 @@ held-out text is well above the unigram baseline (the most frequent training
 label), heads trained on the target's own greedy continuations (--self-distill)
 are far more accurate on them than corpus-trained heads are on the corpus,
 heads with the token input (the default) are far more accurate than the same
-heads trained without it (--no-token-input) on the same data, the heads file loads (specd refuses it for another target via the
+heads trained without it (--no-token-input) on the same data, FFN heads
+(--ffn 128: hidden units of their own) more than ResBlock heads, the heads file loads (specd refuses it for another target via the
 loader, tested in C), Ctrl-C still writes a usable file, and bad arguments
 fail with a message."""
 import os, re, signal, subprocess, sys, tempfile, time
@@ -84,6 +85,23 @@ with tempfile.TemporaryDirectory() as tmp:
     if sd and nt:
         check(sd["top1"] > nt["top1"] + 0.1,
               "token input head-1 top-1 %.3f is not well above %.3f without it" % (sd["top1"], nt["top1"]))
+
+    # FFN heads: 128 hidden units of their own per layer against the
+    # ResBlock's 64 (the target's width), same data and seed
+    r = subprocess.run([SPECD, "train-medusa", "-m", TARGET, "-o", heads_sd, "--corpus", CORPUS, "--self-distill",
+                        "--samples", "8", "--tokens", "60000", "--heads", "3", "--epochs", "3", "--lr", "0.01",
+                        "--holdout", "0.1", "--seed", "7", "-t", "2", "--quiet", "--ffn", "128"],
+                       capture_output=True, text=True, timeout=240)
+    print(r.stdout, file=sys.stderr)
+    ff = summary(r.stdout)
+    check(r.returncode == 0 and ff is not None, "--ffn run failed: " + r.stderr[-2000:])
+    check("FFN layer of 128" in r.stdout, "the heads line does not say FFN")
+    if sd and ff:
+        check(ff["top1"] > sd["top1"] + 0.05,
+              "FFN head-1 top-1 %.3f is not well above the ResBlock heads' %.3f" % (ff["top1"], sd["top1"]))
+    r = subprocess.run([SPECD, "train-medusa", "-m", TARGET, "-o", heads_sd, "--corpus", CORPUS, "--ffn", "40"],
+                       capture_output=True, text=True)
+    check(r.returncode == 2 and "multiple of 32" in r.stderr, "--ffn 40 not refused: " + r.stderr[-500:])
 
     # Ctrl-C: a long run interrupted still writes measured heads
     heads3 = os.path.join(tmp, "heads3.gguf")

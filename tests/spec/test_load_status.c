@@ -170,7 +170,7 @@ int main(void) {
     load_case kc = {"kv_pool_create", kv_load, kv_release, &fc};
     CHECK(sweep(&kc, be) > 0);
     /* Q8_0 heads: the quantized copy is one more allocation */
-    medusa_heads *mh = medusa_heads_create(2, 1, 64, 512, true, true, NULL, err, sizeof(err));
+    medusa_heads *mh = medusa_heads_create(2, 1, 0, 64, 512, true, true, NULL, err, sizeof(err));
     CHECKF(mh != NULL, "%s", err);
     if (!mh) return 1;
     snprintf(mh->target_id, sizeof(mh->target_id), "test-target");

@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "  --distill-temp T   temperature of the continuations (0: greedy, the default: what greedy\n"
             "                     verification accepts)\n"
             "  --distill-batch B  continuations generated in lockstep (16)\n"
+            "  --target-prompts N with --self-distill, also N prompts the target writes itself, sampled\n"
+            "                     from BOS (--prompt-len tokens (32) at --prompt-temp (1.0)): prompts as\n"
+            "                     varied as the target's own text, whatever the corpus holds\n"
             "  --tokens N         most training positions (200000; hidden states take N x dim x 4 bytes)\n"
             "  --epochs E         passes over the positions (1)      --steps N   exact step count instead\n"
             "  --lr LR            peak learning rate (0.001)        --batch B   positions per step (64)\n"
@@ -49,6 +52,28 @@ static void usage(FILE *f) {
             "  -t THREADS         threads for the target pass and the trainer (1)\n"
             "  --seed S           shuffle and sampling seed (1)     --quiet     no progress bar\n",
             MEDUSA_MAX_HEADS, MEDUSA_MAX_LAYERS);
+}
+
+typedef struct {
+    int32_t **p;
+    int *len;
+    int n, cap;
+} prompt_list;
+
+/* Appends a copy of toks[0, n) to pl; -1 when out of memory. */
+static int prompt_add(prompt_list *pl, const int32_t *toks, int n) {
+    if (pl->n == pl->cap) {
+        int nc = pl->cap ? 2 * pl->cap : 256;
+        int32_t **np2 = realloc(pl->p, sizeof(*pl->p) * (size_t)nc);
+        if (np2) pl->p = np2;
+        int *nl2 = np2 ? realloc(pl->len, sizeof(int) * (size_t)nc) : NULL;
+        if (!nl2) return -1;
+        pl->len = nl2, pl->cap = nc;
+    }
+    if (!(pl->p[pl->n] = malloc(sizeof(int32_t) * (size_t)n))) return -1;
+    memcpy(pl->p[pl->n], toks, sizeof(int32_t) * (size_t)n);
+    pl->len[pl->n++] = n;
+    return 0;
 }
 
 /* Splits text into documents at newlines and "<|endoftext|>" markers. */
@@ -92,8 +117,9 @@ int cmd_train_medusa(int argc, char **argv) {
     int n_corpora = 0, K = 4, L = 1, F = 0, threads = 1, chunk = 256, gen_len = 192, samples = 1;
     bool own = false, distill = false, quiet = false, tin = true;
     float dtemp = 0.0f;
-    int32_t **prs = NULL; /* --self-distill: the prompts, continued after the corpus is read */
-    int *prl = NULL, n_pr = 0, pr_cap = 0;
+    prompt_list pl = {0}; /* --self-distill: the prompts, continued after the corpus is read */
+    int tprompts = 0, plen = 32;
+    float ptemp = 1.0f;
     int dbatch = 16;
     int wtype = GGML_TYPE_F32;
     long max_tokens = 200000;
@@ -136,6 +162,9 @@ int cmd_train_medusa(int argc, char **argv) {
         else if (!strcmp(a, "--distill-batch")) dbatch = (int)arg_long(argc, argv, &i, 1, 256);
         else if (!strcmp(a, "--gen-len")) gen_len = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "--samples")) samples = (int)arg_long(argc, argv, &i, 1, 4096);
+        else if (!strcmp(a, "--target-prompts")) tprompts = (int)arg_long(argc, argv, &i, 0, 10000000);
+        else if (!strcmp(a, "--prompt-len")) plen = (int)arg_long(argc, argv, &i, 2, 4096);
+        else if (!strcmp(a, "--prompt-temp")) ptemp = (float)arg_double(argc, argv, &i, 0, 4);
         else if (!strcmp(a, "--tokens")) max_tokens = arg_long(argc, argv, &i, 16, 100000000);
         else if (!strcmp(a, "--epochs")) o.epochs = (int)arg_long(argc, argv, &i, 1, 10000);
         else if (!strcmp(a, "--steps")) o.max_steps = arg_long(argc, argv, &i, 1, 100000000);
@@ -224,26 +253,12 @@ int cmd_train_medusa(int argc, char **argv) {
                 /* the target's own continuations of prefixes of this segment, each a
                  * little longer: greedy continuations of one prefix would be alike */
                 for (int r = 0; r < samples; r++) {
-                    if (n_pr == pr_cap) {
-                        int nc = pr_cap ? 2 * pr_cap : 256;
-                        int32_t **np2 = realloc(prs, sizeof(*prs) * (size_t)nc);
-                        int *nl2 = np2 ? realloc(prl, sizeof(int) * (size_t)nc) : NULL;
-                        if (np2) prs = np2;
-                        if (!nl2) {
-                            fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
-                            free(text);
-                            goto done;
-                        }
-                        prl = nl2, pr_cap = nc;
-                    }
                     int np = ns < 4 ? ns : 4 + (int)((int64_t)(ns - 4) * r / samples);
-                    if (!(prs[n_pr] = malloc(sizeof(int32_t) * (size_t)np))) {
+                    if (prompt_add(&pl, seg, np) != 0) {
                         fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
                         free(text);
                         goto done;
                     }
-                    memcpy(prs[n_pr], seg, sizeof(int32_t) * (size_t)np);
-                    prl[n_pr++] = np;
                 }
             }
             n_docs++;
@@ -252,20 +267,67 @@ int cmd_train_medusa(int argc, char **argv) {
         }
         free(text);
     }
+    /* --target-prompts: prompts sampled by the target from BOS (only their
+     * tokens: their positions come in with the continuations) */
+    if (distill && tprompts > 0 && !stop_flag) {
+        int32_t bos = tok_bos(sp->tok);
+        if (bos < 0) {
+            fprintf(stderr, "specd train-medusa: --target-prompts needs a vocabulary with a BOS token\n");
+            goto done;
+        }
+        if (plen + gen_len > cap) {
+            fprintf(stderr, "specd train-medusa: --prompt-len %d + --gen-len %d exceed the context of %d\n", plen,
+                    gen_len, cap);
+            goto done;
+        }
+        int G = 4 * dbatch, one[4 * 256];
+        const int32_t *bp[4 * 256];
+        int32_t *gen = malloc(sizeof(int32_t) * (size_t)G * cap);
+        int *glen = malloc(sizeof(int) * (size_t)G);
+        for (int j = 0; j < G; j++) one[j] = 1, bp[j] = &bos;
+        for (int i = 0; gen && glen && i < tprompts && !stop_flag; i += G) {
+            int g = tprompts - i < G ? tprompts - i : G;
+            if (medusa_distill_add(NULL, m, sp->tok, bp, one, g, plen - 1, ptemp, dbatch, &rs, gen, glen, err,
+                                   sizeof(err)) < 0) {
+                fprintf(stderr, "specd train-medusa: %s\n", err);
+                free(gen), free(glen);
+                goto done;
+            }
+            for (int j = 0; j < g; j++) {
+                int n = glen[j];
+                while (n > 1 && tok_is_eog(sp->tok, gen[(size_t)j * cap + n - 1])) n--;
+                if (n >= 2 && prompt_add(&pl, gen + (size_t)j * cap, n) != 0) {
+                    fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
+                    free(gen), free(glen);
+                    goto done;
+                }
+            }
+            if (!quiet)
+                fprintf(stderr, "\rprompts: %d of %d written by the target (%.0f s)", i + g, tprompts,
+                        (now_ms() - t_start) / 1e3);
+        }
+        if (!gen || !glen) {
+            fprintf(stderr, "specd train-medusa: out of memory for the target's prompts\n");
+            free(gen), free(glen);
+            goto done;
+        }
+        free(gen), free(glen);
+        if (!quiet) fprintf(stderr, "\n");
+    }
     /* in a seeded random order: when --tokens runs out first, the continuations
      * still come from the whole text, and the held-out share (the last
      * positions) from many documents rather than the last one's prefixes */
-    for (int i = n_pr - 1; i > 0; i--) {
+    for (int i = pl.n - 1; i > 0; i--) {
         int j = (int)(util_splitmix64(&rs) % (uint64_t)(i + 1));
-        int32_t *tp = prs[i];
-        int tl = prl[i];
-        prs[i] = prs[j], prl[i] = prl[j], prs[j] = tp, prl[j] = tl;
+        int32_t *tp = pl.p[i];
+        int tl = pl.len[i];
+        pl.p[i] = pl.p[j], pl.len[i] = pl.len[j], pl.p[j] = tp, pl.len[j] = tl;
     }
     /* the continuations, a few batches at a time so progress shows */
-    for (int i = 0; i < n_pr && d->n < d->cap && !stop_flag; i += 4 * dbatch) {
-        int g = n_pr - i < 4 * dbatch ? n_pr - i : 4 * dbatch;
+    for (int i = 0; i < pl.n && d->n < d->cap && !stop_flag; i += 4 * dbatch) {
+        int g = pl.n - i < 4 * dbatch ? pl.n - i : 4 * dbatch;
         int64_t before = d->n;
-        if (medusa_distill_add(d, m, sp->tok, (const int32_t *const *)prs + i, prl + i, g, gen_len, dtemp, dbatch,
+        if (medusa_distill_add(d, m, sp->tok, (const int32_t *const *)pl.p + i, pl.len + i, g, gen_len, dtemp, dbatch,
                                &rs, NULL, NULL, err, sizeof(err)) < 0) {
             fprintf(stderr, "specd train-medusa: %s\n", err);
             goto done;
@@ -273,11 +335,13 @@ int cmd_train_medusa(int argc, char **argv) {
         n_text += d->n - before;
         if (!quiet)
             fprintf(stderr, "\rhidden states: %lld positions from %d of %d continuations (%.0f positions/s)",
-                    (long long)d->n, i + g, n_pr, d->n / ((now_ms() - t_start) / 1e3));
+                    (long long)d->n, i + g, pl.n, d->n / ((now_ms() - t_start) / 1e3));
     }
     double t_hidden = now_ms() - t_start;
-    fprintf(stderr, "%shidden states: %lld positions from %d documents%s in %.1f s\n", quiet ? "" : "\r",
-            (long long)d->n, n_docs, distill ? " (self-distilled continuations)" : "", t_hidden / 1e3);
+    char tpn[64] = "";
+    if (distill && tprompts > 0) snprintf(tpn, sizeof tpn, " and %d prompts written by the target", tprompts);
+    fprintf(stderr, "%shidden states: %lld positions from %d documents%s%s in %.1f s\n", quiet ? "" : "\r",
+            (long long)d->n, n_docs, tpn, distill ? " (self-distilled continuations)" : "", t_hidden / 1e3);
 
     prog_ctx pc = {quiet, isatty(2) == 1, K};
     o.progress = progress;
@@ -327,9 +391,9 @@ int cmd_train_medusa(int argc, char **argv) {
     rc = 0;
 done:
     if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
-    for (int i = 0; i < n_pr; i++) free(prs[i]);
-    free(prs);
-    free(prl);
+    for (int i = 0; i < pl.n; i++) free(pl.p[i]);
+    free(pl.p);
+    free(pl.len);
     free(toks);
     free(O);
     free(E);

@@ -53,7 +53,7 @@ static int prefill(model *m, kv_pool *pool, dseq *s, float *logits, int *rows, c
         model_seq ms = {.kv = s->kv, .n = c, .tokens = s->tok + a, .all_logits = true};
         if (model_forward(m, pool, &ms, 1, logits, err, errlen) != 0) return -1;
         for (int j = 0; j < c; j++) rows[j] = j;
-        model_hidden_rows(m, s->h + (size_t)a * D, rows, c);
+        if (s->h) model_hidden_rows(m, s->h + (size_t)a * D, rows, c);
         if (a + c == s->len) memmove(logits, logits + (size_t)(c - 1) * V, sizeof(float) * (size_t)V);
     }
     return 0;
@@ -63,7 +63,7 @@ int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const
                            const int *n_prompt, int n, int gen, float temp, int batch, uint64_t *rs, int32_t *out,
                            int *out_len, char *err, size_t errlen) {
     int V = m->hp.n_vocab, D = m->hp.dim, ctx = m->mp.max_ctx, mb = m->mp.max_batch;
-    if (d->dim != D) return util_fail(err, errlen, "data of dimension %d for a target of %d", d->dim, D);
+    if (d && d->dim != D) return util_fail(err, errlen, "data of dimension %d for a target of %d", d->dim, D);
     if (batch < 1) batch = 1;
     if (batch > mb) batch = mb;
     if (batch > n) batch = n > 0 ? n : 1;
@@ -90,16 +90,16 @@ int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const
     }
     for (int j = 0; j < batch; j++) {
         sq[j].tok = malloc(sizeof(int32_t) * (size_t)cap);
-        sq[j].h = malloc(sizeof(float) * (size_t)cap * D);
+        sq[j].h = d ? malloc(sizeof(float) * (size_t)cap * D) : NULL;
         sq[j].kv = kv_seq_create(pool, cap);
-        if (!sq[j].tok || !sq[j].h || !sq[j].kv) {
+        if (!sq[j].tok || (d && !sq[j].h) || !sq[j].kv) {
             added = util_fail(err, errlen, "out of memory: self-distillation scratch");
             goto done;
         }
     }
     int next = 0, live = 0;
     for (int j = 0; j < batch; j++) sq[j].idx = -1;
-    while ((next < n || live > 0) && d->n < d->cap) {
+    while ((next < n || live > 0) && (!d || d->n < d->cap)) {
         /* empty slots take the next prompts: prefill and their first token */
         for (int j = 0; j < batch && next < n; j++) {
             dseq *s = &sq[j];
@@ -121,7 +121,7 @@ int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const
             dseq *s = &sq[j];
             if (s->idx < 0) continue;
             if (s->len < s->cap && !(tok && tok_is_eog(tok, s->tok[s->len - 1]))) continue;
-            added += append(d, s);
+            if (d) added += append(d, s);
             if (out) {
                 memcpy(out + (size_t)s->idx * ctx, s->tok, sizeof(int32_t) * (size_t)s->len);
                 out_len[s->idx] = s->len;
@@ -144,7 +144,7 @@ int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const
         for (int r = 0; r < nb; r++) {
             dseq *s = &sq[rows[r]];
             int one = r;
-            model_hidden_rows(m, s->h + (size_t)(s->len - 1) * D, &one, 1);
+            if (d) model_hidden_rows(m, s->h + (size_t)(s->len - 1) * D, &one, 1);
             s->tok[s->len++] = pick(logits + (size_t)r * V, V, temp, rs);
         }
     }

@@ -30,7 +30,7 @@
  * token of tok (may be NULL: never), with at most `batch` sequences per
  * forward call. Appends every position of each prompt + continuation that has
  * a next token to d (hidden state and labels as medusa_data_add does),
- * stopping when d is full. out (may be NULL): (n, max_ctx) tokens of each
+ * stopping when d is full; d NULL: generation only (for out). out (may be NULL): (n, max_ctx) tokens of each
  * finished sequence, with their lengths in out_len. Uses its own KV pool on
  * m's backend. At temp 0 the tokens and hidden states do not depend on the
  * batch size (the forward pass is batch-invariant); at temp > 0 the draws

@@ -7,7 +7,9 @@
  * chunk per sequence) gives for those tokens — a row one position off fails
  * every position; a full dataset stops the distiller at its capacity; a
  * prompt that does not fit the context is refused with a message; at T > 0
- * the continuations differ from the greedy ones and between seeds. */
+ * the continuations differ from the greedy ones and between seeds; without
+ * a dataset (generation only, what --target-prompts uses) the sequences are
+ * the same as with one, at T = 0 and at T = 1 with the same seed. */
 #include "engine/medusa_distill.h"
 #include "tests/spec/spec_util.h"
 
@@ -148,6 +150,18 @@ int main(void) {
     }
     CHECKF(diff_greedy >= NP / 2, "only %d of %d T=1 continuations differ from greedy", diff_greedy, NP);
     CHECKF(diff_seed >= NP / 2, "only %d of %d continuations differ between seeds", diff_seed, NP);
+    /* generation only (no dataset): the same sequences, greedy and sampled */
+    int32_t *o3 = calloc((size_t)NP * ctx, sizeof(int32_t));
+    int l3[NP], gen_bad = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const int32_t *ref_o = pass ? o1 : out[2];
+        const int *ref_l = pass ? l1 : len[2];
+        CHECK(distill(sp, NULL, pass ? 4 : 12, pass ? 1.0f : 0.0f, pass ? 7 : 1, o3, l3) == 0);
+        for (int i = 0; i < NP; i++)
+            gen_bad += l3[i] != ref_l[i] || memcmp(o3 + (size_t)i * ctx, ref_o + (size_t)i * ctx, sizeof(int32_t) * (size_t)l3[i]);
+    }
+    CHECKF(gen_bad == 0, "%d generation-only sequences differ from the same run with a dataset", gen_bad);
+    free(o3);
     medusa_data_destroy(d1);
     medusa_data_destroy(d2);
     free(o1);

@@ -103,6 +103,23 @@ with tempfile.TemporaryDirectory() as tmp:
                        capture_output=True, text=True)
     check(r.returncode == 2 and "multiple of 32" in r.stderr, "--ffn 40 not refused: " + r.stderr[-500:])
 
+    # --target-prompts: prompts the target samples from BOS, then continues greedily
+    heads_tp = os.path.join(tmp, "heads-tp.gguf")
+    r = subprocess.run([SPECD, "train-medusa", "-m", TARGET, "-o", heads_tp, "--corpus", CORPUS, "--self-distill",
+                        "--samples", "1", "--target-prompts", "300", "--gen-len", "64", "--tokens", "30000",
+                        "--heads", "2", "--epochs", "2", "--lr", "0.01", "--seed", "7", "-t", "2", "--quiet"],
+                       capture_output=True, text=True, timeout=240)
+    print(r.stdout, file=sys.stderr)
+    tp = summary(r.stdout)
+    check(r.returncode == 0 and tp is not None, "--target-prompts run failed: " + r.stderr[-2000:])
+    check("300 prompts written by the target" in r.stderr, "the hidden-state line does not count the target's prompts")
+    if tp:
+        check(tp["top1"] > 0.3, "--target-prompts head-1 top-1 %.3f" % tp["top1"])
+    r = subprocess.run([SPECD, "train-medusa", "-m", TARGET, "-o", heads_tp, "--corpus", CORPUS, "--self-distill",
+                        "--target-prompts", "10", "--prompt-len", "4000", "--gen-len", "200"],
+                       capture_output=True, text=True)
+    check(r.returncode == 1 and "exceed the context" in r.stderr, "oversized --prompt-len not refused: " + r.stderr[-500:])
+
     # Ctrl-C: a long run interrupted still writes measured heads
     heads3 = os.path.join(tmp, "heads3.gguf")
     p = subprocess.Popen([SPECD, "train-medusa", "-m", TARGET, "-o", heads3, "--corpus", CORPUS, "--epochs", "1000",

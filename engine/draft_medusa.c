@@ -15,6 +15,11 @@ struct medusa_seq {
     float *h;                   /* (D) */
     int at;                     /* the sequence's n_tokens when h was recorded; -1 none */
     int dim;                    /* D */
+    /* a shadow chain: the heads' top-1 tokens for positions sh_at .. sh_at +
+     * sh_n - 1, proposed at a plain step and never verified, scored against
+     * the tokens the sequence then produces (sh_n 0: none pending) */
+    int32_t sh_tok[MEDUSA_MAX_HEADS];
+    int sh_at, sh_n;
 };
 
 struct draft_medusa {
@@ -45,6 +50,7 @@ struct draft_medusa {
      * p(node) and the served text is not the held-out text, so the budget
      * choice scales the values by what the steps delivered */
     double got, promised;
+    double chain_value[MEDUSA_MAX_HEADS + 1]; /* chain_value[n]: the promised length of an n-deep top-1 chain */
     long plain_run;                  /* consecutive steps the scaled choice made plain */
     int last_budget;
 };
@@ -52,6 +58,7 @@ struct draft_medusa {
 #define BUDGET_EWMA 0.2
 #define ACCEPT_DECAY 0.98    /* per proposing row: the acceptance ratio's memory (about 50 rows) */
 #define ACCEPT_PROBE 32      /* plain steps chosen for low acceptance before one probe at the unscaled choice */
+#define SHADOW_EVERY 2       /* plain steps per shadow chain (a heads' pass, no verify rows) */
 
 void draft_medusa_destroy(draft_medusa *dm) {
     if (!dm) return;
@@ -152,6 +159,7 @@ medusa_seq *medusa_seq_create(draft_medusa *dm) {
     }
     ms->at = -1;
     ms->dim = dm->D;
+    ms->sh_n = 0;
     return ms;
 }
 
@@ -163,6 +171,7 @@ void medusa_seq_destroy(medusa_seq *ms) {
 
 void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src) {
     dst->at = src->at;
+    dst->sh_n = 0;
     if (src->at >= 0) memcpy(dst->h, src->h, sizeof(float) * (size_t)src->dim);
 }
 
@@ -242,6 +251,50 @@ static void topk_ids(int32_t *out, int k, const float *z, int V) {
     }
 }
 
+/* A plain step's evidence for the budget choice: what the heads would have
+ * delivered. A pending shadow chain is scored once the sequence's tokens
+ * show its first miss or its whole length: the matched prefix is the path
+ * a verify would have accepted (at T = 0 exactly; sampled, a deterministic
+ * node matches the sampled token with the probability the tree rule
+ * accepts it), against the chain's promised value. Without it the
+ * acceptance ratio only learns from steps that verify trees, so once low it
+ * stayed low for hundreds of steps on text the heads predict well. */
+static void shadow_score(draft_medusa *dm, medusa_seq *m, const spec_seq *s) {
+    if (m->sh_n <= 0) return;
+    int known = s->n_tokens - m->sh_at;
+    if (known < 0) { /* the sequence went back: nothing to score */
+        m->sh_n = 0;
+        return;
+    }
+    int acc = 0;
+    while (acc < known && acc < m->sh_n && s->tokens[m->sh_at + acc] == m->sh_tok[acc]) acc++;
+    if (acc == known && acc < m->sh_n) return; /* not decided yet */
+    dm->got = dm->got * ACCEPT_DECAY + acc;
+    dm->promised = dm->promised * ACCEPT_DECAY + dm->chain_value[m->sh_n];
+    m->sh_n = 0;
+}
+
+/* Runs the heads for the fresh sequences without a pending shadow chain and
+ * records their top-1 chains (a plain step: nothing is verified). */
+static void shadow_start(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh) {
+    int nr = 0, maxd = sh->depth < dm->K ? sh->depth : dm->K, D = dm->D, V = dm->V;
+    if (maxd < 1) return;
+    for (int i = 0; i < n; i++) {
+        dm->row[i] = -1;
+        if (M[i]->at != S[i]->n_tokens || M[i]->sh_n > 0) continue;
+        memcpy(dm->h + (size_t)nr * D, M[i]->h, sizeof(float) * (size_t)D);
+        dm->tok[nr] = S[i]->tokens[S[i]->n_tokens - 1];
+        dm->row[i] = nr++;
+    }
+    if (!nr || medusa_rt_logits(dm->rt, dm->logits, dm->h, dm->tok, nr, maxd) != 0) return;
+    for (int i = 0; i < n; i++) {
+        if (dm->row[i] < 0) continue;
+        for (int d = 0; d < maxd; d++) topk_ids(&M[i]->sh_tok[d], 1, dm->logits + ((size_t)d * nr + dm->row[i]) * V, V);
+        M[i]->sh_at = S[i]->n_tokens, M[i]->sh_n = maxd;
+        dm->row[i] = -1; /* no proposal this step */
+    }
+}
+
 int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
                       const int *max_new, spec_step_info *info, char *err, size_t errlen) {
     spec_pair *sp = dm->sp;
@@ -249,7 +302,11 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
     if (dm->n_shape < 0 || memcmp(&dm->shape, sh, sizeof(*sh)) != 0) {
         dm->shape = *sh;
         dm->n_shape = shape_order(dm->mh, sh, dm->parent, dm->depth, dm->rank, dm->value);
+        double v = 1;
+        dm->chain_value[0] = 0;
+        for (int d = 0; d < dm->K; d++) v *= rank_prob(dm->mh, d, 0), dm->chain_value[d + 1] = dm->chain_value[d] + v;
     }
+    for (int i = 0; i < n; i++) shadow_score(dm, M[i], S[i]);
     double t0 = clock_now_ms();
     int nr = 0, topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX, D = dm->D, V = dm->V, K = dm->K;
     for (int i = 0; i < n; i++)
@@ -267,6 +324,7 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
         }
     }
     dm->last_budget = nr ? nb : 0;
+    if (nb == 0 && dm->has_curve && dm->plain_run % SHADOW_EVERY == 0) shadow_start(dm, S, M, n, sh);
     double hm = 0;
     if (nr > 0) {
         int maxd = 0;

@@ -203,8 +203,9 @@ static medusa_heads *train(spec_pair *sp, int steps, bool tin, int ffn) {
  * flat one with cheap heads uses the whole budget and with heads as dear as a
  * pass none, a knee at 4 rows trees of at most 3 nodes alone and plain steps
  * at a batch of 5. Then in real steps on the trained heads: a compute-bound
- * curve drafts nothing and the output stays equal to plain greedy. */
-static void budgets(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc, const tree_shape *sh) {
+ * curve drafts nothing and the output stays equal to plain greedy, and a
+ * fresh proposer learns the heads' acceptance ratio from plain steps alone. */
+static void budgets(spec_pair *sp, const medusa_heads *mh, draft_medusa *dm, spec_tree_ctx *tc, const tree_shape *sh) {
     double t[TREE_CTL_ROWS + 1] = {0}, v[16];
     for (int j = 0; j < 16; j++) v[j] = 0.7 / (1 + j); /* best-first path values */
     cost_curve c;
@@ -231,6 +232,24 @@ static void budgets(spec_pair *sp, draft_medusa *dm, spec_tree_ctx *tc, const tr
         CHECK(run(sp, dm, tc, sh, B, &tot, &cs) == 0);
         CHECKF(tot.drafted == 0 && draft_medusa_last_budget(dm) == 0, "compute-bound curve, batch %d: %llu drafts", B,
                (unsigned long long)tot.drafted);
+    }
+    /* plain steps still measure the heads (shadow chains scored against the
+     * tokens that follow): a fresh proposer that never verifies a tree learns
+     * its acceptance ratio all the same (it would stay at 1.0 otherwise) */
+    char err[512];
+    draft_medusa *fresh = draft_medusa_create(sp, mh, NULL, err, sizeof(err));
+    CHECKF(fresh, "%s", err);
+    if (fresh) {
+        draft_medusa_set_curve(fresh, t);
+        spec_stats tot = {0};
+        su_cache_stats cs = {0};
+        CHECK(run(sp, fresh, tc, sh, 1, &tot, &cs) == 0);
+        double r = draft_medusa_accept_ratio(fresh);
+        fprintf(stderr, "compute-bound curve, fresh proposer: %llu drafts, acceptance ratio %.3f from shadow chains\n",
+                (unsigned long long)tot.drafted, r);
+        CHECK(tot.drafted == 0);
+        CHECKF(r != 1.0 && r > 0.05 && r < 2.0, "acceptance ratio %.3f after plain steps only", r);
+        draft_medusa_destroy(fresh);
     }
 }
 
@@ -301,7 +320,7 @@ int main(void) {
             }
         }
         if (v == 2) sampled(sp, dm, tc);
-        if (v == 2) budgets(sp, dm, tc, &shapes[2]);
+        if (v == 2) budgets(sp, mh, dm, tc, &shapes[2]);
         if (v == 0) overpromised(sp, mh, tc, &shapes[1]);
         draft_medusa_destroy(dm);
         medusa_heads_destroy(mh);

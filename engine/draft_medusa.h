@@ -29,9 +29,13 @@
  * held-out text; a sampled step accepts a deterministic node with the
  * target's probability of it, and served text is not held-out text
  * (measured: a T = 0.8 Medusa-only run on a Q8_0 target verified 3-node
- * trees at 0.81x plain before the scaling). When the scaled choice is plain
- * for ACCEPT_PROBE (32) steps in a row, one step takes the unscaled choice,
- * so the ratio can recover. Without a curve the whole budget is used.
+ * trees at 0.81x plain before the scaling). Plain steps feed the ratio too:
+ * every SHADOW_EVERY-th records the heads' top-1 chain for each fresh
+ * sequence (a heads' pass, nothing verified), scored against the tokens the
+ * sequence produces next (a deterministic node matches a sampled token with
+ * the probability the tree rule accepts it). When the scaled choice is plain
+ * for ACCEPT_PROBE (32) steps in a row, one step takes the unscaled choice.
+ * Without a curve the whole budget is used.
  *
  * A sequence on the chain path keeps its state fresh through
  * medusa_seq_follow (the chain's verify rows give it), so the engine's

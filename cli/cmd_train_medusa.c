@@ -41,10 +41,11 @@ static void usage(FILE *f) {
             "                     prefix of it (1)\n"
             "  --distill-temp T   temperature of the continuations (0: greedy, the default: what greedy\n"
             "                     verification accepts)\n"
-            "  --distill-batch B  continuations generated in lockstep (16)\n"
+            "  --distill-batch B  continuations generated in lockstep (32)\n"
             "  --target-prompts N with --self-distill, also N prompts the target writes itself, sampled\n"
-            "                     from BOS (--prompt-len tokens (32) at --prompt-temp (1.0)): prompts as\n"
-            "                     varied as the target's own text, whatever the corpus holds\n"
+            "                     from BOS (--prompt-len tokens (32) at --prompt-temp (1.0)) in the same\n"
+            "                     pass as their continuations: prompts as varied as the target's own\n"
+            "                     text, whatever the corpus holds\n"
             "  --tokens N         most training positions (200000; hidden states take N x dim x 4 bytes)\n"
             "  --epochs E         passes over the positions (1)      --steps N   exact step count instead\n"
             "  --lr LR            peak learning rate (0.001)        --batch B   positions per step (64)\n"
@@ -57,21 +58,26 @@ static void usage(FILE *f) {
 typedef struct {
     int32_t **p;
     int *len;
+    int *warm; /* tokens the target writes before the continuation proper */
     int n, cap;
 } prompt_list;
 
-/* Appends a copy of toks[0, n) to pl; -1 when out of memory. */
-static int prompt_add(prompt_list *pl, const int32_t *toks, int n) {
+/* Appends a copy of toks[0, n) with warm-up `warm` to pl; -1 when out of
+ * memory. */
+static int prompt_add(prompt_list *pl, const int32_t *toks, int n, int warm) {
     if (pl->n == pl->cap) {
         int nc = pl->cap ? 2 * pl->cap : 256;
         int32_t **np2 = realloc(pl->p, sizeof(*pl->p) * (size_t)nc);
         if (np2) pl->p = np2;
         int *nl2 = np2 ? realloc(pl->len, sizeof(int) * (size_t)nc) : NULL;
-        if (!nl2) return -1;
-        pl->len = nl2, pl->cap = nc;
+        if (nl2) pl->len = nl2;
+        int *nw2 = nl2 ? realloc(pl->warm, sizeof(int) * (size_t)nc) : NULL;
+        if (!nw2) return -1;
+        pl->warm = nw2, pl->cap = nc;
     }
     if (!(pl->p[pl->n] = malloc(sizeof(int32_t) * (size_t)n))) return -1;
     memcpy(pl->p[pl->n], toks, sizeof(int32_t) * (size_t)n);
+    pl->warm[pl->n] = warm;
     pl->len[pl->n++] = n;
     return 0;
 }
@@ -120,7 +126,7 @@ int cmd_train_medusa(int argc, char **argv) {
     prompt_list pl = {0}; /* --self-distill: the prompts, continued after the corpus is read */
     int tprompts = 0, plen = 32;
     float ptemp = 1.0f;
-    int dbatch = 16;
+    int dbatch = 32;
     int wtype = GGML_TYPE_F32;
     long max_tokens = 200000;
     medusa_train_opts o;
@@ -254,7 +260,7 @@ int cmd_train_medusa(int argc, char **argv) {
                  * little longer: greedy continuations of one prefix would be alike */
                 for (int r = 0; r < samples; r++) {
                     int np = ns < 4 ? ns : 4 + (int)((int64_t)(ns - 4) * r / samples);
-                    if (prompt_add(&pl, seg, np) != 0) {
+                    if (prompt_add(&pl, seg, np, 0) != 0) {
                         fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
                         free(text);
                         goto done;
@@ -267,8 +273,9 @@ int cmd_train_medusa(int argc, char **argv) {
         }
         free(text);
     }
-    /* --target-prompts: prompts sampled by the target from BOS (only their
-     * tokens: their positions come in with the continuations) */
+    /* --target-prompts: prompts the target samples from BOS, written in the
+     * same pass as their continuations (a warm-up of --prompt-len - 1 tokens
+     * at --prompt-temp), shuffled in with the corpus prompts */
     if (distill && tprompts > 0 && !stop_flag) {
         int32_t bos = tok_bos(sp->tok);
         if (bos < 0) {
@@ -280,39 +287,11 @@ int cmd_train_medusa(int argc, char **argv) {
                     gen_len, cap);
             goto done;
         }
-        int G = 4 * dbatch, one[4 * 256];
-        const int32_t *bp[4 * 256];
-        int32_t *gen = malloc(sizeof(int32_t) * (size_t)G * cap);
-        int *glen = malloc(sizeof(int) * (size_t)G);
-        for (int j = 0; j < G; j++) one[j] = 1, bp[j] = &bos;
-        for (int i = 0; gen && glen && i < tprompts && !stop_flag; i += G) {
-            int g = tprompts - i < G ? tprompts - i : G;
-            if (medusa_distill_add(NULL, m, sp->tok, bp, one, g, plen - 1, ptemp, dbatch, &rs, gen, glen, err,
-                                   sizeof(err)) < 0) {
-                fprintf(stderr, "specd train-medusa: %s\n", err);
-                free(gen), free(glen);
+        for (int i = 0; i < tprompts; i++)
+            if (prompt_add(&pl, &bos, 1, plen - 1) != 0) {
+                fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
                 goto done;
             }
-            for (int j = 0; j < g; j++) {
-                int n = glen[j];
-                while (n > 1 && tok_is_eog(sp->tok, gen[(size_t)j * cap + n - 1])) n--;
-                if (n >= 2 && prompt_add(&pl, gen + (size_t)j * cap, n) != 0) {
-                    fprintf(stderr, "specd train-medusa: out of memory for the prompts\n");
-                    free(gen), free(glen);
-                    goto done;
-                }
-            }
-            if (!quiet)
-                fprintf(stderr, "\rprompts: %d of %d written by the target (%.0f s)", i + g, tprompts,
-                        (now_ms() - t_start) / 1e3);
-        }
-        if (!gen || !glen) {
-            fprintf(stderr, "specd train-medusa: out of memory for the target's prompts\n");
-            free(gen), free(glen);
-            goto done;
-        }
-        free(gen), free(glen);
-        if (!quiet) fprintf(stderr, "\n");
     }
     /* in a seeded random order: when --tokens runs out first, the continuations
      * still come from the whole text, and the held-out share (the last
@@ -320,15 +299,16 @@ int cmd_train_medusa(int argc, char **argv) {
     for (int i = pl.n - 1; i > 0; i--) {
         int j = (int)(util_splitmix64(&rs) % (uint64_t)(i + 1));
         int32_t *tp = pl.p[i];
-        int tl = pl.len[i];
-        pl.p[i] = pl.p[j], pl.len[i] = pl.len[j], pl.p[j] = tp, pl.len[j] = tl;
+        int tl = pl.len[i], tw = pl.warm[i];
+        pl.p[i] = pl.p[j], pl.len[i] = pl.len[j], pl.warm[i] = pl.warm[j];
+        pl.p[j] = tp, pl.len[j] = tl, pl.warm[j] = tw;
     }
     /* the continuations, a few batches at a time so progress shows */
     for (int i = 0; i < pl.n && d->n < d->cap && !stop_flag; i += 4 * dbatch) {
         int g = pl.n - i < 4 * dbatch ? pl.n - i : 4 * dbatch;
         int64_t before = d->n;
-        if (medusa_distill_add(d, m, sp->tok, (const int32_t *const *)pl.p + i, pl.len + i, g, gen_len, dtemp, dbatch,
-                               &rs, NULL, NULL, err, sizeof(err)) < 0) {
+        if (medusa_distill_add(d, m, sp->tok, (const int32_t *const *)pl.p + i, pl.len + i, pl.warm + i, g, gen_len,
+                               dtemp, ptemp, dbatch, &rs, NULL, NULL, err, sizeof(err)) < 0) {
             fprintf(stderr, "specd train-medusa: %s\n", err);
             goto done;
         }
@@ -394,6 +374,7 @@ done:
     for (int i = 0; i < pl.n; i++) free(pl.p[i]);
     free(pl.p);
     free(pl.len);
+    free(pl.warm);
     free(toks);
     free(O);
     free(E);

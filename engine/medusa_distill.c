@@ -25,7 +25,8 @@ static int32_t pick(const float *logits, int V, float temp, uint64_t *rs) {
 typedef struct {
     int idx;            /* prompt index */
     int len;            /* tokens so far */
-    int cap;            /* n_prompt + gen */
+    int hot;            /* tokens up to here are drawn at warm_temp */
+    int cap;            /* n_prompt + warm + gen */
     int32_t *tok;       /* (cap) */
     float *h;           /* (cap, D): h[a] = hidden state after feeding token a */
     kv_seq *kv;
@@ -60,8 +61,8 @@ static int prefill(model *m, kv_pool *pool, dseq *s, float *logits, int *rows, c
 }
 
 int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const int32_t *const *prompts,
-                           const int *n_prompt, int n, int gen, float temp, int batch, uint64_t *rs, int32_t *out,
-                           int *out_len, char *err, size_t errlen) {
+                           const int *n_prompt, const int *warm, int n, int gen, float temp, float warm_temp,
+                           int batch, uint64_t *rs, int32_t *out, int *out_len, char *err, size_t errlen) {
     int V = m->hp.n_vocab, D = m->hp.dim, ctx = m->mp.max_ctx, mb = m->mp.max_batch;
     if (d && d->dim != D) return util_fail(err, errlen, "data of dimension %d for a target of %d", d->dim, D);
     if (batch < 1) batch = 1;
@@ -69,10 +70,11 @@ int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const
     if (batch > n) batch = n > 0 ? n : 1;
     int max_np = 1;
     for (int i = 0; i < n; i++) {
-        if (n_prompt[i] < 1 || n_prompt[i] + gen > ctx)
+        int w = warm ? warm[i] : 0;
+        if (w < 0 || n_prompt[i] < 1 || n_prompt[i] + w + gen > ctx)
             return util_fail(err, errlen, "prompt %d: %d tokens + %d generated do not fit a context of %d", i,
-                             n_prompt[i], gen, ctx);
-        if (n_prompt[i] > max_np) max_np = n_prompt[i];
+                             n_prompt[i], w + gen, ctx);
+        if (n_prompt[i] + w > max_np) max_np = n_prompt[i] + w;
     }
     int cap = max_np + gen, bs = 16;
     int rows_max = mb > batch ? mb : batch;
@@ -106,14 +108,16 @@ int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const
             if (s->idx >= 0) continue;
             s->idx = next++;
             s->len = n_prompt[s->idx];
-            s->cap = s->len + gen;
+            s->hot = s->len + (warm ? warm[s->idx] : 0);
+            s->cap = s->hot + gen;
             memcpy(s->tok, prompts[s->idx], sizeof(int32_t) * (size_t)s->len);
             kv_seq_truncate(pool, s->kv, 0);
             if (prefill(m, pool, s, logits, rows, err, errlen) != 0) {
                 added = -1;
                 goto done;
             }
-            s->tok[s->len++] = pick(logits, V, temp, rs);
+            s->tok[s->len] = pick(logits, V, s->len < s->hot ? warm_temp : temp, rs);
+            s->len++;
             live++;
         }
         /* finished sequences leave (their last token is never fed) */
@@ -145,7 +149,8 @@ int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const
             dseq *s = &sq[rows[r]];
             int one = r;
             if (d) model_hidden_rows(m, s->h + (size_t)(s->len - 1) * D, &one, 1);
-            s->tok[s->len++] = pick(logits + (size_t)r * V, V, temp, rs);
+            s->tok[s->len] = pick(logits + (size_t)r * V, V, s->len < s->hot ? warm_temp : temp, rs);
+            s->len++;
         }
     }
 done:

@@ -23,21 +23,25 @@
 
 #include <stdint.h>
 
-/* Continues n prompts (prompts[i], n_prompt[i] >= 1 tokens, n_prompt[i] +
- * gen <= m->mp.max_ctx) by gen tokens each at temperature temp (0: the
- * target's argmax; > 0: a sample of softmax(logits / temp) drawn with the
+/* Continues n prompts (prompts[i], n_prompt[i] >= 1 tokens) by warm[i]
+ * tokens drawn at temperature warm_temp (warm NULL: none) and then gen tokens
+ * at temperature temp (n_prompt[i] + warm[i] + gen <= m->mp.max_ctx; 0: the
+ * target's argmax; > 0: a sample of softmax(logits / T) drawn with the
  * splitmix64 state *rs), stopping a sequence early at an end-of-generation
  * token of tok (may be NULL: never), with at most `batch` sequences per
- * forward call. Appends every position of each prompt + continuation that has
- * a next token to d (hidden state and labels as medusa_data_add does),
- * stopping when d is full; d NULL: generation only (for out). out (may be NULL): (n, max_ctx) tokens of each
- * finished sequence, with their lengths in out_len. Uses its own KV pool on
- * m's backend. At temp 0 the tokens and hidden states do not depend on the
- * batch size (the forward pass is batch-invariant); at temp > 0 the draws
- * follow the order of the steps, so they do. Returns the positions added, or
- * -1 with err. */
+ * forward call. A warm-up is a prompt the target writes itself (--target-
+ * prompts: BOS, then sampled tokens) in the same pass as its continuation, so
+ * its positions cost one target pass, not a generating pass plus a prefill.
+ * Appends every position of each prompt + continuation that has a next token
+ * to d (hidden state and labels as medusa_data_add does), stopping when d is
+ * full; d NULL: generation only (for out). out (may be NULL): (n, max_ctx)
+ * tokens of each finished sequence, with their lengths in out_len. Uses its
+ * own KV pool on m's backend. At temp 0 without a warm-up the tokens and
+ * hidden states do not depend on the batch size (the forward pass is
+ * batch-invariant); draws follow the order of the steps, so they do. Returns
+ * the positions added, or -1 with err. */
 int64_t medusa_distill_add(medusa_data *d, model *m, const tokenizer *tok, const int32_t *const *prompts,
-                           const int *n_prompt, int n, int gen, float temp, int batch, uint64_t *rs, int32_t *out,
-                           int *out_len, char *err, size_t errlen);
+                           const int *n_prompt, const int *warm, int n, int gen, float temp, float warm_temp,
+                           int batch, uint64_t *rs, int32_t *out, int *out_len, char *err, size_t errlen);
 
 #endif

@@ -8,8 +8,11 @@
  * every position; a full dataset stops the distiller at its capacity; a
  * prompt that does not fit the context is refused with a message; at T > 0
  * the continuations differ from the greedy ones and between seeds; without
- * a dataset (generation only, what --target-prompts uses) the sequences are
- * the same as with one, at T = 0 and at T = 1 with the same seed. */
+ * a dataset (generation only, for out) the sequences are
+ * the same as with one, at T = 0 and at T = 1 with the same seed; a warm-up
+ * (--target-prompts' prompts, written in the same pass) is the T = 1 draws of
+ * a generation-only run with that seed, then plain greedy decoding of the
+ * prefix, and counts against the context. */
 #include "engine/medusa_distill.h"
 #include "tests/spec/spec_util.h"
 
@@ -21,15 +24,20 @@
 static su_prompt prompts[NP];
 
 /* runs the distiller over all prompts; data and tokens into *d / out */
-static int64_t distill(spec_pair *sp, medusa_data *d, int batch, float temp, uint64_t seed, int32_t *out, int *len) {
+static int64_t distill_w(spec_pair *sp, medusa_data *d, int batch, int gen, float temp, const int *warm,
+                         float warm_temp, uint64_t seed, int32_t *out, int *len) {
     const int32_t *pp[NP];
     int pn[NP];
     for (int i = 0; i < NP; i++) pp[i] = prompts[i].ids, pn[i] = prompts[i].n;
     char err[512];
-    int64_t r = medusa_distill_add(d, sp->target, sp->tok, pp, pn, NP, GEN, temp, batch, &seed, out, len, err,
-                                   sizeof(err));
+    int64_t r = medusa_distill_add(d, sp->target, sp->tok, pp, pn, warm, NP, gen, temp, warm_temp, batch, &seed, out,
+                                   len, err, sizeof(err));
     CHECKF(r >= 0, "medusa_distill_add: %s", err);
     return r;
+}
+
+static int64_t distill(spec_pair *sp, medusa_data *d, int batch, float temp, uint64_t seed, int32_t *out, int *len) {
+    return distill_w(sp, d, batch, GEN, temp, NULL, 0.0f, seed, out, len);
 }
 
 int main(void) {
@@ -132,8 +140,17 @@ int main(void) {
         const int32_t *pp[1] = {prompts[0].ids};
         int pn[1] = {ctx - GEN + 1};
         uint64_t s = 1;
-        int64_t r = medusa_distill_add(d, m, sp->tok, pp, pn, 1, GEN, 0.0f, 1, &s, NULL, NULL, err, sizeof(err));
+        int64_t r = medusa_distill_add(d, m, sp->tok, pp, pn, NULL, 1, GEN, 0.0f, 0.0f, 1, &s, NULL, NULL, err,
+                                       sizeof(err));
         CHECKF(r == -1 && strstr(err, "do not fit"), "oversized prompt: %lld, '%s'", (long long)r, err);
+        /* a warm-up counts against the context too */
+        int w[1] = {8};
+        pn[0] = ctx - GEN - 8 + 1;
+        r = medusa_distill_add(d, m, sp->tok, pp, pn, w, 1, GEN, 0.0f, 1.0f, 1, &s, NULL, NULL, err, sizeof(err));
+        CHECKF(r == -1 && strstr(err, "do not fit"), "oversized prompt + warm-up: %lld, '%s'", (long long)r, err);
+        pn[0]--;
+        r = medusa_distill_add(d, m, sp->tok, pp, pn, w, 1, GEN, 0.0f, 1.0f, 1, &s, NULL, NULL, err, sizeof(err));
+        CHECKF(r > 0, "a prompt + warm-up that fits exactly: %lld, '%s'", (long long)r, err);
         medusa_data_destroy(d);
     }
 
@@ -161,6 +178,43 @@ int main(void) {
             gen_bad += l3[i] != ref_l[i] || memcmp(o3 + (size_t)i * ctx, ref_o + (size_t)i * ctx, sizeof(int32_t) * (size_t)l3[i]);
     }
     CHECKF(gen_bad == 0, "%d generation-only sequences differ from the same run with a dataset", gen_bad);
+
+    /* a warm-up (--target-prompts in one pass): the first W tokens are the
+     * draws a T = 1 generation-only run of W tokens makes with the same seed
+     * (all sequences in one lockstep batch, so the draws come in the same
+     * order), and the rest is plain greedy decoding of that prefix */
+    {
+        enum { W = 6 };
+        int wa[NP], lw[NP], lp[NP], pre_bad = 0, cont_bad = 0, sampled = 0, full = 0;
+        for (int i = 0; i < NP; i++) wa[i] = W;
+        int32_t *ow = calloc((size_t)NP * ctx, sizeof(int32_t)), *op = calloc((size_t)NP * ctx, sizeof(int32_t));
+        medusa_data *dw = medusa_data_create(D, K, 100000);
+        int64_t r = distill_w(sp, dw, NP, GEN, 0.0f, wa, 1.0f, 7, ow, lw);
+        CHECK(distill_w(sp, NULL, NP, W, 1.0f, NULL, 0.0f, 7, op, lp) == 0);
+        int64_t expect_w = 0;
+        for (int i = 0; i < NP; i++) {
+            const int32_t *a = ow + (size_t)i * ctx, *b = op + (size_t)i * ctx;
+            int n = prompts[i].n, hot = n + W;
+            expect_w += lw[i] - 1;
+            int cmp = lw[i] < hot ? lw[i] : hot; /* a warm-up may end at an end-of-text token */
+            pre_bad += lp[i] != cmp || memcmp(a, b, sizeof(int32_t) * (size_t)cmp);
+            sampled += memcmp(a + n, out[0] + (size_t)i * ctx + n, sizeof(int32_t) * (size_t)(cmp - n)) != 0;
+            if (lw[i] <= hot) continue;
+            full++;
+            int32_t gref[GEN];
+            int nr = su_plain_greedy(sp, a, hot, GEN, gref);
+            cont_bad += lw[i] != hot + nr || memcmp(a + hot, gref, sizeof(int32_t) * (size_t)nr);
+        }
+        CHECKF(pre_bad == 0, "%d warm-ups differ from the T=1 generation-only draws with the same seed", pre_bad);
+        CHECKF(full >= NP / 2 && cont_bad == 0, "%d of %d continuations after a warm-up are not greedy", cont_bad, full);
+        CHECKF(sampled >= NP / 2, "only %d of %d warm-ups differ from the greedy continuation", sampled, NP);
+        CHECKF(r == dw->n && dw->n == expect_w, "warm-up: %lld positions kept, %lld expected", (long long)dw->n,
+               (long long)expect_w);
+        fprintf(stderr, "warm-up: %d of %d prefixes sampled, %d greedy continuations of them\n", sampled, NP, full);
+        medusa_data_destroy(dw);
+        free(ow);
+        free(op);
+    }
     free(o3);
     medusa_data_destroy(d1);
     medusa_data_destroy(d2);

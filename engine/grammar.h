@@ -38,15 +38,30 @@ struct tokenizer;
 
 #define GRAMMAR_MAX_TEXT (1u << 20)      /* grammar source bytes */
 #define GRAMMAR_MAX_ELEMENTS (1u << 20)  /* compiled elements (after repetition expansion) */
+#define GRAMMAR_MAX_RULES (1 << 20)      /* rules, helper rules of repetitions and groups included */
 #define GRAMMAR_DEAD (-1)                /* the state id of "no continuation" (only end-of-generation is allowed there) */
 
 typedef struct grammar grammar;
 typedef struct grammar_vocab grammar_vocab;
 typedef struct grammar_matcher grammar_matcher;
 
+/* Size limits of one grammar (a server sets them from its config: the
+ * *_key strings name the setting in messages; NULL: "grammar.max_*").
+ * Parsing is linear in the text and the expanded size (hash tables for rule
+ * names and byte sets, Knuth's shortest-derivation pass for minimum lengths). */
+typedef struct {
+    size_t max_bytes;          /* source text, at most GRAMMAR_MAX_TEXT */
+    int max_rules;             /* rules after expansion, at most GRAMMAR_MAX_RULES */
+    size_t max_elements;       /* elements after expansion, at most GRAMMAR_MAX_ELEMENTS */
+    const char *bytes_key, *rules_key, *elements_key;
+} grammar_limits;
+grammar_limits grammar_default_limits(void); /* the compile-time maxima */
+
 /* Parses and compiles GBNF text[0..len). Returns NULL with "line L, column C:
- * reason" in err. The caller owns the result. */
+ * reason" in err (a limit names its setting). The caller owns the result.
+ * grammar_parse uses grammar_default_limits(). */
 grammar *grammar_parse(const char *text, size_t len, char *err, size_t errlen);
+grammar *grammar_parse_limited(const char *text, size_t len, const grammar_limits *lim, char *err, size_t errlen);
 void grammar_destroy(grammar *g); /* NULL is fine */
 int grammar_n_rules(const grammar *g);
 

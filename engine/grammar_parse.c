@@ -33,6 +33,11 @@ typedef struct {
     uint8_t (*sets)[32];
     size_t n_sets, cap_sets;
     size_t n_elems;
+    grammar_limits lim;
+    int32_t *rhash;            /* (rhcap) open addressing: named rules by name, -1 empty */
+    size_t rhcap, rhn;
+    int32_t *shash;            /* (shcap) byte sets >= 256 by content, -1 empty */
+    size_t shcap, shn;
     char *err;
     size_t errlen;
     bool failed;
@@ -63,13 +68,52 @@ static bool perr_at(gparser *p, size_t at, const char *fmt, ...) {
 #define PERR(p, ...) perr_at((p), (p)->i, __VA_ARGS__)
 
 static bool seq_push(gparser *p, gseq *q, uint8_t kind, int32_t arg) {
-    if (++p->n_elems > GRAMMAR_MAX_ELEMENTS) return PERR(p, "grammar too large (over %u elements)", GRAMMAR_MAX_ELEMENTS);
+    if (++p->n_elems > p->lim.max_elements)
+        return PERR(p, "grammar too large: over %zu elements after expanding repetitions (limit %s)", p->lim.max_elements,
+                    p->lim.elements_key ? p->lim.elements_key : "grammar.max_elements");
     if (!grow((void **)&q->v, &q->cap, q->n + 1, sizeof(gel))) return PERR(p, "out of memory");
     q->v[q->n++] = (gel){kind, arg};
     return true;
 }
 
+/* ---- hash tables: rule names and byte sets in O(1), so a grammar of n rules
+ * parses in O(n), not O(n^2) ---------------------------------------------------- */
+
+static uint64_t hash_bytes(const void *d, size_t n) {
+    const uint8_t *b = d;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+/* Grows table t (cap slots, -1 empty) to hold one more of n entries, rehashing
+ * with key(i) = the hash of entry i. */
+static bool table_reserve(int32_t **t, size_t *cap, size_t n, uint64_t (*key)(const gparser *, int32_t), const gparser *p) {
+    if ((n + 1) * 2 <= *cap) return true;
+    size_t nc = *cap ? *cap * 2 : 1024;
+    while ((n + 1) * 2 > nc) nc *= 2;
+    int32_t *nt = malloc(sizeof(int32_t) * nc);
+    if (!nt) return false;
+    memset(nt, 0xff, sizeof(int32_t) * nc);
+    for (size_t i = 0; i < *cap; i++) {
+        int32_t v = (*t)[i];
+        if (v < 0) continue;
+        size_t h = (size_t)key(p, v) & (nc - 1);
+        while (nt[h] >= 0) h = (h + 1) & (nc - 1);
+        nt[h] = v;
+    }
+    free(*t);
+    *t = nt, *cap = nc;
+    return true;
+}
+
+static uint64_t rule_key(const gparser *p, int32_t r) { return hash_bytes(p->rules[r].name, strlen(p->rules[r].name)); }
+static uint64_t set_key(const gparser *p, int32_t k) { return hash_bytes(p->sets[k], 32); }
+
 static int new_rule(gparser *p, const char *name, size_t nlen, int origin) {
+    if (p->n_rules >= (size_t)p->lim.max_rules)
+        return PERR(p, "grammar too large: over %d rules, helper rules of repetitions and groups included (limit %s)",
+                    p->lim.max_rules, p->lim.rules_key ? p->lim.rules_key : "grammar.max_rules"), -1;
     if (!grow((void **)&p->rules, &p->cap_rules, p->n_rules + 1, sizeof(grule))) return PERR(p, "out of memory"), -1;
     grule *r = &p->rules[p->n_rules];
     memset(r, 0, sizeof(*r));
@@ -78,6 +122,13 @@ static int new_rule(gparser *p, const char *name, size_t nlen, int origin) {
     r->name[nlen] = 0;
     r->origin = origin < 0 ? (int)p->n_rules : origin;
     r->use_at = (size_t)-1;
+    if (name[0] != '_') { /* helper rules are never looked up by name */
+        if (!table_reserve(&p->rhash, &p->rhcap, p->rhn, rule_key, p)) return PERR(p, "out of memory"), -1;
+        size_t h = (size_t)hash_bytes(name, nlen) & (p->rhcap - 1);
+        while (p->rhash[h] >= 0) h = (h + 1) & (p->rhcap - 1);
+        p->rhash[h] = (int32_t)p->n_rules;
+        p->rhn++;
+    }
     return (int)p->n_rules++;
 }
 
@@ -96,17 +147,26 @@ static gseq *rule_alt(gparser *p, int r) {
 }
 
 static int find_rule(gparser *p, const char *name, size_t nlen) {
-    for (size_t r = 0; r < p->n_rules; r++)
-        if (p->rules[r].name[0] != '_' && strlen(p->rules[r].name) == nlen && !memcmp(p->rules[r].name, name, nlen))
-            return (int)r;
+    if (!p->rhcap || (nlen && name[0] == '_')) return -1;
+    for (size_t h = (size_t)hash_bytes(name, nlen) & (p->rhcap - 1); p->rhash[h] >= 0; h = (h + 1) & (p->rhcap - 1)) {
+        const char *rn = p->rules[p->rhash[h]].name;
+        if (strlen(rn) == nlen && !memcmp(rn, name, nlen)) return p->rhash[h];
+    }
     return -1;
 }
 
 static int add_set(gparser *p, const uint8_t set[32]) {
-    for (size_t k = 256; k < p->n_sets; k++)
-        if (!memcmp(p->sets[k], set, 32)) return (int)k;
+    size_t h0 = (size_t)hash_bytes(set, 32);
+    if (p->shcap)
+        for (size_t h = h0 & (p->shcap - 1); p->shash[h] >= 0; h = (h + 1) & (p->shcap - 1))
+            if (!memcmp(p->sets[p->shash[h]], set, 32)) return p->shash[h];
     if (!grow((void **)&p->sets, &p->cap_sets, p->n_sets + 1, 32)) return PERR(p, "out of memory"), -1;
+    if (!table_reserve(&p->shash, &p->shcap, p->shn, set_key, p)) return PERR(p, "out of memory"), -1;
     memcpy(p->sets[p->n_sets], set, 32);
+    size_t h = h0 & (p->shcap - 1);
+    while (p->shash[h] >= 0) h = (h + 1) & (p->shcap - 1);
+    p->shash[h] = (int32_t)p->n_sets;
+    p->shn++;
     return (int)p->n_sets++;
 }
 
@@ -498,6 +558,8 @@ static void parser_free(gparser *p) {
     }
     free(p->rules);
     free(p->sets);
+    free(p->rhash);
+    free(p->shash);
 }
 
 void grammar_destroy(grammar *g) {
@@ -517,20 +579,92 @@ void grammar_destroy(grammar *g) {
 
 int grammar_n_rules(const grammar *g) { return g->n_rules; }
 
-/* Fewest bytes each rule can match (G_INF: it never finishes), to a fixpoint. */
-static void rule_minlen(const gparser *p, int32_t *ml) {
-    for (size_t r = 0; r < p->n_rules; r++) ml[r] = G_INF;
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t r = 0; r < p->n_rules; r++)
-            for (size_t a = 0; a < p->rules[r].n; a++) {
-                long s = 0;
-                const gseq *q = &p->rules[r].alts[a];
-                for (size_t k = 0; k < q->n && s < G_INF; k++) s += q->v[k].kind == EL_BYTES ? 1 : ml[q->v[k].arg];
-                if (s > G_INF) s = G_INF;
-                if (s < ml[r]) ml[r] = (int32_t)s, changed = true;
-            }
+/* Fewest bytes each rule can match (G_INF: it never finishes): Knuth's
+ * generalisation of Dijkstra's algorithm (an alternative's length is a sum,
+ * so a rule's length is final when it is the smallest candidate left). Each
+ * alternative waits for its referenced rules; O(E log E) in the references,
+ * where a fixpoint sweep took a pass per rule of a chain (O(n^2)).
+ * Returns false when out of memory. */
+typedef struct {
+    int32_t len, rule;
+} mlcand;
+
+static void heap_push(mlcand *h, size_t *n, mlcand c) {
+    size_t i = (*n)++;
+    while (i && h[(i - 1) / 2].len > c.len) h[i] = h[(i - 1) / 2], i = (i - 1) / 2;
+    h[i] = c;
+}
+
+static mlcand heap_pop(mlcand *h, size_t *n) {
+    mlcand top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && h[c + 1].len < h[c].len) c++;
+        if (h[c].len >= last.len) break;
+        h[i] = h[c], i = c;
     }
+    if (*n) h[i] = last;
+    return top;
+}
+
+static bool rule_minlen(const gparser *p, int32_t *ml) {
+    size_t nr = p->n_rules, na = 0, nref = 0;
+    for (size_t r = 0; r < nr; r++) {
+        na += p->rules[r].n;
+        for (size_t a = 0; a < p->rules[r].n; a++)
+            for (size_t k = 0; k < p->rules[r].alts[a].n; k++) nref += p->rules[r].alts[a].v[k].kind == EL_REF;
+    }
+    int32_t *alt_rule = malloc(sizeof(int32_t) * (na + 1)), *pending = malloc(sizeof(int32_t) * (na + 1));
+    int64_t *sum = malloc(sizeof(int64_t) * (na + 1));
+    size_t *occ_off = calloc(nr + 1, sizeof(size_t));
+    int32_t *occ = malloc(sizeof(int32_t) * (nref + 1));
+    mlcand *heap = malloc(sizeof(mlcand) * (na + 1));
+    bool *done = calloc(nr + 1, 1);
+    bool ok = alt_rule && pending && sum && occ_off && occ && heap && done;
+    size_t nh = 0;
+    if (ok) {
+        size_t ai = 0;
+        for (size_t r = 0; r < nr; r++)
+            for (size_t a = 0; a < p->rules[r].n; a++, ai++) {
+                const gseq *q = &p->rules[r].alts[a];
+                alt_rule[ai] = (int32_t)r, pending[ai] = 0, sum[ai] = 0;
+                for (size_t k = 0; k < q->n; k++)
+                    if (q->v[k].kind == EL_REF) pending[ai]++, occ_off[q->v[k].arg + 1]++;
+                    else sum[ai]++;
+            }
+        for (size_t r = 0; r < nr; r++) occ_off[r + 1] += occ_off[r];
+        size_t *fill = malloc(sizeof(size_t) * (nr + 1));
+        if (!fill) ok = false;
+        if (ok) {
+            memcpy(fill, occ_off, sizeof(size_t) * (nr + 1));
+            ai = 0;
+            for (size_t r = 0; r < nr; r++)
+                for (size_t a = 0; a < p->rules[r].n; a++, ai++) {
+                    const gseq *q = &p->rules[r].alts[a];
+                    for (size_t k = 0; k < q->n; k++)
+                        if (q->v[k].kind == EL_REF) occ[fill[q->v[k].arg]++] = (int32_t)ai;
+                    if (!pending[ai]) heap_push(heap, &nh, (mlcand){(int32_t)(sum[ai] < G_INF ? sum[ai] : G_INF), (int32_t)r});
+                }
+            free(fill);
+        }
+    }
+    for (size_t r = 0; r < nr; r++) ml[r] = G_INF;
+    while (ok && nh) {
+        mlcand c = heap_pop(heap, &nh);
+        if (done[c.rule] || c.len >= G_INF) continue;
+        done[c.rule] = true;
+        ml[c.rule] = c.len;
+        for (size_t o = occ_off[c.rule]; o < occ_off[c.rule + 1]; o++) {
+            int32_t a = occ[o];
+            sum[a] += c.len;
+            if (--pending[a] == 0 && !done[alt_rule[a]])
+                heap_push(heap, &nh, (mlcand){(int32_t)(sum[a] < G_INF ? sum[a] : G_INF), alt_rule[a]});
+        }
+    }
+    free(alt_rule), free(pending), free(sum), free(occ_off), free(occ), free(heap), free(done);
+    return ok;
 }
 
 /* Left recursion: r reaches itself through first elements (after nullable
@@ -583,14 +717,26 @@ static int left_recursion(const gparser *p, const int32_t *ml) {
     return found;
 }
 
+grammar_limits grammar_default_limits(void) {
+    return (grammar_limits){.max_bytes = GRAMMAR_MAX_TEXT, .max_rules = GRAMMAR_MAX_RULES, .max_elements = GRAMMAR_MAX_ELEMENTS};
+}
+
 grammar *grammar_parse(const char *text, size_t len, char *err, size_t errlen) {
+    grammar_limits lim = grammar_default_limits();
+    return grammar_parse_limited(text, len, &lim, err, errlen);
+}
+
+grammar *grammar_parse_limited(const char *text, size_t len, const grammar_limits *lim, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) err = dummy, errlen = sizeof(dummy);
-    if (len > GRAMMAR_MAX_TEXT) {
-        snprintf(err, errlen, "line 1, column 1: grammar of %zu bytes (limit %u)", len, GRAMMAR_MAX_TEXT);
+    if (len > lim->max_bytes) {
+        snprintf(err, errlen, "line 1, column 1: grammar of %zu bytes is over the limit of %zu (%s)", len,
+                 lim->max_bytes, lim->bytes_key ? lim->bytes_key : "grammar.max_bytes");
         return NULL;
     }
-    gparser P = {.s = text, .n = len, .err = err, .errlen = errlen}, *p = &P;
+    gparser P = {.s = text, .n = len, .err = err, .errlen = errlen, .lim = *lim}, *p = &P;
+    if (p->lim.max_elements > GRAMMAR_MAX_ELEMENTS) p->lim.max_elements = GRAMMAR_MAX_ELEMENTS;
+    if (p->lim.max_rules <= 0 || p->lim.max_rules > GRAMMAR_MAX_RULES) p->lim.max_rules = GRAMMAR_MAX_RULES;
     grammar *g = NULL;
     int32_t *ml = NULL;
     for (int b = 0; b < 256; b++) { /* sets 0..255: the single bytes */
@@ -646,7 +792,7 @@ grammar *grammar_parse(const char *text, size_t len, char *err, size_t errlen) {
         goto fail;
     }
     if (!(ml = malloc(sizeof(int32_t) * p->n_rules))) goto fail_oom;
-    rule_minlen(p, ml);
+    if (!rule_minlen(p, ml)) goto fail_oom;
     for (size_t r = 0; r < p->n_rules; r++)
         if (ml[r] >= G_INF) {
             const grule *o = &p->rules[p->rules[r].origin];

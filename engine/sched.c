@@ -174,12 +174,19 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
                                            r->content_type[0] ? r->content_type : "chat");
     if (starting && !r->method_set) { /* the rule's proposer, for the whole request */
         int m = spec_method_parse(pol_method_name(rule->method));
+        /* r->ms and r->auto_medusa change together: an auto request follows
+         * the chain's hidden rows through r->ms (medusa_seq_follow below) */
         if (m == SPEC_METHOD_MEDUSA) { /* stepped by draft_medusa; without heads (or state) the engine's default */
             if (e->dm && !r->ms && !r->prm.logprobs && !r->prm.coupled) r->ms = medusa_seq_create(e->dm);
+            r->auto_medusa = false;
             m = r->ms ? SPEC_METHOD_NGRAM : -1;
+        } else if (m == SPEC_METHOD_AUTO) { /* with heads loaded Medusa is one of auto's paths, as at submit */
+            if (e->dm && !r->ms && !r->prm.logprobs && !r->prm.coupled) r->ms = medusa_seq_create(e->dm);
+            r->auto_medusa = r->ms != NULL;
         } else if (r->ms && m >= 0) {
             medusa_seq_destroy(r->ms);
             r->ms = NULL;
+            r->auto_medusa = false;
         }
         if (m == SPEC_METHOD_OFF || (m == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))) r->prm.speculate = false;
         if (m >= 0) r->prm.method = (spec_method)m;

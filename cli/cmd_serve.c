@@ -87,6 +87,8 @@ int cmd_serve(int argc, char **argv) {
     gc.idle_timeout_s = pc->server.idle_timeout_s;
     gc.max_tokens_limit = pc->server.max_tokens_limit;
     gc.max_choices = pc->server.max_choices;
+    gc.schema_max_enum = pc->grammar.max_enum;
+    gc.grammar_max_bytes = (size_t)pc->grammar.max_bytes;
     gc.grace_ms = pc->server.grace_ms;
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);
     snprintf(dpath, sizeof(dpath), "%s", pc->models.draft);

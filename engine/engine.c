@@ -3,6 +3,7 @@
  * planning, the step, event emission) is in sched.c; the shared struct
  * engine and its locking rules in engine_impl.h. */
 #include "engine/engine_impl.h"
+#include "engine/compile.h"
 
 #include "engine/chat.h"
 #include "engine/rng.h"
@@ -52,6 +53,7 @@ static void req_free(req *r) {
     free(r->prompt);
     free(r->stop_ids);
     free(r->grammar_text);
+    free(r->gram_err);
     free(r->ring);
     free(r);
 }
@@ -188,14 +190,15 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
         memcpy(r->stop_ids, rq->stop_ids, sizeof(int32_t) * (size_t)rq->n_stop_ids);
         r->n_stop_ids = rq->n_stop_ids;
     }
-    if (rq->grammar) { /* refused here with the parser's reason; compiled again (cached) at admission */
+    if (rq->grammar) { /* compiled by the compile worker while the request waits (compile.h) */
         size_t gl = strlen(rq->grammar);
-        grammar *g = grammar_parse(rq->grammar, gl, err, errlen);
-        if (!g) {
+        size_t lim = e->cfg.grammar.max_bytes ? e->cfg.grammar.max_bytes : GRAMMAR_MAX_TEXT;
+        if (gl == 0 || gl > lim) {
             req_free(r);
-            return ENGINE_ERR_INVALID;
+            if (gl == 0) return sub_fail(ENGINE_ERR_GRAMMAR, err, errlen, "the grammar is empty");
+            return sub_fail(ENGINE_ERR_GRAMMAR, err, errlen, "grammar of %zu bytes is over the limit of %zu "
+                            "(grammar.max_bytes)", gl, lim);
         }
-        grammar_destroy(g);
         if (!(r->grammar_text = malloc(gl + 1))) {
             req_free(r);
             return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
@@ -267,6 +270,7 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
     else e->wait_head = r;
     e->wait_tail = r;
     e->n_waiting++;
+    if (r->grammar_text) compile_enqueue(e, r);
     pthread_cond_signal(&e->cv);
     eng_unlock(e);
     *id = r->id;
@@ -350,6 +354,11 @@ int engine_get_sequences(engine *e, engine_seq_info *out, int max) {
 
 void engine_get_stats(engine *e, engine_stats *out) {
     memset(out, 0, sizeof(*out));
+    constrain_stats cs; /* its own lock, taken before mu (never both: the compile worker holds neither long) */
+    constrain_cache_stats(e->gc, &cs);
+    out->grammar_cache_bytes = cs.bytes, out->grammar_cache_entries = cs.entries, out->grammar_cache_held = cs.held;
+    out->grammar_compiles = cs.compiles, out->grammar_cache_hits = cs.hits, out->grammar_evictions = cs.evictions;
+    out->grammar_refused = cs.refused, out->grammar_compile_ms_max = cs.compile_ms_max;
     eng_lock(e);
     out->waiting = e->n_waiting;
     for (int i = 0; i < e->n_active; i++) {
@@ -357,6 +366,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
         else out->running++;
         out->paused += e->active[i]->paused;
     }
+    out->grammar_compiling = e->n_compiling;
     out->kv_free_target = e->kv_free_t;
     out->kv_free_draft = e->kv_free_d;
     out->kv_total = e->sp->tpool->n_blocks;
@@ -513,7 +523,15 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
                    NULL;
         }
     }
-    if (!(e->gc = constrain_cache_create(e->sp->tok))) {
+    constrain_limits cl = constrain_default_limits();
+    const engine_grammar_limits *gl = &c->grammar;
+    if (gl->max_bytes) cl.grammar.max_bytes = gl->max_bytes;
+    if (gl->max_rules) cl.grammar.max_rules = gl->max_rules;
+    if (gl->max_elements) cl.grammar.max_elements = gl->max_elements;
+    if (gl->compile_ms) cl.compile_ms = gl->compile_ms;
+    if (gl->matcher_bytes) cl.matcher_bytes = gl->matcher_bytes;
+    if (gl->cache_bytes) cl.cache_bytes = gl->cache_bytes;
+    if (!(e->gc = constrain_cache_create(e->sp->tok, &cl))) {
         spec_tree_destroy(e->tc);
         draft_tree_destroy(e->dt);
         draft_medusa_destroy(e->dm);
@@ -566,7 +584,8 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->costs_pub = e->sp->costs;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    int prc = pthread_create(&e->th, NULL, engine_main, e);
+    int prc = compile_start(e);
+    if (prc == 0 && (prc = pthread_create(&e->th, NULL, engine_main, e)) != 0) compile_stop(e);
     if (prc != 0) {
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
@@ -589,6 +608,7 @@ void engine_destroy(engine *e) {
         pthread_cond_signal(&e->cv);
         eng_unlock(e);
         pthread_join(e->th, NULL);
+        compile_stop(e);
         pthread_mutex_destroy(&e->mu);
         pthread_cond_destroy(&e->cv);
     }

@@ -65,6 +65,16 @@ typedef enum { ENGINE_TREE_DEFAULT = 0, ENGINE_TREE_OFF, ENGINE_TREE_AUTO, ENGIN
 const char *engine_tree_name(engine_tree t); /* "default", "off", "auto", "fixed" */
 int engine_tree_parse(const char *s);         /* "off", "auto", "fixed"; -1 otherwise */
 
+/* Limits of one request's grammar (config section grammar:); 0 = the default. */
+typedef struct {
+    size_t max_bytes;              /* GBNF text (1 MiB) */
+    int max_rules;                 /* rules after expansion (GRAMMAR_MAX_RULES) */
+    size_t max_elements;           /* elements after expansion (GRAMMAR_MAX_ELEMENTS) */
+    double compile_ms;             /* compile deadline (10 s) */
+    size_t matcher_bytes;          /* memory of one compiled grammar (256 MiB) */
+    size_t cache_bytes;            /* the compiled-grammar cache (256 MiB) */
+} engine_grammar_limits;
+
 typedef struct {
     const char *target_path;
     const char *draft_path;        /* NULL: plain decoding only */
@@ -101,6 +111,7 @@ typedef struct {
     int prefix_cache_blocks;       /* most cached blocks no request holds, per pool (0: any free block) */
     int tree;                      /* engine_tree: OFF (or DEFAULT), AUTO, FIXED */
     int tree_budget, tree_depth, tree_topk; /* bounds of tree shapes (0: 16, 5, 3) */
+    engine_grammar_limits grammar; /* constrained requests: compile limits and the cache's size */
 } engine_config;
 
 engine_config engine_config_default(void);
@@ -260,6 +271,13 @@ typedef struct {
     /* method auto with Medusa heads loaded: engine steps whose auto
      * sequences took [0] the chain/tree path, [1] Medusa trees */
     uint64_t path_steps[2];
+    /* constrained generation: the compiled-grammar cache (bytes as last
+     * measured, grammars, of them held), compiles, refusals, the slowest
+     * compile, and requests whose grammar is being compiled now */
+    uint64_t grammar_cache_bytes, grammar_cache_entries, grammar_cache_held;
+    uint64_t grammar_compiles, grammar_cache_hits, grammar_evictions, grammar_refused;
+    double grammar_compile_ms_max;
+    int grammar_compiling;
 } engine_stats;
 
 void engine_get_stats(engine *e, engine_stats *out);

@@ -35,6 +35,11 @@ void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
     ec->tree_budget = ps->tree_budget;
     ec->tree_depth = ps->tree_depth > ps->tree_budget ? ps->tree_budget : ps->tree_depth;
     ec->tree_topk = ps->tree_topk;
+    const pol_grammar *pg = &pc->grammar;
+    ec->grammar = (engine_grammar_limits){.max_bytes = (size_t)pg->max_bytes, .max_rules = pg->max_rules,
+                                          .max_elements = (size_t)pg->max_elements, .compile_ms = pg->compile_ms,
+                                          .matcher_bytes = (size_t)pg->matcher_mb << 20,
+                                          .cache_bytes = (size_t)pg->cache_mb << 20};
     ec->gamma = (gamma_params){.gamma_min = ps->gamma_min, .gamma_max = ps->gamma_max,
                                .gamma_default = ps->gamma_default, .adaptive = ps->adaptive, .window = ps->window,
                                .warmup = ps->warmup, .fallback_alpha = (float)ps->fallback_alpha,

@@ -30,6 +30,11 @@ _Static_assert(ENGINE_MAX_STOP <= STOP_MAX && ENGINE_STOP_LEN <= STOP_LEN, "stop
 
 typedef enum { RQ_WAITING = 0, RQ_PREFILL, RQ_RUNNING, RQ_DONE } rq_state;
 
+/* A constrained request's grammar: compiled off the engine thread by the
+ * compile worker (compile.c) while the request waits; admission skips it
+ * until then. */
+enum { GRAM_NONE = 0, GRAM_PENDING, GRAM_READY, GRAM_FAILED };
+
 typedef struct req {
     uint64_t id;
     rq_state state;
@@ -55,7 +60,14 @@ typedef struct req {
     spec_seq *seq;
     char *grammar_text;           /* GBNF of a constrained request (NULL: none) */
     size_t grammar_len;
-    grammar_matcher *gm;          /* held from the cache while admitted (engine thread, under mu) */
+    grammar_matcher *gm;          /* held from the cache from its compile to the end (engine thread, under mu) */
+    int gram;                     /* GRAM_*: where its grammar's compile stands (under mu) */
+    int gram_need;                /* bytes of the grammar's shortest document (compile worker) */
+    int gram_min_tokens;          /* the fewest tokens that could hold them (longest token) */
+    engine_status gram_status;    /* GRAM_FAILED: the kind and the message */
+    char *gram_err;
+    int32_t gst_out;              /* grammar state after the emitted tokens (the emit check) */
+    struct req *next_compile;     /* the compile queue (under mu) */
     tok_stream ts;
     int n_out;
     int step_num;
@@ -89,7 +101,11 @@ struct engine {
     int n_shards;
     comm *tp_comm;                 /* all-reduce between the shards (n_shards > 1) */
     spec_pair *sp;
-    constrain_cache *gc;           /* grammars and matchers of constrained requests (under mu) */
+    constrain_cache *gc;           /* grammars and matchers of constrained requests (its own lock) */
+    pthread_t cth;                 /* the compile worker (compile.c); 0 when not started */
+    pthread_cond_t ccv;            /* wakes it (with mu) */
+    struct req *cq_head, *cq_tail; /* requests whose grammar waits for it (under mu) */
+    int n_compiling;               /* queued or in the worker (under mu) */
     pthread_t th;
     pthread_mutex_t mu;            /* lock and unlock with eng_lock / eng_unlock / eng_wait */
     pthread_cond_t cv;
@@ -183,18 +199,21 @@ static inline void eng_unlock(engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Waits on cv (mu held; released while waiting, held again after). */
-static inline void eng_wait(engine *e) {
+/* Waits on cond (mu held; released while waiting, held again after). */
+static inline void eng_wait_on(engine *e, pthread_cond_t *cond) {
 #ifndef NDEBUG
     SPECD_CHECK(e->mu_held && pthread_equal(e->mu_owner, pthread_self()));
     e->mu_held = false;
 #endif
-    pthread_cond_wait(&e->cv, &e->mu);
+    pthread_cond_wait(cond, &e->mu);
 #ifndef NDEBUG
     e->mu_owner = pthread_self();
     e->mu_held = true;
 #endif
 }
+
+/* Waits on cv, the engine thread's wake-up. */
+static inline void eng_wait(engine *e) { eng_wait_on(e, &e->cv); }
 
 #ifndef NDEBUG
 /* "caller holds mu" */

@@ -31,14 +31,16 @@ typedef enum {
     ENGINE_ERR_SHUTTING_DOWN, /* the engine is stopping (engine_destroy has begun) */
     ENGINE_ERR_BACKEND,       /* a model pass failed (prefill, draft, verify); at start-up: the backend (a
                                * device) or the engine thread could not be started */
+    ENGINE_ERR_GRAMMAR,       /* a request's grammar does not compile, is over a grammar.* limit, or its
+                               * shortest document cannot fit max_tokens (found by the compile worker) */
 } engine_status;
-#define ENGINE_STATUS_COUNT (ENGINE_ERR_BACKEND + 1)
+#define ENGINE_STATUS_COUNT (ENGINE_ERR_GRAMMAR + 1)
 
 /* A stable lower-case name ("ok", "invalid", "out_of_memory", "context_full",
  * "queue_full", "shutting_down", "backend"); "?" outside the enum. */
 static inline const char *engine_status_name(engine_status st) {
     static const char *const names[ENGINE_STATUS_COUNT] = {"ok", "invalid", "out_of_memory", "context_full",
-                                                           "queue_full", "shutting_down", "backend"};
+                                                           "queue_full", "shutting_down", "backend", "grammar"};
     return (unsigned)st < ENGINE_STATUS_COUNT ? names[st] : "?";
 }
 

@@ -82,6 +82,7 @@ int grammar_vocab_size(const grammar_vocab *v);
  * finished one byte a token (the token budget rule below relies on it). */
 bool grammar_vocab_has_all_bytes(const grammar_vocab *v);
 int grammar_vocab_trie_nodes(const grammar_vocab *v);
+int grammar_vocab_max_len(const grammar_vocab *v); /* the longest token's bytes (0 for NULL) */
 
 /* A matcher for g over v; both must outlive it. NULL on allocation failure. */
 grammar_matcher *grammar_matcher_create(const grammar *g, const grammar_vocab *v);
@@ -99,6 +100,12 @@ void grammar_matcher_destroy(grammar_matcher *m); /* NULL is fine */
  * the keys made, -1 on allocation failure or a bound (masks stay right: the
  * rest is done on first use or by whole walks). Engine thread only. */
 int grammar_matcher_prepare(grammar_matcher *m);
+/* The same, stopping at clock_now_ms() > deadline_ms (0: no deadline):
+ * then -2 (the masks stay right; the rest is made on use). */
+int grammar_matcher_prepare_until(grammar_matcher *m, double deadline_ms);
+/* The memory m holds now (its grammar's compiled form included; it grows
+ * as new states are seen). Engine thread, or whoever owns m. */
+size_t grammar_matcher_bytes(const grammar_matcher *m);
 
 /* The state before any output. */
 int32_t grammar_start(grammar_matcher *m);

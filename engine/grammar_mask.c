@@ -3,6 +3,8 @@
  * key, and the mask API. */
 #include "engine/grammar_internal.h"
 
+#include "kernels/clock.h"
+
 #define G_FIXED_MIN 16 /* subtrees smaller than this are walked: the check costs more */
 
 /* Whether the state at every depth below a node is the same for all its
@@ -353,12 +355,18 @@ typedef struct {
     int32_t fr[G_KEY_FRAMES];
     int nkeys;
     uint64_t node_cap, step_cap;
-    bool failed;
+    double deadline;           /* clock_now_ms() bound (0: none) */
+    unsigned ticks;
+    bool failed, late;
 } prep;
 
 /* Whether prepare has used its budget (the keys left are made on first use). */
-static bool prep_spent(const prep *P) {
-    return P->nkeys >= G_PREP_KEYS || P->m->st.nodes_visited >= P->node_cap || P->m->closure_steps >= P->step_cap;
+static bool prep_spent(prep *P) {
+    if (P->nkeys >= G_PREP_KEYS || P->m->st.nodes_visited >= P->node_cap || P->m->closure_steps >= P->step_cap)
+        return true;
+    /* the deadline, read every 64 checks (a clock read costs ~20 ns) */
+    if (P->deadline > 0 && (++P->ticks & 63) == 0 && clock_now_ms() > P->deadline) P->late = true;
+    return P->late;
 }
 
 static void prep_key(prep *P, int j, int32_t bottom) {
@@ -384,7 +392,9 @@ static void prep_rec(prep *P, int j) {
     }
 }
 
-int grammar_matcher_prepare(grammar_matcher *m) {
+int grammar_matcher_prepare(grammar_matcher *m) { return grammar_matcher_prepare_until(m, 0); }
+
+int grammar_matcher_prepare_until(grammar_matcher *m, double deadline_ms) {
     const grammar *g = m->g;
     int32_t *rule_of = malloc(sizeof(int32_t) * (size_t)(g->n_code + 1));
     i32set *par = calloc((size_t)g->n_rules, sizeof(i32set));
@@ -403,6 +413,10 @@ int grammar_matcher_prepare(grammar_matcher *m) {
     ok = set_add(&par[g->root], 0, &changed, &work);
     while (changed && ok) {
         changed = false;
+        if (deadline_ms > 0 && clock_now_ms() > deadline_ms) {
+            result = -2;
+            goto done;
+        }
         for (int32_t p = 0; p < g->n_code && ok; p++) {
             if (g->kind[p] != EL_REF) continue;
             i32set *dst = &par[g->arg[p]];
@@ -415,10 +429,10 @@ int grammar_matcher_prepare(grammar_matcher *m) {
     }
     if (!ok) goto done;
     prep P = {.m = m, .rule_of = rule_of, .par = par, .node_cap = m->st.nodes_visited + G_PREP_NODES,
-              .step_cap = m->closure_steps + G_PREP_STEPS};
+              .step_cap = m->closure_steps + G_PREP_STEPS, .deadline = deadline_ms};
     for (int32_t p = 0; p < g->n_code && !P.failed && !prep_spent(&P); p++)
         if (g->kind[p] == EL_BYTES) P.fr[0] = p, prep_rec(&P, 1);
-    result = P.failed ? -1 : P.nkeys;
+    result = P.late ? -2 : P.failed ? -1 : P.nkeys;
     /* touch the rest of the current row chunk and the first masks' memory
      * now, not a page fault every few new states later */
     if (m->nchunks && m->row_used < G_ROW_CHUNK)

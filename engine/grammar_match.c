@@ -353,6 +353,21 @@ grammar_matcher *grammar_matcher_create(const grammar *g, const grammar_vocab *v
     return m;
 }
 
+size_t grammar_matcher_bytes(const grammar_matcher *m) {
+    if (!m) return 0;
+    size_t b = sizeof(*m);
+    b += m->ncap * 3 * sizeof(int32_t) + ((size_t)m->nhmask + 1) * sizeof(int32_t);
+    b += m->sp_cap * sizeof(int32_t) + m->scap * (sizeof(int64_t) + 4 * sizeof(int32_t)) + ((size_t)m->shmask + 1) * sizeof(int32_t);
+    b += ((size_t)m->amask + 1) * (sizeof(uint64_t) + sizeof(int32_t)) + ((size_t)m->vmask + 1) * sizeof(uint64_t);
+    if (m->masks) b += sizeof(uint32_t) * (size_t)m->words * m->maskcap;
+    b += sizeof(uint32_t) * (size_t)m->words + m->wcap * sizeof(int32_t) + m->tcap * sizeof(int32_t);
+    b += m->nchunks * (size_t)G_ROW_CHUNK * 256 * sizeof(int32_t) + m->chunk_cap * sizeof(int32_t *) + m->ndrow * sizeof(int32_t *);
+    b += m->nkmap * 2 * sizeof(int32_t) + m->nkslot * sizeof(int32_t) + m->kcap * sizeof(struct gkey) + m->key_bytes;
+    const grammar *g = m->g;
+    b += (size_t)g->n_code * (1 + 2 * sizeof(int32_t)) + (size_t)g->n_sets * 32 + (size_t)g->n_rules * (2 * sizeof(int32_t) + 16);
+    return b;
+}
+
 void grammar_matcher_destroy(grammar_matcher *m) {
     if (!m) return;
     free(m->npos), free(m->npar), free(m->ndist), free(m->nhash);

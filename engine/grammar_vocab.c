@@ -13,6 +13,7 @@ void grammar_vocab_destroy(grammar_vocab *v) {
 int grammar_vocab_size(const grammar_vocab *v) { return v->n; }
 bool grammar_vocab_has_all_bytes(const grammar_vocab *v) { return v->all_bytes; }
 int grammar_vocab_trie_nodes(const grammar_vocab *v) { return v->n_nodes; }
+int grammar_vocab_max_len(const grammar_vocab *v) { return v ? v->max_len : 0; }
 
 static const grammar_vocab *sort_v;
 static int cmp_tok(const void *a, const void *b) {

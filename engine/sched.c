@@ -108,6 +108,14 @@ static void emit_tokens(engine *e, req *r, const spec_step_info *info) {
     char piece[512];
     for (int i = 0; i < n_new && !stop; i++) {
         int32_t t = toks[i];
+        if (r->gm) { /* never a token outside the grammar: one the budget left no room for ends it, "length" */
+            int32_t gs = grammar_advance_token(r->gm, r->gst_out, t);
+            if (gs == GRAMMAR_DEAD) {
+                stop = true, why = FINISH_LENGTH;
+                break;
+            }
+            r->gst_out = gs;
+        }
         if (r->prm.logprobs) ev->lp[ev->n_tokens] = s->lp[i];
         ev->tokens[ev->n_tokens++] = t;
         r->n_out++;
@@ -244,6 +252,7 @@ static req *pick_waiting(const engine *e, req **prev) {
     req *best = NULL;
     int best_held = 0;
     for (req *p = NULL, *r = e->wait_head; r; p = r, r = r->next_wait) {
+        if (r->gram == GRAM_PENDING) continue; /* its grammar is still compiling (compile.h) */
         int held = client_held(e, r);
         if (r->client && held >= e->cfg.max_per_client) continue;
         if (!best || held < best_held) best = r, best_held = held, *prev = p;
@@ -398,6 +407,33 @@ static int sched_slots(engine *e) {
     return holding;
 }
 
+/* A constrained request at admission (its grammar compiled: GRAM_READY or
+ * GRAM_FAILED). The token budget: a grammar whose shortest document cannot
+ * fit max_tokens even in the vocabulary's longest tokens is refused, saying
+ * what it needs; one that fits at one byte per token gets the budget rule
+ * (grammar.h: every output cut by max_tokens is still complete); one in
+ * between runs without it, and an output the budget cuts ends "length" with
+ * its valid prefix (emit_tokens never emits a token the grammar refuses).
+ * Returns ENGINE_OK, or r->gram_status with the message in err. mu held. */
+static engine_status grammar_admit(engine *e, req *r, char *err, size_t errlen) {
+    (void)e;
+    if (r->gram != GRAM_READY) {
+        if (r->gram_status == ENGINE_OK) r->gram_status = ENGINE_ERR_GRAMMAR;
+        snprintf(err, errlen, "%s", r->gram_err ? r->gram_err : "the grammar was not compiled");
+        return r->gram_status;
+    }
+    if (r->gram_min_tokens > r->max_tokens) {
+        r->gram_status = ENGINE_ERR_GRAMMAR;
+        snprintf(err, errlen, "the grammar's shortest document is %d bytes and needs at least %d tokens; max_tokens "
+                 "is %d", r->gram_need, r->gram_min_tokens, r->max_tokens);
+        return r->gram_status;
+    }
+    r->prm.grammar = r->gm;
+    r->prm.grammar_budget = r->gram_need <= r->max_tokens ? r->max_tokens : 0;
+    r->gst_out = grammar_start(r->gm);
+    return ENGINE_OK;
+}
+
 /* Admission into the slots left (holding of max_running are taken), fairly
  * between clients (pick_waiting): a request enters when its prompt plus a
  * reservation for its output fits in both pools. err: scratch for a failure's
@@ -419,12 +455,12 @@ static void sched_admit(engine *e, int holding, char *err, size_t errlen) {
             apply_policy(e, r, pc, true);
             pol_store_release(e->cfg.policy, pc);
         }
-        if (r->grammar_text) {
-            r->gm = constrain_acquire(e->gc, r->grammar_text, r->grammar_len, err, errlen);
-            r->prm.grammar = r->gm;
-            r->prm.grammar_budget = r->max_tokens;
+        if (r->grammar_text && grammar_admit(e, r, err, errlen) != ENGINE_OK) {
+            fail_req(e, r, r->gram_status, err);
+            if (r->notify) r->notify(r->user);
+            continue;
         }
-        r->seq = r->grammar_text && !r->gm ? NULL : spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, errlen);
+        r->seq = spec_seq_create(e->sp, r->prompt, r->n_prompt, &r->prm, err, errlen);
         if (!r->seq) { /* submit checked the request: what is left is memory */
             fail_req(e, r, ENGINE_ERR_OOM, err);
             if (r->notify) r->notify(r->user);

@@ -48,6 +48,8 @@ typedef struct {
     int tree;               /* engine_tree of the engine: unless AUTO or FIXED, speculation.tree auto|fixed is refused */
     int tree_budget, tree_depth, tree_topk; /* its tree bounds: request bounds must not exceed them */
     int max_choices;        /* OpenAI `n` must be in [1, this] (server.max_choices; 0 counts as 1) */
+    int schema_max_enum;    /* JSON Schema: values of one enum (grammar.max_enum; 0 = 20,000) */
+    size_t grammar_max_bytes; /* GBNF text, given or made from a schema (grammar.max_bytes; 0 = 1 MiB) */
 } gw_limits;
 
 /* 1 MiB frames, max_tokens ≤ 4096 (default 256), γ in [2, 8], no context bound, no draft, n ≤ 4. */

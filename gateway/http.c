@@ -302,6 +302,16 @@ static int submit_choices(gw_server *s, gw_conn *c, const oa_request *oq, int ap
     return 0;
 }
 
+/* The headers of a server-sent-events response. */
+static int sse_headers(gw_conn *c) {
+    unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+    c->headers_sent = true;
+    if (lws_add_http_common_headers(c->wsi, 200, "text/event-stream", LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end) ||
+        lws_finalize_write_http_header(c->wsi, start, &p, end))
+        return -1;
+    return 0;
+}
+
 static int start_completion(gw_server *s, gw_conn *c, int api) {
     oa_request oq;
     oa_error oe;
@@ -335,13 +345,10 @@ static int start_completion(gw_server *s, gw_conn *c, int api) {
     } else if (submit_choices(s, c, &oq, api, &oe) != 0) {
         rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else {
-        if (oq.stream) {
-            unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
-            if (lws_add_http_common_headers(c->wsi, 200, "text/event-stream", LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end) ||
-                lws_finalize_write_http_header(c->wsi, start, &p, end))
-                rc = -1;
-            c->headers_sent = true;
-        }
+        /* a constrained stream's headers wait for its first event: a grammar
+         * the compile worker refuses is then a 400, not a 200 stream with an
+         * error in it */
+        if (oq.stream && !oq.grammar && sse_headers(c) != 0) rc = -1;
         gw_http_pump(s, c);
     }
     oa_request_free(&oq);
@@ -403,6 +410,7 @@ static void respond_choices(gw_server *s, gw_conn *c) {
  * released. */
 static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event *ev) {
     bool chat = r->api == GW_HTTP_CHAT;
+    if (r->stream && !c->headers_sent && ev->type != ENGINE_EV_ERROR && sse_headers(c) != 0) return false;
     if (ev->type == ENGINE_EV_STARTED) {
         r->prompt_tokens = ev->prompt_tokens;
         return false;
@@ -435,7 +443,7 @@ static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event
         /* one failed choice fails the request; its siblings are cancelled */
         oa_error oe = status_error(ev->status, ev->message);
         gw_metrics_error(oe.code);
-        if (r->stream) {
+        if (r->stream && c->headers_sent) {
             char *fin = oa_stream_error_as(&oe);
             if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
         } else {

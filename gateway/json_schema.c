@@ -11,7 +11,6 @@
 #include <string.h>
 
 #define JS_MAX_DEPTH 64
-#define JS_MAX_BYTES (256u << 10)
 #define JS_MAX_REPEAT 1000
 
 typedef struct {
@@ -22,6 +21,7 @@ typedef struct {
 
 typedef struct {
     const json_t *root;
+    js_limits lim;
     sbuf out;
     int next;
     char *err;
@@ -58,14 +58,20 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     if (k > 0) sb_add(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
+/* "at PATH: reason", the reason always whole: a path too long for err is
+ * shortened from its start ("at …/properties/a/items: reason"). */
 static bool fail(jsc *c, const char *path, const char *fmt, ...) {
     if (c->failed) return false;
     c->failed = true;
-    int k = snprintf(c->err, c->errlen, "at %s: ", path);
+    char reason[400];
     va_list ap;
     va_start(ap, fmt);
-    if (k >= 0 && (size_t)k < c->errlen) vsnprintf(c->err + k, c->errlen - (size_t)k, fmt, ap);
+    vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
+    size_t room = c->errlen > strlen(reason) + 8 ? c->errlen - strlen(reason) - 8 : 0, pl = strlen(path);
+    if (pl <= room) snprintf(c->err, c->errlen, "at %s: %s", path, reason);
+    else if (room > 4) snprintf(c->err, c->errlen, "at ...%s: %s", path + pl - (room - 3), reason);
+    else snprintf(c->err, c->errlen, "%s", reason);
     return false;
 }
 
@@ -284,10 +290,99 @@ static int visit_type(jsc *c, const json_t *s, const char *type, const char *pat
     return fail(c, path, "unknown type '%s'", type), -1;
 }
 
+/* ---- enum: a trie of the values' JSON texts ------------------------------------ */
+
+/* One rule per branching node of the trie of the values' texts, so a state
+ * of the matcher holds one position however many values share a prefix (a
+ * flat alternation of 50,000 literals made states of 50,000 stacks: seconds
+ * per token). Built without recursion: a queue of (rule, first, last, depth)
+ * over the sorted texts. Linear in the texts' total size after the sort. */
+typedef struct {
+    const char *s;
+    size_t n;
+} jtext;
+
+static int jtext_cmp(const void *a, const void *b) {
+    const jtext *x = a, *y = b;
+    size_t n = x->n < y->n ? x->n : y->n;
+    int k = memcmp(x->s, y->s, n);
+    return k ? k : (x->n > y->n) - (x->n < y->n);
+}
+
+typedef struct {
+    int rule;
+    size_t lo, hi, d;
+} tnode;
+
+static int enum_rule(jsc *c, const json_t *en, const char *path) {
+    size_t n = json_array_size(en);
+    char **dump = calloc(n, sizeof(char *));
+    jtext *v = calloc(n, sizeof(jtext));
+    tnode *q = calloc(n + 1, sizeof(tnode));
+    size_t qn = 0, qi = 0, m = 0;
+    int root = -1;
+    if (!dump || !v || !q) {
+        fail(c, path, "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dump[i] = json_dumps(json_array_get(en, i), JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER);
+        if (!dump[i]) {
+            fail(c, path, "enum value %zu cannot be encoded", i);
+            goto done;
+        }
+        v[i] = (jtext){dump[i], strlen(dump[i])};
+    }
+    qsort(v, n, sizeof(jtext), jtext_cmp);
+    for (size_t i = 0; i < n; i++) /* duplicates go */
+        if (!m || jtext_cmp(&v[m - 1], &v[i])) v[m++] = v[i];
+    root = new_rule(c);
+    int body = new_rule(c);
+    sb_printf(&c->out, "r%d ::= r%d ws\n", root, body);
+    q[qn++] = (tnode){body, 0, m, 0};
+    while (qi < qn && !c->out.oom) {
+        tnode t = q[qi++];
+        sb_printf(&c->out, "r%d ::=", t.rule);
+        bool first = true;
+        for (size_t i = t.lo; i < t.hi;) {
+            sb_add(&c->out, first ? " " : " | ", first ? 1 : 3);
+            first = false;
+            if (v[i].n == t.d) { /* a value ends here: the empty alternative */
+                sb_add(&c->out, "\"\"", 2);
+                i++;
+                continue;
+            }
+            size_t j = i + 1;
+            while (j < t.hi && v[j].s[t.d] == v[i].s[t.d]) j++;
+            /* the group [i, j) shares bytes [d, e): the common prefix of its first and last */
+            size_t e = t.d + 1, lim = v[i].n < v[j - 1].n ? v[i].n : v[j - 1].n;
+            while (e < lim && v[i].s[e] == v[j - 1].s[e]) e++;
+            sb_lit(&c->out, v[i].s + t.d, e - t.d);
+            if (j - i > 1 || v[i].n > e) {
+                int child = new_rule(c);
+                sb_printf(&c->out, " r%d", child);
+                q[qn++] = (tnode){child, i, j, e};
+            }
+            i = j;
+        }
+        sb_add(&c->out, "\n", 1);
+        if (c->lim.max_bytes && c->out.n > c->lim.max_bytes) {
+            fail(c, path, "schema too large: its grammar is over %zu bytes (grammar.max_bytes)", c->lim.max_bytes);
+            root = -1;
+            break;
+        }
+    }
+done:
+    for (size_t i = 0; dump && i < n; i++) free(dump[i]);
+    free(dump), free(v), free(q);
+    return c->failed ? -1 : root;
+}
+
 static int visit(jsc *c, const json_t *s, const char *path, int depth) {
     if (c->failed) return -1;
     if (depth > JS_MAX_DEPTH) return fail(c, path, "schema nested deeper than %d", JS_MAX_DEPTH), -1;
-    if (c->out.n > JS_MAX_BYTES) return fail(c, path, "schema too large (grammar over %u bytes)", JS_MAX_BYTES), -1;
+    if (c->out.n > c->lim.max_bytes)
+        return fail(c, path, "schema too large: its grammar is over %zu bytes (grammar.max_bytes)", c->lim.max_bytes), -1;
     if (json_is_true(s)) {
         int r = new_rule(c);
         sb_printf(&c->out, "r%d ::= value\n", r);
@@ -332,15 +427,10 @@ static int visit(jsc *c, const json_t *s, const char *path, int depth) {
     const json_t *en = json_object_get(s, "enum");
     if (en) {
         if (!json_is_array(en) || json_array_size(en) == 0) return fail(c, path, "'enum' must be a non-empty array"), -1;
-        int r = new_rule(c);
-        sb_printf(&c->out, "r%d ::= (", r);
-        for (size_t i = 0; i < json_array_size(en); i++) {
-            if (i) sb_printf(&c->out, " |");
-            sb_printf(&c->out, " ");
-            if (!sb_json_lit(c, json_array_get(en, i), path)) return -1;
-        }
-        sb_printf(&c->out, " ) ws\n");
-        return r;
+        if (c->lim.max_enum > 0 && json_array_size(en) > (size_t)c->lim.max_enum)
+            return fail(c, path, "'enum' has %zu values, over the limit of %d (grammar.max_enum)", json_array_size(en),
+                        c->lim.max_enum), -1;
+        return enum_rule(c, en, path);
     }
     const json_t *any = json_object_get(s, "anyOf");
     if (!any) any = json_object_get(s, "oneOf");
@@ -391,8 +481,16 @@ static int visit(jsc *c, const json_t *s, const char *path, int depth) {
     return fail(c, path, "'type' must be a string or an array of strings"), -1;
 }
 
+js_limits js_default_limits(void) { return (js_limits){.max_enum = 20000, .max_bytes = 1u << 20}; }
+
 char *js_schema_to_gbnf(const void *schema, char *err, size_t errlen) {
-    jsc c = {.root = schema, .err = err, .errlen = errlen};
+    js_limits lim = js_default_limits();
+    return js_schema_to_gbnf_limited(schema, &lim, err, errlen);
+}
+
+char *js_schema_to_gbnf_limited(const void *schema, const js_limits *lim, char *err, size_t errlen) {
+    jsc c = {.root = schema, .err = err, .errlen = errlen, .lim = *lim};
+    if (!c.lim.max_bytes) c.lim.max_bytes = 1u << 20;
     int r = visit(&c, schema, "#", 0);
     if (r < 0 || c.out.oom) {
         if (c.out.oom && !c.failed) snprintf(err, errlen, "out of memory");
@@ -415,6 +513,11 @@ char *js_schema_to_gbnf(const void *schema, char *err, size_t errlen) {
               "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
               "ws     ::= | \" \" | \"\\n\" [ ]{0,8}\n";
     sb_add(&c.out, prims, sizeof prims - 1);
+    if (!c.out.oom && c.out.n > c.lim.max_bytes) {
+        free(c.out.s);
+        snprintf(err, errlen, "schema too large: its grammar is over %zu bytes (grammar.max_bytes)", c.lim.max_bytes);
+        return NULL;
+    }
     if (c.out.oom) {
         free(c.out.s);
         snprintf(err, errlen, "out of memory");

@@ -23,4 +23,15 @@
  * message in err ("at #/properties/x: 'pattern' is not supported"). */
 char *js_schema_to_gbnf(const void *schema, char *err, size_t errlen);
 
+/* Limits (a server sets them from grammar.max_enum and grammar.max_bytes;
+ * a schema over one is refused naming it). Defaults: 20,000 enum values, a
+ * 1 MiB grammar. The conversion is linear in the schema (enums: n log n,
+ * as a trie of their values, one rule per branching point). */
+typedef struct {
+    int max_enum;              /* values of one enum (0: no limit) */
+    size_t max_bytes;          /* the grammar text */
+} js_limits;
+js_limits js_default_limits(void);
+char *js_schema_to_gbnf_limited(const void *schema, const js_limits *lim, char *err, size_t errlen);
+
 #endif

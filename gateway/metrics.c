@@ -263,6 +263,21 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
         family(&b, "specd:kv_blocks_free", "gauge", "KV cache blocks free, per model.");
         tb_printf(&b, "specd:kv_blocks_free{model=\"target\"} %d\n", es->kv_free_target);
         if (draft) tb_printf(&b, "specd:kv_blocks_free{model=\"draft\"} %d\n", es->kv_free_draft);
+        /* constrained generation: the compiled-grammar cache (bounded by grammar.cache_mb) */
+        gauge(&b, "specd:grammar_cache_bytes", "Memory of the compiled grammars kept for reuse (as last measured).",
+              (double)es->grammar_cache_bytes);
+        gauge(&b, "specd:grammar_cache_entries", "Compiled grammars kept for reuse.", (double)es->grammar_cache_entries);
+        gauge(&b, "specd:grammar_compiling", "Requests whose grammar the compile worker is compiling or has queued.",
+              es->grammar_compiling);
+        counter(&b, "specd:grammar_compiles_total", "Grammars compiled (cache misses).", es->grammar_compiles);
+        counter(&b, "specd:grammar_cache_hits_total", "Constrained requests whose grammar was already compiled.",
+                es->grammar_cache_hits);
+        counter(&b, "specd:grammar_evictions_total", "Compiled grammars evicted to stay under grammar.cache_mb.",
+                es->grammar_evictions);
+        counter(&b, "specd:grammar_refused_total", "Grammars refused: invalid, over a grammar.* limit, or out of memory.",
+                es->grammar_refused);
+        gauge(&b, "specd:grammar_compile_seconds_max", "The slowest grammar compile so far.",
+              es->grammar_compile_ms_max / 1000.0);
         /* prefix reuse (issue 20), per pool; the hit ratio is reused / prompt tokens */
         const uint64_t pt[2] = {es->st.prefix_offered, es->st.prefix_draft_offered};
         const uint64_t pr[2] = {es->st.prefix_reused, es->st.prefix_draft_reused};

@@ -603,9 +603,12 @@ static int parse_speculation(json_t *js, const gw_limits *lim, gw_msg *m, gw_err
 
 /* grammar (GBNF) or response_format (as OpenAI's) into m->grammar, compiled
  * once here so a bad one is refused with its reason. */
-static int parse_constraint(json_t *root, gw_msg *m, gw_error *err) {
+static int parse_constraint(json_t *root, const gw_limits *lim, gw_msg *m, gw_error *err) {
     json_t *rf = json_object_get(root, "response_format"), *g = json_object_get(root, "grammar");
-    char msg[160];
+    char msg[170]; /* fits the error message after its prefix: js_schema_to_gbnf shortens the path, not the reason */
+    js_limits jl = js_default_limits();
+    if (lim->schema_max_enum > 0) jl.max_enum = lim->schema_max_enum;
+    if (lim->grammar_max_bytes > 0) jl.max_bytes = lim->grammar_max_bytes;
     char *text = NULL;
     if (json_is_null(rf)) rf = NULL;
     if (json_is_null(g)) g = NULL;
@@ -617,7 +620,7 @@ static int parse_constraint(json_t *root, gw_msg *m, gw_error *err) {
         } else if (!strcmp(ts, "json_schema")) {
             json_t *js = json_object_get(rf, "json_schema"), *sc = json_is_object(js) ? json_object_get(js, "schema") : NULL;
             if (!sc) return fail(err, GW_ERR_MISSING_FIELD, "field 'response_format.json_schema.schema' is required");
-            if (!(text = js_schema_to_gbnf(sc, msg, sizeof msg)))
+            if (!(text = js_schema_to_gbnf_limited(sc, &jl, msg, sizeof msg)))
                 return fail(err, GW_ERR_INVALID_GRAMMAR, "JSON Schema not supported: %s", msg);
         } else if (strcmp(ts, "text") != 0) {
             return fail(err, GW_ERR_OUT_OF_RANGE,
@@ -633,15 +636,12 @@ static int parse_constraint(json_t *root, gw_msg *m, gw_error *err) {
             free(text);
             return fail(err, GW_ERR_OUT_OF_RANGE, "field 'grammar' cannot be combined with a JSON 'response_format'");
         }
-        if (json_string_length(g) > 0) text = strndup(json_string_value(g), json_string_length(g));
+        if (json_string_length(g) == 0)
+            return fail(err, GW_ERR_INVALID_GRAMMAR, "field 'grammar' is empty (leave it out for unconstrained output)");
+        text = strndup(json_string_value(g), json_string_length(g));
     }
     if (!text) return 0;
-    grammar *gr = grammar_parse(text, strlen(text), msg, sizeof msg);
-    if (!gr) {
-        free(text);
-        return fail(err, GW_ERR_INVALID_GRAMMAR, "invalid grammar: %s", msg);
-    }
-    grammar_destroy(gr);
+    /* compiled off this thread: the engine's compile worker answers a bad one (invalid_grammar) */
     m->grammar = text;
     m->req.grammar = text;
     return 0;
@@ -713,7 +713,7 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
     if ((v = opt(root, "stop")) && parse_stop(v, m, err)) return -1;
     if ((v = opt(root, "speculation")) && parse_speculation(v, lim, m, err)) return -1;
     if ((v = opt(root, "content_type")) && parse_content_type(v, m, err)) return -1;
-    if (parse_constraint(root, m, err)) return -1;
+    if (parse_constraint(root, lim, m, err)) return -1;
 
     char msg[160];
     if (!sampler_config_validate(&m->req.sc, msg, sizeof(msg))) /* belt and braces: the checks above cover it */

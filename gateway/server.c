@@ -166,6 +166,8 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     srv.limits.max_message_bytes = cfg->max_message_bytes;
     srv.limits.max_tokens_limit = cfg->max_tokens_limit;
     srv.limits.max_choices = cfg->max_choices;
+    srv.limits.schema_max_enum = cfg->schema_max_enum;
+    srv.limits.grammar_max_bytes = cfg->grammar_max_bytes;
     srv.limits.default_max_tokens = cfg->default_max_tokens;
     gw_limits_from_engine(&srv.limits, e);
     if (cfg->web_root[0] && !realpath(cfg->web_root, srv.web_root_real)) {

@@ -15,6 +15,7 @@ static const gw_status_row rows[ENGINE_STATUS_COUNT] = {
     [ENGINE_ERR_QUEUE_FULL] = {ENGINE_ERR_QUEUE_FULL, 429, "overloaded", "server_error", "overloaded"},
     [ENGINE_ERR_SHUTTING_DOWN] = {ENGINE_ERR_SHUTTING_DOWN, 503, "shutting_down", "server_error", "shutting_down"},
     [ENGINE_ERR_BACKEND] = {ENGINE_ERR_BACKEND, 500, "engine_error", "server_error", "engine_error"},
+    [ENGINE_ERR_GRAMMAR] = {ENGINE_ERR_GRAMMAR, 400, GW_ERR_INVALID_GRAMMAR, "invalid_request_error", GW_ERR_INVALID_GRAMMAR},
 };
 
 const gw_status_row *gw_status_lookup(engine_status st) {

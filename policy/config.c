@@ -118,6 +118,15 @@ static const keydef telemetry_keys[] = {
     KI(pol_telemetry, retention_days, 0, 36500, true),
     KI(pol_telemetry, queue_size, 16, 1 << 24, true),
 };
+static const keydef grammar_keys[] = {
+    KI(pol_grammar, max_bytes, 256, 1 << 20, true),
+    KI(pol_grammar, max_rules, 16, 1 << 20, true),
+    KI(pol_grammar, max_elements, 64, 1 << 20, true),
+    KI(pol_grammar, max_enum, 1, 1 << 20, true),
+    KI(pol_grammar, compile_ms, 10, 600000, true),
+    KI(pol_grammar, matcher_mb, 1, 65536, true),
+    KI(pol_grammar, cache_mb, 1, 65536, true),
+};
 static const keydef policy_keys[] = {{"rules", K_INT, 0, 0, 0, 0, NULL, false}}; /* handled by hand */
 
 const int pol_n_rule_keys = NKEYS(pol_rule_keys);
@@ -129,6 +138,7 @@ const secdef pol_sections[] = {
     {"speculation", spec_keys, NKEYS(spec_keys), offsetof(pol_config, speculation)},
     {"policy", policy_keys, NKEYS(policy_keys), 0},
     {"telemetry", telemetry_keys, NKEYS(telemetry_keys), offsetof(pol_config, telemetry)},
+    {"grammar", grammar_keys, NKEYS(grammar_keys), offsetof(pol_config, grammar)},
 };
 _Static_assert(NKEYS(pol_sections) == POL_N_SECTIONS, "POL_N_SECTIONS (config_internal.h) counts the sections");
 
@@ -158,6 +168,8 @@ void pol_cfg_defaults(pol_config *c) {
     c->telemetry = (pol_telemetry){.enabled = true, .sample_rate = 1.0, .retention_rows = 1000000,
                                    .retention_days = 7, .queue_size = 65536};
     snprintf(c->telemetry.path, sizeof(c->telemetry.path), "specd-telemetry.db");
+    c->grammar = (pol_grammar){.max_bytes = 1 << 20, .max_rules = 65536, .max_elements = 1 << 20, .max_enum = 20000,
+                               .compile_ms = 10000, .matcher_mb = 256, .cache_mb = 256};
 }
 
 /* ---- rules ------------------------------------------------------------------- */

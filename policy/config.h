@@ -124,6 +124,18 @@ typedef struct {
     int queue_size;                        /* writer queue capacity in rows (65536) */
 } pol_telemetry;
 
+/* Constrained generation: limits of one request's grammar (GBNF given, or
+ * made from a JSON Schema) and the compiled-grammar cache. */
+typedef struct {
+    int max_bytes;                         /* GBNF text (1 MiB) */
+    int max_rules;                         /* rules after expanding repetitions and groups (65536) */
+    int max_elements;                      /* elements after expansion (1048576) */
+    int max_enum;                          /* values of one JSON Schema enum (20000) */
+    int compile_ms;                        /* compile deadline per grammar (10000) */
+    int matcher_mb;                        /* memory of one compiled grammar (256) */
+    int cache_mb;                          /* compiled grammars kept for reuse (256) */
+} pol_grammar;
+
 /* The snapshot. Immutable once returned (readers share it across threads
  * without locks); read the fields directly. */
 typedef struct pol_config {
@@ -135,6 +147,7 @@ typedef struct pol_config {
     pol_rule rules[POL_MAX_RULES];         /* in file order */
     pol_rule default_rule;                 /* "*"/"*" from the speculation section */
     pol_telemetry telemetry;
+    pol_grammar grammar;
     int n_env;
     char env_keys[POL_MAX_ENV][40];        /* keys whose value came from the environment, e.g. "server.port" */
     char source[512];                      /* the file name given to the loader */

@@ -43,7 +43,7 @@ typedef struct {
 #define MAXKEYS 24
 
 /* The sections in file order, and policy.rules[]'s keys (config.c). */
-#define POL_N_SECTIONS 6
+#define POL_N_SECTIONS 7
 extern const secdef pol_sections[POL_N_SECTIONS];
 extern const keydef pol_rule_keys[];
 extern const int pol_n_rule_keys;

@@ -22,6 +22,7 @@ static const struct {
     {ENGINE_ERR_QUEUE_FULL, 429, "overloaded", "server_error", "overloaded"},
     {ENGINE_ERR_SHUTTING_DOWN, 503, "shutting_down", "server_error", "shutting_down"},
     {ENGINE_ERR_BACKEND, 500, "engine_error", "server_error", "engine_error"},
+    {ENGINE_ERR_GRAMMAR, 400, "invalid_grammar", "invalid_request_error", "invalid_grammar"},
 };
 
 int main(void) {

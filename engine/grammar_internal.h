@@ -133,6 +133,7 @@ struct grammar_matcher {
     int words;
     uint32_t *masks;
     size_t nmask, maskcap;
+    size_t mask_hw;            /* the most mask slots ever in use (the pool's touched part) */
     uint32_t *tmp;
     /* scratch */
     int32_t *work;

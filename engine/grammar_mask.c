@@ -470,6 +470,7 @@ const uint32_t *grammar_mask(grammar_matcher *m, int32_t st, int budget) {
             }
         }
         slot = (int32_t)m->nmask++;
+        if (m->nmask > m->mask_hw) m->mask_hw = m->nmask;
         uint32_t *dst = m->masks + (size_t)slot * (size_t)m->words;
         int32_t maxd;
         if (!mask_keyed(m, st, dst, &maxd)) maxd = walk(m, st, -1, dst); /* may grow smaxd */

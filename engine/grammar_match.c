@@ -359,7 +359,13 @@ size_t grammar_matcher_bytes(const grammar_matcher *m) {
     b += m->ncap * 3 * sizeof(int32_t) + ((size_t)m->nhmask + 1) * sizeof(int32_t);
     b += m->sp_cap * sizeof(int32_t) + m->scap * (sizeof(int64_t) + 4 * sizeof(int32_t)) + ((size_t)m->shmask + 1) * sizeof(int32_t);
     b += ((size_t)m->amask + 1) * (sizeof(uint64_t) + sizeof(int32_t)) + ((size_t)m->vmask + 1) * sizeof(uint64_t);
-    if (m->masks) b += sizeof(uint32_t) * (size_t)m->words * m->maskcap;
+    if (m->masks) { /* the pool is reserved whole but touched as used (prepare touches its first 8 MiB) */
+        size_t pool = sizeof(uint32_t) * (size_t)m->words * m->maskcap;
+        size_t used = sizeof(uint32_t) * (size_t)m->words * m->mask_hw, pre = (size_t)8 << 20;
+        if (used < pre) used = pre;
+        used = (used + ((size_t)2 << 20) - 1) & ~(((size_t)2 << 20) - 1);
+        b += used < pool ? used : pool;
+    }
     b += sizeof(uint32_t) * (size_t)m->words + m->wcap * sizeof(int32_t) + m->tcap * sizeof(int32_t);
     b += m->nchunks * (size_t)G_ROW_CHUNK * 256 * sizeof(int32_t) + m->chunk_cap * sizeof(int32_t *) + m->ndrow * sizeof(int32_t *);
     b += m->nkmap * 2 * sizeof(int32_t) + m->nkslot * sizeof(int32_t) + m->kcap * sizeof(struct gkey) + m->key_bytes;

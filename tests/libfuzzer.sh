@@ -43,14 +43,15 @@ fuzz_build() {
   fi
 }
 
-# fuzz_run TARGET SECONDS MAX_LEN DICT WHAT: fuzzes and exits with the verdict.
+# fuzz_run TARGET SECONDS MAX_LEN DICT WHAT: fuzzes and exits with the verdict
+# (FUZZ_TIMEOUT: seconds one input may take, 10; FUZZ_RSS_MB: memory, 2048).
 fuzz_run() {
   local target=$1 secs=$2 max_len=$3 dict=$4 what=$5
   art=${FUZZ_ARTIFACTS:-$work/artifacts}
   mkdir -p "$art"
   echo "fuzzing $what for ${secs}s ($cc; corpus $(ls "$work/corpus" | wc -l) files)"
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  "$work/$target" -max_total_time="$secs" -rss_limit_mb=2048 -max_len="$max_len" -timeout=10 \
+  "$work/$target" -max_total_time="$secs" -rss_limit_mb="${FUZZ_RSS_MB:-2048}" -max_len="$max_len" -timeout="${FUZZ_TIMEOUT:-10}" \
     -print_final_stats=1 -artifact_prefix="$art/" -dict="$here/$dict" \
     "$work/corpus" > "$work/log" 2>&1
   local rc=$?

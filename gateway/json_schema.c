@@ -3,6 +3,9 @@
  * visited once under their own rule, so recursive schemas terminate. */
 #include "gateway/json_schema.h"
 
+#include "gateway/json_range.h"
+#include "gateway/json_regex.h"
+
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -106,10 +109,11 @@ static int visit(jsc *c, const json_t *s, const char *path, int depth);
 
 static const char *const annotations[] = {"title", "description", "default", "examples", "$schema", "$id",
                                           "$comment", "deprecated", "readOnly", "writeOnly", "strict", "$defs",
-                                          "definitions", "nullable"};
+                                          "definitions", "contentEncoding", "contentMediaType", "nullable"};
 static const char *const handled[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                       "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
-                                      "$ref", "format"};
+                                      "$ref", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                      "pattern", "allOf"};
 
 static bool in_list(const char *k, const char *const *l, size_t n) {
     for (size_t i = 0; i < n; i++)
@@ -126,6 +130,23 @@ static bool get_count(jsc *c, const json_t *s, const char *key, long *out, const
 }
 
 static int new_rule(jsc *c) { return c->next++; }
+
+/* A lower (or upper) bound: key (e.g. minimum) and its exclusive form, either
+ * a number (draft 6+) or, in draft 4, a boolean beside key. */
+static bool get_bound(jsc *c, const json_t *s, const char *key, const char *ekey, bool *has, double *v, bool *excl,
+                      const char *path) {
+    const json_t *k = json_object_get(s, key), *e = json_object_get(s, ekey);
+    if (k && !json_is_number(k)) return fail(c, path, "'%s' must be a number", key);
+    if (e && !json_is_number(e) && !json_is_boolean(e)) return fail(c, path, "'%s' must be a number", ekey);
+    if (k) *has = true, *v = json_number_value(k), *excl = json_is_true(e);
+    if (e && json_is_number(e)) {
+        double x = json_number_value(e);
+        /* both given: the tighter one */
+        bool lower = key[1] == 'i'; /* "minimum" */
+        if (!*has || (lower ? x >= *v : x <= *v)) *has = true, *v = x, *excl = true;
+    }
+    return true;
+}
 
 /* "{m,n}" repetition text of x (n < 0: unbounded) into the output. */
 static void sb_repeat(sbuf *b, const char *x, long lo, long hi) {
@@ -226,7 +247,26 @@ out:
 
 static int visit_type(jsc *c, const json_t *s, const char *type, const char *path, int depth) {
     if (!strcmp(type, "object")) return visit_object(c, s, path, depth);
-    if (!strcmp(type, "null") || !strcmp(type, "boolean") || !strcmp(type, "number") || !strcmp(type, "integer")) {
+    if (!strcmp(type, "number") || !strcmp(type, "integer")) {
+        js_bounds bd = {0};
+        if (!get_bound(c, s, "minimum", "exclusiveMinimum", &bd.has_lo, &bd.lo, &bd.lo_excl, path) ||
+            !get_bound(c, s, "maximum", "exclusiveMaximum", &bd.has_hi, &bd.hi, &bd.hi_excl, path))
+            return -1;
+        int r = new_rule(c);
+        if (!bd.has_lo && !bd.has_hi) {
+            sb_printf(&c->out, "r%d ::= %s\n", r, type);
+            return r;
+        }
+        char msg[160];
+        char *ex = js_range_to_gbnf(!strcmp(type, "integer"), &bd, msg, sizeof msg);
+        if (!ex) return fail(c, path, "%s", msg), -1;
+        sb_printf(&c->out, "r%d ::= ", r);
+        sb_add(&c->out, ex, strlen(ex));
+        sb_printf(&c->out, " ws\n");
+        free(ex);
+        return r;
+    }
+    if (!strcmp(type, "null") || !strcmp(type, "boolean")) {
         int r = new_rule(c);
         sb_printf(&c->out, "r%d ::= %s\n", r, type);
         return r;
@@ -238,6 +278,20 @@ static int visit_type(jsc *c, const json_t *s, const char *type, const char *pat
         if (hi >= 0 && hi < lo) return fail(c, path, "maxLength below minLength"), -1;
         if (lo > JS_MAX_REPEAT || hi > JS_MAX_REPEAT) return fail(c, path, "string lengths above %d are not supported", JS_MAX_REPEAT), -1;
         int r = new_rule(c);
+        const json_t *pat = json_object_get(s, "pattern");
+        if (pat) {
+            if (!json_is_string(pat)) return fail(c, path, "'pattern' must be a string"), -1;
+            if (f || json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
+                return fail(c, path, "'pattern' with 'format', minLength or maxLength is not supported"), -1;
+            char msg[160];
+            char *ex = js_regex_to_gbnf(json_string_value(pat), json_string_length(pat), msg, sizeof msg);
+            if (!ex) return fail(c, path, "%s", msg), -1;
+            sb_printf(&c->out, "r%d ::= \"\\\"\" ", r);
+            sb_add(&c->out, ex, strlen(ex));
+            sb_printf(&c->out, " \"\\\"\" ws\n");
+            free(ex);
+            return r;
+        }
         if (f) {
             const char *fs = json_is_string(f) ? json_string_value(f) : "";
             if (json_object_get(s, "minLength") || json_object_get(s, "maxLength"))
@@ -248,7 +302,20 @@ static int visit_type(jsc *c, const json_t *s, const char *type, const char *pat
             else if (!strcmp(fs, "uuid"))
                 sb_printf(&c->out, "r%d ::= \"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
                                    "[0-9a-f]{12} \"\\\"\" ws\n", r);
-            else return fail(c, path, "'format' '%s' is not supported (date, time, date-time, uuid are)", fs), -1;
+            else if (!strcmp(fs, "email"))
+                sb_printf(&c->out, "r%d ::= \"\\\"\" [a-zA-Z0-9._%%+-]{1,64} \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} "
+                                   "( \".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} )* \".\" [a-zA-Z]{2,24} \"\\\"\" ws\n", r);
+            else if (!strcmp(fs, "uri"))
+                sb_printf(&c->out, "r%d ::= \"\\\"\" [a-z] [a-z0-9+.-]{0,15} \"://\" [a-zA-Z0-9] [a-zA-Z0-9.-]{0,252} "
+                                   "( \":\" [0-9]{1,5} )? ( \"/\" [a-zA-Z0-9._~%%!$&'()*+,;=:@-]* )* "
+                                   "( \"?\" [a-zA-Z0-9._~%%!$&'()*+,;=:@/?-]* )? \"\\\"\" ws\n", r);
+            else if (!strcmp(fs, "ipv4"))
+                sb_printf(&c->out, "r%d ::= \"\\\"\" octet \".\" octet \".\" octet \".\" octet \"\\\"\" ws\n", r);
+            else if (!strcmp(fs, "hostname"))
+                sb_printf(&c->out, "r%d ::= \"\\\"\" [a-zA-Z0-9] ( [a-zA-Z0-9-]{0,61} [a-zA-Z0-9] )? "
+                                   "( \".\" [a-zA-Z0-9] ( [a-zA-Z0-9-]{0,61} [a-zA-Z0-9] )? )* \"\\\"\" ws\n", r);
+            else return fail(c, path, "'format' '%s' is not supported (date, time, date-time, uuid, email, uri, ipv4, "
+                                      "hostname are)", fs), -1;
             return r;
         }
         if (lo == 0 && hi < 0) {
@@ -378,6 +445,84 @@ done:
     return c->failed ? -1 : root;
 }
 
+/* allOf: one schema is that schema (with this node's other keywords); object
+ * schemas merge (properties, required; additionalProperties only if one says
+ * it and the others agree). Other combinations cannot be expressed as one
+ * grammar here and are refused. */
+static int visit_all_of(jsc *c, const json_t *s, const json_t *all, const char *path, int depth) {
+    if (!json_is_array(all) || json_array_size(all) == 0) return fail(c, path, "'allOf' must be a non-empty array"), -1;
+    json_t *m = json_copy((json_t *)s);
+    if (!m) return fail(c, path, "out of memory"), -1;
+    json_object_del(m, "allOf");
+    json_t *props = json_object(), *req = json_array();
+    int r = -1;
+    const json_t *src = NULL;
+    int with_props = 0;
+    bool closed = false;      /* some schema restricts additionalProperties */
+    bool closed_bare = false; /* ... one without properties of its own (it then allows none) */
+    for (size_t i = 0; i <= json_array_size(all); i++) {
+        const json_t *sub = i < json_array_size(all) ? json_array_get(all, i) : s;
+        if (!json_is_object(sub)) {
+            fail(c, path, "'allOf' entries must be schemas (objects)");
+            goto out;
+        }
+        const json_t *ref = json_object_get(sub, "$ref");
+        if (ref && json_is_string(ref)) { /* a reference to a $defs entry: merge its body */
+            const char *rs = json_string_value(ref);
+            const json_t *defs = !strncmp(rs, "#/$defs/", 8) ? json_object_get(c->root, "$defs")
+                                 : !strncmp(rs, "#/definitions/", 14) ? json_object_get(c->root, "definitions") : NULL;
+            const json_t *t = defs ? json_object_get(defs, strchr(rs + 2, '/') + 1) : NULL;
+            if (!t) {
+                fail(c, path, "'allOf' entry '$ref' '%s' does not name an entry of #/$defs or #/definitions", rs);
+                goto out;
+            }
+            sub = t;
+        }
+        with_props += json_object_get(sub, "properties") != NULL;
+        const json_t *ap = json_object_get(sub, "additionalProperties");
+        closed |= ap && !json_is_true(ap);
+        if (ap && !json_is_true(ap) && !json_object_get(sub, "properties")) closed_bare = true;
+        if ((closed && with_props > 1) || (closed_bare && with_props > 0)) {
+            /* each schema's additionalProperties covers its own properties only: the
+             * merged object would allow what one of them forbids */
+            fail(c, path, "'allOf' of several objects with additionalProperties is not supported");
+            goto out;
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)sub, key, v) {
+            if (!strcmp(key, "properties") && json_is_object(v)) {
+                const char *pk;
+                json_t *pv;
+                json_object_foreach(v, pk, pv) {
+                    if (json_object_get(props, pk) && !json_equal(json_object_get(props, pk), pv)) {
+                        fail(c, path, "'allOf' gives property '%s' two different schemas (not supported)", pk);
+                        goto out;
+                    }
+                    json_object_set(props, pk, pv);
+                }
+            } else if (!strcmp(key, "required") && json_is_array(v)) {
+                json_array_extend(req, v);
+            } else if (!strcmp(key, "$ref") || !strcmp(key, "allOf") || in_list(key, annotations, sizeof annotations / sizeof *annotations)) {
+                continue;
+            } else if (json_object_get(m, key) && !json_equal(json_object_get(m, key), v)) {
+                fail(c, path, "'allOf' combines different '%s' values (not supported)", key);
+                goto out;
+            } else {
+                json_object_set(m, key, v);
+            }
+        }
+        src = sub;
+    }
+    (void)src;
+    if (json_object_size(props)) json_object_set(m, "properties", props);
+    if (json_array_size(req)) json_object_set(m, "required", req);
+    r = visit(c, m, path, depth + 1);
+out:
+    json_decref(m), json_decref(props), json_decref(req);
+    return c->failed ? -1 : r;
+}
+
 static int visit(jsc *c, const json_t *s, const char *path, int depth) {
     if (c->failed) return -1;
     if (depth > JS_MAX_DEPTH) return fail(c, path, "schema nested deeper than %d", JS_MAX_DEPTH), -1;
@@ -396,6 +541,8 @@ static int visit(jsc *c, const json_t *s, const char *path, int depth) {
             !in_list(key, handled, sizeof handled / sizeof *handled))
             return fail(c, path, "'%s' is not supported", key), -1;
     }
+    const json_t *all = json_object_get(s, "allOf");
+    if (all) return visit_all_of(c, s, all, path, depth);
     const json_t *ref = json_object_get(s, "$ref");
     if (ref) {
         const char *rs = json_is_string(ref) ? json_string_value(ref) : "";
@@ -511,6 +658,7 @@ char *js_schema_to_gbnf_limited(const void *schema, const js_limits *lim, char *
               "date   ::= [1-9] [0-9]{3} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] )\n" /* days 01-28: valid in every month */
               "time   ::= ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
               "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )\n"
+              "octet  ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n"
               "ws     ::= | \" \" | \"\\n\" [ ]{0,8}\n";
     sb_add(&c.out, prims, sizeof prims - 1);
     if (!c.out.oom && c.out.n > c.lim.max_bytes) {

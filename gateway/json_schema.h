@@ -3,16 +3,25 @@
  * document valid against the schema.
  *
  * Supported: type (object, array, string, number, integer, boolean, null, or
- * an array of them), properties, required, additionalProperties (false, true
- * or a schema; with properties, only the declared ones are generated), items,
- * minItems/maxItems, minLength/maxLength, enum, const, anyOf, oneOf (as
- * anyOf: the branches are not checked for exclusivity), $ref to
- * #/$defs/NAME or #/definitions/NAME (recursion allowed), string formats
- * date, time, date-time and uuid (dates only generate days 01-28); annotations (title, description, default,
- * examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, strict)
- * are ignored. Properties come out in schema order, required ones always.
- * Anything else (pattern, minimum, maximum, multipleOf, allOf, not, if,
- * patternProperties, prefixItems, uniqueItems, other formats, ...) is refused
+ * an array of them: nullable types), properties, required (required ones
+ * first, then the optional ones, in schema order), additionalProperties
+ * (false, true or a schema; with properties, only the declared ones are
+ * generated), items, minItems/maxItems, minLength/maxLength, enum (any JSON
+ * values), const, anyOf, oneOf (as anyOf: the branches are not checked for
+ * exclusivity), allOf (one schema, or objects merged: properties and
+ * required; refused when an additionalProperties of one would forbid
+ * another's properties), $ref to #/$defs/NAME or #/definitions/NAME
+ * (recursion allowed), minimum/maximum/exclusiveMinimum/exclusiveMaximum
+ * (draft 4's boolean form too) for integers and for numbers with integer
+ * bounds (gateway/json_range.h), pattern (an ECMAScript regular expression,
+ * gateway/json_regex.h: unsupported constructs are refused by name), string
+ * formats date, time, date-time, uuid, email, uri, ipv4 and hostname (dates
+ * only generate days 01-28); annotations (title, description, default,
+ * examples, $schema, $id, $comment, deprecated, readOnly, writeOnly, strict,
+ * nullable (OpenAPI's, not JSON Schema's: ignored), contentEncoding,
+ * contentMediaType) are ignored. Anything else (multipleOf, not, if,
+ * patternProperties, prefixItems, uniqueItems, other formats, pattern with
+ * format or length bounds, non-integer bounds of a number, ...) is refused
  * with a message naming the keyword and its path. Reentrant. */
 #ifndef SPECD_JSON_SCHEMA_H
 #define SPECD_JSON_SCHEMA_H

@@ -93,8 +93,8 @@ def run():
         # refusals name the reason
         bad = [
             ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
-                                                                         {"type": "string", "pattern": "a+"}}}},
-             "'pattern' is not supported"),
+                                                                         {"type": "integer", "multipleOf": 3}}}},
+             "'multipleOf' is not supported"),
             ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema":
                                                                          {"$ref": "#/$defs/missing"}}}},
              "does not name an entry"),

@@ -13,7 +13,7 @@ if ! jansson=$(pkg-config --cflags --libs jansson 2>/dev/null); then
 fi
 fuzz_setup "$(dirname "$0")" grammar
 # shellcheck disable=SC2086
-fuzz_build fuzz_grammar -D_GNU_SOURCE -Wno-unused-parameter "$src/gateway/json_schema.c" \
+fuzz_build fuzz_grammar -D_GNU_SOURCE -Wno-unused-parameter "$src/gateway/json_schema.c" "$src/gateway/json_range.c" "$src/gateway/json_regex.c" \
   "$src/engine/grammar_parse.c" "$src/engine/grammar_vocab.c" "$src/engine/grammar_match.c" "$src/engine/grammar_mask.c" \
   "$src/engine/tokenizer.c" "$src/engine/tok_load.c" "$src/engine/tok_spm.c" "$src/engine/tok_bpe.c" "$src/engine/tok_pretok.c" \
   "$src/engine/tok_decode.c" "$src/engine/unicode_tables.c" "$src/engine/gguf_read.c" "$src/kernels/ggml_type.c" \

@@ -303,8 +303,10 @@ static int visit_type(jsc *c, const json_t *s, const char *type, const char *pat
                 sb_printf(&c->out, "r%d ::= \"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" "
                                    "[0-9a-f]{12} \"\\\"\" ws\n", r);
             else if (!strcmp(fs, "email"))
-                sb_printf(&c->out, "r%d ::= \"\\\"\" [a-zA-Z0-9._%%+-]{1,64} \"@\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} "
-                                   "( \".\" [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} )* \".\" [a-zA-Z]{2,24} \"\\\"\" ws\n", r);
+                /* a conservative address: dot-separated atoms of [A-Za-z0-9_+-] (no leading, trailing or
+                 * double dot), labels starting alphanumeric, a letters-only top-level domain */
+                sb_printf(&c->out, "r%d ::= \"\\\"\" [a-zA-Z0-9_+-]{1,32} ( \".\" [a-zA-Z0-9_+-]{1,32} ){0,3} \"@\" "
+                                   "( [a-zA-Z0-9] [a-zA-Z0-9-]{0,62} \".\" ){1,4} [a-zA-Z]{2,24} \"\\\"\" ws\n", r);
             else if (!strcmp(fs, "uri"))
                 sb_printf(&c->out, "r%d ::= \"\\\"\" [a-z] [a-z0-9+.-]{0,15} \"://\" [a-zA-Z0-9] [a-zA-Z0-9.-]{0,252} "
                                    "( \":\" [0-9]{1,5} )? ( \"/\" [a-zA-Z0-9._~%%!$&'()*+,;=:@-]* )* "

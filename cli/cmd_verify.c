@@ -9,6 +9,9 @@
 #include "engine/draft_medusa.h"
 #include "engine/draft_tree.h"
 #include "engine/grammar.h"
+#include "gateway/json_schema.h"
+
+#include <jansson.h>
 #include "engine/rng.h"
 #include "engine/spec.h"
 #include "engine/stattest.h"
@@ -42,6 +45,7 @@ static void verify_usage(void) {
             "  --grammar F  GBNF file: every token of both sample sets is constrained by it (draft and\n"
             "               target masked in lockstep); --broken-grammar masks only the draft's q, the\n"
             "               target's p left unmasked (testing only: expected to FAIL)\n"
+            "  --schema F   a JSON Schema file instead: its grammar as the server makes it\n"
             "  --seed S     base seed (default 1); each sample's seed is a hash of (S, mode, i), so the\n"
             "               plain and speculative sets, and runs with different S, are independent\n"
             "  --alpha A    family-wise significance level (default 0.01)\n"
@@ -157,7 +161,7 @@ int cmd_verify(int argc, char **argv) {
     uint64_t seed = 1;
     double alpha = 0.01;
     const char *grammar_path = NULL;
-    bool broken_grammar = false;
+    bool broken_grammar = false, grammar_is_schema = false;
     sampler_config sc = sampler_config_default();
     sc.temperature = 1.0f;
     gamma_params gp = gamma_params_default();
@@ -174,7 +178,8 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--gamma")) gamma_fixed = (int)arg_long(argc, argv, &i, 1, GAMMA_MAX);
         else if (!strcmp(a, "--adaptive")) adaptive = true;
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = arg_str(argc, argv, &i);
-        else if (!strcmp(a, "--grammar")) grammar_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--grammar")) grammar_path = arg_str(argc, argv, &i), grammar_is_schema = false;
+        else if (!strcmp(a, "--schema")) grammar_path = arg_str(argc, argv, &i), grammar_is_schema = true;
         else if (!strcmp(a, "--broken-grammar")) broken_grammar = true;
         else if (!strcmp(a, "--seed")) seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "--alpha")) alpha = arg_double(argc, argv, &i, 1e-12, 0.5);
@@ -307,12 +312,25 @@ int cmd_verify(int argc, char **argv) {
     }
     if (adaptive) spec_pair_calibrate(sp);
     if (broken_grammar && !grammar_path) {
-        fprintf(stderr, "specd verify: --broken-grammar needs --grammar FILE\n");
+        fprintf(stderr, "specd verify: --broken-grammar needs --grammar FILE or --schema FILE\n");
         goto done;
     }
     if (grammar_path) {
         size_t n = 0;
         char *text = read_file(grammar_path, &n);
+        if (text && grammar_is_schema) { /* a JSON Schema: its GBNF, as the server makes it */
+            json_error_t je;
+            json_t *schema = json_loadb(text, n, 0, &je);
+            free(text);
+            text = schema ? js_schema_to_gbnf(schema, err, sizeof(err)) : NULL;
+            if (!schema) snprintf(err, sizeof(err), "not JSON: %s", je.text);
+            json_decref(schema);
+            if (!text) {
+                fprintf(stderr, "specd verify: %s: %s\n", grammar_path, err);
+                goto done;
+            }
+            n = strlen(text);
+        }
         if (text) {
             gr = grammar_parse(text, n, err, sizeof(err));
             if (!gr) fprintf(stderr, "specd verify: %s: %s\n", grammar_path, err);

@@ -10,6 +10,7 @@ Seeds are fixed, so each case is deterministic on a given build; under a
 correct algorithm a run passes with probability >= 1 - alpha (alpha 0.01,
 Bonferroni over the positions) for any seed.
 """
+import json
 import os
 import re
 import subprocess
@@ -202,6 +203,24 @@ def case_grammar(temp_args, tree=None):
         check(p.returncode == 2 and "line 1, column" in p.stderr, f"bad grammar: exit {p.returncode}: {p.stderr}")
 
 
+def case_schema():
+    """A JSON Schema with integer ranges and a pattern (--schema FILE, the
+    grammar the server makes of it): lossless at T=1; --broken-grammar fails."""
+    t, d = real_pair()
+    with tempfile.TemporaryDirectory() as tmp:
+        sc = os.path.join(tmp, "schema.json")
+        with open(sc, "w") as f:
+            json.dump({"type": "object", "properties": {
+                "n": {"type": "integer", "minimum": -5, "maximum": 250},
+                "code": {"type": "string", "pattern": "^[a-z]{1,3}[0-9]?$"}}, "required": ["n", "code"]}, f)
+        base = pair_args(t, d, ["--samples", "4000", "--positions", "6", "-p", "Once upon a time", "--seed", "3",
+                                "--schema", sc, "--temp", "1.0"])
+        out, rows = expect_pass(base, 6)
+        out, rows, verdict = run(base + ["--broken-grammar"], 1)
+        check(verdict.startswith("verdict: FAIL"), "--broken-grammar with --schema did not fail", out)
+        print(verdict, "[--broken-grammar]")
+
+
 def case_random_pair():
     """A random-weights pair emits end-of-generation now and then: the EOG
     bookkeeping (shrinking per-position counts) is exercised here."""
@@ -270,6 +289,7 @@ if __name__ == "__main__":
         "coupled_ngram_t1": lambda: case_coupled("ngram", ["--temp", "1.0"]),
         "usage": case_usage,
         "grammar_t1": lambda: case_grammar(["--temp", "1.0"]),
+        "schema_t1": case_schema,
         "tree_t1": lambda: case_tree("draft", ["--temp", "1.0"]),
         "tree_t07": lambda: case_tree("draft", ["--temp", "0.7", "--top-p", "0.9"]),
         "tree_ngram_t1": lambda: case_tree("ngram", ["--temp", "1.0"]),

@@ -104,8 +104,22 @@ def run_pydantic(srv):
     check(fin >= n - 2, "pydantic-style: only %d of %d finished" % (fin, n))
 
 
+def run_greedy(srv):
+    """Constrained speculation is lossless: greedy answers equal plain decoding's."""
+    for name, schema in PYDANTIC.items():
+        rf = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        texts = []
+        for spec in ({"mode": "off"}, {}, {"method": "ngram"}):
+            st, _, b = srv.http("POST", COMP, {"prompt": "The %s:" % name, "max_tokens": 120, "temperature": 0,
+                                               "response_format": rf, "speculation": spec})
+            check(st == 200, "%s greedy %r: %d" % (name, spec, st))
+            texts.append(json.loads(b)["choices"][0]["text"] if st == 200 else None)
+        check(texts[0] == texts[1] == texts[2], "%s: greedy speculative %r differs from plain %r" % (name, texts[1:], texts[0]))
+
+
 def run():
     with Server() as srv:
+        run_greedy(srv)
         run_pydantic(srv)
         run_zod(srv)
 

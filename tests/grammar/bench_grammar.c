@@ -17,6 +17,9 @@
 #include "cli/mkmodel.h"
 #include "tests/grammar/grammar_util.h"
 #include "tests/testutil.h"
+#include "gateway/json_schema.h"
+
+#include <jansson.h>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -54,10 +57,12 @@ static void pct(double *x, int n, double *med, double *p99) {
 
 static void bench(const char *vname, grammar_vocab *v, const char *gname, const char *gtext, bool prepare) {
     char err[256];
+    double c0 = now_us();
     grammar *g = grammar_parse(gtext, strlen(gtext), err, sizeof err);
     CHECKF(g != NULL, "%s: %s", gname, err);
     grammar_matcher *m = grammar_matcher_create(g, v);
     CHECK(m != NULL);
+    double parse_ms = (now_us() - c0) / 1e3;
     double p0 = now_us();
     int nkeys = prepare ? grammar_matcher_prepare(m) : 0;
     double prep_ms = (now_us() - p0) / 1e3;
@@ -107,6 +112,7 @@ static void bench(const char *vname, grammar_vocab *v, const char *gname, const 
     pct(all, na, &am, &ap);
     grammar_stats s;
     grammar_matcher_stats(m, &s);
+    printf("%-10s %-8s parse+matcher %5.2f ms | ", vname, gname, parse_ms);
     printf("%-10s %-7s %-4s V=%6d  cold n=%4d median %7.1f us p99 %7.1f us | warm n=%4d median %4.1f us p99 %5.1f us | "
            "all median %5.1f us p99 %7.1f us | prepare %4d keys %6.1f ms %5.1f MiB | %llu states, %llu keys, %llu walks of %.0f trie "
            "nodes, %.0f context-dependent tokens and %.1f page faults per cold mask\n",
@@ -119,7 +125,32 @@ static void bench(const char *vname, grammar_vocab *v, const char *gname, const 
     grammar_destroy(g);
 }
 
+/* A 20-property object schema, half of the strings with a pattern, integer
+ * ranges and enums (issue 39's compile target), made GBNF as the server does. */
+static char *schema20_gbnf(void) {
+    json_t *props = json_object(), *req = json_array();
+    for (int i = 0; i < 20; i++) {
+        char k[16];
+        snprintf(k, sizeof k, "field_%02d", i);
+        json_t *p;
+        if (i % 4 == 0) p = json_pack("{s:s,s:s}", "type", "string", "pattern", "^[A-Z]{2,4}-[0-9]{3,6}$");
+        else if (i % 4 == 1) p = json_pack("{s:s,s:i,s:i}", "type", "integer", "minimum", -50, "maximum", 20000);
+        else if (i % 4 == 2) p = json_pack("{s:s,s:s}", "type", "string", "pattern", "^[a-z]+(\\.[a-z]+)*@[a-z]+\\.(com|org)$");
+        else p = json_pack("{s:[s,s,s]}", "enum", "red", "green", "blue");
+        json_object_set_new(props, k, p);
+        json_array_append_new(req, json_string(k));
+    }
+    json_t *sc = json_pack("{s:s,s:o,s:o,s:b}", "type", "object", "properties", props, "required", req,
+                           "additionalProperties", 0);
+    char err[256];
+    char *g = js_schema_to_gbnf(sc, err, sizeof err);
+    json_decref(sc);
+    if (!g) fprintf(stderr, "schema20: %s\n", err);
+    return g;
+}
+
 int main(void) {
+    char *schema20 = schema20_gbnf();
     const char *files[] = {"tokenizer-vectors/ggml-vocab-llama-spm.gguf", "tokenizer-vectors/ggml-vocab-gpt-2.gguf",
                            "tokenizer-vectors/ggml-vocab-deepseek-llm.gguf"};
     const char *names[] = {"llama-spm", "gpt-2", "deepseek", "synth128k"};
@@ -145,10 +176,12 @@ int main(void) {
         for (int prep = 1; prep >= 0; prep--) {
             bench(names[f], v, "json", grammar_json_gbnf(), prep);
             bench(names[f], v, "schema", GU_SCHEMA, prep);
+            if (schema20) bench(names[f], v, "schema20", schema20, prep);
             fflush(stdout); /* before TEST_DONE's stderr line */
         }
         grammar_vocab_destroy(v);
         tok_destroy(t);
     }
+    free(schema20);
     TEST_DONE();
 }

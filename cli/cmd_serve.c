@@ -23,6 +23,10 @@ static void serve_usage(void) {
             "                   [--medusa HEADS.gguf]\n"
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]] [--log-format text|json]\n"
             "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N]\n"
+            "                   [--api-key KEY]... [--api-key-file FILE] [--tls-cert CERT.pem --tls-key KEY.pem]\n"
+            "  --api-key: every API request needs \"Authorization: Bearer KEY\" (repeatable; also\n"
+            "  server.api_keys / api_key_file). --tls-cert/--tls-key: HTTPS and WSS on the port\n"
+            "  (server.tls_cert / tls_key; the files are re-read on SIGHUP).\n"
             "  -hf / --hf-draft fetch the target / draft from a Hugging Face repository into the cache\n"
             "  (see specd pull). --log-format json: every stderr line as a JSON object (ts, pid, msg).\n"
             "  --port 0 picks a free port; the ready line names the URL. Without a model (flag or\n"
@@ -35,6 +39,9 @@ int cmd_serve(int argc, char **argv) {
     const char *hf = NULL, *hf_draft = NULL;
     bool log_json = false;
     int port = -1, threads = -1, max_running = -1, ctx = -1;
+    const char *key_file = NULL, *tls_cert = NULL, *tls_key = NULL;
+    static char key_extra[2048];
+    size_t key_extra_len = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-c") || !strcmp(a, "--config")) config_path = arg_str(argc, argv, &i);
@@ -54,6 +61,19 @@ int cmd_serve(int argc, char **argv) {
             log_json = !strcmp(v, "json");
         }
         else if (!strcmp(a, "--web-root")) web_root = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--api-key")) {
+            const char *k = arg_str(argc, argv, &i);
+            size_t kl = strlen(k);
+            if (!kl || key_extra_len + kl + 2 > sizeof(key_extra)) {
+                fprintf(stderr, "specd serve: --api-key: empty, or too many keys on the command line\n");
+                return 2;
+            }
+            memcpy(key_extra + key_extra_len, k, kl + 1);
+            key_extra_len += kl + 1;
+        }
+        else if (!strcmp(a, "--api-key-file")) key_file = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--tls-cert")) tls_cert = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--tls-key")) tls_key = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--max-running")) max_running = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--ctx")) ctx = (int)arg_long(argc, argv, &i, 16, 1 << 20);
@@ -90,6 +110,14 @@ int cmd_serve(int argc, char **argv) {
     gc.schema_max_enum = pc->grammar.max_enum;
     gc.grammar_max_bytes = (size_t)pc->grammar.max_bytes;
     gc.grace_ms = pc->server.grace_ms;
+    snprintf(gc.model_aliases, sizeof(gc.model_aliases), "%s", pc->models.alias);
+    snprintf(gc.api_keys, sizeof(gc.api_keys), "%s", pc->server.api_keys);
+    snprintf(gc.api_key_file, sizeof(gc.api_key_file), "%s", key_file ? key_file : pc->server.api_key_file);
+    memcpy(gc.api_key_extra, key_extra, sizeof(key_extra) < sizeof(gc.api_key_extra) ? sizeof(key_extra) : sizeof(gc.api_key_extra));
+    snprintf(gc.auth_exempt, sizeof(gc.auth_exempt), "%s", pc->server.auth_exempt);
+    snprintf(gc.cors_origins, sizeof(gc.cors_origins), "%s", pc->server.cors_origins);
+    snprintf(gc.tls_cert, sizeof(gc.tls_cert), "%s", tls_cert ? tls_cert : pc->server.tls_cert);
+    snprintf(gc.tls_key, sizeof(gc.tls_key), "%s", tls_key ? tls_key : pc->server.tls_key);
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);
     snprintf(dpath, sizeof(dpath), "%s", pc->models.draft);
     snprintf(mpath, sizeof(mpath), "%s", pc->models.medusa);

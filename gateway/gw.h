@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "gateway/metrics.h"
 #include "gateway/protocol.h"
+#include "gateway/access.h"
 #include "gateway/conn.h"
 #include "gateway/server_config.h"
 #include "gateway/wsrx.h"
@@ -39,6 +40,8 @@ typedef struct gw_server {
     uint64_t connections, requests, tokens_out, slow_disconnects;
     uint64_t last_client_id;      /* the last gw_conn.client_id handed out */
     uint64_t idle_disconnects, refused_connections;
+    gw_access access;             /* API keys (access.h), reloaded with the policy */
+    bool tls;                     /* HTTPS/WSS on the port */
     /* the loop's timers (callbacks find the server with lws_container_of) */
     lws_sorted_usec_list_t idle_sul;    /* server.c: specd.v1 idle timeouts, once a second */
     lws_sorted_usec_list_t reload_sul;  /* reload.c: pending SIGHUP / file change */
@@ -60,6 +63,8 @@ bool gw_host_allowed(struct lws *wsi);
  * allowed) and returns -1, or returns 0 to go on. */
 int gw_refuse_if_full(struct lws *wsi, const char *uri);
 void gw_count_connection(struct lws *wsi, int reason);
+/* Answers 401 (an API path without a valid API key, access.h) and returns -1, or returns 0. */
+int gw_refuse_unauthorized(struct lws *wsi, const char *uri);
 int gw_origin_allowed(struct lws *wsi);
 int gw_ws_filter(struct lws *wsi, const char *path);
 
@@ -75,6 +80,7 @@ char *gw_stats_json(gw_server *s, bool admin);
  * (false when no token is configured). Responds nothing. Loop thread. */
 bool gw_admin_bearer_ok(struct lws *wsi);
 void gw_reload_stop(gw_server *s);
+int gw_tls_reload(gw_server *s); /* re-reads the TLS certificate and key files (SIGHUP) */
 
 /* monitor.c */
 int gw_cb_monitor(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);

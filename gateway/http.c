@@ -2,6 +2,7 @@
  * server-sent events), /v1/models, /healthz, /metrics, and static files from
  * the web root (no path escapes it). Runs on the event loop thread only. */
 #include "gateway/gw.h"
+#include "gateway/endpoints.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
@@ -136,6 +137,17 @@ int gw_refuse_if_full(struct lws *wsi, const char *uri) {
                           NULL, NULL);
     }
     return 0;
+}
+
+/* API keys (access.h): a request for an API path without a valid key is
+ * answered 401 with WWW-Authenticate and closed. Returns -1 then, else 0. */
+int gw_refuse_unauthorized(struct lws *wsi, const char *uri) {
+    gw_server *s = gw_server_of(wsi);
+    char path[256];
+    snprintf(path, sizeof(path), "%.*s", (int)strcspn(uri, "?"), uri);
+    if (!gw_access_required(&s->access, path) || gw_access_has_key(&s->access, wsi)) return 0;
+    gw_metrics_error("invalid_api_key");
+    return refuse_now(wsi, 401, "invalid_api_key", GW_ACCESS_MSG, "www-authenticate:", "Bearer");
 }
 
 /* Counts accepted TCP connections (any callback's WSI_DESTROY calls this). */
@@ -322,7 +334,15 @@ static int start_completion(gw_server *s, gw_conn *c, int api) {
     }
     char perr[300];
     int rc = 0;
-    if (s->draining) {
+    if (oq.model[0] && !gw_model_known(s, oq.model)) {
+        /* as OpenAI, vLLM and Ollama answer: an unknown model is a 404 (models.alias adds names) */
+        oe = (oa_error){.status = 404, .code = "model_not_found", .type = "invalid_request_error"};
+        snprintf(oe.param, sizeof(oe.param), "model");
+        snprintf(oe.message, sizeof(oe.message), "The model '%.100s' does not exist; this server serves '%.80s'",
+                 oq.model, s->cfg.model_name);
+        gw_metrics_error(oe.code);
+        rc = respond_json(c, 404, oa_error_json(&oe));
+    } else if (s->draining) {
         oe = status_error(ENGINE_ERR_SHUTTING_DOWN, "the server is shutting down");
         rc = respond_json(c, oe.status, oa_error_json(&oe));
     } else if (c->n_reqs + oq.n > s->cfg.max_requests_per_conn) {
@@ -530,6 +550,8 @@ static int route(gw_server *s, gw_conn *c) {
     if (c->is_post) {
         if (!strcmp(u, "/v1/completions")) return 1;
         if (!strcmp(u, "/v1/chat/completions")) return 2;
+        if (!strcmp(u, "/tokenize")) return 4;
+        if (!strcmp(u, "/detokenize")) return 5;
         if (!strcmp(u, "/admin/reload")) {
             if (!admin_authorized(s, c)) return c->headers_sent ? 0 : -1;
             return 3;
@@ -552,7 +574,20 @@ static int route(gw_server *s, gw_conn *c) {
         return rc;
     }
     if (!strcmp(u, "/api/stats")) return respond_json(c, 200, gw_stats_json(s, gw_admin_bearer_ok(c->wsi)));
-    if (!strcmp(u, "/v1/models")) return respond_json(c, 200, oa_models_json(s->cfg.model_name));
+    if (!strcmp(u, "/v1/models")) return respond_json(c, 200, gw_models_json(s));
+    int st = 200;
+    if (!strncmp(u, "/v1/models/", 11)) {
+        char *b = gw_ep_model(s, u + 11, &st);
+        return respond_json(c, st, b);
+    }
+    if (!strcmp(u, "/health")) {
+        char *b = gw_ep_health(s, &st);
+        return respond_json(c, st, b);
+    }
+    if (!strcmp(u, "/props")) {
+        char *b = gw_ep_props(s, &st);
+        return respond_json(c, st, b);
+    }
     if (!strncmp(u, "/v1/", 4)) return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
     return serve_static(s, c, u);
 }
@@ -580,11 +615,13 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             return 1;
         }
         int r = gw_refuse_if_full(wsi, uri);
+        if (!r) r = gw_refuse_unauthorized(wsi, uri);
         return r ? 1 : 0; /* > 0: answered here */
     }
     case LWS_CALLBACK_HTTP: {
         if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c); /* keep-alive: a new transaction */
         if (gw_refuse_if_full(wsi, (const char *)in)) return -1;
+        if (gw_refuse_unauthorized(wsi, (const char *)in)) return -1;
         if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
             /* a POST must say how long its body is: without Content-Length
              * (or with a chunked body, which specd does not read) it would
@@ -614,7 +651,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             json_decref(o);
             return respond_json(c, rc == 0 ? 200 : 422, body) < 0 ? -1 : 0;
         }
-        if (r == 1 || r == 2) {
+        if (r == 1 || r == 2 || r == 4 || r == 5) {
             c->status = r; /* which API: the body follows */
             return 0;
         }
@@ -623,7 +660,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         return 0;
     }
     case LWS_CALLBACK_HTTP_BODY:
-        if (c->status != 1 && c->status != 2) return 0; /* already answered: drop the body */
+        if (c->status != 1 && c->status != 2 && c->status != 4 && c->status != 5) return 0; /* already answered: drop the body */
         if (c->rx_len + len > (size_t)s->cfg.max_message_bytes) {
             c->rx_too_big = true;
             return 0;
@@ -662,6 +699,12 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             c->rx_cap = 1;
         }
         if (c->headers_sent) return 0; /* already answered (admin) */
+        if (c->status == 4 || c->status == 5) {
+            int st = 200;
+            char *b = c->status == 4 ? gw_ep_tokenize(s, c->body, c->rx_len, &st)
+                                     : gw_ep_detokenize(s, c->body, c->rx_len, &st);
+            return respond_json(c, st, b) < 0 ? -1 : 0;
+        }
         return start_completion(s, c, c->status == 2 ? GW_HTTP_CHAT : GW_HTTP_COMPLETIONS) < 0 ? -1 : 0;
     case LWS_CALLBACK_HTTP_WRITEABLE: {
         int flag = 0, w = gw_write_head(c, &flag);

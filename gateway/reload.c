@@ -84,7 +84,36 @@ static void set_public_message(gw_server *s, bool ok, const char *err) {
              s->policy_version);
 }
 
+/* Re-reads the TLS certificate and key (their paths are fixed at start) into
+ * the vhost. 0, or -1 when a file is unreadable or lws refuses them. */
+int gw_tls_reload(gw_server *s) {
+    char *cert = NULL, *key = NULL;
+    size_t cl = 0, kl = 0;
+    int rc = -1;
+    FILE *f = fopen(s->cfg.tls_cert, "rb");
+    if (f) {
+        cert = malloc(1 << 20);
+        cl = cert ? fread(cert, 1, (1 << 20) - 1, f) : 0;
+        fclose(f);
+    }
+    if ((f = fopen(s->cfg.tls_key, "rb"))) {
+        key = malloc(1 << 20);
+        kl = key ? fread(key, 1, (1 << 20) - 1, f) : 0;
+        fclose(f);
+    }
+    if (cert && key && cl && kl) {
+        cert[cl] = 0, key[kl] = 0;
+        rc = lws_tls_cert_updated(s->ctx, s->cfg.tls_cert, s->cfg.tls_key, cert, cl, key, kl) == 0 ? 0 : -1;
+    }
+    free(cert), free(key);
+    return rc;
+}
+
 int gw_reload(gw_server *s, const char *why, char *msg, size_t n) {
+    /* the certificate first: a renewed one is wanted with or without a config file */
+    if (s->tls && gw_tls_reload(s) != 0)
+        fprintf(stderr, "specd: %s: TLS certificate kept: cannot load %.200s / %.200s\n", why, s->cfg.tls_cert,
+                s->cfg.tls_key);
     if (!s->cfg.policy || !s->cfg.config_path[0]) {
         snprintf(msg, n, "no config file to reload (started without one)");
         s->policy_reload_ok = false;
@@ -107,6 +136,19 @@ int gw_reload(gw_server *s, const char *why, char *msg, size_t n) {
         c->grace_ms = pc->server.grace_ms;
         s->limits.max_tokens_limit = pc->server.max_tokens_limit;
         s->limits.max_choices = pc->server.max_choices;
+        /* API keys (the command line's stay), CORS, aliases; TLS: the files re-read */
+        gw_access na;
+        char aerr[200];
+        snprintf(c->api_keys, sizeof(c->api_keys), "%s", pc->server.api_keys);
+        if (pc->server.api_key_file[0]) snprintf(c->api_key_file, sizeof(c->api_key_file), "%s", pc->server.api_key_file);
+        snprintf(c->auth_exempt, sizeof(c->auth_exempt), "%s", pc->server.auth_exempt);
+        snprintf(c->cors_origins, sizeof(c->cors_origins), "%s", pc->server.cors_origins);
+        snprintf(c->model_aliases, sizeof(c->model_aliases), "%s", pc->models.alias);
+        if (gw_access_load(&na, c->api_keys, c->api_key_file, c->api_key_extra, c->auth_exempt, aerr, sizeof(aerr)) == 0)
+            s->access = na;
+        else
+            snprintf(note + strlen(note), sizeof(note) - strlen(note), "%sAPI keys kept: %s", note[0] ? "; " : "", aerr);
+
         snprintf(msg, n, "reloaded %s (version %d, %s)%s%s", s->cfg.config_path, pc->version, why,
                  note[0] ? "; " : "", note);
         mirror_policy(s, pc);

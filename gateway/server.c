@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 gw_config gw_config_default(void) {
@@ -39,6 +40,7 @@ gw_config gw_config_default(void) {
     c.grace_ms = 10000;
     c.idle_timeout_s = 300;
     snprintf(c.model_name, sizeof(c.model_name), "specd");
+    snprintf(c.auth_exempt, sizeof(c.auth_exempt), "/healthz,/health,/metrics");
     return c;
 }
 
@@ -175,6 +177,9 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
         return -1;
     }
     if (cfg->vendor_root[0] && !realpath(cfg->vendor_root, srv.vendor_real)) srv.vendor_real[0] = 0;
+    if (gw_access_load(&srv.access, cfg->api_keys, cfg->api_key_file, cfg->api_key_extra, cfg->auth_exempt, err,
+                       errlen) != 0)
+        return -1;
     gw_metrics_init();
     srv.policy_version = 1;
     srv.policy_reload_ok = true;
@@ -199,6 +204,18 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     info.max_http_header_data2 = GW_MAX_HEADER_BYTES;
     info.ka_time = 0;
     info.timeout_secs = 30;
+    if (cfg->tls_cert[0] || cfg->tls_key[0]) {
+        /* HTTPS and WSS only: lws answers a plain-HTTP client on this port with a TLS alert and closes */
+        if (!cfg->tls_cert[0] || !cfg->tls_key[0] || access(cfg->tls_cert, R_OK) || access(cfg->tls_key, R_OK)) {
+            snprintf(err, errlen, "TLS needs a readable certificate and key (server.tls_cert %s, server.tls_key %s)",
+                     cfg->tls_cert[0] ? cfg->tls_cert : "(none)", cfg->tls_key[0] ? cfg->tls_key : "(none)");
+            return -1;
+        }
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = cfg->tls_cert;
+        info.ssl_private_key_filepath = cfg->tls_key;
+        srv.tls = true;
+    }
     if (cfg->port == 0) info.port = gw_pick_port(bind_num, family);
     if (info.port <= 0) {
         snprintf(err, errlen, "cannot find a free port on %s", cfg->host);
@@ -222,7 +239,8 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
     /* the address really bound (localhost names 127.0.0.1; IPv6 in brackets) */
     char shown[INET6_ADDRSTRLEN + 2];
     snprintf(shown, sizeof(shown), family == AF_INET6 ? "[%s]" : "%s", bind_num);
-    printf("specd: serving on http://%s:%d/ (WebSocket ws://%s:%d/v1/stream)\n", shown, srv.port, shown, srv.port);
+    printf("specd: serving on %s://%s:%d/ (WebSocket %s://%s:%d/v1/stream)%s\n", srv.tls ? "https" : "http", shown,
+           srv.port, srv.tls ? "wss" : "ws", shown, srv.port, srv.access.n ? " with API keys" : "");
     fflush(stdout);
 
     if (cfg->idle_timeout_s > 0) lws_sul_schedule(srv.ctx, 0, &srv.idle_sul, on_idle_tick, LWS_US_PER_SEC);

@@ -34,6 +34,13 @@ typedef struct {
     struct telemetry *telemetry;/* for the monitor's dropped-rows figure (not owned; may be NULL) */
     pol_store *policy;          /* reloaded on SIGHUP, on a change of config_path, and by POST /admin/reload */
     char config_path[512];      /* "" = no file to reload */
+    char model_aliases[512];    /* more names the model answers to (models.alias), comma-separated */
+    char api_keys[1024];        /* server.api_keys, comma-separated ("" with no file and no extra: the API is open) */
+    char api_key_file[512];     /* server.api_key_file */
+    char api_key_extra[2048];   /* serve --api-key values, NUL-separated, double-NUL-terminated */
+    char auth_exempt[256];      /* server.auth_exempt */
+    char cors_origins[512];     /* server.cors_origins */
+    char tls_cert[512], tls_key[512]; /* server.tls_cert / tls_key: HTTPS + WSS ("" = plain) */
 } gw_config;
 
 gw_config gw_config_default(void);

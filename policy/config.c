@@ -59,11 +59,18 @@ static const keydef server_keys[] = {
     KI(pol_server, grace_ms, 0, 3600000, false),
     KS(pol_server, admin_token, false),
     KS(pol_server, admin_token_env, false),
+    KS(pol_server, api_keys, false),
+    KS(pol_server, api_key_file, false),
+    KS(pol_server, auth_exempt, false),
+    KS(pol_server, cors_origins, false),
+    KS(pol_server, tls_cert, true),
+    KS(pol_server, tls_key, true),
 };
 static const keydef models_keys[] = {
     KS(pol_models, target, true),
     KS(pol_models, draft, true),
     KS(pol_models, medusa, true),
+    KS(pol_models, alias, false),
 };
 static const keydef engine_keys[] = {
     KE(pol_engine, backend, backend_names, true),
@@ -156,6 +163,7 @@ void pol_cfg_defaults(pol_config *c) {
     s->max_tokens_limit = 4096;
     s->max_choices = 4;
     s->grace_ms = 10000;
+    snprintf(s->auth_exempt, sizeof(s->auth_exempt), "/healthz,/health,/metrics");
     c->engine = (pol_engine){.backend = POL_BACKEND_AUTO, .tensor_parallel = 1, .devices = {.n = 1, .v = {0}},
                              .block_size = 16, .prefill_chunk = 256, .max_running = 32,
                              .prefix_cache = true};

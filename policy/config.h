@@ -54,12 +54,19 @@ typedef struct {
     char admin_token[256];                 /* resolved: from admin_token, admin_token_env or SPECD_ADMIN_TOKEN;
                                             * "" = admin endpoints disabled */
     char admin_token_env[128];             /* the variable named in the file ("" = none) */
+    char api_keys[1024];                   /* API keys, comma-separated ("" = none: the API is open) */
+    char api_key_file[512];                /* or a file of them, one per line ("" = none) */
+    char auth_exempt[256];                 /* paths served without a key ("/healthz,/health,/metrics") */
+    char cors_origins[512];                /* origins that may call the API from a browser (CORS), comma-separated;
+                                            * "*" = any; "" = none */
+    char tls_cert[512], tls_key[512];      /* PEM files: HTTPS and WSS on the port ("" = plain HTTP); re-read on SIGHUP */
 } pol_server;
 
 typedef struct {
     char target[1024];                     /* GGUF path; "" = demo pair (the CLI decides) */
     char draft[1024];                      /* GGUF path; "" = no draft */
     char medusa[1024];                     /* Medusa heads side file (specd train-medusa); "" = none */
+    char alias[512];                       /* more names the served model answers to, comma-separated */
 } pol_models;
 
 /* A list of small integers from the file (engine.devices). */

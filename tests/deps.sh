@@ -6,7 +6,7 @@ pkgs=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       libjansson-dev libwebsockets-dev libyaml-dev libsqlite3-dev
       python3 python3-numpy python3-scipy python3-websockets python3-jsonschema python3-regex
       nodejs chromium
-      curl libcurl4-openssl-dev nginx prometheus)
+      curl libcurl4-openssl-dev nginx prometheus openssl)
 # python3-regex: the pre-tokenizer reference (tests/tokenizer/pretok_ref.py). libcurl: `specd pull` / -hf. nginx + prometheus (for promtool) + curl: tests/deploy.
 missing=()
 for p in "${pkgs[@]}"; do

@@ -36,13 +36,14 @@ const schemas = {
   }),
 };
 
+const model = (await client.models.list()).data[0].id; // the served model's name (others are 404 model_not_found)
 for (const [name, S] of Object.entries(schemas)) {
   const rf = zodResponseFormat(S, name);
   for (let seed = 1; seed <= runs; seed++) {
     let out = { name, schema: rf.json_schema.schema, seed };
     try {
       const r = await client.chat.completions.create({
-        model: 'specd', messages: [{ role: 'user', content: 'Give me a ' + name + '.' }],
+        model, messages: [{ role: 'user', content: 'Give me a ' + name + '.' }],
         response_format: rf, temperature: 1, seed, max_tokens: 400,
       });
       const c = r.choices[0];

@@ -45,6 +45,7 @@ typedef struct gw_req {
     size_t acc_len, acc_cap;
     int prompt_tokens;
     int completion_tokens;        /* from its finished event */
+    int fin_cached;               /* prompt tokens the prefix cache supplied (finished event) */
     engine_event *fin;            /* its finished event (non-streaming, until all choices are done; malloc'd) */
     bool logprobs;                /* the request asked for logprobs */
     void *lp;                     /* accumulated logprobs (non-streaming; openai_response.h oa_logprobs_*) */

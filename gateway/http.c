@@ -433,6 +433,10 @@ static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event
     if (r->stream && !c->headers_sent && ev->type != ENGINE_EV_ERROR && sse_headers(c) != 0) return false;
     if (ev->type == ENGINE_EV_STARTED) {
         r->prompt_tokens = ev->prompt_tokens;
+        if (r->stream && chat) { /* the role, once, before any content */
+            char *rc = oa_stream_role_chunk(r->session, s->cfg.model_name, r->index);
+            if (rc) gw_queue(c, rc, strlen(rc), GW_OUT_HTTP), free(rc);
+        }
         return false;
     }
     if (ev->type == ENGINE_EV_TOKENS) {
@@ -474,8 +478,9 @@ static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event
     }
     gw_metrics_finished(ev), gw_monitor_record(ev);
     r->completion_tokens = ev->completion_tokens;
+    r->fin_cached = (int)ev->st.prefix_reused;
     if (r->stream && c->n_choices == 1) {
-        char *fin = oa_stream_final(chat, r->session, s->cfg.model_name, ev, r->prompt_tokens);
+        char *fin = oa_stream_final(chat, r->session, s->cfg.model_name, ev, r->prompt_tokens, c->include_usage);
         if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
         release_choices(c);
         return true;
@@ -490,8 +495,9 @@ static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event
     if (r->stream) {
         int completion = 0;
         for (gw_req *q = c->reqs; q; q = q->next) completion += q->completion_tokens;
-        char *end = oa_stream_end(chat, r->session, s->cfg.model_name, c->include_usage,
-                                  choice_at(c, 0)->prompt_tokens, completion);
+        char *end = oa_stream_end_cached(chat, r->session, s->cfg.model_name, c->include_usage,
+                                         choice_at(c, 0)->prompt_tokens, completion,
+                                         choice_at(c, 0)->fin_cached);
         if (end) gw_queue(c, end, strlen(end), GW_OUT_HTTP_FINAL), free(end);
     } else {
         respond_choices(s, c);

@@ -141,13 +141,20 @@ void *oa_speculation_object(const engine_event *ev) {
     return o;
 }
 
-static json_t *usage_object(int prompt_tokens, int completion_tokens) {
+/* OpenAI's usage: the prompt tokens the prefix cache supplied are
+ * prompt_tokens_details.cached_tokens. */
+static json_t *usage_object(int prompt_tokens, int completion_tokens, int cached_tokens) {
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(prompt_tokens));
     json_object_set_new(u, "completion_tokens", json_integer(completion_tokens));
     json_object_set_new(u, "total_tokens", json_integer((json_int_t)prompt_tokens + completion_tokens));
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(cached_tokens));
+    json_object_set_new(u, "prompt_tokens_details", d);
     return u;
 }
+
+static int cached_of(const engine_event *ev) { return ev ? (int)ev->st.prefix_reused : 0; }
 
 /* {"id","object","created","model","choices":[choice]} */
 static json_t *envelope(bool chat, bool chunk, const char *id, const char *model, json_t *choice) {
@@ -178,8 +185,8 @@ static json_t *choice_object_lp(bool chat, bool chunk, int index, const char *te
     if (!chat) {
         json_object_set_new(c, "text", jstr(text, len));
     } else {
-        json_t *m = json_object();
-        if (!chunk || text) json_object_set_new(m, "role", json_string("assistant"));
+        json_t *m = json_object(); /* a stream's role comes once, in its first chunk (oa_stream_role_chunk) */
+        if (!chunk) json_object_set_new(m, "role", json_string("assistant"));
         if (!chunk || text) json_object_set_new(m, "content", jstr(text, len));
         json_object_set_new(c, chunk ? "delta" : "message", m);
     }
@@ -210,7 +217,7 @@ char *oa_response_json_n(bool chat, const char *id, const char *model, oa_choice
         json_array_append_new(choices, c);
         completion += ch[i].fin->completion_tokens;
     }
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion));
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion, n ? cached_of(ch[0].fin) : 0));
     if (n == 1) json_object_set_new(o, "speculation", oa_speculation_object(ch[0].fin));
     return dump(o, NULL);
 }
@@ -331,10 +338,27 @@ static json_t *final_chunk(bool chat, const char *id, const char *model, int ind
     return o;
 }
 
-char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens) {
-    json_t *o = final_chunk(chat, id, model, 0, ev);
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, ev->completion_tokens));
-    return sse(o, OA_SSE_DONE, NULL);
+char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens,
+                      bool include_usage) {
+    char *fin = sse(final_chunk(chat, id, model, 0, ev), include_usage ? NULL : OA_SSE_DONE, NULL);
+    if (!fin || !include_usage) return fin;
+    char *end = oa_stream_end_cached(chat, id, model, true, prompt_tokens, ev->completion_tokens, cached_of(ev));
+    size_t a = strlen(fin), b = end ? strlen(end) : 0;
+    char *both = end ? malloc(a + b + 1) : NULL;
+    if (both) memcpy(both, fin, a), memcpy(both + a, end, b + 1);
+    free(fin), free(end);
+    return both;
+}
+
+char *oa_stream_role_chunk(const char *id, const char *model, int index) {
+    json_t *c = json_object(), *d = json_object();
+    json_object_set_new(c, "index", json_integer(index));
+    json_object_set_new(d, "role", json_string("assistant"));
+    json_object_set_new(d, "content", json_string(""));
+    json_object_set_new(c, "delta", d);
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", json_null());
+    return sse(envelope(true, true, id, model, c), NULL, NULL);
 }
 
 char *oa_stream_choice_final(bool chat, const char *id, const char *model, int index, const engine_event *ev) {
@@ -343,9 +367,14 @@ char *oa_stream_choice_final(bool chat, const char *id, const char *model, int i
 
 char *oa_stream_end(bool chat, const char *id, const char *model, bool include_usage, int prompt_tokens,
                     int completion_tokens) {
+    return oa_stream_end_cached(chat, id, model, include_usage, prompt_tokens, completion_tokens, 0);
+}
+
+char *oa_stream_end_cached(bool chat, const char *id, const char *model, bool include_usage, int prompt_tokens,
+                           int completion_tokens, int cached_tokens) {
     if (!include_usage) return strdup(OA_SSE_DONE);
     json_t *o = envelope(chat, true, id, model, NULL);
-    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens));
+    json_object_set_new(o, "usage", usage_object(prompt_tokens, completion_tokens, cached_tokens));
     return sse(o, OA_SSE_DONE, NULL);
 }
 

@@ -93,10 +93,16 @@ char *oa_stream_chunk_lp(bool chat, const char *id, const char *model, const cha
 char *oa_stream_chunk_ix(bool chat, const char *id, const char *model, int index, const char *text, size_t len,
                          void *logprobs, size_t *out_len);
 
-/* The end of a stream: the final chunk (empty text / empty delta,
- * finish_reason, "usage" and "speculation"), then "data: [DONE]\n\n", in one
- * string. */
-char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens);
+/* The end of a stream, as OpenAI ends one: the final chunk (empty text /
+ * empty delta, finish_reason and "speculation"), then, only with
+ * include_usage (stream_options.include_usage), a chunk {"choices": [],
+ * "usage": {...}} (prompt_tokens_details.cached_tokens: what the prefix
+ * cache supplied), then "data: [DONE]\n\n", in one string. */
+char *oa_stream_final(bool chat, const char *id, const char *model, const engine_event *ev, int prompt_tokens,
+                      bool include_usage);
+/* A chat stream's first chunk for a choice: delta {"role":"assistant","content":""}
+ * (OpenAI sends the role once; content deltas carry no role). */
+char *oa_stream_role_chunk(const char *id, const char *model, int index);
 /* Streams of several choices (n > 1) end differently: each choice's own
  * finish chunk (oa_stream_choice_final: empty text / delta, its
  * finish_reason, its "speculation"; no usage, no [DONE]) when it finishes,
@@ -106,6 +112,8 @@ char *oa_stream_final(bool chat, const char *id, const char *model, const engine
 char *oa_stream_choice_final(bool chat, const char *id, const char *model, int index, const engine_event *ev);
 char *oa_stream_end(bool chat, const char *id, const char *model, bool include_usage, int prompt_tokens,
                     int completion_tokens);
+char *oa_stream_end_cached(bool chat, const char *id, const char *model, bool include_usage, int prompt_tokens,
+                           int completion_tokens, int cached_tokens);
 /* A stream that failed after its headers were sent: "data: {"error":{...}}\n\n"
  * (server_error, code engine_error) then "data: [DONE]\n\n". */
 char *oa_stream_error(const char *message);

@@ -57,7 +57,7 @@ def run_case(srv, path, body):
     check(resp["object"] == ("chat.completion" if chat else "text_completion"), "object %r" % resp["object"])
     check(isinstance(resp.get("speculation"), dict), "no speculation extension in %r" % resp)
 
-    sbody = dict(body, stream=True)
+    sbody = dict(body, stream=True, stream_options={"include_usage": True})
     status, ctype, payloads, raw = curl_sse(srv, path, sbody)
     check(status == 200, "%s streaming answered %d: %r" % (path, status, raw[:300]))
     check(ctype.startswith("text/event-stream"), "streaming content-type %r" % ctype)
@@ -70,6 +70,19 @@ def run_case(srv, path, body):
         except ValueError:
             raise Fail("SSE data is not JSON: %r" % p)
     check(len(chunks) >= 3, "only %d chunks: the answer was not streamed in pieces" % len(chunks))
+    # as OpenAI: with stream_options.include_usage the last chunk has no choices and the usage
+    uc = chunks.pop()
+    def counts(u):  # cached_tokens differ: the streamed run reuses the first run's prompt blocks
+        return {k: u[k] for k in ("prompt_tokens", "completion_tokens", "total_tokens")} if u else None
+    check(uc["choices"] == [] and counts(uc.get("usage")) == counts(resp["usage"]),
+          "usage chunk %r, plain usage %r" % (uc, resp["usage"]))
+    cached = uc["usage"]["prompt_tokens_details"]["cached_tokens"]
+    check(0 < cached < resp["usage"]["prompt_tokens"] or resp["usage"]["prompt_tokens"] < 17,
+          "the repeated prompt reused %d cached tokens of %d" % (cached, resp["usage"]["prompt_tokens"]))
+    check(all("usage" not in c for c in chunks), "usage outside the usage chunk")
+    if chat:  # the role once, in the first chunk
+        roles = [i for i, c in enumerate(chunks) if "role" in c["choices"][0]["delta"]]
+        check(roles == [0] and chunks[0]["choices"][0]["delta"]["role"] == "assistant", "role in chunks %r" % roles)
     text = ""
     ids = set()
     for i, c in enumerate(chunks):
@@ -86,7 +99,10 @@ def run_case(srv, path, body):
     fin = chunks[-1]
     check(fin["choices"][0]["finish_reason"] == ch["finish_reason"], "finish_reason stream %r, plain %r"
           % (fin["choices"][0]["finish_reason"], ch["finish_reason"]))
-    check(fin.get("usage") == resp["usage"], "usage stream %r, plain %r" % (fin.get("usage"), resp["usage"]))
+    # without include_usage: no usage chunk at all
+    status, ctype, plain_payloads, raw = curl_sse(srv, path, dict(body, stream=True))
+    check(status == 200 and all("usage" not in json.loads(p) for p in plain_payloads[:-1]),
+          "a stream without include_usage carried usage")
     check(isinstance(fin.get("speculation"), dict), "final chunk without speculation")
     check(text == want, "%s: streamed text differs from the non-streaming answer:\n  sse   %r\n  plain %r"
           % (path, text, want))

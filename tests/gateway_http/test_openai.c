@@ -463,7 +463,8 @@ static void test_sse(void) {
             CHECK(json_is_null(json_object_get(c0, "finish_reason")));
             if (chat) {
                 json_t *d = json_object_get(c0, "delta");
-                CHECK(!strcmp(sget(d, "content"), " there\nwas") && !strcmp(sget(d, "role"), "assistant"));
+                /* content deltas carry no role: it comes once, in the stream's first chunk */
+                CHECK(!strcmp(sget(d, "content"), " there\nwas") && json_object_get(d, "role") == NULL);
             } else {
                 CHECK(!strcmp(sget(c0, "text"), " there\nwas"));
             }
@@ -472,9 +473,31 @@ static void test_sse(void) {
         }
         free(c);
 
+        if (chat) { /* the role chunk */
+            char *rc = oa_stream_role_chunk("u1", "stories", 0);
+            CHECK(sse_split(rc, ev_data, 4) == 1);
+            json_t *rj = load(ev_data[0]);
+            json_t *d = json_object_get(json_array_get(json_object_get(rj, "choices"), 0), "delta");
+            CHECK(!strcmp(sget(d, "role"), "assistant") && !strcmp(sget(d, "content"), ""));
+            json_decref(rj);
+            free(rc);
+        }
         engine_event ev = finished_event();
         ev.reason = FINISH_STOP;
-        char *f = oa_stream_final(chat, "u1", "stories", &ev, 9);
+        ev.st.prefix_reused = 4;
+        /* with include_usage: the final chunk, a usage chunk with no choices, [DONE] */
+        char *f = oa_stream_final(chat, "u1", "stories", &ev, 9, true);
+        CHECK(sse_split(f, ev_data, 4) == 3);
+        CHECK(!strcmp(ev_data[2], "[DONE]"));
+        json_t *uj = load(ev_data[1]);
+        CHECK(uj && json_array_size(json_object_get(uj, "choices")) == 0);
+        CHECK(json_integer_value(json_object_get(json_object_get(uj, "usage"), "total_tokens")) == 29);
+        CHECK(json_integer_value(json_object_get(json_object_get(json_object_get(uj, "usage"), "prompt_tokens_details"),
+                                                 "cached_tokens")) == 4);
+        json_decref(uj);
+        free(f);
+        /* without it: the final chunk (no usage), [DONE] */
+        f = oa_stream_final(chat, "u1", "stories", &ev, 9, false);
         CHECK(sse_split(f, ev_data, 4) == 2);
         CHECK(!strcmp(ev_data[1], "[DONE]"));
         CHECK(strlen(f) >= strlen(OA_SSE_DONE) && !strcmp(f + strlen(f) - strlen(OA_SSE_DONE), OA_SSE_DONE));
@@ -484,7 +507,7 @@ static void test_sse(void) {
             CHECK(!strcmp(sget(c0, "finish_reason"), "stop"));
             if (chat) CHECK(json_object_size(json_object_get(c0, "delta")) == 0);
             else CHECK(!strcmp(sget(c0, "text"), ""));
-            CHECK(json_integer_value(json_object_get(json_object_get(j, "usage"), "total_tokens")) == 29);
+            CHECK(json_object_get(j, "usage") == NULL);
             check_speculation(json_object_get(j, "speculation"), &ev);
             json_decref(j);
         }

@@ -103,3 +103,23 @@ bool gw_access_has_key(const gw_access *a, struct lws *wsi) {
         }
     return false;
 }
+
+/* Whether origin (scheme://host[:port]) is in the comma-separated list. */
+static bool origin_listed(const char *list, const char *origin) {
+    size_t ol = strlen(origin);
+    for (const char *p = list; *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        size_t n = strcspn(p, ", ");
+        if (n && ((n == 1 && *p == '*') || (n == ol && !strncmp(p, origin, n)))) return true;
+        p += n;
+    }
+    return false;
+}
+
+bool gw_cors_origin(const char *cors, const char *allowed_origins, struct lws *wsi, char *origin, size_t n) {
+    char o[256];
+    if (lws_hdr_copy(wsi, o, sizeof o, WSI_TOKEN_ORIGIN) <= 0 || !o[0] || !strcmp(o, "null")) return false;
+    if (!origin_listed(cors ? cors : "", o) && !origin_listed(allowed_origins ? allowed_origins : "", o)) return false;
+    snprintf(origin, n, "%s", o);
+    return true;
+}

@@ -41,6 +41,12 @@ bool gw_access_required(const gw_access *a, const char *path);
  * Bearer, or a "specd.key.KEY" subprotocol offer). */
 bool gw_access_has_key(const gw_access *a, struct lws *wsi);
 
+/* CORS (server.cors_origins, comma-separated, "*" = any; the WebSocket list
+ * server.allowed_origins counts too): the request's Origin when a page of it
+ * may read our answers, copied into origin (else false: no Origin header,
+ * or one not listed). Same-host pages need no CORS. */
+bool gw_cors_origin(const char *cors, const char *allowed_origins, struct lws *wsi, char *origin, size_t n);
+
 /* The 401 refusal's message: which way to send a key. */
 #define GW_ACCESS_MSG "missing or invalid API key: send \"Authorization: Bearer <key>\" (a WebSocket may offer the subprotocol \"specd.key.<key>\")"
 

@@ -207,6 +207,19 @@ static const char *mime_of(const char *path) {
     return "application/octet-stream";
 }
 
+/* CORS: when the request's Origin may read our answers (access.h), the
+ * headers that let its page do so. 0, or -1 when they do not fit. */
+static int cors_headers(gw_conn *c, unsigned char **p, unsigned char *end) {
+    gw_server *s = gw_server_of(c->wsi);
+    char origin[256];
+    if (!gw_cors_origin(s->cfg.cors_origins, s->cfg.allowed_origins, c->wsi, origin, sizeof origin)) return 0;
+    if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)"access-control-allow-origin:",
+                                    (const unsigned char *)origin, (int)strlen(origin), p, end) ||
+        lws_add_http_header_by_name(c->wsi, (const unsigned char *)"vary:", (const unsigned char *)"Origin", 6, p, end))
+        return -1;
+    return 0;
+}
+
 /* Sends headers for a response whose body is queued as one HTTP_FINAL chunk. */
 static int respond(gw_conn *c, int status, const char *ctype, const char *body, size_t len) {
     unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
@@ -214,6 +227,7 @@ static int respond(gw_conn *c, int status, const char *ctype, const char *body, 
     if (lws_add_http_header_by_name(c->wsi, (const unsigned char *)"cache-control:", (const unsigned char *)"no-store",
                                     8, &p, end))
         return -1;
+    if (cors_headers(c, &p, end)) return -1;
     if (lws_finalize_write_http_header(c->wsi, start, &p, end)) return -1;
     c->headers_sent = true;
     c->status = status;
@@ -319,9 +333,36 @@ static int sse_headers(gw_conn *c) {
     unsigned char buf[LWS_PRE + 512], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
     c->headers_sent = true;
     if (lws_add_http_common_headers(c->wsi, 200, "text/event-stream", LWS_ILLEGAL_HTTP_CONTENT_LEN, &p, end) ||
-        lws_finalize_write_http_header(c->wsi, start, &p, end))
+        cors_headers(c, &p, end) || lws_finalize_write_http_header(c->wsi, start, &p, end))
         return -1;
     return 0;
+}
+
+/* A CORS preflight (OPTIONS): 204 with what the page may send when its
+ * Origin is allowed (server.cors_origins / allowed_origins), else 403.
+ * Returns what the HTTP callback returns. */
+static int preflight(gw_server *s, struct lws *wsi) {
+    char origin[256];
+    if (!gw_cors_origin(s->cfg.cors_origins, s->cfg.allowed_origins, wsi, origin, sizeof origin)) {
+        gw_metrics_error("cors_refused");
+        return refuse_now(wsi, 403, "origin_not_allowed",
+                          "this Origin may not call the API from a browser (see server.cors_origins)", NULL, NULL);
+    }
+    unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+    static const char *const h[][2] = {{"access-control-allow-methods:", "GET, POST, OPTIONS"},
+                                       {"access-control-allow-headers:", "Authorization, Content-Type"},
+                                       {"access-control-max-age:", "600"},
+                                       {"vary:", "Origin"}};
+    if (lws_add_http_common_headers(wsi, 204, "text/plain", 0, &p, end) ||
+        lws_add_http_header_by_name(wsi, (const unsigned char *)"access-control-allow-origin:",
+                                    (const unsigned char *)origin, (int)strlen(origin), &p, end))
+        return -1;
+    for (size_t i = 0; i < sizeof h / sizeof h[0]; i++)
+        if (lws_add_http_header_by_name(wsi, (const unsigned char *)h[i][0], (const unsigned char *)h[i][1],
+                                        (int)strlen(h[i][1]), &p, end))
+            return -1;
+    if (lws_finalize_write_http_header(wsi, start, &p, end)) return -1;
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 
 static int start_completion(gw_server *s, gw_conn *c, int api) {
@@ -627,6 +668,8 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
     case LWS_CALLBACK_HTTP: {
         if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c); /* keep-alive: a new transaction */
         if (gw_refuse_if_full(wsi, (const char *)in)) return -1;
+        /* a preflight carries no credentials: answered before the key check */
+        if (lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI) > 0) return preflight(s, wsi);
         if (gw_refuse_unauthorized(wsi, (const char *)in)) return -1;
         if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
             /* a POST must say how long its body is: without Content-Length

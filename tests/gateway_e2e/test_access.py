@@ -130,6 +130,23 @@ def endpoints(srv):
           "speculation" in p and p["speculation"]["draft"] is True and "chat_template" in p, "/props: %r" % p)
 
 
+def cors(srv):
+    h = {"Authorization": "Bearer " + KEY}
+    pre = {"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "authorization, content-type"}
+    st, hd, _ = srv.http("OPTIONS", "/v1/chat/completions", headers=pre)
+    check(st == 204 and hd.get("access-control-allow-origin") == "https://app.example" and
+          "POST" in hd.get("access-control-allow-methods", "") and
+          "authorization" in hd.get("access-control-allow-headers", "").lower(), "allowed preflight: %d %r" % (st, hd))
+    st, hd, _ = srv.http("OPTIONS", "/v1/chat/completions", headers=dict(pre, Origin="https://evil.example"))
+    check(st == 403 and "access-control-allow-origin" not in hd, "foreign preflight: %d %r" % (st, hd))
+    st, hd, _ = srv.http("POST", "/v1/completions", {"prompt": "x", "max_tokens": 2},
+                         headers=dict(h, Origin="https://app.example"))
+    check(st == 200 and hd.get("access-control-allow-origin") == "https://app.example", "CORS answer: %d %r" % (st, hd))
+    st, hd, _ = srv.http("GET", "/v1/models", headers=dict(h, Origin="https://evil.example"))
+    check("access-control-allow-origin" not in hd, "a foreign origin got CORS headers: %r" % hd)
+
+
 def make_cert(d, name):
     cert, key = os.path.join(d, name + ".pem"), os.path.join(d, name + ".key")
     r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
@@ -194,10 +211,12 @@ def run():
         keyfile = os.path.join(tmp, "keys.txt")
         with open(keyfile, "w") as f:
             f.write("# API keys\n" + KEY2 + "\n")
-        cfg = "server:\n  api_key_file: %s\nmodels:\n  alias: tiny-stories, story\n" % keyfile
+        cfg = ("server:\n  api_key_file: %s\n  cors_origins: https://app.example\nmodels:\n  alias: tiny-stories, story\n"
+               % keyfile)
         with Server(config=cfg, extra=["--api-key", KEY]) as srv:
             keys(srv)
             endpoints(srv)
+            cors(srv)
             cfg_path = os.path.join(srv.dir, "config.yaml")
             with open(cfg_path, "w") as f:
                 f.write("server:\n  api_keys: %s\nmodels:\n  alias: tiny-stories, story\n" % KEY2)

@@ -150,6 +150,35 @@ int gw_refuse_unauthorized(struct lws *wsi, const char *uri) {
     return refuse_now(wsi, 401, "invalid_api_key", GW_ACCESS_MSG, "www-authenticate:", "Bearer");
 }
 
+/* Cross-site protection for state-changing requests (POST): a page of
+ * another site may send a "simple" cross-origin POST (text/plain, no
+ * preflight) and the browser delivers it. So a POST whose Origin is neither
+ * this host nor listed (server.allowed_origins, server.cors_origins) is 403,
+ * and a POST without an allowed Origin must say Content-Type:
+ * application/json (which a page can only send after a preflight, refused
+ * for foreign origins) or it is 415. Returns -1 after answering, else 0. */
+static int refuse_cross_site(gw_server *s, struct lws *wsi, const char *uri) {
+    char origin[256];
+    bool listed = gw_cors_origin(s->cfg.cors_origins, s->cfg.allowed_origins, wsi, origin, sizeof origin);
+    if (!listed && !gw_origin_allowed(wsi)) {
+        gw_metrics_error("origin_not_allowed");
+        return refuse_now(wsi, 403, "origin_not_allowed",
+                          "a request from a page of another site is refused (see server.cors_origins)", NULL, NULL);
+    }
+    /* admin endpoints take no body and need the admin's bearer token, which a
+     * cross-site page cannot send without a preflight */
+    if (listed || !strncmp(uri, "/admin/", 7)) return 0;
+    char ct[128] = "";
+    lws_hdr_copy(wsi, ct, sizeof ct, WSI_TOKEN_HTTP_CONTENT_TYPE);
+    size_t n = strcspn(ct, "; ");
+    if (n != 16 || strncasecmp(ct, "application/json", 16) != 0) {
+        gw_metrics_error("unsupported_media_type");
+        return refuse_now(wsi, 415, "unsupported_media_type",
+                          "the body must be sent with Content-Type: application/json", NULL, NULL);
+    }
+    return 0;
+}
+
 /* Counts accepted TCP connections (any callback's WSI_DESTROY calls this). */
 void gw_count_connection(struct lws *wsi, int reason) {
     gw_server *s = gw_server_of(wsi);
@@ -671,6 +700,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         /* a preflight carries no credentials: answered before the key check */
         if (lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI) > 0) return preflight(s, wsi);
         if (gw_refuse_unauthorized(wsi, (const char *)in)) return -1;
+        if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0 && refuse_cross_site(s, wsi, (const char *)in)) return -1;
         if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
             /* a POST must say how long its body is: without Content-Length
              * (or with a chunked body, which specd does not read) it would

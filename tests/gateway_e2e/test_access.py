@@ -147,6 +147,27 @@ def cors(srv):
     check("access-control-allow-origin" not in hd, "a foreign origin got CORS headers: %r" % hd)
 
 
+def cross_site(srv):
+    """A page of another site may send a text/plain POST without a preflight: refused."""
+    h = {"Authorization": "Bearer " + KEY}
+    body = json.dumps({"prompt": "x", "max_tokens": 2}).encode()
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        st, _, b = srv.http("POST", path, body, headers=dict(h, **{"Content-Type": "text/plain", "Origin": "https://evil.example"}))
+        check(st == 403 and json.loads(b)["error"]["code"] == "origin_not_allowed", "%s foreign text/plain: %d %r" % (path, st, b[:200]))
+        st, _, b = srv.http("POST", path, body, headers=dict(h, **{"Content-Type": "text/plain"}))
+        check(st == 415 and json.loads(b)["error"]["code"] == "unsupported_media_type", "%s text/plain: %d %r" % (path, st, b[:200]))
+        st, _, b = srv.http("POST", path, body, headers=dict(h, **{"Content-Type": "application/x-www-form-urlencoded"}))
+        check(st == 415, "%s form-encoded: %d" % (path, st))
+    st, _, _ = srv.http("POST", "/v1/completions", body, headers=dict(h, **{"Content-Type": "application/json; charset=utf-8"}))
+    check(st == 200, "application/json with a charset: %d" % st)
+    st, _, _ = srv.http("POST", "/v1/completions", body,
+                        headers=dict(h, **{"Content-Type": "text/plain", "Origin": "https://app.example"}))
+    check(st == 200, "a listed origin's text/plain POST: %d" % st)
+    st, _, _ = srv.http("POST", "/v1/completions", body,
+                        headers=dict(h, **{"Content-Type": "application/json", "Origin": "http://127.0.0.1:%d" % srv.port}))
+    check(st == 200, "same-host page: %d" % st)
+
+
 def make_cert(d, name):
     cert, key = os.path.join(d, name + ".pem"), os.path.join(d, name + ".key")
     r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
@@ -217,6 +238,7 @@ def run():
             keys(srv)
             endpoints(srv)
             cors(srv)
+            cross_site(srv)
             cfg_path = os.path.join(srv.dir, "config.yaml")
             with open(cfg_path, "w") as f:
                 f.write("server:\n  api_keys: %s\nmodels:\n  alias: tiny-stories, story\n" % KEY2)

@@ -489,6 +489,16 @@ static int load_doc(ctx *x, pol_config *c, const pol_env *env) {
                 return fail(x, k, "unknown section '%s' (expected server, models, engine, speculation, policy or telemetry)",
                             excerpt(k, buf, sizeof(buf)));
             }
+            /* a section with nothing under it ("server:" alone, or "~"): its
+             * keys lost their indentation, or the file was cut. Taking it as
+             * "all defaults" would silently drop the admin token, limits and
+             * rules a reload was meant to keep. */
+            if (is_null(v)) {
+                char buf[96];
+                return fail(x, k, "section '%s' is empty (no settings under it: lost indentation or a cut file?); "
+                            "indent its keys under it, delete it, or write '%s: {}' for its defaults",
+                            excerpt(k, buf, sizeof(buf)), excerpt(k, buf, sizeof(buf)));
+            }
             snode[idx] = v;
         }
         for (int i = 0; i < POL_N_SECTIONS; i++) {

@@ -191,8 +191,28 @@ int main(void) {
         CHECKF(!strncmp(err, "t.yaml:", 7) && strstr(err, "holds no settings") && strstr(err, "write {}"),
                "empty file %zu: '%s'", i, err);
     }
-    c = load_str("server:\nmodels: ~\n", &no_env, err, sizeof(err));
-    CHECKF(c != NULL, "null sections: %s", err);
+    /* a section with nothing under it is a mistake (keys that lost their
+     * indentation, a cut file), not "this section's defaults": refused with
+     * its position, for every section and every way of writing "nothing" */
+    static const struct { const char *yaml, *want; } nulls[] = {
+        {"server:\n", "t.yaml:1:1: section 'server' is empty"},
+        {"server:\nmodels: ~\n", "t.yaml:1:1: section 'server' is empty"},
+        {"server:\n  port: 1\nmodels: ~\n", "t.yaml:3:1: section 'models' is empty"},
+        {"engine: null\n", "t.yaml:1:1: section 'engine' is empty"},
+        {"speculation:\ngamma_max: 4\n", "t.yaml:1:1: section 'speculation' is empty"}, /* lost indentation */
+        {"server:\n  port: 1\npolicy:\n", "t.yaml:3:1: section 'policy' is empty"},
+        {"telemetry: \n# path: x.db\n", "t.yaml:1:1: section 'telemetry' is empty"},
+    };
+    for (size_t i = 0; i < sizeof nulls / sizeof *nulls; i++) {
+        err[0] = 0;
+        c = load_str(nulls[i].yaml, &no_env, err, sizeof(err));
+        CHECKF(c == NULL && !strncmp(err, nulls[i].want, strlen(nulls[i].want)), "null section %zu: got '%s', want '%s'",
+               i, err, nulls[i].want);
+        pol_config_free(c);
+    }
+    CHECKF(strstr(err, "write 'telemetry: {}'"), "the refusal says how to keep the defaults: '%s'", err);
+    c = load_str("server: {}\nmodels: {}\npolicy: {}\n", &no_env, err, sizeof(err));
+    CHECKF(c != NULL && c->server.port == d->server.port, "explicit empty sections {}: %s", err);
     pol_config_free(c);
     c = load_str("server:\n  allowed_origins: [\"https://a.example\", \"https://b.example\"]\n", &no_env, err,
                  sizeof(err));

@@ -5,11 +5,13 @@
 #include "kernels/check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +53,7 @@ struct telemetry {
 
     pthread_t thread;
     int64_t last_retention_ms;
+    int lock_fd;                /* PATH.lock, flock'ed while open (-1: none) */
 };
 
 static int64_t now_ms(void) {
@@ -512,8 +515,49 @@ static void finalize_all(telemetry *t) {
 static void free_handle(telemetry *t) {
     finalize_all(t);
     if (t->db) sqlite3_close(t->db);
+    if (t->lock_fd >= 0) close(t->lock_fd); /* after the database: the lock covers every write */
     free(t->ring);
     free(t);
+}
+
+/* One server per database file: the file's sessions left 'active' are
+ * marked failed at open (a crashed run's), and retention prunes it, so a
+ * second live server on the same file would fail the first one's running
+ * sessions. An exclusive flock on PATH.lock (a file of its own: SQLite's
+ * POSIX locks on the database must not be disturbed) is held from before the
+ * first read until telemetry_close; the kernel drops it when the process
+ * dies, so a crash leaves no stale lock. The holder writes its pid there for
+ * the refusal's message. Returns the descriptor, or -1 with err filled. */
+static int lock_db(const char *path, char *err, size_t errlen) {
+    char lp[4096];
+    if (snprintf(lp, sizeof lp, "%s.lock", path) >= (int)sizeof lp) {
+        snprintf(err, errlen, "telemetry: cannot open %.200s: the path is too long", path);
+        return -1;
+    }
+    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        snprintf(err, errlen, "telemetry: cannot open %s: cannot create its lock file %s: %s (does the directory "
+                 "exist and is it writable?)", path, lp, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strspn(pid, "0123456789")] = 0;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            snprintf(err, errlen, "telemetry: %s is in use by another running specd%s%s%s (it holds %s); give each "
+                     "instance its own telemetry.path", path, pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "", lp);
+        else
+            snprintf(err, errlen, "telemetry: cannot lock %s: %s", lp, strerror(e));
+        return -1;
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) { /* only the message loses the pid */ }
+    return fd;
 }
 
 telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen) {
@@ -525,8 +569,11 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
                  cfg->sample_rate);
         return NULL;
     }
+    int lock_fd = -1;
+    if (strcmp(path, ":memory:") != 0 && (lock_fd = lock_db(path, err, errlen)) < 0) return NULL;
     telemetry *t = calloc(1, sizeof *t);
     SPECD_CHECK(t);
+    t->lock_fd = lock_fd;
     t->cfg = *cfg;
     t->cfg.path = NULL; /* not kept: the caller's string */
     if (t->cfg.queue_size <= 0) t->cfg.queue_size = 16384;
@@ -576,8 +623,8 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
     }
     if (rc == SQLITE_OK) {
         /* sessions an earlier run never ended (it crashed or was killed with
-         * -9) would stay 'active' forever: nothing runs them any more. One
-         * server per database file is assumed (as for retention). */
+         * -9) would stay 'active' forever: nothing runs them any more. No
+         * other live server writes this file: lock_db holds its lock. */
         stage = "recover the sessions of an earlier run in";
         sqlite3_stmt *st = NULL;
         rc = sqlite3_prepare_v2(t->db, "UPDATE speculation_sessions SET status='failed', "

@@ -108,7 +108,11 @@ typedef struct telemetry telemetry;
  * creates the schema, prepares the statements, and starts the writer thread.
  * Returns NULL with err filled ("telemetry: cannot open PATH: ...") when the
  * path cannot be opened for writing or is not a specd telemetry database.
- * The caller owns the handle. */
+ * One live handle per file: an exclusive advisory lock on PATH.lock (flock,
+ * created beside the database and left there) is held until
+ * telemetry_close, and a file another process (or handle) holds is refused
+ * ("telemetry: PATH is in use by another running specd (pid N) ...") before
+ * anything in it is read or changed. The caller owns the handle. */
 telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen);
 /* Writes everything still queued, runs one retention pass, stops the writer
  * and closes the database. Accepts NULL. No producer may be running. */

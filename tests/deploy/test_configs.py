@@ -85,6 +85,17 @@ if sa:
 else:
     print("SKIP systemd-analyze: not installed")
 
+# per-instance data (issue 44 item 5): each instance runs in its own state
+# directory, where the relative default telemetry.path lands
+unit = open(os.path.join(D, "systemd", "specd@.service")).read()
+wd = re.findall(r"^WorkingDirectory=(\S+)$", unit, re.M)
+sd = " ".join(re.findall(r"^StateDirectory=(.+)$", unit, re.M)).split()
+check(len(wd) == 1 and "%i" in wd[0] and any(wd[0].rstrip("/") == "/var/lib/" + d.strip("/") for d in sd),
+      "each instance works in its own state directory (WorkingDirectory %r, StateDirectory %r)" % (wd, sd))
+tel = re.search(r"^telemetry:\n(?:[ #].*\n|\n)*?  path: *(\S+)", open(os.path.join(SRC, "config.yaml")).read(), re.M)
+check(tel and not tel.group(1).strip("\"'").startswith("/"),
+      "the shipped config.yaml's telemetry.path is relative (per instance under the unit): %r" % (tel and tel.group(1)))
+
 nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 if nginx:
     site = open(os.path.join(D, "nginx", "specd.conf")).read().replace("listen 80;", "listen 127.0.0.1:18080;")

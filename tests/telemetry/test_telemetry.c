@@ -449,6 +449,26 @@ static void test_errors(void) {
     fprintf(stderr, "directory: %s\n", err);
     CHECK(strstr(err, "cannot open"));
 
+    /* one live handle per file (an advisory lock on PATH.lock): a second
+     * open is refused before it touches the file, and works once closed */
+    db_path(path, sizeof path, "locked.db");
+    c = telemetry_config_default();
+    c.path = path;
+    telemetry *t1 = telemetry_open(&c, err, sizeof err);
+    CHECKF(t1, "%s", err);
+    err[0] = 0;
+    t = telemetry_open(&c, err, sizeof err);
+    CHECK(t == NULL);
+    fprintf(stderr, "second open: %s\n", err);
+    char pid[32];
+    snprintf(pid, sizeof pid, "(pid %d)", (int)getpid());
+    CHECKF(strstr(err, path) && strstr(err, "in use by another running specd") && strstr(err, pid), "%s", err);
+    telemetry_close(t);
+    telemetry_close(t1);
+    t = telemetry_open(&c, err, sizeof err);
+    CHECKF(t, "after close: %s", err);
+    telemetry_close(t);
+
     c = telemetry_config_default();
     c.sample_rate = 1.5;
     CHECK(telemetry_open(&c, err, sizeof err) == NULL && strstr(err, "sample_rate"));

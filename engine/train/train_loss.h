@@ -1,0 +1,24 @@
+/* train_loss.h — the training losses on one position's logits, each
+ * returning the loss and WRITING its gradient with respect to the logits:
+ * cross-entropy to a label, and distillation (KL from a teacher's
+ * distribution restricted to its top-k tokens to the student's softmax).
+ * Checked against float64 finite differences in tests/train/. */
+#ifndef SPECD_TRAIN_LOSS_H
+#define SPECD_TRAIN_LOSS_H
+
+#include <stdint.h>
+
+/* CE = logsumexp(z) - z[y]; dz (V) = wgt * (softmax(z) - onehot(y)). Returns CE. */
+double tl_xent(float *dz, const float *z, int V, int32_t y, float wgt);
+
+/* The teacher's distribution p over its top-k tokens ids (K) is
+ * softmax(tz / temp) of their logits tz (K) (renormalized over the K);
+ * KL(p || q) = sum_k p_k (log p_k - log q(ids[k])), q = softmax(z / temp) over
+ * all V. dz (V) = wgt * (q - p scattered) / temp. Returns KL. */
+double tl_kl_topk(float *dz, const float *z, int V, const int32_t *ids, const float *tz, int K, float temp, float wgt);
+
+/* Adds wgt * the CE gradient into dz already holding another loss's
+ * gradient (dz += ...); returns CE. */
+double tl_xent_add(float *dz, const float *z, int V, int32_t y, float wgt);
+
+#endif

@@ -319,7 +319,7 @@ static double model_check(train_ctx *c, bool tied) {
     train_batch b = {S, T, K, tok, lab, kid, kz, wt, 0.6f, 0.9f};
     train_work *w = train_work_create(m, S, T);
     float *grad = calloc(m->n_params, sizeof(float));
-    double *pd = malloc(sizeof(double) * m->n_params), *num = malloc(sizeof(double) * m->n_params);
+    double *pd = calloc(m->n_params, sizeof(double)), *num = malloc(sizeof(double) * m->n_params);
     if (!w || !grad || !pd || !num) {
         fprintf(stderr, "out of memory\n");
         exit(1);

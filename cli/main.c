@@ -21,12 +21,13 @@ static const struct {
     {"models", cmd_models, "list the cached models: architecture, size, quant, tokenizer"},
     {"gguf-split", cmd_gguf_split, "merge or split llama.cpp split GGUF files"},
     {"train-medusa", cmd_train_medusa, "train Medusa heads for a target on the CPU into a GGUF side file"},
+    {"distill-draft", cmd_distill_draft, "train a small draft for a target by distillation on its own outputs"},
     {"eval", cmd_eval, "write the logits of a token sequence to a file (testing)"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: specd COMMAND [options]   (specd COMMAND --help for its options)\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) fprintf(f, "  %-11s %s\n", cmds[i].name, cmds[i].help);
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) fprintf(f, "  %-13s %s\n", cmds[i].name, cmds[i].help);
 }
 
 int main(int argc, char **argv) {

@@ -105,6 +105,14 @@ void gw_req_remove(gw_conn *c, gw_req *r) {
         }
 }
 
+void gw_req_cut_event(const gw_req *r, engine_event *ev) {
+    if (!r->cut || ev->type != ENGINE_EV_FINISHED || ev->reason != FINISH_CANCELLED) return;
+    ev->type = ENGINE_EV_ERROR;
+    ev->status = ENGINE_ERR_SHUTTING_DOWN;
+    snprintf(ev->message, sizeof(ev->message), "the server is shutting down: the answer was cut at the end of its "
+             "grace period (server.grace_ms); retry on another instance");
+}
+
 gw_req *gw_req_find(gw_conn *c, const char *cid) {
     for (gw_req *r = c->reqs; r; r = r->next)
         if (!strcmp(r->cid, cid)) return r;

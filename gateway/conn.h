@@ -50,6 +50,7 @@ typedef struct gw_req {
     bool logprobs;                /* the request asked for logprobs */
     void *lp;                     /* accumulated logprobs (non-streaming; openai_response.h oa_logprobs_*) */
     size_t lp_offset;             /* completions: text_offset of the next token */
+    bool cut;                     /* cancelled by the drain at the end of server.grace_ms (gw_req_cut_event) */
 } gw_req;
 
 typedef struct gw_conn {
@@ -100,6 +101,11 @@ void gw_queue_free(gw_conn *c);
 gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid);
 void gw_req_remove(gw_conn *c, gw_req *r);
 gw_req *gw_req_find(gw_conn *c, const char *cid);
+/* A request the drain cut (r->cut) ends as an error of kind
+ * ENGINE_ERR_SHUTTING_DOWN, not as a plain cancellation, so its client
+ * learns that the answer is incomplete and why: rewrites its `finished`
+ * (cancelled) event ev in place; any other event is left alone. */
+void gw_req_cut_event(const gw_req *r, engine_event *ev);
 /* Cancels every request of a vanished client; they become p's orphans. */
 void gw_conn_drop_requests(gw_conn *c);
 void gw_conn_link(gw_pool *p, gw_conn *c, struct lws *wsi, int kind); /* zeroes c first */

@@ -179,6 +179,54 @@ static int refuse_cross_site(gw_server *s, struct lws *wsi, const char *uri) {
     return 0;
 }
 
+/* Message framing (RFC 9112 6): a body's length is one Content-Length of
+ * decimal digits. lws takes atoll() of the header, so a negative value
+ * leaves it waiting for a body it never reads (the socket held until its
+ * 30 s timeout), a huge one has it read "forever", and of two headers it
+ * uses the first: each is 400 here, at the headers. A length over
+ * server.max_message_bytes is 413 before any of the body is read. A POST
+ * must have one (411), and no Transfer-Encoding (chunked bodies are not
+ * read: 411). Returns -1 after answering, else 0. */
+static int refuse_bad_framing(gw_server *s, struct lws *wsi, bool post) {
+    if (post && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
+        gw_metrics_error("length_required");
+        return refuse_now(wsi, 411, "length_required",
+                          "Transfer-Encoding bodies are not accepted; send the body with Content-Length", NULL, NULL);
+    }
+    if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0) {
+        if (!post) return 0;
+        gw_metrics_error("length_required");
+        return refuse_now(wsi, 411, "length_required", "a POST needs a Content-Length header", NULL, NULL);
+    }
+    if (lws_hdr_fragment_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH, 1) > 0) {
+        gw_metrics_error("invalid_content_length");
+        return refuse_now(wsi, 400, "invalid_content_length", "more than one Content-Length header", NULL, NULL);
+    }
+    char v[256];
+    const char *p = v;
+    bool ok = lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0;
+    size_t n = ok ? strlen(v) : 0;
+    while (ok && (*p == ' ' || *p == '\t')) p++, n--;
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+    ok = ok && n > 0 && strspn(p, "0123456789") >= n;
+    if (!ok) {
+        gw_metrics_error("invalid_content_length");
+        return refuse_now(wsi, 400, "invalid_content_length",
+                          "Content-Length must be one number of bytes (decimal digits, not negative)", NULL, NULL);
+    }
+    while (n > 1 && *p == '0') p++, n--;
+    unsigned long long len = 0;
+    for (size_t i = 0; i < n && i < 19; i++) len = len * 10 + (unsigned)(p[i] - '0');
+    if (n > 18 || len > (unsigned long long)s->cfg.max_message_bytes) {
+        gw_metrics_error("message_too_large");
+        char msg[200];
+        snprintf(msg, sizeof msg, "the body (Content-Length %.*s%s) is over server.max_message_bytes (%d bytes)",
+                 n > 24 ? 24 : (int)n, p, n > 24 ? "..." : "", s->cfg.max_message_bytes);
+        return refuse_now(wsi, 413, "message_too_large", msg, NULL, NULL);
+    }
+    return 0;
+}
+
 /* Counts accepted TCP connections (any callback's WSI_DESTROY calls this). */
 void gw_count_connection(struct lws *wsi, int reason) {
     gw_server *s = gw_server_of(wsi);
@@ -588,6 +636,7 @@ void gw_http_pump(gw_server *s, gw_conn *c) {
             next = r->next;
             if (r->done || engine_poll(s->eng, r->eid, &ev) != 1) continue;
             moved = true;
+            gw_req_cut_event(r, &ev);
             if (choice_event(s, c, r, &ev)) return;
         }
     }
@@ -680,6 +729,17 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         gw_count_connection(wsi, (int)reason);
         break;
     case LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: {
+        if (in && !strcasecmp((const char *)in, "h2c")) {
+            /* Upgrade: h2c (HTTP/2 over cleartext). lws 4.1 would answer 101
+             * and then serve HTTP/2 frames our HTTP callback does not
+             * handle: a POST then waits forever. RFC 9113 3.2 lets a server
+             * ignore the upgrade and answer in HTTP/1.1. `in` is lws's own
+             * copy of the Upgrade value, which it compares with "websocket"
+             * and "h2c" after this callback returns 0: a value that matches
+             * neither is served as a plain HTTP/1.1 request. */
+            ((char *)in)[0] = '-';
+            return 0;
+        }
         char uri[128] = "";
         lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI);
         if (s->draining) {
@@ -700,23 +760,10 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         /* a preflight carries no credentials: answered before the key check */
         if (lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI) > 0) return preflight(s, wsi);
         if (gw_refuse_unauthorized(wsi, (const char *)in)) return -1;
-        if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0 && refuse_cross_site(s, wsi, (const char *)in)) return -1;
-        if (lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0) {
-            /* a POST must say how long its body is: without Content-Length
-             * (or with a chunked body, which specd does not read) it would
-             * wait for a body that never completes */
-            char te[64] = "";
-            lws_hdr_copy(wsi, te, sizeof(te), WSI_TOKEN_HTTP_TRANSFER_ENCODING);
-            if (te[0]) {
-                gw_metrics_error("length_required");
-                return refuse_now(wsi, 411, "length_required",
-                                  "Transfer-Encoding bodies are not accepted; send the body with Content-Length", NULL,
-                                  NULL);
-            }
-            if (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_CONTENT_LENGTH) <= 0) {
-                gw_metrics_error("length_required");
-                return refuse_now(wsi, 411, "length_required", "a POST needs a Content-Length header", NULL, NULL);
-            }
+        {
+            bool post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
+            if (refuse_bad_framing(s, wsi, post)) return -1;
+            if (post && refuse_cross_site(s, wsi, (const char *)in)) return -1;
         }
         gw_conn_link(&s->pool, c, wsi, GW_CONN_HTTP);
         snprintf(c->path, sizeof(c->path), "%s", (const char *)in);
@@ -740,6 +787,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
     }
     case LWS_CALLBACK_HTTP_BODY:
         if (c->status != 1 && c->status != 2 && c->status != 4 && c->status != 5) return 0; /* already answered: drop the body */
+        if (!len) return 0; /* a POST with Content-Length: 0 gets one empty call (in == NULL) */
         if (c->rx_len + len > (size_t)s->cfg.max_message_bytes) {
             c->rx_too_big = true;
             return 0;

@@ -258,7 +258,8 @@ int gw_run(engine *e, const gw_config *cfg, char *err, size_t errlen) {
             for (gw_conn *c = srv.pool.conns; c && idle; c = c->next) idle = c->out_head == NULL;
             if (gw_now_ms() > drain_deadline && !srv.cancelled_rest) {
                 for (gw_conn *c = srv.pool.conns; c; c = c->next)
-                    for (gw_req *r = c->reqs; r; r = r->next) engine_cancel(e, r->eid);
+                    for (gw_req *r = c->reqs; r; r = r->next)
+                        if (engine_cancel(e, r->eid) == 0) r->cut = true; /* ends as shutting_down */
                 srv.cancelled_rest = true;
             }
             if (idle || gw_now_ms() > drain_deadline + 2000) break;

@@ -22,6 +22,7 @@ static void ws_pump(gw_server *s, gw_conn *c) {
         /* backpressure: stop pulling while this client's queue is long; the
          * engine then pauses only this request */
         while (c->out_bytes < GW_PUMP_HIGH_WATER && engine_poll(s->eng, r->eid, &ev) == 1) {
+            gw_req_cut_event(r, &ev);
             char *json = NULL;
             bool last = false;
             switch (ev.type) {

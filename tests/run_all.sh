@@ -68,7 +68,7 @@ if [ "${SPECD_ASAN:-1}" != 0 ]; then
   if [ $asan_ok = 1 ]; then
     UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
       meson test -C "$ASAN" --no-rebuild --num-processes "${SPECD_TEST_JOBS:-2}" --timeout-multiplier 3 \
-      --print-errorlogs bad_input hardening guards untrusted_input ws_stream choices engine_prefix spec_prefix_reset all_proposers grammar_limits
+      --print-errorlogs bad_input hardening hardening3 guards untrusted_input ws_stream choices engine_prefix spec_prefix_reset all_proposers grammar_limits
   fi
   [ -f "$asan_log" ] || asan_log="BUILD-FAILED"
 fi

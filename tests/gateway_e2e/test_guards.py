@@ -50,10 +50,10 @@ def post_unknown_endpoint_answered_once(srv):
             check(buf.startswith(b"HTTP/1.1 404"), "POST %s: %r" % (path, buf[:120]))
             check(buf.count(b"HTTP/1.1 ") == 1, "POST %s with body %s answered twice (a 404, then the body handled "
                   "as a completion): %r" % (path, body, buf[:400]))
-    big = b'{"prompt": "' + b"x" * (2 << 20) + b'"}'  # over the 1 MiB body limit as well
+    big = b'{"prompt": "' + b"x" * (2 << 20) + b'"}'  # over the 1 MiB body limit as well: 413 at its headers
     buf = raw_exchange(srv.port, b"POST /v2/nope HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(big), big))
-    check(buf.startswith(b"HTTP/1.1 404") and buf.count(b"HTTP/1.1 ") == 1,
+    check(buf.startswith(b"HTTP/1.1 413") and buf.count(b"HTTP/1.1 ") == 1,
           "POST /v2/nope with an oversize body: %r" % buf[:400])
     req1 = metric_value(srv.metrics(), "specd:requests_total")
     check(req1 == req0, "POSTs to unknown endpoints started %d generations" % (req1 - req0))

@@ -18,7 +18,7 @@ static const struct {
     {ENGINE_OK, 200, "", "", ""},
     {ENGINE_ERR_INVALID, 400, "invalid_request", "invalid_request_error", "invalid_request"},
     {ENGINE_ERR_OOM, 500, "engine_error", "server_error", "engine_error"},
-    {ENGINE_ERR_CONTEXT_FULL, 500, "engine_error", "server_error", "prompt_too_long"},
+    {ENGINE_ERR_CONTEXT_FULL, 400, "context_length_exceeded", "invalid_request_error", "prompt_too_long"},
     {ENGINE_ERR_QUEUE_FULL, 429, "overloaded", "server_error", "overloaded"},
     {ENGINE_ERR_SHUTTING_DOWN, 503, "shutting_down", "server_error", "shutting_down"},
     {ENGINE_ERR_BACKEND, 500, "engine_error", "server_error", "engine_error"},

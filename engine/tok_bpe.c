@@ -104,12 +104,14 @@ static void bpe_word(spm_state *st, const char *word, size_t len) {
         const spm_sym *s = &st->sym[i];
         int32_t id = map_find(t, st->esc + s->start, s->n);
         if (id >= 0 && mergeable(t->type[id])) { emit(st, id); continue; }
-        for (uint32_t k = 0; k < s->n;) { /* one mapped code point per byte */
-            size_t cl;
-            uint32_t cp = utf8_decode(st->esc + s->start + k, s->n - k, &cl);
-            if (cp >= 0x144 || bm->dec[cp] < 0) TOK_ABORT("bpe: symbol holds an unmapped code point");
-            emit(st, t->byte_id[bm->dec[cp]]);
-            k += (uint32_t)cl;
+        /* A symbol that is no token (a byte the vocabulary lacks, or a merge
+         * whose result it lacks) falls back as llama.cpp's llm_tokenizer_bpe
+         * does: each BYTE of its mapped text looked up as a one-byte token,
+         * and dropped when there is none (only printable ASCII maps to a
+         * one-byte text, so a merged symbol's other characters go too). */
+        for (uint32_t k = 0; k < s->n; k++) {
+            id = map_find(t, st->esc + s->start + k, 1);
+            if (id >= 0 && mergeable(t->type[id])) emit(st, id);
         }
     }
 }

@@ -256,17 +256,14 @@ static bool build_tables(tokenizer *t, const gguf_str *strs, char *err, size_t e
     for (int32_t i = 0; i < n && t->word_split; i++)
         if (mergeable(t->type[i]) && space_inside(t->text + t->off[i], t->len[i])) t->word_split = false;
 
-    /* byte fallback. BPE: the token of the byte's mapped code point */
+    /* byte fallback. BPE: the token of the byte's mapped code point, or -1:
+     * a vocabulary may lack some (Falcon's has no token for 0x03). As in
+     * llama.cpp, such a byte still loads and is dropped when encoded (see
+     * tok_bpe.c); the unknown token is not used for it. */
     for (int b = 0; b < 256 && t->kind == TOK_KIND_BPE; b++) {
         const byte_map *bm = tok_byte_map();
         int32_t id = map_find(t, bm->enc[b], bm->enc_len[b]);
         if (id >= 0 && !mergeable(t->type[id])) id = -1;
-        if (id < 0) id = t->unk;
-        if (id < 0) {
-            util_fail(err, errlen, "tokenizer: no token for byte 0x%02X (no token '%.*s', no unknown token)",
-                    b, (int)bm->enc_len[b], bm->enc[b]);
-            return false;
-        }
         t->byte_id[b] = id;
     }
     for (int b = 0; b < 256 && t->kind == TOK_KIND_SPM; b++) {
@@ -278,12 +275,10 @@ static bool build_tables(tokenizer *t, const gguf_str *strs, char *err, size_t e
             id = map_find(t, &c, 1);
             if (id >= 0 && !mergeable(t->type[id])) id = -1;
         }
+        /* else the unknown token, as SentencePiece without byte fallback; a
+         * vocabulary with neither still loads and drops the byte when encoded
+         * (llama.cpp loads it too, and then fails on such text) */
         if (id < 0) id = t->unk;
-        if (id < 0) {
-            util_fail(err, errlen, "tokenizer: no token for byte 0x%02X (no <0x%02X> byte token, "
-                    "no single-byte token, no unknown token)", b, b);
-            return false;
-        }
         t->byte_id[b] = id;
     }
 

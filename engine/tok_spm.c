@@ -110,7 +110,11 @@ static void spm_chunk(spm_state *st, int32_t c0, int32_t c1) {
         if (id >= 0 && mergeable(t->type[id])) {
             emit(st, id);
         } else {
-            for (uint32_t k = 0; k < s->n; k++) emit(st, t->byte_id[(uint8_t)st->esc[s->start + k]]);
+            /* a byte with no token and no unknown token is dropped (tok_load.c) */
+            for (uint32_t k = 0; k < s->n; k++) {
+                int32_t bid = t->byte_id[(uint8_t)st->esc[s->start + k]];
+                if (bid >= 0) emit(st, bid);
+            }
         }
     }
 }

@@ -140,11 +140,15 @@ int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n);
  * SPM: spaces become U+2581 "▁"; with add_space_prefix a "▁" is prepended to
  * the text and to each text run that follows a special token; merges are
  * greedy by highest score (ties: leftmost); pieces not in the vocabulary fall
- * back to <0xNN> byte tokens. Only normal and user-defined tokens are merge
+ * back to <0xNN> byte tokens (else a one-byte token, else the unknown token,
+ * else the byte is dropped). Only normal and user-defined tokens are merge
  * results (control, byte and unused tokens are never produced from text).
  * BPE: each text run is split by the pre-tokenizer (see tok_pre); each piece's
  * bytes are mapped to GPT-2's printable code points, then adjacent symbols are
- * merged lowest rank first (ties: leftmost); no space prefix is added.
+ * merged lowest rank first (ties: leftmost); no space prefix is added. A final
+ * symbol with no token becomes the one-byte tokens of its mapped text's bytes,
+ * dropping bytes with none — llama.cpp's rule, which is how a vocabulary that
+ * lacks some byte tokens (Falcon's has none for 0x03) encodes such bytes.
  * Returns the number of ids. If that is more than max_out, writes the first
  * max_out and returns -(number needed). out may be NULL when max_out is 0. */
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,

@@ -3,6 +3,7 @@
  * pages) until SIGINT/SIGTERM. Settings come from config.yaml; flags override
  * the common ones. */
 #include "cli/cmd.h"
+#include "cli/datadir.h"
 #include "cli/hub.h"
 #include "cli/logfmt.h"
 #include "cli/util.h"
@@ -12,6 +13,7 @@
 #include "gateway/server.h"
 #include "policy/config.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -87,14 +89,21 @@ int cmd_serve(int argc, char **argv) {
     if (hrc) return hrc;
     gw_config gc = gw_config_default();
     engine_config ec = engine_config_default();
-    char err[1024] = "", tpath[1024] = "", dpath[1024] = "", wroot[512] = "web";
-    /* the typed, validated snapshot: config file (when there is one) + environment */
-    const char *cpath = config_path ? config_path : access("config.yaml", R_OK) == 0 ? "config.yaml" : NULL;
-    pol_config *pc = cpath ? pol_config_load(cpath, NULL, err, sizeof(err)) : pol_config_default();
+    char err[1024] = "", tpath[1024] = "", dpath[1024] = "", wroot[512] = "";
+    /* the typed, validated snapshot: the config file (-c, $SPECD_CONFIG, ./config.yaml, the
+     * system location: the first that applies) or the defaults, + environment */
+    const char *csource;
+    const char *cpath = pol_config_find(config_path, &csource);
+    pol_config *pc = cpath ? pol_config_load(cpath, NULL, err, sizeof(err))
+                           : pol_config_load_mem("{}", 2, "(defaults)", NULL, err, sizeof(err));
     if (!pc) {
         fprintf(stderr, "specd serve: %s\n", err);
         return 2;
     }
+    if (cpath) fprintf(stderr, "specd: config %s (from %s)\n", cpath, csource);
+    else
+        fprintf(stderr, "specd: no config file (none given with -c or $SPECD_CONFIG, no ./config.yaml, no %s): "
+                        "built-in defaults\n", pol_config_system_path());
     snprintf(gc.host, sizeof(gc.host), "%.127s", pc->server.host);
     gc.port = pc->server.port;
     snprintf(wroot, sizeof(wroot), "%s", pc->server.web_root);
@@ -106,6 +115,7 @@ int cmd_serve(int argc, char **argv) {
     snprintf(gc.allowed_hosts, sizeof(gc.allowed_hosts), "%s", pc->server.allowed_hosts);
     gc.idle_timeout_s = pc->server.idle_timeout_s;
     gc.max_tokens_limit = pc->server.max_tokens_limit;
+    gc.default_max_tokens = pc->server.max_tokens_default; /* 0: until the end of the context */
     gc.max_choices = pc->server.max_choices;
     gc.schema_max_enum = pc->grammar.max_enum;
     gc.grammar_max_bytes = (size_t)pc->grammar.max_bytes;
@@ -134,7 +144,22 @@ int cmd_serve(int argc, char **argv) {
     if (host) snprintf(gc.host, sizeof(gc.host), "%s", host);
     if (port >= 0) gc.port = port;
     if (web_root) snprintf(wroot, sizeof(wroot), "%s", web_root);
-    snprintf(gc.web_root, sizeof(gc.web_root), "%s", access(wroot, R_OK) == 0 ? wroot : "");
+    /* the pages: --web-root / server.web_root ("none": no pages), else the ones installed with specd */
+    if (!strcmp(wroot, "none")) gc.web_root[0] = 0;
+    else if (wroot[0]) {
+        if (access(wroot, R_OK | X_OK) != 0) {
+            fprintf(stderr, "specd serve: web root %s: %s (%s; \"none\" serves no pages)\n", wroot, strerror(errno),
+                    web_root ? "--web-root" : "server.web_root");
+            pol_config_free(pc);
+            return 2;
+        }
+        snprintf(gc.web_root, sizeof(gc.web_root), "%s", wroot);
+    } else if (cli_default_web_root(gc.web_root, sizeof(gc.web_root)) != 0) {
+        fprintf(stderr, "specd: no web pages found (looked in %s): / answers 404; install with "
+                        "`meson install` or pass --web-root DIR\n", gc.web_root);
+        gc.web_root[0] = 0;
+    }
+    if (gc.web_root[0]) fprintf(stderr, "specd: web pages from %s\n", gc.web_root);
     if (model) snprintf(tpath, sizeof(tpath), "%s", model), dpath[0] = 0, mpath[0] = 0;
     if (medusa) snprintf(mpath, sizeof(mpath), "%s", medusa);
     if (draft) snprintf(dpath, sizeof(dpath), "%s", draft);
@@ -162,8 +187,8 @@ int cmd_serve(int argc, char **argv) {
     snprintf(gc.model_name, sizeof(gc.model_name), "%s", base ? base + 1 : tpath);
     const char *dbase = dpath[0] ? strrchr(dpath, '/') : NULL;
     snprintf(gc.draft_name, sizeof(gc.draft_name), "%s", dbase ? dbase + 1 : dpath);
-    /* the charting library the monitor page uses, installed by npm beside web/ */
-    if (gc.web_root[0]) snprintf(gc.vendor_root, sizeof(gc.vendor_root), "%.480s/../node_modules/uplot/dist", gc.web_root);
+    /* the charting library the monitor page uses: a copy of uPlot's dist files under web/vendor/uplot */
+    if (gc.web_root[0]) snprintf(gc.vendor_root, sizeof(gc.vendor_root), "%.480s/vendor/uplot", gc.web_root);
     telemetry *tel = NULL;
     if (tel_enabled) {
         if (!(tel = telemetry_open(&tc, err, sizeof(err)))) {

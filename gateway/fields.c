@@ -352,7 +352,8 @@ int gw_fields_parse(json_t *obj, gw_fields_group group, const gw_limits *lim, gw
         long long lo, hi;
         char note[64];
         max_tokens_bounds(lim, &lo, &hi, note, sizeof note);
-        long long def = lim->default_max_tokens > 0 ? lim->default_max_tokens : 256;
+        /* absent: server.max_tokens_default, or (0) until the end of the context, at most the limit */
+        long long def = lim->default_max_tokens > 0 ? lim->default_max_tokens : hi;
         t->req->max_tokens = (int)(def < hi ? def : hi);
         t->req->sc = sampler_config_default();
         t->req->mode = SPEC_MODE_AUTO;

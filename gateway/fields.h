@@ -41,7 +41,8 @@
 typedef struct {
     int max_message_bytes;  /* larger frames → message_too_large (0 = no limit) */
     int max_tokens_limit;   /* max_tokens must be in [1, this] */
-    int default_max_tokens; /* when max_tokens is absent (clamped to the limits) */
+    int default_max_tokens; /* when max_tokens is absent (clamped to the limits); 0 = the most the
+                             * limits allow: until the end of the context */
     int gamma_min, gamma_max; /* policy bounds for speculation.gamma */
     int max_ctx;            /* context per sequence; if > 0, max_tokens must also be < max_ctx */
     bool has_draft;         /* false: speculation.mode "draft" → no_draft */

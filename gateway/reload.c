@@ -135,6 +135,7 @@ int gw_reload(gw_server *s, const char *why, char *msg, size_t n) {
         c->max_choices = pc->server.max_choices;
         c->grace_ms = pc->server.grace_ms;
         s->limits.max_tokens_limit = pc->server.max_tokens_limit;
+        c->default_max_tokens = s->limits.default_max_tokens = pc->server.max_tokens_default;
         s->limits.max_choices = pc->server.max_choices;
         /* API keys (the command line's stay), CORS, aliases; TLS: the files re-read */
         gw_access na;

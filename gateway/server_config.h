@@ -25,7 +25,8 @@ typedef struct {
     int max_choices;            /* largest OpenAI n (choices per request) a client may ask for (4) */
     int schema_max_enum;        /* JSON Schema enum values (grammar.max_enum; 0 = 20000) */
     size_t grammar_max_bytes;   /* GBNF text (grammar.max_bytes; 0 = 1 MiB) */
-    int default_max_tokens;     /* when the client gives none (256) */
+    int default_max_tokens;     /* when the client gives none (256; server.max_tokens_default, 0 = until
+                                 * the end of the context) */
     size_t out_limit_bytes;     /* a client that lets this much output pile up is disconnected (8 MiB) */
     int grace_ms;               /* on SIGINT/SIGTERM: time running requests get to finish (10000) */
     char model_name[128];       /* reported by /v1/models and responses */

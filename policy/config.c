@@ -55,6 +55,7 @@ static const keydef server_keys[] = {
     KI(pol_server, max_requests_total, 1, 1000000, false),
     KI(pol_server, max_connections, 1, 1000000, true),
     KI(pol_server, max_tokens_limit, 1, 1 << 20, false),
+    KI(pol_server, max_tokens_default, 0, 1 << 20, false),
     KI(pol_server, max_choices, 1, 16, false),
     KI(pol_server, grace_ms, 0, 3600000, false),
     KS(pol_server, admin_token, false),
@@ -154,7 +155,6 @@ void pol_cfg_defaults(pol_config *c) {
     pol_server *s = &c->server;
     snprintf(s->host, sizeof(s->host), "127.0.0.1");
     s->port = 8080;
-    snprintf(s->web_root, sizeof(s->web_root), "web");
     s->max_message_bytes = 1 << 20;
     s->max_requests_per_connection = 64;
     s->max_requests_total = 1024;

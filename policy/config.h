@@ -38,7 +38,8 @@ typedef enum { POL_TREE_OFF = 0, POL_TREE_AUTO, POL_TREE_FIXED } pol_tree;
 typedef struct {
     char host[256];                        /* 127.0.0.1 */
     int port;                              /* 8080; 0 = pick a free port */
-    char web_root[512];                    /* "web"; "" = serve no pages */
+    char web_root[512];                    /* "" = the pages installed with specd; "none" = no pages;
+                                            * else a folder (relative: to the working directory) */
     int n_origins;                         /* allowed WebSocket origins besides the same host */
     char origins[POL_MAX_ORIGINS][256];    /* "*" = any */
     char allowed_origins[512];             /* the same, comma-joined (gw_config.allowed_origins) */
@@ -49,6 +50,8 @@ typedef struct {
     int max_requests_total;                /* 1024 */
     int max_connections;                   /* 1024 */
     int max_tokens_limit;                  /* 4096 */
+    int max_tokens_default;                /* a request without max_tokens: 0 = until the end of the
+                                            * context (at most max_tokens_limit); else this many (clamped) */
     int max_choices;                       /* 4: most choices (OpenAI n) one request may ask for, 1..16 */
     int grace_ms;                          /* 10000 */
     char admin_token[256];                 /* resolved: from admin_token, admin_token_env or SPECD_ADMIN_TOKEN;
@@ -184,6 +187,18 @@ pol_config *pol_config_load_mem(const char *yaml, size_t len, const char *name, 
                                 size_t errlen);
 /* The built-in defaults (what "{}" gives, without environment). */
 pol_config *pol_config_default(void);
+/* Which config file `specd serve` reads: `flag` (-c) when given, else
+ * $SPECD_CONFIG when set and not empty, else config.yaml in the working
+ * directory when readable, else SYSCONFDIR/specd/config.yaml (the system
+ * location, compiled in) when readable; NULL when none of them applies. A
+ * flag or variable naming a missing file is returned as is, so the load
+ * reports it. *source says which rule chose (a string literal: "-c",
+ * "$SPECD_CONFIG", "the working directory", "the system location"; "" with
+ * NULL). The result is `flag`, getenv's string or a static buffer: valid
+ * until the next call. Not thread-safe (start-up only). */
+const char *pol_config_find(const char *flag, const char **source);
+/* The system location searched last: SYSCONFDIR "/specd/config.yaml". */
+const char *pol_config_system_path(void);
 /* Drops one reference (the loader's, or one taken by pol_store_acquire via
  * pol_store_release); the last one frees. Accepts NULL. */
 void pol_config_free(pol_config *c);

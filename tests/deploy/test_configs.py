@@ -70,16 +70,20 @@ with E.Server() as srv:
     check(not missing, "every metric the rules/dashboard use is exported (%d used)%s" % (
         len(used), ": missing " + ", ".join(missing) if missing else ""))
 
+# the unit as `meson install` writes it (deploy/systemd/specd@.service.in with this prefix's paths)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import installed  # noqa: E402
+inst = installed.install_tree()
+installed_unit = open(inst["unit"]).read()
 sa = shutil.which("systemd-analyze")
 if sa:
-    unit = open(os.path.join(D, "systemd", "specd@.service")).read()
-    unit = unit.replace("/usr/local/bin/specd", os.path.abspath(os.environ["SPECD"]))
+    unit = installed_unit.replace(inst["prefix"] + "/bin/specd", inst["specd"])
     up = os.path.join(tmp, "specd@8081.service")
     open(up, "w").write(unit)
     r = run(sa, "verify", up)
     out = (r.stdout + r.stderr).strip()
     check(r.returncode == 0 and "specd@8081" not in out, "systemd-analyze verify specd@.service " + out[-300:])
-    for k in ("User=specd", "ProtectSystem=strict", "NoNewPrivileges=yes", "ReadWritePaths=", "ExecReload=/bin/kill -HUP",
+    for k in ("DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes", "ReadWritePaths=", "ExecReload=/bin/kill -HUP",
               "KillSignal=SIGTERM", "TimeoutStopSec="):
         check(k in unit, "unit sets " + k)
 else:
@@ -87,7 +91,7 @@ else:
 
 # per-instance data (issue 44 item 5): each instance runs in its own state
 # directory, where the relative default telemetry.path lands
-unit = open(os.path.join(D, "systemd", "specd@.service")).read()
+unit = installed_unit
 wd = re.findall(r"^WorkingDirectory=(\S+)$", unit, re.M)
 sd = " ".join(re.findall(r"^StateDirectory=(.+)$", unit, re.M)).split()
 check(len(wd) == 1 and "%i" in wd[0] and any(wd[0].rstrip("/") == "/var/lib/" + d.strip("/") for d in sd),
@@ -111,5 +115,6 @@ else:
     print("SKIP nginx -t: nginx not installed")
 
 shutil.rmtree(tmp, ignore_errors=True)
+installed.cleanup()
 print("%d failures" % len(failures))
 sys.exit(1 if failures else 0)

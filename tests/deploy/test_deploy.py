@@ -21,6 +21,11 @@ import urllib.request
 
 SRC = os.environ.get("SPECD_SRC", os.path.join(os.path.dirname(__file__), "../.."))
 SPECD = os.environ.get("SPECD")
+# the instances run the `meson install` layout (a --destdir tree), as a deployment does
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import installed  # noqa: E402
+if SPECD:
+    SPECD = installed.install_tree()["specd"]
 MODELS = os.environ.get("SPECD_MODELS", "")
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 TARGET, DRAFT = os.path.join(MODELS, "stories260K.gguf"), os.path.join(MODELS, "llama2xs-281K.gguf")
@@ -453,4 +458,5 @@ if failures:
     print("%d failures; kept %s" % (len(failures), tmp))
     sys.exit(1)
 shutil.rmtree(tmp, ignore_errors=True)
+installed.cleanup()
 print("PASS")

@@ -1,0 +1,18 @@
+/* datadir.h — where the files installed with specd are: the web pages (with
+ * the chart library under vendor/uplot/) that `specd serve` serves when no
+ * --web-root or server.web_root says otherwise. */
+#ifndef SPECD_CLI_DATADIR_H
+#define SPECD_CLI_DATADIR_H
+
+#include <stddef.h>
+
+/* Writes the default web root into out (len bytes) and returns 0, or returns
+ * -1 with out listing the folders tried. The binary of a meson build tree
+ * serves its source tree's web/ (edits show on reload); an installed binary
+ * serves BINDIR/../DATADIR/specd/web found from its own path
+ * (/proc/self/exe: a `meson install --destdir` tree works as installed), else
+ * the compiled-in DATADIR/specd/web. A folder counts when it holds
+ * index.html. Any thread; no allocation. */
+int cli_default_web_root(char *out, size_t len);
+
+#endif

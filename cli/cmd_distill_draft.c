@@ -53,6 +53,7 @@ static void usage(FILE *f) {
             "  --ce-weight W      weight of cross-entropy to the target's own token beside the KL (0)\n"
             "  --ckpt FILE        write checkpoints there (--ckpt-every N steps, and at the end or on Ctrl-C)\n"
             "  --resume           start from --ckpt's checkpoint (same flags and seed: the same data)\n"
+            "  --stop-after N     stop once N steps are taken, as Ctrl-C would (checkpoint, measure, write)\n"
             "  --eval-temp T      the temperature of the sampled acceptance figure (0.8)\n"
             "  -t THREADS         threads for the target and the trainer's data-parallel workers (1)\n"
             "  --seed S (1)       --quiet\n");
@@ -168,6 +169,7 @@ int cmd_distill_draft(int argc, char **argv) {
         else if (!strcmp(a, "--ckpt")) ckpt = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--ckpt-every")) ckpt_every = arg_long(argc, argv, &i, 1, 100000000);
         else if (!strcmp(a, "--resume")) resume = true;
+        else if (!strcmp(a, "--stop-after")) o.stop_at = arg_long(argc, argv, &i, 1, 100000000);
         else if (!strcmp(a, "--eval-temp")) eval_temp = (float)arg_double(argc, argv, &i, 0.01, 4);
         else if (!strcmp(a, "-t")) threads = (int)arg_long(argc, argv, &i, 1, 64);
         else if (!strcmp(a, "--seed")) o.seed = arg_u64(argc, argv, &i);

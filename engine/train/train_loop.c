@@ -195,7 +195,7 @@ int train_run(train_model *m, train_state *st, const train_data *d, int64_t n_tr
     double t0 = clock_now_ms(), tw = t0, wloss = 0, wpos = 0, wflops = 0;
     int64_t wsteps = 0;
     for (; st->step < steps; ) {
-        if (o->stop && *o->stop) {
+        if ((o->stop && *o->stop) || (o->stop_at > 0 && st->step >= o->stop_at)) {
             res->interrupted = true;
             break;
         }

@@ -54,6 +54,7 @@ typedef struct {
     void *progress_ctx;
     volatile sig_atomic_t *stop; /* set: stop after the current step (a checkpoint is written) */
     double *losses;         /* (opt.steps) each step's training loss, or NULL */
+    int64_t stop_at;        /* > 0: stop once this many steps are taken, as a stop would (tests of resume) */
 } train_opts;
 
 typedef struct {

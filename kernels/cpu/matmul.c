@@ -60,6 +60,16 @@ void mm_dequant_row(float *out, const uint8_t *row, int wtype, int K) {
 
 #define GEN_ALWAYS static inline __attribute__((always_inline))
 
+/* a * b + c, fused where the target has a fused multiply-add (aarch64) and
+ * left as two roundings where it has none (x86-64 baseline): written out so
+ * -ffp-contract=fast cannot fuse some instantiations of a tile and not others
+ * (on aarch64 a row's F16 result depended on the tile height) */
+#if defined(__FP_FAST_FMAF)
+#define GEN_FMA(a, b, c) __builtin_fmaf((a), (b), (c))
+#else
+#define GEN_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 /* Branch-free half -> float for finite values (weights are never inf/nan):
  * shift the exponent+mantissa into place and let a multiply by 2^112 rebias
  * it; subnormals come out right because the product is exact. */
@@ -105,14 +115,15 @@ GEN_ALWAYS void gen_tile(int wtype, int mr, int nr, float *y, int ldy, int ys, c
         for (int m = 0; m < mr; m++) {
             const float *xm = x + (size_t)m * K + k;
             for (int r = 0; r < nr; r++)
-                for (int l = 0; l < 16; l++) acc[m][r][l] += wv[r][l] * xm[l] + wv[r][l + 16] * xm[l + 16];
+                for (int l = 0; l < 16; l++)
+                    acc[m][r][l] = GEN_FMA(wv[r][l + 16], xm[l + 16], GEN_FMA(wv[r][l], xm[l], acc[m][r][l]));
         }
     }
     for (int m = 0; m < mr; m++)
         for (int r = 0; r < nr; r++) {
             float s = 0.0f;
             for (int l = 0; l < 16; l++) s += acc[m][r][l];
-            for (int kk = k; kk < K; kk++) s += gen_load1(w + r * rb, wtype, kk) * x[(size_t)m * K + kk];
+            for (int kk = k; kk < K; kk++) s = GEN_FMA(gen_load1(w + r * rb, wtype, kk), x[(size_t)m * K + kk], s);
             y[(size_t)m * ldy + (size_t)r * ys] = s;
         }
 }
@@ -388,6 +399,104 @@ mm_rows_avx512(float *y, int ldy, const float *x, const uint8_t *w, int wtype, i
 }
 #endif /* MM_X86 */
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+/* ---- NEON path (aarch64) ----------------------------------------------
+ * 32 q registers: a tile of at most 4 input rows x 4 weight rows (16
+ * accumulators, 8 widened weight vectors per 8-column step, 2 x vectors).
+ * A dot product has one 4-lane accumulator (lane l takes k = l mod 4, in k
+ * order, the tail through a zero-padded copy) and one fixed pairwise
+ * horizontal sum, whatever the tile: M rows equal M one-row calls. F16 is
+ * widened with fcvtl (base ARMv8-A), BF16 by a shift. */
+#define MR_NEON 4
+
+static inline __attribute__((always_inline)) void nz_load8(float32x4_t *a, float32x4_t *b, const uint8_t *row,
+                                                           int wtype, int k) {
+    if (wtype == GGML_TYPE_F32) {
+        *a = vld1q_f32((const float *)row + k);
+        *b = vld1q_f32((const float *)row + k + 4);
+    } else if (wtype == GGML_TYPE_F16) {
+        float16x8_t h = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)(row + (size_t)k * 2)));
+        *a = vcvt_f32_f16(vget_low_f16(h));
+        *b = vcvt_high_f32_f16(h);
+    } else {
+        uint16x8_t h = vld1q_u16((const uint16_t *)(row + (size_t)k * 2));
+        *a = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16));
+        *b = vreinterpretq_f32_u32(vshll_high_n_u16(h, 16));
+    }
+}
+
+static inline __attribute__((always_inline)) void nz_tile(int wtype, int mr, int nr, float *y, int ldy, int ys,
+                                                          const float *x, int K, const uint8_t *w, size_t rb) {
+    float32x4_t acc[MR_NEON][NR];
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nr; r++) acc[m][r] = vdupq_n_f32(0.0f);
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        float32x4_t wa[NR], wb[NR];
+        for (int r = 0; r < nr; r++) nz_load8(&wa[r], &wb[r], w + r * rb, wtype, k);
+        for (int m = 0; m < mr; m++) {
+            float32x4_t xa = vld1q_f32(x + (size_t)m * K + k), xb = vld1q_f32(x + (size_t)m * K + k + 4);
+            for (int r = 0; r < nr; r++) acc[m][r] = vfmaq_f32(vfmaq_f32(acc[m][r], wa[r], xa), wb[r], xb);
+        }
+    }
+    if (k < K) { /* float types only: quantized rows are whole blocks */
+        int n = K - k;
+        size_t es = wtype == GGML_TYPE_F32 ? 4 : 2;
+        float32x4_t wa[NR], wb[NR];
+        for (int r = 0; r < nr; r++) {
+            uint8_t buf[32] = {0};
+            memcpy(buf, w + r * rb + (size_t)k * es, (size_t)n * es);
+            nz_load8(&wa[r], &wb[r], buf, wtype, 0);
+        }
+        for (int m = 0; m < mr; m++) {
+            float xt[8] = {0};
+            memcpy(xt, x + (size_t)m * K + k, sizeof(float) * (size_t)n);
+            float32x4_t xa = vld1q_f32(xt), xb = vld1q_f32(xt + 4);
+            for (int r = 0; r < nr; r++) acc[m][r] = vfmaq_f32(vfmaq_f32(acc[m][r], wa[r], xa), wb[r], xb);
+        }
+    }
+    for (int m = 0; m < mr; m++) {
+        float *ym = y + (size_t)m * ldy;
+        if (nr == 4) {
+            float32x4_t s4 = vpaddq_f32(vpaddq_f32(acc[m][0], acc[m][1]), vpaddq_f32(acc[m][2], acc[m][3]));
+            float o[4];
+            vst1q_f32(o, s4);
+            for (int r = 0; r < 4; r++) ym[(size_t)r * ys] = o[r];
+        } else {
+            for (int r = 0; r < nr; r++) {
+                float32x4_t p = vpaddq_f32(acc[m][r], acc[m][r]);
+                ym[(size_t)r * ys] = vgetq_lane_f32(vpaddq_f32(p, p), 0);
+            }
+        }
+    }
+}
+
+#define NZ_TILE_M(NRC, ...)                                        \
+    switch (mr) {                                                  \
+    case 1: nz_tile(wtype, 1, NRC, __VA_ARGS__); break;            \
+    case 2: nz_tile(wtype, 2, NRC, __VA_ARGS__); break;            \
+    case 3: nz_tile(wtype, 3, NRC, __VA_ARGS__); break;            \
+    default: nz_tile(wtype, 4, NRC, __VA_ARGS__); break;           \
+    }
+static inline __attribute__((always_inline)) void nz_tile_mn(int wtype, int mr, int nr, float *y, int ldy, int ys,
+                                                             const float *x, int K, const uint8_t *w, size_t rb) {
+    if (nr == 4) {
+        NZ_TILE_M(4, y, ldy, ys, x, K, w, rb)
+    } else {
+        NZ_TILE_M(1, y, ldy, ys, x, K, w, rb)
+    }
+}
+#undef GEN_ALWAYS
+#define GEN_ALWAYS static inline __attribute__((always_inline))
+GEN_TYPED(nz_tile_any, nz_tile_mn)
+
+static void mm_rows_neon(float *y, int ldy, const float *x, const uint8_t *w, int wtype, int M, int K, int n0,
+                         int n1) {
+    MM_ROWS_BODY(nz_tile_any, MR_NEON)
+}
+#endif /* __aarch64__ */
+
 void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *xq, const uint8_t *w, int wtype,
              int M, int K, int n0, int n1) {
     if (wtype == SPECD_TYPE_Q8_0_R8) {
@@ -401,6 +510,9 @@ void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *x
 #ifdef MM_X86
     if (lvl == SIMD_AVX512) { mm_rows_avx512(y, ldy, x, w, wtype, M, K, n0, n1); return; }
     if (lvl == SIMD_AVX2) { mm_rows_avx2(y, ldy, x, w, wtype, M, K, n0, n1); return; }
+#endif
+#if defined(__aarch64__)
+    if (lvl == SIMD_NEON) { mm_rows_neon(y, ldy, x, w, wtype, M, K, n0, n1); return; }
 #endif
     (void)lvl;
     mm_rows_generic(y, ldy, x, w, wtype, M, K, n0, n1);

@@ -437,11 +437,79 @@ static void mmq_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t
 #undef QT_VNNI
 #endif
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+/* mr input rows x one Q8_0 x8 group on base ARMv8-A NEON (no dot-product
+ * extension needed): per run j, the 8 rows' 4 bytes times the row's 4 x bytes
+ * broadcast, as int16 products (smull/smlal: two runs' products summed, at
+ * most 2 * 128 * 127, no overflow) accumulated pairwise into int32 (sadalp);
+ * a pairwise add gives each row's exact block sum, then the float step of
+ * qg_r8_tile (acc += float(s) * (d * dx)). */
+static inline __attribute__((always_inline)) void nq_r8_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq,
+                                                             size_t xs, int K, const uint8_t *g) {
+    float32x4_t acc[MQ_MR][2];
+    for (int m = 0; m < mr; m++) acc[m][0] = acc[m][1] = vdupq_n_f32(0.0f);
+    const uint8x16_t flip = vdupq_n_u8(0x80);
+    for (int b = 0; b < K / 32; b++) {
+        const uint8_t *blk = g + (size_t)b * R8_BLOCK_BYTES;
+        float16x8_t dh = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)blk));
+        float32x4_t d0 = vcvt_f32_f16(vget_low_f16(dh)), d1 = vcvt_high_f32_f16(dh);
+        int32x4_t s[MQ_MR][4];
+        for (int m = 0; m < mr; m++)
+            for (int q = 0; q < 4; q++) s[m][q] = vdupq_n_s32(0);
+        for (int j = 0; j < 8; j += 2) {
+            int8x16_t w0a = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 16 + 32 * j), flip));
+            int8x16_t w0b = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 16 + 32 * j + 16), flip));
+            int8x16_t w1a = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 16 + 32 * (j + 1)), flip));
+            int8x16_t w1b = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(blk + 16 + 32 * (j + 1) + 16), flip));
+            for (int m = 0; m < mr; m++) {
+                int32_t q0, q1;
+                memcpy(&q0, xq + m * xs + 32 * b + 4 * j, 4);
+                memcpy(&q1, xq + m * xs + 32 * b + 4 * j + 4, 4);
+                int8x16_t x0 = vreinterpretq_s8_s32(vdupq_n_s32(q0)), x1 = vreinterpretq_s8_s32(vdupq_n_s32(q1));
+                int16x8_t p01 = vmlal_s8(vmull_s8(vget_low_s8(w0a), vget_low_s8(x0)), vget_low_s8(w1a), vget_low_s8(x1));
+                int16x8_t p23 = vmlal_high_s8(vmull_high_s8(w0a, x0), w1a, x1);
+                int16x8_t p45 = vmlal_s8(vmull_s8(vget_low_s8(w0b), vget_low_s8(x0)), vget_low_s8(w1b), vget_low_s8(x1));
+                int16x8_t p67 = vmlal_high_s8(vmull_high_s8(w0b, x0), w1b, x1);
+                s[m][0] = vpadalq_s16(s[m][0], p01);
+                s[m][1] = vpadalq_s16(s[m][1], p23);
+                s[m][2] = vpadalq_s16(s[m][2], p45);
+                s[m][3] = vpadalq_s16(s[m][3], p67);
+            }
+        }
+        for (int m = 0; m < mr; m++) {
+            float dx = qx_scale(xq + m * xs, K)[b];
+            int32x4_t r03 = vpaddq_s32(s[m][0], s[m][1]), r47 = vpaddq_s32(s[m][2], s[m][3]);
+            acc[m][0] = vfmaq_f32(acc[m][0], vcvtq_f32_s32(r03), vmulq_n_f32(d0, dx));
+            acc[m][1] = vfmaq_f32(acc[m][1], vcvtq_f32_s32(r47), vmulq_n_f32(d1, dx));
+        }
+    }
+    for (int m = 0; m < mr; m++) {
+        float o[8];
+        vst1q_f32(o, acc[m][0]);
+        vst1q_f32(o + 4, acc[m][1]);
+        for (int r = 0; r < nv; r++) y[(size_t)m * ldy + r] = o[r];
+    }
+}
+
+#define NQ_R8_TILE_NG(mr, ng, y, ldy, xq, xs, K, g, nvl, stride)                                   \
+    for (int q_ = 0; q_ < (ng); q_++)                                                              \
+        nq_r8_tile(mr, (y) + (size_t)8 * (stride) * q_, ldy, q_ == (ng) - 1 ? (nvl) : 8, xq, xs, K,  \
+                   (g) + (size_t)(stride) * q_ * gb)
+
+static void r8_rows_neon(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
+    R8_ROWS_BODY(NQ_R8_TILE_NG)
+}
+#endif
+
 void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
                  int n1) {
 #if defined(__x86_64__)
     if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { r8_rows_vnni(y, ldy, xq, w, M, K, n0, n1); return; }
-    if (lvl >= SIMD_AVX2) { r8_rows_avx2(y, ldy, xq, w, M, K, n0, n1); return; }
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { r8_rows_avx2(y, ldy, xq, w, M, K, n0, n1); return; }
+#endif
+#if defined(__aarch64__)
+    if (lvl == SIMD_NEON) { r8_rows_neon(y, ldy, xq, w, M, K, n0, n1); return; }
 #endif
     (void)lvl;
     r8_rows_generic(y, ldy, xq, w, M, K, n0, n1);
@@ -451,7 +519,7 @@ void mmq_rows(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_
               int n0, int n1) {
 #if defined(__x86_64__)
     if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { mmq_rows_vnni(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
-    if (lvl >= SIMD_AVX2) { mmq_rows_avx2(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { mmq_rows_avx2(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
 #endif
     (void)lvl;
     mmq_rows_generic(y, ldy, xq, w, wtype, M, K, n0, n1);

@@ -6,11 +6,10 @@
  * file layout; the activation quantizer's bytes on every path; the threaded
  * backend op against the single-thread kernel; and rows of a batch against the
  * same rows alone. */
-#include "engine/gguf.h"
-#include "cli/mkmodel.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant.h"
+#include "kernels/ggml_type.h"
 #include "tests/testutil.h"
 
 #include <math.h>
@@ -41,7 +40,7 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
     float *x = malloc(sizeof(float) * (size_t)M * K), *y = malloc(sizeof(float) * (size_t)M * N);
     for (int n = 0; n < N; n++) {
         for (int k = 0; k < K; k++) wf[k] = frand();
-        CHECK(mkmodel_row_from_f32(w + rb * n, wtype, wf, (uint64_t)K));
+        CHECK(ggml_quantize_row(w + rb * n, wtype, wf, (uint64_t)K));
     }
     for (int i = 0; i < M * K; i++) x[i] = frand();
     uint8_t *xq = NULL;
@@ -71,12 +70,14 @@ static void run_case(simd_level lvl, int wtype, int M, int K, int N) {
 }
 
 int main(void) {
-    simd_level best = simd_detect();
+    simd_level best = simd_detect(), lvls[SIMD_LEVELS_MAX];
+    int n_lvls = simd_available(lvls);
     const int types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                          GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     const size_t n_types = sizeof types / sizeof types[0];
     int ran = 0;
-    for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
+    for (int li = 0; li < n_lvls; li++) {
+        int lvl = lvls[li];
         for (size_t t = 0; t < n_types; t++) {
             const int Ks[] = {32, 64, 96, 172, 40, 17, 256, 768};
             for (size_t ki = 0; ki < 8; ki++) {
@@ -100,8 +101,8 @@ int main(void) {
         uint8_t *blk = malloc(mm_row_bytes(types[t], K));
         float *src = malloc(sizeof(float) * K), *back = malloc(sizeof(float) * K);
         for (int k = 0; k < K; k++) src[k] = frand();
-        CHECK(mkmodel_row_from_f32(blk, types[t], src, (uint64_t)K));
-        CHECK(mkmodel_row_to_f32(back, types[t], blk, (uint64_t)K));
+        CHECK(ggml_quantize_row(blk, types[t], src, (uint64_t)K));
+        CHECK(ggml_dequantize_row(back, types[t], blk, (uint64_t)K));
         double se = 0, ss = 0;
         for (int k = 0; k < K; k++) se += (double)(back[k] - src[k]) * (back[k] - src[k]), ss += (double)src[k] * src[k];
         CHECKF(sqrt(se / ss) < rms_max[t], "%s round trip: relative RMS error %g", ggml_type_name(types[t]),
@@ -121,7 +122,7 @@ int main(void) {
         float *y1 = malloc(sizeof(float) * M * N), *y3 = malloc(sizeof(float) * M * N);
         for (int n = 0; n < N; n++) {
             for (int k = 0; k < K; k++) wf[k] = frand();
-            mkmodel_row_from_f32(w + rb * n, bt[ti], wf, K);
+            ggml_quantize_row(w + rb * n, bt[ti], wf, K);
         }
         for (int i = 0; i < M * K; i++) x[i] = frand();
         b1->i->matmul(b1, y1, x, w, bt[ti], M, K, N);
@@ -153,7 +154,7 @@ int main(void) {
                     float *wf = malloc(sizeof(float) * (size_t)K);
                     for (int r = 0; r < N[i]; r++) {
                         for (int k = 0; k < K; k++) wf[k] = frand();
-                        mkmodel_row_from_f32(host[i] + rb * r, t[i], wf, (uint64_t)K);
+                        ggml_quantize_row(host[i] + rb * r, t[i], wf, (uint64_t)K);
                     }
                     free(wf);
                     w[i] = b3->i->weight(b3, host[i], &t[i], N[i], K);
@@ -189,7 +190,7 @@ int main(void) {
             float wf[64];
             for (int r = 0; r < N[i]; r++) {
                 for (int k = 0; k < K; k++) wf[k] = frand();
-                mkmodel_row_from_f32(host[i] + rb * r, t[i], wf, K);
+                ggml_quantize_row(host[i] + rb * r, t[i], wf, K);
             }
             w[i] = b3->i->weight(b3, host[i], &t[i], N[i], K);
             ya[i] = malloc(sizeof(float) * M * N[i]), yb[i] = malloc(sizeof(float) * M * N[i]);
@@ -206,7 +207,8 @@ int main(void) {
     /* Q8_0 repacked 8 rows at a time (the CPU backend's weight() layout) gives
      * exactly what the file layout gives, on every path, for N not a multiple
      * of 8 and every tile height; its rows dequantize to the same values */
-    for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
+    for (int li = 0; li < n_lvls; li++) {
+        int lvl = lvls[li];
         const int Ns[] = {8, 13, 300, 1001}, Ks[] = {32, 256, 768};
         for (int ni = 0; ni < 4; ni++)
             for (int ki = 0; ki < 3; ki++) {
@@ -218,7 +220,7 @@ int main(void) {
                             uint8_t *xq = malloc(mm_qx_row_bytes(K) * Mmax);
                 for (int n = 0; n < N; n++) {
                     for (int k = 0; k < K; k++) wf[k] = frand();
-                    mkmodel_row_from_f32(w + rb * n, GGML_TYPE_Q8_0, wf, K);
+                    ggml_quantize_row(w + rb * n, GGML_TYPE_Q8_0, wf, K);
                 }
                 mm_r8_repack(r8, w, N, K);
                 if (lvl == SIMD_GENERIC) { /* the backend repacks on its threads: the same bytes */
@@ -259,7 +261,8 @@ int main(void) {
         uint8_t *ref = malloc(rs * Mq), *got = malloc(rs * Mq);
         memset(ref, 0, rs * Mq);
         mm_quantize_x(SIMD_GENERIC, ref, x, Mq, K);
-        for (int lvl = SIMD_AVX2; lvl <= (int)best; lvl++) {
+        for (int li = 1; li < n_lvls; li++) {
+            int lvl = lvls[li];
             memset(got, 0, rs * Mq);
             mm_quantize_x((simd_level)lvl, got, x, Mq, K);
             CHECKF(!memcmp(ref, got, rs * Mq), "%s: quantized activations differ from the portable path",
@@ -281,7 +284,7 @@ int main(void) {
             float *yb = malloc(sizeof(float) * M * N), *y1 = malloc(sizeof(float) * N);
             for (int n = 0; n < N; n++) {
                 for (int k = 0; k < K; k++) wf[k] = frand();
-                mkmodel_row_from_f32(w + rb * n, rt[ti], wf, K);
+                ggml_quantize_row(w + rb * n, rt[ti], wf, K);
             }
             for (int i = 0; i < M * K; i++) x[i] = frand();
             backend *bs[2] = {b1, b3};

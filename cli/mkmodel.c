@@ -59,7 +59,20 @@ static int emit_norm(emitter *e, uint64_t seed, const char *name, uint64_t n, fl
     return rc;
 }
 
-/* The same keys under another architecture prefix (qwen2.*). */
+/* A norm weight of n elements ~ 1 + N(0, 0.29^2): far enough from 1 that a
+ * forward pass ignoring it differs visibly. */
+static int emit_norm_spread(emitter *e, uint64_t seed, const char *name, uint64_t n)
+{
+    float *x = mk_falloc(n, e->err, e->errlen);
+    if (!x) return -1;
+    uint64_t key = mk_tensor_key(seed, name);
+    for (uint64_t i = 0; i < n; i++) x[i] = 1.0f + 0.29f * rnd_normal(key, i);
+    int rc = mk_emit(e, name, GGML_TYPE_F32, n, 0, x);
+    free(x);
+    return rc;
+}
+
+/* The same keys under another architecture prefix (qwen2.*, qwen3.*). */
 static void set_arch_shape(gguf_writer *w, const char *a, int ctx, int D, int L, int FF, int H, int KV, int n_rot,
                            int hd, float eps, float base, int V)
 {
@@ -104,14 +117,15 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     int type = o->type < 0 ? GGML_TYPE_F32 : o->type;
     float eps = o->eps != 0.0f ? o->eps : 1e-5f;
     const char *arch = o->arch ? o->arch : "llama";
-    bool qwen2 = !strcmp(arch, "qwen2"), mistral = !strcmp(arch, "mistral");
-    if (!qwen2 && !mistral && strcmp(arch, "llama") != 0)
-        return util_fail(err, errlen, "--arch must be llama, qwen2 or mistral (got '%s')", arch);
-    if (qwen2 && o->rope_llama3) return util_fail(err, errlen, "--rope-scaling llama3 applies to llama models only");
+    bool qwen2 = !strcmp(arch, "qwen2"), qwen3 = !strcmp(arch, "qwen3"), mistral = !strcmp(arch, "mistral");
+    bool qwen = qwen2 || qwen3; /* qwen.* keys, NeoX RoPE, rope base 1e6 */
+    if (!qwen && !mistral && strcmp(arch, "llama") != 0)
+        return util_fail(err, errlen, "--arch must be llama, qwen2, qwen3 or mistral (got '%s')", arch);
+    if (qwen && o->rope_llama3) return util_fail(err, errlen, "--rope-scaling llama3 applies to llama models only");
     if (!mistral && o->sliding_window) return util_fail(err, errlen, "--sliding-window applies to --arch mistral only");
     if (o->sliding_window < 0) return util_fail(err, errlen, "--sliding-window must be positive");
     int window = o->sliding_window ? o->sliding_window : 8;
-    float base = o->rope_base != 0.0f ? o->rope_base : o->rope_llama3 ? 500000.0f : qwen2 ? 1000000.0f : 10000.0f;
+    float base = o->rope_base != 0.0f ? o->rope_base : o->rope_llama3 ? 500000.0f : qwen ? 1000000.0f : 10000.0f;
 
     if (mk_check_range("--layers", L, 1, MK_MAX_LAYERS, err, errlen) ||
         mk_check_range("--dim", D, 1, MK_MAX_DIM, err, errlen) ||
@@ -160,6 +174,7 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     int n_rot = hd;
     uint64_t np = mk_count_params(L, D, H, KV, hd, FF, V, o->tied, o->rope_llama3 ? n_rot / 2 : 0);
     if (qwen2) np += (uint64_t)L * (uint64_t)(H + 2 * KV) * hd;
+    if (qwen3) np += (uint64_t)L * 2 * (uint64_t)hd;
     if (np > MK_MAX_PARAMS) {
         gguf_close(tok);
         return util_fail(err, errlen, "model of %llu parameters is too large", (unsigned long long)np);
@@ -169,14 +184,14 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     emitter e = {w, 0, err, errlen};
     int rc = 0;
     char desc[160];
-    gguf_writer_set_str(w, "general.architecture", qwen2 ? "qwen2" : "llama");
+    gguf_writer_set_str(w, "general.architecture", qwen ? arch : "llama");
     gguf_writer_set_str(w, "general.name", o->name ? o->name : "specd-random");
     snprintf(desc, sizeof desc, "RANDOM weights (specd mkmodel, seed %llu): not a trained model",
              (unsigned long long)o->seed);
     gguf_writer_set_str(w, "general.description", desc);
     gguf_writer_set_u32(w, "general.file_type", mkmodel_ftype(type));
-    if (qwen2) {
-        set_arch_shape(w, "qwen2", ctx, D, L, FF, H, KV, n_rot, hd, eps, base, V);
+    if (qwen) {
+        set_arch_shape(w, arch, ctx, D, L, FF, H, KV, n_rot, hd, eps, base, V);
     } else {
         mk_set_llama_shape(w, ctx, D, L, FF, H, KV, n_rot, hd, eps, base);
         gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)V);
@@ -212,6 +227,9 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
         if (!rc && qwen2) rc = emit_bias(&e, s, NM("attn_q.bias"), (uint64_t)H * hd);
         if (!rc && qwen2) rc = emit_bias(&e, s, NM("attn_k.bias"), (uint64_t)KV * hd);
         if (!rc && qwen2) rc = emit_bias(&e, s, NM("attn_v.bias"), (uint64_t)KV * hd);
+        /* qwen3: per-head q/k norms, spread wide so that dropping them shows */
+        if (!rc && qwen3) rc = emit_norm_spread(&e, s, NM("attn_q_norm.weight"), (uint64_t)hd);
+        if (!rc && qwen3) rc = emit_norm_spread(&e, s, NM("attn_k_norm.weight"), (uint64_t)hd);
         if (!rc) rc = emit_random(&e, s, NM("attn_output.weight"), type, (uint64_t)H * hd, D);
         if (!rc) rc = emit_norm(&e, s, NM("ffn_norm.weight"), D, 1.0f);
         if (!rc) rc = emit_random(&e, s, NM("ffn_gate.weight"), type, D, FF);
@@ -224,7 +242,7 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     if (rc) return -1;
     if (info) {
         *info = (mkmodel_info){L, D, H, KV, hd, FF, V, ctx, type, o->tied, e.n_params, 0, ""};
-        snprintf(info->arch, sizeof info->arch, "%s", qwen2 ? "qwen2" : "llama");
+        snprintf(info->arch, sizeof info->arch, "%s", qwen ? arch : "llama");
         mk_finish_info(info, out_path);
     }
     return 0;

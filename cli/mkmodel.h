@@ -24,7 +24,9 @@ typedef struct {
                                  * low/high 1/4, original context 8192); no rope.scaling.* keys */
     const char *name;           /* general.name; NULL = "specd-random" / the source's */
     const char *arch;           /* random only: "llama" (NULL), "qwen2" (QKV biases, NeoX RoPE, qwen2.* keys,
-                                 * rope base 1e6) or "mistral" (llama with llama.attention.sliding_window) */
+                                 * rope base 1e6), "qwen3" (per-head q/k RMSNorm attn_{q,k}_norm, no biases,
+                                 * NeoX RoPE, qwen3.* keys, rope base 1e6) or "mistral" (llama with
+                                 * llama.attention.sliding_window) */
     int sliding_window;         /* random only, arch "mistral": the window; 0 = 8 */
 } mkmodel_opts;
 
@@ -35,7 +37,7 @@ typedef struct {
     bool tied;
     uint64_t n_params;          /* elements of all tensors */
     uint64_t file_bytes;
-    char arch[16];              /* general.architecture written ("llama", "qwen2") */
+    char arch[16];              /* general.architecture written ("llama", "qwen2", "qwen3") */
 } mkmodel_info;
 
 void mkmodel_opts_init(mkmodel_opts *o);

@@ -1,4 +1,4 @@
-/* model.c — llama-family (llama, mistral, qwen2) model loading (validate metadata and tensor shapes, point
+/* model.c — llama-family (llama, mistral, qwen2, qwen3) model loading (validate metadata and tensor shapes, point
  * into the mmap; for tensor parallelism, slice per shard) and the batched forward pass (see model.h). */
 #include "engine/model.h"
 #include "engine/util.h"
@@ -163,8 +163,9 @@ static int load_hparams(model *m, char *err, size_t n) {
     model_hparams *hp = &m->hp;
     if (!gguf_get_cstr(f, "general.architecture", m->arch, sizeof(m->arch)))
         return util_fail(err, n, "metadata has no general.architecture");
-    if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "mistral") != 0 && strcmp(m->arch, "qwen2") != 0)
-        return util_fail(err, n, "architecture '%s' is not supported yet (supported: llama, mistral, qwen2)",
+    if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "mistral") != 0 && strcmp(m->arch, "qwen2") != 0 &&
+        strcmp(m->arch, "qwen3") != 0)
+        return util_fail(err, n, "architecture '%s' is not supported yet (supported: llama, mistral, qwen2, qwen3)",
                           m->arch);
     if (!gguf_get_cstr(f, "general.name", m->name, sizeof(m->name))) snprintf(m->name, sizeof(m->name), "%s", "unnamed");
     const char *a = m->arch;
@@ -197,10 +198,12 @@ static int load_hparams(model *m, char *err, size_t n) {
     if (!te) return util_fail(err, n, "missing tensor 'token_embd.weight'");
     if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return util_fail(err, n, "implausible vocabulary size");
     hp->n_vocab = (int)te->ne[1];
-    /* qwen2 rotates NeoX-style (pairs i, i + n_rot/2); llama and mistral adjacent pairs */
-    hp->rope_neox = !strcmp(a, "qwen2");
+    /* qwen2 and qwen3 rotate NeoX-style (pairs i, i + n_rot/2); llama and mistral adjacent pairs */
+    bool qwen = !strcmp(a, "qwen2") || !strcmp(a, "qwen3");
+    hp->rope_neox = qwen;
+    hp->qk_norm = !strcmp(a, "qwen3");
     hp->sliding_window = 0;
-    if (strcmp(a, "qwen2") != 0 && arch_u32(f, a, "attention.sliding_window", &v)) {
+    if (!qwen && arch_u32(f, a, "attention.sliding_window", &v)) {
         if (v > (1u << 30)) return util_fail(err, n, "metadata %s.attention.sliding_window %u is out of range", a, v);
         hp->sliding_window = (int)v;
     }
@@ -300,6 +303,11 @@ static int load_shard_tensors(model *m, int r, engine_status *st, char *err, siz
         if (get_bias(m, r, f, LNAME("attn_q.bias"), QD, &L->bq, need_bias, st, err, n) ||
             get_bias(m, r, f, LNAME("attn_k.bias"), KVD, &L->bk, need_bias, st, err, n) ||
             get_bias(m, r, f, LNAME("attn_v.bias"), KVD, &L->bv, need_bias, st, err, n))
+            return -1;
+        /* qwen3: one (E) weight shared by every head, so each shard holds it whole */
+        if (hp->qk_norm &&
+            (get_vec(m, r, f, LNAME("attn_q_norm.weight"), (uint64_t)hp->head_dim, SPLIT_NONE, &L->q_norm, st, err, n) ||
+             get_vec(m, r, f, LNAME("attn_k_norm.weight"), (uint64_t)hp->head_dim, SPLIT_NONE, &L->k_norm, st, err, n)))
             return -1;
 #undef LNAME
     }
@@ -543,6 +551,9 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
             add_bias(op, be, sh->q, L->bq, M, QD);
             add_bias(op, be, sh->k, L->bk, M, KVD);
             add_bias(op, be, sh->v, L->bv, M, KVD);
+            /* qwen3's per-head norms: (M, H*E) is (M*H, E) rows of one head each */
+            if (L->q_norm) op->rmsnorm(be, sh->q, sh->q, L->q_norm, M * H, E, hp->eps);
+            if (L->k_norm) op->rmsnorm(be, sh->k, sh->k, L->k_norm, M * Hkv, E, hp->eps);
             op->rope(be, sh->q, m->pos, sh->inv_freq_be, M, H, E, hp->n_rot, hp->rope_neox);
             op->rope(be, sh->k, m->pos, sh->inv_freq_be, M, Hkv, E, hp->n_rot, hp->rope_neox);
             op->kv_write(be, &kv, sh->k, sh->v, m->aseq, n_seqs, KVD);

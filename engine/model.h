@@ -1,4 +1,4 @@
-/* model.h — a llama-family model (llama, mistral, qwen2) loaded from GGUF (weights used in place from
+/* model.h — a llama-family model (llama, mistral, qwen2, qwen3) loaded from GGUF (weights used in place from
  * the mmap) and its batched forward pass. Prefill, 1-token decode and the
  * (γ+1)-position verification of speculation are the same call: any number of
  * new positions of any number of sequences, each against its paged KV cache,
@@ -38,7 +38,8 @@ typedef struct {
     int n_rot;          /* rotated dims per head */
     float eps;
     float rope_base;
-    int rope_neox;      /* 0: adjacent pairs (llama); 1: (i, i+n_rot/2) pairs (qwen2) */
+    int rope_neox;      /* 0: adjacent pairs (llama); 1: (i, i+n_rot/2) pairs (qwen2, qwen3) */
+    int qk_norm;        /* 1: per-head RMSNorm of q and k before RoPE (qwen3) */
     int sliding_window; /* attention sees only the last W positions (mistral); 0 = unlimited */
 } model_hparams;
 
@@ -55,6 +56,7 @@ typedef struct {
     model_mat wv;             /* (Hkv*E, D) */
     model_mat wo;             /* (D, H*E) */
     const float *bq, *bk, *bv; /* (H*E) (Hkv*E) (Hkv*E) biases added after the matmuls, or NULL (qwen2 has them) */
+    const float *q_norm, *k_norm; /* (E) (E) per-head RMSNorm weights of q and k (qwen3), or NULL */
     const float *ffn_norm;    /* (D) */
     model_mat w_gate;         /* (F, D) */
     model_mat w_up;           /* (F, D) */

@@ -16,6 +16,9 @@
 # Architectures (metadata keys under "<arch>."):
 #   qwen2: q/k/v += blk.L.attn_{q,k,v}.bias after the matmuls; RoPE "NeoX" (ggml mode 2): pairs
 #          (x[i], x[i + n_rot/2]), same frequencies; default freq_base 10000 unless the metadata says.
+#   qwen3: no biases; every head's q and k (hd values) is RMS-normed on its own and scaled by
+#          blk.L.attn_q_norm.weight / attn_k_norm.weight (hd), after the projection and BEFORE RoPE
+#          (llama.cpp's llm_build_qwen3); RoPE NeoX like qwen2.
 #   mistral / llama with <arch>.attention.sliding_window = W: query at position P sees keys at
 #          positions P-W+1 .. P only.
 #
@@ -74,12 +77,12 @@ class LlamaRef:
         g = gguf_reader.read(path)
         self.g = g
         arch = g.get("general.architecture")
-        if arch not in ("llama", "mistral", "qwen2"):
-            raise ValueError("%s: architecture %r is not llama, mistral or qwen2" % (path, arch))
+        if arch not in ("llama", "mistral", "qwen2", "qwen3"):
+            raise ValueError("%s: architecture %r is not llama, mistral, qwen2 or qwen3" % (path, arch))
         self.arch = arch
         p = arch + "."
-        self.neox = arch == "qwen2"
-        self.window = 0 if arch == "qwen2" else int(g.get(p + "attention.sliding_window", 0))
+        self.neox = arch in ("qwen2", "qwen3")
+        self.window = 0 if self.neox else int(g.get(p + "attention.sliding_window", 0))
         self.dim = int(g.get(p + "embedding_length"))
         self.n_layers = int(g.get(p + "block_count"))
         self.ff = int(g.get(p + "feed_forward_length"))
@@ -108,6 +111,8 @@ class LlamaRef:
                 bq=t(b + "attn_q.bias").reshape(-1) if b + "attn_q.bias" in g.tensors else None,
                 bk=t(b + "attn_k.bias").reshape(-1) if b + "attn_k.bias" in g.tensors else None,
                 bv=t(b + "attn_v.bias").reshape(-1) if b + "attn_v.bias" in g.tensors else None,
+                q_norm=t(b + "attn_q_norm.weight").reshape(-1) if b + "attn_q_norm.weight" in g.tensors else None,
+                k_norm=t(b + "attn_k_norm.weight").reshape(-1) if b + "attn_k_norm.weight" in g.tensors else None,
                 wo=t(b + "attn_output.weight"),  # [dim, n_head*hd]
                 ffn_norm=t(b + "ffn_norm.weight"),
                 wg=t(b + "ffn_gate.weight"),  # [ff, dim]
@@ -199,6 +204,10 @@ class LlamaRef:
             q = q.reshape(T, self.n_head, self.hd)
             k = k.reshape(T, self.n_kv, self.hd)
             v = v.reshape(T, self.n_kv, self.hd)
+            if w["q_norm"] is not None:
+                q = self._rmsnorm(q, w["q_norm"])  # per head: the last axis is one head's hd values
+            if w["k_norm"] is not None:
+                k = self._rmsnorm(k, w["k_norm"])
             q = self._rope(q, pos)
             k = self._rope(k, pos)
             K = np.concatenate([self.k_cache[L], k], axis=0)  # [S, n_kv, hd]

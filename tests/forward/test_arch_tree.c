@@ -1,4 +1,4 @@
-/* test_arch_tree.c — tree verification (ancestor mask + explicit positions) on qwen2 and
+/* test_arch_tree.c — tree verification (ancestor mask + explicit positions) on qwen2, qwen3 and
  * mistral (sliding window) random models: every tree node's logits must equal the logits of
  * its root-to-node path evaluated as a plain causal sequence after the same prefix. */
 #include "cli/mkmodel.h"
@@ -39,7 +39,8 @@ static void check_arch(const char *arch, int window, const char *dir, backend *b
     model *m = model_load(path, be, NULL, NULL, err, sizeof err);
     CHECKF(m != NULL, "%s: load: %s", arch, err);
     if (!m) return;
-    CHECKF(m->hp.sliding_window == window && m->hp.rope_neox == !strcmp(arch, "qwen2"),
+    CHECKF(m->hp.sliding_window == window && m->hp.rope_neox == !strncmp(arch, "qwen", 4) &&
+           m->hp.qk_norm == !strcmp(arch, "qwen3"),
            "%s: window %d neox %d", arch, m->hp.sliding_window, m->hp.rope_neox);
     int V = m->hp.n_vocab;
     kv_pool *pool = model_kv_pool(m, 4, 64, NULL, err, sizeof err); /* small blocks: the tree straddles them */
@@ -94,6 +95,7 @@ int main(void) {
     if (!mkdtemp(dir)) SKIP("no temp dir");
     backend *be = backend_cpu_create(1);
     check_arch("qwen2", 0, dir, be);
+    check_arch("qwen3", 0, dir, be);
     check_arch("mistral", 3, dir, be);
     check_arch("mistral", 1, dir, be);
     backend_destroy(be);

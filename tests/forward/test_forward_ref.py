@@ -1,7 +1,7 @@
 # Forward pass vs the independent float64 reference: `specd eval` logits must match ref_llama.py
 # within 1e-4 relative (max|c - r| / max|r| per position row) for a real model and random models
 # of several shapes and every weight type (the reference dequantizes the very same stored weights),
-# and qwen2 / mistral (sliding window) random models.
+# and qwen2 / qwen3 (per-head q/k norms) / mistral (sliding window) random models.
 #
 # Contracts: see fwdutil.py (CLI) and ref_llama.py (model conventions).
 
@@ -127,12 +127,16 @@ def main():
         for label, opts in [
             ("qwen2-f32", dict(arch="qwen2", type="f32")),
             ("qwen2-q8_0-tied", dict(arch="qwen2", type="q8_0", tied=True)),
+            ("qwen3-f32", dict(arch="qwen3", type="f32")),
+            ("qwen3-q8_0-tied", dict(arch="qwen3", type="q8_0", tied=True)),
+            ("qwen3-f16-hd64", dict(arch="qwen3", type="f16", head_dim=64)),
             ("mistral-f32", dict(arch="mistral", type="f32")),
             ("mistral-w5-q4_0", dict(arch="mistral", type="q4_0", sliding_window=5)),
         ]:
             path = os.path.join(tmp, "%s.gguf" % label)
-            fwdutil.mkmodel(path, dim=128, layers=2, heads=4, kv_heads=2, head_dim=32, ff=256, ctx=128, seed=13,
-                            **opts)
+            shape = dict(dim=128, layers=2, heads=4, kv_heads=2, head_dim=32, ff=256, ctx=128, seed=13)
+            shape.update(opts)  # qwen3-f16-hd64: heads * head dim 256 != dim 128, as in real Qwen3
+            fwdutil.mkmodel(path, **shape)
             m = LlamaRef(path)
             toks = rng.integers(0, m.n_vocab, size=24).tolist()
             r = m.logits(toks)
@@ -150,6 +154,29 @@ def main():
                 for w, sv in zip(m.layers, saved):
                     w["bq"], w["bk"], w["bv"] = sv
                 ck.check(sens > 10 * TOL, "%s: dropping the biases would differ by %.3e" % (label, sens))
+            elif opts["arch"] == "qwen3":
+                lw = m.layers[0]
+                ck.check(m.arch == "qwen3" and m.neox and abs(m.base - 1e6) < 1 and lw["bq"] is None and
+                         lw["q_norm"] is not None and lw["q_norm"].shape == (m.hd,) and
+                         lw["k_norm"] is not None and lw["k_norm"].shape == (m.hd,),
+                         "%s: qwen3 metadata, NeoX rope, freq_base %g, no biases, q/k norms of head dim %d"
+                         % (label, m.base, m.hd))
+                for key in ("q_norm", "k_norm"):
+                    saved = [w[key] for w in m.layers]
+                    for w in m.layers:
+                        w[key] = None
+                    sens = float(np.max(fwdutil.rel_err_rows(m.logits(toks), r)))
+                    for w, sv in zip(m.layers, saved):
+                        w[key] = sv
+                    ck.check(sens > 10 * TOL, "%s: dropping %s would differ by %.3e" % (label, key, sens))
+                # the same weight for every head, applied per head (not over the whole row)
+                saved = [w["q_norm"] for w in m.layers]
+                for w in m.layers:
+                    w["q_norm"] = np.ones_like(w["q_norm"])
+                sens = float(np.max(fwdutil.rel_err_rows(m.logits(toks), r)))
+                for w, sv in zip(m.layers, saved):
+                    w["q_norm"] = sv
+                ck.check(sens > 10 * TOL, "%s: unit q_norm weights would differ by %.3e" % (label, sens))
             else:
                 want = opts.get("sliding_window", 8)
                 ck.check(m.window == want, "%s: sliding window %d in metadata (want %d)" % (label, m.window, want))

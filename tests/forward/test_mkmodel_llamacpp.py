@@ -17,7 +17,9 @@
 #     tokens STRING[n_vocab], token_type INT32[n_vocab]; special ids UINT32 below n_vocab
 #     (UINT32_MAX is ignored with a warning).
 #   * tensor offsets are multiples of general.alignment (default 32); output.weight may be
-#     absent (tied to token_embd.weight); qwen2 has attn_{q,k,v}.bias.
+#     absent (tied to token_embd.weight); qwen2 has attn_{q,k,v}.bias; qwen3 (llama.cpp's
+#     LLM_ARCH_QWEN3) has no biases and blk.N.attn_q_norm.weight / attn_k_norm.weight of
+#     [head dim] (key_length) each, under qwen3.* keys.
 import os
 import tempfile
 
@@ -125,6 +127,8 @@ def check_file(ck, label, path, want_arch="llama", want_rope_freqs=False):
         if arch == "qwen2":
             want.update({b + "attn_q.bias": [nh * hd], b + "attn_k.bias": [nkv * hd],
                          b + "attn_v.bias": [nkv * hd]})
+        if arch == "qwen3":
+            want.update({b + "attn_q_norm.weight": [hd], b + "attn_k_norm.weight": [hd]})
     for n, ne in want.items():
         t = g.tensors.get(n)
         need(t is not None and t.ne == ne, "tensor %s: %r, want %r" % (n, t and t.ne, ne))
@@ -170,6 +174,10 @@ def main():
         check_file(ck, "--head-dim 32", p("hd"))
         fwdutil.mkmodel(p("qwen2"), arch="qwen2", **small)
         check_file(ck, "--arch qwen2", p("qwen2"), want_arch="qwen2")
+        fwdutil.mkmodel(p("qwen3"), arch="qwen3", **small)
+        check_file(ck, "--arch qwen3", p("qwen3"), want_arch="qwen3")
+        fwdutil.mkmodel(p("qwen3-hd"), arch="qwen3", **dict(small, head_dim=128))
+        check_file(ck, "--arch qwen3 --head-dim 128", p("qwen3-hd"), want_arch="qwen3")
         fwdutil.mkmodel(p("mistral"), arch="mistral", **small)
         check_file(ck, "--arch mistral", p("mistral"))
         fwdutil.mkmodel(p("rope"), rope_scaling="llama3", **small)

@@ -46,9 +46,9 @@ def main():
             toks = rng.integers(0, n_vocab, size=40).tolist()
             run_model(ck, "gqa-%s" % ty, path, toks, [1, 16, 33], tmp)
 
-        # qwen2 (biases, NeoX rope) and mistral (sliding window 8: decode steps past the window and
+        # qwen2 (biases, NeoX rope), qwen3 (per-head q/k norms) and mistral (sliding window 8: decode steps past the window and
         # across KV block boundaries must still equal the prefill)
-        for arch in ("qwen2", "mistral"):
+        for arch in ("qwen2", "qwen3", "mistral"):
             path = os.path.join(tmp, "%s.gguf" % arch)
             fwdutil.mkmodel(path, arch=arch, dim=128, layers=2, heads=4, kv_heads=2, head_dim=32, ff=256, ctx=128,
                             seed=4)

@@ -362,6 +362,7 @@ static void test_models(void) {
         {"llama Q8_0", "llama", GGML_TYPE_Q8_0, false, 6e-2},
         {"llama Q4_K (F16 on the GPU)", "llama", GGML_TYPE_Q4_K, false, 2e-2},
         {"qwen2 F32 (biases, NeoX RoPE)", "qwen2", GGML_TYPE_F32, false, 1e-4},
+        {"qwen3 F32 (per-head q/k RMSNorm)", "qwen3", GGML_TYPE_F32, false, 1e-4},
         {"mistral F32 (window 8)", "mistral", GGML_TYPE_F32, false, 1e-4},
     };
     fprintf(stderr, "whole-model logits, GPU vs CPU (prefill, decode, tree verify + rollback, ragged batches):\n");

@@ -6,7 +6,8 @@
 # reference tests/tokenizer/pretok_ref.py), nodejs + npm + chromium (the
 # browser tests; `npm ci` then fetches playwright-core, the openai client, zod
 # and ws), nginx + prometheus (promtool) + curl (tests/deploy), openssl (test
-# certificates for TLS). nginx and prometheus are installed without starting
+# certificates for TLS), gcc-aarch64-linux-gnu + qemu-user (the aarch64 kernel
+# tests). nginx and prometheus are installed without starting
 # their services (a policy-rc.d refuses service starts during this apt run),
 # so nothing starts listening on ports 80 and 9090. Uses sudo when not root.
 set -euo pipefail
@@ -14,7 +15,8 @@ bash "$(dirname "$0")/../deploy/deps.sh"
 pkgs=(clang libclang-rt-14-dev
       python3 python3-numpy python3-scipy python3-websockets python3-jsonschema python3-regex python3-jinja2
       nodejs npm chromium
-      curl nginx prometheus openssl)
+      curl nginx prometheus openssl
+      gcc-aarch64-linux-gnu qemu-user)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -55,6 +55,7 @@ static void usage(FILE *f) {
             "  --resume           start from --ckpt's checkpoint (same flags and seed: the same data)\n"
             "  --stop-after N     stop once N steps are taken, as Ctrl-C would (checkpoint, measure, write)\n"
             "  --eval-temp T      the temperature of the sampled acceptance figure (0.8)\n"
+            "  --compare D.gguf   also measure another draft (F32/F16 llama, same vocabulary) on the held-out data\n"
             "  -t THREADS         threads for the target and the trainer's data-parallel workers (1)\n"
             "  --seed S (1)       --quiet\n");
 }
@@ -114,7 +115,7 @@ static train_cfg default_shape(const model *m, double bytes, int bpp) {
 }
 
 int cmd_distill_draft(int argc, char **argv) {
-    const char *target = NULL, *out = NULL, *corpora[16], *ckpt = NULL;
+    const char *target = NULL, *out = NULL, *corpora[16], *ckpt = NULL, *compare = NULL;
     int n_corpora = 0, threads = 1, plen = 32, gen = 96, topk = 32, gbatch = 64, epochs = 4, max_prompts = 4000;
     int tprompts = -1, dim = 0, layers = 0, heads = 0, kvh = 0, hd = 0, ff = 0, wtype = -1;
     bool tied = false, quiet = false, resume = false;
@@ -169,16 +170,14 @@ int cmd_distill_draft(int argc, char **argv) {
         else if (!strcmp(a, "--ckpt")) ckpt = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--ckpt-every")) ckpt_every = arg_long(argc, argv, &i, 1, 100000000);
         else if (!strcmp(a, "--resume")) resume = true;
+        else if (!strcmp(a, "--compare")) compare = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--stop-after")) o.stop_at = arg_long(argc, argv, &i, 1, 100000000);
         else if (!strcmp(a, "--eval-temp")) eval_temp = (float)arg_double(argc, argv, &i, 0.01, 4);
         else if (!strcmp(a, "-t")) threads = (int)arg_long(argc, argv, &i, 1, 64);
         else if (!strcmp(a, "--seed")) o.seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "--quiet")) quiet = true;
-        else {
-            fprintf(stderr, "specd distill-draft: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("distill-draft", a, usage);
     }
     if (!target || !out) {
         fprintf(stderr, "specd distill-draft: -m TARGET and -o DRAFT are required\n");
@@ -416,6 +415,18 @@ int cmd_distill_draft(int argc, char **argv) {
                e0g.acc_temp, e0g.kl);
     printf("held-out acceptance, trained:     greedy %.3f, T=%.2f %.3f (KL %.3f, CE %.3f, %lld positions)\n",
            e1g.acc_greedy, eval_temp, e1g.acc_temp, e1g.kl, e1g.ce, (long long)e1g.positions);
+    if (compare) {
+        train_model *cm = train_gguf_load(compare, err, sizeof err);
+        train_eval ce;
+        if (!cm || cm->c.V != V) {
+            fprintf(stderr, "specd distill-draft: --compare %s: %s\n", compare, cm ? "another vocabulary size" : err);
+        } else if (train_evaluate(cm, d, n_train, d->n, threads, eval_temp, &ce) == 0) {
+            printf("held-out acceptance, %s: greedy %.3f, T=%.2f %.3f (KL %.3f, CE %.3f)\n", compare, ce.acc_greedy,
+                   eval_temp, ce.acc_temp, ce.kl, ce.ce);
+            printf("summary_compare acc_greedy=%.6f acc_temp=%.6f kl=%.6f\n", ce.acc_greedy, ce.acc_temp, ce.kl);
+        }
+        train_model_destroy(cm);
+    }
     printf("summary acc0_greedy=%.6f acc0_temp=%.6f acc_greedy=%.6f acc_temp=%.6f kl=%.6f last_loss=%.6f steps=%lld "
            "seconds=%.3f params=%zu bytes=%.0f\n",
            resume ? -1.0 : e0g.acc_greedy, resume ? -1.0 : e0g.acc_temp, e1g.acc_greedy, e1g.acc_temp, e1g.kl,

@@ -161,20 +161,34 @@ GEN_TYPED(gen_tile_any, gen_tile_mn)
  * for any split of [0, N) over threads. Half-precision weights are widened in
  * registers at every M: the conversion is 2 instructions per 16 weights
  * against 5 FMAs, cheaper than a pass through memory. */
-#define MM_ROWS_BODY(TILE_ANY, MR)                                                              \
+/* Many input rows (prefill) are compute-bound, and the order of the loops
+ * decides where the operands come from: weight-tile-outer read all M rows of
+ * x (1.5 MB at 512 x 768 floats) from L3 for every 4 weight rows. So past one
+ * tile of rows the weights go in blocks of MM_WBLOCK bytes (kept in L2) and
+ * each MR-row tile of x (in L1) passes over a whole block. Each (row, output)
+ * is still one tile's full-K dot product: the order changes no bit. */
+#ifndef MM_WBLOCK
+#define MM_WBLOCK (192 << 10)
+#endif
+#define MM_ROWS_BODY(TILE_ANY, MR)                                                          \
     size_t rb = mm_row_bytes(wtype, K);                                                     \
     int q = (n1 - n0) / NR;                                                                 \
-    for (int i = 0; i < q; i++) {                                                           \
-        int n = n0 + i;                                                                     \
-        for (int m = 0; m < M; m += MR) {                                               \
-            int mr = M - m < MR ? M - m : MR;                                       \
-            TILE_ANY(wtype, mr, NR, y + (size_t)m * ldy + n, ldy, q, x + (size_t)m * K, K, \
-                     w + (size_t)n * rb, (size_t)q * rb);                                   \
+    int qb = M <= (MR) ? q : (int)(MM_WBLOCK / (NR * rb));                                  \
+    if (qb < 1) qb = 1;                                                                     \
+    for (int i0 = 0; i0 < q; i0 += qb) {                                                    \
+        int i1 = i0 + qb < q ? i0 + qb : q;                                                 \
+        for (int m = 0; m < M; m += (MR)) {                                                 \
+            int mr = M - m < (MR) ? M - m : (MR);                                           \
+            for (int i = i0; i < i1; i++) {                                                 \
+                int n = n0 + i;                                                             \
+                TILE_ANY(wtype, mr, NR, y + (size_t)m * ldy + n, ldy, q, x + (size_t)m * K, K, \
+                         w + (size_t)n * rb, (size_t)q * rb);                               \
+            }                                                                               \
         }                                                                                   \
     }                                                                                       \
     for (int n = n0 + q * NR; n < n1; n++)                                                  \
-        for (int m = 0; m < M; m += MR) {                                               \
-            int mr = M - m < MR ? M - m : MR;                                       \
+        for (int m = 0; m < M; m += (MR)) {                                                 \
+            int mr = M - m < (MR) ? M - m : (MR);                                           \
             TILE_ANY(wtype, mr, 1, y + (size_t)m * ldy + n, ldy, 1, x + (size_t)m * K, K,   \
                      w + (size_t)n * rb, rb);                                               \
         }

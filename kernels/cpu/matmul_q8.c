@@ -324,11 +324,11 @@ QG void qg_r8_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t 
  * groups go one at a time.
  * TILE(mr, ng, y, ldy, xq, xs, K, g, n_valid, stride) does ng groups that
  * start `stride` groups (and 8 * stride outputs) apart. */
-#define R8_TILE_M(TILE, NG, y_, nv_, g_, stride_)                                                   \
-    for (int m = 0; m < M; m += MQ_MR) {                                                           \
-        int mr = M - m < MQ_MR ? M - m : MQ_MR;                                                    \
-        float *ym = (y_) + (size_t)m * ldy;                                                        \
-        const uint8_t *xm = xq + m * xs;                                                           \
+#define R8_TILE_ONE(TILE, NG, m, y_, nv_, g_, stride_)                                             \
+    do {                                                                                           \
+        int mr = M - (m) < MQ_MR ? M - (m) : MQ_MR;                                                \
+        float *ym = (y_) + (size_t)(m) * ldy;                                                      \
+        const uint8_t *xm = xq + (m) * xs;                                                         \
         switch (mr) {                                                                              \
         case 1: TILE(1, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                          \
         case 2: TILE(2, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                          \
@@ -336,14 +336,28 @@ QG void qg_r8_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t 
         case 4: TILE(4, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                          \
         default: TILE(5, NG, ym, ldy, xm, xs, K, g_, nv_, stride_); break;                         \
         }                                                                                          \
-    }
+    } while (0)
+#define R8_TILE_M(TILE, NG, y_, nv_, g_, stride_)                                                   \
+    for (int m = 0; m < M; m += MQ_MR) R8_TILE_ONE(TILE, NG, m, y_, nv_, g_, stride_);
+/* Past one tile of input rows (prefill) the sets go in blocks of about
+ * R8_WBLOCK bytes (kept in L2) and each tile of rows passes over a whole block
+ * (see MM_WBLOCK in matmul.c): the same tiles, in another order. */
+#ifndef R8_WBLOCK
+#define R8_WBLOCK (192 << 10)
+#endif
 #define R8_ROWS_NG(TILE, NG)                                                                       \
     do {                                                                                           \
         int part = ngr / (NG);                                                                     \
-        for (int i = 0; i < part; i++) {                                                           \
-            int na = n0 + 8 * i;                                                                   \
-            int nvl = n1 - (na + 8 * part * ((NG) - 1)); /* the last group of the set may be short */ \
-            R8_TILE_M(TILE, NG, y + na, nvl < 8 ? nvl : 8, w + (size_t)(na / 8) * gb, part)        \
+        int pb = M <= MQ_MR ? part : (int)(R8_WBLOCK / ((NG) * gb));                               \
+        if (pb < 1) pb = 1;                                                                        \
+        for (int i0 = 0; i0 < part; i0 += pb) {                                                    \
+            int i1 = i0 + pb < part ? i0 + pb : part;                                              \
+            for (int m0 = 0; m0 < M; m0 += MQ_MR)                                                  \
+                for (int i = i0; i < i1; i++) {                                                    \
+                    int na = n0 + 8 * i;                                                           \
+                    int nvl = n1 - (na + 8 * part * ((NG) - 1)); /* the last group of the set may be short */ \
+                    R8_TILE_ONE(TILE, NG, m0, y + na, nvl < 8 ? nvl : 8, w + (size_t)(na / 8) * gb, part); \
+                }                                                                                  \
         }                                                                                          \
         for (int i = part * (NG); i < ngr; i++) {                                                  \
             int na = n0 + 8 * i, nva = n1 - na < 8 ? n1 - na : 8;                                  \

@@ -79,4 +79,69 @@ int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_gene
 int chat_render_spans(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
                       const char *bos_text, char *out, size_t cap, tok_span *spans, int max_spans, int *n_spans);
 
+/* ---- the model's own Jinja template (chat_tmpl.c) ---------------------------
+ *
+ * A chat_tmpl is what a served model renders chat prompts with: its GGUF's
+ * tokenizer.chat_template compiled by the Jinja renderer (jinja.h), or a
+ * named/file override, or, for a model without any, a built-in family above
+ * (the server warns). Immutable after load; any thread may apply it. */
+typedef struct chat_tmpl chat_tmpl;
+
+/* How a template's model writes tool calls (detected from the template's
+ * text; the tool-call parser and grammar follow it). */
+typedef enum {
+    CHAT_TOOLS_GENERIC = 0,  /* {"name": ..., "arguments": {...}} as the whole reply */
+    CHAT_TOOLS_LLAMA3,       /* {"name": ..., "parameters": {...}}, optionally after <|python_tag|> */
+    CHAT_TOOLS_HERMES,       /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Hermes, Qwen 2.5) */
+    CHAT_TOOLS_MISTRAL,      /* [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] */
+    CHAT_TOOLS_FUNCTIONARY31,/* <function=NAME>{...}</function> */
+    CHAT_TOOLS_FUNCTIONARY32,/* >>>NAME\n{...} (after the generation prompt's ">>>": NAME\n{...}) */
+    CHAT_TOOLS_FIREFUNCTION, /*  functools[{"name": ..., "arguments": {...}}, ...] */
+    CHAT_TOOLS_COMMAND_R7B,  /* <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|> */
+    CHAT_TOOLS_COMMAND_R,    /* Action: ```json\n[{"tool_name": ..., "parameters": {...}}]\n``` */
+    CHAT_TOOLS_COUNT
+} chat_tool_format;
+const char *chat_tool_format_name(chat_tool_format f); /* "generic", "llama3", "hermes", ... */
+/* The format a template's text implies (NULL: generic). */
+chat_tool_format chat_tool_format_detect(const char *template_text);
+
+/* Loads the template of the model (f, t; either may be NULL). override:
+ * NULL or "" = the model's tokenizer.chat_template; a path to a readable
+ * file = that file's text; otherwise a name: tokenizer.chat_template.NAME
+ * from the model, or a built-in family name (chat_template_from_name).
+ * Returns NULL with err ("tokenizer.chat_template line N: ...", "no
+ * template named X ...") when the chosen template does not compile or the
+ * override names nothing: reported once, at load. A model with no template
+ * at all loads as its detected built-in family (chat_tmpl_is_jinja false).
+ * Free with chat_tmpl_free (accepts NULL). */
+chat_tmpl *chat_tmpl_load(const gguf_file *f, const tokenizer *t, const char *override, char *err, size_t errlen);
+void chat_tmpl_free(chat_tmpl *ct);
+bool chat_tmpl_is_jinja(const chat_tmpl *ct);
+chat_template_kind chat_tmpl_family(const chat_tmpl *ct);   /* the built-in family (detected, for information) */
+chat_tool_format chat_tmpl_tool_format(const chat_tmpl *ct);
+const char *chat_tmpl_source(const chat_tmpl *ct);          /* e.g. "tokenizer.chat_template", "file tmpl.jinja" */
+const char *chat_tmpl_text(const chat_tmpl *ct);            /* the Jinja text ("" for a built-in family) */
+
+/* Renders a conversation. messages: a JSON array of OpenAI-shaped messages
+ * ({role, content (string or null), tool_calls [{id, type, function: {name,
+ * arguments (JSON text)}}], tool_call_id, name}); tools: a JSON array of
+ * {type: "function", function: {...}} or NULL/empty for none (then the
+ * template sees no tools variable at all). The template also sees
+ * add_generation_prompt, bos_token, eos_token (and datetime/functions
+ * when it reads them, as llama.cpp passes them to Firefunction).
+ * Message strings are data: only the template's markup (its literals,
+ * bos/eos, the standard role names) lands in the spans, so message text
+ * can never spell a special token. Tool-call arguments are given to the
+ * template as objects when it formats them with tojson. A BOS text the
+ * template writes first is dropped when the tokenizer adds BOS itself.
+ *
+ * Returns 0 with *out (malloc'd, NUL-terminated, *out_len bytes) and
+ * spans and n_spans (malloc'd, sorted, disjoint) set; -1 with err when the
+ * template raises or fails (raise_exception's message, with the line) or
+ * the input is not such JSON; -2 when tools are given to a model without
+ * a Jinja template. Bounded in time and output (1 MiB by default). */
+int chat_tmpl_apply(const chat_tmpl *ct, const char *messages_json, size_t messages_len, const char *tools_json,
+                    size_t tools_len, bool add_generation_prompt, char **out, size_t *out_len, tok_span **spans,
+                    int *n_spans, char *err, size_t errlen);
+
 #endif

@@ -29,6 +29,7 @@ const char *engine_finish_name(engine_finish f) {
 }
 
 const tokenizer *engine_tokenizer(const engine *e) { return e->sp->tok; }
+const chat_tmpl *engine_chat_tmpl(const engine *e) { return e->chat; }
 
 void engine_get_info(const engine *e, engine_info *out) {
     memset(out, 0, sizeof(*out));
@@ -36,7 +37,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     out->max_ctx = e->sp->max_ctx;
     out->has_draft = spec_pair_has_draft(e->sp);
     out->has_medusa = e->dm != NULL;
-    out->chat_template = (int)chat_template_detect(e->sp->target->gguf, e->sp->tok);
+    out->chat_template = (int)(e->chat ? chat_tmpl_family(e->chat) : chat_template_detect(e->sp->target->gguf, e->sp->tok));
     out->tree = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
     out->tree_bounds = (tree_shape){e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
     memcpy(out->tree_t_rows, e->t_rows, sizeof(out->tree_t_rows));
@@ -541,6 +542,11 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         free(e);
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the grammar mask cache"), NULL;
     }
+    if (!(e->chat = chat_tmpl_load(e->sp->target->gguf, e->sp->tok, c->chat_template, err, errlen))) {
+        engine_destroy(e); /* reported once, at load */
+        engine_status_set(st, ENGINE_ERR_INVALID);
+        return NULL;
+    }
     e->n_slots = c->max_waiting + c->max_running;
     if (e->n_slots > 65535) e->n_slots = 65535;
     int R = c->max_running;
@@ -623,6 +629,7 @@ void engine_destroy(engine *e) {
     draft_medusa_destroy(e->dm);
     medusa_heads_destroy(e->mh);
     constrain_cache_destroy(e->gc);
+    chat_tmpl_free(e->chat);
     spec_pair_free(e->sp);
     engine_backends_free(e);
     free(e);

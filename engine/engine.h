@@ -78,6 +78,8 @@ typedef struct {
 typedef struct {
     const char *target_path;
     const char *draft_path;        /* NULL: plain decoding only */
+    const char *chat_template;     /* --chat-template / models.chat_template: a file, a tokenizer.chat_template.NAME
+                                    * of the model, or a built-in family; NULL: the model's own (chat.h chat_tmpl_load) */
     const char *medusa_path;       /* Medusa heads for the target (specd train-medusa; NULL: none): requests with
                                     * speculation.method medusa verify their trees (shape: the tree bounds) */
     int threads;                   /* kernel threads (0 = all CPUs) */
@@ -301,6 +303,10 @@ typedef struct {
 int engine_get_sequences(engine *e, engine_seq_info *out, int max);
 /* The tokenizer of the loaded pair (immutable; any thread). */
 const tokenizer *engine_tokenizer(const engine *e);
+/* The chat template chat requests render with (loaded at engine_create:
+ * a template that does not compile fails the create). Owned by e. */
+typedef struct chat_tmpl chat_tmpl;
+const chat_tmpl *engine_chat_tmpl(const engine *e);
 
 /* Fixed facts of the loaded engine (immutable; any thread). */
 typedef struct {

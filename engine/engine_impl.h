@@ -96,6 +96,7 @@ typedef struct req {
 
 struct engine {
     engine_config cfg;
+    chat_tmpl *chat;               /* the chat template (engine_create; immutable) */
     backend *be;                   /* shard 0: the draft's and the unsharded target's */
     backend *shards[ENGINE_MAX_SHARDS]; /* the target's shards (n_shards; [0] == be) */
     int n_shards;

@@ -41,6 +41,7 @@ typedef struct {
 } jinja_limits;
 
 /* A render of t: define the variables, run once, read the output, end.
+ * t may be NULL for a render used only to build and inspect values.
  * Values made with the calls below live in the render's arena and die with
  * it. Never NULL (aborts on out-of-memory). */
 jinja_render *jinja_render_begin(const jinja_template *t, const jinja_limits *lim);
@@ -61,6 +62,10 @@ const char *jinja_string_of(const jinja_value *v, size_t *n);
 /* A list value's length and members (-1 / NULL when v is not a list). */
 int jinja_list_len(const jinja_value *v);
 jinja_value *jinja_list_at(const jinja_value *v, int i);
+
+/* json.dumps(v, indent) (indent < 0: none) as a string value with v's
+ * provenance; NULL when v holds something JSON cannot spell. */
+jinja_value *jinja_to_json(jinja_render *r, const jinja_value *v, int indent);
 
 /* Defines a global variable for the render (before jinja_run). */
 void jinja_define(jinja_render *r, const char *name, jinja_value *v);

@@ -100,6 +100,18 @@ int jinja_list_len(const jinja_value *v) { return v && v->kind == JV_LIST ? v->u
 jinja_value *jinja_list_at(const jinja_value *v, int i) {
     return v && v->kind == JV_LIST && i >= 0 && i < v->u.l.n ? v->u.l.v[i] : NULL;
 }
+jinja_value *jinja_to_json(jinja_render *r, const jinja_value *v, int indent) {
+    if (setjmp(r->jmp)) return NULL;
+    jsb b = {0};
+    jv_to_json(r, &b, v, indent, false, 0);
+    jv *out = jsb_value(r, &b);
+    if (jv_is_data(v) && b.n) {
+        out->u.s.data = ja_alloc(&r->arena, b.n);
+        memset(out->u.s.data, 1, b.n);
+    }
+    return out;
+}
+
 void jinja_define(jinja_render *r, const char *name, jinja_value *v) {
     scope_set(r, r->globals, ja_strndup(&r->arena, name, strlen(name)), v);
 }
@@ -620,8 +632,8 @@ static void exec_body(jrender *r, jscope *s, jnode *const *body, int nbody) {
 }
 
 int jinja_run(jinja_render *r, char *err, size_t errlen) {
-    if (r->ran) {
-        snprintf(err, errlen, "jinja_run called twice");
+    if (r->ran || !r->t) {
+        snprintf(err, errlen, r->t ? "jinja_run called twice" : "no template to run");
         return -1;
     }
     r->ran = true;

@@ -12,6 +12,7 @@
  * round. Greedy: the answers must be equal with the cache on and off, and
  * that is checked and reported. A benchmark: it asserts nothing about speed. */
 #include "cli/cmd.h"
+#include "cli/datadir.h"
 #include "cli/util.h"
 #include "engine/chat.h"
 #include "engine/engine.h"
@@ -20,6 +21,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 int bench_chat(int argc, char **argv);
@@ -252,15 +254,17 @@ static double bc_load1(void) {
     return l;
 }
 
-static void bc_usage(void) {
-    fprintf(stderr,
+static void bc_usage(FILE *f) {
+    fprintf(f,
             "usage: specd bench --multi-turn C -m TARGET.gguf [--draft DRAFT.gguf] [--turns T (6)] [-n TOKENS (64)]\n"
             "                   [--user-tokens MIN,MAX (40,80)] [--rounds R (2)] [--concurrent] [--no-spec]\n"
             "                   [--system TEXT] [--prompts CORPUS] [-t THREADS (2)] [--kv-blocks N] [--json]\n"
             "  C chat conversations x T turns through the model's chat template, each turn resending the\n"
             "  history plus a new user message; the prefix cache used and opted out in alternating order,\n"
             "  R rounds. --concurrent: each turn of all conversations at once (default: one after another);\n"
-            "  --kv-blocks: blocks per model pool (default: room for every conversation's history)\n");
+            "  --kv-blocks: blocks per model pool (default: room for every conversation's history)\n"
+            "  --prompts CORPUS: the user messages' text (default: the prompts.txt installed with specd, or\n"
+            "  $SPECD_MODELS/corpora/tinystories_valid_30K.txt when $SPECD_MODELS is set)\n");
 }
 
 int bench_chat(int argc, char **argv) {
@@ -290,20 +294,25 @@ int bench_chat(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 0, 1024);
         else if (!strcmp(a, "--kv-blocks")) kv_blocks = (int)arg_long(argc, argv, &i, 1, 1 << 24);
         else if (!strcmp(a, "--json")) json = true;
-        else {
-            bc_usage();
-            return 2;
-        }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bc_usage(stdout);
+            return 0;
+        } else
+            return cli_unknown_option("bench", a, bc_usage);
     }
     if (!target) {
-        bc_usage();
+        bc_usage(stderr);
         return 2;
     }
     char defpath[1024];
     if (!corpus_path) {
+        /* the test suite's corpus when $SPECD_MODELS names the shared models, else the prompts installed with specd */
         const char *dir = getenv("SPECD_MODELS");
-        snprintf(defpath, sizeof(defpath), "%s/corpora/tinystories_valid_30K.txt",
-                 dir && *dir ? dir : "/work/shared/models");
+        if (dir && *dir) snprintf(defpath, sizeof(defpath), "%s/corpora/tinystories_valid_30K.txt", dir);
+        if ((!dir || !*dir || access(defpath, R_OK) != 0) && cli_data_file("prompts.txt", defpath, sizeof(defpath)) != 0) {
+            fprintf(stderr, "specd bench: no corpus (looked in %s): give one with --prompts FILE\n", defpath);
+            return 2;
+        }
         corpus_path = defpath;
     }
     bc_corpus corp = {0};

@@ -10,6 +10,7 @@
  * nothing. */
 #include "cli/cmd.h"
 #include "cli/hub.h"
+#include "cli/datadir.h"
 #include "cli/util.h"
 #include "engine/engine.h"
 #include "engine/grammar.h"
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #define BE_MAX_CONC 16
@@ -186,8 +188,8 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
 
 /* ---- command ------------------------------------------------------------------ */
 
-static void be_usage(void) {
-    fprintf(stderr,
+static void be_usage(FILE *f) {
+    fprintf(f,
             "usage: specd bench --concurrency N[,N...] -m TARGET.gguf [--draft DRAFT.gguf] [-n TOKENS (64)]\n"
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
@@ -195,7 +197,8 @@ static void be_usage(void) {
             "                   [--medusa HEADS.gguf]\n"
             "  N streams at once through the engine API, speculation off then on (same prompts),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
-            "  (default ../shared/models/corpora/tinystories_valid_30K.txt beside the source tree)\n"
+            "  (--prompts FILE, one text a line; default: the prompts.txt installed with specd, or\n"
+            "  $SPECD_MODELS/corpora/tinystories_valid_30K.txt when $SPECD_MODELS is set)\n"
             "  --temp T     sampling temperature of every stream (0 = greedy; seeds 1..N)\n"
             "  --trees LIST compare speculation shapes against plain decoding instead of on/off:\n"
             "               plain (plain decoding again: an A/A control of the noise),\n"
@@ -357,17 +360,18 @@ int bench_engine(int argc, char **argv) {
         else if (!strcmp(a, "--trees")) {
             if (be_parse_trees(arg_str(argc, argv, &i), cfgs, &n_cfg) != 0) return 2;
             trees = true;
-        } else {
-            be_usage();
-            return 2;
-        }
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            be_usage(stdout);
+            return 0;
+        } else
+            return cli_unknown_option("bench", a, be_usage);
     }
     static char hf_path[2048], hf_draft_path[2048];
     int hrc = hub_resolve_flag("bench", hf, hf_path, sizeof(hf_path), &target);
     if (!hrc) hrc = hub_resolve_flag("bench", hf_draft, hf_draft_path, sizeof(hf_draft_path), &draft);
     if (hrc) return hrc;
     if (!target || n_conc == 0) {
-        be_usage();
+        be_usage(stderr);
         return 2;
     }
     char *grammar_text = NULL;
@@ -381,9 +385,13 @@ int bench_engine(int argc, char **argv) {
     }
     char defpath[1024];
     if (!prompts_path) {
-        snprintf(defpath, sizeof(defpath), "%s", "/work/shared/models/corpora/tinystories_valid_30K.txt");
+        /* the test suite's corpus when $SPECD_MODELS names the shared models, else the prompts installed with specd */
         const char *dir = getenv("SPECD_MODELS");
         if (dir && *dir) snprintf(defpath, sizeof(defpath), "%s/corpora/tinystories_valid_30K.txt", dir);
+        if ((!dir || !*dir || access(defpath, R_OK) != 0) && cli_data_file("prompts.txt", defpath, sizeof(defpath)) != 0) {
+            fprintf(stderr, "specd bench: no prompts file (looked in %s): give one with --prompts FILE\n", defpath);
+            return 2;
+        }
         prompts_path = defpath;
     }
     int max_conc = 0;

@@ -98,6 +98,19 @@ static void bench_profile(backend *be, bench_ctx *b, int ctx, int n, int gamma) 
 #endif
 }
 
+static void bench_usage(FILE *f) {
+    fprintf(f, "usage: specd bench -m MODEL.gguf | -hf REPO[:QUANT] [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
+               "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n"
+               "       specd bench --kernels [-t THREADS] [-r REPS]   (CPU matmul kernels alone)\n"
+               "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...   (engine streams, --help: all)\n"
+               "       specd bench --multi-turn 8 -m TARGET [--draft DRAFT] [--turns 6] ...   (chat, prefix cache on/off)\n"
+               "  -m, --model MODEL  the model; prefill and decode tok/s against the memory-bandwidth roofline\n"
+               "  -t, --threads N  CPU threads (default 2); -r, --reps N  repetitions per figure (default 5)\n"
+               "  --gamma G   the verify call measured: G+1 positions against a 1-position decode (default 4)\n"
+               "  --json      one JSON object instead of the table\n"
+               "  --backend B cpu (default), cuda or auto; --device N the GPU\n");
+}
+
 int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--concurrency")) return bench_engine(argc, argv);
@@ -118,14 +131,11 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--backend")) kind = arg_backend(argc, argv, &i);
         else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
-        else {
-            fprintf(stderr, "usage: specd bench -m MODEL.gguf | -hf REPO[:QUANT] [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
-                            "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n"
-                            "       specd bench --kernels [-t THREADS] [-r REPS]   (CPU matmul kernels alone)\n"
-                            "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...\n"
-                            "       specd bench --multi-turn 8 -m TARGET [--draft DRAFT] [--turns 6] ...   (chat, prefix cache on/off)\n");
-            return 2;
-        }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bench_usage(stdout);
+            return 0;
+        } else
+            return cli_unknown_option("bench", a, bench_usage);
     }
     static char hf_path[2048];
     int hrc = hub_resolve_flag("bench", hf, hf_path, sizeof(hf_path), &model_path);

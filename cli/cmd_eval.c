@@ -9,6 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void eval_usage(FILE *f) {
+    fprintf(f, "usage: specd eval -m MODEL.gguf --tokens \"ID ID ...\" [--split N] [-t THREADS] -o OUT.bin\n"
+               "  writes float32 logits (n_tokens, n_vocab); --split N: N tokens in one call, then one per call\n");
+}
+
 int cmd_eval(int argc, char **argv) {
     const char *model_path = NULL, *tokens_arg = NULL, *out_path = NULL;
     int split = -1, threads = 0;
@@ -19,14 +24,15 @@ int cmd_eval(int argc, char **argv) {
         else if (!strcmp(a, "--split")) split = (int)arg_long(argc, argv, &i, 1, 1 << 20);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "-o")) out_path = arg_str(argc, argv, &i);
-        else {
-            fprintf(stderr, "usage: specd eval -m MODEL.gguf --tokens \"ID ID ...\" [--split N] [-t THREADS] -o OUT.bin\n"
-                            "  writes float32 logits (n_tokens, n_vocab); --split N: N tokens in one call, then one per call\n");
-            return 2;
-        }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            eval_usage(stdout);
+            return 0;
+        } else
+            return cli_unknown_option("eval", a, eval_usage);
     }
     if (!model_path || !tokens_arg || !out_path) {
         fprintf(stderr, "specd eval: -m, --tokens and -o are required\n");
+        eval_usage(stderr);
         return 2;
     }
     int cap = 16, n = 0;

@@ -22,8 +22,8 @@
 
 #define GEN_MAX_REPEAT 99
 
-static void generate_usage(void) {
-    fprintf(stderr,
+static void generate_usage(FILE *f) {
+    fprintf(f,
             "usage: specd generate [-c config.yaml] [-m TARGET.gguf] [--draft DRAFT.gguf] [-p PROMPT] [-n N]\n"
             "                      [--gamma G | --adaptive] [--gamma-min G] [--gamma-max G] [--no-spec]\n"
             "                      [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
@@ -280,8 +280,8 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--no-bos")) bos = false;
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--quiet")) quiet = true;
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { generate_usage(); return 0; }
-        else { fprintf(stderr, "specd generate: unknown option '%s'\n", a); generate_usage(); return 2; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { generate_usage(stdout); return 0; }
+        else return cli_unknown_option("generate", a, generate_usage);
     }
     char err[1024] = "";
     if (!sampler_config_validate(&sc, err, sizeof(err))) {
@@ -496,6 +496,7 @@ int cmd_generate(int argc, char **argv) {
     } else {
         printf("\n");
     }
+    fflush(stdout); /* the text and its newline before the statistics on stderr, also when both go to one pipe */
     if (!quiet) {
         if (plain.n_out) print_stats(stderr, "plain", "off", &plain, n_prompt);
         print_stats(stderr, speculating ? "speculative" : "plain",

@@ -91,11 +91,8 @@ int cmd_mkmodel(int argc, char **argv)
             random_flags = true;
         }
         else if (!strcmp(a, "--name")) { o.name = arg_str(argc, argv, &i); shape_flags = true; }
-        else {
-            fprintf(stderr, "specd mkmodel: unknown argument '%s'\n", a);
-            mkmodel_usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("mkmodel", a, mkmodel_usage);
     }
     if (!out) {
         fprintf(stderr, "specd mkmodel: -o OUT.gguf is required\n");

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static void pull_usage(void) {
-    fprintf(stderr,
+static void pull_usage(FILE *f) {
+    fprintf(f,
             "usage: specd pull [--offline] [--refresh] [--quiet] REPO[:QUANT] | REPO/FILE.gguf ...\n"
             "  Downloads a GGUF from a Hugging Face model repository into the cache\n"
             "  ($SPECD_CACHE, default ~/.cache/specd) and prints its path. QUANT picks the file by its\n"
@@ -30,16 +30,14 @@ int cmd_pull(int argc, char **argv) {
     int n_refs = 0, rc = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return pull_usage(), 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return pull_usage(stdout), 0;
         if (!strcmp(a, "--offline")) flags |= HUB_OFFLINE;
         else if (!strcmp(a, "--refresh")) flags |= HUB_REFRESH;
         else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) flags |= HUB_QUIET;
-        else if (a[0] == '-') {
-            fprintf(stderr, "specd pull: unknown option '%s'\n", a);
-            return pull_usage(), 2;
-        } else n_refs++;
+        else if (a[0] == '-') return cli_unknown_option("pull", a, pull_usage);
+        else n_refs++;
     }
-    if (!n_refs) return pull_usage(), 2;
+    if (!n_refs) return pull_usage(stderr), 2;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] == '-') continue;
         char path[2048], err[4096];
@@ -201,18 +199,20 @@ static void walk(walk_ctx *w, const char *rel, int depth) {
     }
 }
 
+static void models_usage(FILE *f) {
+    fprintf(f, "usage: specd models [--json]\n  lists the GGUF files in the cache ($SPECD_CACHE, default "
+               "~/.cache/specd): reference, size, architecture, quant, parameters, tokenizer\n");
+}
+
 int cmd_models(int argc, char **argv) {
     walk_ctx w = {0};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json")) w.json = true;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fprintf(stderr, "usage: specd models [--json]\n  lists the GGUF files in the cache ($SPECD_CACHE, default "
-                            "~/.cache/specd): reference, size, architecture, quant, parameters, tokenizer\n");
+            models_usage(stdout);
             return 0;
-        } else {
-            fprintf(stderr, "specd models: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
+        } else
+            return cli_unknown_option("models", argv[i], models_usage);
     }
     char cache[1024];
     w.root = hub_cache_dir(cache, sizeof(cache));
@@ -234,8 +234,20 @@ int cmd_models_hint(FILE *f, int max) {
 
 /* ---- specd gguf-split --------------------------------------------------------- */
 
+static void gguf_split_usage(FILE *f) {
+    fprintf(f, "usage: specd gguf-split --split N IN.gguf OUT_PREFIX   (writes OUT_PREFIX-0000k-of-0000N.gguf)\n"
+               "       specd gguf-split --merge PART-00001-of-0000N.gguf ... OUT.gguf\n"
+               "  splits a GGUF into llama.cpp-style parts, or merges such parts into one file\n");
+}
+
 int cmd_gguf_split(int argc, char **argv) {
     char err[1024];
+    if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        gguf_split_usage(stdout);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "--split") && strcmp(argv[1], "--merge"))
+        return cli_unknown_option("gguf-split", argv[1], gguf_split_usage);
     if (argc >= 4 && !strcmp(argv[1], "--merge")) {
         /* specd gguf-split --merge PART1 ... OUT */
         if (gguf_merge_parts((const char *const *)argv + 2, argc - 3, argv[argc - 1], err, sizeof(err)) != 0) {
@@ -252,7 +264,6 @@ int cmd_gguf_split(int argc, char **argv) {
         }
         return 0;
     }
-    fprintf(stderr, "usage: specd gguf-split --split N IN.gguf OUT_PREFIX   (writes OUT_PREFIX-0000k-of-0000N.gguf)\n"
-                    "       specd gguf-split --merge PART-00001-of-0000N.gguf ... OUT.gguf\n");
+    gguf_split_usage(stderr);
     return 2;
 }

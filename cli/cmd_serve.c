@@ -19,20 +19,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void serve_usage(void) {
-    fprintf(stderr,
+static void serve_usage(FILE *f) {
+    fprintf(f,
             "usage: specd serve [-c config.yaml] [--host H] [--port P] [-m TARGET.gguf] [--draft DRAFT.gguf]\n"
-            "                   [--medusa HEADS.gguf]\n"
-            "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]] [--log-format text|json]\n"
-            "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N]\n"
+            "                   [--medusa HEADS.gguf] [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
+            "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N] [--log-format text|json]\n"
             "                   [--api-key KEY]... [--api-key-file FILE] [--tls-cert CERT.pem --tls-key KEY.pem]\n"
-            "  --api-key: every API request needs \"Authorization: Bearer KEY\" (repeatable; also\n"
-            "  server.api_keys / api_key_file). --tls-cert/--tls-key: HTTPS and WSS on the port\n"
-            "  (server.tls_cert / tls_key; the files are re-read on SIGHUP).\n"
-            "  -hf / --hf-draft fetch the target / draft from a Hugging Face repository into the cache\n"
-            "  (see specd pull). --log-format json: every stderr line as a JSON object (ts, pid, msg).\n"
-            "  --port 0 picks a free port; the ready line names the URL. Without a model (flag or\n"
-            "  models.target in the config) a demo pair with RANDOM weights is served.\n");
+            "  -c FILE        config file; without -c: $SPECD_CONFIG, else ./config.yaml, else\n"
+            "                 %s, else the built-in defaults (the first line printed says which)\n"
+            "  --host H       address to listen on (server.host, default 127.0.0.1); --port P (8080; 0 = a free one,\n"
+            "                 the ready line names the URL)\n"
+            "  -m MODEL       target GGUF (models.target); without one, a demo pair with RANDOM weights is served\n"
+            "  --draft D      draft GGUF sharing the target's tokenizer (models.draft)\n"
+            "  --medusa H     Medusa heads for the target (models.medusa; specd train-medusa)\n"
+            "  -hf REPO[:QUANT], --hf-draft REPO[:QUANT]  target / draft from a Hugging Face repository,\n"
+            "                 downloaded once into the cache (see specd pull)\n"
+            "  --web-root DIR the pages to serve (server.web_root; \"none\" = no pages); default: the pages\n"
+            "                 installed with specd (meson install), found from the binary's own path\n"
+            "  -t THREADS     CPU threads (engine.threads); --max-running N sequences in the batch\n"
+            "                 (engine.max_running); --ctx N context per sequence (engine.max_ctx)\n"
+            "  --log-format json  every stderr line as a JSON object (ts, pid, msg)\n"
+            "  --api-key KEY  every API request needs \"Authorization: Bearer KEY\" (repeatable; also\n"
+            "                 server.api_keys / api_key_file); --api-key-file FILE: one key per line\n"
+            "  --tls-cert/--tls-key  HTTPS and WSS on the port (server.tls_cert / tls_key; re-read on SIGHUP)\n"
+            "  SIGHUP reloads the config; SIGINT/SIGTERM drain running requests and exit 0.\n",
+            pol_config_system_path());
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -79,8 +90,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--max-running")) max_running = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--ctx")) ctx = (int)arg_long(argc, argv, &i, 16, 1 << 20);
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { serve_usage(); return 0; }
-        else { fprintf(stderr, "specd serve: unknown option '%s'\n", a); serve_usage(); return 2; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { serve_usage(stdout); return 0; }
+        else return cli_unknown_option("serve", a, serve_usage);
     }
     if (log_json && logfmt_json_start() != 0) perror("specd serve: --log-format json");
     static char hf_path[2048], hf_draft_path[2048];

@@ -10,15 +10,18 @@
 
 #include "cli/cmd.h"
 #include "cli/util.h"
+#include "policy/config.h"
 
 static void telemetry_usage(FILE *f) {
     fprintf(f,
-        "usage: specd telemetry [--db PATH] summary [--since HOURS]\n"
-        "       specd telemetry [--db PATH] sessions [--last N]\n"
+        "usage: specd telemetry [--db PATH | -c config.yaml] summary [--since HOURS]\n"
+        "       specd telemetry [--db PATH | -c config.yaml] sessions [--last N]\n"
         "  summary   acceptance rate, mean accepted length, gamma distribution and TPOT,\n"
         "            overall, by content type and by model pair, over the last HOURS (24)\n"
         "  sessions  the N (20) most recent sessions\n"
-        "  --db PATH the telemetry database (telemetry.db)\n");
+        "  --db PATH the telemetry database; default: the one `specd serve` writes from here, its\n"
+        "            config's telemetry.path (config found as serve finds it: -c, $SPECD_CONFIG,\n"
+        "            ./config.yaml, the system location), else specd-telemetry.db\n");
 }
 
 static void fmt_time(char *out, size_t n, int64_t ms) {
@@ -161,25 +164,39 @@ static int cmd_sessions(sqlite3 *db, long last) {
 }
 
 int cmd_telemetry(int argc, char **argv) {
-    const char *path = "telemetry.db", *sub = NULL;
+    const char *path = NULL, *sub = NULL, *config_flag = NULL;
+    char cfg_db[1024];
     double hours = 24;
     long last = 20;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { telemetry_usage(stdout); return 0; }
         else if (!strcmp(argv[i], "--db")) path = arg_str(argc, argv, &i);
+        else if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "--config")) config_flag = arg_str(argc, argv, &i);
         else if (!strcmp(argv[i], "--since")) hours = arg_double(argc, argv, &i, 1e-6, 1e7);
         else if (!strcmp(argv[i], "--last")) last = arg_long(argc, argv, &i, 1, 1000000);
         else if (!sub && (!strcmp(argv[i], "summary") || !strcmp(argv[i], "sessions"))) sub = argv[i];
-        else {
-            fprintf(stderr, "specd telemetry: unexpected argument '%s'\n", argv[i]);
-            telemetry_usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("telemetry", argv[i], telemetry_usage);
     }
     if (!sub) { telemetry_usage(stderr); return 2; }
+    if (!path) {
+        /* what serve writes: the telemetry.path of the config it would read */
+        const char *source;
+        const char *cpath = pol_config_find(config_flag, &source);
+        char err[512];
+        pol_config *pc = cpath ? pol_config_load(cpath, NULL, err, sizeof(err)) : pol_config_default();
+        if (!pc) {
+            fprintf(stderr, "specd telemetry: %s\n", err);
+            return 2;
+        }
+        snprintf(cfg_db, sizeof(cfg_db), "%s", pc->telemetry.path);
+        pol_config_free(pc);
+        path = cfg_db;
+    }
     struct stat sb;
     if (stat(path, &sb) != 0) {
-        fprintf(stderr, "specd telemetry: no telemetry database at %s (give --db PATH)\n", path);
+        fprintf(stderr, "specd telemetry: no telemetry database at %s (give --db PATH, or -c the server's config)\n",
+                path);
         return 1;
     }
     sqlite3 *db = NULL;

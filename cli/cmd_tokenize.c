@@ -137,11 +137,8 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--pre")) pre_name = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-0") || !strcmp(a, "--null")) nul = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { tokenize_usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "specd tokenize: unknown argument '%s'\n", a);
-            tokenize_usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("tokenize", a, tokenize_usage);
     }
     if (nul && !splits) {
         fprintf(stderr, "specd tokenize: -0 goes with --splits\n");
@@ -222,11 +219,8 @@ int cmd_detokenize(int argc, char **argv) {
         else if (!strcmp(a, "--special")) flags |= TOK_DECODE_SPECIAL;
         else if (!strcmp(a, "--continuation")) flags |= TOK_DECODE_CONTINUATION;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { detokenize_usage(stdout); return 0; }
-        else {
-            fprintf(stderr, "specd detokenize: unknown argument '%s'\n", a);
-            detokenize_usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("detokenize", a, detokenize_usage);
     }
     if (!model) {
         fprintf(stderr, "specd detokenize: -m MODEL.gguf is required\n");

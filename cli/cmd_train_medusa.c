@@ -181,11 +181,8 @@ int cmd_train_medusa(int argc, char **argv) {
         else if (!strcmp(a, "-t")) threads = (int)arg_long(argc, argv, &i, 1, 256);
         else if (!strcmp(a, "--seed")) o.seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "--quiet")) quiet = true;
-        else {
-            fprintf(stderr, "specd train-medusa: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("train-medusa", a, usage);
     }
     if (!target || !out || !n_corpora) {
         fprintf(stderr, "specd train-medusa: -m, -o and at least one --corpus are required\n");

@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void verify_usage(void) {
-    fprintf(stderr,
+static void verify_usage(FILE *f) {
+    fprintf(f,
             "usage: specd verify -m TARGET.gguf --draft DRAFT.gguf [--samples N] [--positions K] [--temp T]\n"
             "                    [--top-k K] [--top-p P] [--min-p P] [--gamma G | --adaptive] [-p PROMPT]\n"
             "                    [--seed S] [--alpha A] [-t THREADS] [--quiet] [--broken]\n"
@@ -216,14 +216,14 @@ int cmd_verify(int argc, char **argv) {
                 return 2;
             }
         }
-        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { verify_usage(); return 0; }
-        else { fprintf(stderr, "specd verify: unknown option '%s'\n", a); verify_usage(); return 2; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { verify_usage(stdout); return 0; }
+        else return cli_unknown_option("verify", a, verify_usage);
     }
     char err[1024] = "";
     if (!model_path || (!draft_path && method != SPEC_METHOD_NGRAM && !medusa_path)) {
         fprintf(stderr, "specd verify: both -m TARGET and --draft DRAFT are required (the draft is optional with "
                         "--method ngram or --medusa)\n");
-        verify_usage();
+        verify_usage(stderr);
         return 2;
     }
     if (!sampler_config_validate(&sc, err, sizeof(err))) {

@@ -25,12 +25,13 @@
 #define SPECD_SOURCE_ROOT ""
 #endif
 
-static bool has_pages(const char *dir) {
+/* Whether path + probe (a suffix such as "/index.html", or "") is readable. */
+static bool readable(const char *path, const char *probe) {
     char p[PATH_MAX + 96];
-    size_t n = strlen(dir);
-    if (n + sizeof "/index.html" > sizeof p) return false;
-    memcpy(p, dir, n);
-    memcpy(p + n, "/index.html", sizeof "/index.html");
+    size_t n = strlen(path), m = strlen(probe);
+    if (n + m + 1 > sizeof p) return false;
+    memcpy(p, path, n);
+    memcpy(p + n, probe, m + 1);
     return access(p, R_OK) == 0;
 }
 
@@ -53,16 +54,20 @@ static bool in_build_tree(const char *dir) {
     return !strncmp(dir, root, n) && (dir[n] == '/' || !dir[n]);
 }
 
-int cli_default_web_root(char *out, size_t len) {
+/* The first readable path among: the source tree's src_rel (build-tree
+ * binary only), BINDIR/../DATADIR/specd/data_rel, DATADIR/specd/data_rel;
+ * probe names a file that must exist inside it ("" = the path itself). */
+static int find_data(const char *src_rel, const char *data_rel, const char *probe, char *out, size_t len) {
     char dir[PATH_MAX], cand[3][PATH_MAX + 64];
     int nc = 0;
     exe_dir(dir, sizeof dir);
-    if (dir[0] && in_build_tree(dir) && SPECD_SOURCE_ROOT[0]) snprintf(cand[nc++], sizeof cand[0], "%s/web", SPECD_SOURCE_ROOT);
-    if (dir[0] && SPECD_BIN_TO_DATADIR[0]) snprintf(cand[nc++], sizeof cand[0], "%s/%s/web", dir, SPECD_BIN_TO_DATADIR);
-    snprintf(cand[nc++], sizeof cand[0], "%s/web", SPECD_DATADIR);
+    if (dir[0] && in_build_tree(dir) && SPECD_SOURCE_ROOT[0])
+        snprintf(cand[nc++], sizeof cand[0], "%s/%s", SPECD_SOURCE_ROOT, src_rel);
+    if (dir[0] && SPECD_BIN_TO_DATADIR[0]) snprintf(cand[nc++], sizeof cand[0], "%s/%s/%s", dir, SPECD_BIN_TO_DATADIR, data_rel);
+    snprintf(cand[nc++], sizeof cand[0], "%s/%s", SPECD_DATADIR, data_rel);
     for (int i = 0; i < nc; i++) {
         char real[PATH_MAX];
-        if (has_pages(cand[i]) && realpath(cand[i], real)) {
+        if (readable(cand[i], probe) && realpath(cand[i], real)) {
             snprintf(out, len, "%s", real);
             return 0;
         }
@@ -75,4 +80,12 @@ int cli_default_web_root(char *out, size_t len) {
         o += (size_t)w;
     }
     return -1;
+}
+
+int cli_default_web_root(char *out, size_t len) { return find_data("web", "web", "/index.html", out, len); }
+
+int cli_data_file(const char *name, char *out, size_t len) {
+    char src[128];
+    snprintf(src, sizeof src, "cli/data/%s", name);
+    return find_data(src, name, "", out, len);
 }

@@ -2,10 +2,12 @@
 #include "cli/util.h"
 #include "kernels/clock.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 double now_ms(void) { return clock_now_ms(); }
@@ -162,4 +164,76 @@ int arg_backend(int argc, char **argv, int *i) {
 void cli_load_failed(const char *cmd, engine_status st, const char *err, const char *oom_hint) {
     fprintf(stderr, "specd %s: %s\n", cmd, err);
     if (st == ENGINE_ERR_OOM) fprintf(stderr, "specd %s: the model weights, scratch and KV cache do not fit in memory: %s\n", cmd, oom_hint);
+}
+
+/* ---- unknown options: did you mean? ------------------------------------------ */
+
+/* Edit distance between a and b, case-folded, where swapping two neighbours
+ * counts one edit like an insertion, deletion or substitution (optimal string
+ * alignment: "--prot" is one edit from "--port"); 99 past 47 bytes. */
+static size_t typo_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b), d[48][48];
+    if (la > 47 || lb > 47) return 99;
+    for (size_t i = 0; i <= la; i++) d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int ai = tolower((unsigned char)a[i - 1]), bj = tolower((unsigned char)b[j - 1]);
+            size_t v = d[i - 1][j - 1] + (ai != bj);
+            if (d[i - 1][j] + 1 < v) v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ai == tolower((unsigned char)b[j - 2]) && tolower((unsigned char)a[i - 2]) == bj &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[la][lb];
+}
+
+const char *cli_suggest_option(const char *arg, const char *text, char *out, size_t len) {
+    const char *a = arg;
+    while (*a == '-') a++;
+    size_t al = strlen(a), best_d = 99;
+    if (!al || al > 40) return NULL;
+    size_t allow = al <= 2 ? 0 : al <= 5 ? 1 : 2;
+    bool found = false;
+    for (const char *p = text; *p; p++) {
+        /* an option: '-' or '--' then a letter, at the start or after a space, '[', '|', '(' or ',' */
+        if (*p != '-' || (p > text && !strchr(" \t\n[|(,", p[-1]))) continue;
+        const char *q = p;
+        while (*q == '-') q++;
+        if (q - p > 2 || !isalpha((unsigned char)*q)) continue;
+        char name[48];
+        size_t n = 0;
+        while ((isalnum((unsigned char)q[n]) || q[n] == '-' || q[n] == '_') && n + 1 < sizeof name) n++;
+        memcpy(name, q, n);
+        name[n] = 0;
+        size_t d = typo_distance(a, name);
+        size_t shorter = n < al ? n : al;
+        if (d > allow && shorter >= 3 && !strncasecmp(a, name, shorter)) d = allow; /* a prefix */
+        if (d <= allow && d < best_d) {
+            best_d = d;
+            snprintf(out, len, "%.*s", (int)(q - p + n), p);
+            found = true;
+        }
+        p = q + n - 1;
+    }
+    return found ? out : NULL;
+}
+
+int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *)) {
+    char *text = NULL, sug[64];
+    size_t tl = 0;
+    FILE *m = open_memstream(&text, &tl);
+    if (m) {
+        usage(m);
+        fclose(m);
+    }
+    const char *s = text && arg[0] == '-' ? cli_suggest_option(arg, text, sug, sizeof sug) : NULL;
+    if (arg[0] != '-') fprintf(stderr, "specd %s: unexpected argument '%s'", cmd, arg);
+    else fprintf(stderr, "specd %s: unknown option '%s'", cmd, arg);
+    if (s) fprintf(stderr, " (did you mean '%s'?)", s);
+    fprintf(stderr, "\n  `specd %s --help` lists the options\n", cmd);
+    free(text);
+    return 2;
 }

@@ -42,6 +42,20 @@ uint64_t arg_u64(int argc, char **argv, int *i);
 /* --backend VALUE: auto | cpu | cuda, as a backend_kind. */
 int arg_backend(int argc, char **argv, int *i);
 
+/* The last branch of a `specd CMD` option parser: arg is nothing it knows.
+ * Prints "specd CMD: unknown option 'ARG' (did you mean '--xyz'?)" on stderr
+ * (an argument not starting with '-': "unexpected argument"), then where the
+ * options are listed, and returns 2 for the caller to return. The candidates
+ * are the options the usage text names (every word in it that starts with
+ * '-'), so --help and the suggestion never disagree; usage(f) writes that text
+ * (it is captured, not shown). The suggestion is cli_suggest_option's. */
+int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *));
+/* The option named in text closest to arg, or NULL: compared without their
+ * leading dashes, case-folded; an edit distance (a swap of neighbours counts one) of at most 0 (arg of up to 2
+ * characters), 1 (up to 5) or 2, else one a prefix of the other (the shorter
+ * at least 3 characters). Writes it into out (len bytes). */
+const char *cli_suggest_option(const char *arg, const char *text, char *out, size_t len);
+
 /* Writes s (len bytes) as a JSON string literal, escaping as needed. */
 void json_write_str(FILE *f, const char *s, size_t len);
 

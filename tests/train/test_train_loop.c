@@ -4,11 +4,13 @@
  * checkpoint and resumed from it repeats the uninterrupted run's losses bit
  * for bit; two data-parallel workers follow one worker's losses; the model
  * written as GGUF loads in specd and its forward pass gives the trainer's
- * logits; a corrupt checkpoint is refused. */
+ * logits; a corrupt checkpoint is refused; distillation data keeps the
+ * target's own top-k (equal to a fresh pass) and greedy tokens. */
 #include "engine/gguf.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
 #include "engine/train/train_ckpt.h"
+#include "engine/train/train_distill.h"
 #include "engine/train/train_gguf.h"
 #include "engine/train/train_loop.h"
 
@@ -172,6 +174,51 @@ int main(void) {
         kv_seq_destroy(pool, kv);
         kv_pool_destroy(pool);
         model_free(sm);
+    }
+    /* distillation data: the top-k kept from the generating passes equal a
+     * fresh forward pass's over the finished sequence, and at temperature 0
+     * each next token is the target's argmax */
+    snprintf(path, sizeof path, "%s/stories260K.gguf", dir ? dir : "../shared/models");
+    model_params mpp = {.max_batch = 64, .max_ctx = 64};
+    model *tm = model_load(path, be, &mpp, NULL, err, sizeof err);
+    CHECK(tm != NULL, "%s", err);
+    if (tm) {
+        train_data *dd = train_data_create(40, 8, 8);
+        int32_t p0[] = {1, 403}, p1[] = {1}, p2[] = {1, 403, 407, 261};
+        const int32_t *pr[] = {p0, p1, p2};
+        int pl[] = {2, 1, 4}, wm[] = {0, 5, 0};
+        uint64_t grs = 9;
+        int64_t got = train_distill_add(dd, tm, tk, pr, pl, wm, 3, 30, 0.0f, 1.0f, 2, &grs, err, sizeof err);
+        CHECK(got == 3, "distill examples %lld: %s", (long long)got, err);
+        kv_pool *pool = model_kv_pool(tm, 16, 8, NULL, err, sizeof err);
+        kv_seq *kv = kv_seq_create(pool, 64);
+        static float zl[64 * 512];
+        double worst = 0;
+        int argmax_ok = 1, n_pos = 0;
+        for (int64_t e = 0; e < dd->n; e++) {
+            int nv = 0;
+            while (nv < 40 && dd->labels[e * 40 + nv] >= 0) nv++;
+            kv_seq_truncate(pool, kv, 0);
+            model_seq ms = {.kv = kv, .n = nv, .tokens = dd->tokens + e * 40, .all_logits = true};
+            CHECK(model_forward(tm, pool, &ms, 1, zl, err, sizeof err) == 0, "%s", err);
+            for (int t = 0; t < nv; t++, n_pos++) {
+                int32_t ids[8];
+                float vals[8];
+                train_topk(ids, vals, zl + (size_t)t * 512, 512, 8);
+                const int32_t *kid = dd->topk_id + ((size_t)e * 40 + t) * 8;
+                const float *kz = dd->topk_logit + ((size_t)e * 40 + t) * 8;
+                for (int k = 0; k < 8; k++) worst = fmax(worst, fabs(kz[k] - vals[k]) + (kid[k] != ids[k]));
+                int warm_end = e == 1 ? 6 : pl[e]; /* written prompt tokens are sampled at T = 1 */
+                if (t + 1 >= warm_end && dd->labels[e * 40 + t] != ids[0]) argmax_ok = 0;
+            }
+        }
+        printf("distillation data: %d positions, max top-k difference from a fresh pass %.2e\n", n_pos, worst);
+        CHECK(worst < 1e-3, "top-k from the generating passes differ from a fresh pass");
+        CHECK(argmax_ok, "a temperature-0 continuation token is not the target's argmax");
+        kv_seq_destroy(pool, kv);
+        kv_pool_destroy(pool);
+        train_data_destroy(dd);
+        model_free(tm);
     }
     backend_destroy(be);
     unlink(gp);

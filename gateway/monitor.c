@@ -15,6 +15,9 @@
 #define MON_WINDOW 20 /* snapshots in the rolling α window (5 s) */
 #define MON_LAT_RING 512
 #define MON_MAX_SEQS 256
+/* the window's proposal counters: drafted tokens (nodes), plain passes, tree
+ * steps and their nodes, then per proposer slot verify steps, drafted, accepted */
+enum { MP_DRAFTED, MP_PLAIN, MP_TREE_STEPS, MP_TREE_NODES, MP_BY, MON_PROP = MP_BY + 3 * SPEC_DRAFTERS };
 
 static struct {
     bool scheduled;               /* gw_server.monitor_sul is scheduled */
@@ -22,6 +25,7 @@ static struct {
     uint64_t tokens_prev;
     /* rolling window of cumulative counters */
     uint64_t acc[MON_WINDOW], rej[MON_WINDOW], ver[MON_WINDOW];
+    uint64_t prop[MON_WINDOW][MON_PROP]; /* the proposal counters below (mon_prop) */
     int n, head;
     double ttft[MON_LAT_RING], tpot[MON_LAT_RING];
     int n_lat, lat_head;
@@ -75,6 +79,15 @@ static char *snapshot_json(gw_server *s) {
     int oldest = mon.n < MON_WINDOW ? 0 : (mon.head + 1) % MON_WINDOW;
     uint64_t da = es.st.accepted - mon.acc[oldest], dr = es.st.rejections - mon.rej[oldest];
     uint64_t dv = es.st.verify_steps - mon.ver[oldest];
+    uint64_t *pw = mon.prop[mon.head], dp[MON_PROP];
+    pw[MP_DRAFTED] = es.st.drafted, pw[MP_PLAIN] = es.st.plain_steps;
+    pw[MP_TREE_STEPS] = es.st.tree_steps, pw[MP_TREE_NODES] = es.st.tree_nodes;
+    for (int m = 0; m < SPEC_DRAFTERS; m++) {
+        pw[MP_BY + 3 * m] = es.st.by[m].verify_steps;
+        pw[MP_BY + 3 * m + 1] = es.st.by[m].drafted;
+        pw[MP_BY + 3 * m + 2] = es.st.by[m].accepted;
+    }
+    for (int k = 0; k < MON_PROP; k++) dp[k] = pw[k] - mon.prop[oldest][k];
     mon.head = (mon.head + 1) % MON_WINDOW;
     if (mon.n < MON_WINDOW) mon.n++;
 
@@ -94,6 +107,33 @@ static char *snapshot_json(gw_server *s) {
                                                                                  : json_null()));
     json_object_set_new(o, "mean_accepted", dv ? json_real((double)da / (double)dv)
                                                : json_real(spec_stats_mean_accepted(&es.st)));
+    /* server-wide proposal size over the window: drafted tokens (chain γ, or
+     * tree nodes) per verify step, tree nodes per tree step, and each proposer's
+     * share of the target passes (plain passes included) */
+    json_t *prop = json_object();
+    json_object_set_new(prop, "per_step", dv ? json_real((double)dp[MP_DRAFTED] / (double)dv) : json_null());
+    json_object_set_new(prop, "tree_nodes_per_step", dp[MP_TREE_STEPS] ? json_real((double)dp[MP_TREE_NODES] /
+                                                                                   (double)dp[MP_TREE_STEPS])
+                                                                       : json_null());
+    json_t *shares = json_array();
+    uint64_t passes = dp[MP_PLAIN];
+    for (int m = 0; m < SPEC_DRAFTERS; m++) passes += dp[MP_BY + 3 * m];
+    for (int m = 0; m <= SPEC_DRAFTERS; m++) {
+        bool plain = m == SPEC_DRAFTERS;
+        uint64_t steps = plain ? dp[MP_PLAIN] : dp[MP_BY + 3 * m];
+        json_t *x = json_object();
+        json_object_set_new(x, "method", json_string(plain ? "plain" : spec_drafter_name(m)));
+        json_object_set_new(x, "passes", json_integer((json_int_t)steps));
+        json_object_set_new(x, "share", passes ? json_real((double)steps / (double)passes) : json_null());
+        if (!plain) {
+            uint64_t d = dp[MP_BY + 3 * m + 1], a = dp[MP_BY + 3 * m + 2];
+            json_object_set_new(x, "per_step", steps ? json_real((double)d / (double)steps) : json_null());
+            json_object_set_new(x, "accept_rate", d ? json_real((double)a / (double)d) : json_null());
+        }
+        json_array_append_new(shares, x);
+    }
+    json_object_set_new(prop, "by_method", shares);
+    json_object_set_new(o, "proposal", prop);
     json_t *pp = json_array();
     for (int i = 0; i < GAMMA_MAX && es.st.pos_reached[i]; i++) {
         json_t *p = json_object();

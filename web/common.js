@@ -44,6 +44,42 @@ export function splitAccepted(text, acceptedBytes) {
   return [utf8dec.decode(b.subarray(0, n)), utf8dec.decode(b.subarray(n))];
 }
 
+/** Checks what a user typed into a settings field against its rule (the
+ *  data-rule attribute): '0..2', '(0,1]', '[0,1)' (numbers in a range),
+ *  'int' (any integer), 'int>=0', 'int>=1', 'int1..16', 'int1..8', 'stop' (at
+ *  most 4 lines of 1..63 UTF-8 bytes, one stop string each) or 'schema' (a
+ *  JSON object or boolean). Empty text is always fine (the server's default).
+ *  Returns '' when the value is fine, else a sentence saying what is wrong. */
+export function checkField(rule, text) {
+  const t = String(text ?? '').trim();
+  if (t === '' || !rule) return '';
+  if (rule === 'stop') {
+    const lines = String(text).split('\n').filter((l) => l !== '');
+    if (lines.length > 4) return 'at most 4 stop strings (one a line)';
+    if (lines.some((l) => utf8.encode(l).length > 63)) return 'a stop string may be at most 63 bytes';
+    return '';
+  }
+  if (rule === 'schema') {
+    let v;
+    try { v = JSON.parse(t); } catch (e) { return `not valid JSON: ${e.message}`; }
+    return (v !== null && typeof v === 'object' && !Array.isArray(v)) || typeof v === 'boolean'
+      ? '' : 'a JSON Schema is an object';
+  }
+  if (rule.startsWith('int')) {
+    if (!/^[-+]?\d+$/.test(t)) return 'a whole number';
+    const v = Number(t), m = /^int(?:>=(\d+)|(\d+)\.\.(\d+))?$/.exec(rule);
+    if (m && m[1] !== undefined && v < Number(m[1])) return `at least ${m[1]}`;
+    if (m && m[2] !== undefined && (v < Number(m[2]) || v > Number(m[3]))) return `from ${m[2]} to ${m[3]}`;
+    return '';
+  }
+  const v = Number(t);
+  if (!Number.isFinite(v)) return 'a number';
+  if (rule === '0..2') return v >= 0 && v <= 2 ? '' : 'from 0 to 2';
+  if (rule === '(0,1]') return v > 0 && v <= 1 ? '' : 'above 0, at most 1';
+  if (rule === '[0,1)') return v >= 0 && v < 1 ? '' : 'at least 0, below 1';
+  return '';
+}
+
 /** Fixed-decimals number, or an em dash for null/NaN. */
 export function fmt(x, decimals = 1) {
   return x === null || x === undefined || !Number.isFinite(Number(x)) ? '—' : Number(x).toFixed(decimals);
@@ -54,6 +90,27 @@ export function fmtMs(x) {
   if (x === null || x === undefined || !Number.isFinite(Number(x))) return '—';
   const v = Number(x);
   return `${v < 10 ? v.toFixed(2) : v < 100 ? v.toFixed(1) : v.toFixed(0)} ms`;
+}
+
+/** Wall-clock time of unix seconds t as HH:MM:SS (local, 24 h), for chart axes. */
+export function fmtClock(t) {
+  if (t === null || t === undefined || !Number.isFinite(Number(t))) return '';
+  const d = new Date(Number(t) * 1000);
+  const two = (n) => String(n).padStart(2, '0');
+  return `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
+
+const PROPOSER_LABELS = { draft: 'draft model', ngram: 'n-gram', medusa: 'Medusa', plain: 'plain' };
+
+/** The monitor's proposal.by_method entries ({method, passes, share}) as
+ *  [{method, label, share, pct}] for the proposers that made passes, largest
+ *  share first; [] when there were none. */
+export function proposerShares(byMethod) {
+  const list = (Array.isArray(byMethod) ? byMethod : [])
+    .filter((x) => x && Number(x.passes) > 0 && typeof x.share === 'number' && Number.isFinite(x.share))
+    .map((x) => ({ method: String(x.method), label: PROPOSER_LABELS[x.method] || String(x.method), share: Number(x.share),
+      pct: `${(100 * Number(x.share)).toFixed(0)}%` }));
+  return list.sort((a, b) => b.share - a.share);
 }
 
 /** USD with cents, or with more digits below one cent. */

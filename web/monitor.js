@@ -2,20 +2,18 @@
 // the /v1/monitor WebSocket (subprotocol specd.monitor.v1), keeps the last few
 // minutes of them for the uPlot charts, and updates the tiles, the banner and
 // the running-sequence table in place. Reconnects by itself (common.js).
-import { MIN_PRICED_TPS, ReconnectingSocket, fmt, fmtMs, fmtUsd, pricedCost, showConnState, wsUrl } from './common.js';
+import { MIN_PRICED_TPS, ReconnectingSocket, fmt, fmtClock, fmtMs, fmtUsd, pricedCost, proposerShares, showConnState,
+  wsUrl } from './common.js';
 
 const WINDOW_S = 300; // seconds of history in the time charts
 const PRICE_KEY = 'specd.monitor.price_per_hour';
-const DEFAULT_PRICE = 8; // USD/h: the brief's 4×A100 cost table ($39.68 per 1M at 56 tok/s)
+const DEFAULT_PRICE = 8; // USD/h: about an on-demand 4×A100 machine ($39.68 per 1M at 56 tok/s)
 
-// uPlot is served by specd from node_modules (/vendor/uplot/); without it the
-// page still shows every number, only the charts are missing.
-let uPlot = null;
-try {
-  uPlot = (await import('/vendor/uplot/uPlot.esm.js')).default;
-} catch (e) {
-  for (const box of document.querySelectorAll('.chart-box')) box.textContent = 'Chart library not available.';
-}
+// uPlot comes from /vendor/uplot/uPlot.iife.min.js (a script tag in index.html,
+// installed with the pages); without it the page still shows every number,
+// only the charts are missing.
+const uPlot = window.uPlot || null;
+if (!uPlot) for (const box of document.querySelectorAll('.chart-box')) box.textContent = 'Chart library not available.';
 
 const $ = (id) => document.getElementById(id);
 const css = (name) => getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -23,7 +21,7 @@ const css = (name) => getComputedStyle(document.documentElement).getPropertyValu
 /* ---- time series ---------------------------------------------------------- */
 // Column arrays in uPlot's layout: x (unix seconds) then one array per value.
 const series = {
-  x: [], tps: [], alpha: [], meanAcc: [], ttft50: [], ttft99: [], tpot50: [], tpot99: [],
+  x: [], tps: [], alpha: [], meanAcc: [], prop: [], ttft50: [], ttft99: [], tpot50: [], tpot99: [],
 };
 const fmtNum = (v) => fmtMs(v).replace(' ms', '');
 const num = (v) => (v === null || v === undefined || !Number.isFinite(Number(v)) ? null : Number(v));
@@ -33,6 +31,7 @@ function pushPoint(t, s) {
   series.tps.push(s ? num(s.tokens_per_s) : null);
   series.alpha.push(s ? num(s.alpha) : null);
   series.meanAcc.push(s ? num(s.mean_accepted) : null);
+  series.prop.push(s ? num(s.proposal?.per_step) : null);
   series.ttft50.push(s ? num(s.ttft_ms?.p50) : null);
   series.ttft99.push(s ? num(s.ttft_ms?.p99) : null);
   series.tpot50.push(s ? num(s.tpot_ms?.p50) : null);
@@ -50,36 +49,47 @@ function axisStyle() {
 function makeChart(boxId, opts, data) {
   if (!uPlot) return null;
   const box = $(boxId);
-  const u = new uPlot({ width: Math.max(200, box.clientWidth), height: 180, legend: { live: false }, ...opts }, data, box);
+  // for tests and curious users: the x axis's tick labels as drawn (uPlot draws them on a canvas)
+  const hooks = { draw: [(u) => { box.dataset.xlabels = JSON.stringify(u.axes[0]._values || []); }] };
+  const u = new uPlot({ width: Math.max(200, box.clientWidth), height: 180, legend: { live: false }, hooks, ...opts },
+    data, box);
   new ResizeObserver(() => u.setSize({ width: Math.max(200, box.clientWidth), height: 180 })).observe(box);
   charts.push(u);
   return u;
 }
 
+// the time axis: wall-clock HH:MM:SS at whole seconds (uPlot's default reads ":26.000" at this zoom)
+function timeAxis() {
+  return { ...axisStyle(), space: 70, incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600],
+    values: (u, splits) => splits.map((v) => fmtClock(v)) };
+}
+const timeScale = { time: true };
+
 const line = (label, colour, extra = {}) => ({ label, stroke: colour, width: 2, spanGaps: false, points: { show: false }, ...extra });
 
 const chartTps = makeChart('chart-tps', {
-  series: [{}, line('tokens/s', css('--s1'), { fill: css('--s1') + '22', value: (u, v) => fmt(v, 1) })],
-  axes: [axisStyle(), axisStyle()],
-  scales: { y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+  series: [{ value: (u, v) => fmtClock(v) }, line('tokens/s', css('--s1'), { fill: css('--s1') + '22', value: (u, v) => fmt(v, 1) })],
+  axes: [timeAxis(), axisStyle()],
+  scales: { x: timeScale, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
 }, [series.x, series.tps]);
 
 const chartAlpha = makeChart('chart-alpha', {
-  series: [{},
+  series: [{ value: (u, v) => fmtClock(v) },
     line('α', css('--s1'), { scale: 'a', value: (u, v) => fmt(v, 2) }),
-    line('mean accepted', css('--s2'), { scale: 'm', value: (u, v) => fmt(v, 2) })],
-  axes: [axisStyle(), { ...axisStyle(), scale: 'a' }, { ...axisStyle(), scale: 'm', side: 1, grid: { show: false } }],
-  scales: { a: { range: [0, 1] }, m: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max))] } },
-}, [series.x, series.alpha, series.meanAcc]);
+    line('mean accepted', css('--s2'), { scale: 'm', value: (u, v) => fmt(v, 2) }),
+    line('proposed / step', css('--s4'), { scale: 'm', dash: [4, 3], value: (u, v) => fmt(v, 2) })],
+  axes: [timeAxis(), { ...axisStyle(), scale: 'a' }, { ...axisStyle(), scale: 'm', side: 1, grid: { show: false } }],
+  scales: { x: timeScale, a: { range: [0, 1] }, m: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max))] } },
+}, [series.x, series.alpha, series.meanAcc, series.prop]);
 
 const chartLat = makeChart('chart-lat', {
-  series: [{},
+  series: [{ value: (u, v) => fmtClock(v) },
     line('TTFT p50', css('--s1'), { value: (u, v) => fmt(v, 1) }),
     line('TTFT p99', css('--s1'), { dash: [6, 4], value: (u, v) => fmt(v, 1) }),
     line('TPOT p50', css('--s3'), { value: (u, v) => fmt(v, 2) }),
     line('TPOT p99', css('--s3'), { dash: [6, 4], value: (u, v) => fmt(v, 2) })],
-  axes: [axisStyle(), axisStyle()],
-  scales: { y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
+  axes: [timeAxis(), axisStyle()],
+  scales: { x: timeScale, y: { range: (u, min, max) => [0, Math.max(1, max * 1.1)] } },
 }, [series.x, series.ttft50, series.ttft99, series.tpot50, series.tpot99]);
 
 const chartHist = makeChart('chart-hist', {
@@ -93,7 +103,7 @@ const chartHist = makeChart('chart-hist', {
 function redrawCharts() {
   const data = [series.x, series.tps];
   if (chartTps) chartTps.setData(data);
-  if (chartAlpha) chartAlpha.setData([series.x, series.alpha, series.meanAcc]);
+  if (chartAlpha) chartAlpha.setData([series.x, series.alpha, series.meanAcc, series.prop]);
   if (chartLat) chartLat.setData([series.x, series.ttft50, series.ttft99, series.tpot50, series.tpot99]);
   // for tests and curious users: how many snapshot points the time charts hold
   $('chart-tps').dataset.points = String(series.tps.filter((v) => v !== null).length);
@@ -192,6 +202,28 @@ function showBanner(s) {
   if (warn.textContent !== msg) warn.textContent = msg;
 }
 
+// the server-wide proposal size and each proposer's share of the target passes (snapshot.proposal)
+function showProposal(p) {
+  const per = p ? num(p.per_step) : null, nodes = p ? num(p.tree_nodes_per_step) : null;
+  setText('v-gamma', fmt(per, 2));
+  setText('v-gamma-sub', per === null ? 'drafted tokens (γ) or tree nodes: no verify steps lately'
+    : nodes !== null ? `drafted per verify step · trees ${fmt(nodes, 1)} nodes` : 'drafted tokens (γ) per verify step');
+  const shares = proposerShares(p?.by_method);
+  const bar = $('share-bar');
+  const key = shares.map((x) => `${x.method}:${x.pct}`).join(',');
+  if (bar.dataset.key !== key) {
+    bar.dataset.key = key;
+    bar.replaceChildren(...shares.filter((x) => x.share > 0).map((x) => {
+      const seg = document.createElement('span');
+      seg.className = `seg m-${x.method}`;
+      seg.style.width = `${(100 * x.share).toFixed(2)}%`;
+      seg.title = `${x.label}: ${x.pct}`;
+      return seg;
+    }));
+  }
+  setText('v-share', shares.length ? shares.map((x) => `${x.label} ${x.pct}`).join(' · ') : 'no target passes lately');
+}
+
 let snapshots = 0;
 function onSnapshot(s) {
   if (!s || s.type !== 'snapshot') return;
@@ -216,6 +248,7 @@ function onSnapshot(s) {
   setText('v-tree', !tr ? '—' : tr.mode === 'off' ? 'off' : trSteps ? `${(100 * tr.tree_steps / trSteps).toFixed(1)}%` : '—');
   setText('v-tree-sub', !tr || tr.mode === 'off' ? 'of tree-enabled steps'
     : `${tr.mode} · ${tr.tree_steps} trees, ${tr.chain_steps} chain-path steps`);
+  showProposal(s.proposal);
   showKv('kv-target', s.kv?.target);
   showKv('kv-draft', s.kv?.draft);
   showBanner(s);

@@ -3,8 +3,11 @@
 // (stories260K + llama2xs): it loads without console errors, shows the model
 // banner; while an independent WebSocket client generates, the charts receive
 // points, tokens/s and α change and the sequence table lists the client's
-// sessions; a failed policy reload raises the warning and a good one clears
-// it; after the server is killed and restarted on the same port the page shows
+// sessions, the server-wide proposal per verify step and each proposer's share
+// of the target passes appear (and agree with the feed), the time axes read
+// HH:MM:SS, the 12 tiles fill whole rows at four widths (no lone tile), the
+// chart library comes from /vendor/uplot/; a failed policy reload raises the
+// warning and a good one clears it; after the server is killed and restarted on the same port the page shows
 // "disconnected" and then reconnects by itself.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -98,6 +101,41 @@ async function run() {
   const pts = async () => Number(await page.locator('#chart-tps').getAttribute('data-points'));
   await waitFor(async () => (await pts()) >= pts0 + 8, 10000, `the charts did not receive points (${pts0} → ${await pts()})`);
   check(/^\$\d/.test(await text(page, '#v-cost')), `no cost shown while busy: ${await text(page, '#v-cost')}`);
+  // the server-wide proposal size and the proposers' shares, as the feed says
+  const feed = await connectWs(WebSocket, `ws://127.0.0.1:${port}/v1/monitor`, 'specd.monitor.v1');
+  const busy = await feed.next((f) => f.type === 'snapshot' && f.proposal && f.proposal.per_step > 0, 10000);
+  feed.terminate();
+  check(busy.proposal.per_step >= 1 && busy.proposal.per_step <= 16, `proposal.per_step: ${JSON.stringify(busy.proposal)}`);
+  const bm = busy.proposal.by_method;
+  check(Array.isArray(bm) && bm.some((x) => x.method === 'draft' && x.passes > 0)
+    && Math.abs(bm.reduce((a, x) => a + (x.share || 0), 0) - 1) < 1e-6, `proposal.by_method: ${JSON.stringify(bm)}`);
+  await waitFor(async () => Number(await text(page, '#v-gamma')) >= 1, 5000, `no proposal figure: ${await text(page, '#v-gamma')}`);
+  check(/per verify step/.test(await text(page, '#v-gamma-sub')), `proposal tile: ${await text(page, '#v-gamma-sub')}`);
+  check(/draft model \d+%/.test(await text(page, '#v-share')), `share tile: ${await text(page, '#v-share')}`);
+  check((await page.locator('#share-bar .seg').count()) >= 1, 'share bar has no segment');
+  const segW = await page.locator('#share-bar .seg').evaluateAll((ss) => ss.map((e) => e.getBoundingClientRect().width));
+  check(segW.every((w) => w > 0), `share bar segments: ${segW}`);
+  // the time axes: wall-clock labels, never uPlot's ":26.000"
+  const xl = JSON.parse((await page.locator('#chart-tps').getAttribute('data-xlabels')) || '[]');
+  check(xl.length >= 2 && xl.every((l) => /^\d\d:\d\d:\d\d$/.test(l)), `time axis labels: ${JSON.stringify(xl)}`);
+  const xa = JSON.parse((await page.locator('#chart-alpha').getAttribute('data-xlabels')) || '[]');
+  check(xa.every((l) => /^\d\d:\d\d:\d\d$/.test(l)), `α chart time labels: ${JSON.stringify(xa)}`);
+  check(await page.evaluate(() => !!window.uPlot && document.querySelectorAll('.chart-box canvas').length >= 4),
+    'the charts are not drawn (uPlot from /vendor/uplot/uPlot.iife.min.js)');
+  check(!/4×A100 table|brief/.test(await text(page, '.hint')), `help text: ${await text(page, '.hint')}`);
+  // the tiles fill whole rows at every width: no tile alone on a row
+  for (const width of [1280, 1000, 700, 400]) {
+    await page.setViewportSize({ width, height: 860 });
+    await sleep(150);
+    const tops = await page.locator('.tiles .tile').evaluateAll((ts) => ts.map((t) => Math.round(t.getBoundingClientRect().top)));
+    const rows = new Map();
+    for (const t of tops) rows.set(t, (rows.get(t) || 0) + 1);
+    const counts = [...rows.values()];
+    check(tops.length === 12 && counts.every((c) => c === counts[0]) && counts[0] >= 2,
+      `at ${width} px the 12 tiles sit in rows of ${counts.join(', ')}`);
+    if (width === 400) await page.screenshot({ path: artifactPath('web-monitor-narrow.png'), fullPage: true });
+  }
+  await page.setViewportSize({ width: 1280, height: 860 });
   // the price input drives the cost and is remembered
   await page.locator('#price').fill('16');
   check(await page.evaluate(() => localStorage.getItem('specd.monitor.price_per_hour')) === '16', 'price not saved');

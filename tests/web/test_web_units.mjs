@@ -1,12 +1,13 @@
 // test_web_units.mjs — the pure helpers of web/common.js under node (no
 // browser): the draft/target split by accepted_bytes (multi-byte text
-// included), the cost per 1M tokens formula and the reconnect backoff.
+// included), the cost per 1M tokens formula, the reconnect backoff, the chart
+// clock, the proposer shares and the settings fields' checks.
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const SRC = process.env.SPECD_SRC || path.resolve(import.meta.dirname, '..', '..');
-const { splitAccepted, costPerMillion, pricedCost, MIN_PRICED_TPS, backoffMs, fmtUsd } = await import(pathToFileURL(path.join(SRC, 'web', 'common.js')).href);
+const { splitAccepted, costPerMillion, pricedCost, MIN_PRICED_TPS, backoffMs, fmtUsd, fmtClock, proposerShares, checkField } = await import(pathToFileURL(path.join(SRC, 'web', 'common.js')).href);
 
 // split: byte counts, clamping, never inside a UTF-8 sequence
 assert.deepEqual(splitAccepted(' the cat', 4), [' the', ' cat']);
@@ -45,5 +46,41 @@ assert.equal(backoffMs(2, 500, 5000, () => 1), 1000);
 assert.equal(backoffMs(3, 500, 5000, () => 1), 2000);
 assert.equal(backoffMs(10, 500, 5000, () => 1), 5000);
 assert.equal(backoffMs(1, 500, 5000, () => 0), 400);
+
+// the time axis: HH:MM:SS of local time, never uPlot's ':26.000'
+{
+  const t = new Date(2026, 0, 2, 9, 5, 26).getTime() / 1000;
+  assert.equal(fmtClock(t), '09:05:26');
+  assert.equal(fmtClock(t + 0.5), '09:05:26');
+  assert.equal(fmtClock(null), '');
+}
+
+// the proposers' shares of the target passes: largest first, none that made no pass
+{
+  const sh = proposerShares([{ method: 'draft', passes: 30, share: 0.6 }, { method: 'ngram', passes: 0, share: 0 },
+    { method: 'plain', passes: 20, share: 0.4 }]);
+  assert.deepEqual(sh.map((x) => [x.label, x.pct]), [['draft model', '60%'], ['plain', '40%']]);
+  assert.deepEqual(proposerShares(undefined), []);
+  assert.deepEqual(proposerShares([{ method: 'ngram', passes: 5, share: null }]), []);
+}
+
+// settings fields: empty is the server's default; wrong values are named
+{
+  for (const [rule, ok, bad] of [
+    ['0..2', ['0', '0.7', '2'], ['-1', '2.5', 'abc']],
+    ['(0,1]', ['0.01', '1'], ['0', '1.5']],
+    ['[0,1)', ['0', '0.5'], ['1', '-0.1']],
+    ['int>=0', ['0', '40'], ['-1', '1.5', 'x']],
+    ['int>=1', ['1', '200'], ['0']],
+    ['int', ['-1', '123456789'], ['1e3', '0.5']],
+    ['int1..16', ['1', '16'], ['0', '17']],
+    ['stop', ['END', 'a\nb\nc\nd'], ['a\nb\nc\nd\ne', 'x'.repeat(64)]],
+    ['schema', ['{"type":"object"}', 'true'], ['{', '[1]', '3']],
+  ]) {
+    assert.equal(checkField(rule, ''), '', `${rule}: empty`);
+    for (const v of ok) assert.equal(checkField(rule, v), '', `${rule}: ${v} should pass`);
+    for (const v of bad) assert.notEqual(checkField(rule, v), '', `${rule}: ${v} should fail`);
+  }
+}
 
 console.log('PASS');

@@ -22,6 +22,7 @@ int cmd_gguf_split(int argc, char **argv);
 int cmd_train_medusa(int argc, char **argv);
 int cmd_distill_draft(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_train_tokenizer(int argc, char **argv);
 #include <stdio.h>
 /* Prints "    -hf REF" for up to max cached models to f (NULL: count only); returns how many there are. */
 int cmd_models_hint(FILE *f, int max);

@@ -4,12 +4,14 @@
  * byte for byte into the output), windows of --ctx tokens, AdamW with
  * warm-up + cosine, data-parallel workers, checkpoints and --resume, a
  * progress line with loss, tokens/s, share of the matmul peak and ETA, and
- * the held-out perplexity before and after. Not here (issue 38 item 3's
- * other half): training a BPE vocabulary on the corpus. */
+ * the held-out perplexity before and after; and `specd train-tokenizer`
+ * (or train --vocab N): a byte-level BPE vocabulary trained on the corpus
+ * (engine/train/train_bpe.h) as a tokenizer-only GGUF. */
 #include "cli/cmd.h"
 #include "cli/util.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
+#include "engine/train/train_bpe.h"
 #include "engine/train/train_ckpt.h"
 #include "engine/train/train_gguf.h"
 #include "engine/train/train_loop.h"
@@ -29,8 +31,11 @@ static void on_sigint(int sig) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: specd train -o MODEL.gguf --corpus FILE [--corpus FILE ...] --tokenizer SRC.gguf [options]\n"
+            "usage: specd train -o MODEL.gguf --corpus FILE [--corpus FILE ...] (--tokenizer SRC.gguf | --vocab N) [options]\n"
+            "       specd train-tokenizer -o TOK.gguf --corpus FILE [--corpus FILE ...] --vocab N\n"
             "  --tokenizer SRC    take the vocabulary (all tokenizer.* metadata) from this GGUF\n"
+            "  --vocab N          train a byte-level BPE vocabulary of N tokens on the corpus first (written\n"
+            "                     beside the model as MODEL.gguf.tokenizer.gguf)\n"
             "  --init M.gguf      start from this llama model's weights (F32/F16) instead of random ones\n"
             "  --dim D (256)  --layers L (4)  --heads H (D/64)  --kv-heads K (H)  --ff F (8D/3)  --tied\n"
             "  --ctx T            positions per training window (128)\n"
@@ -58,9 +63,69 @@ static void progress(void *ctx, const train_progress *p) {
     fflush(stderr);
 }
 
+/* Reads the corpora into texts/lens (caller frees each and the arrays). */
+static int read_corpora(const char *const *corpora, int n, char **texts, size_t *lens) {
+    for (int c = 0; c < n; c++)
+        if (!(texts[c] = read_file(corpora[c], &lens[c]))) {
+            fprintf(stderr, "specd train: cannot read corpus %s\n", corpora[c]);
+            for (int j = 0; j < c; j++) free(texts[j]);
+            return -1;
+        }
+    return 0;
+}
+
+/* Trains a BPE vocabulary of n_vocab on the corpora into a tokenizer-only GGUF at path. */
+static int write_bpe(const char *path, const char *const *corpora, int n, int n_vocab, bool quiet) {
+    char *texts[16];
+    size_t lens[16];
+    char err[512];
+    if (read_corpora(corpora, n, texts, lens)) return -1;
+    double t0 = now_ms();
+    gguf_writer *w = gguf_writer_create();
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    gguf_writer_set_str(w, "general.name", "specd-bpe");
+    int V = train_bpe(w, (const char *const *)texts, lens, n, n_vocab, err, sizeof err);
+    int rc = V < 0 ? -1 : gguf_writer_write(w, path, err, sizeof err);
+    if (rc) fprintf(stderr, "specd train-tokenizer: %s\n", err);
+    else if (!quiet) printf("wrote %s: byte-level BPE, %d tokens (%d merges) in %.1f s\n", path, V, V - 257,
+                            (now_ms() - t0) / 1e3);
+    gguf_writer_destroy(w);
+    for (int c = 0; c < n; c++) free(texts[c]);
+    return rc;
+}
+
+int cmd_train_tokenizer(int argc, char **argv) {
+    const char *out = NULL, *corpora[16];
+    int n_corpora = 0, vocab = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-o")) out = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--corpus")) {
+            if (n_corpora == 16) {
+                fprintf(stderr, "specd train-tokenizer: at most 16 --corpus files\n");
+                return 2;
+            }
+            corpora[n_corpora++] = arg_str(argc, argv, &i);
+        } else if (!strcmp(a, "--vocab")) vocab = (int)arg_long(argc, argv, &i, 258, 1 << 20);
+        else {
+            fprintf(stderr, "specd train-tokenizer: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!out || !n_corpora || !vocab) {
+        fprintf(stderr, "specd train-tokenizer: -o, --vocab and at least one --corpus are required\n");
+        return 2;
+    }
+    return write_bpe(out, corpora, n_corpora, vocab, false) ? 1 : 0;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *out = NULL, *corpora[16], *tokp = NULL, *init = NULL, *ckpt = NULL;
-    int n_corpora = 0, threads = 1, ctx = 128, epochs = 1, dim = 256, layers = 4, heads = 0, kvh = 0, ff = 0;
+    int n_vocab = 0, n_corpora = 0, threads = 1, ctx = 128, epochs = 1, dim = 256, layers = 4, heads = 0, kvh = 0, ff = 0;
     int wtype = GGML_TYPE_F32;
     bool tied = false, quiet = false, resume = false;
     float holdout = 0.02f;
@@ -81,6 +146,7 @@ int cmd_train(int argc, char **argv) {
             }
             corpora[n_corpora++] = arg_str(argc, argv, &i);
         } else if (!strcmp(a, "--tokenizer")) tokp = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--vocab")) n_vocab = (int)arg_long(argc, argv, &i, 258, 1 << 20);
         else if (!strcmp(a, "--init")) init = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--dim")) dim = (int)arg_long(argc, argv, &i, 2, 65536);
         else if (!strcmp(a, "--layers")) layers = (int)arg_long(argc, argv, &i, 1, 256);
@@ -117,8 +183,8 @@ int cmd_train(int argc, char **argv) {
             return 2;
         }
     }
-    if (!out || !n_corpora || !tokp) {
-        fprintf(stderr, "specd train: -o, --tokenizer and at least one --corpus are required\n");
+    if (!out || !n_corpora || (!tokp && !n_vocab) || (tokp && n_vocab)) {
+        fprintf(stderr, "specd train: -o, one of --tokenizer and --vocab, and at least one --corpus are required\n");
         usage(stderr);
         return 2;
     }
@@ -126,9 +192,14 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "specd train: --resume needs --ckpt FILE\n");
         return 2;
     }
-    char err[1024];
+    char err[1024], tokpath[4096];
     double t0 = now_ms();
     int rc = 1;
+    if (n_vocab) {
+        snprintf(tokpath, sizeof tokpath, "%s.tokenizer.gguf", out);
+        if (write_bpe(tokpath, corpora, n_corpora, n_vocab, quiet)) return 1;
+        tokp = tokpath;
+    }
     train_model *m = NULL;
     train_state st = {0};
     train_data *d = NULL;

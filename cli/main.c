@@ -22,13 +22,14 @@ static const struct {
     {"gguf-split", cmd_gguf_split, "merge or split llama.cpp split GGUF files"},
     {"train-medusa", cmd_train_medusa, "train Medusa heads for a target on the CPU into a GGUF side file"},
     {"train", cmd_train, "train a llama model on text (from scratch or from a GGUF), tokenizer from a GGUF"},
+    {"train-tokenizer", cmd_train_tokenizer, "train a byte-level BPE vocabulary on text into a tokenizer GGUF"},
     {"distill-draft", cmd_distill_draft, "train a small draft for a target by distillation on its own outputs"},
     {"eval", cmd_eval, "write the logits of a token sequence to a file (testing)"},
 };
 
 static void usage(FILE *f) {
     fprintf(f, "usage: specd COMMAND [options]   (specd COMMAND --help for its options)\n\ncommands:\n");
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) fprintf(f, "  %-13s %s\n", cmds[i].name, cmds[i].help);
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) fprintf(f, "  %-15s %s\n", cmds[i].name, cmds[i].help);
 }
 
 int main(int argc, char **argv) {

@@ -3,14 +3,18 @@
 // specd.v1), streams the answer in coloured runs (accepted draft text vs
 // target text, from each tokens frame's accepted_bytes), cancels on Stop,
 // shows the done frame's stats and any server error inline; the JSON toggle
-// asks for response_format json_object and marks whether the answer parses.
-import { ReconnectingSocket, fmt, fmtMs, showConnState, splitAccepted, wsUrl } from './common.js';
+// asks for response_format json_object (or json_schema with a schema) and
+// marks whether the answer parses. Settings are checked as they are typed and
+// kept in localStorage only when valid (a value the server refuses is dropped
+// from storage too); the conversation is kept there, so a reload shows it.
+import { ReconnectingSocket, checkField, fmt, fmtMs, showConnState, splitAccepted, wsUrl } from './common.js';
 
 const $ = (id) => document.getElementById(id);
 const conv = $('conversation');
-const SETTINGS = ['temperature', 'top_p', 'max_tokens', 'seed', 'mode', 'verify', 'gamma', 'gamma_control', 'content_type',
-  'system'];
+const SETTINGS = ['temperature', 'top_p', 'top_k', 'min_p', 'max_tokens', 'seed', 'stop_strings', 'mode', 'method', 'tree',
+  'tree_budget', 'tree_depth', 'tree_topk', 'gamma', 'gamma_control', 'verify', 'content_type', 'schema', 'system'];
 const KEY = 'specd.chat.';
+const CONV_KEY = KEY + 'conversation';
 
 let history = [];   // finished turns: {role, content}
 let current = null; // the request in flight: {id, userEl, el, textEl, text, frames}
@@ -18,10 +22,47 @@ let seq = 0;
 const idPrefix = Math.random().toString(36).slice(2, 8);
 
 /* ---- settings ------------------------------------------------------------- */
+/** Marks field k as wrong (msg) or right (''): aria-invalid and a line under it. */
+function markField(k, msg) {
+  const el = $(k);
+  let note = document.getElementById(k + '-error');
+  if (!msg) {
+    el.removeAttribute('aria-invalid');
+    note?.remove();
+    return;
+  }
+  el.setAttribute('aria-invalid', 'true');
+  if (!note) {
+    note = document.createElement('small');
+    note.id = k + '-error';
+    note.className = 'field-error';
+    note.setAttribute('role', 'alert');
+    el.insertAdjacentElement('afterend', note);
+    el.setAttribute('aria-describedby', note.id);
+  }
+  note.textContent = msg;
+}
+/** '' when field k holds a value this page accepts, else why not. */
+const fieldProblem = (k) => checkField($(k).dataset.rule, $(k).value);
+/* a stored value is used only when it is still valid (an older page may have stored a wrong one) */
 for (const k of SETTINGS) {
-  const v = localStorage.getItem(KEY + k);
-  if (v !== null) $(k).value = v;
-  $(k).addEventListener('change', () => localStorage.setItem(KEY + k, $(k).value));
+  const v = localStorage.getItem(KEY + k), el = $(k);
+  if (v !== null && (el.tagName !== 'SELECT' || [...el.options].some((o) => o.value === v))) {
+    const before = el.value;
+    el.value = v;
+    if (fieldProblem(k)) {
+      el.value = before;
+      localStorage.removeItem(KEY + k);
+    }
+  }
+  const check = () => {
+    const why = fieldProblem(k);
+    markField(k, why);
+    if (!why) localStorage.setItem(KEY + k, el.value);
+    else localStorage.removeItem(KEY + k); // not kept: a reload shows the default again
+  };
+  el.addEventListener('input', check);
+  el.addEventListener('change', check);
 }
 /* What a seed buys with these settings (shown under the verification choice). */
 function seedNote() {
@@ -56,21 +97,96 @@ function numberField(id) {
   return Number.isFinite(v) ? v : undefined;
 }
 
+/** The first settings field holding a value the page refuses, with why; null when all are fine. */
+function badField() {
+  for (const k of SETTINGS) {
+    const why = fieldProblem(k);
+    if (why) return { k, why };
+  }
+  return null;
+}
+
 function buildRequest(id, messages) {
   const req = { type: 'generate', id, messages };
-  for (const k of ['temperature', 'top_p', 'max_tokens', 'seed']) {
+  for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'max_tokens', 'seed']) {
     const v = numberField(k);
     if (v !== undefined) req[k] = v;
   }
+  const stop = $('stop_strings').value.split('\n').filter((l) => l !== '');
+  if (stop.length) req.stop = stop;
   const spec = { mode: $('mode').value };
+  if ($('method').value) spec.method = $('method').value;
+  if ($('tree').value) spec.tree = $('tree').value;
+  for (const k of ['tree_budget', 'tree_depth', 'tree_topk']) {
+    const v = numberField(k);
+    if (v !== undefined) spec[k] = v;
+  }
   const g = numberField('gamma');
   if (g !== undefined) spec.gamma = g;
   if ($('gamma_control').value) spec.adaptive = $('gamma_control').value === 'adaptive';
   if ($('verify').value) spec.verify = $('verify').value;
   req.speculation = spec;
   if ($('content_type').value) req.content_type = $('content_type').value;
-  if (jsonBox.checked) req.response_format = { type: 'json_object' };
+  if (jsonBox.checked) {
+    const schema = $('schema').value.trim();
+    req.response_format = schema
+      ? { type: 'json_schema', json_schema: { name: 'chat_page_schema', schema: JSON.parse(schema), strict: true } }
+      : { type: 'json_object' };
+  }
   return req;
+}
+
+/* ---- the conversation, kept across reloads -------------------------------- */
+/** Stores the finished turns and what the page shows of them. */
+function saveConversation() {
+  const view = [...conv.querySelectorAll('article.msg')].map((el) => ({
+    cls: el.className, who: el.querySelector('.who')?.textContent || '',
+    runs: [...el.querySelector('.text').childNodes].map((n) => [n.nodeType === 1 ? n.className : '', n.textContent]),
+    stats: el.querySelector('.stats')?.textContent || null, data: { ...el.dataset },
+    role: el.getAttribute('role'), title: el.title || '',
+  }));
+  try {
+    localStorage.setItem(CONV_KEY, JSON.stringify({ history, view }));
+  } catch { /* storage full or off: the page still works, only without memory */ }
+}
+
+function restoreConversation() {
+  let saved;
+  try { saved = JSON.parse(localStorage.getItem(CONV_KEY) || 'null'); } catch { saved = null; }
+  if (!saved || !Array.isArray(saved.history) || !Array.isArray(saved.view) || !saved.view.length) return;
+  history = saved.history.filter((m) => m && typeof m.role === 'string' && typeof m.content === 'string');
+  $('placeholder')?.remove();
+  for (const m of saved.view) {
+    const el = document.createElement('article');
+    el.className = String(m.cls || 'msg');
+    if (m.role) el.setAttribute('role', m.role);
+    if (m.title) el.title = m.title;
+    for (const [k, v] of Object.entries(m.data || {})) el.dataset[k] = String(v);
+    const h = document.createElement('div');
+    h.className = 'who';
+    h.textContent = m.who || '';
+    const body = document.createElement('div');
+    body.className = 'text';
+    for (const [cls, t] of m.runs || []) {
+      if (!cls) body.append(String(t));
+      else {
+        const span = document.createElement('span');
+        span.className = String(cls);
+        span.textContent = String(t);
+        body.appendChild(span);
+      }
+    }
+    el.append(h, body);
+    if (m.stats !== null && m.stats !== undefined) {
+      const p = document.createElement('p');
+      p.className = 'stats';
+      p.textContent = String(m.stats);
+      el.appendChild(p);
+    }
+    conv.appendChild(el);
+  }
+  conv.scrollTop = conv.scrollHeight;
+  document.body.dataset.restored = String(saved.view.length);
 }
 
 /* ---- conversation view ---------------------------------------------------- */
@@ -152,8 +268,16 @@ function onFrame(f) {
     showError(c.el, f.code, f.message);
     c.userEl.classList.add('failed');
     c.userEl.title = 'Not sent again with later messages: the server refused it.';
+    // a refused setting ("field 'speculation.gamma' must be ..."): marked, and not kept for the next visit
+    const m = /field '([a-z_.]+)/.exec(f.message || '');
+    const k = m && m[1].split('.').pop();
+    if (k && SETTINGS.includes(k)) {
+      markField(k, f.message);
+      localStorage.removeItem(KEY + k);
+    }
     current = null;
     setBusy(false);
+    saveConversation();
   }
 }
 
@@ -183,10 +307,17 @@ function finish(d) {
   c.el.appendChild(p);
   c.el.dataset.finish = d.finish_reason;
   setBusy(false);
+  saveConversation();
 }
 
 function send(text) {
-  if (current) return;
+  if (current) return false;
+  const bad = badField();
+  if (bad) { // the page knows this value is wrong: say so at the field, send nothing
+    markField(bad.k, bad.why);
+    $(bad.k).focus();
+    return false;
+  }
   const id = `${idPrefix}-${++seq}`;
   const messages = [];
   const sys = $('system').value.trim();
@@ -201,9 +332,10 @@ function send(text) {
     showError(el, '', 'Not connected to the server; the message was not sent. It reconnects by itself — try again in a moment.');
     userEl.classList.add('failed');
     current = null;
-    return;
+    return true;
   }
   setBusy(true);
+  return true;
 }
 
 /* ---- wiring --------------------------------------------------------------- */
@@ -217,6 +349,7 @@ const sock = new ReconnectingSocket(wsUrl('/v1/stream'), 'specd.v1', {
       current.userEl.classList.add('failed');
       current = null;
       setBusy(false);
+      saveConversation();
     }
   },
 });
@@ -225,8 +358,7 @@ $('composer').addEventListener('submit', (e) => {
   e.preventDefault();
   const text = $('prompt').value;
   if (!text.trim() || current) return;
-  $('prompt').value = '';
-  send(text);
+  if (send(text)) $('prompt').value = '';
 });
 $('prompt').addEventListener('keydown', (e) => {
   if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
@@ -248,6 +380,8 @@ $('clear').addEventListener('click', () => {
   p.id = 'placeholder';
   p.textContent = 'New conversation.';
   conv.appendChild(p);
+  localStorage.removeItem(CONV_KEY);
 });
+restoreConversation();
 setBusy(false);
 sock.start();

@@ -6,9 +6,15 @@
 // γ shows the server's error inline and the next message still works; with
 // coupled verification the seed note says so and a seeded sampled answer
 // equals plain coupled sampling's; the JSON toggle sends response_format and
-// its greedy answer parses and equals plain constrained decoding's.
+// its greedy answer parses and equals plain constrained decoding's. The
+// newer controls reach the request (top-k, min-p, stop strings, proposer,
+// trees; a JSON Schema whose answer validates and equals plain constrained
+// decoding's); a value the page can check is refused at the field, blocks
+// sending and is not kept across a reload, nor is one the server refused;
+// the conversation survives a reload and goes on with its history; no
+// select's label is clipped.
 import {
-  artifactPath, check, connectWs, generate, launch, main, needBrowser, needSpecd, openPage, startSpecd, waitFor,
+  artifactPath, check, connectWs, generate, launch, main, needBrowser, needSpecd, openPage, sleep, startSpecd, waitFor,
 } from './webtest.mjs';
 
 const PROMPT = 'Once upon a time';
@@ -214,6 +220,122 @@ async function run() {
   const req8 = sent.find((f) => f.type === 'generate' && f.id === id8);
   check(req8 && req8.response_format === undefined && (await a8.getAttribute('data-json')) === null,
     `JSON toggle off still asks for a format: ${JSON.stringify(req8)}`);
+
+  // 7. the newer controls reach the request
+  await page.locator('#clear').click();
+  await settings(page, { temperature: 0.8, top_p: 1, top_k: 40, min_p: 0.05, max_tokens: 30, seed: 11,
+    stop_strings: 'END\nThe end', method: 'draft', tree: 'off', gamma: '', gamma_control: '' });
+  await page.screenshot({ path: artifactPath('web-chat-settings.png'), fullPage: true });
+  const a9 = await sendMessage(page, PROMPT);
+  await waitFor(() => a9.evaluate((e) => !!e.dataset.finish || e.classList.contains('error')), 30000, 'answer 9 never finished');
+  const req9_id = await a9.getAttribute('data-id');
+  const req9 = sent.find((f) => f.type === 'generate' && f.id === req9_id);
+  check(req9 && req9.top_k === 40 && req9.min_p === 0.05 && JSON.stringify(req9.stop) === '["END","The end"]'
+    && req9.speculation.method === 'draft' && req9.speculation.tree === 'off',
+  `top-k/min-p/stop/proposer/trees not in the request: ${JSON.stringify(req9)}`);
+  check(['length', 'stop'].includes(await a9.getAttribute('data-finish')), `answer 9: ${await a9.textContent()}`);
+  // the n-gram proposer chosen on the page is the one the server reports
+  await settings(page, { method: 'ngram', temperature: 0, max_tokens: 40 });
+  const a10 = await sendMessage(page, 'Tom and Sue. Tom and Sue. Tom and Sue. Tom and');
+  await waitFor(() => a10.evaluate((e) => !!e.dataset.finish), 30000, 'n-gram answer never finished');
+  const id10 = await a10.getAttribute('data-id');
+  const done10 = seen.find((f) => f.id === id10 && f.type === 'done');
+  const bm10 = (done10 && done10.speculation && done10.speculation.by_method) || {};
+  check(sent.find((f) => f.id === id10).speculation.method === 'ngram' && !(bm10.draft && bm10.draft.verify_steps > 0),
+    `the n-gram choice: by_method ${JSON.stringify(bm10)}`);
+  await settings(page, { method: '', tree: '', top_k: '', min_p: '', stop_strings: '' });
+
+  // 8. a JSON Schema: sent as json_schema, the answer validates, equals plain constrained decoding's
+  await page.locator('#clear').click();
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 } }, required: ['name'],
+    additionalProperties: false };
+  await settings(page, { temperature: 0, max_tokens: 60, seed: 7, schema: JSON.stringify(schema) });
+  await page.locator('#json').check();
+  const a11 = await sendMessage(page, PROMPT);
+  await waitFor(() => a11.evaluate((e) => !!e.dataset.finish), 30000, 'schema answer never finished');
+  const req11_id = await a11.getAttribute('data-id');
+  const req11 = sent.find((f) => f.type === 'generate' && f.id === req11_id);
+  check(req11 && req11.response_format && req11.response_format.type === 'json_schema'
+    && JSON.stringify(req11.response_format.json_schema.schema) === JSON.stringify(schema),
+  `the schema did not reach the request: ${JSON.stringify(req11 && req11.response_format)}`);
+  const text11 = await a11.locator('.text').textContent();
+  let obj11 = null;
+  try { obj11 = JSON.parse(text11); } catch { /* checked below */ }
+  check(obj11 && typeof obj11.name === 'string' && Object.keys(obj11).length === 1 && obj11.name.length <= 12,
+    `schema answer does not validate: ${JSON.stringify(text11)}`);
+  const ref11 = await generate(ws, {
+    id: 'ref11', messages: [{ role: 'user', content: PROMPT }], temperature: 0, top_p: 1, max_tokens: 60, seed: 7,
+    speculation: { mode: 'off' }, response_format: req11.response_format,
+  });
+  check(ref11.done && ref11.text === text11, `schema page answer differs from plain constrained decoding:\n page: ${JSON.stringify(text11)}\n ws:   ${JSON.stringify(ref11.text)}`);
+  // a schema that is not JSON: marked at the field, nothing sent
+  const nGen = () => sent.filter((f) => f.type === 'generate').length;
+  await settings(page, { schema: '{"type": "object",' });
+  check((await page.locator('#schema').getAttribute('aria-invalid')) === 'true', 'broken schema not marked');
+  const before12 = nGen();
+  await page.locator('#prompt').fill('Hello');
+  await page.locator('#prompt').press('Enter');
+  await sleep(500);
+  check(nGen() === before12 && (await page.locator('#prompt').inputValue()) === 'Hello',
+    'a message was sent with a broken schema (or the typed message was lost)');
+  check(/JSON/.test(await text(page, '#schema-error')), `schema error note: ${await text(page, '#schema-error')}`);
+  await settings(page, { schema: '' });
+  await page.locator('#json').uncheck();
+  await page.locator('#prompt').fill('');
+
+  // 9. wrong values are not kept: one the page checks, and one the server refused
+  await settings(page, { temperature: '5' });
+  check((await page.locator('#temperature').getAttribute('aria-invalid')) === 'true', 'temperature 5 not marked');
+  check(await page.evaluate(() => localStorage.getItem('specd.chat.temperature')) !== '5', 'temperature 5 was stored');
+  await settings(page, { temperature: 0, gamma: 99, gamma_control: 'fixed', max_tokens: 20 });
+  const a13 = await sendMessage(page, 'Hello');
+  await waitFor(() => a13.evaluate((e) => e.classList.contains('error')), 10000, 'no inline error for γ = 99');
+  check((await page.locator('#gamma').getAttribute('aria-invalid')) === 'true', 'the refused γ is not marked at its field');
+  await settings(page, { temperature: '5' });
+  // 10. the conversation survives a reload
+  await page.locator('#clear').click();
+  await settings(page, { gamma: '', gamma_control: '', temperature: 0, max_tokens: 30 });
+  const t1 = await sendMessage(page, PROMPT);
+  await waitFor(() => t1.evaluate((e) => !!e.dataset.finish), 30000, 'turn 1 never finished');
+  const t2 = await sendMessage(page, REPLY);
+  await waitFor(() => t2.evaluate((e) => !!e.dataset.finish), 30000, 'turn 2 never finished');
+  const shown = () => page.locator('article.msg').evaluateAll((els) => els.map((e) => [e.className, e.querySelector('.text').textContent,
+    e.querySelector('.stats') ? e.querySelector('.stats').textContent : null]));
+  const before = await shown();
+  await settings(page, { temperature: '5', gamma: 99 }); // wrong again just before leaving: 5 by the page, 99 stored
+  await page.evaluate(() => localStorage.setItem('specd.chat.temperature', '7')); // as an older page might have
+  await page.reload({ waitUntil: 'load' });
+  await waitFor(() => page.evaluate(() => document.body.dataset.conn === 'open'), 10000, 'chat socket never reopened');
+  check(JSON.stringify(await shown()) === JSON.stringify(before), `the conversation changed on reload:\n before ${JSON.stringify(before)}\n after  ${JSON.stringify(await shown())}`);
+  check((await page.locator('article.msg .text span.d').count()) > 0, 'the draft/target colouring was lost on reload');
+  // 5 was never stored and the 7 found in storage is dropped: the page's default comes back
+  check((await page.locator('#temperature').inputValue()) === '0.7', `temperature after reload: ${await page.locator('#temperature').inputValue()}`);
+  check(await page.evaluate(() => localStorage.getItem('specd.chat.temperature')) === null, 'the stored wrong temperature was kept');
+  check((await page.locator('#gamma').inputValue()) === '99', 'γ 99 (valid for the page) should come back: only the server can refuse it');
+  await settings(page, { gamma: '', temperature: 0 });
+  const t3 = await sendMessage(page, 'And then?');
+  await waitFor(() => t3.evaluate((e) => !!e.dataset.finish), 30000, 'turn 3 never finished');
+  const req14_id = await t3.getAttribute('data-id');
+  const req14 = sent.find((f) => f.type === 'generate' && f.id === req14_id);
+  check(req14 && req14.messages.length === 5 && req14.messages[0].content === PROMPT && req14.messages[2].content === REPLY
+    && req14.messages[1].content === before[1][1], `after the reload the history was not sent: ${JSON.stringify(req14 && req14.messages)}`);
+  await page.locator('#clear').click();
+  await page.reload({ waitUntil: 'load' });
+  check((await page.locator('article.msg').count()) === 0, 'New conversation came back after a reload');
+
+  // 11. no select's label is clipped, whichever option is chosen
+  const clipped = await page.evaluate(() => {
+    const out = [];
+    const ctx2 = document.createElement('canvas').getContext('2d');
+    for (const sel of document.querySelectorAll('select')) {
+      const cs = getComputedStyle(sel);
+      ctx2.font = `${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`;
+      const room = sel.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 18; // the arrow
+      for (const o of sel.options) if (ctx2.measureText(o.text).width > room) out.push(`${sel.id}: "${o.text}"`);
+    }
+    return out;
+  });
+  check(clipped.length === 0, `select labels clipped: ${clipped.join('; ')}`);
 
   check(page.problems.length === 0, `page problems: ${page.problems.join('; ')}`);
   check(ctx.external.length === 0, `the page reached outside the server: ${ctx.external.join(', ')}`);

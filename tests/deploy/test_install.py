@@ -11,7 +11,10 @@
    pages come from.
 3. The config lookup order: -c, then $SPECD_CONFIG, then ./config.yaml; the
    start-up line names the file and the rule; a missing -c / $SPECD_CONFIG
-   file is refused (exit 2) naming it."""
+   file is refused (exit 2) naming it.
+4. A request without max_tokens runs to the end of the context (--ctx 64),
+   or stops at server.max_tokens_default when the config sets one."""
+import json
 import os, re, signal, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -130,9 +133,9 @@ else:
 
 # ---- 3. the lookup order ---------------------------------------------------------------
 tmp = tempfile.mkdtemp(prefix="specd-install-cfg-")
-cfg = "server:\n  port: 0\ntelemetry:\n  enabled: false\nmodels:\n  alias: %s\n"
+cfg = "telemetry:\n  enabled: false\nmodels:\n  alias: %s\n"
 for n in ("cwd", "env", "flag"):
-    open(os.path.join(tmp, n + ".yaml"), "w").write(cfg % n)
+    open(os.path.join(tmp, n + ".yaml"), "w").write(cfg % n + ("server:\n  max_tokens_default: 3\n" if n == "flag" else ""))
 os.rename(os.path.join(tmp, "cwd.yaml"), os.path.join(tmp, "config.yaml"))
 env_cfg = dict(env_without_config(), SPECD_CONFIG=os.path.join(tmp, "env.yaml"))
 cases = [
@@ -141,8 +144,18 @@ cases = [
     ("-c over $SPECD_CONFIG", ("-c", os.path.join(tmp, "flag.yaml")), env_cfg,
      "config %s (from -c)" % os.path.join(tmp, "flag.yaml")),
 ]
+def complete(port):
+    """A completion without max_tokens: (prompt tokens, completion tokens, finish reason)."""
+    rq = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, method="POST",
+                                data=json.dumps({"prompt": "Once upon a time", "temperature": 0}).encode(),
+                                headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(rq, timeout=60) as r:
+        d = json.loads(r.read())
+    return d["usage"]["prompt_tokens"], d["usage"]["completion_tokens"], d["choices"][0]["finish_reason"]
+
+
 for name, args, env, want in cases:
-    p, port, err = serve(t["specd"], tmp, args, env)
+    p, port, err = serve(t["specd"], tmp, list(args) + ["--ctx", "64"], env)
     log = open(err).read()
     check(port is not None and want in log, "%s: start-up line %r %s" % (name, want, "" if want in log else log[-600:]))
     if port is not None:
@@ -150,6 +163,12 @@ for name, args, env, want in cases:
         st, body = get(port, "/v1/models")
         alias = {"./config.yaml": b"cwd", "$SPECD_CONFIG over ./config.yaml": b"env", "-c over $SPECD_CONFIG": b"flag"}
         check(st == 200 and alias[name] in body, "%s: /v1/models lists the alias from that file" % name)
+        np_, nc, fin = complete(port)
+        if name.startswith("-c"):
+            check(nc == 3 and fin == "length", "no max_tokens, server.max_tokens_default 3: %d tokens (%s)" % (nc, fin))
+        elif name.startswith("./"):
+            check(np_ + nc >= 64 and fin == "length", "no max_tokens: to the end of the 64-token context (%d + %d, %s)"
+                  % (np_, nc, fin))
         stop(p)
 for name, args, env in (("-c missing", ("-c", "/nonexistent/specd.yaml"), None),
                         ("$SPECD_CONFIG missing", (), dict(env_without_config(), SPECD_CONFIG="/nonexistent/env.yaml"))):

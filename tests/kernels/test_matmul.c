@@ -256,6 +256,7 @@ int main(void) {
         for (int i = 0; i < Mq * K; i++) x[i] = frand() * (i % 7 ? 1.0f : 30.0f);
         for (int i = 32; i < 64; i++) x[i] = 0.0f;                 /* an all-zero block */
         x[70] = NAN, x[100] = INFINITY, x[101] = -INFINITY;       /* clamped, never UB */
+        x[170] = NAN, x[200] = NAN, x[300] = NAN, x[333] = NAN;  /* NaN in every 8-lane slot of a block */
         for (int i = 128; i < 160; i++) x[i] = (float)(i - 144) * 0.5f; /* amax 8: many exact .5 steps */
         size_t rs = mm_qx_row_bytes(K);
         uint8_t *ref = malloc(rs * Mq), *got = malloc(rs * Mq);

@@ -7,6 +7,7 @@
 #include "cli/hub.h"
 #include "cli/logfmt.h"
 #include "cli/util.h"
+#include "engine/chat.h"
 #include "engine/engine.h"
 #include "cli/mkmodel.h"
 #include "engine/telemetry.h"
@@ -32,6 +33,8 @@ static void serve_usage(FILE *f) {
             "  -m MODEL       target GGUF (models.target); without one, a demo pair with RANDOM weights is served\n"
             "  --draft D      draft GGUF sharing the target's tokenizer (models.draft)\n"
             "  --medusa H     Medusa heads for the target (models.medusa; specd train-medusa)\n"
+            "  --chat-template FILE|NAME  chat template instead of the model's tokenizer.chat_template: a Jinja\n"
+            "                 file, a tokenizer.chat_template.NAME of the model, or a built-in family (models.chat_template)\n"
             "  -hf REPO[:QUANT], --hf-draft REPO[:QUANT]  target / draft from a Hugging Face repository,\n"
             "                 downloaded once into the cache (see specd pull)\n"
             "  --web-root DIR the pages to serve (server.web_root; \"none\" = no pages); default: the pages\n"
@@ -47,6 +50,7 @@ static void serve_usage(FILE *f) {
 }
 
 int cmd_serve(int argc, char **argv) {
+    const char *chat_template = NULL;
     const char *config_path = NULL, *host = NULL, *model = NULL, *draft = NULL, *web_root = NULL, *medusa = NULL;
     static char mpath[1024];
     const char *hf = NULL, *hf_draft = NULL;
@@ -63,6 +67,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--medusa")) medusa = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--chat-template")) chat_template = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--log-format")) {
@@ -189,6 +194,7 @@ int cmd_serve(int argc, char **argv) {
     ec.target_path = tpath;
     ec.draft_path = dpath[0] ? dpath : NULL;
     ec.medusa_path = mpath[0] ? mpath : NULL;
+    ec.chat_template = chat_template ? chat_template : pc->models.chat_template[0] ? pc->models.chat_template : NULL;
     if (!gamma_params_validate(&ec.gamma, err, sizeof(err))) {
         fprintf(stderr, "specd serve: config: speculation: %s\n", err);
         pol_config_free(pc);
@@ -223,6 +229,16 @@ int cmd_serve(int argc, char **argv) {
         telemetry_close(tel);
         pol_store_destroy(&store);
         return 1;
+    }
+    {
+        const chat_tmpl *ct = engine_chat_tmpl(e);
+        if (chat_tmpl_is_jinja(ct))
+            fprintf(stderr, "specd: chat template: %s (Jinja; tool calls: %s)\n", chat_tmpl_source(ct),
+                    chat_tool_format_name(chat_tmpl_tool_format(ct)));
+        else
+            fprintf(stderr, "specd: warning: the model has no chat template (%s): chat prompts use a built-in format "
+                            "that may not be the model's; pass --chat-template FILE|NAME (models.chat_template)\n",
+                    chat_tmpl_source(ct));
     }
     int rc = gw_run(e, &gc, err, sizeof(err));
     if (rc != 0) fprintf(stderr, "specd serve: %s\n", err);

@@ -40,6 +40,9 @@ typedef struct gw_req {
     int api;                      /* GW_HTTP_COMPLETIONS / GW_HTTP_CHAT */
     bool stream;
     int index;                    /* which choice, 0..n-1 */
+    int tools;                    /* chat_tool_format + 1: the reply is parsed for tool calls (a stream's text is
+                                   * held back until the end); 0: plain text */
+    bool tool_called;             /* the held-back reply held tool calls (finish_reason "tool_calls") */
     bool done;                    /* its final event was polled: the engine has released eid */
     char *acc;                    /* accumulated text (non-streaming) */
     size_t acc_len, acc_cap;

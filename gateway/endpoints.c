@@ -214,3 +214,21 @@ char *gw_ep_detokenize(const gw_server *s, const char *body, size_t len, int *st
     *status = 200;
     return dump(json_pack("{s:o}", "content", js ? js : json_string("")));
 }
+
+char *gw_ep_apply_template(const gw_server *s, const char *body, size_t len, int *status) {
+    oa_request oq;
+    oa_error oe;
+    if (oa_parse(true, body, len, &s->limits, &oq, &oe) != 0) {
+        *status = oe.status;
+        return oa_error_json(&oe);
+    }
+    char err[300];
+    if (oa_render_prompt_tmpl(&oq, engine_chat_tmpl(s->eng), err, sizeof err) != 0) {
+        oa_request_free(&oq);
+        return err400(status, "invalid_request", err);
+    }
+    char *out = dump(json_pack("{s:s}", "prompt", oq.rendered));
+    oa_request_free(&oq);
+    *status = 200;
+    return out;
+}

@@ -22,5 +22,10 @@ char *gw_ep_health(const gw_server *s, int *status);
 char *gw_ep_props(const gw_server *s, int *status);
 char *gw_ep_tokenize(const gw_server *s, const char *body, size_t len, int *status);
 char *gw_ep_detokenize(const gw_server *s, const char *body, size_t len, int *status);
+/* POST /apply-template (llama.cpp's shape): a chat body ({"messages": [...],
+ * "tools": [...]}) -> {"prompt": "..."}, the text the model's chat template
+ * renders (with the generation prompt; a leading BOS the tokenizer adds is
+ * not in it). 400 with the reason when the body or the template fails. */
+char *gw_ep_apply_template(const gw_server *s, const char *body, size_t len, int *status);
 
 #endif

@@ -7,6 +7,7 @@
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
 #include "gateway/status_map.h"
+#include "gateway/tool_calls.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -347,7 +348,8 @@ static int serve_static(gw_server *s, gw_conn *c, const char *uri) {
 static int render_chat(gw_server *s, oa_request *oq, char *err, size_t errlen) {
     engine_info info;
     engine_get_info(s->eng, &info);
-    return oa_render_prompt(oq, (chat_template_kind)info.chat_template, info.bos_text, err, errlen);
+    (void)info;
+    return oa_render_prompt_tmpl(oq, engine_chat_tmpl(s->eng), err, errlen); /* the model's Jinja template, tools included */
 }
 
 /* The OpenAI error for a failure of kind st (status_map.h), with message. */
@@ -394,6 +396,7 @@ static int submit_choices(gw_server *s, gw_conn *c, const oa_request *oq, int ap
         }
         r->api = api;
         r->stream = oq->stream;
+        r->tools = oq->tool_format + 1;
         r->index = i;
         r->logprobs = oq->req.logprobs;
         if (r->logprobs && !r->stream) r->lp = oa_logprobs_new(api == GW_HTTP_CHAT);
@@ -537,8 +540,10 @@ static void respond_choices(gw_server *s, gw_conn *c) {
         respond_json(c, 500, oa_simple_error(500, GW_ERR_INTERNAL, "out of memory"));
     } else {
         for (int i = 0; i < n; i++) choice_at(c, i)->lp = NULL; /* handed over */
-        respond_json(c, 200, oa_response_json_n(c->reqs->api == GW_HTTP_CHAT, c->reqs->session, s->cfg.model_name,
-                                                ch, n, choice_at(c, 0)->prompt_tokens));
+        char *body = oa_response_json_n(c->reqs->api == GW_HTTP_CHAT, c->reqs->session, s->cfg.model_name, ch, n,
+                                         choice_at(c, 0)->prompt_tokens);
+        if (c->reqs->tools) body = tc_rewrite_response(body, (chat_tool_format)(c->reqs->tools - 1), gw_random_seed());
+        respond_json(c, 200, body);
     }
     free(ch);
 }
@@ -560,7 +565,7 @@ static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event
     if (ev->type == ENGINE_EV_TOKENS) {
         s->tokens_out += (uint64_t)ev->n_tokens;
         if (r->lp) oa_logprobs_add(r->lp, chat, engine_tokenizer(s->eng), ev, &r->lp_offset);
-        if (r->stream) {
+        if (r->stream && !r->tools) {
             void *lp = NULL;
             if (r->logprobs && (lp = oa_logprobs_new(chat)))
                 oa_logprobs_add(lp, chat, engine_tokenizer(s->eng), ev, &r->lp_offset);
@@ -597,8 +602,17 @@ static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event
     gw_metrics_finished(ev), gw_monitor_record(ev);
     r->completion_tokens = ev->completion_tokens;
     r->fin_cached = (int)ev->st.prefix_reused;
+    if (r->stream && r->tools) {
+        /* a reply that may hold tool calls was held back: its calls (or its text) now, as OpenAI's deltas */
+        bool calls = false;
+        char *tc = tc_stream_chunks((chat_tool_format)(r->tools - 1), r->acc, r->acc_len, gw_random_seed(), r->session,
+                                    s->cfg.model_name, r->index, &calls);
+        if (tc) gw_queue(c, tc, strlen(tc), GW_OUT_HTTP), free(tc);
+        r->tool_called = calls;
+    }
     if (r->stream && c->n_choices == 1) {
         char *fin = oa_stream_final(chat, r->session, s->cfg.model_name, ev, r->prompt_tokens, c->include_usage);
+        if (fin && r->tool_called) fin = tc_finish_reason(fin);
         if (fin) gw_queue(c, fin, strlen(fin), GW_OUT_HTTP_FINAL), free(fin);
         release_choices(c);
         return true;
@@ -677,6 +691,7 @@ static int route(gw_server *s, gw_conn *c) {
         if (!strcmp(u, "/v1/chat/completions")) return 2;
         if (!strcmp(u, "/tokenize")) return 4;
         if (!strcmp(u, "/detokenize")) return 5;
+        if (!strcmp(u, "/apply-template")) return 6;
         if (!strcmp(u, "/admin/reload")) {
             if (!admin_authorized(s, c)) return c->headers_sent ? 0 : -1;
             return 3;
@@ -777,7 +792,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             json_decref(o);
             return respond_json(c, rc == 0 ? 200 : 422, body) < 0 ? -1 : 0;
         }
-        if (r == 1 || r == 2 || r == 4 || r == 5) {
+        if (r == 1 || r == 2 || r == 4 || r == 5 || r == 6) {
             c->status = r; /* which API: the body follows */
             return 0;
         }
@@ -786,7 +801,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         return 0;
     }
     case LWS_CALLBACK_HTTP_BODY:
-        if (c->status != 1 && c->status != 2 && c->status != 4 && c->status != 5) return 0; /* already answered: drop the body */
+        if (c->status != 1 && c->status != 2 && c->status != 4 && c->status != 5 && c->status != 6) return 0; /* already answered: drop the body */
         if (!len) return 0; /* a POST with Content-Length: 0 gets one empty call (in == NULL) */
         if (c->rx_len + len > (size_t)s->cfg.max_message_bytes) {
             c->rx_too_big = true;
@@ -826,10 +841,11 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             c->rx_cap = 1;
         }
         if (c->headers_sent) return 0; /* already answered (admin) */
-        if (c->status == 4 || c->status == 5) {
+        if (c->status == 4 || c->status == 5 || c->status == 6) {
             int st = 200;
             char *b = c->status == 4 ? gw_ep_tokenize(s, c->body, c->rx_len, &st)
-                                     : gw_ep_detokenize(s, c->body, c->rx_len, &st);
+                    : c->status == 5 ? gw_ep_detokenize(s, c->body, c->rx_len, &st)
+                                     : gw_ep_apply_template(s, c->body, c->rx_len, &st);
             return respond_json(c, st, b) < 0 ? -1 : 0;
         }
         return start_completion(s, c, c->status == 2 ? GW_HTTP_CHAT : GW_HTTP_COMPLETIONS) < 0 ? -1 : 0;

@@ -2,6 +2,7 @@
  * jansson, and the chat prompt's rendering (see openai_request.h). Per
  * request: allocation is fine here. */
 #include "gateway/openai_request.h"
+#include "gateway/tool_calls.h"
 
 #include "engine/grammar.h"
 #include "gateway/fields.h"
@@ -92,8 +93,6 @@ static int check_unsupported(json_t *o, bool chat, oa_error *err) {
         FAIL(OA_ERR_UNSUPPORTED, "top_logprobs", "'top_logprobs' is a chat field: completions take 'logprobs': n");
     if ((v = field(o, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
         FAIL(OA_ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");
-    if ((v = field(o, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-        FAIL(OA_ERR_UNSUPPORTED, "tools", "'tools' (function calling) is not supported");
     if ((v = field(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
         FAIL(OA_ERR_UNSUPPORTED, "functions", "'functions' (function calling) is not supported");
     if ((v = field(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
@@ -168,6 +167,8 @@ static int message_content(json_t *c, int i, bool assistant, char **out, oa_erro
     return 0;
 }
 
+static int parse_messages_each(json_t *v, size_t n, oa_request *r, json_t *tmsgs, oa_error *err);
+
 static int parse_messages(json_t *o, oa_request *r, oa_error *err) {
     json_t *v = field(o, "messages");
     if (!v) FAIL(GW_ERR_MISSING_FIELD, "messages", "'messages' is required");
@@ -176,6 +177,15 @@ static int parse_messages(json_t *o, oa_request *r, oa_error *err) {
     if (n == 0) FAIL(GW_ERR_OUT_OF_RANGE, "messages", "'messages' must not be empty");
     if (n > 4096) FAIL(GW_ERR_OUT_OF_RANGE, "messages", "'messages' has %zu entries, at most 4096", n);
     if (!(r->messages = calloc(n, sizeof(chat_msg)))) OOM();
+    json_t *tmsgs = json_array();
+    if (!tmsgs) OOM();
+    int rc = parse_messages_each(v, n, r, tmsgs, err);
+    if (!rc && !(r->messages_json = json_dumps(tmsgs, JSON_COMPACT | JSON_PRESERVE_ORDER))) rc = -1, snprintf(err->message, sizeof err->message, "out of memory"), err->status = 500;
+    json_decref(tmsgs);
+    return rc;
+}
+
+static int parse_messages_each(json_t *v, size_t n, oa_request *r, json_t *tmsgs, oa_error *err) {
     for (size_t i = 0; i < n; i++) {
         json_t *m = json_array_get(v, i);
         char param[64];
@@ -189,12 +199,80 @@ static int parse_messages(json_t *o, oa_request *r, oa_error *err) {
         if (!strcmp(rs, "system") || !strcmp(rs, "developer")) canon = "system";
         else if (!strcmp(rs, "user")) canon = "user";
         else if (!strcmp(rs, "assistant")) canon = "assistant";
-        else FAIL(GW_ERR_OUT_OF_RANGE, param, "'%s' must be system, developer, user or assistant", param);
+        else if (!strcmp(rs, "tool")) canon = "tool";
+        else FAIL(GW_ERR_OUT_OF_RANGE, param, "'%s' must be system, developer, user, assistant or tool", param);
         r->messages[i].role = canon; /* static storage */
         char *content = NULL;
+        json_t *calls = field(m, "tool_calls");
         if (message_content(field(m, "content"), (int)i, canon[0] == 'a', &content, err)) return -1;
         r->messages[i].content = content;
         r->n_messages = (int)i + 1;
+        /* the message as the template sees it */
+        json_t *tm = json_pack("{s:s,s:s}", "role", canon, "content", content);
+        if (!tm) OOM();
+        json_array_append_new(tmsgs, tm);
+        if (calls && canon[0] == 'a') {
+            snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+            if (!json_is_array(calls)) FAIL(GW_ERR_WRONG_TYPE, param, "'%s' must be an array", param);
+            size_t k;
+            json_t *c;
+            json_array_foreach(calls, k, c) {
+                json_t *fn = json_object_get(c, "function");
+                json_t *nm = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+                if (!json_is_string(nm) || (args && !json_is_string(args) && !json_is_object(args)))
+                    FAIL(GW_ERR_WRONG_TYPE, param, "'%s[%zu]' must be {id, type: \"function\", function: {name, arguments}}",
+                         param, k);
+            }
+            json_object_set(tm, "tool_calls", calls);
+            if (!field(m, "content")) json_object_set_new(tm, "content", json_null());
+        }
+        json_t *tcid = field(m, "tool_call_id"), *nm = field(m, "name");
+        if (json_is_string(tcid)) json_object_set(tm, "tool_call_id", tcid);
+        if (json_is_string(nm)) json_object_set(tm, "name", nm);
+    }
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls (rendered by the template; the
+ * choice decides the grammar at rendering, oa_render_prompt_tmpl). */
+static int parse_tools(json_t *o, oa_request *r, oa_error *err) {
+    json_t *tools = field(o, "tools"), *tc = field(o, "tool_choice"), *par = field(o, "parallel_tool_calls");
+    r->parallel_tool_calls = true;
+    r->tool_format = -1;
+    if (par && !json_is_boolean(par)) FAIL(GW_ERR_WRONG_TYPE, "parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    if (par) r->parallel_tool_calls = json_is_true(par);
+    if (tools) {
+        if (!json_is_array(tools)) FAIL(GW_ERR_WRONG_TYPE, "tools", "'tools' must be an array");
+        size_t k;
+        json_t *t;
+        json_array_foreach(tools, k, t) {
+            json_t *fn = json_object_get(t, "function"), *ty = json_object_get(t, "type");
+            if (!json_is_object(t) || (ty && !(json_is_string(ty) && !strcmp(json_string_value(ty), "function"))) ||
+                !json_is_object(fn) || !json_is_string(json_object_get(fn, "name")) ||
+                (json_object_get(fn, "parameters") && !json_is_object(json_object_get(fn, "parameters"))))
+                FAIL(GW_ERR_WRONG_TYPE, "tools", "'tools[%zu]' must be {type: \"function\", function: {name, description, "
+                     "parameters: a JSON Schema object}}", k);
+        }
+        if (json_array_size(tools) && !(r->tools_json = json_dumps(tools, JSON_COMPACT | JSON_PRESERVE_ORDER))) OOM();
+    }
+    if (tc) {
+        if (json_is_string(tc)) {
+            const char *s = json_string_value(tc);
+            if (!strcmp(s, "auto")) r->tool_choice = OA_TOOLS_AUTO;
+            else if (!strcmp(s, "none")) r->tool_choice = OA_TOOLS_NONE;
+            else if (!strcmp(s, "required")) r->tool_choice = OA_TOOLS_REQUIRED;
+            else FAIL(GW_ERR_OUT_OF_RANGE, "tool_choice", "'tool_choice' must be auto, none, required or {type: function, function: {name}}");
+        } else {
+            const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+            if (!name) FAIL(GW_ERR_WRONG_TYPE, "tool_choice", "'tool_choice' must be auto, none, required or {type: function, function: {name}}");
+            r->tool_choice = OA_TOOLS_NAMED;
+            if (!(r->tool_name = dupn(name, strlen(name)))) OOM();
+        }
+        if (r->tool_choice >= OA_TOOLS_REQUIRED && !r->tools_json)
+            FAIL(GW_ERR_OUT_OF_RANGE, "tool_choice", "'tool_choice' %s needs 'tools'", r->tool_choice == OA_TOOLS_NAMED ? "naming a function" : "required");
+        if (r->tool_choice >= OA_TOOLS_REQUIRED && (field(o, "response_format") || field(o, "grammar")))
+            FAIL(GW_ERR_OUT_OF_RANGE, "tool_choice", "'tool_choice' %s cannot be combined with response_format or grammar",
+                 r->tool_choice == OA_TOOLS_NAMED ? "naming a function" : "required");
     }
     return 0;
 }
@@ -326,6 +404,9 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
     if ((v = field(o, "model")) && !json_is_string(v)) FAIL(GW_ERR_WRONG_TYPE, "model", "'model' must be a string");
     if (!(r->model = v ? dupn(json_string_value(v), json_string_length(v)) : dupn("", 0))) OOM();
     if (chat ? parse_messages(o, r, err) : parse_prompt(o, r, err)) return -1;
+    if (chat ? parse_tools(o, r, err) : 0) return -1;
+    if (!chat && field(o, "tools") && !(json_is_array(field(o, "tools")) && !json_array_size(field(o, "tools"))))
+        FAIL(OA_ERR_UNSUPPORTED, "tools", "'tools' is a chat field");
 
     /* the shared fields (max_tokens ... seed, prefix_cache); chat may name max_tokens max_completion_tokens */
     gw_field_target t = {.req = &r->req};
@@ -412,6 +493,9 @@ void oa_request_free(oa_request *r) {
     for (int i = 0; i < ENGINE_MAX_STOP; i++) free(r->stop_owned[i]);
     free(r->content_type);
     free(r->grammar);
+    free(r->messages_json);
+    free(r->tools_json);
+    free(r->tool_name);
     memset(r, 0, sizeof *r);
 }
 
@@ -437,5 +521,36 @@ int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, 
     r->req.prompt_text = buf;
     r->req.special_spans = spans;
     r->req.n_special_spans = n_spans < max_spans ? n_spans : max_spans;
+    return 0;
+}
+
+int oa_render_prompt_tmpl(oa_request *r, const chat_tmpl *ct, char *err, size_t errlen) {
+    if (!r->chat) return 0;
+    char *out = NULL;
+    size_t len = 0;
+    tok_span *spans = NULL;
+    int ns = 0;
+    const char *tj = r->tools_json;
+    if (chat_tmpl_apply(ct, r->messages_json, strlen(r->messages_json), tj, tj ? strlen(tj) : 0, true, &out, &len, &spans,
+                        &ns, err, errlen) != 0)
+        return -1;
+    free(r->rendered);
+    free(r->spans);
+    r->rendered = out;
+    r->spans = spans;
+    r->req.prompt_text = out;
+    r->req.special_spans = spans;
+    r->req.n_special_spans = ns;
+    r->tool_format = tj && r->tool_choice != OA_TOOLS_NONE ? (int)chat_tmpl_tool_format(ct) : -1;
+    if (tj && r->tool_choice >= OA_TOOLS_REQUIRED) {
+        json_t *tools = json_loads(tj, 0, NULL);
+        char *g = tools ? tc_grammar(chat_tmpl_tool_format(ct), tools, r->tool_choice == OA_TOOLS_NAMED ? r->tool_name : NULL,
+                                     r->parallel_tool_calls, err, errlen) : NULL;
+        json_decref(tools);
+        if (!g) return -1;
+        free(r->grammar);
+        r->grammar = g;
+        r->req.grammar = g;
+    }
     return 0;
 }

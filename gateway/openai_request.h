@@ -59,7 +59,15 @@ typedef struct {
     char *stop_owned[ENGINE_MAX_STOP];
     char *content_type;
     char *grammar;              /* GBNF of response_format json_object/json_schema or of 'grammar' (req.grammar) */
+    /* tools (chat): the messages as the template sees them, the tools, the choice */
+    char *messages_json;        /* chat: [{role, content, tool_calls, tool_call_id, name}] as JSON text */
+    char *tools_json;           /* 'tools' as JSON text (NULL: none) */
+    int tool_choice;            /* OA_TOOLS_AUTO, _NONE, _REQUIRED, _NAMED */
+    char *tool_name;            /* OA_TOOLS_NAMED: the function */
+    bool parallel_tool_calls;   /* default true */
+    int tool_format;            /* after rendering: the chat_tool_format replies are parsed in; -1: no parsing */
 } oa_request;
+enum { OA_TOOLS_AUTO = 0, OA_TOOLS_NONE, OA_TOOLS_REQUIRED, OA_TOOLS_NAMED };
 
 /* Parses and validates body[0..len) (need not be NUL-terminated) of
  * /v1/chat/completions (chat) or /v1/completions. Returns 0 with *out filled
@@ -81,8 +89,13 @@ typedef struct {
  * logprobs: chat {logprobs: bool, top_logprobs: 0..20 (needs logprobs
  * true)}, completions {logprobs: 0..20 alternatives} → req.logprobs /
  * req.top_logprobs (values: spec.h spec_logprob).
+ * tools [{type: "function", function: {name, description, parameters}}],
+ * tool_choice (auto | none | required | {type: function, function: {name}}),
+ * parallel_tool_calls (bool); messages may then hold role "tool" results
+ * ({tool_call_id, content}) and assistant messages with tool_calls
+ * ([{id, type, function: {name, arguments: JSON text}}], content null).
  * null means absent; unknown fields are ignored; best_of > 1, echo,
- * suffix, tools, logit_bias, top_logprobs on completions and non-zero
+ * suffix, functions (the legacy API), logit_bias, top_logprobs on completions and non-zero
  * presence/frequency penalties are refused (unsupported).
  * Integers may be written as integral reals. */
 int oa_parse(bool chat, const char *body, size_t len, const gw_limits *lim, oa_request *out, oa_error *err);
@@ -98,5 +111,14 @@ uint64_t oa_choice_seed(uint64_t seed, int i);
  * markup (message content never yields special tokens). Completions: nothing to
  * do. Returns 0, or -1 with err filled when out of memory. */
 int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, char *err, size_t errlen);
+
+/* Chat: renders r->messages_json and r->tools_json with the model's template
+ * ct (chat_tmpl_apply) into r->rendered / r->req.prompt_text and the markup
+ * spans, sets r->tool_format (-1 when the reply is not parsed: no tools, or
+ * tool_choice none) and, for tool_choice required or a named function, the
+ * grammar that forces a call in the template's format (tool_calls.h) as
+ * r->grammar / req.grammar. Returns 0, or -1 with err (the template raised,
+ * a function's schema is refused, tools without a Jinja template): a 400. */
+int oa_render_prompt_tmpl(oa_request *r, const chat_tmpl *ct, char *err, size_t errlen);
 
 #endif

@@ -72,6 +72,7 @@ static const keydef models_keys[] = {
     KS(pol_models, draft, true),
     KS(pol_models, medusa, true),
     KS(pol_models, alias, false),
+    KS(pol_models, chat_template, true),
 };
 static const keydef engine_keys[] = {
     KE(pol_engine, backend, backend_names, true),

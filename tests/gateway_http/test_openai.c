@@ -130,7 +130,7 @@ static const bad_case bad[] = {
     {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_completion_tokens\":0}",
      "max_completion_tokens", "out_of_range"},
     {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tools\":[{\"type\":\"function\"}]}", "tools",
-     "unsupported"},
+     "wrong_type"}, /* tools are supported; a tool without a function is malformed */
     {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":1}", "logprobs", "wrong_type"},
     {true, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "top_logprobs",
      "out_of_range"},

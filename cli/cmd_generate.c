@@ -4,6 +4,7 @@
  * --compare-plain runs plain decoding first in the same process and reports
  * the measured speedup next to the cost model's prediction.
  * Without a model it runs on a demo pair with random weights and says so. */
+#include "cli/penalty_args.h"
 #include "cli/cmd.h"
 #include "cli/hub.h"
 #include "cli/util.h"
@@ -53,6 +54,7 @@ static void generate_usage(FILE *f) {
             "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
             "               identically to draft and target\n"
+            PENALTY_ARGS_USAGE
             "  --seed S     seed of the counter-based sampler (default 42)\n"
             "  --backend B  auto (CUDA when built with it and a GPU is present; default), cpu or cuda;\n"
             "               --device N picks the GPU (default 0)\n"
@@ -216,6 +218,8 @@ int cmd_generate(int argc, char **argv) {
     const char *medusa_path = NULL, *medusa_cfg = NULL;
     tree_shape tree_sh = {0, 0, 0};
     sampler_config sc = sampler_config_default();
+    static sampler_bias bias[SAMPLER_MAX_BIAS];
+    int pa;
     sc.temperature = 0.8f;
     gamma_params gp = gamma_params_default();
     for (int i = 1; i < argc; i++) {
@@ -272,6 +276,7 @@ int cmd_generate(int argc, char **argv) {
         else if (!strcmp(a, "--top-k")) sc.top_k = (int)arg_long(argc, argv, &i, 0, 1 << 24);
         else if (!strcmp(a, "--top-p")) sc.top_p = (float)arg_double(argc, argv, &i, 0, 1);
         else if (!strcmp(a, "--min-p")) sc.min_p = (float)arg_double(argc, argv, &i, 0, 1);
+        else if ((pa = penalty_arg("generate", argc, argv, &i, &sc, bias)) != 0) { if (pa < 0) return 2; }
         else if (!strcmp(a, "--seed")) seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--backend")) backend_kind = arg_backend(argc, argv, &i);

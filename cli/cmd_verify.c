@@ -8,6 +8,7 @@
 #include "cli/util.h"
 #include "engine/draft_medusa.h"
 #include "engine/draft_tree.h"
+#include "cli/penalty_args.h"
 #include "engine/grammar.h"
 #include "gateway/json_schema.h"
 
@@ -46,6 +47,9 @@ static void verify_usage(FILE *f) {
             "               target masked in lockstep); --broken-grammar masks only the draft's q, the\n"
             "               target's p left unmasked (testing only: expected to FAIL)\n"
             "  --schema F   a JSON Schema file instead: its grammar as the server makes it\n"
+            PENALTY_ARGS_USAGE
+            "  --broken-penalties  the target's verify rows see the accepted tokens but not the drafts\n"
+            "               before them (testing only: expected to FAIL)\n"
             "  --seed S     base seed (default 1); each sample's seed is a hash of (S, mode, i), so the\n"
             "               plain and speculative sets, and runs with different S, are independent\n"
             "  --alpha A    family-wise significance level (default 0.01)\n"
@@ -161,7 +165,9 @@ int cmd_verify(int argc, char **argv) {
     uint64_t seed = 1;
     double alpha = 0.01;
     const char *grammar_path = NULL;
-    bool broken_grammar = false, grammar_is_schema = false;
+    bool broken_grammar = false, grammar_is_schema = false, broken_penalties = false;
+    static sampler_bias bias[SAMPLER_MAX_BIAS];
+    int pa;
     sampler_config sc = sampler_config_default();
     sc.temperature = 1.0f;
     gamma_params gp = gamma_params_default();
@@ -181,6 +187,8 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--grammar")) grammar_path = arg_str(argc, argv, &i), grammar_is_schema = false;
         else if (!strcmp(a, "--schema")) grammar_path = arg_str(argc, argv, &i), grammar_is_schema = true;
         else if (!strcmp(a, "--broken-grammar")) broken_grammar = true;
+        else if (!strcmp(a, "--broken-penalties")) broken_penalties = true;
+        else if ((pa = penalty_arg("verify", argc, argv, &i, &sc, bias)) != 0) { if (pa < 0) return 2; }
         else if (!strcmp(a, "--seed")) seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "--alpha")) alpha = arg_double(argc, argv, &i, 1e-12, 0.5);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
@@ -311,6 +319,14 @@ int cmd_verify(int argc, char **argv) {
         }
     }
     if (adaptive) spec_pair_calibrate(sp);
+    if (sampler_has_penalties(&sc) && (tree.sh.budget || medusa_path)) {
+        fprintf(stderr, "specd verify: penalties and --logit-bias take the chain path: no --tree or --medusa\n");
+        return 2;
+    }
+    if (broken_penalties && !sampler_has_penalties(&sc)) {
+        fprintf(stderr, "specd verify: --broken-penalties needs a penalty flag\n");
+        return 2;
+    }
     if (broken_grammar && !grammar_path) {
         fprintf(stderr, "specd verify: --broken-grammar needs --grammar FILE or --schema FILE\n");
         goto done;
@@ -358,6 +374,7 @@ int cmd_verify(int argc, char **argv) {
      * low-acceptance fallback would leave the point-mass rule mostly untested */
     if (method != SPEC_METHOD_DRAFT) prm.gp.fallback_alpha = 0.0f;
     prm.grammar_broken = broken_grammar;
+    prm.penalty_broken = broken_penalties;
     if (draw_set(sp, ids, n_prompt, &prm, seed, VERIFY_STREAM_SPEC, n_samples, K, tree.sh.budget ? &tree : NULL, &spec,
                  err, sizeof(err)) != 0) {
         fprintf(stderr, "specd verify: speculative decoding failed: %s\n", err);
@@ -379,6 +396,11 @@ int cmd_verify(int argc, char **argv) {
     if (broken) printf("  TESTING ONLY: --broken residual |p-q| in use: this run is expected to FAIL\n");
     if (gm) printf("  grammar: %s (both sets masked%s)\n", grammar_path,
                    broken_grammar ? "; TESTING ONLY: --broken-grammar, the target's p unmasked: expected to FAIL" : "");
+    if (sampler_has_penalties(&sc))
+        printf("  penalties: repeat %g presence %g frequency %g over the last %d tokens, %d biased tokens%s\n",
+               (double)(sc.repeat_penalty ? sc.repeat_penalty : 1.0f), (double)sc.presence_penalty,
+               (double)sc.frequency_penalty, sc.penalty_last_n ? sc.penalty_last_n : SAMPLER_LAST_N_DEFAULT,
+               sc.n_logit_bias, broken_penalties ? " (TESTING ONLY: --broken-penalties: expected to FAIL)" : "");
     printf("%4s %7s %7s %5s %6s %10s %4s %10s  %7s %10s  %s\n", "pos", "n_plain", "n_spec", "bins", "merged", "chi2",
            "dof", "p", "KS_D", "KS_p", "result");
     for (int k = 0; k < K; k++) {

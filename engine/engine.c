@@ -54,6 +54,7 @@ static void req_free(req *r) {
     free(r->prompt);
     free(r->stop_ids);
     free(r->grammar_text);
+    free(r->logit_bias);
     free(r->gram_err);
     free(r->ring);
     free(r);
@@ -98,6 +99,7 @@ static int resolve_tree(const engine *e, const engine_request *rq, req *r, char 
         const char *why = !r->prm.speculate ? "speculation is off for it"
                           : r->prm.logprobs ? "logprobs"
                           : r->prm.coupled  ? "coupled verification"
+                          : sampler_has_penalties(&r->prm.sc) ? "penalties or logit_bias"
                                             : NULL;
         if (why && asked) return util_fail(err, errlen, "tree speculation cannot be combined with %s", why);
         if (why) mode = ENGINE_TREE_OFF;
@@ -127,6 +129,16 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
     if (method == SPEC_METHOD_MEDUSA && (rq->logprobs || rq->verify == ENGINE_VERIFY_COUPLED))
         return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'medusa' cannot be combined with %s",
                         rq->logprobs ? "logprobs" : "coupled verification");
+    /* penalties depend on each position's history: only the chain path
+     * applies them to the draft's q and the target's p alike */
+    bool penalties = sampler_has_penalties(&rq->sc);
+    if (method == SPEC_METHOD_MEDUSA && penalties)
+        return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'medusa' cannot be combined with "
+                        "penalties or logit_bias");
+    for (int i = 0; i < rq->sc.n_logit_bias; i++)
+        if (!tok_valid_id(e->sp->tok, rq->sc.logit_bias[i].id))
+            return sub_fail(ENGINE_ERR_INVALID, err, errlen, "logit_bias token id %d is outside the vocabulary",
+                            (int)rq->sc.logit_bias[i].id);
     bool can_speculate = rq->mode != SPEC_MODE_OFF && e->cfg.mode != SPEC_MODE_OFF && method != SPEC_METHOD_OFF &&
                          (method != SPEC_METHOD_DRAFT || spec_pair_has_draft(e->sp));
     gamma_params gp = e->cfg.gamma;
@@ -212,8 +224,23 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp, .speculate = can_speculate,
                                .method = method == SPEC_METHOD_MEDUSA ? SPEC_METHOD_NGRAM : method};
     /* auto with heads loaded: Medusa is one of its paths, where it may be */
-    bool coupled = rq->verify == ENGINE_VERIFY_COUPLED || (rq->verify == ENGINE_VERIFY_DEFAULT && e->cfg.coupled);
-    r->auto_medusa = method == SPEC_METHOD_AUTO && e->dm && can_speculate && !rq->logprobs && !coupled;
+    /* a seed the client chose must reproduce under adaptive γ (timing-driven)
+     * and any batch: only coupled verification makes the tokens independent
+     * of the schedule, so it is a seeded request's default */
+    bool seeded_coupled = rq->seeded && method != SPEC_METHOD_MEDUSA && rq->tree != ENGINE_TREE_AUTO &&
+                          rq->tree != ENGINE_TREE_FIXED;
+    bool coupled = rq->verify == ENGINE_VERIFY_COUPLED ||
+                   (rq->verify == ENGINE_VERIFY_DEFAULT && (e->cfg.coupled || seeded_coupled));
+    r->auto_medusa = method == SPEC_METHOD_AUTO && e->dm && can_speculate && !rq->logprobs && !coupled && !penalties;
+    if (rq->sc.n_logit_bias > 0) {
+        size_t nb = sizeof(sampler_bias) * (size_t)rq->sc.n_logit_bias;
+        if (!(r->logit_bias = malloc(nb))) {
+            req_free(r);
+            return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
+        }
+        memcpy(r->logit_bias, rq->sc.logit_bias, nb);
+        r->prm.sc.logit_bias = r->logit_bias;
+    }
     if ((method == SPEC_METHOD_MEDUSA || r->auto_medusa) && can_speculate && !(r->ms = medusa_seq_create(e->dm))) {
         req_free(r);
         return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");

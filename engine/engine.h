@@ -155,6 +155,9 @@ typedef struct {
     spec_method method;            /* the proposer, when method_set (else the policy rule's / the engine's) */
     bool method_set;
     engine_verify verify;          /* how drafts are verified (default: the engine's speculation.verify) */
+    bool seeded;                   /* the client chose the seed: with verify DEFAULT, coupled verification (so
+                                    * the tokens are the same for any γ, proposer, timing and batch) unless the
+                                    * request asks for Medusa or a tree, which only rejection verifies */
     bool no_prefix_cache;          /* neither reuse cached prompt blocks nor leave this prompt's behind */
     int gamma;                     /* 0: the engine's default; else fixed γ within bounds (adaptive=false) */
     bool adaptive;                 /* adaptive γ (default true in auto mode) */

@@ -59,6 +59,7 @@ typedef struct req {
     int reserved;                 /* KV blocks reserved per pool */
     spec_seq *seq;
     char *grammar_text;           /* GBNF of a constrained request (NULL: none) */
+    sampler_bias *logit_bias;     /* the request's copy; prm.sc.logit_bias points here (NULL: none) */
     size_t grammar_len;
     grammar_matcher *gm;          /* held from the cache from its compile to the end (engine thread, under mu) */
     int gram;                     /* GRAM_*: where its grammar's compile stands (under mu) */

@@ -91,8 +91,62 @@ bool sampler_config_validate(const sampler_config *cfg, char *err, size_t n) {
         return fail(err, n, "top_p must be in (0, 1] (1 = off), got %g", cfg->top_p);
     if (!(cfg->min_p >= 0.0f && cfg->min_p < 1.0f))
         return fail(err, n, "min_p must be in [0, 1) (0 = off), got %g", cfg->min_p);
+    if (!(isfinite(cfg->repeat_penalty) && cfg->repeat_penalty >= 0.0f && cfg->repeat_penalty <= 100.0f))
+        return fail(err, n, "repeat_penalty must be in (0, 100] (1 = off), got %g", cfg->repeat_penalty);
+    if (!(cfg->presence_penalty >= -2.0f && cfg->presence_penalty <= 2.0f))
+        return fail(err, n, "presence_penalty must be in [-2, 2] (0 = off), got %g", cfg->presence_penalty);
+    if (!(cfg->frequency_penalty >= -2.0f && cfg->frequency_penalty <= 2.0f))
+        return fail(err, n, "frequency_penalty must be in [-2, 2] (0 = off), got %g", cfg->frequency_penalty);
+    if (cfg->penalty_last_n < -1)
+        return fail(err, n, "repeat_last_n must be >= -1 (-1 = the whole sequence), got %g", (double)cfg->penalty_last_n);
+    if (cfg->n_logit_bias < 0 || cfg->n_logit_bias > SAMPLER_MAX_BIAS || (cfg->n_logit_bias > 0 && !cfg->logit_bias))
+        return fail(err, n, "logit_bias may have at most %g entries", (double)SAMPLER_MAX_BIAS);
+    for (int i = 0; i < cfg->n_logit_bias; i++)
+        if (!(cfg->logit_bias[i].bias >= -100.0f && cfg->logit_bias[i].bias <= 100.0f) || cfg->logit_bias[i].id < 0)
+            return fail(err, n, "logit_bias values must be in [-100, 100] for token ids >= 0, got %g",
+                        cfg->logit_bias[i].bias);
     if (err && n > 0) err[0] = '\0';
     return true;
+}
+
+/* ---- penalties (history-dependent, before sampler_probs) -------------------- */
+
+bool sampler_has_penalties(const sampler_config *cfg) {
+    return (cfg->repeat_penalty != 0.0f && cfg->repeat_penalty != 1.0f) || cfg->presence_penalty != 0.0f ||
+           cfg->frequency_penalty != 0.0f || cfg->n_logit_bias > 0;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void sampler_penalize(const sampler_config *cfg, const int32_t *hist, int n_hist, const int32_t *ext, int n_ext,
+                      int32_t *scratch, float *logits, int n_vocab) {
+    for (int i = 0; i < cfg->n_logit_bias; i++)
+        if (cfg->logit_bias[i].id < n_vocab) logits[cfg->logit_bias[i].id] += cfg->logit_bias[i].bias;
+    float rp = cfg->repeat_penalty == 0.0f ? 1.0f : cfg->repeat_penalty;
+    if (rp == 1.0f && cfg->presence_penalty == 0.0f && cfg->frequency_penalty == 0.0f) return;
+    int total = n_hist + n_ext;
+    int w = cfg->penalty_last_n == 0 ? SAMPLER_LAST_N_DEFAULT : cfg->penalty_last_n < 0 ? total : cfg->penalty_last_n;
+    if (w > total) w = total;
+    /* the window: the last w tokens of hist ++ ext, sorted so equal ids are runs */
+    int from_ext = w < n_ext ? w : n_ext, from_hist = w - from_ext;
+    memcpy(scratch, hist + n_hist - from_hist, sizeof(int32_t) * (size_t)from_hist);
+    memcpy(scratch + from_hist, ext + n_ext - from_ext, sizeof(int32_t) * (size_t)from_ext);
+    qsort(scratch, (size_t)w, sizeof(int32_t), cmp_i32);
+    for (int i = 0; i < w;) {
+        int j = i;
+        while (j < w && scratch[j] == scratch[i]) j++;
+        int32_t id = scratch[i];
+        if (id >= 0 && id < n_vocab) {
+            float l = logits[id];
+            l = l > 0.0f ? l / rp : l * rp;
+            l -= (float)(j - i) * cfg->frequency_penalty + cfg->presence_penalty;
+            if (logits[id] != -INFINITY) logits[id] = l;
+        }
+        i = j;
+    }
 }
 
 /* ---- create / destroy ------------------------------------------------------ */

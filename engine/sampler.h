@@ -15,10 +15,30 @@
  *                reaches top_p (nucleus).
  *   min_p        0 = off; else keep tokens with prob >= min_p * (max prob). */
 typedef struct {
+    int32_t id;
+    float bias;        /* added to the token's logit, in [-100, 100] */
+} sampler_bias;
+
+#define SAMPLER_MAX_BIAS 1024   /* most logit_bias entries of one config */
+#define SAMPLER_LAST_N_DEFAULT 64
+
+typedef struct {
     float temperature; /* finite, >= 0 */
     int top_k;         /* >= 0 */
     float top_p;       /* in (0, 1] */
     float min_p;       /* in [0, 1) */
+    /* History-dependent logit processing (sampler_penalize), applied to the
+     * raw logits before the steps of sampler_probs, as llama.cpp's chain does
+     * (logit bias, then penalties). Zero-initialised fields mean off. */
+    float repeat_penalty;    /* 0 or 1 = off; else > 0: a logit of a token in the window is divided by it
+                              * when positive, multiplied when not (llama.cpp's repeat_penalty, vLLM's
+                              * repetition_penalty) */
+    float presence_penalty;  /* in [-2, 2]: subtracted once from the logit of each token in the window */
+    float frequency_penalty; /* in [-2, 2]: subtracted once per occurrence in the window */
+    int penalty_last_n;      /* the window: the last N tokens of the sequence, prompt included (llama.cpp's
+                              * repeat_last_n); 0 = SAMPLER_LAST_N_DEFAULT, -1 = the whole sequence */
+    const sampler_bias *logit_bias; /* (n_logit_bias) borrowed: whoever fills it keeps it alive */
+    int n_logit_bias;        /* 0..SAMPLER_MAX_BIAS */
 } sampler_config;
 
 /* temperature 1, every filter off: the model's own distribution. */
@@ -60,6 +80,21 @@ int sampler_n_vocab(const sampler *s);
  * cfg must satisfy sampler_config_validate (aborts otherwise: caller invariant).
  * probs may not alias logits. */
 void sampler_probs(sampler *s, const sampler_config *cfg, const float *logits, float *probs);
+
+/* Whether cfg has any history-dependent processing (penalties or a logit bias). */
+bool sampler_has_penalties(const sampler_config *cfg);
+
+/* The logit bias and penalties of cfg on logits[n_vocab] in place, for the
+ * token that follows the sequence hist[0..n_hist) ++ ext[0..n_ext) (ext: the
+ * drafts before this position, so a draft row and the target's row at the
+ * same position see the same history). Bias first (ids outside the
+ * vocabulary are skipped: the caller validates them), then for every token
+ * in the window with count c: the repeat penalty, then
+ * logit -= c * frequency + presence. scratch: room for the window (the
+ * sequence's length; penalty_last_n when it is positive). -inf stays -inf.
+ * Deterministic; allocates nothing; any thread. */
+void sampler_penalize(const sampler_config *cfg, const int32_t *hist, int n_hist, const int32_t *ext, int n_ext,
+                      int32_t *scratch, float *logits, int n_vocab);
 
 /* Inverse-CDF draw from probs[n_vocab] (non-negative weights; they need not sum to 1:
  * the draw is scaled by their sum) with u in [0, 1): the first token whose cumulative

@@ -33,6 +33,7 @@ void spec_seq_free(spec_seq *s) {
         if (s->ds[i]) s->sp->drafters[i]->i->seq_destroy(s->sp->drafters[i], s->ds[i]);
     free(s->tokens);
     free(s->q);
+    free(s->pen);
     free(s);
 }
 
@@ -53,13 +54,28 @@ static void grammar_mask_at(const spec_seq *s, int32_t st, uint64_t pos, float *
     grammar_mask_logits(s->prm.grammar, st, grammar_budget_at(s, pos), logits);
 }
 
+/* Penalties and logit bias (sampler_penalize) for the token after the
+ * accepted tokens and drafts[0, n_drafts). */
+static void penalize(spec_seq *s, const int32_t *drafts, int n_drafts, float *logits) {
+    if (s->pen)
+        sampler_penalize(&s->prm.sc, s->tokens, s->n_tokens, drafts, n_drafts, s->pen, logits, s->sp->n_vocab);
+}
+
 /* The drafter's hook: q row j is masked by the state after the accepted
- * tokens and drafts [0, j) — the same state the target's row j will see. */
+ * tokens and drafts [0, j), and penalised with that history — the same the
+ * target's row j will see. */
 static void draft_mask(void *ctx, int j, const drafter_node *nodes, float *logits) {
     spec_seq *s = ctx;
-    if (j == 0) s->gpos[0] = s->gst;
-    else s->gpos[j] = grammar_advance_token(s->prm.grammar, s->gpos[j - 1], nodes[j - 1].token);
-    grammar_mask_at(s, s->gpos[j], (uint64_t)(s->n_tokens + j), logits);
+    if (s->prm.grammar) {
+        if (j == 0) s->gpos[0] = s->gst;
+        else s->gpos[j] = grammar_advance_token(s->prm.grammar, s->gpos[j - 1], nodes[j - 1].token);
+        grammar_mask_at(s, s->gpos[j], (uint64_t)(s->n_tokens + j), logits);
+    }
+    if (s->pen) {
+        int32_t d[GAMMA_MAX];
+        for (int k = 0; k < j; k++) d[k] = nodes[k].token;
+        penalize(s, d, j, logits);
+    }
 }
 
 /* After proposing: the state copies for every position, and the chain cut at
@@ -79,6 +95,7 @@ static int grammar_cut(spec_seq *s, int g) {
 /* Turns logits into the processed distribution and draws a token from it. */
 static int32_t draw(spec_seq *s, float *logits, float *probs, uint64_t pos, uint32_t purpose) {
     if (s->prm.grammar) grammar_mask_at(s, s->gst, pos, logits);
+    penalize(s, NULL, 0, logits);
     sampler_probs(s->sp->smp, &s->prm.sc, logits, probs);
     if (greedy(s)) return sampler_sample(probs, s->sp->n_vocab, 0.0);
     if (s->prm.coupled) return gumbel_sample(probs, s->sp->n_vocab, s->prm.seed, pos);
@@ -256,6 +273,10 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
         goto fail;
     }
     s->tokens = malloc(sizeof(int32_t) * (size_t)s->cap);
+    if (sampler_has_penalties(&s->prm.sc) && !(s->pen = malloc(sizeof(int32_t) * (size_t)s->cap))) {
+        util_fail(err, errlen, "out of memory");
+        goto fail;
+    }
     s->q = s->prm.speculate ? malloc(sizeof(float) * (size_t)sp->n_vocab * (size_t)sp->max_gamma) : NULL;
     if (s->prm.speculate && !s->q) {
         util_fail(err, errlen, "out of memory");
@@ -412,7 +433,7 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
             sp->props[m] = (drafter_prop){.ds = S[i]->ds[slot], .tokens = S[i]->tokens, .n_tokens = S[i]->n_tokens,
                                           .budget = gam[i], .sc = &S[i]->prm.sc, .seed = S[i]->prm.seed,
                                           .coupled = S[i]->prm.coupled, .q = S[i]->q};
-            if (S[i]->prm.grammar)
+            if (S[i]->prm.grammar || S[i]->pen)
                 sp->props[m].mask = draft_mask, sp->props[m].mask_ctx = S[i];
             sp->prop_of[m++] = i;
             gmax = gam[i] > gmax ? gam[i] : gmax;
@@ -476,6 +497,7 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
             /* row j: masked by the same state copy as the draft's q row j */
             if (s->prm.grammar && !s->prm.grammar_broken)
                 grammar_mask_at(s, s->gpos[j], (uint64_t)(N + j), logits + (size_t)j * V);
+            penalize(s, s->draft, s->prm.penalty_broken ? 0 : j, logits + (size_t)j * V);
             sampler_probs(sp->smp, &s->prm.sc, logits + (size_t)j * V, sp->p + (size_t)j * V);
         }
         accept_rng rng = {s->prm.seed, (uint64_t)N, sp->variant};

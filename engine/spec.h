@@ -205,6 +205,8 @@ typedef struct {
     struct grammar_matcher *grammar;
     int grammar_budget;         /* the output's token limit (max_tokens) for the finish-in-budget rule; 0 = none */
     bool grammar_broken;        /* tests only: the verify rows' p left unmasked (the draft's q masked) */
+    bool penalty_broken;        /* tests only: the verify rows' penalties see the accepted tokens only, not the
+                                 * drafts before the row (sc's penalties; the draft's q sees them) */
     bool logprobs;              /* fill spec_seq.lp for every appended token */
     int top_logprobs;           /* alternatives per token in lp (0..SPEC_TOP_LOGPROBS) */
 } spec_seq_params;
@@ -229,6 +231,9 @@ typedef struct spec_seq {
     int32_t gst;                /* grammar state after the accepted tokens (prm.grammar set) */
     int32_t gpos[GAMMA_MAX + 1];/* ... after the accepted tokens and drafts [0, j): this step's copies */
     spec_logprob lp[GAMMA_MAX + 1]; /* prm.logprobs: of the tokens the last step (or the prefill) appended, in order */
+    int32_t *pen;               /* (cap) sampler_penalize's window scratch when sc has penalties, else NULL. Penalties
+                                 * depend on the history, so draft row j and verify row j both see the accepted
+                                 * tokens and drafts [0, j); sequences with them take the chain path */
     float *hid;                 /* spec_seq_keep_hidden: where each chain step leaves its hidden state (NULL: none) */
     int *hid_at;                /* ... and the n_tokens it is for */
 } spec_seq;

@@ -379,6 +379,7 @@ static int submit_choices(gw_server *s, gw_conn *c, const oa_request *oq, int ap
     gw_uuid4(session);
     for (int i = 0; i < oq->n; i++) {
         rq.seed = oq->seed_set ? oa_choice_seed(oq->req.seed, i) : gw_random_seed();
+        rq.seeded = oq->seed_set; /* engine.h: reproducible under the defaults */
         char eerr[300];
         uint64_t eid = 0;
         engine_status st = engine_submit(s->eng, &rq, &eid, eerr, sizeof(eerr));

@@ -7,6 +7,7 @@
 #include "engine/grammar.h"
 #include "gateway/fields.h"
 #include "gateway/json_schema.h"
+#include "gateway/penalty_fields.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -95,12 +96,6 @@ static int check_unsupported(json_t *o, bool chat, oa_error *err) {
         FAIL(OA_ERR_UNSUPPORTED, "suffix", "'suffix' is not supported");
     if ((v = field(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
         FAIL(OA_ERR_UNSUPPORTED, "functions", "'functions' (function calling) is not supported");
-    if ((v = field(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-        FAIL(OA_ERR_UNSUPPORTED, "logit_bias", "'logit_bias' is not supported");
-    static const char *const pen[] = {"presence_penalty", "frequency_penalty"};
-    for (int k = 0; k < 2; k++)
-        if ((v = field(o, pen[k])) && !(json_is_number(v) && json_number_value(v) == 0))
-            FAIL(OA_ERR_UNSUPPORTED, pen[k], "'%s' is not supported (only 0)", pen[k]);
     (void)chat; /* response_format and grammar: parse_constraint */
     return 0;
 }
@@ -418,6 +413,8 @@ static int parse_object(bool chat, json_t *o, const gw_limits *lim, oa_request *
         gw_field_parse_one("max_tokens", "max_completion_tokens", field(o, "max_completion_tokens"), lim, &t, &fe))
         return field_fail(&fe, err);
     r->seed_set = t.seed_set;
+    /* penalties and logit_bias: after the defaults gw_fields_parse set */
+    if (gw_penalties_parse(o, &r->req, &r->logit_bias, &fe)) return field_fail(&fe, err);
     if (parse_stop(o, r, err)) return -1;
     if (get_bool(o, "stream", &r->stream, err)) return -1;
     if ((v = field(o, "stream_options"))) {
@@ -493,6 +490,7 @@ void oa_request_free(oa_request *r) {
     for (int i = 0; i < ENGINE_MAX_STOP; i++) free(r->stop_owned[i]);
     free(r->content_type);
     free(r->grammar);
+    free(r->logit_bias);
     free(r->messages_json);
     free(r->tools_json);
     free(r->tool_name);

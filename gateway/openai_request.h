@@ -59,6 +59,7 @@ typedef struct {
     char *stop_owned[ENGINE_MAX_STOP];
     char *content_type;
     char *grammar;              /* GBNF of response_format json_object/json_schema or of 'grammar' (req.grammar) */
+    sampler_bias *logit_bias;   /* owned or NULL: 'logit_bias' (req.sc.logit_bias points here) */
     /* tools (chat): the messages as the template sees them, the tools, the choice */
     char *messages_json;        /* chat: [{role, content, tool_calls, tool_call_id, name}] as JSON text */
     char *tools_json;           /* 'tools' as JSON text (NULL: none) */

@@ -5,6 +5,7 @@
 #include "engine/grammar.h"
 #include "gateway/fields.h"
 #include "gateway/json_schema.h"
+#include "gateway/penalty_fields.h"
 #include "policy/suggest.h"
 
 #include <errno.h>
@@ -36,7 +37,10 @@ static const char *const role_names[] = {"system", "user", "assistant"};
 static const char *const generate_fields[] = {"type",  "id",    "prompt", "messages",    "max_tokens",
                                               "temperature", "top_p", "top_k", "min_p", "seed",
                                               "stop",  "speculation", "content_type", "grammar",
-                                              "response_format", "prefix_cache", "logprobs", "top_logprobs"};
+                                              "response_format", "prefix_cache", "logprobs", "top_logprobs",
+                                              /* penalty_fields.c (gw_penalty_keys) */
+                                              "presence_penalty", "frequency_penalty", "repetition_penalty",
+                                              "repeat_penalty", "repeat_last_n", "logit_bias"};
 static const char *const control_fields[] = {"type", "id"}; /* cancel, ping */
 static const char *const speculation_fields[] = {"mode",        "method",     "verify",    "gamma", "adaptive",
                                                  "tree",        "tree_budget", "tree_depth", "tree_topk"};
@@ -689,6 +693,7 @@ static int parse_generate(json_t *root, const gw_limits *lim, gw_msg *m, gw_erro
     gw_field_error fe;
     if (gw_fields_parse(root, GW_FIELDS_TOP, lim, &t, &fe)) return fail(err, fe.code, "%s", fe.message);
     m->seed_set = t.seed_set;
+    if (gw_penalties_parse(root, &m->req, &m->logit_bias, &fe)) return fail(err, fe.code, "%s", fe.message);
     /* logprobs (bool) and top_logprobs (0..SPEC_TOP_LOGPROBS, needs logprobs),
      * as on the chat endpoint; each tokens frame then lists its tokens' */
     char dsc[48];
@@ -790,6 +795,7 @@ void gw_msg_free(gw_msg *m) {
     for (int i = 0; i < ENGINE_MAX_STOP; i++) free(m->stop_owned[i]);
     free(m->content_type);
     free(m->grammar);
+    free(m->logit_bias);
     free(m->spans);
     memset(m, 0, sizeof(*m));
 }

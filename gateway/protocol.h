@@ -80,6 +80,7 @@ typedef struct {
     char *stop_owned[ENGINE_MAX_STOP]; /* owned; req.stop[i] points at these */
     char *content_type;     /* owned or NULL; req.content_type points at it */
     char *grammar;          /* owned or NULL: GBNF of 'grammar' or 'response_format' (req.grammar) */
+    sampler_bias *logit_bias; /* owned or NULL: 'logit_bias' (req.sc.logit_bias points here) */
     tok_span *spans;        /* owned or NULL: the chat template's markup; req.special_spans points at it */
 } gw_msg;
 

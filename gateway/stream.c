@@ -110,6 +110,7 @@ static void ws_handle_message(gw_server *s, gw_conn *c, const char *buf, size_t 
             if (!c->client_id) c->client_id = ++s->last_client_id;
             rq.client = c->client_id;
             if (!m.seed_set) rq.seed = gw_random_seed();
+            rq.seeded = m.seed_set; /* engine.h: reproducible under the defaults */
             if (!rq.content_type && rq.prompt_text) rq.content_type = pol_classify(rq.prompt_text, strlen(rq.prompt_text));
             char eerr[300];
             uint64_t eid = 0;

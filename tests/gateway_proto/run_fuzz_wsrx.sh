@@ -17,7 +17,7 @@ printf '\x89\x81\x00\x00\x00\x00x\x81\x80\x00\x00\x00\x00' > "$work/corpus/ws-pi
 printf '\x81\x98\x00\x00\x00\x00{"type":"ping","id":"a"}' > "$work/corpus/ws-ping-msg"
 printf '\x88\x81\x00\x00\x00\x00\x03' > "$work/corpus/ws-close-1byte"
 # shellcheck disable=SC2086
-fuzz_build fuzz_wsrx -D_GNU_SOURCE -Wno-unused-parameter "$src/gateway/wsrx.c" "$src/gateway/fields.c" "$src/gateway/protocol.c" "$src/gateway/json_schema.c" "$src/gateway/json_range.c" "$src/gateway/json_regex.c" \
+fuzz_build fuzz_wsrx -D_GNU_SOURCE -Wno-unused-parameter "$src/gateway/wsrx.c" "$src/gateway/fields.c" "$src/gateway/penalty_fields.c" "$src/gateway/protocol.c" "$src/gateway/json_schema.c" "$src/gateway/json_range.c" "$src/gateway/json_regex.c" \
   "$src/engine/spec_method.c" "$src/engine/grammar_parse.c" "$src/engine/grammar_vocab.c" "$src/engine/grammar_match.c" "$src/engine/grammar_mask.c" \
   "$src/engine/tokenizer.c" "$src/engine/tok_load.c" "$src/engine/tok_spm.c" "$src/engine/tok_bpe.c" "$src/engine/tok_pretok.c" "$src/engine/tok_decode.c" \
   "$src/engine/unicode_tables.c" "$src/engine/gguf_read.c" "$src/kernels/ggml_type.c" \

@@ -448,6 +448,7 @@ int oa_parse(bool chat, const char *body, size_t len, const gw_limits *lim, oa_r
     memset(out, 0, sizeof *out);
     memset(err, 0, sizeof *err);
     out->chat = chat;
+    out->tool_format = -1; /* completions have no tools: their replies are never parsed for calls */
     if (lim->max_message_bytes > 0 && len > (size_t)lim->max_message_bytes) {
         err->status = 413;
         err->code = GW_ERR_MESSAGE_TOO_LARGE;

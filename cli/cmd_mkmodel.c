@@ -14,6 +14,7 @@ static void mkmodel_usage(FILE *f)
           "                [--ff N] [--vocab N] [--ctx N] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k] [--seed S]\n"
           "                [--tokenizer SRC.gguf] [--rope-base F] [--eps F] [--tied]\n"
           "                [--rope-scaling llama3] [--name NAME] [--arch llama|qwen2|qwen3|mistral]\n"
+          "                [--chat-template FILE]   (a Jinja template, written as tokenizer.chat_template)\n"
           "                [--sliding-window W]\n"
           "      a llama model with RANDOM weights (for speed tests and plumbing, not for text);\n"
           "      --arch qwen2: QKV biases, NeoX RoPE, rope base 1e6; --arch qwen3: per-head q/k\n"
@@ -76,6 +77,7 @@ int cmd_mkmodel(int argc, char **argv)
             shape_flags = true;
         }
         else if (!strcmp(a, "--tokenizer")) { o.tokenizer_path = arg_str(argc, argv, &i); random_flags = true; }
+        else if (!strcmp(a, "--chat-template")) { o.chat_template_path = arg_str(argc, argv, &i); random_flags = true; }
         else if (!strcmp(a, "--rope-base")) { o.rope_base = (float)arg_double(argc, argv, &i, 1.0001, 1e12); random_flags = true; }
         else if (!strcmp(a, "--eps")) { o.eps = (float)arg_double(argc, argv, &i, 1e-30, 1.0); random_flags = true; }
         else if (!strcmp(a, "--tied")) { o.tied = true; random_flags = true; }

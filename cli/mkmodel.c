@@ -203,6 +203,15 @@ int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *in
     if (tok) rc = mk_copy_kv_prefix(w, tok, "tokenizer.", err, errlen);
     else rc = mk_write_synth_tokenizer(w, (uint32_t)V, err, errlen);
     gguf_close(tok);
+    if (!rc && o->chat_template_path) { /* a real template on a test model (after the copy: it wins) */
+        FILE *f = fopen(o->chat_template_path, "rb");
+        char *t = f ? malloc(1 << 20) : NULL;
+        size_t n = t ? fread(t, 1, (1 << 20) - 1, f) : 0;
+        if (f) fclose(f);
+        if (!t || !n) rc = util_fail(err, errlen, "--chat-template %s: cannot read it (or it is empty)", o->chat_template_path);
+        else gguf_writer_set_strn(w, "tokenizer.chat_template", t, n);
+        free(t);
+    }
 
     uint64_t s = o->seed;
     if (!rc) rc = emit_random(&e, s, "token_embd.weight", type, D, V);

@@ -17,6 +17,7 @@ typedef struct {
     int type;                   /* ggml_type of the matrices; -1 = default (F32, or the source's for --widen) */
     uint64_t seed;
     const char *tokenizer_path; /* random only: copy tokenizer.* from this GGUF (NULL = synthetic vocab) */
+    const char *chat_template_path; /* random only: a Jinja chat template file written as tokenizer.chat_template */
     float rope_base;            /* random only; 0 = 10000 (500000 with rope_llama3) */
     float eps;                  /* random only; 0 = 1e-5 */
     bool tied;                  /* random only: no output.weight (the head reuses token_embd) */

@@ -178,7 +178,12 @@ def h2c(srv):
         check(obj.get("object") == "text_completion", "9: POST with an h2c upgrade answered %r" % obj)
     except ValueError:
         raise Fail("9: POST with an h2c upgrade: body %r" % body_of(resp)[:200])
-    print("9: h2c upgrades answered in HTTP/1.1 (GET and POST), no 101")
+    # HTTP/2 with prior knowledge (the connection preface): refused at once, not left hanging
+    resp, dt = timed_exchange(srv.port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", timeout=8)
+    check(resp.startswith(b"HTTP/1.") and status_of(resp) not in (None, 101) and dt < SLOW,
+          "9: an HTTP/2 preface: %r after %.1f s" % (resp[:100], dt))
+    print("9: h2c upgrades answered in HTTP/1.1 (GET and POST), no 101; an HTTP/2 preface refused (%d)"
+          % status_of(resp))
 
 
 # ---- 10 (context) -------------------------------------------------------------------
@@ -256,17 +261,19 @@ def drain_cut(srv):
     need_websockets()
 
     async def go():
-        ws, _ = await long_ws(srv, 1900)
         body = json.dumps({"prompt": PROMPT, "max_tokens": 1900, "stream": True,
                            "speculation": {"mode": "off"}}).encode()
         sse = socket.create_connection(("127.0.0.1", srv.port), timeout=1)
         sse.sendall(post_head(extra=b"Content-Length: %d\r\n\r\n" % len(body)) + body)
         first = read_until(sse, b"data: ", time.monotonic() + 30)
         check(first.startswith(b"HTTP/1.1 200") and b"data: " in first, "10: SSE stream did not start: %r" % first[:200])
+        check(b"[DONE]" not in first, "10: the SSE stream was not streamed (all of it came at once): %r" % first[-200:])
         plain_body = json.dumps({"prompt": PROMPT, "max_tokens": 1900, "speculation": {"mode": "off"}}).encode()
         plain = socket.create_connection(("127.0.0.1", srv.port), timeout=1)
         plain.sendall(post_head(extra=b"Content-Length: %d\r\n\r\n" % len(plain_body)) + plain_body)
-        await asyncio.sleep(0.1)  # the plain request running
+        ws, _ = await long_ws(srv, 1900)
+        m = await recv_json(ws, 30)
+        check(m.get("type") == "tokens", "10: the WebSocket stream did not run: %r" % m)
         srv.proc.send_signal(signal.SIGTERM)
         final = None
         deadline = time.monotonic() + 20

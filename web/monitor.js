@@ -204,10 +204,10 @@ function showBanner(s) {
 
 // the server-wide proposal size and each proposer's share of the target passes (snapshot.proposal)
 function showProposal(p) {
-  const per = p ? num(p.per_step) : null, nodes = p ? num(p.tree_nodes_per_step) : null;
+  const per = p ? num(p.per_step) : null, trees = p ? num(p.tree_share) : null;
   setText('v-gamma', fmt(per, 2));
   setText('v-gamma-sub', per === null ? 'drafted tokens (γ) or tree nodes: no verify steps lately'
-    : nodes !== null ? `drafted per verify step · trees ${fmt(nodes, 1)} nodes` : 'drafted tokens (γ) per verify step');
+    : trees ? `tokens or tree nodes per verify step · ${fmt(100 * trees, 0)}% trees` : 'drafted tokens (γ) per verify step');
   const shares = proposerShares(p?.by_method);
   const bar = $('share-bar');
   const key = shares.map((x) => `${x.method}:${x.pct}`).join(',');

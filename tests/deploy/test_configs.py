@@ -100,6 +100,22 @@ tel = re.search(r"^telemetry:\n(?:[ #].*\n|\n)*?  path: *(\S+)", open(os.path.jo
 check(tel and not tel.group(1).strip("\"'").startswith("/"),
       "the shipped config.yaml's telemetry.path is relative (per instance under the unit): %r" % (tel and tel.group(1)))
 
+# the two dependency lists (issue 40 item 5): building and serving need no test tool, and the
+# test list builds on the serving one
+def pkgs(path):
+    text = open(os.path.join(SRC, path)).read()
+    m = re.search(r"^pkgs=\((.*?)\)", text, re.S | re.M)
+    return set(m.group(1).split()) if m else set(), text
+
+
+serve_pkgs, _ = pkgs("deploy/deps.sh")
+test_pkgs, test_text = pkgs("tests/deps.sh")
+tools = {"nginx", "prometheus", "chromium", "clang", "python3-scipy", "python3-numpy", "nodejs", "npm", "openssl"}
+check(serve_pkgs and not serve_pkgs & tools, "deploy/deps.sh installs no test tool: %s" % sorted(serve_pkgs & tools))
+check({"meson", "ninja-build", "libwebsockets-dev", "libjansson-dev", "libyaml-dev", "libsqlite3-dev",
+       "libcurl4-openssl-dev"} <= serve_pkgs, "deploy/deps.sh has what the build needs: %s" % sorted(serve_pkgs))
+check("deploy/deps.sh" in test_text and tools - {"npm"} <= test_pkgs, "tests/deps.sh runs deploy/deps.sh, then the test tools")
+
 nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 if nginx:
     site = open(os.path.join(D, "nginx", "specd.conf")).read().replace("listen 80;", "listen 127.0.0.1:18080;")

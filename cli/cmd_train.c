@@ -110,11 +110,8 @@ int cmd_train_tokenizer(int argc, char **argv) {
             }
             corpora[n_corpora++] = arg_str(argc, argv, &i);
         } else if (!strcmp(a, "--vocab")) vocab = (int)arg_long(argc, argv, &i, 258, 1 << 20);
-        else {
-            fprintf(stderr, "specd train-tokenizer: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("train-tokenizer", a, usage);
     }
     if (!out || !n_corpora || !vocab) {
         fprintf(stderr, "specd train-tokenizer: -o, --vocab and at least one --corpus are required\n");
@@ -177,11 +174,8 @@ int cmd_train(int argc, char **argv) {
         else if (!strcmp(a, "-t")) threads = (int)arg_long(argc, argv, &i, 1, 64);
         else if (!strcmp(a, "--seed")) o.seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "--quiet")) quiet = true;
-        else {
-            fprintf(stderr, "specd train: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+        else
+            return cli_unknown_option("train", a, usage);
     }
     if (!out || !n_corpora || (!tokp && !n_vocab) || (tokp && n_vocab)) {
         fprintf(stderr, "specd train: -o, one of --tokenizer and --vocab, and at least one --corpus are required\n");

@@ -1,5 +1,6 @@
 /* main.c — the specd binary: dispatches to a subcommand. */
 #include "cli/cmd.h"
+#include "cli/util.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,7 +40,11 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
-    fprintf(stderr, "specd: unknown command '%s'\n", argv[1]);
+    const char *names[sizeof(cmds) / sizeof(cmds[0])];
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) names[i] = cmds[i].name;
+    const char *s = cli_suggest_word(argv[1], names, (int)(sizeof(cmds) / sizeof(cmds[0])));
+    if (s) fprintf(stderr, "specd: unknown command '%s' (did you mean '%s'?)\n", argv[1], s);
+    else fprintf(stderr, "specd: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
 }

@@ -190,12 +190,30 @@ static size_t typo_distance(const char *a, const char *b) {
     return d[la][lb];
 }
 
+/* Whether name is close enough to a (both without dashes) to suggest: the
+ * edit distance allowed by a's length, or a prefix; *d gets the distance. */
+static bool close_enough(const char *a, const char *name, size_t *d) {
+    size_t al = strlen(a), n = strlen(name);
+    size_t allow = al <= 2 ? 0 : al <= 5 ? 1 : 2;
+    *d = typo_distance(a, name);
+    size_t shorter = n < al ? n : al;
+    if (*d > allow && shorter >= 3 && !strncasecmp(a, name, shorter)) *d = allow; /* a prefix */
+    return *d <= allow;
+}
+
+const char *cli_suggest_word(const char *word, const char *const *names, int n) {
+    const char *best = NULL;
+    size_t best_d = 99, d;
+    for (int i = 0; i < n; i++)
+        if (close_enough(word, names[i], &d) && d < best_d) best_d = d, best = names[i];
+    return best;
+}
+
 const char *cli_suggest_option(const char *arg, const char *text, char *out, size_t len) {
     const char *a = arg;
     while (*a == '-') a++;
     size_t al = strlen(a), best_d = 99;
     if (!al || al > 40) return NULL;
-    size_t allow = al <= 2 ? 0 : al <= 5 ? 1 : 2;
     bool found = false;
     for (const char *p = text; *p; p++) {
         /* an option: '-' or '--' then a letter, at the start or after a space, '[', '|', '(' or ',' */
@@ -208,10 +226,8 @@ const char *cli_suggest_option(const char *arg, const char *text, char *out, siz
         while ((isalnum((unsigned char)q[n]) || q[n] == '-' || q[n] == '_') && n + 1 < sizeof name) n++;
         memcpy(name, q, n);
         name[n] = 0;
-        size_t d = typo_distance(a, name);
-        size_t shorter = n < al ? n : al;
-        if (d > allow && shorter >= 3 && !strncasecmp(a, name, shorter)) d = allow; /* a prefix */
-        if (d <= allow && d < best_d) {
+        size_t d;
+        if (close_enough(a, name, &d) && d < best_d) {
             best_d = d;
             snprintf(out, len, "%.*s", (int)(q - p + n), p);
             found = true;

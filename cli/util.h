@@ -56,6 +56,10 @@ int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *));
  * at least 3 characters). Writes it into out (len bytes). */
 const char *cli_suggest_option(const char *arg, const char *text, char *out, size_t len);
 
+/* The name among names[0..n) closest to word by the same rule (NULL when
+ * none is close): "did you mean 'serve'?" for a mistyped subcommand. */
+const char *cli_suggest_word(const char *word, const char *const *names, int n);
+
 /* Writes s (len bytes) as a JSON string literal, escaping as needed. */
 void json_write_str(FILE *f, const char *s, size_t len);
 

@@ -31,13 +31,18 @@ def run(args, cwd=None, env=None, timeout=120):
 # bench --kernels lives in cli/bench_kernels.c, which keeps its own usage (exit 2 on --help)
 for cmd in (["serve"], ["generate"], ["verify"], ["bench"], ["bench", "--concurrency", "1"],
             ["bench", "--multi-turn", "2"], ["mkmodel"], ["tokenize"], ["detokenize"], ["telemetry"], ["pull"],
-            ["models"], ["gguf-split"], ["train-medusa"], ["eval"], ["distill-draft"]):
+            ["models"], ["gguf-split"], ["train-medusa"], ["eval"], ["distill-draft"], ["train"], ["train-tokenizer"]):
     for h in ("--help", "-h"):
         p = run(cmd + [h])
         check(p.returncode == 0 and "usage" in p.stdout.lower(), "specd %s %s: exit %d, usage on stdout"
               % (" ".join(cmd), h, p.returncode))
 p = run(["--help"])
 check(p.returncode == 0 and "commands:" in p.stdout, "specd --help: exit 0")
+for typo, want in (("serv", "serve"), ("genrate", "generate"), ("telemetyr", "telemetry")):
+    p = run([typo])
+    check(p.returncode == 2 and "did you mean '%s'?" % want in p.stderr, "specd %s: suggests %s" % (typo, want))
+p = run(["xyzzy"])
+check(p.returncode == 2 and "did you mean" not in p.stderr, "specd xyzzy: no guess")
 
 typos = [
     (["serve", "--prot", "1"], "--port"),            # swapped letters
@@ -55,6 +60,8 @@ typos = [
     (["telemetry", "--dbb", "x"], "--db"),
     (["train-medusa", "--corpse", "x"], "--corpus"),
     (["eval", "--tokns", "1"], "--tokens"),
+    (["train", "--corpsu", "x"], "--corpus"),
+    (["distill-draft", "--setps", "3"], "--steps"),
 ]
 for args, want in typos:
     p = run(args)

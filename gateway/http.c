@@ -228,6 +228,22 @@ static int refuse_bad_framing(gw_server *s, struct lws *wsi, bool post) {
     return 0;
 }
 
+/* The request line's version (RFC 9110 2.5): lws serves anything it does
+ * not know as HTTP/1.0. HTTP/1.x is served; another major version is 505,
+ * no version or a malformed one 400. Returns -1 after answering, else 0. */
+static int refuse_bad_version(struct lws *wsi) {
+    char v[32] = "";
+    int n = lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP);
+    if (n == 8 && !strncmp(v, "HTTP/1.", 7) && v[7] >= '0' && v[7] <= '9') return 0;
+    bool other = n == 8 && !strncmp(v, "HTTP/", 5) && v[5] >= '0' && v[5] <= '9' && v[6] == '.' && v[7] >= '0' &&
+                 v[7] <= '9';
+    gw_metrics_error(other ? "http_version_not_supported" : "bad_request_line");
+    if (other)
+        return refuse_now(wsi, 505, "http_version_not_supported", "this server speaks HTTP/1.1 (and 1.0)", NULL, NULL);
+    return refuse_now(wsi, 400, "bad_request_line", "the request line must end with the version, e.g. HTTP/1.1", NULL,
+                      NULL);
+}
+
 /* Counts accepted TCP connections (any callback's WSI_DESTROY calls this). */
 void gw_count_connection(struct lws *wsi, int reason) {
     gw_server *s = gw_server_of(wsi);
@@ -772,6 +788,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
     }
     case LWS_CALLBACK_HTTP: {
         if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c); /* keep-alive: a new transaction */
+        if (refuse_bad_version(wsi)) return -1;
         if (gw_refuse_if_full(wsi, (const char *)in)) return -1;
         /* a preflight carries no credentials: answered before the key check */
         if (lws_hdr_total_length(wsi, WSI_TOKEN_OPTIONS_URI) > 0) return preflight(s, wsi);

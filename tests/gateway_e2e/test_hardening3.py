@@ -9,7 +9,8 @@
 #     sessions stay 'active' (not marked 'failed').
 #  6. a negative or 2^63 Content-Length is 400/413 at once (not a 30 s wait),
 #     duplicate Content-Length headers 400, a Content-Length over
-#     server.max_message_bytes 413 before any body is sent.
+#     server.max_message_bytes 413 before any body is sent; a request line
+#     with another HTTP major version 505, with none 400.
 #  7. a config holding only "server:" is refused at start (file:line: reason)
 #     and on SIGHUP and /admin/reload, which keep the old config (the admin
 #     token still works).
@@ -152,13 +153,20 @@ def framing(srv):
         check(status_of(resp) == want, "6: Content-Length %s: expected %d, got %r" % (what, want, resp[:160]))
         check(code.encode() in body_of(resp), "6: Content-Length %s: no %s in %r" % (what, code, resp[:300]))
         check(dt < SLOW, "6: Content-Length %s answered after %.1f s" % (what, dt))
+    # the request line's version: HTTP/1.x served, another 505, none 400
+    for line, want in ((b"GET /healthz HTTP/9.9", 505), (b"GET /healthz HTTP/2.0", 505), (b"GET /healthz", 400),
+                       (b"GET /healthz HTTPS/1.1", 400), (b"GET /healthz HTTP/1.0", 200), (b"GET /healthz HTTP/1.1", 200)):
+        resp, dt = timed_exchange(srv.port, line + b"\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        check(status_of(resp) == want and dt < SLOW, "6: %r: expected %d at once, got %r after %.1f s"
+              % (line, want, resp[:100], dt))
     # a good one still works on the same server
     resp, _ = timed_exchange(srv.port, post_head(extra=b"Content-Length: %d\r\n\r\n" % len(body)) + body)
     check(status_of(resp) == 200, "6: a well-framed POST: %r" % resp[:200])
     # the server is still fine
     st, _, _ = srv.http("GET", "/healthz")
     check(st == 200, "6: /healthz after the framing cases: %d" % st)
-    print("6/8: bad, huge, duplicate and oversize Content-Length answered at once (400/413); Content-Length 0 -> 400")
+    print("6/8: bad, huge, duplicate and oversize Content-Length answered at once (400/413); HTTP/9.9 505, "
+          "no version 400; Content-Length 0 -> 400")
 
 
 # ---- 9 ------------------------------------------------------------------------------

@@ -69,13 +69,18 @@ function seedNote() {
   const t = numberField('temperature'), seed = numberField('seed'), v = $('verify').value;
   if (t === 0) return 'greedy: the same answer with any speculation settings';
   if (seed === undefined) return 'no seed: a new sample each time';
-  if (v === 'coupled') return 'reproducible: this seed gives the same answer whatever γ, proposer or server load';
-  return 'reproducible only at a fixed γ and proposer; choose coupled verification to make this seed ' +
-    'give the same answer across settings';
+  // the server verifies a seeded request coupled unless it asks for rejection, Medusa or a tree
+  const rejection = v === 'rejection' || (v === '' && ($('method').value === 'medusa' || ['auto', 'fixed'].includes($('tree').value)));
+  if (!rejection) {
+    return 'reproducible: this seed gives the same answer whatever γ, proposer or server load' +
+      (v === '' ? ' (the server verifies seeded requests coupled)' : '');
+  }
+  return 'reproducible only at a fixed γ and proposer (rejection verification); choose coupled or the server ' +
+    'default to make this seed give the same answer across settings';
 }
 function updateSeedNote() { $('seed-note').textContent = seedNote(); }
-for (const k of ['temperature', 'seed', 'verify']) $(k).addEventListener('input', updateSeedNote);
-for (const k of ['temperature', 'seed', 'verify']) $(k).addEventListener('change', updateSeedNote);
+for (const k of ['temperature', 'seed', 'verify', 'method', 'tree']) $(k).addEventListener('input', updateSeedNote);
+for (const k of ['temperature', 'seed', 'verify', 'method', 'tree']) $(k).addEventListener('change', updateSeedNote);
 updateSeedNote();
 const colourBox = $('colour');
 colourBox.checked = localStorage.getItem(KEY + 'colour') !== '0';

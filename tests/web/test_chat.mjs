@@ -179,6 +179,12 @@ async function run() {
   check(/whatever γ/.test(note), `seed note with coupled verification: ${note}`);
   await settings(page, { verify: 'rejection' });
   check(/only at a fixed γ/.test(await text(page, '#seed-note')), 'seed note with rejection verification');
+  // the server's default for a seeded request is coupled (issue 40 item 3), unless Medusa or a tree is asked for
+  await settings(page, { verify: '' });
+  check(/whatever γ/.test(await text(page, '#seed-note')), `seed note with the server default: ${await text(page, '#seed-note')}`);
+  await settings(page, { method: 'medusa' });
+  check(/only at a fixed γ/.test(await text(page, '#seed-note')), 'seed note with Medusa');
+  await settings(page, { method: '' });
   await settings(page, { verify: 'coupled' });
   const a6 = await sendMessage(page, PROMPT);
   await waitFor(() => a6.evaluate((e) => !!e.dataset.finish), 30000, 'coupled answer never finished');

@@ -11,7 +11,8 @@ import { ReconnectingSocket, checkField, fmt, fmtMs, showConnState, splitAccepte
 
 const $ = (id) => document.getElementById(id);
 const conv = $('conversation');
-const SETTINGS = ['temperature', 'top_p', 'top_k', 'min_p', 'max_tokens', 'seed', 'stop_strings', 'mode', 'method', 'tree',
+const SETTINGS = ['temperature', 'top_p', 'top_k', 'min_p', 'max_tokens', 'seed', 'presence_penalty', 'frequency_penalty',
+  'repetition_penalty', 'stop_strings', 'mode', 'method', 'tree',
   'tree_budget', 'tree_depth', 'tree_topk', 'gamma', 'gamma_control', 'verify', 'content_type', 'schema', 'system'];
 const KEY = 'specd.chat.';
 const CONV_KEY = KEY + 'conversation';
@@ -113,7 +114,8 @@ function badField() {
 
 function buildRequest(id, messages) {
   const req = { type: 'generate', id, messages };
-  for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'max_tokens', 'seed']) {
+  for (const k of ['temperature', 'top_p', 'top_k', 'min_p', 'max_tokens', 'seed', 'presence_penalty', 'frequency_penalty',
+    'repetition_penalty']) {
     const v = numberField(k);
     if (v !== undefined) req[k] = v;
   }

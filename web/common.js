@@ -48,7 +48,7 @@ export function splitAccepted(text, acceptedBytes) {
  *  data-rule attribute): '0..2', '(0,1]', '[0,1)' (numbers in a range),
  *  'int' (any integer), 'int>=0', 'int>=1', 'int1..16', 'int1..8', 'stop' (at
  *  most 4 lines of 1..63 UTF-8 bytes, one stop string each) or 'schema' (a
- *  JSON object or boolean). Empty text is always fine (the server's default).
+ *  JSON object or boolean), '-2..2' and '(0,100]' (the penalties). Empty text is always fine (the server's default).
  *  Returns '' when the value is fine, else a sentence saying what is wrong. */
 export function checkField(rule, text) {
   const t = String(text ?? '').trim();
@@ -77,6 +77,8 @@ export function checkField(rule, text) {
   if (rule === '0..2') return v >= 0 && v <= 2 ? '' : 'from 0 to 2';
   if (rule === '(0,1]') return v > 0 && v <= 1 ? '' : 'above 0, at most 1';
   if (rule === '[0,1)') return v >= 0 && v < 1 ? '' : 'at least 0, below 1';
+  if (rule === '-2..2') return v >= -2 && v <= 2 ? '' : 'from -2 to 2';
+  if (rule === '(0,100]') return v > 0 && v <= 100 ? '' : 'above 0, at most 100';
   return '';
 }
 

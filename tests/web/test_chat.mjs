@@ -7,7 +7,7 @@
 // coupled verification the seed note says so and a seeded sampled answer
 // equals plain coupled sampling's; the JSON toggle sends response_format and
 // its greedy answer parses and equals plain constrained decoding's. The
-// newer controls reach the request (top-k, min-p, stop strings, proposer,
+// newer controls reach the request (top-k, min-p, penalties, stop strings, proposer,
 // trees; a JSON Schema whose answer validates and equals plain constrained
 // decoding's); a value the page can check is refused at the field, blocks
 // sending and is not kept across a reload, nor is one the server refused;
@@ -230,6 +230,7 @@ async function run() {
   // 7. the newer controls reach the request
   await page.locator('#clear').click();
   await settings(page, { temperature: 0.8, top_p: 1, top_k: 40, min_p: 0.05, max_tokens: 30, seed: 11,
+    presence_penalty: 0.5, frequency_penalty: 0.25, repetition_penalty: 1.1,
     stop_strings: 'END\nThe end', method: 'draft', tree: 'off', gamma: '', gamma_control: '' });
   await page.screenshot({ path: artifactPath('web-chat-settings.png'), fullPage: true });
   const a9 = await sendMessage(page, PROMPT);
@@ -237,6 +238,7 @@ async function run() {
   const req9_id = await a9.getAttribute('data-id');
   const req9 = sent.find((f) => f.type === 'generate' && f.id === req9_id);
   check(req9 && req9.top_k === 40 && req9.min_p === 0.05 && JSON.stringify(req9.stop) === '["END","The end"]'
+    && req9.presence_penalty === 0.5 && req9.frequency_penalty === 0.25 && req9.repetition_penalty === 1.1
     && req9.speculation.method === 'draft' && req9.speculation.tree === 'off',
   `top-k/min-p/stop/proposer/trees not in the request: ${JSON.stringify(req9)}`);
   check(['length', 'stop'].includes(await a9.getAttribute('data-finish')), `answer 9: ${await a9.textContent()}`);
@@ -249,7 +251,8 @@ async function run() {
   const bm10 = (done10 && done10.speculation && done10.speculation.by_method) || {};
   check(sent.find((f) => f.id === id10).speculation.method === 'ngram' && !(bm10.draft && bm10.draft.verify_steps > 0),
     `the n-gram choice: by_method ${JSON.stringify(bm10)}`);
-  await settings(page, { method: '', tree: '', top_k: '', min_p: '', stop_strings: '' });
+  await settings(page, { method: '', tree: '', top_k: '', min_p: '', stop_strings: '', presence_penalty: '',
+    frequency_penalty: '', repetition_penalty: '' });
 
   // 8. a JSON Schema: sent as json_schema, the answer validates, equals plain constrained decoding's
   await page.locator('#clear').click();

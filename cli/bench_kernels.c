@@ -89,12 +89,12 @@ static int bk_run(backend *be, const bk_model *md, int type, const int *Ms, int 
     return 0;
 }
 
-static int bk_usage(void) {
-    fprintf(stderr, "usage: specd bench --kernels [-t THREADS (2)] [-r REPS (5)] [--type T[,T...]] "
+static void bk_usage_to(FILE *f) {
+    fprintf(f, "usage: specd bench --kernels [-t THREADS (2)] [-r REPS (5)] [--type T[,T...]] "
                     "[--simd L[,L...]] [--rows M[,M...] (1,8,16,64)]\n"
                     "  types: f32 f16 bf16 q8_0 q4_0 q4_K q5_K q6_K (default all); levels: those this CPU runs\n");
-    return 2;
 }
+
 
 int bench_kernels(int argc, char **argv) {
     int threads = 2, reps = 5;
@@ -147,8 +147,11 @@ int bench_kernels(int argc, char **argv) {
             if (!strcmp(opt, "--type")) nt = n;
             else if (!strcmp(opt, "--rows")) nm = n;
             else nl = n;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            bk_usage_to(stdout);
+            return 0;
         } else {
-            return bk_usage();
+            return cli_unknown_option("bench --kernels", argv[i], bk_usage_to);
         }
     }
     /* the rooflines: memory read bandwidth and each level's FMA peak, same threads */

@@ -84,7 +84,8 @@ char *gw_ep_props(const gw_server *s, int *status) {
     const char *tmpl = chat_template_name((chat_template_kind)info.chat_template);
     json_t *o = json_pack(
         "{s:{s:i,s:{s:i}},s:i,s:s,s:s,s:s,s:s,s:{s:b,s:s,s:b,s:s,s:i,s:i,s:i},s:s,s:i}",
-        "default_generation_settings", "n_ctx", info.max_ctx, "params", "n_predict", s->cfg.default_max_tokens,
+        "default_generation_settings", "n_ctx", info.max_ctx, "params", "n_predict",
+        s->cfg.default_max_tokens > 0 ? s->cfg.default_max_tokens : -1, /* -1: to the end of the context (llama.cpp's) */
         "total_slots", s->cfg.max_requests_total,
         "model_path", s->cfg.model_name,
         "model_alias", s->cfg.model_aliases,

@@ -232,6 +232,7 @@ static int refuse_bad_framing(gw_server *s, struct lws *wsi, bool post) {
  * not know as HTTP/1.0. HTTP/1.x is served; another major version is 505,
  * no version or a malformed one 400. Returns -1 after answering, else 0. */
 static int refuse_bad_version(struct lws *wsi) {
+    if (lws_get_network_wsi(wsi) != wsi) return 0; /* a stream of an HTTP/2 connection (TLS, ALPN h2) */
     char v[32] = "";
     int n = lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP);
     if (n == 8 && !strncmp(v, "HTTP/1.", 7) && v[7] >= '0' && v[7] <= '9') return 0;

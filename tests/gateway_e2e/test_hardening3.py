@@ -23,6 +23,7 @@
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +32,7 @@ import subprocess
 import tempfile
 import time
 
+import specd_e2e
 from specd_e2e import Fail, Server, check, gen_msg, main, need_websockets, paths, raw_exchange, recv_json, ws_connect
 
 ADMIN = "adm-0123456789"
@@ -194,6 +196,33 @@ def h2c(srv):
           % status_of(resp))
 
 
+def h2_over_tls(tdir):
+    """HTTP/2 over TLS (ALPN h2, what curl and browsers pick for https://) is
+    lws's own and works: the request-line checks must not refuse its streams."""
+    if not shutil.which("curl") or not shutil.which("openssl"):
+        print("9: SKIP HTTP/2 over TLS (no curl or openssl)")
+        return
+    cert, key = os.path.join(tdir, "c.pem"), os.path.join(tdir, "k.pem")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                        "-days", "2", "-subj", "/CN=127.0.0.1"], capture_output=True, timeout=60)
+    check(r.returncode == 0, "openssl: %r" % r.stderr[-300:])
+    plain_re = specd_e2e.READY_RE
+    specd_e2e.READY_RE = re.compile(r"serving on https://([0-9.]+):([0-9]+)/ \(WebSocket wss://")
+    try:
+        with Server(extra=["--tls-cert", cert, "--tls-key", key]) as srv:
+            url = "https://127.0.0.1:%d" % srv.port
+            for args in ([url + "/healthz"], ["-H", "Content-Type: application/json", "--data-binary",
+                                              '{"prompt": "Hi", "max_tokens": 3}', url + "/v1/completions"]):
+                r = subprocess.run(["curl", "-sk", "--http2", "-i", "--max-time", "20"] + args, capture_output=True,
+                                   timeout=40)
+                out = r.stdout.decode(errors="replace")
+                check(r.returncode == 0 and out.startswith("HTTP/2 200"), "9: HTTP/2 over TLS %s: rc %d %r"
+                      % (args[-1], r.returncode, out[:200]))
+    finally:
+        specd_e2e.READY_RE = plain_re
+    print("9: HTTP/2 over TLS (ALPN h2) served: GET and POST 200")
+
+
 # ---- 10 (context) -------------------------------------------------------------------
 
 def context_full(srv):
@@ -317,6 +346,7 @@ def run():
     cfg_text = ("server:\n  admin_token: %s\n  allowed_origins: https://app.example\n  grace_ms: 100\n"
                 "telemetry:\n  path: %s\n" % (ADMIN, db))
     try:
+        h2_over_tls(tdir)
         with Server(config=cfg_text, stop_timeout=30) as srv:
             cross_site(srv)
             framing(srv)

@@ -6,6 +6,7 @@
 # "N passed, N failed[, N skipped]" and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+t_start=$(date +%s)
 bash tests/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 # node packages from the committed lockfile: uPlot (served by specd at
 # /vendor/uplot/) and playwright-core (drives Debian's chromium in tests/web)
@@ -85,18 +86,28 @@ if [ "${SPECD_ARM:-1}" != 0 ]; then
     meson test -C "$ARM" --no-rebuild --num-processes "${SPECD_TEST_JOBS:-2}" --timeout-multiplier 5 --print-errorlogs
   [ -f "$arm_log" ] || arm_log="BUILD-FAILED"
 fi
-/usr/bin/python3 - "$BUILD/meson-logs/testlog.json" $tsan_log $asan_log $arm_log <<'PY'
-import json, sys
+T_TOTAL=$(( $(date +%s) - t_start )) /usr/bin/python3 - "$BUILD/meson-logs/testlog.json" $tsan_log $asan_log $arm_log <<'PY'
+import json, os, sys
 p = f = s = 0
+times = []
 for path in sys.argv[1:]:
     if path == "BUILD-FAILED":  # the TSan build itself failed
         f += 1
         continue
+    tag = "" if path == sys.argv[1] else " [" + path.split("/")[0] + "]"
     for line in open(path):
-        r = json.loads(line)["result"]
+        j = json.loads(line)
+        r = j["result"]
+        times.append((j.get("duration", 0.0), j["name"] + tag))
         if r in ("OK", "EXPECTEDFAIL"): p += 1
         elif r == "SKIP": s += 1
         else: f += 1
+# the ten slowest tests and the whole run's time (issue 42: a CI that fits)
+print("slowest tests:")
+for d, n in sorted(times, reverse=True)[:10]:
+    print(f"  {d:8.1f} s  {n}")
+t = int(os.environ.get("T_TOTAL", "0"))
+print(f"total: {t // 60} min {t % 60} s (builds and tests)")
 print(f"{p} passed, {f} failed" + (f", {s} skipped" if s else ""))
 sys.exit(1 if f else 0)
 PY

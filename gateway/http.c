@@ -187,8 +187,9 @@ static int refuse_cross_site(gw_server *s, struct lws *wsi, const char *uri) {
  * uses the first: each is 400 here, at the headers. A length over
  * server.max_message_bytes is 413 before any of the body is read. A POST
  * must have one (411), and no Transfer-Encoding (chunked bodies are not
- * read: 411). Returns -1 after answering, else 0. */
-static int refuse_bad_framing(gw_server *s, struct lws *wsi, bool post) {
+ * read: 411). Returns -1 after answering (close), 1 after a 413 whose body
+ * is still to be read and dropped, else 0. */
+static int refuse_bad_framing(gw_server *s, gw_conn *c, struct lws *wsi, bool post) {
     if (post && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_TRANSFER_ENCODING) > 0) {
         gw_metrics_error("length_required");
         return refuse_now(wsi, 411, "length_required",
@@ -223,7 +224,15 @@ static int refuse_bad_framing(gw_server *s, struct lws *wsi, bool post) {
         char msg[200];
         snprintf(msg, sizeof msg, "the body (Content-Length %.*s%s) is over server.max_message_bytes (%d bytes)",
                  n > 24 ? 24 : (int)n, p, n > 24 ? "..." : "", s->cfg.max_message_bytes);
-        return refuse_now(wsi, 413, "message_too_large", msg, NULL, NULL);
+        refuse_now(wsi, 413, "message_too_large", msg, NULL, NULL);
+        /* closing now, with the client still sending, would reset the
+         * connection (RST) and it may never read the 413: a body up to 4x
+         * the limit is read and dropped first (HTTP_BODY ignores an
+         * unlinked connection), then the connection closes */
+        if (n > 18 || len > 4ull * (unsigned long long)s->cfg.max_message_bytes) return -1;
+        c->kind = 0, c->status = 0; /* not linked: HTTP_BODY drops what arrives */
+        c->rx_too_big = true;      /* BODY_COMPLETION closes it */
+        return 1;
     }
     return 0;
 }
@@ -789,6 +798,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
     }
     case LWS_CALLBACK_HTTP: {
         if (c->kind == GW_CONN_HTTP && c->wsi) gw_conn_unlink(c); /* keep-alive: a new transaction */
+        c->rx_too_big = false;
         if (refuse_bad_version(wsi)) return -1;
         if (gw_refuse_if_full(wsi, (const char *)in)) return -1;
         /* a preflight carries no credentials: answered before the key check */
@@ -796,7 +806,8 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         if (gw_refuse_unauthorized(wsi, (const char *)in)) return -1;
         {
             bool post = lws_hdr_total_length(wsi, WSI_TOKEN_POST_URI) > 0;
-            if (refuse_bad_framing(s, wsi, post)) return -1;
+            int fr = refuse_bad_framing(s, c, wsi, post);
+            if (fr) return fr < 0 ? -1 : 0; /* 1: answered, its body is read and dropped */
             if (post && refuse_cross_site(s, wsi, (const char *)in)) return -1;
         }
         gw_conn_link(&s->pool, c, wsi, GW_CONN_HTTP);
@@ -837,7 +848,8 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         c->rx_len += len;
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (c->kind != GW_CONN_HTTP) return 0; /* answered and completed before its body was read */
+        if (c->kind != GW_CONN_HTTP) /* answered before its body was read; a 413's connection closes */
+            return c->rx_too_big ? -1 : 0;
         if (c->body_complete) {
             /* bytes past this body before its answer: a request pipelined
              * behind a POST (RFC 9112 9.3.2: clients should not). lws 4.1

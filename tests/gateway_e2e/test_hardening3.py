@@ -147,7 +147,8 @@ def framing(srv):
          400, "invalid_content_length"),
         ("duplicate different", b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body,
          400, "invalid_content_length"),
-        ("over max_message_bytes", b"Content-Length: %d\r\n\r\n" % (2 << 20), 413, "message_too_large"),
+        ("over max_message_bytes, body sent", b"Content-Length: %d\r\n\r\n" % (2 << 20) + b"x" * (2 << 20),
+         413, "message_too_large"),
         ("zero (8)", b"Content-Length: 0\r\n\r\n", 400, "invalid_json"),
     ]
     for what, tail, want, code in cases:
@@ -155,6 +156,14 @@ def framing(srv):
         check(status_of(resp) == want, "6: Content-Length %s: expected %d, got %r" % (what, want, resp[:160]))
         check(code.encode() in body_of(resp), "6: Content-Length %s: no %s in %r" % (what, code, resp[:300]))
         check(dt < SLOW, "6: Content-Length %s answered after %.1f s" % (what, dt))
+    # over max_message_bytes, headers only: the 413 comes at once, before any body
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=SLOW)
+    t = time.monotonic()
+    s.sendall(post_head() + b"Content-Length: %d\r\n\r\n" % (2 << 20))
+    head = read_until(s, b"}}", time.monotonic() + SLOW)
+    s.close()
+    check(status_of(head) == 413 and b"message_too_large" in head and time.monotonic() - t < SLOW,
+          "6: Content-Length over max_message_bytes, no body sent: %r after %.1f s" % (head[:160], time.monotonic() - t))
     # the request line's version: HTTP/1.x served, another 505, none 400
     for line, want in ((b"GET /healthz HTTP/9.9", 505), (b"GET /healthz HTTP/2.0", 505), (b"GET /healthz", 400),
                        (b"GET /healthz HTTPS/1.1", 400), (b"GET /healthz HTTP/1.0", 200), (b"GET /healthz HTTP/1.1", 200)):

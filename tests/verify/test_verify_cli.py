@@ -267,7 +267,7 @@ def case_usage():
     out, _, verdict = run(pair_args(t, d, ["--samples", "300", "--temp", "0.7", "--top-p", "0.9"]), 2)
     check(verdict.startswith("verdict: INCONCLUSIVE"), "expected INCONCLUSIVE", out)
     p = subprocess.run([SPECD, "verify", "--help"], capture_output=True, text=True)
-    check(p.returncode == 0 and "--broken" in p.stderr and "testing only" in p.stderr, "--help must list --broken as testing only")
+    check(p.returncode == 0 and "--broken" in p.stdout + p.stderr and "testing only" in p.stdout + p.stderr, "--help must list --broken as testing only")
     print("usage errors: exit 2 as documented")
 
 

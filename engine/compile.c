@@ -18,14 +18,6 @@ void compile_enqueue(engine *e, req *r) {
     pthread_cond_signal(&e->ccv);
 }
 
-/* The live request of id, or NULL (mu held). */
-static req *live(engine *e, uint64_t id) {
-    ENG_HOLDS_MU(e);
-    int slot = (int)(id & 0xffff);
-    req *r = slot < e->n_slots ? e->slots[slot] : NULL;
-    return r && r->id == id ? r : NULL;
-}
-
 static void *compile_main(void *arg) {
     engine *e = arg;
     char err[512];
@@ -55,7 +47,7 @@ static void *compile_main(void *arg) {
 
         eng_lock(e);
         e->n_compiling--;
-        req *q = live(e, id);
+        req *q = eng_lookup(e, id);
         if (!q || q->final_pushed || q->cancel) {
             if (q) q->gram = GRAM_FAILED, q->gram_status = ENGINE_ERR_INVALID;
             eng_unlock(e);

@@ -305,18 +305,9 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
     return ENGINE_OK;
 }
 
-/* The live request of id, or NULL. Caller holds mu. */
-static req *lookup(engine *e, uint64_t id) {
-    ENG_HOLDS_MU(e);
-    int slot = (int)(id & 0xffff);
-    if (slot >= e->n_slots) return NULL;
-    req *r = e->slots[slot];
-    return r && r->id == id ? r : NULL;
-}
-
 int engine_cancel(engine *e, uint64_t id) {
     eng_lock(e);
-    req *r = lookup(e, id);
+    req *r = eng_lookup(e, id);
     int rc = -1;
     if (r && !r->final_pushed && !r->cancel) {
         r->cancel = true;
@@ -329,7 +320,7 @@ int engine_cancel(engine *e, uint64_t id) {
 
 int engine_poll(engine *e, uint64_t id, engine_event *ev) {
     eng_lock(e);
-    req *r = lookup(e, id);
+    req *r = eng_lookup(e, id);
     int rc = -1;
     bool wake = false;
     if (r) {

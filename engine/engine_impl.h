@@ -230,6 +230,16 @@ static inline void eng_wait(engine *e) { eng_wait_on(e, &e->cv); }
 #define ENG_OWN_THREAD(e) ((void)(e))
 #endif
 
+/* The live request of id (engine_submit's slot | generation), or NULL when
+ * it has been released. Caller holds mu. */
+static inline req *eng_lookup(engine *e, uint64_t id) {
+    ENG_HOLDS_MU(e);
+    int slot = (int)(id & 0xffff);
+    if (slot >= e->n_slots) return NULL;
+    req *r = e->slots[slot];
+    return r && r->id == id ? r : NULL;
+}
+
 /* sched.c: the engine thread's body (pthread start routine; arg is the engine) */
 void *engine_main(void *arg);
 /* sched.c: copies the pools' free counts for engine_get_stats (mu held, or

@@ -56,19 +56,21 @@ int gw_access_load(gw_access *a, const char *keys, const char *key_file, const c
     return 0;
 }
 
-static bool listed(const char *list, const char *path) {
-    size_t pl = strlen(path);
+/* Whether item is one of list's entries (separated by commas and/or
+ * spaces); with star, an entry "*" matches anything. */
+static bool listed(const char *list, const char *item, bool star) {
+    size_t il = strlen(item);
     for (const char *p = list; *p;) {
         while (*p == ',' || *p == ' ') p++;
         size_t n = strcspn(p, ", ");
-        if (n && n == pl && !strncmp(p, path, n)) return true;
+        if (n && ((star && n == 1 && *p == '*') || (n == il && !strncmp(p, item, n)))) return true;
         p += n;
     }
     return false;
 }
 
 bool gw_access_required(const gw_access *a, const char *path) {
-    if (!a->n || listed(a->exempt, path)) return false;
+    if (!a->n || listed(a->exempt, path, false)) return false;
     /* the API; everything else is a static page (or an admin endpoint, with its own token) */
     static const char *const api[] = {"/tokenize", "/detokenize", "/apply-template", "/props", "/api/stats", "/health"};
     if (!strncmp(path, "/v1/", 4) || !strcmp(path, "/v1")) return true;
@@ -104,22 +106,10 @@ bool gw_access_has_key(const gw_access *a, struct lws *wsi) {
     return false;
 }
 
-/* Whether origin (scheme://host[:port]) is in the comma-separated list. */
-static bool origin_listed(const char *list, const char *origin) {
-    size_t ol = strlen(origin);
-    for (const char *p = list; *p;) {
-        while (*p == ',' || *p == ' ') p++;
-        size_t n = strcspn(p, ", ");
-        if (n && ((n == 1 && *p == '*') || (n == ol && !strncmp(p, origin, n)))) return true;
-        p += n;
-    }
-    return false;
-}
-
 bool gw_cors_origin(const char *cors, const char *allowed_origins, struct lws *wsi, char *origin, size_t n) {
     char o[256];
     if (lws_hdr_copy(wsi, o, sizeof o, WSI_TOKEN_ORIGIN) <= 0 || !o[0] || !strcmp(o, "null")) return false;
-    if (!origin_listed(cors ? cors : "", o) && !origin_listed(allowed_origins ? allowed_origins : "", o)) return false;
+    if (!listed(cors ? cors : "", o, true) && !listed(allowed_origins ? allowed_origins : "", o, true)) return false;
     snprintf(origin, n, "%s", o);
     return true;
 }

@@ -4,10 +4,12 @@
 #include "cli/mkmodel_internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- conversions --------------------------------------------------------- */
 
@@ -46,9 +48,75 @@ uint64_t mk_tensor_key(uint64_t seed, const char *name)
     return mix64(h ^ mix64(seed));
 }
 
+/* ---- parallel loops --------------------------------------------------------
+ * An 8B-parameter model is 8e9 normal draws and conversions: one thread takes
+ * minutes, so both loops split [0, n) over the CPUs. The draws are counter-based
+ * and each row converts alone, so the file is the same for any thread count. */
+
+typedef struct {
+    void (*fn)(void *ctx, uint64_t lo, uint64_t hi);
+    void *ctx;
+    uint64_t lo, hi;
+} mk_span;
+
+static void *mk_span_run(void *arg)
+{
+    mk_span *s = arg;
+    s->fn(s->ctx, s->lo, s->hi);
+    return NULL;
+}
+
+/* Calls fn over [0, n) in up to 64 contiguous spans, one thread each, when n is
+ * at least `grain` per thread; else inline. */
+static void mk_parallel(uint64_t n, uint64_t grain, void (*fn)(void *, uint64_t, uint64_t), void *ctx)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint64_t t = cpus > 1 ? (uint64_t)(cpus < 64 ? cpus : 64) : 1;
+    if (n / grain < t) t = n / grain ? n / grain : 1;
+    if (t <= 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    mk_span sp[64];
+    pthread_t th[64];
+    bool started[64] = {false};
+    for (uint64_t i = 0; i < t; i++) sp[i] = (mk_span){fn, ctx, n * i / t, n * (i + 1) / t};
+    for (uint64_t i = 1; i < t; i++) /* a thread that cannot start: its span runs here */
+        if (!(started[i] = pthread_create(&th[i], NULL, mk_span_run, &sp[i]) == 0)) mk_span_run(&sp[i]);
+    mk_span_run(&sp[0]);
+    for (uint64_t i = 1; i < t; i++)
+        if (started[i]) pthread_join(th[i], NULL);
+}
+
+typedef struct {
+    float *x;
+    uint64_t key, first;
+    float std;
+} fill_job;
+
+static void fill_span(void *ctx, uint64_t lo, uint64_t hi)
+{
+    fill_job *j = ctx;
+    for (uint64_t i = lo; i < hi; i++) j->x[i] = j->std * rnd_normal(j->key, j->first + i);
+}
+
 void mk_fill_normal(float *x, uint64_t n, uint64_t key, uint64_t first, float std)
 {
-    for (uint64_t i = 0; i < n; i++) x[i] = std * rnd_normal(key, first + i);
+    fill_job j = {x, key, first, std};
+    mk_parallel(n, 1u << 20, fill_span, &j);
+}
+
+typedef struct {
+    uint8_t *dst;
+    const float *src;
+    uint64_t rb, ne0;
+    int type;
+} conv_job;
+
+static void conv_span(void *ctx, uint64_t lo, uint64_t hi)
+{
+    conv_job *j = ctx;
+    for (uint64_t r = lo; r < hi; r++) mkmodel_row_from_f32(j->dst + r * j->rb, j->type, j->src + r * j->ne0, j->ne0);
 }
 
 /* ---- tensor emission ----------------------------------------------------- */
@@ -69,9 +137,9 @@ int mk_emit(emitter *e, const char *name, int type, uint64_t ne0, uint64_t ne1, 
                         name, (unsigned long long)ne0, ggml_type_name(type));
         uint8_t *buf = malloc((size_t)(rb * rows));
         if (!buf) return util_fail(e->err, e->errlen, "%s: out of memory", name);
-        for (uint64_t r = 0; r < rows; r++) mkmodel_row_from_f32(buf + r * rb, type, x + r * ne0, ne0);
-        ok = gguf_writer_add_tensor(e->w, name, type, nd, ne, buf);
-        free(buf);
+        conv_job j = {buf, x, rb, ne0, type};
+        mk_parallel(rows, ne0 >= (1u << 20) ? 1 : (1u << 20) / ne0, conv_span, &j);
+        ok = gguf_writer_add_tensor_take(e->w, name, type, nd, ne, buf);
     }
     if (!ok) return util_fail(e->err, e->errlen, "%s: the GGUF writer rejected this tensor", name);
     e->n_params += ne0 * rows;

@@ -152,6 +152,11 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, const char *const
  * a bad shape/type or a name already added. */
 bool gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type,
                             uint32_t n_dims, const uint64_t *ne, const void *data);
+/* The same, taking ownership of data (malloc'd, the tensor's full size): no
+ * copy, so a writer of many gigabytes holds each tensor once. data is freed
+ * here when the tensor is refused. */
+bool gguf_writer_add_tensor_take(gguf_writer *w, const char *name, ggml_type type,
+                                 uint32_t n_dims, const uint64_t *ne, void *data);
 
 /* Writes version 3 with 32-byte alignment (or the general.alignment key's value
  * if one was set: it must be a uint32 power of two). Writes PATH.tmpPID and

@@ -195,8 +195,27 @@ void gguf_writer_copy_kv(gguf_writer *w, const gguf_file *src, const char *const
     }
 }
 
+static bool add_tensor(gguf_writer *w, const char *name, ggml_type type, uint32_t n_dims, const uint64_t *ne,
+                       const void *data, void *owned);
+
 bool gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type,
                             uint32_t n_dims, const uint64_t *ne, const void *data)
+{
+    return add_tensor(w, name, type, n_dims, ne, data, NULL);
+}
+
+bool gguf_writer_add_tensor_take(gguf_writer *w, const char *name, ggml_type type,
+                                 uint32_t n_dims, const uint64_t *ne, void *data)
+{
+    if (!add_tensor(w, name, type, n_dims, ne, NULL, data)) {
+        free(data);
+        return false;
+    }
+    return true;
+}
+
+static bool add_tensor(gguf_writer *w, const char *name, ggml_type type, uint32_t n_dims, const uint64_t *ne,
+                       const void *data, void *owned)
 {
     if (!w || !name || !ne || n_dims < 1 || n_dims > GGUF_MAX_DIMS) return false;
     uint64_t row = ggml_row_size(type, ne[0]);
@@ -221,7 +240,9 @@ bool gguf_writer_add_tensor(gguf_writer *w, const char *name, ggml_type type,
     t.name = xmalloc(nl + 1);
     memcpy(t.name, name, nl + 1);
     t.namelen = nl;
-    if (data) {
+    if (owned) {
+        t.data = owned;
+    } else if (data) {
         t.data = xmalloc((size_t)nb);
         memcpy(t.data, data, (size_t)nb);
     } else {

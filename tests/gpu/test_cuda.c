@@ -7,6 +7,7 @@
 #include "cli/mkmodel.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/spec/spec_util.h"
+#include "tests/spec/test_drafter.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +22,10 @@ static void fill(float *x, size_t n, float scale) {
 }
 
 static backend *cpu, *gpu;
+/* TEST_CUDA_DRY=1: the CPU backend stands in for the GPU (a second CPU backend
+ * of another thread count), so the test's own logic can be checked on a host
+ * without a GPU before device time is spent; the CUDA-only parts are skipped. */
+static bool dry;
 static double worst[8]; /* per section, the largest relative error seen */
 enum { S_GEMV, S_BLAS, S_ELEM, S_ATTN, S_MODEL32, S_MODEL16 };
 
@@ -81,7 +86,7 @@ static void test_matmul(void) {
             for (int n = 0; n < N; n++) CHECK(mkmodel_row_from_f32(w + rb * n, t, wf + (size_t)n * K, K));
             int wt = t;
             const void *dw = gpu->i->weight(gpu, w, &wt, N, K);
-            CHECK(dw != NULL && wt == t);
+            CHECK(dw != NULL && (wt == t || dry)); /* the CPU may repack a type as another */
             for (size_t mi = 0; mi < sizeof(Ms) / sizeof(Ms[0]); mi++) {
                 int M = Ms[mi];
                 float *x = malloc(sizeof(float) * (size_t)M * K), *ref = malloc(sizeof(float) * (size_t)M * N);
@@ -419,6 +424,28 @@ static void test_spec(void) {
     fprintf(stderr, "greedy speculative == plain on the GPU: %d runs, %d differ; alpha %.3f; GPU plain greedy equals "
                     "the CPU's on %d of %d prompts\n", runs, mism, spec_stats_alpha(&tot), cpu_same, np);
 
+    /* a draft that fails mid-run on the GPU (from its 3rd propose call, as an
+     * allocation failure or a device error would): the output stays plain
+     * greedy's, with no gap or repeated token, and the failures are counted */
+    int fsame = 0;
+    for (int i = 0; i < 4 && i < np; i++) {
+        int nr = su_plain_greedy(sp, prompts[i].ids, prompts[i].n, 40, ref);
+        drafter *failing = test_drafter_failing(sp->drafters[SPEC_DRAFTER_MODEL], 3);
+        CHECK(failing != NULL);
+        if (!failing) break;
+        drafter *real = spec_pair_set_drafter(sp, SPEC_DRAFTER_MODEL, failing);
+        spec_seq_params prm = su_params(0.0f, 1, 4, true);
+        spec_seq *s = NULL;
+        int n = su_generate(sp, prompts[i].ids, prompts[i].n, 40, &prm, out, NULL, NULL, &s);
+        bool same = n == nr && !memcmp(out, ref, sizeof(int32_t) * (size_t)nr);
+        CHECKF(same && s && s->st.draft_failures > 0, "GPU: prompt %d with a failing draft: %s", i,
+               same ? "no failure counted" : "output differs from plain greedy");
+        fsame += same;
+        spec_seq_free(s);
+        drafter_destroy(spec_pair_set_drafter(sp, SPEC_DRAFTER_MODEL, real));
+    }
+    fprintf(stderr, "failing draft on the GPU: %d of 4 runs equal plain greedy\n", fsame);
+
     /* seeded sampling: the same seed gives the same tokens on reruns */
     int repro = 0;
     for (int i = 0; i < 5 && i < np; i++) {
@@ -433,25 +460,25 @@ static void test_spec(void) {
     fprintf(stderr, "seeded sampling (T=0.8, gamma 4) on the GPU: %d of 5 reruns identical\n", repro);
 
     /* graph replay == eager: the same greedy and sampled runs with graphs off */
-    cuda_info before, after;
-    backend_cuda_info(gpu, &before);
+    cuda_info before = {0}, after = {0};
+    if (!dry) backend_cuda_info(gpu, &before);
     int gsame = 0, gruns = 0;
     for (int i = 0; i < 5 && i < np; i++)
         for (int temp = 0; temp < 2; temp++) {
             int32_t a[40], b[40];
             spec_seq_params prm = su_params(temp ? 0.8f : 0.0f, 99, 4, false);
-            backend_cuda_graphs(gpu, 1);
+            if (!dry) backend_cuda_graphs(gpu, 1);
             int na = su_generate(sp, prompts[i].ids, prompts[i].n, 40, &prm, a, NULL, NULL, NULL);
-            backend_cuda_graphs(gpu, 0);
+            if (!dry) backend_cuda_graphs(gpu, 0);
             int nb = su_generate(sp, prompts[i].ids, prompts[i].n, 40, &prm, b, NULL, NULL, NULL);
-            backend_cuda_graphs(gpu, 1);
+            if (!dry) backend_cuda_graphs(gpu, 1);
             bool same = na > 0 && na == nb && !memcmp(a, b, sizeof(int32_t) * (size_t)na);
             CHECKF(same, "prompt %d %s: graph replay gives other tokens than eager execution", i,
                    temp ? "sampled" : "greedy");
             gsame += same, gruns++;
         }
-    backend_cuda_info(gpu, &after);
-    CHECKF(after.graph_replays > before.graph_replays, "no step was replayed from a graph");
+    if (!dry) backend_cuda_info(gpu, &after);
+    CHECKF(dry || after.graph_replays > before.graph_replays, "no step was replayed from a graph");
     fprintf(stderr, "CUDA graphs: %d of %d runs identical to eager; %lld replays, %d graphs held\n", gsame, gruns,
             after.graph_replays, after.graphs);
 
@@ -459,7 +486,7 @@ static void test_spec(void) {
     int V = sp->n_vocab;
     float *la = malloc(sizeof(float) * V * 20), *lb = malloc(sizeof(float) * V * 20);
     for (int pass = 0; pass < 2; pass++) {
-        backend_cuda_graphs(gpu, pass == 0);
+        if (!dry) backend_cuda_graphs(gpu, pass == 0);
         kv_seq *kv = kv_seq_create(sp->tpool, 256);
         float *dst = pass ? lb : la;
         char err[256];
@@ -471,7 +498,7 @@ static void test_spec(void) {
         }
         kv_seq_destroy(sp->tpool, kv);
     }
-    backend_cuda_graphs(gpu, 1);
+    if (!dry) backend_cuda_graphs(gpu, 1);
     CHECKF(!memcmp(la, lb, sizeof(float) * V * 20), "graph replay logits are not bit-identical to eager ones");
     free(la), free(lb);
     spec_pair_free(sp);
@@ -518,18 +545,24 @@ static void test_kv_move(void) {
 }
 
 int main(void) {
-    int n = backend_cuda_devices();
-    if (!backend_cuda_built()) SKIP("specd was built without CUDA");
-    if (n == 0) SKIP("no CUDA GPU");
     char err[512];
-    gpu = backend_cuda_create(0, err, sizeof(err));
-    if (!gpu) {
-        fprintf(stderr, "backend_cuda_create: %s\n", err);
-        return 1;
+    dry = getenv("TEST_CUDA_DRY") && !strcmp(getenv("TEST_CUDA_DRY"), "1");
+    if (dry) {
+        gpu = backend_cpu_create(1);
+        fprintf(stderr, "TEST_CUDA_DRY: a 1-thread CPU backend stands in for the GPU\n");
+    } else {
+        int n = backend_cuda_devices();
+        if (!backend_cuda_built()) SKIP("specd was built without CUDA");
+        if (n == 0) SKIP("no CUDA GPU");
+        gpu = backend_cuda_create(0, err, sizeof(err));
+        if (!gpu) {
+            fprintf(stderr, "backend_cuda_create: %s\n", err);
+            return 1;
+        }
     }
     cpu = backend_cpu_create(4);
-    cuda_info ci;
-    backend_cuda_info(gpu, &ci);
+    cuda_info ci = {.name = "CPU stand-in"};
+    if (!dry) backend_cuda_info(gpu, &ci);
     fprintf(stderr, "GPU: %s, %d SMs, %.1f GiB\n", ci.name, ci.sm_count, ci.mem_gib);
     gpu->i->reserve(gpu, 128, 4096, 1024);
     test_matmul();

@@ -194,7 +194,7 @@ static void be_usage(FILE *f) {
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
             "                   [--temp T (0)] [--trees LIST [--rounds R (5)]] [--grammar json|FILE.gbnf]\n"
-            "                   [--medusa HEADS.gguf]\n"
+            "                   [--medusa HEADS.gguf] [--backend auto|cpu|cuda (auto)] [--device N]\n"
             "  N streams at once through the engine API, speculation off then on (same prompts),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
             "  (--prompts FILE, one text a line; default: the prompts.txt installed with specd, or\n"
@@ -325,6 +325,7 @@ static int be_compare_trees(engine *e, const be_prompt *all, int n_distinct, con
 int bench_engine(int argc, char **argv) {
     const char *target = NULL, *draft = NULL, *prompts_path = NULL, *hf = NULL, *hf_draft = NULL;
     int conc[BE_MAX_CONC], n_conc = 0, n_tokens = 64, prompt_tokens = 32, threads = 0;
+    int backend = BACKEND_AUTO, device = 0;
     float temp = 0.0f;
     int rounds = 5, n_cfg = 0;
     bool trees = false;
@@ -354,6 +355,8 @@ int bench_engine(int argc, char **argv) {
         else if (!strcmp(a, "--prompts")) prompts_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--prompt-tokens")) prompt_tokens = (int)arg_long(argc, argv, &i, 1, 4096);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 0, 1024);
+        else if (!strcmp(a, "--backend")) backend = arg_backend(argc, argv, &i);
+        else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
         else if (!strcmp(a, "--temp")) temp = (float)arg_double(argc, argv, &i, 0, 100);
         else if (!strcmp(a, "--rounds")) rounds = (int)arg_long(argc, argv, &i, 1, 1000);
         else if (!strcmp(a, "--grammar")) grammar_arg = arg_str(argc, argv, &i);
@@ -402,6 +405,8 @@ int bench_engine(int argc, char **argv) {
     cfg.draft_path = draft;
     cfg.medusa_path = medusa;
     cfg.threads = threads;
+    cfg.backend = backend; /* auto: the GPU when built with CUDA and one is present, as serve and generate */
+    cfg.device = cfg.devices[0] = device;
     cfg.max_running = max_conc;
     cfg.max_ctx = prompt_tokens + n_tokens + GAMMA_MAX + 16;
     if (trees) cfg.tree = ENGINE_TREE_AUTO; /* bounds 16/5/3; each request picks its shape */
@@ -430,7 +435,9 @@ int bench_engine(int argc, char **argv) {
     pthread_cond_init(&w.cv, NULL);
     engine_stats st;
     engine_get_stats(e, &st);
-    printf("target %s (%s)\n", target, st.target_id);
+    engine_info ei;
+    engine_get_info(e, &ei);
+    printf("target %s (%s) on %s\n", target, st.target_id, ei.backend_desc);
     if (draft) printf("draft  %s (%s): memory %.1f%% of the target's (weights + KV)\n", draft, st.draft_id,
                       st.draft_mem_pct);
     printf("cost model: target %.2f ms + %.3f ms/position + %.2f us/cached key + %.3f us/(row, key), draft %.3f "

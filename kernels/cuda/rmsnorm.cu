@@ -23,6 +23,10 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int D, 
 
 extern "C" void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int M, int D, float eps) {
     if (M <= 0) return;
-    rmsnorm_kernel<<<M, 256, 0, st>>>(y, x, w, D, eps);
+    /* 4 elements a thread (a 4096-wide row: 1024 threads), so each thread's
+     * chain of loads and double adds is short; at least one warp */
+    int threads = (D / 4 + 31) / 32 * 32;
+    threads = threads < 32 ? 32 : threads > 1024 ? 1024 : threads;
+    rmsnorm_kernel<<<M, threads, 0, st>>>(y, x, w, D, eps);
     CU_CHECK_LAUNCH();
 }

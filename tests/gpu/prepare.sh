@@ -20,6 +20,7 @@ MODELS=${SPECD_MODELS:-../shared/models}
 ninja -C build-cuda cli/specd tests/gpu/test_cuda tests/gpu/test_medusa_cuda >/dev/null
 rm -rf gpu-bin && mkdir -p gpu-bin/bin gpu-bin/lib gpu-bin/models/corpora gpu-bin/py
 cp build-cuda/cli/specd build-cuda/tests/gpu/test_cuda build-cuda/tests/gpu/test_medusa_cuda gpu-bin/bin/
+strip gpu-bin/bin/*
 cat >gpu-bin/specd <<'EOF'
 #!/bin/sh
 # runs gpu-bin/bin/specd with the staged libraries and the CUDA ones run.sh found

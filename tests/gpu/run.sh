@@ -21,7 +21,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
+LOG=$OUT/logs   # packed into $OUT/logs.tgz at the end: the device tool returns at most 8 files
+mkdir -p "$LOG"
 STAGES=${*:-tests e2e bench8b spec8b}
 DEADLINE=${DEADLINE:-520}
 T0=$(date +%s)
@@ -55,40 +56,40 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(ls -d 
   [ -d "$d" ] && L="$L${L:+:}$d"
 done
 export SPECD_GPU_LIBS=$L
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader 2>&1 | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
 LD_LIBRARY_PATH="$G/lib:$L" ldd "$G/bin/specd" | grep "not found" && echo "WARNING: unresolved libraries"
 echo "specd: $("$SPECD" --version 2>&1 | head -1)"
 
 if [[ " $STAGES " == *" tests "* ]]; then
   stage tests
-  LD_LIBRARY_PATH="$G/lib:$L" timeout 300 "$G/bin/test_cuda" >"$OUT/test_cuda.log" 2>&1
+  LD_LIBRARY_PATH="$G/lib:$L" timeout 300 "$G/bin/test_cuda" >"$LOG/test_cuda.log" 2>&1
   rc=$?
-  grep -E "CHECK failed" "$OUT/test_cuda.log" | head -20
-  grep -E "^(GPU|matmul|element|kv_write|kv_seq|  |whole|greedy|failing|seeded|CUDA graphs|SUMMARY|[0-9]+ checks)" "$OUT/test_cuda.log"
-  row test_cuda "rc=$rc: $(tail -1 "$OUT/test_cuda.log")"
-  LD_LIBRARY_PATH="$G/lib:$L" timeout 90 "$G/bin/test_medusa_cuda" >"$OUT/test_medusa_cuda.log" 2>&1
+  grep -E "CHECK failed" "$LOG/test_cuda.log" | head -20
+  grep -E "^(GPU|matmul|element|kv_write|kv_seq|  |whole|greedy|failing|seeded|CUDA graphs|SUMMARY|[0-9]+ checks)" "$LOG/test_cuda.log"
+  row test_cuda "rc=$rc: $(tail -1 "$LOG/test_cuda.log") $(grep -m3 "CHECK failed" "$LOG/test_cuda.log" | tr '\n' ' ')"
+  LD_LIBRARY_PATH="$G/lib:$L" timeout 90 "$G/bin/test_medusa_cuda" >"$LOG/test_medusa_cuda.log" 2>&1
   rc=$?
-  tail -4 "$OUT/test_medusa_cuda.log"
-  row test_medusa_cuda "rc=$rc: $(tail -1 "$OUT/test_medusa_cuda.log")"
+  tail -4 "$LOG/test_medusa_cuda.log"
+  row test_medusa_cuda "rc=$rc: $(tail -1 "$LOG/test_medusa_cuda.log")"
 fi
 
 if [[ " $STAGES " == *" e2e "* ]] && ! late e2e; then
   stage "e2e: every proposer through specd generate and specd serve on the GPU"
-  timeout 200 python3 tests/gpu/spec_e2e.py "$SPECD" "$BACKEND" "$SPECD_MODELS" "$SPECD_MODELS/medusa-260K.gguf" 2>&1 | tee "$OUT/spec_e2e.log"
-  row spec_e2e "rc=${PIPESTATUS[0]}: $(tail -1 "$OUT/spec_e2e.log")"
+  timeout 200 python3 tests/gpu/spec_e2e.py "$SPECD" "$BACKEND" "$SPECD_MODELS" "$SPECD_MODELS/medusa-260K.gguf" 2>&1 | tee "$LOG/spec_e2e.log"
+  row spec_e2e "rc=${PIPESTATUS[0]}: $(tail -1 "$LOG/spec_e2e.log")"
   if [ "$BACKEND" = cuda ]; then
-    PYTHONPATH=$G/py SPECD=$SPECD timeout 240 python3 tests/gateway_e2e/test_all_proposers.py >"$OUT/all_proposers.log" 2>&1
+    PYTHONPATH=$G/py SPECD=$SPECD timeout 240 python3 tests/gateway_e2e/test_all_proposers.py >"$LOG/all_proposers.log" 2>&1
     rc=$?
   else
-    PYTHONPATH=$G/py SPECD=$SPECD timeout 240 /usr/bin/python3 tests/gateway_e2e/test_all_proposers.py >"$OUT/all_proposers.log" 2>&1
+    PYTHONPATH=$G/py SPECD=$SPECD timeout 240 /usr/bin/python3 tests/gateway_e2e/test_all_proposers.py >"$LOG/all_proposers.log" 2>&1
     rc=$?
   fi
-  tail -5 "$OUT/all_proposers.log"
-  row all_proposers "rc=$rc (server: every proposer alone and mixed in one batch): $(tail -1 "$OUT/all_proposers.log")"
-  timeout 120 "$SPECD" bench --concurrency 1,8,32 -m "$SPECD_MODELS/stories260K.gguf" \
-    --draft "$SPECD_MODELS/llama2xs-281K.gguf" -n 64 >"$OUT/bench_conc_small.log" 2>&1
-  echo "rc=$?"; cat "$OUT/bench_conc_small.log"
-  row conc_small "$(awk '$2 == "on" {c = $1} /on\/off tokens\/s ratio/ {printf "c%s on/off %s; ", c, $NF}' "$OUT/bench_conc_small.log")"
+  tail -5 "$LOG/all_proposers.log"
+  row all_proposers "rc=$rc (server: every proposer alone and mixed in one batch): $(tail -1 "$LOG/all_proposers.log")"
+  timeout 120 "$SPECD" bench --concurrency 1,8,32 --backend "$BACKEND" -m "$SPECD_MODELS/stories260K.gguf" \
+    --draft "$SPECD_MODELS/llama2xs-281K.gguf" -n 64 >"$LOG/bench_conc_small.log" 2>&1
+  echo "rc=$?"; cat "$LOG/bench_conc_small.log"
+  row conc_small "$(awk '$2 == "on" {c = $1} /on\/off tokens\/s ratio/ {printf "c%s on/off %s; ", c, $NF}' "$LOG/bench_conc_small.log")"
 fi
 
 if [[ " $STAGES " == *" bench8b "* ]] && ! late bench8b; then
@@ -97,15 +98,21 @@ if [[ " $STAGES " == *" bench8b "* ]] && ! late bench8b; then
   t=$(date +%s)
   timeout 240 "$SPECD" mkmodel -o "$M8" $SHAPE8 --type bf16 2>&1 | tail -1
   echo "mkmodel: $(( $(date +%s) - t )) s"
-  timeout 200 "$SPECD" bench --backend "$BACKEND" -m "$M8" -r 3 >"$OUT/bench8b.log" 2>&1
-  echo "rc=$?"; cat "$OUT/bench8b.log"
-  row decode "$(grep -E "^decode \(prompt" "$OUT/bench8b.log" | head -1)"
-  row hbm "$(grep -E "^decode step" "$OUT/bench8b.log" | head -1)"
-  row verify "$(grep -E "^verify call" "$OUT/bench8b.log" | head -1)"
+  # the first gemv (SPECD_CUDA_GEMV=1) and the current one, alternated: A B A B
+  for v in 1 0 1 0; do
+    late "bench8b v$v" && break
+    SPECD_CUDA_GEMV=$v timeout 150 "$SPECD" bench --backend "$BACKEND" -m "$M8" -r ${BENCH_REPS:-1} >"$LOG/bench8b_v$v.log" 2>&1
+    echo "rc=$? (SPECD_CUDA_GEMV=$v)"; grep -E "^(decode|verify|prefill|backend|  matmul|  rmsnorm|  attention)" "$LOG/bench8b_v$v.log"
+    cat "$LOG/bench8b_v$v.log" >>"$LOG/bench8b.log"
+    ROW[v$v]="${ROW[v$v]:-} $(grep -oE "[0-9.]+ GB/s = [0-9.]+%" "$LOG/bench8b_v$v.log" | head -1) verify/decode $(grep -oE "= [0-9.]+x$" "$LOG/bench8b_v$v.log" | head -1);"
+  done
+  row "hbm gemv v1" "${ROW[v1]:-}"
+  row "hbm gemv v2" "${ROW[v0]:-}"
+  row decode "$(grep -E "^decode \(prompt" "$LOG/bench8b_v0.log" | head -1)"
   if ! late batch8b; then
-    timeout 150 "$SPECD" bench --concurrency 1,8,32 -m "$M8" -n 32 >"$OUT/bench8b_conc.log" 2>&1
-    echo "rc=$?"; cat "$OUT/bench8b_conc.log"
-    row batch8b "$(grep -E "^ *(1|8|32) +off" "$OUT/bench8b_conc.log" | awk '{printf "c%s %s tok/s; ", $1, $3}')"
+    timeout 150 "$SPECD" bench --concurrency 1,8,32 --backend "$BACKEND" -m "$M8" -n 32 >"$LOG/bench8b_conc.log" 2>&1
+    echo "rc=$?"; cat "$LOG/bench8b_conc.log"
+    row batch8b "$(grep -E "^ *(1|8|32) +off" "$LOG/bench8b_conc.log" | awk '{printf "c%s %s tok/s; ", $1, $3}')"
   fi
   rm -f "$M8"
 fi
@@ -118,17 +125,19 @@ if [[ " $STAGES " == *" spec8b "* ]] && ! late spec8b; then
   echo "mkmodel --widen: $(( $(date +%s) - t )) s"
   P="Once upon a time, there was a little boy named Tim. He"
   i=0
+  SPEC8B_N=${SPEC8B_N:-5}
   for cfg in "llama2xs gamma 4|--draft $SPECD_MODELS/llama2xs-281K.gguf --gamma 4" \
              "llama2xs adaptive|--draft $SPECD_MODELS/llama2xs-281K.gguf --adaptive" \
-             "perfect draft gamma 8|--draft $SPECD_MODELS/stories260K.gguf --gamma 8" \
+             "stories260K itself gamma 8|--draft $SPECD_MODELS/stories260K.gguf --gamma 8" \
              "llama2xs tree auto|--draft $SPECD_MODELS/llama2xs-281K.gguf --tree auto" \
              "n-gram|--method ngram --gamma 4"; do
     late "spec8b $i" && break
+    [ "$i" -ge "$SPEC8B_N" ] && break
     name=${cfg%%|*}; args=${cfg#*|}; i=$((i + 1))
     timeout 120 "$SPECD" generate --backend "$BACKEND" -m "$W8" $args -p "$P" -n 200 --temp 0 \
-      --compare-plain --repeat 3 >"$OUT/spec8b_$i.log" 2>&1
-    echo "rc=$? ($name)"; tail -6 "$OUT/spec8b_$i.log"
-    row "spec8b $name" "$(grep -oE "speedup over plain decoding: .*" "$OUT/spec8b_$i.log" | head -1) $(grep -oE "^(plain|speculative): .*decode [0-9.]+ tok/s" "$OUT/spec8b_$i.log" | sed -E 's/prompt tokens [0-9]+, generated [0-9]+ \([a-z]+\), prefill [0-9.]+ tok\/s, //' | tr '\n' ' ')"
+      --compare-plain --repeat 3 >"$LOG/spec8b_$i.log" 2>&1
+    echo "rc=$? ($name)"; tail -6 "$LOG/spec8b_$i.log"
+    row "spec8b $name" "$(grep -oE "speedup over plain decoding: .*" "$LOG/spec8b_$i.log" | head -1) $(grep -oE "^(plain|speculative): .*decode [0-9.]+ tok/s" "$LOG/spec8b_$i.log" | sed -E 's/prompt tokens [0-9]+, generated [0-9]+ \([a-z]+\), prefill [0-9.]+ tok\/s, //' | tr '\n' ' ')"
   done
   # the brief's "draft model OOM on GPU": the 16 GB widened model as the draft of
   # stories260K while a ballast leaves 8 GiB free: the draft is dropped with a
@@ -141,22 +150,22 @@ x = torch.empty(f - 8 * 2**30, dtype=torch.uint8, device='cuda')
 print('ballast %.1f GiB, free %.1f GiB' % (x.numel() / 2**30, torch.cuda.mem_get_info()[0] / 2**30), flush=True)
 open('$SCRATCH/ballast', 'w').write('1')
 time.sleep(90)
-" >"$OUT/ballast.log" 2>&1 &
+" >"$LOG/ballast.log" 2>&1 &
     BP=$!
     for _ in $(seq 60); do [ -f "$SCRATCH/ballast" ] && break; sleep 0.5; done
-    cat "$OUT/ballast.log"
+    cat "$LOG/ballast.log"
     timeout 60 "$SPECD" generate --backend cuda -m "$SPECD_MODELS/stories260K.gguf" --draft "$W8" -p "$P" -n 48 \
-      --temp 0 --json >"$OUT/oom.json" 2>"$OUT/oom.err"
+      --temp 0 --json >"$LOG/oom.json" 2>"$LOG/oom.err"
     rc=$?
     timeout 60 "$SPECD" generate --backend cuda -m "$SPECD_MODELS/stories260K.gguf" -p "$P" -n 48 --temp 0 --json \
-      >"$OUT/oom_plain.json" 2>/dev/null
+      >"$LOG/oom_plain.json" 2>/dev/null
     kill $BP 2>/dev/null; wait $BP 2>/dev/null; rm -f "$SCRATCH/ballast"
-    cat "$OUT/oom.err" | tail -3
+    cat "$LOG/oom.err" | tail -3
     same=$(python3 -c "
 import json
-a = json.load(open('$OUT/oom.json')); b = json.load(open('$OUT/oom_plain.json'))
+a = json.load(open('$LOG/oom.json')); b = json.load(open('$LOG/oom_plain.json'))
 print('tokens equal plain' if a['tokens'] == b['tokens'] and a['tokens'] else 'tokens DIFFER')" 2>&1 | tail -1)
-    row draft_oom "rc=$rc; $(grep -c "does not fit in memory" "$OUT/oom.err") warning(s); $same"
+    row draft_oom "rc=$rc; $(grep -c "does not fit in memory" "$LOG/oom.err") warning(s); $same"
   fi
   rm -f "$W8"
 fi
@@ -164,3 +173,4 @@ fi
 echo
 echo "=== summary ($(( $(date +%s) - T0 )) s)"
 for k in "${ORDER[@]}"; do printf '%-26s %s\n' "$k" "${ROW[$k]}"; done | tee "$OUT/summary.txt"
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"

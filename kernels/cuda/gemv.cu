@@ -8,8 +8,6 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define GEMV_THREADS 128
 
@@ -56,7 +54,7 @@ template <> __device__ __forceinline__ void load8<GGML_TYPE_Q8_0>(float *o, cons
     for (int i = 0; i < 8; i++) o[i] = d * (float)q[i];
 }
 
-template <int M, int ROWS, int WT, int UNROLL>
+template <int M, int ROWS, int WT>
 __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(float *__restrict__ y, const float *__restrict__ x,
                                                               const void *__restrict__ w, int K, int N) {
     int n0 = blockIdx.x * ROWS;
@@ -66,9 +64,6 @@ __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(float *__restrict__ 
 #pragma unroll
         for (int m = 0; m < M; m++) acc[r][m] = 0.0f;
 
-    /* unrolled so that each thread has UNROLL x ROWS 16-byte weight loads in
-     * flight: one chunk at a time left HBM idle between a warp's loads */
-#pragma unroll UNROLL
     for (int k = threadIdx.x * 8; k < K; k += GEMV_THREADS * 8) {
         float wv[ROWS][8];
 #pragma unroll
@@ -109,39 +104,24 @@ __global__ void __launch_bounds__(GEMV_THREADS) gemv_kernel(float *__restrict__ 
     }
 }
 
-template <int M, int ROWS, int UNROLL>
+template <int M, int ROWS>
 static void launch_rows(cudaStream_t st, float *y, const float *x, const void *w, int wtype, int K, int N) {
     dim3 grid((N + ROWS - 1) / ROWS);
     switch (wtype) {
-    case GGML_TYPE_F32: gemv_kernel<M, ROWS, GGML_TYPE_F32, UNROLL><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
-    case GGML_TYPE_F16: gemv_kernel<M, ROWS, GGML_TYPE_F16, UNROLL><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
-    case GGML_TYPE_BF16: gemv_kernel<M, ROWS, GGML_TYPE_BF16, UNROLL><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
-    case GGML_TYPE_Q8_0: gemv_kernel<M, ROWS, GGML_TYPE_Q8_0, UNROLL><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_F32: gemv_kernel<M, ROWS, GGML_TYPE_F32><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_F16: gemv_kernel<M, ROWS, GGML_TYPE_F16><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_BF16: gemv_kernel<M, ROWS, GGML_TYPE_BF16><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
+    case GGML_TYPE_Q8_0: gemv_kernel<M, ROWS, GGML_TYPE_Q8_0><<<grid, GEMV_THREADS, 0, st>>>(y, x, w, K, N); break;
     default: cu_die(__FILE__, __LINE__, "cu_gemv", "weight type without a kernel");
     }
 }
 
-/* SPECD_CUDA_GEMV=1 selects the first version (no unrolling, 2 or 4 rows per
- * block whatever N), kept for an A/B run on the device (tests/gpu/run.sh). */
-static int gemv_v1 = -1;
-
-/* ROWS per block: for 1-2 rows of x, 2 (1 when N is small, so that a 1024-row
- * matrix such as a k/v projection still fills every SM); 4 above (the x chunk,
- * re-read from L1 per block, is shared by more weight rows). The k loop is
- * unrolled 4x for 1-2 rows of x and 2x above (registers: ROWS x 8 weights per
- * chunk in flight). */
+/* ROWS per block: 2 for 1-2 rows of x (more blocks in flight), 4 above (the x
+ * chunk, re-read from L1 per block, is shared by more weight rows). */
 template <int M>
 static void launch_m(cudaStream_t st, float *y, const float *x, const void *w, int wtype, int K, int N) {
-    if (gemv_v1 < 0) gemv_v1 = getenv("SPECD_CUDA_GEMV") && !strcmp(getenv("SPECD_CUDA_GEMV"), "1");
-    if (gemv_v1) {
-        if (M <= 2) launch_rows<M, 2, 1>(st, y, x, w, wtype, K, N);
-        else launch_rows<M, 4, 1>(st, y, x, w, wtype, K, N);
-    } else if (M <= 2) {
-        if (N < 8192) launch_rows<M, 1, 4>(st, y, x, w, wtype, K, N);
-        else launch_rows<M, 2, 4>(st, y, x, w, wtype, K, N);
-    } else {
-        launch_rows<M, 4, 2>(st, y, x, w, wtype, K, N);
-    }
+    if (M <= 2) launch_rows<M, 2>(st, y, x, w, wtype, K, N);
+    else launch_rows<M, 4>(st, y, x, w, wtype, K, N);
 }
 
 extern "C" void cu_gemv(cudaStream_t st, float *y, const float *x, const void *w, int wtype, int M, int K, int N) {

@@ -58,7 +58,6 @@ done
 export SPECD_GPU_LIBS=$L
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv,noheader 2>&1 | tee "$LOG/gpu.txt"
 LD_LIBRARY_PATH="$G/lib:$L" ldd "$G/bin/specd" | grep "not found" && echo "WARNING: unresolved libraries"
-echo "specd: $("$SPECD" --version 2>&1 | head -1)"
 
 if [[ " $STAGES " == *" tests "* ]]; then
   stage tests
@@ -98,17 +97,11 @@ if [[ " $STAGES " == *" bench8b "* ]] && ! late bench8b; then
   t=$(date +%s)
   timeout 240 "$SPECD" mkmodel -o "$M8" $SHAPE8 --type bf16 2>&1 | tail -1
   echo "mkmodel: $(( $(date +%s) - t )) s"
-  # the first gemv (SPECD_CUDA_GEMV=1) and the current one, alternated: A B A B
-  for v in 1 0 1 0; do
-    late "bench8b v$v" && break
-    SPECD_CUDA_GEMV=$v timeout 150 "$SPECD" bench --backend "$BACKEND" -m "$M8" -r ${BENCH_REPS:-1} >"$LOG/bench8b_v$v.log" 2>&1
-    echo "rc=$? (SPECD_CUDA_GEMV=$v)"; grep -E "^(decode|verify|prefill|backend|  matmul|  rmsnorm|  attention)" "$LOG/bench8b_v$v.log"
-    cat "$LOG/bench8b_v$v.log" >>"$LOG/bench8b.log"
-    ROW[v$v]="${ROW[v$v]:-} $(grep -oE "[0-9.]+ GB/s = [0-9.]+%" "$LOG/bench8b_v$v.log" | head -1) verify/decode $(grep -oE "= [0-9.]+x$" "$LOG/bench8b_v$v.log" | head -1);"
-  done
-  row "hbm gemv v1" "${ROW[v1]:-}"
-  row "hbm gemv v2" "${ROW[v0]:-}"
-  row decode "$(grep -E "^decode \(prompt" "$LOG/bench8b_v0.log" | head -1)"
+  timeout 200 "$SPECD" bench --backend "$BACKEND" -m "$M8" -r ${BENCH_REPS:-3} >"$LOG/bench8b.log" 2>&1
+  echo "rc=$?"; cat "$LOG/bench8b.log"
+  row decode "$(grep -E "^decode \(prompt" "$LOG/bench8b.log" | head -1)"
+  row hbm "$(grep -E "^decode step" "$LOG/bench8b.log" | head -1)"
+  row verify "$(grep -E "^verify call" "$LOG/bench8b.log" | head -1)"
   if ! late batch8b; then
     timeout 150 "$SPECD" bench --concurrency 1,8,32 --backend "$BACKEND" -m "$M8" -n 32 >"$LOG/bench8b_conc.log" 2>&1
     echo "rc=$?"; cat "$LOG/bench8b_conc.log"

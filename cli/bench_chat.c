@@ -14,9 +14,9 @@
 #include "cli/cmd.h"
 #include "cli/datadir.h"
 #include "cli/util.h"
-#include "engine/chat.h"
+#include "engine/chat/chat.h"
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <stdlib.h>

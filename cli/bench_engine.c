@@ -13,8 +13,8 @@
 #include "cli/datadir.h"
 #include "cli/util.h"
 #include "engine/engine.h"
-#include "engine/grammar.h"
-#include "engine/tokenizer.h"
+#include "engine/grammar/grammar.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <stdlib.h>

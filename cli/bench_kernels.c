@@ -13,7 +13,7 @@
  * 100%. Memory bandwidth on shared machines moves from minute to minute:
  * compare variants by running them alternately, several times. */
 #include "cli/util.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/fmapeak.h"
 #include "kernels/cpu/matmul.h"

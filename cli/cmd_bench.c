@@ -6,7 +6,7 @@
 #include "cli/cmd.h"
 #include "cli/hub.h"
 #include "cli/util.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "kernels/cpu/membw.h"
 #ifdef SPECD_CUDA
 #include "kernels/cuda/cuda_backend.h"

@@ -10,8 +10,8 @@
  * current step and still measures and writes the draft. */
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/train/train_ckpt.h"
 #include "engine/train/train_distill.h"
 #include "engine/train/train_gguf.h"

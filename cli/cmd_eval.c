@@ -4,7 +4,7 @@
  * that prefill-then-decode equals one long prefill (--split). */
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #include "cli/util.h"
 #include "cli/mkmodel.h"
 #include "engine/engine.h"
-#include "engine/spec.h"
+#include "engine/spec/spec.h"
 
 #include "policy/config.h"
 

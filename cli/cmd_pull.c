@@ -5,7 +5,7 @@
 #include "cli/gguf_split.h"
 #include "cli/hub.h"
 #include "cli/util.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <dirent.h>
 #include <stdlib.h>

@@ -7,10 +7,10 @@
 #include "cli/hub.h"
 #include "cli/logfmt.h"
 #include "cli/util.h"
-#include "engine/chat.h"
+#include "engine/chat/chat.h"
 #include "engine/engine.h"
 #include "cli/mkmodel.h"
-#include "engine/telemetry.h"
+#include "engine/telemetry/telemetry.h"
 #include "gateway/server.h"
 #include "policy/config.h"
 

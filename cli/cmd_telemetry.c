@@ -1,6 +1,6 @@
 /* cmd_telemetry.c — `specd telemetry`: reads the SQLite speculation telemetry
  * back (read-only): a summary over a time window, or the most recent sessions.
- * The schema is the one engine/telemetry.c writes. */
+ * The schema is the one engine/telemetry/telemetry.c writes. */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>

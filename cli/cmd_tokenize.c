@@ -9,8 +9,8 @@
 
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gateway/openai_response.h"
 
 static void tokenize_usage(FILE *f) {

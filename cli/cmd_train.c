@@ -9,8 +9,8 @@
  * (engine/train/train_bpe.h) as a tokenizer-only GGUF. */
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/train/train_bpe.h"
 #include "engine/train/train_ckpt.h"
 #include "engine/train/train_gguf.h"

@@ -6,9 +6,9 @@
  * writes measured heads. */
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/medusa_distill.h"
-#include "engine/medusa_train.h"
-#include "engine/spec.h"
+#include "engine/train/medusa_distill.h"
+#include "engine/train/medusa_train.h"
+#include "engine/spec/spec.h"
 #include "engine/util.h"
 
 #include <math.h>

@@ -6,16 +6,16 @@
  * or setup error, or nothing testable. */
 #include "cli/cmd.h"
 #include "cli/util.h"
-#include "engine/draft_medusa.h"
-#include "engine/draft_tree.h"
+#include "engine/spec/proposers/draft_medusa.h"
+#include "engine/spec/proposers/draft_tree.h"
 #include "cli/penalty_args.h"
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "gateway/json_schema.h"
 
 #include <jansson.h>
-#include "engine/rng.h"
-#include "engine/spec.h"
-#include "engine/stattest.h"
+#include "engine/sample/rng.h"
+#include "engine/spec/spec.h"
+#include "engine/spec/stattest.h"
 
 #include <math.h>
 #include <stdlib.h>

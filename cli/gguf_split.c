@@ -1,7 +1,7 @@
 /* gguf_split.c — merge / split GGUF files (llama.cpp's split layout), writing
  * the header from the parsed metadata and streaming tensor data. */
 #include "cli/gguf_split.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <errno.h>
 #include <stdbool.h>

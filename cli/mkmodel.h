@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 /* What to build. Zero / NULL / -1 fields mean "default" (random models) or
  * "keep the source's value" (widening); mkmodel_opts_init sets them so. */

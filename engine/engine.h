@@ -35,10 +35,10 @@
 #define SPECD_ENGINE_H
 
 #include "engine/errkind.h"
-#include "engine/sampler.h"
-#include "engine/spec.h"
-#include "engine/tokenizer.h"
-#include "engine/tree_ctl.h"
+#include "engine/sample/sampler.h"
+#include "engine/spec/spec.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/spec/tree_ctl.h"
 #include "policy/config.h"
 
 #include <stdbool.h>

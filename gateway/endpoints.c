@@ -3,8 +3,8 @@
  * (see endpoints.h). Loop thread. */
 #include "gateway/endpoints.h"
 
-#include "engine/chat.h"
-#include "engine/tokenizer.h"
+#include "engine/chat/chat.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gateway/openai_response.h"
 
 #include <jansson.h>

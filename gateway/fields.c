@@ -3,7 +3,7 @@
  * message words the range, and where the value goes. */
 #include "gateway/fields.h"
 
-#include "engine/spec.h"
+#include "engine/spec/spec.h"
 
 #include <limits.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* json_schema.h — JSON Schema (the subset structured-output users send) to a
- * GBNF grammar (engine/grammar.h) whose every complete output is a JSON
+ * GBNF grammar (engine/grammar/grammar.h) whose every complete output is a JSON
  * document valid against the schema.
  *
  * Supported: type (object, array, string, number, integer, boolean, null, or

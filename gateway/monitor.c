@@ -5,7 +5,7 @@
  * that does not keep up simply misses snapshots. */
 #include "gateway/gw.h"
 
-#include "engine/telemetry.h"
+#include "engine/telemetry/telemetry.h"
 
 #include <jansson.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include "gateway/openai_request.h"
 #include "gateway/tool_calls.h"
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "gateway/fields.h"
 #include "gateway/json_schema.h"
 #include "gateway/penalty_fields.h"

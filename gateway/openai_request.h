@@ -11,7 +11,7 @@
 #ifndef SPECD_OPENAI_REQUEST_H
 #define SPECD_OPENAI_REQUEST_H
 
-#include "engine/chat.h"
+#include "engine/chat/chat.h"
 #include "engine/engine.h"
 #include "gateway/protocol.h"
 

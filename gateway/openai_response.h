@@ -12,7 +12,7 @@
 #define SPECD_OPENAI_RESPONSE_H
 
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gateway/openai_request.h"
 
 #include <stdbool.h>

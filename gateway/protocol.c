@@ -2,7 +2,7 @@
  * messages and the non-allocating writer of server messages (see protocol.h). */
 #include "gateway/protocol.h"
 
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "gateway/fields.h"
 #include "gateway/json_schema.h"
 #include "gateway/penalty_fields.h"

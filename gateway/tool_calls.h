@@ -1,5 +1,5 @@
 /* tool_calls.h — OpenAI tool calling over a model's own tool-call format
- * (engine/chat.h chat_tool_format): the grammar that forces a well-formed
+ * (engine/chat/chat.h chat_tool_format): the grammar that forces a well-formed
  * call (tool_choice "required" or a named function; the arguments follow
  * the function's JSON Schema via json_schema.h), and the parser that finds
  * the calls in a finished reply and turns them into OpenAI's
@@ -7,7 +7,7 @@
 #ifndef SPECD_TOOL_CALLS_H
 #define SPECD_TOOL_CALLS_H
 
-#include "engine/chat.h"
+#include "engine/chat/chat.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -5,7 +5,7 @@
  *
  * It is not a kernel: the reference pair is plain scalar C, exact and slow
  * enough for tools, tests and embedding-row lookups, never a matmul. Included
- * by engine/gguf.h, kernels/cpu and kernels/cuda (C and CUDA C++). No state:
+ * by engine/gguf/gguf.h, kernels/cpu and kernels/cuda (C and CUDA C++). No state:
  * every function may be called from any thread. */
 #ifndef SPECD_GGML_TYPE_H
 #define SPECD_GGML_TYPE_H

@@ -1,6 +1,6 @@
 /* train_bpe.c — byte-level BPE training (see train_bpe.h). */
 #include "engine/train/train_bpe.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/util.h"
 
 #include <stdint.h>

@@ -13,7 +13,7 @@
 #ifndef SPECD_TRAIN_BPE_H
 #define SPECD_TRAIN_BPE_H
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <stddef.h>
 

@@ -13,8 +13,8 @@
 #ifndef SPECD_TRAIN_DISTILL_H
 #define SPECD_TRAIN_DISTILL_H
 
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/train/train_data.h"
 
 #include <stdint.h>

@@ -7,7 +7,7 @@
 #ifndef SPECD_TRAIN_GGUF_H
 #define SPECD_TRAIN_GGUF_H
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "engine/train/train_model.h"
 
 /* Writes m to path. type: GGML_TYPE_F32 or GGML_TYPE_F16 for the matrices.

@@ -4,7 +4,7 @@
  * Every top-level key of the context becomes a variable (strings in it are
  * data, bos_token/eos_token markup). Prints the rendering, or "ERROR: msg"
  * on stderr with exit 3 when the template raises, 2 when it fails to load. */
-#include "engine/jinja.h"
+#include "engine/chat/jinja.h"
 
 #include <stdio.h>
 #include <stdlib.h>

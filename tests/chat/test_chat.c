@@ -3,7 +3,7 @@
  * family's reference Jinja template, rendered with trim_blocks/lstrip_blocks as
  * Hugging Face does, minus the leading BOS), whitespace rules, truncation,
  * detection from GGUF metadata and config names. */
-#include "engine/chat.h"
+#include "engine/chat/chat.h"
 #include "tests/testutil.h"
 
 #include <stdio.h>

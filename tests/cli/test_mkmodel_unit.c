@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "cli/mkmodel.h"
 #include "tests/testutil.h"
 

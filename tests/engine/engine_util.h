@@ -6,7 +6,7 @@
 #define SPECD_TEST_ENGINE_UTIL_H
 
 #include "engine/engine.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/testutil.h"
 
 #include <errno.h>

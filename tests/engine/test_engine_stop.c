@@ -1,9 +1,9 @@
-/* test_engine_stop.c — stop-string matching on its own (engine/stop.h), as
+/* test_engine_stop.c — stop-string matching on its own (engine/sched/stop.h), as
  * emit_tokens feeds it: text arrives one token piece at a time; bytes that
  * can no longer begin a stop string pass through at once, the rest is held
  * back until a stop string completes (the output ends just before it) or
  * cannot any more; what is held at the end is flushed. */
-#include "engine/stop.h"
+#include "engine/sched/stop.h"
 #include "tests/testutil.h"
 
 #include <string.h>

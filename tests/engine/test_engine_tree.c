@@ -11,7 +11,7 @@
  * Medusa heads loaded, medusa requests beside chain and tree requests equal
  * plain too; medusa without heads, and heads for another target, are
  * refused. */
-#include "engine/medusa.h"
+#include "engine/spec/proposers/medusa.h"
 #include "tests/engine/engine_util.h"
 
 #include <unistd.h>

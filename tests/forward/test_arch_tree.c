@@ -2,7 +2,7 @@
  * mistral (sliding window) random models: every tree node's logits must equal the logits of
  * its root-to-node path evaluated as a plain causal sequence after the same prefix. */
 #include "cli/mkmodel.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/testutil.h"
 
 #include <math.h>

@@ -18,8 +18,8 @@ printf '\x81\x98\x00\x00\x00\x00{"type":"ping","id":"a"}' > "$work/corpus/ws-pin
 printf '\x88\x81\x00\x00\x00\x00\x03' > "$work/corpus/ws-close-1byte"
 # shellcheck disable=SC2086
 fuzz_build fuzz_wsrx -D_GNU_SOURCE -Wno-unused-parameter "$src/gateway/wsrx.c" "$src/gateway/fields.c" "$src/gateway/penalty_fields.c" "$src/gateway/protocol.c" "$src/gateway/json_schema.c" "$src/gateway/json_range.c" "$src/gateway/json_regex.c" \
-  "$src/engine/spec_method.c" "$src/engine/grammar_parse.c" "$src/engine/grammar_vocab.c" "$src/engine/grammar_match.c" "$src/engine/grammar_mask.c" \
-  "$src/engine/tokenizer.c" "$src/engine/tok_load.c" "$src/engine/tok_spm.c" "$src/engine/tok_bpe.c" "$src/engine/tok_pretok.c" "$src/engine/tok_decode.c" \
-  "$src/engine/unicode_tables.c" "$src/engine/gguf_read.c" "$src/kernels/ggml_type.c" \
-  "$src/engine/sampler.c" "$src/engine/rng.c" "$src/policy/suggest.c" "$here/fuzz_wsrx.c" $jansson -lm
+  "$src/engine/spec/spec_method.c" "$src/engine/engine_names.c" "$src/engine/grammar/grammar_parse.c" "$src/engine/grammar/grammar_vocab.c" "$src/engine/grammar/grammar_match.c" "$src/engine/grammar/grammar_mask.c" \
+  "$src/engine/tokenizer/tokenizer.c" "$src/engine/tokenizer/tok_load.c" "$src/engine/tokenizer/tok_spm.c" "$src/engine/tokenizer/tok_bpe.c" "$src/engine/tokenizer/tok_pretok.c" "$src/engine/tokenizer/tok_decode.c" \
+  "$src/engine/tokenizer/unicode_tables.c" "$src/engine/gguf/gguf_read.c" "$src/kernels/ggml_type.c" \
+  "$src/engine/sample/sampler.c" "$src/engine/sample/rng.c" "$src/policy/suggest.c" "$here/fuzz_wsrx.c" $jansson -lm
 fuzz_run fuzz_wsrx "${1:-30}" 8192 protocol.dict "the WebSocket receive path"

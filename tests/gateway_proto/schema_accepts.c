@@ -4,7 +4,7 @@
  * one JSON text per stdin line and prints 1 (the grammar accepts it whole)
  * or 0. A refused schema prints "E <reason>" and exits 2. The independent
  * side (python3-jsonschema, re) is in test_schema_keywords.py. */
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "gateway/json_schema.h"
 
 #include <jansson.h>

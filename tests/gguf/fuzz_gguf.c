@@ -1,6 +1,6 @@
 /* fuzz_gguf.c — libFuzzer target for the GGUF reader: any input must either be
  * rejected with a message or yield a file whose every referenced byte is readable. */
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

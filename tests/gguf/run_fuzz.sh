@@ -6,7 +6,7 @@
 set -u
 . "$(dirname "$0")/../libfuzzer.sh"
 fuzz_setup "$(dirname "$0")" gguf
-fuzz_build fuzz_gguf "$src/engine/gguf_read.c" "$src/kernels/ggml_type.c" "$here/fuzz_gguf.c"
+fuzz_build fuzz_gguf "$src/engine/gguf/gguf_read.c" "$src/kernels/ggml_type.c" "$here/fuzz_gguf.c"
 # Seeds from the real models: their header regions (metadata + tensor infos)
 # plus a little data, so mutations explore real layouts.
 models=${SPECD_MODELS:-$src/../shared/models}

@@ -1,7 +1,7 @@
 /* test_gguf.c — GGUF writer->reader round trip of every value and several tensor
  * types, hand-built corrupt/hostile files (each must be rejected with a relevant
  * message), truncation at many offsets, random mutations, and the real models. */
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "tests/testutil.h"
 
 #include <inttypes.h>

@@ -5,7 +5,7 @@
  * ResBlocks and FFN layers of 96 units) for random non-zero heads on
  * stories260K. Exits 77
  * (skipped) without a GPU. */
-#include "engine/medusa.h"
+#include "engine/spec/proposers/medusa.h"
 #include "tests/testutil.h"
 
 #include <math.h>

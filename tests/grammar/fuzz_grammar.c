@@ -8,7 +8,7 @@
  * a sanitizer report, an invariant (__builtin_trap), or a slow or large input
  * (run_fuzz.sh sets libFuzzer's -timeout and -rss_limit_mb: a slow input is
  * a finding). */
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "gateway/json_schema.h"
 
 #include <jansson.h>

@@ -3,9 +3,9 @@
  * grammars/ style. */
 #ifndef SPECD_TEST_GRAMMAR_UTIL_H
 #define SPECD_TEST_GRAMMAR_UTIL_H
-#include "engine/gguf.h"
-#include "engine/grammar.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/grammar/grammar.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <stdint.h>
 #include <stdio.h>

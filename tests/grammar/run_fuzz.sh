@@ -14,8 +14,8 @@ fi
 fuzz_setup "$(dirname "$0")" grammar
 # shellcheck disable=SC2086
 fuzz_build fuzz_grammar -D_GNU_SOURCE -Wno-unused-parameter "$src/gateway/json_schema.c" "$src/gateway/json_range.c" "$src/gateway/json_regex.c" \
-  "$src/engine/grammar_parse.c" "$src/engine/grammar_vocab.c" "$src/engine/grammar_match.c" "$src/engine/grammar_mask.c" \
-  "$src/engine/tokenizer.c" "$src/engine/tok_load.c" "$src/engine/tok_spm.c" "$src/engine/tok_bpe.c" "$src/engine/tok_pretok.c" \
-  "$src/engine/tok_decode.c" "$src/engine/unicode_tables.c" "$src/engine/gguf_read.c" "$src/kernels/ggml_type.c" \
+  "$src/engine/grammar/grammar_parse.c" "$src/engine/grammar/grammar_vocab.c" "$src/engine/grammar/grammar_match.c" "$src/engine/grammar/grammar_mask.c" \
+  "$src/engine/tokenizer/tokenizer.c" "$src/engine/tokenizer/tok_load.c" "$src/engine/tokenizer/tok_spm.c" "$src/engine/tokenizer/tok_bpe.c" "$src/engine/tokenizer/tok_pretok.c" \
+  "$src/engine/tokenizer/tok_decode.c" "$src/engine/tokenizer/unicode_tables.c" "$src/engine/gguf/gguf_read.c" "$src/kernels/ggml_type.c" \
   "$here/fuzz_grammar.c" $jansson -lm
 FUZZ_TIMEOUT=5 FUZZ_RSS_MB=1024 fuzz_run fuzz_grammar "${1:-30}" 16384 grammar.dict "the grammar and JSON Schema compilers"

@@ -3,9 +3,9 @@
  * LRU eviction, reference counts under a random mixed load); and the decode
  * path (forward calls, rollback) performs no heap allocation, counted by
  * interposing malloc. Prints what publishing and attaching a block costs. */
-#include "engine/kv.h"
+#include "engine/model/kv.h"
 #include "cli/mkmodel.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/testutil.h"
 
 #include <stddef.h>

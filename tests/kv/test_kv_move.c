@@ -6,7 +6,7 @@
  * break the contract (destination not before the source, past the length,
  * out of order) and moves into an indexed (shareable) block are refused with
  * nothing changed. */
-#include "engine/kv.h"
+#include "engine/model/kv.h"
 #include "tests/testutil.h"
 
 #include <stdint.h>

@@ -3,7 +3,7 @@
  * T = 0 and T = 0.8, tokens per target pass and decode tokens/s of plain
  * steps (empty trees through the same spec_tree_step) and of Medusa trees.
  * usage: bench_medusa TARGET HEADS [threads=1 tokens=64 prompts=10 rounds=5 budget=16 depth=4 topk=4] */
-#include "engine/draft_medusa.h"
+#include "engine/spec/proposers/draft_medusa.h"
 #include "tests/spec/spec_util.h"
 
 #include <time.h>

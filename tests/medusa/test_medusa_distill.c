@@ -13,7 +13,7 @@
  * (--target-prompts' prompts, written in the same pass) is the T = 1 draws of
  * a generation-only run with that seed, then plain greedy decoding of the
  * prefix, and counts against the context. */
-#include "engine/medusa_distill.h"
+#include "engine/train/medusa_distill.h"
 #include "tests/spec/spec_util.h"
 
 #include <math.h>

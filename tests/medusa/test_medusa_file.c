@@ -6,7 +6,7 @@
  * shape mismatch, non-finite weights, and fuzzing: every truncation and
  * thousands of random byte flips either load consistently or fail with a
  * message, never crash (run under the sanitizers in the asan build). */
-#include "engine/draft_medusa.h"
+#include "engine/spec/proposers/draft_medusa.h"
 #include "tests/spec/spec_util.h"
 
 #include <sys/stat.h>

@@ -7,7 +7,7 @@
  * Also: the float forward's loss equals the float64 one, and a gradient
  * perturbed by 30% on a third of its ResBlock entries, of U's, or of an FFN
  * layer's W2, fails the same comparison. */
-#include "engine/medusa_train.h"
+#include "engine/train/medusa_train.h"
 #include "tests/testutil.h"
 
 #include <math.h>

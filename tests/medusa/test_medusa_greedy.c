@@ -12,8 +12,8 @@
  * T = 1.0 and at T = 0.7 / top-p 0.9: the first token of a sampled Medusa
  * step (deterministic siblings) against the target's distribution by χ²
  * (p >= 0.001), which the no-residual variant of the tree rule fails. */
-#include "engine/draft_medusa.h"
-#include "engine/medusa_train.h"
+#include "engine/spec/proposers/draft_medusa.h"
+#include "engine/train/medusa_train.h"
 #include "tests/sampler/chi2.h"
 #include "tests/spec/spec_util.h"
 

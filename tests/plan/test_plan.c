@@ -1,7 +1,7 @@
 /* test_plan.c — the micro-batch planner on synthetic γ sets (bins, padding
  * cap, optimality against brute force) and the outlier γ cap (p95 of the
  * accepted-length ring, including wrap-around). */
-#include "engine/plan.h"
+#include "engine/sched/plan.h"
 #include "tests/testutil.h"
 
 #include <math.h>

@@ -4,8 +4,8 @@
  * truncation (every entry gets noise: the worst case) and with top-p 0.9.
  * Median of 15 rounds, alternated. */
 #define _POSIX_C_SOURCE 199309L
-#include "engine/gumbel.h"
-#include "engine/sampler.h"
+#include "engine/sample/gumbel.h"
+#include "engine/sample/sampler.h"
 #include "tests/sampler/chi2.h"
 
 #include <stdio.h>

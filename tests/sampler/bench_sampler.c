@@ -2,8 +2,8 @@
  * 128256 for the usual configs. A benchmark: prints figures, asserts nothing timed.
  * Time is this thread's CPU time, so a busy machine inflates it less than wall time.
  * Logits: Gaussian with σ = 3, roughly the spread of a real LM's logits. */
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "tests/sampler/chi2.h"
 
 #include <stdio.h>

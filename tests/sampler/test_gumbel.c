@@ -1,5 +1,5 @@
 /* test_gumbel.c — the Gumbel-max sampler of coupled verification
- * (engine/gumbel.h):
+ * (engine/sample/gumbel.h):
  *  - the exponential race with its filter returns exactly the argmax of
  *    log p + G computed by brute force over every entry (random, peaked, flat
  *    and truncated distributions, vocabularies up to 128k), on the portable
@@ -9,8 +9,8 @@
  *  - consecutive positions are independent: χ² of the pair (x_t, x_t+1)
  *    against p ⊗ p, and a broken variant (noise reused across positions)
  *    fails that same check. */
-#include "engine/gumbel.h"
-#include "engine/sampler.h"
+#include "engine/sample/gumbel.h"
+#include "engine/sample/sampler.h"
 #include "tests/sampler/chi2.h"
 #include "tests/testutil.h"
 

@@ -1,7 +1,7 @@
 /* test_rng.c — the counter-based generator: Philox4x32-10 known answers, the key
  * layout, [0,1) with 53 bits, uniformity (χ², 100 bins) and independence between
  * purposes, positions, seeds and counters (2-D χ² and correlation). */
-#include "engine/rng.h"
+#include "engine/sample/rng.h"
 #include "tests/testutil.h"
 #include "tests/sampler/chi2.h"
 

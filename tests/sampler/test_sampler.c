@@ -2,8 +2,8 @@
  * their order, tie rules, special values) against hand-computed supports and an
  * independent double-precision reference; inverse-CDF and residual draws; call-order
  * independence of seeded draws; config validation messages. */
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "tests/testutil.h"
 #include "tests/sampler/chi2.h"
 

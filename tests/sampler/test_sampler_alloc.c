@@ -1,8 +1,8 @@
 /* test_sampler_alloc.c — the per-token sampler path never allocates: this executable
  * interposes malloc and friends (glibc lets the executable define them; they forward
  * to __libc_*) and counts calls across 1000+ sampler calls made after create. */
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "tests/testutil.h"
 #include "tests/sampler/chi2.h"
 

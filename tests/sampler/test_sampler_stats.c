@@ -3,8 +3,8 @@
  * and the speculative accept/reject rule on one position, whose marginal must be p.
  * Each check also runs a deliberately wrong variant that must FAIL, so the tests
  * are shown to have the power to catch a mistake. Critical values: p = 0.001. */
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "tests/testutil.h"
 #include "tests/sampler/chi2.h"
 

@@ -6,8 +6,8 @@
  * and the speedup over plain.
  *
  *   bench_tree TARGET.gguf DRAFT.gguf [threads=2] [tokens=200] [rounds=5] [prompts=3] */
-#include "engine/draft_tree.h"
-#include "engine/tree_ctl.h"
+#include "engine/spec/proposers/draft_tree.h"
+#include "engine/spec/tree_ctl.h"
 #include "tests/sampler/chi2.h"
 #include "tests/spec/spec_util.h"
 

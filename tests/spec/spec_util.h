@@ -5,9 +5,9 @@
 #ifndef SPECD_TEST_SPEC_UTIL_H
 #define SPECD_TEST_SPEC_UTIL_H
 
-#include "engine/draft_model.h"
+#include "engine/spec/proposers/draft_model.h"
 #include "cli/mkmodel.h"
-#include "engine/spec.h"
+#include "engine/spec/spec.h"
 #include "tests/spec/test_drafter.h"
 #include "tests/testutil.h"
 

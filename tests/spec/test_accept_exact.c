@@ -7,9 +7,9 @@
  * Inputs are dyadic (every probability k·2^-24, summing to exactly 1), so the
  * float vectors the engine sees are exactly the distributions enumerated in
  * double: any deviation above rounding (~1e-16) is the rule's, not the data's. */
-#include "engine/accept.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/spec/accept.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "tests/sampler/chi2.h"
 #include "tests/testutil.h"
 

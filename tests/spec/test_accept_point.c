@@ -7,9 +7,9 @@
  * enumeration and must be caught every time a rejection is possible. Then
  * accept_chain must take exactly the enumerated branches on chains that mix
  * sampled and deterministic drafts, and the greedy rule is accept iff argmax. */
-#include "engine/accept.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/spec/accept.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "tests/sampler/chi2.h"
 #include "tests/testutil.h"
 

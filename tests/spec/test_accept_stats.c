@@ -4,9 +4,9 @@
  * model pair; the first output token must follow p1 and the first two tokens
  * p1(t1)·p2(t2|t1) (χ² at p = 0.001). The deliberately broken residual
  * (|p − q| instead of max(0, p − q)) must FAIL both checks. */
-#include "engine/accept.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
+#include "engine/spec/accept.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
 #include "tests/sampler/chi2.h"
 #include "tests/testutil.h"
 

@@ -7,7 +7,7 @@
 #ifndef SPECD_TEST_DRAFTER_H
 #define SPECD_TEST_DRAFTER_H
 
-#include "engine/drafter.h"
+#include "engine/spec/drafter.h"
 
 #include <stdio.h>
 #include <stdlib.h>

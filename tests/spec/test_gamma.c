@@ -8,7 +8,7 @@
  * curve (flat to 8 rows, then dear) the batch decision holds still under a
  * stream of plain 8-row passes, where the two-slope model learns that rows are
  * free and starts drafting at batch 8. Pure arithmetic, no model. */
-#include "engine/gamma.h"
+#include "engine/spec/gamma.h"
 #include "tests/testutil.h"
 
 #include <math.h>

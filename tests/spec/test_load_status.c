@@ -11,7 +11,7 @@
 #include "tests/alloc_hook.h"
 
 #include "engine/engine.h"
-#include "engine/medusa.h"
+#include "engine/spec/proposers/medusa.h"
 #include "tests/spec/spec_util.h"
 
 #ifdef ALLOC_HOOK_SANITIZED

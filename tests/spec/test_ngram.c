@@ -4,7 +4,7 @@
  * pair, methods ngram and auto give plain greedy's tokens on 60 prompts, half
  * of which repeat a long span of themselves, with n-gram proposals verified
  * and accepted; a failing n-gram drafter drops to plain without an output gap. */
-#include "engine/draft_ngram.h"
+#include "engine/spec/proposers/draft_ngram.h"
 #include "tests/sampler/chi2.h"
 #include "tests/spec/spec_util.h"
 

@@ -1,5 +1,5 @@
 /* test_path_ctl.c — the auto method's choice between the chain/tree path and
- * Medusa (engine/path_ctl.h) on synthetic arms: each arm delivers tokens per
+ * Medusa (engine/spec/path_ctl.h) on synthetic arms: each arm delivers tokens per
  * ms around a true rate with ±25% noise (seeded). Asserts what a user of
  * `speculation.method: auto` depends on: after exploration the faster arm
  * gets nearly every step, in each batch bucket independently; when the arms'
@@ -7,7 +7,7 @@
  * bounded number of steps; the exploration a re-try costs stays small. The
  * same driver run with re-tries disabled (a controller that decides once)
  * must fail the swap check, so that check has teeth. */
-#include "engine/path_ctl.h"
+#include "engine/spec/path_ctl.h"
 #include "tests/testutil.h"
 
 #include <stdbool.h>

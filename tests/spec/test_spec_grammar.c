@@ -13,9 +13,9 @@
  *     own path): greedy equality with draft-model and n-gram trees on both
  *     grammars, the committed state after every step, and χ² with its broken
  *     variant for draft-model trees of 6 nodes. */
-#include "engine/draft_tree.h"
-#include "engine/grammar.h"
-#include "engine/stattest.h"
+#include "engine/spec/proposers/draft_tree.h"
+#include "engine/grammar/grammar.h"
+#include "engine/spec/stattest.h"
 #include "tests/grammar/grammar_util.h"
 #include "tests/spec/spec_util.h"
 

@@ -8,7 +8,7 @@
  *   - under a grammar (JSON mode) the numbers are the log softmax of the
  *     grammar-masked logits, and every alternative is a token the grammar
  *     allows there. */
-#include "engine/grammar.h"
+#include "engine/grammar/grammar.h"
 #include "tests/grammar/grammar_util.h"
 #include "tests/spec/spec_util.h"
 

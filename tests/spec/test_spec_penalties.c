@@ -12,7 +12,7 @@
  *    the same penalties for gamma 2, 4 and adaptive (exact, token for token);
  *  - sampler_penalize itself against a naive reference on random windows. */
 #include "tests/spec/spec_util.h"
-#include "engine/rng.h"
+#include "engine/sample/rng.h"
 
 #define N_PROMPTS 15
 #define N_GEN 48

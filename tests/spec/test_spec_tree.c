@@ -8,7 +8,7 @@
  * missing ancestor in the mask or a compaction that misses a row changes the
  * target's argmax and the output. After each run the cache must equal a fresh
  * prefill of the accepted tokens (K/V and next-step logits). */
-#include "engine/spec_tree.h"
+#include "engine/spec/spec_tree.h"
 #include "tests/sampler/chi2.h"
 #include "tests/spec/spec_util.h"
 

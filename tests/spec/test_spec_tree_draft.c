@@ -8,7 +8,7 @@
  * law at T = 1.0 and at T = 0.7 / top-p 0.9: the first token of a sampled
  * draft-tree step (siblings drawn without replacement) against the target's
  * distribution by χ² (p >= 0.001), which the no-residual variant fails. */
-#include "engine/draft_tree.h"
+#include "engine/spec/proposers/draft_tree.h"
 #include "tests/sampler/chi2.h"
 #include "tests/spec/spec_util.h"
 

@@ -1,4 +1,4 @@
-/* test_tree_ctl.c — the shape controller (engine/tree_ctl.h) on synthetic
+/* test_tree_ctl.c — the shape controller (engine/spec/tree_ctl.h) on synthetic
  * cost curves: it explores every entry first; with a flat (memory-bound)
  * verify it picks the shape with the most tokens per pass; with a
  * compute-bound verify (t proportional to rows) it keeps the chain path
@@ -12,7 +12,7 @@
  * inherits the retirement), while a faster tree stays the pick; a host that slows down after the trees
  * were measured does not make them look cheaper than the chain; a controller seeded from an engine-wide one skips its exploration;
  * the policy bounds (tree_budget/depth/topk) bound the menu. */
-#include "engine/tree_ctl.h"
+#include "engine/spec/tree_ctl.h"
 #include "tests/testutil.h"
 
 #include <math.h>

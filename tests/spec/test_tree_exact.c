@@ -1,4 +1,4 @@
-/* test_tree_exact.c — lossless tree acceptance (engine/tree.h) checked exactly:
+/* test_tree_exact.c — lossless tree acceptance (engine/spec/tree.h) checked exactly:
  * for vocabularies of 2..4 tokens, random target conditionals p(· | context)
  * and drafter laws q(· | context), random trees of depth <= 3 with <= 3
  * children per node, every way the drafter can fill the tree (i.i.d.
@@ -13,10 +13,10 @@
  * sampled outcomes against the law (frequencies), a chain takes the same
  * decisions as accept_chain, greedy follows the argmax, and tree_rows
  * writes positions root + depth and the ancestor mask. */
-#include "engine/accept.h"
-#include "engine/rng.h"
-#include "engine/sampler.h"
-#include "engine/tree.h"
+#include "engine/spec/accept.h"
+#include "engine/sample/rng.h"
+#include "engine/sample/sampler.h"
+#include "engine/spec/tree.h"
 #include "tests/sampler/chi2.h"
 #include "tests/testutil.h"
 

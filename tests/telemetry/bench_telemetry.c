@@ -2,7 +2,7 @@
  * step rows (2,000 sessions × 500 steps, realistic UUIDs and latencies) and the
  * writer's sustained rows/s; also the producer's mean and worst call time.
  * Usage: bench_telemetry [DIR] [ROWS]. Prints; asserts nothing about speed. */
-#include "engine/telemetry.h"
+#include "engine/telemetry/telemetry.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """test_readback.py — reads the telemetry database back independently of
-engine/telemetry.c (Python's sqlite3): the synthetic workload's rows and sums
+engine/telemetry/telemetry.c (Python's sqlite3): the synthetic workload's rows and sums
 are exactly what was produced, and `specd telemetry summary|sessions` print
 the same figures.  Usage: test_readback.py TEST_TELEMETRY_EXE SPECD_EXE"""
 import json, os, re, sqlite3, subprocess, sys, tempfile

@@ -5,7 +5,7 @@
  * Usage: test_telemetry MODE [DIR]   (MODE: workload drops crash retention policy
  * errors helpers; `write PATH` writes the shared synthetic workload for
  * test_readback.py). */
-#include "engine/telemetry.h"
+#include "engine/telemetry/telemetry.h"
 #include "tests/testutil.h"
 
 #include <signal.h>

@@ -177,7 +177,7 @@ def decode(data):
 def category_mismatches():
     """Code points whose \\p{L}, \\p{N}, \\p{P} or \\s membership differs between
     the `regex` module (its own Unicode tables) and Python's unicodedata, which
-    generated specd's engine/unicode_tables.c (White_Space: the fixed list in
+    generated specd's engine/tokenizer/unicode_tables.c (White_Space: the fixed list in
     uni_is_space). Returns the set."""
     space = {0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000, 0x20}
     space |= set(range(0x09, 0x0E)) | set(range(0x2000, 0x200B))

@@ -10,7 +10,7 @@
 #
 # Code points whose \p{L}/\p{N}/\p{P}/\s class differs between the `regex`
 # module's Unicode tables (15.0 in Debian 12) and the Unicode 14 of specd's
-# engine/unicode_tables.c (all of them are unassigned in 14: new in 15) are
+# engine/tokenizer/unicode_tables.c (all of them are unassigned in 14: new in 15) are
 # left out: the random strings never draw them, and a corpus or vector string
 # holding one would be skipped (and counted; none does today). NUL is not
 # tested (it ends a text for -0); it is an "other" character like U+0001.

@@ -11,8 +11,8 @@
  * lines with the removed ids taken out (what llama.cpp's rule gives for them),
  * deepseek-llm and llama-spm against the complete vocabulary on corpus text.
  * A synthetic vocabulary checks the fallback cases by hand. */
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/testutil.h"
 #include "tests/tokenizer/vectors.h"
 

@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/testutil.h"
 
 static const char *g_models;

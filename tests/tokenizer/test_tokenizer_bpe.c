@@ -5,7 +5,7 @@
  * regexes on many more strings; the cases it found are written out here).
  *
  * How the expected splits were derived: by applying each family's regex (see
- * tok_pre in engine/tokenizer.h) by hand, alternative by alternative, left to
+ * tok_pre in engine/tokenizer/tokenizer.h) by hand, alternative by alternative, left to
  * right, with Python-regex semantics (greedy, first alternative that matches
  * wins; \s+(?!\S) backs off one space before a non-space). Each case notes the
  * alternative that decides it. */
@@ -15,8 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/testutil.h"
 #include "tests/tokenizer/vectors.h"
 

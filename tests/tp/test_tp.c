@@ -5,7 +5,7 @@
  * and a last-row-only decode; N = 1 through model_load_tp must be bit-identical
  * to model_load; shapes that cannot be split must fail with the numbers. */
 #include "cli/mkmodel.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "kernels/comm.h"
 #include "kernels/cpu/matmul.h"
 #include "tests/testutil.h"

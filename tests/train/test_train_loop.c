@@ -6,9 +6,9 @@
  * written as GGUF loads in specd and its forward pass gives the trainer's
  * logits; a corrupt checkpoint is refused; distillation data keeps the
  * target's own top-k (equal to a fresh pass) and greedy tokens. */
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/train/train_ckpt.h"
 #include "engine/train/train_distill.h"
 #include "engine/train/train_gguf.h"

@@ -1,7 +1,7 @@
 /* test_stattest.c — engine/stattest against reference values computed with
  * scipy 1.10.1 (/usr/bin/python3): chi2.sf, special.gammaincc, kstwobign.sf,
  * chi2_contingency(correction=False) and ks_2samp; plus the merging rule. */
-#include "engine/stattest.h"
+#include "engine/spec/stattest.h"
 #include "tests/testutil.h"
 
 #include <math.h>

@@ -1,0 +1,74 @@
+/* plan.h — the micro-batch planner of the batch engine: groups a step's
+ * sequences by draft length γ into rectangular micro-batches, and caps outlier
+ * γ against the recent accepted lengths. Pure arithmetic: no models, no
+ * allocation (the caller passes arrays sized n), no locks.
+ *
+ * Padding. A micro-batch ("bin") is drafted and verified in one call per
+ * position with the rectangular shape [members × (bin.gamma + 1)]; a member
+ * with γ_i < bin.gamma fills only its first γ_i + 1 positions, the rest are
+ * padding whose results are discarded. A bin's padding ratio is
+ *     Σ_members (bin.gamma + 1) / Σ_members (γ_i + 1)      (≥ 1, 1 = no padding).
+ *
+ * Threading: plan_bins is reentrant; a plan_history belongs to one thread (the
+ * engine thread). */
+#ifndef SPECD_PLAN_H
+#define SPECD_PLAN_H
+
+#include "engine/spec/gamma.h" /* GAMMA_MAX */
+
+#include <stdint.h>
+
+/* One micro-batch: the sequences order[first .. first+n) are drafted and
+ * verified together; gamma is the largest γ among them (0: a plain-decoding
+ * bin, no draft call, one verify position each). */
+typedef struct {
+    int gamma;
+    int n;
+    int first;
+} plan_bin;
+
+/* Plans one step over n sequences whose draft lengths are gamma[0..n)
+ * (each in 0..GAMMA_MAX; 0 = plain decoding this step).
+ *
+ * The sequences are sorted by (γ, index) into order[0..n) — a permutation of
+ * 0..n−1 — and cut into bins of consecutive entries, never splitting a γ value
+ * across bins, such that every bin's padding ratio is ≤ padding_cap
+ * (compared exactly as rect ≤ cap × real in double precision). Among such
+ * cuts it picks the fewest bins (fewest weight reads), then the fewest
+ * rectangular positions; this is an exact search over the ≤ GAMMA_MAX+1
+ * distinct γ values, so it never does worse than greedy neighbour merging.
+ * γ=0 sequences follow the same rule: they join a γ>0 bin only when that
+ * bin's ratio stays within the cap. cap = 1 gives one bin per distinct γ.
+ *
+ * bins must hold n entries (at most n are used); they come out in ascending γ.
+ * *padding_ratio (may be NULL) = Σ_bins rect / Σ_bins real over the whole
+ * step (1.0 when n == 0). Returns the number of bins (0 when n == 0).
+ * Deterministic: the same input always gives the same bins and order.
+ * Aborts (caller invariant) on n < 0, a γ outside 0..GAMMA_MAX, or a cap
+ * below 1 or NaN — validate the configuration at start-up. */
+int plan_bins(const int *gamma, int n, float padding_cap, plan_bin *bins, int *order, double *padding_ratio);
+
+/* Outlier cap. An engine-wide ring of the accepted draft counts (0..γ, not
+ * counting the correction/bonus token) of the most recent verify steps of all
+ * sequences. Zero-initialise it (plan_history h = {0}). */
+#define PLAN_HISTORY_LEN 256
+#define PLAN_HISTORY_MIN 20 /* samples before the p95 is trusted */
+
+typedef struct {
+    uint8_t hist[PLAN_HISTORY_LEN]; /* ring of accepted draft counts */
+    int n, head;                    /* samples held (≤ LEN); next slot to write */
+} plan_history;
+
+/* Records one verify step's accepted draft count (0..GAMMA_MAX, else aborts);
+ * once full, the oldest sample is overwritten. */
+void plan_history_add(plan_history *h, int accepted);
+/* The 95th percentile (nearest rank: the smallest v with at least 95% of the
+ * samples ≤ v) of the held samples; -1 with fewer than PLAN_HISTORY_MIN. */
+int plan_history_p95(const plan_history *h);
+/* The γ to draft: min(gamma, p95 + 1) when the p95 is known, else gamma.
+ * A γ ≥ 1 stays ≥ 1; γ = 0 stays 0. The engine applies this only to ADAPTIVE
+ * sequences: a fixed-γ request keeps its γ, so a seeded request's output
+ * never depends on the other traffic. */
+int plan_cap_gamma(int gamma, const plan_history *h);
+
+#endif

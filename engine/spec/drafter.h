@@ -1,0 +1,127 @@
+/* drafter.h — the proposer interface of speculative decoding: a versioned
+ * table of functions (kernels/backend.h style) that every drafter fills — the
+ * draft model (draft_model.c), prompt-lookup n-grams (draft_ngram.c), and
+ * later Medusa/EAGLE heads. spec.c, acceptance, KV commit and the γ controller
+ * talk only to this table and never know which proposer runs.
+ *
+ * A proposal is a tree of nodes (token, parent); a chain is parent = i − 1
+ * with node 0's parent −1 (the sequence's last accepted token). Each node
+ * carries either the distribution q it was sampled from or the mark
+ * "deterministic" (q is a point mass at its token: the proposer picked it
+ * without sampling), which selects the point-mass case of the lossless rule
+ * (accept.h).
+ *
+ * State per sequence lives in an opaque drafter_seq the drafter creates. The
+ * drafter's own view of the sequence (a draft KV cache, an n-gram index) may
+ * lag the accepted tokens but must never run ahead of them: after every step
+ * spec.c calls commit(accepted_len), and a commit to a shorter length than
+ * the state holds is the rollback (a pointer update, never a memset).
+ *
+ * Threading: a drafter and its sequences belong to the engine thread. */
+#ifndef SPECD_DRAFTER_H
+#define SPECD_DRAFTER_H
+
+#include "engine/spec/gamma.h"
+#include "engine/sample/sampler.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DRAFTER_INTERFACE_VERSION 1
+#define DRAFTER_MAX_NODES GAMMA_MAX
+
+typedef struct drafter drafter;
+typedef struct drafter_seq drafter_seq; /* per sequence, defined by each drafter */
+
+typedef struct {
+    int32_t token;
+    int16_t parent;          /* node index, -1 = the last accepted token; a chain has parent = i - 1 */
+    bool deterministic;      /* q is a point mass at token; the q row is not written */
+} drafter_node;
+
+/* One sequence's part of a batched propose call. */
+typedef struct {
+    /* in */
+    drafter_seq *ds;
+    const int32_t *tokens;   /* (n_tokens) accepted tokens: prompt then output */
+    int n_tokens;
+    int budget;              /* most nodes to propose, 1..DRAFTER_MAX_NODES */
+    const sampler_config *sc;/* the sequence's ONE sampler config (draft and target) */
+    uint64_t seed;
+    bool coupled;            /* coupled verification: a sampling drafter draws node i as the Gumbel-max of
+                              * its q row at its position (gumbel.h), the target's noise, not inverse CDF */
+    float *q;                /* (budget, V) caller's memory: row i for each non-deterministic node i */
+    /* Optional constraint (grammar.h): a sampling drafter calls it on node
+     * i's logits (its own, mutable) before turning them into q row i, so q is
+     * masked by the grammar state after nodes[0..i) exactly as the target's
+     * p will be. NULL: unconstrained. */
+    void (*mask)(void *mask_ctx, int i, const drafter_node *nodes, float *logits);
+    void *mask_ctx;
+    /* out */
+    int n_nodes;             /* 0..budget (0: nothing to propose; the step is plain) */
+    drafter_node nodes[DRAFTER_MAX_NODES];
+} drafter_prop;
+
+typedef struct drafter_i {
+    int version;             /* DRAFTER_INTERFACE_VERSION */
+    const char *name;        /* "draft", "ngram", ... (the method label in reports) */
+    bool needs_hidden;       /* proposes from the target's hidden states (Medusa/EAGLE); none yet */
+    void (*destroy)(drafter *d);
+    /* Per-sequence state for sequences of up to max_len tokens; NULL when out
+     * of memory. seq_destroy accepts NULL. */
+    drafter_seq *(*seq_create)(drafter *d, int max_len);
+    void (*seq_destroy)(drafter *d, drafter_seq *ds);
+    /* Optional (NULL: "as many as asked"): how many nodes a propose call could
+     * give this sequence now (0 = none: an n-gram with no earlier match), cheap
+     * enough to call while planning. */
+    int (*available)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n_tokens);
+    /* Proposes for n sequences at once. Returns 0, or -1 with err on failure:
+     * then no sequence's state is ahead of its accepted tokens (the drafter
+     * rolled back) and the caller decodes those sequences plainly. */
+    int (*propose)(drafter *d, drafter_prop *props, int n, char *err, size_t errlen);
+    /* tokens[0, accepted_len) are accepted and the drafter may keep state for
+     * them and nothing after; 0 is a reset. */
+    void (*commit)(drafter *d, drafter_seq *ds, const int32_t *tokens, int accepted_len);
+    /* Optional: positions of the sequence the drafter's state holds (a draft KV
+     * length), for the per-step invariant; NULL = it holds no positional state. */
+    int (*state_len)(drafter *d, drafter_seq *ds);
+    /* The cost model's figures for this proposer: ms for one proposed node of
+     * one sequence, and ms added per extra sequence in a batched call. */
+    void (*cost)(drafter *d, double *node_ms, double *per_row_ms);
+    /* Optional: measure cost() (called once at load, with spare pool blocks). */
+    void (*calibrate)(drafter *d);
+    /* Optional: after a successful propose of `nodes` nodes in all over `rows`
+     * sequences taking ms, refines the cost estimate. */
+    void (*observe)(drafter *d, int nodes, int rows, double ms);
+    /* Optional, prefix reuse (kv.h; NULL: the drafter keeps no cache to
+     * share): attaches to a fresh ds the cached run of full blocks of
+     * tokens[0, n) its cache holds, at most max_len positions, and returns the
+     * positions attached (0 when none). The caller then commit()s both caches
+     * to the shorter of theirs. */
+    int (*prefix_attach)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n, int max_len);
+    /* Optional: offers the state's final full blocks of tokens[0, n) (the
+     * sequence's accepted tokens) to its prefix cache. */
+    void (*prefix_publish)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n);
+} drafter_i;
+
+/* Every drafter struct starts with this. */
+struct drafter {
+    const drafter_i *i;
+    int n_vocab;
+};
+
+/* Calls through the table (NULL-safe for optional entries). */
+static inline int drafter_available(drafter *d, drafter_seq *ds, const int32_t *t, int n, int budget) {
+    if (!d->i->available) return budget;
+    int a = d->i->available(d, ds, t, n);
+    return a < budget ? a : budget;
+}
+static inline int drafter_state_len(drafter *d, drafter_seq *ds) {
+    return d->i->state_len && ds ? d->i->state_len(d, ds) : -1;
+}
+static inline void drafter_destroy(drafter *d) {
+    if (d) d->i->destroy(d);
+}
+
+#endif

@@ -1,0 +1,371 @@
+/* draft_medusa.c — Medusa trees from head top-k candidates (see draft_medusa.h). */
+#include "engine/spec/proposers/draft_medusa.h"
+#include "engine/util.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOPK_MAX 16
+
+struct medusa_seq {
+    float *h;                   /* (D) */
+    int at;                     /* the sequence's n_tokens when h was recorded; -1 none */
+    int dim;                    /* D */
+    /* a shadow chain: the heads' top-1 tokens for positions sh_at .. sh_at +
+     * sh_n - 1, proposed at a plain step and never verified, scored against
+     * the tokens the sequence then produces (sh_n 0: none pending) */
+    int32_t sh_tok[MEDUSA_MAX_HEADS];
+    int sh_at, sh_n;
+};
+
+struct draft_medusa {
+    spec_pair *sp;
+    const medusa_heads *mh;
+    medusa_rt *rt;
+    int D, V, K;
+    float *h;                   /* (max_seqs, D) the rows of this step's proposals */
+    int32_t *tok;               /* (max_seqs) their last tokens (the heads' token input) */
+    float *hid;                 /* (max_seqs, D) hidden states out of the verify pass */
+    float *logits;              /* (K, max_seqs, V) */
+    spec_tree *trees;           /* (max_seqs) */
+    int *row;                   /* (max_seqs) each sequence's row in h, -1 none */
+    /* the shape cache */
+    tree_shape shape;
+    int n_shape;
+    int16_t parent[DRAFTER_MAX_NODES];
+    int8_t depth[DRAFTER_MAX_NODES], rank[DRAFTER_MAX_NODES];
+    double value[DRAFTER_MAX_NODES]; /* each node's path value (expected acceptance) */
+    /* the budget choice (draft_medusa_set_curve) */
+    bool has_curve;
+    cost_curve curve;                /* t(rows) */
+    double speed;                    /* verify time over the curve's prediction (EWMA) */
+    double heads_ms;                 /* the heads' ms per proposing row (EWMA; 0 before any) */
+    /* accepted path length over the value the shape promised for it (sums
+     * with decay): the stored accuracies are top-k matches on greedy text,
+     * while a sampled step accepts a deterministic node with probability
+     * p(node) and the served text is not the held-out text, so the budget
+     * choice scales the values by what the steps delivered */
+    double got, promised;
+    double chain_value[MEDUSA_MAX_HEADS + 1]; /* chain_value[n]: the promised length of an n-deep top-1 chain */
+    long plain_run;                  /* consecutive steps the scaled choice made plain */
+    int last_budget;
+};
+
+#define BUDGET_EWMA 0.2
+#define ACCEPT_DECAY 0.98    /* per proposing row: the acceptance ratio's memory (about 50 rows) */
+#define ACCEPT_PROBE 32      /* plain steps chosen for low acceptance before one probe at the unscaled choice */
+#define SHADOW_EVERY 2       /* plain steps per shadow chain (a heads' pass, no verify rows) */
+
+void draft_medusa_destroy(draft_medusa *dm) {
+    if (!dm) return;
+    medusa_rt_destroy(dm->rt);
+    free(dm->h);
+    free(dm->tok);
+    free(dm->hid);
+    free(dm->logits);
+    free(dm->trees);
+    free(dm->row);
+    free(dm);
+}
+
+draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, engine_status *st, char *err,
+                                  size_t errlen) {
+    if (strcmp(mh->target_id, sp->target_id.id) != 0) {
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
+                     "these medusa heads were trained for target %s, not for the loaded target %s", mh->target_id,
+                     sp->target_id.id);
+        return NULL;
+    }
+    draft_medusa *dm = calloc(1, sizeof(*dm));
+    if (!dm) {
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa proposer");
+        return NULL;
+    }
+    size_t S = (size_t)sp->max_seqs;
+    dm->sp = sp, dm->mh = mh, dm->D = mh->dim, dm->V = mh->n_vocab, dm->K = mh->n_heads;
+    if (!(dm->rt = medusa_rt_create(mh, sp->target, sp->max_seqs, st, err, errlen))) {
+        draft_medusa_destroy(dm);
+        return NULL;
+    }
+    dm->h = malloc(sizeof(float) * S * dm->D);
+    dm->tok = malloc(sizeof(int32_t) * S);
+    dm->hid = malloc(sizeof(float) * S * dm->D);
+    dm->logits = malloc(sizeof(float) * S * dm->K * dm->V);
+    dm->trees = malloc(sizeof(spec_tree) * S);
+    dm->row = malloc(sizeof(int) * S);
+    if (!dm->h || !dm->tok || !dm->hid || !dm->logits || !dm->trees || !dm->row) {
+        draft_medusa_destroy(dm);
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa proposer scratch");
+        return NULL;
+    }
+    dm->n_shape = -1;
+    dm->speed = 1.0;
+    engine_status_set(st, ENGINE_OK);
+    return dm;
+}
+
+void draft_medusa_set_curve(draft_medusa *dm, const double *t_rows) {
+    cost_curve_init(&dm->curve, t_rows, COST_CURVE_ROWS);
+    dm->has_curve = dm->curve.n > 0;
+}
+
+int draft_medusa_last_budget(const draft_medusa *dm) { return dm->last_budget; }
+
+int draft_medusa_pick_budget(const double *value, int n_shape, const cost_curve *curve, double speed, double heads_ms,
+                             int n, int nr) {
+    if (nr <= 0 || n < nr) return 0;
+    int best = 0;
+    double e = 0, best_rate = 1.0 / (speed * cost_curve_ms(curve, n) / n);
+    for (int b = 1; b <= n_shape; b++) {
+        e += value[b - 1];
+        double ms = speed * cost_curve_ms(curve, nr * (b + 1) + (n - nr)) / n + heads_ms * nr / n;
+        double rate = (1.0 + e) / ms; /* a proposing row's; the others decode plainly either way */
+        if (rate > best_rate) best_rate = rate, best = b;
+    }
+    return best;
+}
+
+double draft_medusa_accept_ratio(const draft_medusa *dm) {
+    return dm->promised > 0.5 ? dm->got / dm->promised : 1.0;
+}
+
+static int pick_budget(draft_medusa *dm, int n, int nr) {
+    if (!dm->has_curve || nr == 0) return dm->n_shape;
+    double r = draft_medusa_accept_ratio(dm), v[DRAFTER_MAX_NODES];
+    r = r < 0.02 ? 0.02 : r > 3 ? 3 : r;
+    for (int j = 0; j < dm->n_shape; j++) v[j] = dm->value[j] * r;
+    int b = draft_medusa_pick_budget(v, dm->n_shape, &dm->curve, dm->speed, dm->heads_ms, n, nr);
+    if (b > 0) {
+        dm->plain_run = 0;
+        return b;
+    }
+    /* plain for low acceptance: now and then the unscaled choice, so a ratio
+     * measured on other text can recover */
+    if (++dm->plain_run < ACCEPT_PROBE) return 0;
+    dm->plain_run = 0;
+    return draft_medusa_pick_budget(dm->value, dm->n_shape, &dm->curve, dm->speed, dm->heads_ms, n, nr);
+}
+
+medusa_seq *medusa_seq_create(draft_medusa *dm) {
+    medusa_seq *ms = calloc(1, sizeof(*ms));
+    if (!ms) return NULL;
+    if (!(ms->h = malloc(sizeof(float) * (size_t)dm->D))) {
+        free(ms);
+        return NULL;
+    }
+    ms->at = -1;
+    ms->dim = dm->D;
+    ms->sh_n = 0;
+    return ms;
+}
+
+void medusa_seq_destroy(medusa_seq *ms) {
+    if (!ms) return;
+    free(ms->h);
+    free(ms);
+}
+
+void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src) {
+    dst->at = src->at;
+    dst->sh_n = 0;
+    if (src->at >= 0) memcpy(dst->h, src->h, sizeof(float) * (size_t)src->dim);
+}
+
+void medusa_seq_follow(medusa_seq *ms, spec_seq *s) {
+    if (s) spec_seq_keep_hidden(s, ms->h, &ms->at);
+}
+
+void medusa_seq_prefilled(draft_medusa *dm, medusa_seq *ms, const spec_seq *s) {
+    model *m = dm->sp->target;
+    int row = m->n_out_last - 1;
+    ms->at = row >= 0 && model_hidden_rows(m, ms->h, &row, 1) == 0 ? s->n_tokens : -1;
+}
+
+/* P(head d's label has rank r): from the measured cumulative accuracies; a
+ * prior for heads never measured. Floored so every rank stays orderable. */
+static double rank_prob(const medusa_heads *mh, int d, int r) {
+    double p;
+    if (mh->acc_tokens == 0 || d >= mh->n_heads) {
+        p = 0.6 / (d + 1) / (r + 1);
+    } else {
+        int j = r < MEDUSA_ACC_K ? r : MEDUSA_ACC_K - 1;
+        p = mh->acc[d][j] - (j ? mh->acc[d][j - 1] : 0.0);
+        if (r >= MEDUSA_ACC_K) p /= (r - MEDUSA_ACC_K + 2);
+    }
+    return p > 1e-6 ? p : 1e-6 / (r + 1);
+}
+
+typedef struct {
+    int16_t parent;
+    int8_t depth, rank;
+    double v;                   /* the path's value: product of its nodes' rank probabilities */
+} cand;
+
+static int shape_order(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank,
+                       double *value);
+
+int draft_medusa_shape(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank) {
+    double value[DRAFTER_MAX_NODES];
+    return shape_order(mh, sh, parent, depth, rank, value);
+}
+
+/* best-first: parents before children, each prefix the best tree of its size */
+static int shape_order(const medusa_heads *mh, const tree_shape *sh, int16_t *parent, int8_t *depth, int8_t *rank,
+                       double *value) {
+    int budget = sh->budget < DRAFTER_MAX_NODES ? sh->budget : DRAFTER_MAX_NODES;
+    int maxd = sh->depth < mh->n_heads ? sh->depth : mh->n_heads;
+    int topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX;
+    if (budget < 1 || maxd < 1 || topk < 1) return 0;
+    /* frontier of candidates: each picked node offers its next sibling and its first child */
+    cand fr[2 * DRAFTER_MAX_NODES + 2];
+    int nf = 0, n = 0;
+    fr[nf++] = (cand){-1, 1, 0, rank_prob(mh, 0, 0)};
+    while (n < budget && nf > 0) {
+        int b = 0;
+        for (int i = 1; i < nf; i++) b = fr[i].v > fr[b].v ? i : b;
+        cand c = fr[b];
+        fr[b] = fr[--nf];
+        parent[n] = c.parent, depth[n] = c.depth, rank[n] = c.rank, value[n] = c.v;
+        int me = n++;
+        if (c.rank + 1 < topk)
+            fr[nf++] = (cand){c.parent, c.depth, (int8_t)(c.rank + 1),
+                                       c.v / rank_prob(mh, c.depth - 1, c.rank) * rank_prob(mh, c.depth - 1, c.rank + 1)};
+        if (c.depth < maxd)
+            fr[nf++] = (cand){(int16_t)me, (int8_t)(c.depth + 1), 0, c.v * rank_prob(mh, c.depth, 0)};
+    }
+    return n;
+}
+
+/* The top k token ids of z (V), best first; ties: lower id first. */
+static void topk_ids(int32_t *out, int k, const float *z, int V) {
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        if (n == k && z[v] <= z[out[k - 1]]) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && z[out[j - 1]] < z[v]) out[j] = out[j - 1], j--;
+        out[j] = v;
+    }
+}
+
+/* A plain step's evidence for the budget choice: what the heads would have
+ * delivered. A pending shadow chain is scored once the sequence's tokens
+ * show its first miss or its whole length: the matched prefix is the path
+ * a verify would have accepted (at T = 0 exactly; sampled, a deterministic
+ * node matches the sampled token with the probability the tree rule
+ * accepts it), against the chain's promised value. Without it the
+ * acceptance ratio only learns from steps that verify trees, so once low it
+ * stayed low for hundreds of steps on text the heads predict well. */
+static void shadow_score(draft_medusa *dm, medusa_seq *m, const spec_seq *s) {
+    if (m->sh_n <= 0) return;
+    int known = s->n_tokens - m->sh_at;
+    if (known < 0) { /* the sequence went back: nothing to score */
+        m->sh_n = 0;
+        return;
+    }
+    int acc = 0;
+    while (acc < known && acc < m->sh_n && s->tokens[m->sh_at + acc] == m->sh_tok[acc]) acc++;
+    if (acc == known && acc < m->sh_n) return; /* not decided yet */
+    dm->got = dm->got * ACCEPT_DECAY + acc;
+    dm->promised = dm->promised * ACCEPT_DECAY + dm->chain_value[m->sh_n];
+    m->sh_n = 0;
+}
+
+/* Runs the heads for the fresh sequences without a pending shadow chain and
+ * records their top-1 chains (a plain step: nothing is verified). */
+static void shadow_start(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh) {
+    int nr = 0, maxd = sh->depth < dm->K ? sh->depth : dm->K, D = dm->D, V = dm->V;
+    if (maxd < 1) return;
+    for (int i = 0; i < n; i++) {
+        dm->row[i] = -1;
+        if (M[i]->at != S[i]->n_tokens || M[i]->sh_n > 0) continue;
+        memcpy(dm->h + (size_t)nr * D, M[i]->h, sizeof(float) * (size_t)D);
+        dm->tok[nr] = S[i]->tokens[S[i]->n_tokens - 1];
+        dm->row[i] = nr++;
+    }
+    if (!nr || medusa_rt_logits(dm->rt, dm->logits, dm->h, dm->tok, nr, maxd) != 0) return;
+    for (int i = 0; i < n; i++) {
+        if (dm->row[i] < 0) continue;
+        for (int d = 0; d < maxd; d++) topk_ids(&M[i]->sh_tok[d], 1, dm->logits + ((size_t)d * nr + dm->row[i]) * V, V);
+        M[i]->sh_at = S[i]->n_tokens, M[i]->sh_n = maxd;
+        dm->row[i] = -1; /* no proposal this step */
+    }
+}
+
+int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
+                      const int *max_new, spec_step_info *info, char *err, size_t errlen) {
+    spec_pair *sp = dm->sp;
+    if (n < 1 || n > sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
+    if (dm->n_shape < 0 || memcmp(&dm->shape, sh, sizeof(*sh)) != 0) {
+        dm->shape = *sh;
+        dm->n_shape = shape_order(dm->mh, sh, dm->parent, dm->depth, dm->rank, dm->value);
+        double v = 1;
+        dm->chain_value[0] = 0;
+        for (int d = 0; d < dm->K; d++) v *= rank_prob(dm->mh, d, 0), dm->chain_value[d + 1] = dm->chain_value[d] + v;
+    }
+    for (int i = 0; i < n; i++) shadow_score(dm, M[i], S[i]);
+    double t0 = clock_now_ms();
+    int nr = 0, topk = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX, D = dm->D, V = dm->V, K = dm->K;
+    for (int i = 0; i < n; i++)
+        nr += dm->n_shape > 0 && M[i]->at == S[i]->n_tokens;
+    int nb = pick_budget(dm, n, nr);
+    nr = 0;
+    for (int i = 0; i < n; i++) {
+        dm->row[i] = -1;
+        dm->trees[i].n_nodes = 0;
+        dm->trees[i].q = NULL;
+        if (nb > 0 && M[i]->at == S[i]->n_tokens) {
+            memcpy(dm->h + (size_t)nr * D, M[i]->h, sizeof(float) * (size_t)D);
+            dm->tok[nr] = S[i]->tokens[S[i]->n_tokens - 1]; /* what the target sampled from h: the root */
+            dm->row[i] = nr++;
+        }
+    }
+    dm->last_budget = nr ? nb : 0;
+    if (nb == 0 && dm->has_curve && dm->plain_run % SHADOW_EVERY == 0) shadow_start(dm, S, M, n, sh);
+    double hm = 0;
+    if (nr > 0) {
+        int maxd = 0;
+        for (int j = 0; j < nb; j++) maxd = dm->depth[j] > maxd ? dm->depth[j] : maxd;
+        if (medusa_rt_logits(dm->rt, dm->logits, dm->h, dm->tok, nr, maxd) != 0)
+            return util_fail(err, errlen, "medusa heads: a row's token is out of the vocabulary");
+        for (int i = 0; i < n; i++) {
+            if (dm->row[i] < 0) continue;
+            int32_t top[MEDUSA_MAX_HEADS][TOPK_MAX];
+            for (int d = 0; d < maxd && d < K; d++)
+                topk_ids(top[d], topk, dm->logits + ((size_t)d * nr + dm->row[i]) * V, V);
+            spec_tree *t = &dm->trees[i];
+            for (int j = 0; j < nb; j++)
+                t->nodes[j] = (drafter_node){top[dm->depth[j] - 1][dm->rank[j]], dm->parent[j], true};
+            t->n_nodes = nb;
+        }
+        hm = clock_now_ms() - t0;
+        dm->heads_ms = dm->heads_ms > 0 ? dm->heads_ms + BUDGET_EWMA * (hm / nr - dm->heads_ms) : hm / nr;
+    }
+    if (spec_tree_step_h(tc, S, n, dm->trees, max_new, info, dm->hid, err, errlen) != 0) return -1;
+    if (dm->has_curve && info[0].target_ms > 0) { /* the host's speed against the curve */
+        int rows = 0;
+        for (int i = 0; i < n; i++) rows += dm->trees[i].n_nodes + 1;
+        double r = info[0].target_ms / cost_curve_ms(&dm->curve, rows);
+        r = r < 0.05 ? 0.05 : r > 50 ? 50 : r;
+        dm->speed += BUDGET_EWMA * (r - dm->speed);
+    }
+    if (nr > 0) { /* what the trees delivered against what their values promised */
+        double promised = 0;
+        for (int j = 0; j < nb; j++) promised += dm->value[j];
+        for (int i = 0; i < n; i++) {
+            if (dm->row[i] < 0) continue;
+            dm->got = dm->got * ACCEPT_DECAY + info[i].accepted;
+            dm->promised = dm->promised * ACCEPT_DECAY + promised;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(M[i]->h, dm->hid + (size_t)i * D, sizeof(float) * (size_t)D);
+        M[i]->at = S[i]->n_tokens;
+        info[i].draft_ms = nr && dm->row[i] >= 0 ? hm / nr : 0; /* one row each: the heads' pass shared by rows */
+        S[i]->st.draft_ms += info[i].draft_ms;
+    }
+    return 0;
+}

@@ -1,0 +1,41 @@
+/* draft_model.h — the separate draft model as a drafter (drafter.h): a small
+ * llama-family model with its own KV pool that samples a chain of γ tokens,
+ * one batched forward call per draft position, keeping each q.
+ *
+ * Its cache, for a sequence of n accepted tokens, holds [0, n−1−lag) where
+ * lag is the number of accepted tokens it has not yet seen (1 after an
+ * all-accepted step, more after steps another proposer or plain decoding
+ * made); it catches up in one call before it drafts again. commit() truncates
+ * it to the accepted prefix (a block-table length update).
+ *
+ * Threading: engine thread only. */
+#ifndef SPECD_DRAFT_MODEL_H
+#define SPECD_DRAFT_MODEL_H
+
+#include "engine/spec/drafter.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/tokenizer.h"
+
+#include <stdio.h>
+
+/* Loads the draft at path for contexts up to max_ctx and checks it against the
+ * target's tokenizer and vocabulary (a mismatch refuses the pair: NULL, err
+ * names the first difference, *st = ENGINE_ERR_INVALID). A draft whose
+ * weights do not fit returns NULL with *st = ENGINE_ERR_OOM (errkind.h): the
+ * caller decodes without it. st may be NULL; ENGINE_OK on success. */
+drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
+                          engine_status *st, char *err, size_t errlen);
+/* Allocates the KV pool (blocks of block_size) and the scratch for batches of
+ * up to max_seqs sequences. Returns 0, or -1 with err and *st (ENGINE_ERR_OOM
+ * when it did not fit). Must succeed before the drafter is used. */
+int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, engine_status *st, char *err,
+                        size_t errlen);
+
+/* The pieces, for reports (memory share, identity, free blocks) and tests
+ * (cache contents). Borrowed: owned by the drafter. NULL for NULL or a
+ * drafter that is not a draft model. */
+model *draft_model_model(drafter *d);
+kv_pool *draft_model_pool(drafter *d);
+kv_seq *draft_model_kv(drafter_seq *ds);
+
+#endif

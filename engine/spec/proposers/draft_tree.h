@@ -1,0 +1,63 @@
+/* draft_tree.h — tree proposers for spec_tree.h (issue 17): the draft model
+ * grows a tree level by level, one batched draft forward per depth over all
+ * sequences (EAGLE-2 style: the node budget goes to the candidates with the
+ * highest cumulative path probability), and prompt-lookup n-gram trees merge
+ * the continuations of every earlier match of the context's suffix.
+ *
+ * Losslessness at T > 0: how many children a node gets is decided from its
+ * path and from its distribution q (its top probabilities) before any child
+ * is drawn, never from the children drawn; children are then drawn without
+ * replacement and node j's q row is q with its earlier siblings removed,
+ * renormalised (tree.h's second mode). At T = 0 children are the top-k
+ * tokens, deterministic. n-gram nodes are deterministic (point masses).
+ *
+ * The draft cache is left at the accepted tokens after a proposal (every
+ * level re-feeds the tree so far under its ancestor mask, since cached rows
+ * are visible to every later row): the accepted path is re-fed at the next
+ * catch-up, so the draft cache needs no compaction.
+ *
+ * Threading: the engine thread (the pair's). */
+#ifndef SPECD_DRAFT_TREE_H
+#define SPECD_DRAFT_TREE_H
+
+#include "engine/spec/spec_tree.h"
+
+typedef struct {
+    int budget;                 /* most nodes, 1..DRAFTER_MAX_NODES (engine.tree_budget) */
+    int depth;                  /* most levels (engine.tree_depth) */
+    int topk;                   /* most children per node (engine.tree_topk); 1 = a chain */
+} tree_shape;
+
+typedef struct draft_tree draft_tree;
+
+/* Scratch for proposals of up to sp->max_seqs sequences (the only
+ * allocation). NULL without a draft model or when out of memory. */
+draft_tree *draft_tree_create(spec_pair *sp);
+void draft_tree_destroy(draft_tree *dt); /* accepts NULL */
+
+/* Draft-model trees for n sequences, sh[i] the shape of sequence i (budget 0:
+ * no tree for it); out[i].q points into dt (valid until the next call).
+ * Returns 0, or -1 with err (then every out[i] is empty and each draft cache
+ * is back at its accepted tokens). */
+int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh, spec_tree *out, char *err,
+                       size_t errlen);
+
+/* An n-gram tree from tokens[0, n_tokens): for the longest suffix length in
+ * [nmin, nmax] with an earlier match, every match's continuation is merged
+ * into a trie (siblings by how many matches continue that way, then by
+ * recency); deterministic nodes. Returns the node count (0: no match). */
+int ngram_tree_propose(const int32_t *tokens, int n_tokens, int nmin, int nmax, const tree_shape *sh, spec_tree *out);
+
+/* Proposes a tree of shape sh[i] for each of n sequences and steps them all
+ * through spec_tree_step (one target pass). how[i] picks the proposer (NULL:
+ * the draft model for all): DRAFT the draft model (plain without one or dt),
+ * NGRAM prompt lookup (the pair's n-gram lengths), AUTO the lookup when it
+ * matches else the draft model, OFF plain; budget 0 is a plain step too. All
+ * draft-model trees of the batch share one draft forward per depth; a draft
+ * failure leaves those sequences a plain step (counted in draft_failures).
+ * info[i].method is the proposer's slot (-1 plain), draft_ms its share of the
+ * proposal time. */
+int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh,
+                    const spec_method *how, const int *max_new, spec_step_info *info, char *err, size_t errlen);
+
+#endif

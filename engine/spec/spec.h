@@ -1,0 +1,341 @@
+/* spec.h — speculative decoding of one sequence over a target and its proposers:
+ * pairing checks (tokenizer identity, model identity, draft memory share),
+ * the linear speculation step (propose γ → verify γ+1 in ONE target call →
+ * accept/reject → commit/rollback the target cache and the proposer
+ * together), plain decoding as the γ = 0 case and the fallback path, and
+ * per-sequence statistics. Proposers are drafters (drafter.h): the draft model
+ * (draft_model.c) and prompt-lookup n-grams (draft_ngram.c); this file talks
+ * to them only through that interface.
+ *
+ * Cache invariant between steps, for a sequence of n accepted tokens
+ * (prompt + output): the target cache holds positions [0, n−1) — every token
+ * but the last, which the next step feeds — and no drafter's state holds more
+ * than n−1 positions (drafter state_len; the draft model lags and catches up
+ * itself, see draft_model.h).
+ *
+ * Threading: a spec_pair and its sequences belong to one thread (the engine
+ * thread); nothing here locks. */
+#ifndef SPECD_SPEC_H
+#define SPECD_SPEC_H
+
+#include "engine/spec/accept.h"
+#include "engine/spec/drafter.h"
+#include "engine/spec/gamma.h"
+#include "engine/model/model.h"
+#include "engine/sample/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Log probabilities of an emitted token (the OpenAI `logprobs` fields):
+ * log softmax of the target's raw logits at the token's position — the
+ * model's own distribution, before temperature, top-k, top-p and min-p
+ * (as the OpenAI API reports it) — but AFTER the grammar mask under a
+ * constraint (renormalised over the tokens the grammar allows there, so the
+ * alternatives are tokens that could have been emitted). For accepted drafts,
+ * corrections and bonus tokens alike it is the verify pass's row at that
+ * position, so a draft never changes it: the same numbers with speculation
+ * on or off (greedy, up to the float rounding of the batch shape). */
+#define SPEC_TOP_LOGPROBS 20
+typedef struct {
+    float logprob;              /* of the emitted token */
+    int n_top;                  /* alternatives below (the request's top count, fewer when the mask allows fewer) */
+    int32_t top_id[SPEC_TOP_LOGPROBS]; /* most probable first; ties: lower id first */
+    float top_logprob[SPEC_TOP_LOGPROBS];
+} spec_logprob;
+
+/* Which proposer a sequence uses. DRAFT is 0 so a zeroed spec_seq_params
+ * keeps the draft model; AUTO: the n-gram proposal when a lookup match exists
+ * (with adaptive γ: and the cost model expects at least as many tokens per
+ * millisecond from it as from the draft model, each at its own rolling α; the
+ * lookup is nearly free, so it wins ties), else the draft model when one is
+ * loaded. */
+/* MEDUSA: Medusa heads (draft_medusa.h) propose trees; the engine steps such
+ * sequences through the tree path only (this file never sees the value). */
+typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3,
+               SPEC_METHOD_MEDUSA = 4 } spec_method;
+const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa" */
+/* Parses a method name; -1 when unknown. */
+int spec_method_parse(const char *s);
+
+/* Drafter slots of a pair: what a step's proposal came from. */
+enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTERS = 2 };
+const char *spec_drafter_name(int slot);
+/* speculation.verify names: "rejection" -> 0, "coupled" -> 1, else -1
+ * (spec_seq_params.coupled; engine_verify is this + 1). */
+int spec_verify_parse(const char *s); /* "draft", "ngram"; "plain" for -1 */
+
+/* The per-step counters of one proposer. */
+typedef struct {
+    uint64_t verify_steps, drafted, accepted, rejections, tokens;
+    uint64_t pos_reached[GAMMA_MAX], pos_accepted[GAMMA_MAX];
+} spec_method_stats;
+
+typedef struct {
+    uint64_t verify_steps;      /* target passes that verified drafts */
+    uint64_t plain_steps;       /* target passes without drafts */
+    uint64_t drafted;           /* draft tokens proposed */
+    uint64_t accepted;          /* draft tokens accepted */
+    uint64_t rejections;        /* verify steps that ended in a rejection */
+    uint64_t tokens;            /* tokens emitted by steps */
+    uint64_t pos_reached[GAMMA_MAX]; /* verify steps that drafted a token at position i+1 */
+    uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
+    uint64_t fallbacks, probes, draft_failures, kv_resets;
+    uint64_t tree_steps;        /* verify steps whose proposal branched (a tree, not a chain; spec_tree.h) */
+    uint64_t tree_nodes;        /* nodes those and any other tree-path steps verified */
+    /* time spent in the draft and target models: this sequence's SHARE of
+     * each call it was batched into (the call's wall time x its rows / the
+     * call's rows; see spec_step_info), so sums over sequences are wall time */
+    double draft_ms, target_ms;
+    /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
+     * many came from it instead of a prefill; prompt tokens the target computed */
+    uint64_t prefix_offered, prefix_reused, prefix_draft_offered, prefix_draft_reused, prefill_tokens;
+    uint64_t kv_reset_reused;   /* target positions a hard reset took back from the prefix cache */
+    spec_method_stats by[SPEC_DRAFTERS]; /* the verify-step counters above, per proposer */
+} spec_stats;
+
+/* Derived figures (0 when undefined). */
+double spec_stats_alpha(const spec_stats *s);          /* accepted / (accepted + rejections) */
+double spec_stats_mean_accepted(const spec_stats *s);  /* accepted drafts per verify step */
+double spec_stats_tokens_per_pass(const spec_stats *s);/* tokens emitted per target pass */
+void spec_stats_add(spec_stats *into, const spec_stats *s);
+
+typedef struct {
+    char arch[32];
+    int n_layer, dim, n_head, n_kv_head, ff, n_vocab;
+    char weight_type[16];
+    uint64_t header_hash;       /* FNV-1a of the GGUF header (metadata + tensor infos) and file size */
+    uint64_t tokenizer_hash;
+    char id[64];                /* "arch-<hash16>": ties a session to the exact model */
+} spec_model_id;
+
+void spec_model_identity(const model *m, const tokenizer *t, spec_model_id *out);
+
+typedef struct {
+    int max_ctx;                /* per sequence */
+    int kv_blocks;              /* per model pool; 0 = enough for one max_ctx sequence */
+    int block_size;             /* 16 */
+    float draft_mem_warn_pct;   /* warn when draft memory > this % of the target's (20) */
+    int max_seqs;               /* most sequences in one batched step (32) */
+    int max_gamma;              /* largest γ any sequence may use (8, at most GAMMA_MAX) */
+    /* tensor parallelism of the target: tensor_parallel > 1 splits it over
+     * target_shards[0..tensor_parallel) (shard 0 is the `be` of spec_pair_load,
+     * where the draft lives too) summed by tp_comm (not owned) */
+    int tensor_parallel;
+    backend *const *target_shards;
+    struct comm *tp_comm;
+    int ngram_min, ngram_max;   /* n-gram lookup lengths (2, 5) */
+    bool prefix_cache;          /* share full KV blocks of prompts by hash in both pools (kv.h) */
+    int prefix_max_idle;        /* most cached blocks no sequence holds, per pool (0: any free block) */
+} spec_pair_params;
+
+/* A loaded target with its KV pool, its proposers, one tokenizer and the
+ * scratch for one step. */
+typedef struct spec_pair {
+    model *target;              /* owned */
+    drafter *drafters[SPEC_DRAFTERS]; /* owned; [SPEC_DRAFTER_MODEL] NULL without a draft model */
+    tokenizer *tok;             /* the target's (identical to the draft's) */
+    kv_pool *tpool;
+    spec_model_id target_id, draft_id;
+    double draft_mem_pct;       /* draft weights + KV as % of the target's */
+    bool draft_oom;             /* a draft was asked for but did not fit in memory: plain decoding */
+    gamma_costs costs;
+    sampler *smp;
+    int n_vocab;
+    int max_seqs, max_gamma;
+    int max_ctx;                /* positions per sequence: the smaller model's limit */
+    float *p;                   /* (max_gamma+1, V) target distributions of the sequence being accepted */
+    float *logits;              /* (max_seqs * (max_gamma+1), V) rows of a batched call */
+    float *scratch;             /* (V) */
+    model_seq *ms;              /* (max_seqs) */
+    int *gam;                   /* (max_seqs) */
+    drafter_prop *props;        /* (max_seqs) one drafter's batched proposal */
+    int *prop_of;               /* (max_seqs) the sequence of each props entry */
+    accept_variant variant;     /* tests and `specd verify --broken` only */
+    bool prefix_cache;          /* the pools share prompt blocks (spec_pair_params.prefix_cache) */
+    int ngram_min, ngram_max;   /* the n-gram lookup lengths in use (spec_pair_params, defaults applied) */
+} spec_pair;
+
+/* The draft model's pieces (NULL without one), for reports and tests. */
+bool spec_pair_has_draft(const spec_pair *sp);
+model *spec_pair_draft_model(const spec_pair *sp);
+kv_pool *spec_pair_draft_pool(const spec_pair *sp);
+
+/* Installs d in a drafter slot and returns what was there (the caller owns
+ * it now; the pair owns d). Sequences created before must be freed before
+ * the drafter that made their state goes (tests wrap a drafter to inject
+ * faults and put the original back). */
+drafter *spec_pair_set_drafter(spec_pair *sp, int slot, drafter *d);
+
+/* Loads the pair. draft_path may be NULL. A draft that does not fit in memory
+ * (its weights, scratch or KV pool: the brief's "draft model OOM on GPU") is
+ * dropped with a warning on `log` and draft_oom set: the pair decodes plainly,
+ * as if no draft were given. Refuses a draft whose tokenizer
+ * differs from the target's, naming the first differing token. Prints the
+ * draft memory share to `log` (NULL: quiet) with a warning above the limit.
+ * Returns NULL with err filled and the kind in *st (errkind.h; st may be
+ * NULL): ENGINE_ERR_OOM when the target, its KV pool or the step scratch do
+ * not fit, ENGINE_ERR_INVALID for a bad file or a refused draft; ENGINE_OK on
+ * success (a dropped draft included). be must outlive the pair. */
+spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be,
+                          const spec_pair_params *pp, FILE *log, engine_status *st, char *err, size_t errlen);
+void spec_pair_free(spec_pair *sp); /* accepts NULL */
+
+/* Measures the cost model (draft 1-position call, target 1- and 5-position
+ * calls) on scratch sequences; the pair's pools must have a few free blocks. */
+void spec_pair_calibrate(spec_pair *sp);
+/* Copies the draft model's cost figures into sp->costs (after they change). */
+void spec_pair_sync_draft_costs(spec_pair *sp);
+
+typedef struct {
+    sampler_config sc;          /* ONE config for both draft and target */
+    uint64_t seed;
+    bool no_prefix;             /* neither reuse cached prompt blocks nor offer this sequence's */
+    gamma_params gp;            /* gamma_max = 0 or no draft: plain decoding */
+    bool speculate;             /* false: plain decoding always */
+    spec_method method;         /* the proposer (DRAFT without a draft model: plain) */
+    bool coupled;               /* coupled verification: plain steps, drafts and verification all sample by
+                                 * Gumbel-max with one noise per (seed, position, token) (gumbel.h), so the
+                                 * seeded output is plain seeded sampling's for any γ, drafter, batch */
+    /* Constrained generation (grammar.h): every token, drafted or verified,
+     * is drawn from distributions masked by the grammar state after the
+     * tokens before it; NULL = unconstrained. Not owned: outlives the sequence. */
+    struct grammar_matcher *grammar;
+    int grammar_budget;         /* the output's token limit (max_tokens) for the finish-in-budget rule; 0 = none */
+    bool grammar_broken;        /* tests only: the verify rows' p left unmasked (the draft's q masked) */
+    bool penalty_broken;        /* tests only: the verify rows' penalties see the accepted tokens only, not the
+                                 * drafts before the row (sc's penalties; the draft's q sees them) */
+    bool logprobs;              /* fill spec_seq.lp for every appended token */
+    int top_logprobs;           /* alternatives per token in lp (0..SPEC_TOP_LOGPROBS) */
+} spec_seq_params;
+
+typedef struct spec_seq {
+    spec_pair *sp;
+    kv_seq *tkv;
+    drafter_seq *ds[SPEC_DRAFTERS]; /* each usable drafter's state (NULL where none) */
+    int32_t *tokens;            /* (cap) accepted tokens: prompt then output */
+    int n_tokens, n_prompt, cap;
+    bool prefilled;             /* the prompt is in the target cache and the first token sampled */
+    bool prefix;                /* shares blocks through the pools' prefix caches */
+    spec_seq_params prm;
+    gamma_ctl ctl;              /* γ of the draft model's proposals */
+    gamma_ctl ctl_ngram;        /* γ of the n-gram proposals */
+    spec_stats st;
+    int slot;                   /* this step's drafter (set by planning), -1: plain */
+    float *q;                   /* (max_gamma, V) draft distributions of the current step */
+    int32_t draft[GAMMA_MAX];   /* drafted tokens of the current step */
+    bool det[GAMMA_MAX];        /* ... each a point mass (deterministic proposal) */
+    int32_t vtoks[GAMMA_MAX + 1];/* tokens fed to the verify call */
+    int32_t gst;                /* grammar state after the accepted tokens (prm.grammar set) */
+    int32_t gpos[GAMMA_MAX + 1];/* ... after the accepted tokens and drafts [0, j): this step's copies */
+    spec_logprob lp[GAMMA_MAX + 1]; /* prm.logprobs: of the tokens the last step (or the prefill) appended, in order */
+    int32_t *pen;               /* (cap) sampler_penalize's window scratch when sc has penalties, else NULL. Penalties
+                                 * depend on the history, so draft row j and verify row j both see the accepted
+                                 * tokens and drafts [0, j); sequences with them take the chain path */
+    float *hid;                 /* spec_seq_keep_hidden: where each chain step leaves its hidden state (NULL: none) */
+    int *hid_at;                /* ... and the n_tokens it is for */
+} spec_seq;
+
+/* Creates a sequence and prefills the prompt into the target (the draft
+ * catches up at its first draft). The first output token is sampled from the
+ * prefill's logits and appended. Returns NULL with err filled (prompt too long
+ * for the context, KV full, ...). */
+spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
+                         size_t errlen);
+void spec_seq_free(spec_seq *s); /* accepts NULL; returns KV blocks */
+
+/* The same in two parts, for chunked prefill interleaved with decode steps:
+ * create (validates, allocates, no model work), then prefill up to max_tokens
+ * prompt tokens per call (0 = all). spec_seq_prefill returns 1 when the prompt
+ * is done and the first token sampled, 0 when more remains, -1 on error. */
+spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p, char *err,
+                          size_t errlen);
+int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen);
+
+/* What one step produced. */
+typedef struct {
+    int n_new;                  /* tokens appended (accepted drafts + correction/bonus) */
+    int gamma;                  /* drafts proposed this step (0 = plain step) */
+    int accepted;               /* drafts accepted */
+    bool bonus;                 /* all accepted: the last token is the bonus */
+    bool stopped;               /* an end-of-generation token was appended (output ends there) */
+    int method;                 /* the drafter slot that proposed (SPEC_DRAFTER_*), -1: plain step */
+    bool tree;                  /* a tree step (spec_tree.h): gamma = nodes verified, accepted = path length */
+    /* This sequence's share of the step's model calls, ms: a batched call's
+     * wall time x this sequence's rows / the call's rows — verify rows γ+1
+     * (a tree: its nodes + 1), draft rows its γ budget (a tree: its nodes;
+     * Medusa: one row each). Alone in a call the share is the wall time. */
+    double draft_ms, target_ms;
+} spec_step_info;
+
+/* One step: plain or speculative as the controller decides. At most max_new
+ * tokens are appended (γ is capped so that never overflows, and by the
+ * context). Stops after an end-of-generation token. Returns 0, or -1 with err
+ * (target failure: the sequence is unchanged). Draft failures never fail the
+ * step: they fall back to plain decoding and are counted. */
+int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen);
+
+/* The same step for n sequences of one pair at once (n <= max_seqs): each
+ * draft position is one batched draft call over the sequences still drafting,
+ * and the verify is ONE target call over all sequences' γ+1 positions; accept
+ * and commit run per sequence exactly as for one. Per-row results do not
+ * depend on the other rows, so outputs equal those of single steps. */
+int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, spec_step_info *info, char *err,
+                    size_t errlen);
+
+/* For a scheduler that bins sequences by draft length before stepping them:
+ * spec_seq_plan asks the sequence's controller for this step's γ given the
+ * number of sequences stepped together (call once per step), and spec_step_batch_planned steps with the given γ per sequence
+ * (re-capped by max_new, the context and the pair's max_gamma). */
+int spec_seq_plan(spec_seq *s, int max_new, int batch);
+int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
+                            spec_step_info *info, char *err, size_t errlen);
+
+/* The sequence took a step on another proposer (Medusa trees, outside
+ * this file): its drafters' controllers count it as a plain step, so a
+ * fallback's countdown to its next probe keeps running (else a sequence the
+ * auto method keeps on Medusa while its draft is in fallback never probes the
+ * draft again, and both paths look like plain decoding). */
+void spec_seq_note_other_step(spec_seq *s);
+
+/* Every later chain step (spec_step_batch*, plain steps included) copies
+ * the target's final-normed hidden state of the row that sampled the
+ * sequence's last token into h (D floats) and sets *at to n_tokens — what a
+ * proposer reading hidden states (draft_medusa.h) needs to take the sequence
+ * over at its next step without a plain step of its own. NULL h: stop. */
+void spec_seq_keep_hidden(spec_seq *s, float *h, int *at);
+
+/* Replaces the γ bounds of every controller of the sequence (policy rule,
+ * per-request override); takes effect at its next step. */
+void spec_seq_set_gamma_params(spec_seq *s, const gamma_params *gp);
+
+/* Prefix reuse. spec_seq_create attaches the longest cached run of the
+ * prompt's full blocks to the target cache and, for a sequence that may use
+ * the draft model, the draft's own cached run, at most the target's length
+ * (a draft that starts behind catches up at its first proposal; the draft is
+ * never ahead), always leaving at least the last prompt token to
+ * prefill; the rest is prefilled as usual. Full blocks are offered to the
+ * caches as the sequence's tokens become final. Outputs never change: the
+ * reused rows are the ones a prefill of the same tokens computes.
+ *
+ * For admission: spec_prefix_probe says, per pool (0 target, 1 draft), how
+ * many blocks an attach of this prompt would take that some sequence holds
+ * now (shared[]: at most that many, 0 for the draft) and whether the last
+ * one may be copied on write (cow[]);
+ * read-only. spec_seq_blocks gives what a sequence holds per pool and the
+ * copies its next write would make. */
+void spec_prefix_probe(const spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *p,
+                       int shared[2], int cow[2]);
+void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]);
+
+/* Cache-invariant check (also run by every step): on mismatch the caches are
+ * reset and re-prefilled from the tokens, counted in kv_resets; with the
+ * prefix cache on, the cached full blocks of the accepted tokens are attached
+ * again first (by the same rule as at creation; counted in
+ * kv_reset_reused) and only the rest is re-prefilled. Returns 0 if
+ * the caches were consistent, 1 after a successful reset, -1 if re-prefill failed. */
+int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,56 @@
+/* spec_tree.h — one tree speculation step in the engine (issue 17): the
+ * sequences' drafted trees become verify rows (positions root + depth, the
+ * ancestor mask) of ONE target forward over the whole ragged batch; each
+ * sequence's tree is accepted by the lossless rule of tree.h, its accepted
+ * path's KV rows are moved together (kv_seq_move) and the rest truncated, and
+ * tokens, drafters and stats are committed as spec.c's chain step does.
+ *
+ * Kept out of spec.c so the chain path is untouched; it reads spec_seq and
+ * spec_pair through spec.h. Not yet: grammar-constrained sequences (refused
+ * with an error: each node would need its own grammar state copy), logprobs,
+ * prefix publishing on a tree step (the next chain step publishes), and
+ * drafters proposing trees through drafter_i (callers pass the trees).
+ *
+ * Threading: the engine thread (the pair's). */
+#ifndef SPECD_SPEC_TREE_H
+#define SPECD_SPEC_TREE_H
+
+#include "engine/spec/spec.h"
+#include "engine/spec/tree.h"
+
+/* One sequence's drafted tree. q rows as tree.h's tree_view (row i = the law
+ * node i was drawn from given its earlier siblings); NULL when every node is
+ * deterministic or the sequence is greedy. n_nodes 0: a plain step. */
+typedef struct {
+    int n_nodes;
+    drafter_node nodes[DRAFTER_MAX_NODES];
+    const float *q;             /* (n_nodes, V) or NULL */
+} spec_tree;
+
+typedef struct spec_tree_ctx spec_tree_ctx;
+
+/* Scratch for tree steps of up to sp->max_seqs sequences of up to
+ * DRAFTER_MAX_NODES nodes (the only allocation). NULL when out of memory.
+ * The caller owns it; it must not outlive sp. */
+spec_tree_ctx *spec_tree_create(spec_pair *sp);
+void spec_tree_destroy(spec_tree_ctx *tc); /* accepts NULL */
+
+/* Tests and `specd verify --broken` only: the acceptance variant (tree.h). */
+void spec_tree_set_variant(spec_tree_ctx *tc, tree_variant v);
+
+/* Steps n sequences with one tree each. A tree deeper than max_new[i] − 1 is
+ * cut to that depth (so at most max_new[i] tokens are appended), and one the
+ * context cannot hold becomes a plain step. Returns 0, or -1 with err (target
+ * failure or a refused sequence: nothing changed). info[i] as spec.h's, with
+ * gamma = nodes verified and accepted = path length. */
+int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                   spec_step_info *info, char *err, size_t errlen);
+
+/* The same step, also returning in hidden (n, D) host (may be NULL) each
+ * sequence's final-normed target hidden state at the row whose logits gave
+ * its last appended token (the root row, or the last accepted node's): what
+ * a Medusa proposer reads for the next tree (model_hidden_rows, no extra pass). */
+int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                     spec_step_info *info, float *hidden, char *err, size_t errlen);
+
+#endif

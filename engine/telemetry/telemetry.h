@@ -1,0 +1,146 @@
+/* telemetry.h — speculation telemetry in SQLite, off the hot path: producers
+ * copy fixed-size rows into a bounded ring; ONE writer thread drains it into
+ * the database in batched transactions (WAL, prepared statements) and prunes
+ * old step rows in the background. It is not a metrics system: live figures
+ * come from engine_get_stats; this is the durable record read back by
+ * `specd telemetry`.
+ *
+ * Threads: telemetry_open/telemetry_close on one owning thread. The producers
+ * (telemetry_session_start, telemetry_step, telemetry_session_end,
+ * telemetry_policy) and telemetry_counters may be called from any thread; they
+ * never wait on SQLite and never allocate: each takes a mutex only long enough
+ * to copy one row (or one policy table) into the ring. When the ring is full
+ * the row is dropped, counted, and the call returns false.
+ *
+ * Tables (schema version 1; times are INTEGER unix milliseconds):
+ *   speculation_sessions  one row per sequence: inserted at start, updated at end
+ *   speculation_steps     one row per (sampled) speculation step
+ *   gamma_policy          a mirror of the active γ policy rules */
+#ifndef SPECD_TELEMETRY_H
+#define SPECD_TELEMETRY_H
+
+#include "engine/spec/spec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TEL_UUID_LEN 37     /* 36 characters + NUL */
+#define TEL_ID_LEN 64       /* model identities (spec_model_id.id) */
+#define TEL_NAME_LEN 32     /* content type, speculation mode */
+
+typedef struct {
+    const char *path;           /* database file; created with its schema if missing */
+    double sample_rate;         /* fraction of step rows kept, 0..1 (sessions are always kept) */
+    int queue_size;             /* ring capacity in rows (default 16384) */
+    int64_t retention_rows;     /* keep at most this many step rows (0 = no limit) */
+    double retention_days;      /* delete step rows and finished sessions older than this (0 = keep) */
+    int batch_max;              /* rows per write transaction (default 512) */
+    int writer_delay_us;        /* tests only: sleep after each batch to slow the writer */
+} telemetry_config;
+
+/* sample_rate 1, queue 16384, batch 512, no retention limits. */
+telemetry_config telemetry_config_default(void);
+
+typedef enum { TEL_STATUS_ACTIVE = 0, TEL_STATUS_COMPLETED, TEL_STATUS_FAILED, TEL_STATUS_CANCELLED } tel_status;
+const char *tel_status_name(tel_status s); /* "active", "completed", "failed", "cancelled" */
+
+/* Strings are copied (truncated to fit) into the ring; the caller keeps its own. */
+typedef struct {
+    char session_id[TEL_UUID_LEN];
+    char request_id[TEL_UUID_LEN];
+    int64_t created_ms;         /* unix ms; 0 = now */
+    int prompt_tokens;
+    char content_type[TEL_NAME_LEN];  /* "chat", "code", "structured", ... ("" = NULL) */
+    char spec_mode[TEL_NAME_LEN];     /* "auto", "draft", "off" */
+    char target_id[TEL_ID_LEN];       /* pair identity (spec_model_id.id of each model) */
+    char draft_id[TEL_ID_LEN];        /* "" = no draft */
+    char model_version[TEL_ID_LEN];   /* "" = target_id */
+    int gamma;                        /* γ at start */
+} tel_session;
+
+typedef struct {
+    char session_id[TEL_UUID_LEN];
+    int step_num;
+    int gamma_used;             /* drafts proposed (0 = plain step) */
+    int n_accepted;
+    int n_rejected;             /* gamma_used - n_accepted for verify steps, 0 for plain */
+    double draft_ms, target_ms; /* the sequence's share of the step's batched calls (spec_step_info) */
+    double effective_tpot_ms;   /* (draft_ms + target_ms) / tokens emitted: model time per token, not latency */
+    int64_t recorded_ms;        /* unix ms; 0 = now */
+    char method[8];             /* the proposer: "draft", "ngram"; "plain" for a plain step */
+    bool tree;                  /* a tree step (shape 'tree'): gamma_used nodes verified, n_accepted the path */
+} tel_step;
+
+typedef struct {
+    char session_id[TEL_UUID_LEN];
+    int generated_tokens;
+    int64_t total_accepted, total_rejected, total_target_passes;
+    int rolling_accept_sum, rolling_accept_n;
+    int current_gamma;
+    int kv_valid_len;
+    double ttft_ms, tpot_ms;
+    tel_status status;
+} tel_session_end;
+
+typedef struct {
+    char model_id[TEL_ID_LEN];
+    char content_type[TEL_NAME_LEN];  /* "" = the model's default rule (NULL in the table) */
+    int gamma_min, gamma_max, gamma_default;
+    double alpha_threshold;
+} tel_policy_rule;
+
+typedef struct {
+    uint64_t queued;            /* rows accepted into the ring */
+    uint64_t written;           /* rows committed to the database */
+    uint64_t dropped;           /* rows refused because the ring was full */
+    uint64_t sampled_out;       /* step rows skipped by sample_rate (not drops) */
+    uint64_t failed;            /* rows lost to a database error (see last_error) */
+    uint64_t batches;           /* committed write transactions */
+    uint64_t retention_deleted; /* rows removed by retention */
+    int queue_depth;            /* rows in the ring now */
+    char last_error[256];       /* "" when none */
+} tel_counters;
+
+typedef struct telemetry telemetry;
+
+/* Opens (creating if missing) the database, sets WAL + synchronous=NORMAL,
+ * creates the schema, prepares the statements, and starts the writer thread.
+ * Returns NULL with err filled ("telemetry: cannot open PATH: ...") when the
+ * path cannot be opened for writing or is not a specd telemetry database.
+ * One live handle per file: an exclusive advisory lock on PATH.lock (flock,
+ * created beside the database and left there) is held until
+ * telemetry_close, and a file another process (or handle) holds is refused
+ * ("telemetry: PATH is in use by another running specd (pid N) ...") before
+ * anything in it is read or changed. The caller owns the handle. */
+telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen);
+/* Writes everything still queued, runs one retention pass, stops the writer
+ * and closes the database. Accepts NULL. No producer may be running. */
+void telemetry_close(telemetry *t);
+
+/* Producers: any thread, never block on the database, never allocate. Each
+ * returns true when the row was queued (or, for telemetry_step, deliberately
+ * not sampled), false when the ring was full and the row was dropped (and
+ * counted). t may be NULL (telemetry off): they return true and do nothing. */
+bool telemetry_session_start(telemetry *t, const tel_session *s);
+/* Kept when the deterministic hash of (session_id, step_num) falls under
+ * sample_rate, so the same steps are kept on every run. Step rows leave a
+ * reserve of queue_size/8 ring slots to session and policy rows. */
+bool telemetry_step(telemetry *t, const tel_step *s);
+/* Updates the session row (inserting it if its start row was dropped). */
+bool telemetry_session_end(telemetry *t, const tel_session_end *e);
+/* Mirrors the active policy: the writer replaces every gamma_policy row with
+ * these n rules (version `version`) in one transaction. All n rules are queued
+ * together or none (false). n may be 0 (clears the table). */
+bool telemetry_policy(telemetry *t, const tel_policy_rule *rules, int n, int version);
+
+/* A snapshot of the counters; any thread. t may be NULL (all zero). */
+void telemetry_counters(telemetry *t, tel_counters *out);
+
+/* Helpers for the engine. tel_step_from_info fills a step row from one
+ * spec_seq_step result (recorded now). tel_uuid_format writes a version-4
+ * UUID built from two random 64-bit words. */
+void tel_step_from_info(tel_step *out, const char *session_id, int step_num, const spec_step_info *info);
+void tel_uuid_format(char out[TEL_UUID_LEN], uint64_t hi, uint64_t lo);
+
+#endif

@@ -183,7 +183,7 @@ static void print_stats(FILE *f, const char *label, const char *method, const ge
                 (unsigned long long)st->drafted, (unsigned long long)st->accepted, spec_stats_alpha(st),
                 spec_stats_mean_accepted(st), spec_stats_tokens_per_pass(st));
         fprintf(f, "  method %s:", method);
-        for (int m = 0; m < SPEC_DRAFTERS; m++) {
+        for (int m = 0; m < SPEC_PROPOSERS; m++) {
             const spec_method_stats *b = &st->by[m];
             if (!b->verify_steps) continue;
             fprintf(f, " %s %llu verify passes, alpha %.3f, %.2f tokens per pass;", spec_drafter_name(m),
@@ -361,7 +361,9 @@ int cmd_generate(int argc, char **argv) {
     if (gamma_flags || !config_path) ec.gamma = gp;
     if (no_spec) ec.mode = SPEC_MODE_OFF;
     if (verify >= 0) ec.coupled = verify == 1;
-    if (tree_mode >= 0 && !medusa_path) ec.tree = tree_mode;
+    /* with Medusa heads only a fixed shape passes through: the heads take it
+     * every step instead of choosing their budget from the cost curve */
+    if (tree_mode >= 0 && (!medusa_path || tree_mode == ENGINE_TREE_FIXED)) ec.tree = tree_mode;
     if (medusa_path) {
         ec.medusa_path = medusa_path;
         if (method < 0) method = SPEC_METHOD_MEDUSA;
@@ -471,7 +473,7 @@ int cmd_generate(int argc, char **argv) {
                spec.prefill_ms > 0 ? n_prompt / (spec.prefill_ms / 1e3) : 0, dec_tps);
         const spec_stats *st = &spec.st;
         printf(",\"method\":\"%s\",\"by_method\":{", speculating ? spec_method_name((spec_method)eff_method) : "off");
-        for (int m = 0; m < SPEC_DRAFTERS; m++)
+        for (int m = 0; m < SPEC_PROPOSERS; m++)
             printf("%s\"%s\":{\"verify_steps\":%llu,\"drafted\":%llu,\"accepted\":%llu,\"tokens\":%llu}", m ? "," : "",
                    spec_drafter_name(m), (unsigned long long)st->by[m].verify_steps,
                    (unsigned long long)st->by[m].drafted, (unsigned long long)st->by[m].accepted,

@@ -46,27 +46,43 @@ static const char *col_text(sqlite3_stmt *st, int i) {
     return s ? (const char *)s : "";
 }
 
-/* The window's step rows with their session's content type and model pair. */
+/* The window's step rows with their session's content type and model pair;
+ * %s is the nodes-verified column (files before schema 4 have none: there
+ * gamma_used was the nodes verified). */
 #define STEPS_CTE \
-    "WITH s AS (SELECT st.gamma_used, st.n_accepted, st.n_rejected, st.effective_tpot_ms," \
+    "WITH s AS (SELECT st.gamma_used, %s AS nodes, st.n_accepted, st.n_rejected, st.effective_tpot_ms," \
+    " st.method AS method," \
     " COALESCE(se.content_type, '(none)') AS ct," \
     " CASE WHEN se.target_id IS NULL OR se.target_id = '' THEN '(unknown)'" \
     "      ELSE se.target_id || ' + ' || CASE WHEN se.draft_id = '' THEN '(no draft)' ELSE se.draft_id END END AS pair" \
     " FROM speculation_steps st LEFT JOIN speculation_sessions se USING(session_id)" \
     " WHERE st.recorded_at >= ?1) "
 
-/* One table of per-group figures; key is "'all'", "ct" or "pair". */
+/* The nodes-verified column of this file's steps table. */
+static const char *nodes_col(sqlite3 *db) {
+    sqlite3_stmt *st = prep(db, "SELECT count(*) FROM pragma_table_info('speculation_steps') "
+                                "WHERE name = 'nodes_verified'");
+    bool has = st && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+    sqlite3_finalize(st);
+    return has ? "st.nodes_verified" : "st.gamma_used";
+}
+
+/* One table of per-group figures; key is "'all'", "ct", "pair" or "method".
+ * The gamma distribution is of the proposals' depth (a chain's gamma, a
+ * tree's deepest level); accept% is over the nodes verified. */
 static int summary_group(sqlite3 *db, int64_t since, const char *title, const char *key) {
     char sql[2048];
+    const char *nodes = nodes_col(db);
     snprintf(sql, sizeof sql,
              STEPS_CTE "SELECT %s AS k, count(*), sum(gamma_used > 0), sum(n_accepted),"
-             " sum(CASE WHEN gamma_used > 0 THEN gamma_used ELSE 0 END), sum(n_rejected),"
+             " sum(CASE WHEN gamma_used > 0 THEN nodes ELSE 0 END), sum(n_rejected),"
              " avg(CASE WHEN gamma_used > 0 THEN n_accepted END), avg(effective_tpot_ms)"
              " FROM s GROUP BY k ORDER BY count(*) DESC, k",
-             key);
+             nodes, key);
     sqlite3_stmt *st = prep(db, sql);
     if (!st) return -1;
-    snprintf(sql, sizeof sql, STEPS_CTE "SELECT %s AS k, gamma_used, count(*) FROM s GROUP BY k, gamma_used", key);
+    snprintf(sql, sizeof sql, STEPS_CTE "SELECT %s AS k, gamma_used, count(*) FROM s GROUP BY k, gamma_used", nodes,
+             key);
     sqlite3_stmt *gd = prep(db, sql);
     if (!gd) { sqlite3_finalize(st); return -1; }
     sqlite3_bind_int64(st, 1, since);
@@ -130,6 +146,7 @@ static int cmd_summary(sqlite3 *db, const char *path, double hours) {
     if (summary_group(db, since, "overall", "'all'") < 0) return 1;
     if (summary_group(db, since, "by content type", "ct") < 0) return 1;
     if (summary_group(db, since, "by model pair (target + draft)", "pair") < 0) return 1;
+    if (summary_group(db, since, "by proposer (plain: steps without a proposal)", "method") < 0) return 1;
     return 0;
 }
 

@@ -435,7 +435,7 @@ int cmd_verify(int argc, char **argv) {
            (unsigned long long)st->verify_steps, (unsigned long long)st->plain_steps, (unsigned long long)st->drafted,
            (unsigned long long)st->accepted, spec_stats_alpha(st), spec_stats_mean_accepted(st),
            spec_stats_tokens_per_pass(st));
-    for (int m = 0; m < SPEC_DRAFTERS; m++)
+    for (int m = 0; m < SPEC_PROPOSERS; m++)
         if (st->by[m].verify_steps)
             printf("  %s: %llu verify passes, drafted %llu, accepted %llu\n", spec_drafter_name(m),
                    (unsigned long long)st->by[m].verify_steps, (unsigned long long)st->by[m].drafted,

@@ -57,14 +57,29 @@ void gw_engine_notify(void *user);
 int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len);
 void gw_http_pump(gw_server *s, gw_conn *c);
 void gw_http_pump_all(gw_server *s); /* every HTTP connection (a wake-up) */
+
+/* guard.c: who may talk to us (below every protocol file; calls none of them) */
 int gw_pick_port(const char *num, int family); /* a free port on the numeric address */
 bool gw_host_allowed(struct lws *wsi);
+/* Writes a complete refusal (status, a JSON error body, Connection: close) on
+ * a connection that has sent its headers and not been answered; returns what
+ * an lws callback returns after it. extra_name/value: one more header or NULL. */
+int gw_refuse_now(struct lws *wsi, int status, const char *code, const char *message, const char *extra_name,
+                  const char *extra_value);
 /* Answers 503 (over max_connections, except /healthz) or 403 (Host not
  * allowed) and returns -1, or returns 0 to go on. */
 int gw_refuse_if_full(struct lws *wsi, const char *uri);
 void gw_count_connection(struct lws *wsi, int reason);
 /* Answers 401 (an API path without a valid API key, access.h) and returns -1, or returns 0. */
 int gw_refuse_unauthorized(struct lws *wsi, const char *uri);
+/* A cross-site POST: 403 for a foreign Origin, 415 for a non-JSON body
+ * without an allowed Origin; -1 after answering, else 0. */
+int gw_refuse_cross_site(gw_server *s, struct lws *wsi, const char *uri);
+/* Content-Length checks (400/411/413); -1 after answering (close), 1 after a
+ * 413 whose body is still to be drained, else 0. */
+int gw_refuse_bad_framing(gw_server *s, gw_conn *c, struct lws *wsi, bool post);
+/* A request line without HTTP/1.x: 505 or 400; -1 after answering, else 0. */
+int gw_refuse_bad_version(struct lws *wsi);
 int gw_origin_allowed(struct lws *wsi);
 int gw_ws_filter(struct lws *wsi, const char *path);
 

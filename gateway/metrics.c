@@ -214,7 +214,7 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
             {"specd:spec_decode_num_accepted_tokens_by_method_total", "Draft tokens accepted, per proposer."}};
         for (int f = 0; f < 3; f++) {
             family(&b, fams[f][0], "counter", fams[f][1]);
-            for (int m = 0; m < SPEC_DRAFTERS; m++) {
+            for (int m = 0; m < SPEC_PROPOSERS; m++) {
                 const spec_method_stats *bm = &st->by[m];
                 uint64_t v = f == 0 ? bm->verify_steps : f == 1 ? bm->drafted : bm->accepted;
                 tb_printf(&b, "%s{method=\"%s\"} %llu\n", fams[f][0], spec_drafter_name(m), (unsigned long long)v);
@@ -226,7 +226,7 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
             family(&b, name, "counter",
                    f ? "Draft tokens proposed at each draft position, per proposer."
                      : "Draft tokens accepted at each draft position, per proposer.");
-            for (int m = 0; m < SPEC_DRAFTERS; m++)
+            for (int m = 0; m < SPEC_PROPOSERS; m++)
                 for (int i = 0; i < GAMMA_MAX && st->by[m].pos_reached[i]; i++)
                     tb_printf(&b, "%s{method=\"%s\",position=\"%d\"} %llu\n", name, spec_drafter_name(m), i + 1,
                               (unsigned long long)(f ? st->by[m].pos_reached[i] : st->by[m].pos_accepted[i]));

@@ -17,7 +17,7 @@
 #define MON_MAX_SEQS 256
 /* the window's proposal counters: drafted tokens (nodes), plain passes, tree
  * steps that branched, then per proposer slot verify steps, drafted, accepted */
-enum { MP_DRAFTED, MP_PLAIN, MP_TREE_STEPS, MP_BY, MON_PROP = MP_BY + 3 * SPEC_DRAFTERS };
+enum { MP_DRAFTED, MP_PLAIN, MP_TREE_STEPS, MP_BY, MON_PROP = MP_BY + 3 * SPEC_PROPOSERS };
 
 static struct {
     bool scheduled;               /* gw_server.monitor_sul is scheduled */
@@ -82,7 +82,7 @@ static char *snapshot_json(gw_server *s) {
     uint64_t *pw = mon.prop[mon.head], dp[MON_PROP];
     pw[MP_DRAFTED] = es.st.drafted, pw[MP_PLAIN] = es.st.plain_steps;
     pw[MP_TREE_STEPS] = es.st.tree_steps;
-    for (int m = 0; m < SPEC_DRAFTERS; m++) {
+    for (int m = 0; m < SPEC_PROPOSERS; m++) {
         pw[MP_BY + 3 * m] = es.st.by[m].verify_steps;
         pw[MP_BY + 3 * m + 1] = es.st.by[m].drafted;
         pw[MP_BY + 3 * m + 2] = es.st.by[m].accepted;
@@ -114,19 +114,19 @@ static char *snapshot_json(gw_server *s) {
     json_object_set_new(prop, "per_step", dv ? json_real((double)dp[MP_DRAFTED] / (double)dv) : json_null());
     json_object_set_new(prop, "tree_share", dv ? json_real((double)dp[MP_TREE_STEPS] / (double)dv) : json_null());
     json_t *shares = json_array();
-    /* verify steps no drafter slot counts are Medusa's (its trees step through spec_tree alone) */
-    uint64_t slotted = 0;
-    for (int m = 0; m < SPEC_DRAFTERS; m++) slotted += dp[MP_BY + 3 * m];
-    uint64_t medusa = dv > slotted ? dv - slotted : 0, passes = dp[MP_PLAIN] + slotted + medusa;
-    for (int m = 0; m <= SPEC_DRAFTERS + 1; m++) {
-        bool plain = m == SPEC_DRAFTERS, med = m == SPEC_DRAFTERS + 1;
-        if (med && !medusa) break;
-        uint64_t steps = plain ? dp[MP_PLAIN] : med ? medusa : dp[MP_BY + 3 * m];
+    /* every proposer (Medusa included: its steps are counted in its own
+     * slot), then the plain passes */
+    uint64_t passes = dp[MP_PLAIN];
+    for (int m = 0; m < SPEC_PROPOSERS; m++) passes += dp[MP_BY + 3 * m];
+    for (int m = 0; m <= SPEC_PROPOSERS; m++) {
+        bool plain = m == SPEC_PROPOSERS;
+        uint64_t steps = plain ? dp[MP_PLAIN] : dp[MP_BY + 3 * m];
+        if (m == SPEC_PROPOSER_MEDUSA && !steps && !info.has_medusa) continue; /* no heads loaded */
         json_t *x = json_object();
-        json_object_set_new(x, "method", json_string(plain ? "plain" : med ? "medusa" : spec_drafter_name(m)));
+        json_object_set_new(x, "method", json_string(spec_drafter_name(plain ? -1 : m)));
         json_object_set_new(x, "passes", json_integer((json_int_t)steps));
         json_object_set_new(x, "share", passes ? json_real((double)steps / (double)passes) : json_null());
-        if (!plain && !med) {
+        if (!plain) {
             uint64_t d = dp[MP_BY + 3 * m + 1], a = dp[MP_BY + 3 * m + 2];
             json_object_set_new(x, "per_step", steps ? json_real((double)d / (double)steps) : json_null());
             json_object_set_new(x, "accept_rate", d ? json_real((double)a / (double)d) : json_null());

@@ -321,7 +321,7 @@ size_t gw_write_done(char *dst, size_t cap, const char *id_json, int prompt_toke
     w_str(&w, ",\"tokens\":");
     w_u64(&w, st->tokens);
     w_str(&w, ",\"by_method\":{");
-    for (int m = 0; m < SPEC_DRAFTERS; m++) { /* which proposer made the verify steps */
+    for (int m = 0; m < SPEC_PROPOSERS; m++) { /* which proposer made the verify steps */
         w_str(&w, m ? ",\"" : "\"");
         w_str(&w, spec_drafter_name(m));
         w_str(&w, "\":{\"verify_steps\":");

@@ -20,8 +20,13 @@ Fails (exit 1, naming file:line) on:
       train                 proposers and below (the training library)
       sched                 everything but train (the engine object, its threads)
       engine.h, engine_names.c   the public API: what it hands out
-Only quoted includes of project paths ("dir/file.h") are read; system headers
-are not arrows. Run from anywhere: the source root is SPECD_SRC or ../.
+Calls are arrows too: a call from one file to a function another file
+defines (non-static definitions, found by a regular expression over the
+sources; a name defined in two places is ignored) is checked like an include
+of that file, for the engine folders' order and the gateway's module cycles
+(http.c and monitor.c called each other until the connection guards moved to
+guard.c). Only quoted includes of project paths ("dir/file.h") are read;
+system headers are not arrows. Run from anywhere: the source root is SPECD_SRC or ../.
 
 No exceptions: the gateway's old gw.h <-> server.h cycle went with issue 22
 item 3 (conn.h is the bottom layer, gw_config lives in server_config.h)."""
@@ -106,6 +111,39 @@ def includes(rel):
     return out
 
 
+DEF = re.compile(r"^([A-Za-z_][\w \t\*]*?)\b(\w+)\s*\(([^;{}()]|\([^()]*\))*\)\s*\{", re.M)
+KEYWORDS = {"if", "for", "while", "switch", "return", "sizeof", "do", "else"}
+
+
+def strip_comments(text):
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r'"(\\.|[^"\\\n])*"', '""', text)
+
+
+def call_arrows(files):
+    """(file, line, callee's file) for every call into another file's
+    non-static function. files: relative paths of .c sources."""
+    text = {f: strip_comments(open(os.path.join(SRC, f), encoding="utf-8", errors="replace").read()) for f in files}
+    where = {}
+    for f, t in text.items():
+        for m in DEF.finditer(t):
+            if "static" in m.group(1) or m.group(2) in KEYWORDS:
+                continue
+            where.setdefault(m.group(2), set()).add(f)
+    owner = {n: next(iter(fs)) for n, fs in where.items() if len(fs) == 1}
+    if not owner:
+        return []
+    call = re.compile(r"\b(" + "|".join(sorted(owner, key=len, reverse=True)) + r")\s*\(")
+    out = []
+    for f, t in text.items():
+        for m in call.finditer(t):
+            g = owner[m.group(1)]
+            if g != f:
+                out.append((f, t.count("\n", 0, m.start()) + 1, g, m.group(1)))
+    return out
+
+
 def find_cycles(graph):
     """Strongly connected components with more than one node (or a self-loop)."""
     index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
@@ -171,6 +209,23 @@ def main():
                 b = inc.rsplit(".", 1)[0]
                 if a != b:
                     modules.setdefault(a, set()).add(b)
+    # calls: the engine folders' order and the gateway's modules, as includes are
+    srcs = [r for r in sources() if r.endswith(".c") and r.split("/")[0] in ("engine", "gateway")]
+    n_calls = 0
+    for rel, line, callee, name in call_arrows(srcs):
+        n_calls += 1
+        fa, fb = engine_folder(rel), engine_folder(callee)
+        if fa and fb and fa != fb and fa in ENGINE_ALLOWED and fb not in ENGINE_ALLOWED[fa]:
+            inc = callee.rsplit(".", 1)[0] + ".h"
+            why = KNOWN_ENGINE.get((rel, inc))
+            if why:
+                known += 1
+                print(f"known ({why}): {rel}:{line}: {fa} calls {name} ({callee})")
+            else:
+                bad.append(f"{rel}:{line}: {fa} must not call {name} of {callee} (engine folders: see the order "
+                           "in check_layers.py's docstring)")
+        if rel.startswith("gateway/") and callee.startswith("gateway/"):
+            modules.setdefault(rel.rsplit(".", 1)[0], set()).add(callee.rsplit(".", 1)[0])
     for comp in find_cycles(headers):
         bad.append("header include cycle: " + " -> ".join(sorted(comp)))
     for comp in find_cycles(modules):
@@ -181,7 +236,8 @@ def main():
         bad.append("gateway module cycle: " + " <-> ".join(sorted(comp)))
     for b in bad:
         print("FAIL: " + b)
-    print(f"{n_files} files, {n_arrows} project includes, {len(bad)} upward/cyclic, {known} known")
+    print(f"{n_files} files, {n_arrows} project includes, {n_calls} calls across files, {len(bad)} upward/cyclic, "
+          f"{known} known")
     return 1 if bad else 0
 
 

@@ -520,7 +520,9 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         e->medusa_sh = (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk};
         path_ctl_init(&e->pathc);
         if (e->medusa_sh.depth > e->mh->n_heads) e->medusa_sh.depth = e->mh->n_heads;
-        if (e->t_rows[1] > 0) draft_medusa_set_curve(e->dm, e->t_rows); /* each step's budget from t(rows) */
+        /* each step's budget from t(rows); a fixed shape (speculation.tree:
+         * fixed, generate --tree B/D/K) is the user's: every step uses it */
+        if (e->t_rows[1] > 0 && c->tree != ENGINE_TREE_FIXED) draft_medusa_set_curve(e->dm, e->t_rows);
     }
     if (c->tree != ENGINE_TREE_OFF) {
         /* the shape controller needs the verify cost curve even when

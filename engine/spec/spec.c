@@ -545,6 +545,7 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
     s->st.probes = s->ctl.probes + s->ctl_ngram.probes;
     info->n_new = n_new;
     info->gamma = gamma;
+    info->depth = info->nodes = gamma;
     info->method = slot;
     info->accepted = k < n_new ? k : n_new;
     info->bonus = gamma > 0 && k == gamma && n_new == gamma + 1;

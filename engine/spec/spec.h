@@ -62,6 +62,10 @@ int spec_method_parse(const char *s);
 
 /* Drafter slots of a pair: what a step's proposal came from. */
 enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTERS = 2 };
+/* Proposers as every report names and counts them: the drafter slots, then
+ * the Medusa heads (which propose trees through draft_medusa, outside the
+ * drafter slots). spec_drafter_name names each; reports loop to SPEC_PROPOSERS. */
+enum { SPEC_PROPOSER_MEDUSA = SPEC_DRAFTERS, SPEC_PROPOSERS = SPEC_DRAFTERS + 1 };
 const char *spec_drafter_name(int slot);
 /* speculation.verify names: "rejection" -> 0, "coupled" -> 1, else -1
  * (spec_seq_params.coupled; engine_verify is this + 1). */
@@ -93,7 +97,7 @@ typedef struct {
      * many came from it instead of a prefill; prompt tokens the target computed */
     uint64_t prefix_offered, prefix_reused, prefix_draft_offered, prefix_draft_reused, prefill_tokens;
     uint64_t kv_reset_reused;   /* target positions a hard reset took back from the prefix cache */
-    spec_method_stats by[SPEC_DRAFTERS]; /* the verify-step counters above, per proposer */
+    spec_method_stats by[SPEC_PROPOSERS]; /* the verify-step counters above, per proposer */
 } spec_stats;
 
 /* Derived figures (0 when undefined). */
@@ -261,8 +265,13 @@ typedef struct {
     int accepted;               /* drafts accepted */
     bool bonus;                 /* all accepted: the last token is the bonus */
     bool stopped;               /* an end-of-generation token was appended (output ends there) */
-    int method;                 /* the drafter slot that proposed (SPEC_DRAFTER_*), -1: plain step */
+    int method;                 /* the proposer (SPEC_DRAFTER_* or SPEC_PROPOSER_MEDUSA), -1: plain step */
     bool tree;                  /* a tree step (spec_tree.h): gamma = nodes verified, accepted = path length */
+    /* What reports record (telemetry, spec_seq stats): the proposal's depth
+     * (γ of a chain, the deepest level of a tree) and the nodes verified (γ
+     * of a chain); gamma above stays the nodes verified, as the controllers
+     * read it. 0 and 0 for a plain step. */
+    int depth, nodes;
     /* This sequence's share of the step's model calls, ms: a batched call's
      * wall time x this sequence's rows / the call's rows — verify rows γ+1
      * (a tree: its nodes + 1), draft rows its γ budget (a tree: its nodes;

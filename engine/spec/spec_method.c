@@ -24,5 +24,8 @@ int spec_verify_parse(const char *s) {
 }
 
 const char *spec_drafter_name(int slot) {
-    return slot == SPEC_DRAFTER_MODEL ? "draft" : slot == SPEC_DRAFTER_NGRAM ? "ngram" : "plain";
+    return slot == SPEC_DRAFTER_MODEL    ? "draft"
+           : slot == SPEC_DRAFTER_NGRAM  ? "ngram"
+           : slot == SPEC_PROPOSER_MEDUSA ? "medusa"
+                                          : "plain";
 }

@@ -39,7 +39,7 @@ void spec_stats_add(spec_stats *a, const spec_stats *s) {
     a->prefix_draft_offered += s->prefix_draft_offered, a->prefix_draft_reused += s->prefix_draft_reused;
     a->prefill_tokens += s->prefill_tokens, a->kv_reset_reused += s->kv_reset_reused;
     a->tree_steps += s->tree_steps, a->tree_nodes += s->tree_nodes;
-    for (int m = 0; m < SPEC_DRAFTERS; m++) {
+    for (int m = 0; m < SPEC_PROPOSERS; m++) {
         spec_method_stats *x = &a->by[m];
         const spec_method_stats *y = &s->by[m];
         x->verify_steps += y->verify_steps, x->drafted += y->drafted, x->accepted += y->accepted;

@@ -252,6 +252,13 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
         tc->hrow[i] = (int)row0 + (n_new == 1 ? 0 : 1 + path[n_new - 2]);
         info[i].n_new = n_new;
         info[i].gamma = nn;
+        info[i].nodes = nn;
+        int lvl[TR], depth = 0; /* a node's level: its parent's + 1 (parents come first) */
+        for (int j = 0; j < nn; j++) {
+            lvl[j] = t->nodes[j].parent < 0 ? 1 : lvl[t->nodes[j].parent] + 1;
+            depth = lvl[j] > depth ? lvl[j] : depth;
+        }
+        info[i].depth = depth;
         info[i].tree = nn > 0;
         info[i].accepted = k < n_new ? k : n_new;
         info[i].target_ms = share;

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TEL_SCHEMA_VERSION 3 /* 2: speculation_steps.method; 3: speculation_steps.shape */
+#define TEL_SCHEMA_VERSION 4 /* 2: speculation_steps.method; 3: .shape; 4: .nodes_verified, gamma_used = depth */
 #define TEL_FLUSH_MS 50           /* the writer commits at least this often when rows are waiting */
 #define TEL_RETENTION_MS 1000     /* retention pass period */
 #define TEL_RETENTION_BATCH 2000  /* rows per retention DELETE (short write locks) */
@@ -92,7 +92,9 @@ void tel_step_from_info(tel_step *out, const char *session_id, int step_num, con
     memset(out, 0, sizeof *out);
     copy_str(out->session_id, sizeof out->session_id, session_id);
     out->step_num = step_num;
-    out->gamma_used = info->gamma;
+    /* depth unset (0) with drafts: a producer that knows only γ, i.e. a chain */
+    out->gamma_used = info->gamma > 0 ? (info->depth > 0 ? info->depth : info->gamma) : 0;
+    out->nodes = info->gamma;
     out->n_accepted = info->accepted;
     out->n_rejected = info->gamma > 0 ? info->gamma - info->accepted : 0;
     out->draft_ms = info->draft_ms;
@@ -264,16 +266,16 @@ static const char *k_schema =
     "  step_id           INTEGER PRIMARY KEY,\n"
     "  session_id        TEXT NOT NULL,                 -- speculation_sessions.session_id (not enforced)\n"
     "  step_num          INTEGER NOT NULL,\n"
-    "  gamma_used        INTEGER NOT NULL,\n"
+    "  gamma_used        INTEGER NOT NULL,              -- depth: a chain's gamma, a tree's deepest level\n"
     "  n_accepted        INTEGER NOT NULL,\n"
     "  n_rejected        INTEGER NOT NULL,\n"
     "  draft_latency_ms  REAL NOT NULL,\n"
     "  target_latency_ms REAL NOT NULL,\n"
     "  effective_tpot_ms REAL NOT NULL,\n"
     "  recorded_at       INTEGER NOT NULL,              -- unix ms\n"
-    "  method            TEXT NOT NULL DEFAULT 'plain', -- proposer: draft|ngram, plain for a plain step\n"
-    "  shape             TEXT NOT NULL DEFAULT 'chain'  -- chain, or tree (gamma_used = nodes verified,\n"
-    "                                                   -- n_accepted = the accepted path's length)\n"
+    "  method            TEXT NOT NULL DEFAULT 'plain', -- proposer: draft|ngram|medusa, plain for a plain step\n"
+    "  shape             TEXT NOT NULL DEFAULT 'chain', -- chain, or tree (n_accepted = the accepted path's length)\n"
+    "  nodes_verified    INTEGER NOT NULL DEFAULT 0     -- drafts verified: a chain's gamma, a tree's nodes\n"
     ");\n"
     "CREATE INDEX IF NOT EXISTS speculation_steps_session ON speculation_steps(session_id, step_num);\n"
     "CREATE INDEX IF NOT EXISTS speculation_steps_recorded ON speculation_steps(recorded_at);\n"
@@ -337,6 +339,7 @@ static int write_step(telemetry *t, const tel_step *s) {
     sqlite3_bind_int64(st, 9, s->recorded_ms);
     sqlite3_bind_text(st, 10, s->method[0] ? s->method : "plain", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 11, s->tree ? "tree" : "chain", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 12, s->nodes);
     return run_stmt(t, st);
 }
 
@@ -618,7 +621,12 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
         if (rc == SQLITE_OK && user_version >= 1 && user_version <= 2) /* ... nor a shape column */
             rc = sqlite3_exec(t->db, "ALTER TABLE speculation_steps ADD COLUMN shape TEXT NOT NULL DEFAULT 'chain'",
                               NULL, NULL, NULL);
-        if (rc == SQLITE_OK) rc = sqlite3_exec(t->db, "PRAGMA user_version=3; COMMIT", NULL, NULL, NULL);
+        if (rc == SQLITE_OK && user_version >= 1 && user_version <= 3) /* ... nor nodes_verified: in those files
+                                                                          * gamma_used was the nodes verified */
+            rc = sqlite3_exec(t->db, "ALTER TABLE speculation_steps ADD COLUMN nodes_verified INTEGER NOT NULL "
+                                     "DEFAULT 0; UPDATE speculation_steps SET nodes_verified = gamma_used",
+                              NULL, NULL, NULL);
+        if (rc == SQLITE_OK) rc = sqlite3_exec(t->db, "PRAGMA user_version=4; COMMIT", NULL, NULL, NULL);
         if (rc != SQLITE_OK) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
     }
     if (rc == SQLITE_OK) {
@@ -649,7 +657,8 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
          " spec_mode=excluded.spec_mode"},
         {&t->st_step,
          "INSERT INTO speculation_steps(session_id, step_num, gamma_used, n_accepted, n_rejected, draft_latency_ms,"
-         " target_latency_ms, effective_tpot_ms, recorded_at, method, shape) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)"},
+         " target_latency_ms, effective_tpot_ms, recorded_at, method, shape, nodes_verified)"
+         " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)"},
         {&t->st_end,
          "INSERT INTO speculation_sessions(session_id, request_id, created_at, prompt_token_count, model_version,"
          " ended_at, generated_tokens, current_gamma, rolling_accept_sum, rolling_accept_n, total_accepted,"

@@ -62,14 +62,15 @@ typedef struct {
 typedef struct {
     char session_id[TEL_UUID_LEN];
     int step_num;
-    int gamma_used;             /* drafts proposed (0 = plain step) */
+    int gamma_used;             /* the proposal's depth: γ of a chain, a tree's deepest level (0 = plain step) */
+    int nodes;                  /* drafts verified: γ of a chain, a tree's nodes (0 = plain step) */
     int n_accepted;
-    int n_rejected;             /* gamma_used - n_accepted for verify steps, 0 for plain */
+    int n_rejected;             /* nodes - n_accepted for verify steps, 0 for plain */
     double draft_ms, target_ms; /* the sequence's share of the step's batched calls (spec_step_info) */
     double effective_tpot_ms;   /* (draft_ms + target_ms) / tokens emitted: model time per token, not latency */
     int64_t recorded_ms;        /* unix ms; 0 = now */
-    char method[8];             /* the proposer: "draft", "ngram"; "plain" for a plain step */
-    bool tree;                  /* a tree step (shape 'tree'): gamma_used nodes verified, n_accepted the path */
+    char method[8];             /* the proposer: "draft", "ngram", "medusa"; "plain" for a plain step */
+    bool tree;                  /* a tree step (shape 'tree'): n_accepted the accepted path's length */
 } tel_step;
 
 typedef struct {

@@ -145,6 +145,7 @@ static void test_workload(void) {
     CHECK(q_int(path, "SELECT sum(n_rejected) FROM speculation_steps") == r);
     CHECK(q_int(path, "SELECT sum(gamma_used) FROM speculation_steps") == g);
     CHECK(q_int(path, "SELECT sum(n_accepted + n_rejected = gamma_used) FROM speculation_steps") == n);
+    CHECK(q_int(path, "SELECT sum(nodes_verified = gamma_used) FROM speculation_steps") == n); /* chains */
     CHECK(q_int(path, "SELECT count(*) FROM speculation_sessions") == W_SESSIONS);
     CHECK(q_int(path, "SELECT sum(total_accepted) FROM speculation_sessions") == a);
     CHECK(q_int(path, "SELECT sum(total_rejected) FROM speculation_sessions") == r);
@@ -498,8 +499,9 @@ static void test_helpers(void) {
     CHECK(!strcmp(tel_status_name(TEL_STATUS_CANCELLED), "cancelled"));
 }
 
-/* A version-2 file (steps without the shape column) is migrated in place:
- * its rows read as chains, new tree steps as trees. */
+/* A version-2 file (steps without the shape and nodes_verified columns) is
+ * migrated in place: its rows read as chains with their gamma_used as the
+ * nodes verified, new tree steps as trees with depth and nodes apart. */
 static void test_migrate(void) {
     char path[600], err[512];
     db_path(path, sizeof path, "v2.db");
@@ -520,14 +522,19 @@ static void test_migrate(void) {
     telemetry *t = telemetry_open(&c, err, sizeof err);
     CHECKF(t, "%s", err);
     if (!t) return;
-    spec_step_info info = {.n_new = 3, .gamma = 8, .accepted = 2, .tree = true, .draft_ms = 1, .target_ms = 2};
+    spec_step_info info = {.n_new = 3, .gamma = 8, .depth = 3, .nodes = 8, .accepted = 2, .tree = true,
+                           .draft_ms = 1, .target_ms = 2};
     tel_step st;
     tel_step_from_info(&st, "new", 1, &info);
     CHECK(telemetry_step(t, &st));
     telemetry_close(t);
     CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE session_id = 'old' AND shape = 'chain'") == 1);
     CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE session_id = 'new' AND shape = 'tree'") == 1);
-    CHECK(q_int(path, "PRAGMA user_version") == 3);
+    CHECK(q_int(path, "SELECT nodes_verified FROM speculation_steps WHERE session_id = 'old'") == 4);
+    CHECK(q_int(path, "SELECT gamma_used FROM speculation_steps WHERE session_id = 'new'") == 3);
+    CHECK(q_int(path, "SELECT nodes_verified FROM speculation_steps WHERE session_id = 'new'") == 8);
+    CHECK(q_int(path, "SELECT n_rejected FROM speculation_steps WHERE session_id = 'new'") == 6);
+    CHECK(q_int(path, "PRAGMA user_version") == 4);
 }
 
 int main(int argc, char **argv) {

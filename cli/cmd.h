@@ -6,9 +6,10 @@
 int cmd_generate(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 #include <stddef.h>
-/* Creates (once) the demo pair with random weights under demo-models/ and
- * returns their paths; says so on stderr. */
-int cmd_demo_models(const char **target, const char **draft, char *err, size_t errlen);
+/* The built-in pair installed with specd (a small llama trained on
+ * Shakespeare + its distilled draft): their paths, said on stderr with how
+ * to use a real model; -1 with err when not installed. */
+int cmd_default_pair(const char **target, const char **draft, char *err, size_t errlen);
 int cmd_verify(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -6,9 +6,9 @@
  * Without a model it runs on a demo pair with random weights and says so. */
 #include "cli/penalty_args.h"
 #include "cli/cmd.h"
+#include "cli/datadir.h"
 #include "cli/hub.h"
 #include "cli/util.h"
-#include "cli/mkmodel.h"
 #include "engine/engine.h"
 #include "engine/spec/spec.h"
 
@@ -18,7 +18,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define GEN_MAX_REPEAT 99
@@ -33,8 +32,8 @@ static void generate_usage(FILE *f) {
             "                      [--tree off|auto|B/D/K] [--medusa HEADS.gguf] [--quiet]\n"
             "  -c FILE      config file (default: config.yaml when present), validated as `specd serve` does:\n"
             "               models, engine and speculation settings (flags given here override them)\n"
-            "  -m MODEL     target GGUF (llama family); overrides the config. With neither, a demo pair\n"
-            "               with RANDOM weights is created under demo-models/ (its output is gibberish).\n"
+            "  -m MODEL     target GGUF (llama family); overrides the config. With neither, the built-in\n"
+            "               pair (a small llama trained on Shakespeare and its distilled draft)\n"
             "  --draft D    draft GGUF sharing the target's tokenizer: enables speculative decoding\n"
             "  -hf REPO[:QUANT], --hf-draft REPO[:QUANT]  target / draft from a Hugging Face repository\n"
             "               (downloaded once into the cache, see specd pull)\n"
@@ -66,27 +65,21 @@ static void generate_usage(FILE *f) {
             "  --json       print one JSON object (prompt_tokens, tokens, text, timings, speculation)\n");
 }
 
-/* Creates (once) the demo pair; returns 0 and the paths. */
-int cmd_demo_models(const char **target, const char **draft, char *err, size_t errlen) {
-    static const char *tpath = "demo-models/demo-target.gguf", *dpath = "demo-models/demo-draft.gguf";
-    struct stat st;
-    mkdir("demo-models", 0755);
-    mkmodel_info info;
-    mkmodel_opts o;
-    if (stat(tpath, &st) != 0) {
-        mkmodel_opts_init(&o);
-        o.n_layers = 6, o.dim = 256, o.n_heads = 8, o.n_kv_heads = 4, o.ff = 704, o.vocab = 512, o.ctx = 2048;
-        o.seed = 1, o.name = "specd-demo-target";
-        if (mkmodel_random(tpath, &o, &info, err, errlen) != 0) return -1;
+/* The built-in pair (cli/data/default-pair/, installed with specd): a small
+ * llama specd trained on the Shakespeare corpus and the draft it distilled
+ * from it (cli/data/default-pair/reproduce.sh makes both). Returns 0 and the
+ * paths, or -1 with err when the files are not where specd's data files are. */
+int cmd_default_pair(const char **target, const char **draft, char *err, size_t errlen) {
+    static char tpath[1024], dpath[1024];
+    if (cli_data_file("default-pair/target.gguf", tpath, sizeof(tpath)) != 0 ||
+        cli_data_file("default-pair/draft.gguf", dpath, sizeof(dpath)) != 0) {
+        snprintf(err, errlen, "no model given, and the built-in pair is not installed (looked in %s); pass -m "
+                              "MODEL.gguf or set models.target", tpath);
+        return -1;
     }
-    if (stat(dpath, &st) != 0) {
-        mkmodel_opts_init(&o);
-        o.n_layers = 2, o.dim = 64, o.n_heads = 4, o.n_kv_heads = 2, o.ff = 160, o.ctx = 2048;
-        o.seed = 2, o.name = "specd-demo-draft", o.tokenizer_path = tpath;
-        if (mkmodel_random(dpath, &o, &info, err, errlen) != 0) return -1;
-    }
-    fprintf(stderr, "specd: no model given: using the demo pair %s + %s with RANDOM weights (not trained models: the "
-                    "output is gibberish and the draft is rarely accepted).\n", tpath, dpath);
+    fprintf(stderr, "specd: no model given: using the built-in pair %s + %s, a 4.6M-parameter llama specd trained on "
+                    "Shakespeare's plays and a draft distilled from it (it writes Shakespeare-like verse, not "
+                    "answers).\n", tpath, dpath);
     char cache[1024];
     if (cmd_models_hint(NULL, 0) > 0) {
         fprintf(stderr, "specd: models in the cache (%s; `specd models` describes them), use one with -hf:\n",
@@ -94,8 +87,8 @@ int cmd_demo_models(const char **target, const char **draft, char *err, size_t e
         int n = cmd_models_hint(stderr, 8);
         if (n > 8) fprintf(stderr, "    ... and %d more\n", n - 8);
     } else {
-        fprintf(stderr, "specd: for real text, fetch a small target + draft pair that share one tokenizer (2.2 GB, "
-                        "runs at chat speed on a CPU) and serve it:\n"
+        fprintf(stderr, "specd: for a real chat model, fetch a small target + draft pair that share one tokenizer "
+                        "(2.2 GB, chat speed on a CPU) and serve it:\n"
                         "    specd serve -hf " SPECD_RECOMMENDED_TARGET " --hf-draft " SPECD_RECOMMENDED_DRAFT "\n");
     }
     fprintf(stderr, "specd: or pass -m MODEL.gguf [--draft DRAFT.gguf], or set models.target in config.yaml.\n");
@@ -334,7 +327,7 @@ int cmd_generate(int argc, char **argv) {
             if (cfg_medusa[0] && !medusa_path) medusa_cfg = cfg_medusa; /* used when the config's method says medusa */
         }
     }
-    if (!model_path && cmd_demo_models(&model_path, &draft_path, err, sizeof(err)) != 0) {
+    if (!model_path && cmd_default_pair(&model_path, &draft_path, err, sizeof(err)) != 0) {
         fprintf(stderr, "specd generate: cannot create the demo models: %s\n", err);
         return 1;
     }

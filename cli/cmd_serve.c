@@ -184,8 +184,8 @@ int cmd_serve(int argc, char **argv) {
     if (ctx > 0) ec.max_ctx = ctx;
     if (!tpath[0]) {
         const char *t, *d;
-        if (cmd_demo_models(&t, &d, err, sizeof(err)) != 0) {
-            fprintf(stderr, "specd serve: cannot create the demo models: %s\n", err);
+        if (cmd_default_pair(&t, &d, err, sizeof(err)) != 0) {
+            fprintf(stderr, "specd serve: %s\n", err);
             return 1;
         }
         snprintf(tpath, sizeof(tpath), "%s", t);

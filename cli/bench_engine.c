@@ -373,9 +373,18 @@ int bench_engine(int argc, char **argv) {
     int hrc = hub_resolve_flag("bench", hf, hf_path, sizeof(hf_path), &target);
     if (!hrc) hrc = hub_resolve_flag("bench", hf_draft, hf_draft_path, sizeof(hf_draft_path), &draft);
     if (hrc) return hrc;
-    if (!target || n_conc == 0) {
+    if (n_conc == 0) {
         be_usage(stderr);
         return 2;
+    }
+    if (!target) { /* the built-in pair, draft included */
+        char err[1024];
+        const char *d;
+        if (cmd_default_pair(&target, &d, err, sizeof(err)) != 0) {
+            fprintf(stderr, "specd bench: %s\n", err);
+            return 2;
+        }
+        if (!draft) draft = d;
     }
     char *grammar_text = NULL;
     if (grammar_arg && !strcmp(grammar_arg, "json")) {

@@ -140,9 +140,13 @@ int cmd_bench(int argc, char **argv) {
     static char hf_path[2048];
     int hrc = hub_resolve_flag("bench", hf, hf_path, sizeof(hf_path), &model_path);
     if (hrc) return hrc;
-    if (!model_path) {
-        fprintf(stderr, "specd bench: -m MODEL.gguf (or -hf REPO[:QUANT]) is required\n");
-        return 2;
+    if (!model_path) { /* the built-in pair's target */
+        const char *d;
+        char err[1024];
+        if (cmd_default_pair(&model_path, &d, err, sizeof(err)) != 0) {
+            fprintf(stderr, "specd bench: %s\n", err);
+            return 2;
+        }
     }
     bench_ctx b = {0};
     membw *probe = NULL; /* CPU: one 512 MiB buffer for every bandwidth probe of the run */

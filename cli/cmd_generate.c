@@ -77,7 +77,7 @@ int cmd_default_pair(const char **target, const char **draft, char *err, size_t 
                               "MODEL.gguf or set models.target", tpath);
         return -1;
     }
-    fprintf(stderr, "specd: no model given: using the built-in pair %s + %s, a 4.6M-parameter llama specd trained on "
+    fprintf(stderr, "specd: no model given: using the built-in pair %s + %s, a 4.5M-parameter llama specd trained on "
                     "Shakespeare's plays and a draft distilled from it (it writes Shakespeare-like verse, not "
                     "answers).\n", tpath, dpath);
     char cache[1024];

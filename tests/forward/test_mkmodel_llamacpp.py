@@ -170,6 +170,13 @@ def main():
             check_file(ck, "--type " + ty, p("type-" + ty))
         fwdutil.mkmodel(p("tied"), tied=True, **small)
         check_file(ck, "--tied", p("tied"))
+        # files specd trained (specd train, distill-draft): the built-in pair
+        pair = os.path.join(os.environ.get("SPECD_SRC") or os.path.join(os.path.dirname(__file__), "../.."),
+                            "cli", "data", "default-pair")
+        for name in ("target", "draft"):
+            f = os.path.join(pair, name + ".gguf")
+            if os.path.exists(f):
+                check_file(ck, "default pair " + name + " (specd-trained)", f)
         fwdutil.mkmodel(p("hd"), head_dim=32, **small)
         check_file(ck, "--head-dim 32", p("hd"))
         fwdutil.mkmodel(p("qwen2"), arch="qwen2", **small)

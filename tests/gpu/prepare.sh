@@ -2,7 +2,8 @@
 # tests/gpu/prepare.sh — run on the build machine before a GPU is lent: builds
 # specd with CUDA (sm_90 + PTX) into build-cuda and stages into gpu-bin/ what
 # tests/gpu/run.sh needs there, since only the checkout travels:
-#   gpu-bin/bin/      specd, test_cuda, test_medusa_cuda
+#   gpu-bin/bin/      specd, test_cuda, test_medusa_cuda (with lib/: packed into
+#                     gpu-bin/pack.tar.xz; run.sh unpacks it)
 #   gpu-bin/specd     a wrapper that runs bin/specd with gpu-bin/lib first on the
 #                     library path (for that process only: the GPU image's own
 #                     Python must not load Debian's libssl/libz)
@@ -40,5 +41,11 @@ build-cuda/cli/specd train-medusa -m "$MODELS/stories260K.gguf" -o gpu-bin/model
   --corpus "$MODELS/corpora/tinystories_valid_30K.txt" --heads 3 --epochs 10 --seed 3 --quiet >/dev/null
 cp -r /usr/lib/python3/dist-packages/websockets gpu-bin/py/ 2>/dev/null || echo "no python3-websockets: the server stage will skip" >&2
 find gpu-bin/py -name __pycache__ -prune -exec rm -rf {} +
+# the binaries (CUDA fatbins) and libraries travel packed: 53 MB become about
+# 8, and the checkout (with the 10 MB default pair) must stay under 64 MiB with
+# them; run.sh unpacks gpu-bin/pack.tar.xz where bin/ is missing
+ls gpu-bin/lib > gpu-bin/libs.txt
+tar cf - -C gpu-bin bin lib | xz -T0 -6 > gpu-bin/pack.tar.xz
+rm -rf gpu-bin/bin gpu-bin/lib
 du -sh gpu-bin | awk '{print "gpu-bin: " $1 " (the device tool carries at most 64 MiB with the checkout)"}'
-ls gpu-bin/lib | tr '\n' ' '; echo
+tr '\n' ' ' < gpu-bin/libs.txt; echo

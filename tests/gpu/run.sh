@@ -33,6 +33,7 @@ stage() { echo; echo "=== $1 ($(( $(date +%s) - T0 )) s)"; }
 late() { [ $(( $(date +%s) - T0 )) -gt "$DEADLINE" ] && { echo "skipped: past the ${DEADLINE} s deadline"; row "$1" "skipped (deadline)"; }; }
 
 [ -x gpu-bin/specd ] || { echo "gpu-bin/ missing: run tests/gpu/prepare.sh on the build machine first"; exit 1; }
+[ -d gpu-bin/bin ] || xz -dc gpu-bin/pack.tar.xz | tar xf - -C gpu-bin || { echo "cannot unpack gpu-bin/pack.tar.xz"; exit 1; }
 G=$PWD/gpu-bin
 export SPECD_MODELS=$G/models
 SPECD=$G/specd
@@ -167,3 +168,5 @@ echo
 echo "=== summary ($(( $(date +%s) - T0 )) s)"
 for k in "${ORDER[@]}"; do printf '%-26s %s\n' "$k" "${ROW[$k]}"; done | tee "$OUT/summary.txt"
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOG"
+# a rehearsal leaves gpu-bin as prepare.sh made it (packed: it must fit the device tool's 64 MiB)
+[ "${GPU_DRY:-0}" = 1 ] && [ -f gpu-bin/pack.tar.xz ] && rm -rf gpu-bin/bin gpu-bin/lib

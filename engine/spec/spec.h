@@ -279,6 +279,11 @@ typedef struct {
     double draft_ms, target_ms;
 } spec_step_info;
 
+/* Counts one verify step of a tree proposer (info->gamma > 0) in its slot's
+ * counters: the step, its nodes, accepted drafts, a rejection unless all
+ * accepted, and its tokens. */
+void spec_method_stats_note(spec_method_stats *b, const spec_step_info *info);
+
 /* One step: plain or speculative as the controller decides. At most max_new
  * tokens are appended (γ is capped so that never overflows, and by the
  * context). Stops after an end-of-generation token. Returns 0, or -1 with err

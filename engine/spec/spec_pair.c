@@ -29,6 +29,11 @@ double spec_stats_tokens_per_pass(const spec_stats *s) {
     return passes ? (double)s->tokens / (double)passes : 0.0;
 }
 
+void spec_method_stats_note(spec_method_stats *b, const spec_step_info *info) {
+    b->verify_steps++, b->drafted += (uint64_t)info->gamma, b->accepted += (uint64_t)info->accepted;
+    b->rejections += !info->bonus, b->tokens += (uint64_t)info->n_new;
+}
+
 void spec_stats_add(spec_stats *a, const spec_stats *s) {
     a->verify_steps += s->verify_steps, a->plain_steps += s->plain_steps, a->drafted += s->drafted;
     a->accepted += s->accepted, a->rejections += s->rejections, a->tokens += s->tokens;

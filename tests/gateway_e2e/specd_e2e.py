@@ -62,6 +62,19 @@ def paths():
     return specd, target, draft
 
 
+def train_medusa_heads(tmp, epochs):
+    """Medusa heads (3, seed 3) for stories260K, trained by `specd train-medusa`
+    on the TinyStories corpus into tmp/heads.gguf; returns the path."""
+    specd, target, _ = paths()
+    corpus = os.path.join(os.environ.get("SPECD_MODELS", "../shared/models"), "corpora", "tinystories_valid_30K.txt")
+    heads = os.path.join(tmp, "heads.gguf")
+    r = subprocess.run([specd, "train-medusa", "-m", target, "-o", heads, "--corpus", corpus, "--heads", "3",
+                        "--epochs", str(epochs), "--seed", "3", "-t", "1", "--quiet"], capture_output=True, text=True,
+                       timeout=300)
+    check(r.returncode == 0, "train-medusa failed: %s" % r.stderr[-2000:])
+    return heads
+
+
 def need_websockets():
     try:
         import websockets  # noqa: F401

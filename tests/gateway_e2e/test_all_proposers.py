@@ -10,10 +10,9 @@
 import asyncio
 import json
 import os
-import subprocess
 import tempfile
 
-from specd_e2e import Server, check, main, paths, recv_json, ws_connect
+from specd_e2e import Server, check, main, train_medusa_heads, paths, recv_json, ws_connect
 
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went to the park", "One day, a big bird",
            "Tom had a red ball. He", "Sue liked to sing"]
@@ -33,14 +32,7 @@ TREES = "speculation:\n  tree: auto\n  tree_budget: 16\n  tree_depth: 5\n  tree_
 
 
 def train_heads(tmp):
-    specd, target, _ = paths()
-    corpus = os.path.join(os.environ.get("SPECD_MODELS", "../shared/models"), "corpora", "tinystories_valid_30K.txt")
-    heads = os.path.join(tmp, "heads.gguf")
-    r = subprocess.run([specd, "train-medusa", "-m", target, "-o", heads, "--corpus", corpus, "--heads", "3",
-                        "--epochs", "2", "--seed", "3", "-t", "1", "--quiet"], capture_output=True, text=True,
-                       timeout=300)
-    check(r.returncode == 0, "train-medusa failed: %s" % r.stderr[-2000:])
-    return heads
+    return train_medusa_heads(tmp, 2)
 
 
 def complete(srv, prompt, spec, n=24):

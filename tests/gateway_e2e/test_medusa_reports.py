@@ -21,21 +21,14 @@ import sqlite3
 import subprocess
 import tempfile
 
-from specd_e2e import Server, check, main, metric_value, paths, recv_json, ws_connect
+from specd_e2e import Server, check, main, train_medusa_heads, metric_value, paths, recv_json, ws_connect
 
 PROMPTS = ["Once upon a time", "The little dog", "Lily and Ben went to the park", "One day, a big bird"]
 MEDUSA = {"method": "medusa"}
 
 
 def train_heads(tmp):
-    specd, target, _ = paths()
-    heads = os.path.join(tmp, "heads.gguf")
-    corpus = os.path.join(os.environ.get("SPECD_MODELS", "../shared/models"), "corpora", "tinystories_valid_30K.txt")
-    r = subprocess.run([specd, "train-medusa", "-m", target, "-o", heads, "--corpus", corpus, "--heads", "3",
-                        "--epochs", "6", "--seed", "3", "-t", "1", "--quiet"], capture_output=True, text=True,
-                       timeout=300)
-    check(r.returncode == 0, "train-medusa failed: %s" % r.stderr[-2000:])
-    return heads
+    return train_medusa_heads(tmp, 6)
 
 
 def complete(srv, prompt, spec):

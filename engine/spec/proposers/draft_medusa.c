@@ -347,10 +347,7 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
     if (spec_tree_step_h(tc, S, n, dm->trees, max_new, info, dm->hid, err, errlen) != 0) return -1;
     for (int i = 0; i < n; i++) { /* reports name the heads as the proposer of their verify steps */
         info[i].method = info[i].gamma > 0 ? SPEC_PROPOSER_MEDUSA : -1;
-        if (info[i].gamma == 0) continue;
-        spec_method_stats *b = &S[i]->st.by[SPEC_PROPOSER_MEDUSA];
-        b->verify_steps++, b->drafted += (uint64_t)info[i].gamma, b->accepted += (uint64_t)info[i].accepted;
-        b->rejections += !info[i].bonus, b->tokens += (uint64_t)info[i].n_new;
+        if (info[i].gamma > 0) spec_method_stats_note(&S[i]->st.by[SPEC_PROPOSER_MEDUSA], &info[i]);
     }
     if (dm->has_curve && info[0].target_ms > 0) { /* the host's speed against the curve */
         int rows = 0;

@@ -337,9 +337,7 @@ int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, cons
             info[i].draft_ms = draft_ms[i];
             S[i]->st.draft_ms += draft_ms[i];
             if (slot[i] < 0 || info[i].gamma == 0) continue;
-            spec_method_stats *b = &S[i]->st.by[slot[i]];
-            b->verify_steps++, b->drafted += (uint64_t)info[i].gamma, b->accepted += (uint64_t)info[i].accepted;
-            b->rejections += !info[i].bonus, b->tokens += (uint64_t)info[i].n_new;
+            spec_method_stats_note(&S[i]->st.by[slot[i]], &info[i]);
         }
     return rc;
 }

@@ -104,12 +104,15 @@ typedef struct {
     engine_tree tree;
     tree_shape sh;              /* fixed trees: the request's bounds */
     int method;                 /* a spec_method the requests ask for, -1: the engine's (auto) */
+    bool mixed;                 /* odd streams take another proposer than even ones (be_phase) */
 } be_cfg;
 
 /* --grammar: every request of every configuration (plain included) carries
  * this GBNF text, so constrained speculation is compared with constrained
  * plain decoding; NULL: unconstrained. */
 static const char *be_grammar;
+/* the engine has Medusa heads (the mixed configuration's odd streams use them) */
+static bool be_has_medusa;
 
 static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_tokens, const be_cfg *cfg, float temp,
                     cli_waker *w, be_result *res) {
@@ -134,6 +137,11 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
         if (cfg->spec && cfg->method >= 0) r.method = (spec_method)cfg->method, r.method_set = true;
         if (cfg->tree == ENGINE_TREE_FIXED)
             r.tree_budget = cfg->sh.budget, r.tree_depth = cfg->sh.depth, r.tree_topk = cfg->sh.topk;
+        if (cfg->mixed) { /* even streams: the draft model's chains; odd: Medusa trees, or fixed 8/4/2 draft trees */
+            r.method = SPEC_METHOD_DRAFT, r.method_set = true, r.tree = ENGINE_TREE_OFF;
+            if (i % 2 && be_has_medusa) r.method = SPEC_METHOD_MEDUSA;
+            else if (i % 2) r.tree = ENGINE_TREE_FIXED, r.tree_budget = 8, r.tree_depth = 4, r.tree_topk = 2;
+        }
         r.grammar = be_grammar;
         r.notify = cli_waker_notify;
         r.user = w;
@@ -205,7 +213,9 @@ static void be_usage(FILE *f) {
             "               chain (the chain path, adaptive gamma; with --medusa, auto between it and Medusa),\n"
             "               draft (the draft model's chain only), medusa (Medusa trees only, --medusa), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
             "               16/5/3 nodes/levels/children), B/D/K (any fixed tree), auto (the shape\n"
-            "               controller); R rounds, the configurations' order rotated each round;\n"
+            "               controller), mixed (even streams the draft model's chains, odd ones Medusa trees\n"
+            "               with --medusa, else fixed 8/4/2 draft trees: proposers side by side in one\n"
+            "               batch); R rounds, the configurations' order rotated each round;\n"
             "               medians and ranges of tokens/s and of the per-round ratio to plain\n"
             "  --grammar G  every stream constrained by G (json: the JSON grammar; else a GBNF file),\n"
             "               plain decoding included: constrained speculation against constrained plain\n");
@@ -225,7 +235,7 @@ static void be_row(int conc, const char *mode, const be_result *r, int kv_total)
 /* --trees LIST: cfgs[0] is plain decoding, then the list. */
 static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
     *n = 1;
-    cfgs[0] = (be_cfg){"plain", false, ENGINE_TREE_OFF, {0, 0, 0}, -1};
+    cfgs[0] = (be_cfg){"plain", false, ENGINE_TREE_OFF, {0, 0, 0}, -1, false};
     char buf[256];
     snprintf(buf, sizeof(buf), "%s", list);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -233,19 +243,20 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
             fprintf(stderr, "specd bench: --trees: at most %d configurations\n", BE_MAX_CFG - 1);
             return -1;
         }
-        be_cfg c = {"", true, ENGINE_TREE_FIXED, {0, 0, 0}, -1};
+        be_cfg c = {"", true, ENGINE_TREE_FIXED, {0, 0, 0}, -1, false};
         if (!strcmp(t, "plain")) c.spec = false, c.tree = ENGINE_TREE_OFF; /* an A/A control: the noise floor */
         else if (!strcmp(t, "chain")) c.tree = ENGINE_TREE_OFF;
         else if (!strcmp(t, "draft")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_DRAFT;
         else if (!strcmp(t, "medusa")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_MEDUSA;
         else if (!strcmp(t, "auto")) c.tree = ENGINE_TREE_AUTO;
+        else if (!strcmp(t, "mixed")) c.mixed = true;
         else if (!strcmp(t, "4")) c.sh = (tree_shape){4, 3, 2};
         else if (!strcmp(t, "8")) c.sh = (tree_shape){8, 4, 2};
         else if (!strcmp(t, "16")) c.sh = (tree_shape){16, 5, 3};
         else if (sscanf(t, "%d/%d/%d", &c.sh.budget, &c.sh.depth, &c.sh.topk) != 3 || c.sh.budget < 1 ||
                  c.sh.budget > DRAFTER_MAX_NODES || c.sh.depth < 1 || c.sh.depth > c.sh.budget || c.sh.topk < 1 ||
                  c.sh.topk > 8) {
-            fprintf(stderr, "specd bench: --trees: '%s' is not plain, chain, draft, medusa, auto, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
+            fprintf(stderr, "specd bench: --trees: '%s' is not plain, chain, draft, medusa, auto, mixed, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
             return -1;
         }
         if (c.tree == ENGINE_TREE_FIXED) snprintf(c.name, sizeof(c.name), "%d/%d/%d", c.sh.budget, c.sh.depth, c.sh.topk);
@@ -265,6 +276,7 @@ static int be_compare_trees(engine *e, const be_prompt *all, int n_distinct, con
     be_prompt prompts[BE_MAX_STREAMS];
     engine_info info;
     engine_get_info(e, &info);
+    be_has_medusa = info.has_medusa;
     printf("verify cost curve t(rows), measured at start: t(1) %.2f ms;", info.tree_t_rows[1]);
     for (int r = 2; r <= TREE_CTL_ROWS; r++)
         if (info.tree_t_rows[r] > 0) printf(" %d: %.2fx", r, info.tree_t_rows[r] / info.tree_t_rows[1]);
@@ -457,7 +469,7 @@ int bench_engine(int argc, char **argv) {
            prompt_tokens, n_distinct, prompts_path);
     /* warm-up: touch the weights and the code paths once */
     be_result warm;
-    be_cfg on_cfg = {"on", true, ENGINE_TREE_DEFAULT, {0, 0, 0}, -1}, off_cfg = {"off", false, ENGINE_TREE_DEFAULT, {0, 0, 0}, -1};
+    be_cfg on_cfg = {"on", true, ENGINE_TREE_DEFAULT, {0, 0, 0}, -1, false}, off_cfg = {"off", false, ENGINE_TREE_DEFAULT, {0, 0, 0}, -1, false};
     be_phase(e, prompts, 1, 8, draft != NULL ? &on_cfg : &off_cfg, temp, &w, &warm);
     int rc = 0;
     if (trees) {

@@ -254,7 +254,10 @@ typedef struct {
     int kv_free_target, kv_free_draft, kv_total;
     uint64_t steps, tokens, requests_done;
     double mean_microbatches, padding_ratio;
-    uint64_t verify_calls;         /* target calls made by decode steps */
+    uint64_t verify_calls;         /* target calls made by decode steps (one per step unless engine.max_batch
+                                    * or the target's batch splits it) */
+    uint64_t mixed_steps;          /* steps whose target pass verified the rows of more than one proposer path
+                                    * (Medusa trees, draft/n-gram trees, chains) together */
     spec_stats st;                 /* totals over finished requests, plus running ones' steps so far */
     uint64_t accepted_hist[GAMMA_MAX + 1]; /* verify steps by number of accepted drafts */
     gamma_costs costs;

@@ -252,6 +252,9 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
         counter(&b, "specd:engine_steps_total", "Engine decode steps.", es->steps);
         counter(&b, "specd:verify_calls_total",
                 "Target calls of decode steps (more than steps when engine.max_batch splits a step).", es->verify_calls);
+        counter(&b, "specd:mixed_steps_total",
+                "Decode steps whose one target pass verified rows of several proposer paths (Medusa trees, "
+                "draft/n-gram trees, chains).", es->mixed_steps);
         counter(&b, "specd:requests_finished_total", "Requests the engine finished (any reason).", es->requests_done);
         gauge(&b, "specd:num_requests_running", "Requests being decoded.", es->running);
         gauge(&b, "specd:num_requests_waiting", "Requests queued for admission.", es->waiting);

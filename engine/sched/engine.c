@@ -391,6 +391,7 @@ void engine_get_stats(engine *e, engine_stats *out) {
     out->kv_total = e->sp->tpool->n_blocks;
     out->steps = e->steps, out->tokens = e->tokens, out->requests_done = e->done;
     out->verify_calls = e->verify_calls;
+    out->mixed_steps = e->mixed_steps;
     out->mean_microbatches = e->steps ? (double)e->microbatches / (double)e->steps : 0;
     out->padding_ratio = e->steps ? e->pad_sum / (double)e->steps : 0;
     out->st = e->st;
@@ -508,8 +509,8 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         e->mh = medusa_heads_load(c->medusa_path, e->sp->target_id.id, e->sp->target->hp.dim, e->sp->n_vocab, st,
                                   err, errlen);
         if (e->mh) e->dm = draft_medusa_create(e->sp, e->mh, st, err, errlen);
-        if (!e->mh || !e->dm || !(e->tc = spec_tree_create(e->sp))) {
-            if (e->mh && e->dm && !e->tc) util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for Medusa");
+        if (!e->mh || !e->dm || !(e->tcm = spec_tree_create(e->sp))) {
+            if (e->mh && e->dm && !e->tcm) util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for Medusa");
             draft_medusa_destroy(e->dm);
             medusa_heads_destroy(e->mh);
             spec_pair_free(e->sp);
@@ -534,6 +535,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         e->dt = spec_pair_has_draft(e->sp) ? draft_tree_create(e->sp) : NULL;
         if (!e->tc || (spec_pair_has_draft(e->sp) && !e->dt)) {
             spec_tree_destroy(e->tc);
+            spec_tree_destroy(e->tcm);
             draft_tree_destroy(e->dt);
             draft_medusa_destroy(e->dm);
             medusa_heads_destroy(e->mh);
@@ -554,6 +556,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     if (gl->cache_bytes) cl.cache_bytes = gl->cache_bytes;
     if (!(e->gc = constrain_cache_create(e->sp->tok, &cl))) {
         spec_tree_destroy(e->tc);
+        spec_tree_destroy(e->tcm);
         draft_tree_destroy(e->dt);
         draft_medusa_destroy(e->dm);
         medusa_heads_destroy(e->mh);
@@ -599,10 +602,15 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->crows = calloc((size_t)R, sizeof(int));
     e->tbatch = calloc((size_t)R, sizeof(int));
     e->trows = calloc((size_t)R, sizeof(int));
+    e->ttree = calloc((size_t)R, sizeof(spec_tree));
+    e->tslot = calloc((size_t)R, sizeof(int));
+    e->tdms = calloc((size_t)R, sizeof(double));
+    e->vms = calloc((size_t)R, sizeof(model_seq));
+    e->vunit = calloc((size_t)R, sizeof(*e->vunit));
     if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
         !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo ||
         !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows || !e->useq || !e->ums ||
-        !e->umax || !e->ureq || !e->uinfo) {
+        !e->umax || !e->ureq || !e->uinfo || !e->ttree || !e->tslot || !e->tdms || !e->vms || !e->vunit) {
         engine_destroy(e);
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the engine's tables"), NULL;
     }
@@ -644,7 +652,9 @@ void engine_destroy(engine *e) {
     free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tent), free(e->tinfo);
     free(e->cms), free(e->tms), free(e->cbatch), free(e->crows), free(e->tbatch), free(e->trows);
     free(e->useq), free(e->ums), free(e->umax), free(e->ureq), free(e->uinfo);
+    free(e->ttree), free(e->tslot), free(e->tdms), free(e->vms), free(e->vunit);
     spec_tree_destroy(e->tc);
+    spec_tree_destroy(e->tcm);
     draft_tree_destroy(e->dt);
     draft_medusa_destroy(e->dm);
     medusa_heads_destroy(e->mh);

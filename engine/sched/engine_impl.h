@@ -136,6 +136,7 @@ struct engine {
      * the engine-wide controller that seeds each sequence's, this step's tree
      * sequences */
     spec_tree_ctx *tc;
+    spec_tree_ctx *tcm;           /* the Medusa trees' (a tree context holds one prepared batch per pass) */
     draft_tree *dt;
     medusa_heads *mh;             /* cfg.medusa_path: the heads and their proposer (else NULL) */
     draft_medusa *dm;
@@ -158,6 +159,13 @@ struct engine {
     spec_method *thow;
     int *tmax, *tent;
     spec_step_info *tinfo;
+    spec_tree *ttree;             /* this step's draft/n-gram trees, their proposers (-1 none), draft ms */
+    int *tslot;
+    double *tdms;
+    /* the step's ONE target pass: every stepped sequence's verify rows
+     * (Medusa, then trees, then chains) and which path and index each is */
+    model_seq *vms;
+    struct { int path, i; } *vunit;
     /* per stepped sequence (chain: binfo's index; tree: tinfo's): its call's
      * wall time / sequences, the sequences and verify rows of the call */
     double *cms, *tms;
@@ -170,7 +178,8 @@ struct engine {
     gamma_costs costs_pub;
     /* counters (under mu) */
     uint64_t steps, tokens, done, microbatches;
-    uint64_t verify_calls;        /* target calls of decode steps (more than bins when max_batch splits them) */
+    uint64_t verify_calls;        /* target calls of decode steps (more than steps when max_batch splits them) */
+    uint64_t mixed_steps;         /* steps whose pass held rows of more than one path */
     uint64_t accepted_hist[GAMMA_MAX + 1];
     spec_stats st_run;
     /* policy: the version the running requests' bounds come from, and the
@@ -257,6 +266,7 @@ typedef struct {
     int nb;                       /* chain micro-batches (e->bins) */
     double pad;                   /* their padding ratio */
     int n_calls;                  /* target calls made */
+    bool mixed;                   /* a call held rows of more than one path */
     double med_ms;                /* the Medusa calls' wall time per Medusa sequence */
     int step_rc, tree_rc, med_rc; /* 0, or -1 with the path's error */
     char err[512], step_err[512], tree_err[512], med_err[512];

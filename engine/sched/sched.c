@@ -636,6 +636,7 @@ static void sched_emit(engine *e, const sched_step *w) {
         e->steps++;
         e->microbatches += (uint64_t)w->nb + (w->n_tree > 0);
         e->verify_calls += (uint64_t)w->n_calls;
+        e->mixed_steps += w->mixed;
         e->pad_sum += w->pad;
         emit_chains(e, w);
         emit_medusa(e, w);

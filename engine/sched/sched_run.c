@@ -1,8 +1,12 @@
 /* sched_run.c — the model work of one engine iteration, without the lock
  * (sched.c runs the loop around it): one prefill chunk, then one step over
- * the running sequences split by path — Medusa trees, draft/n-gram trees,
- * chains in micro-batches — with the auto method's path choice (path_ctl.h)
- * and each call's time noted for the controllers. Engine thread. */
+ * the running sequences. Each sequence takes a path — Medusa trees,
+ * draft/n-gram trees, chains (binned by γ) — with the auto method's path
+ * choice (path_ctl.h); every path proposes first (the heads, the draft
+ * model, the lookup), then ONE target pass verifies all their rows together
+ * (split only by engine.max_batch, the target's batch and a rectangular
+ * backend), and each path accepts and commits its own sequences from its
+ * rows. Each call's time is noted for the controllers. Engine thread. */
 #include "engine/sched/engine_impl.h"
 
 #include <string.h>
@@ -17,9 +21,9 @@ static int pick_trees(engine *e, int n_run, int batch) {
     if (!e->tc) return 0;
     int n_tree = 0, n_chain = 0;
     /* auto requests with the engine's bounds share one decision per step,
-     * the engine-wide controller's: a tree for some and chains for others
-     * would cost two target passes (each reading the weights) where one
-     * does; requests with bounds of their own use their own controller */
+     * the engine-wide controller's (every sequence's steps feed it, so it
+     * learns fastest; trees and chains ride in the same target pass either
+     * way); requests with bounds of their own use their own controller */
     const tree_shape lim = {e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
     int shared = tree_ctl_pick(&e->tree_prior, batch);
     for (int i = 0; i < n_run; i++) {
@@ -77,52 +81,35 @@ static int pick_medusa(engine *e, int n_run) {
     return n_med;
 }
 
-/* One step call over m sequences took per_seq ms for each: noted for each
- * with the call's size and verify rows (the shape controller's inputs). */
-static void note_call(const spec_step_info *info, int m, double per_seq, double *ms, int *batch, int *rows) {
-    int R = 0;
-    for (int k = 0; k < m; k++) R += info[k].gamma + 1;
-    for (int k = 0; k < m; k++) ms[k] = per_seq, batch[k] = m, rows[k] = R;
+/* The paths a stepped sequence can take, in the order their rows sit in
+ * the step's target pass. */
+enum { VP_MEDUSA = 0, VP_TREE, VP_CHAIN };
+
+/* Medusa trees (e->useq[0, n_med)): the heads' proposals and their verify
+ * rows at e->vms[0, n_med). Engine thread, no lock. */
+static void propose_medusa(engine *e, sched_step *w, model_seq *ms) {
+    const spec_tree *trees;
+    w->med_rc = draft_medusa_propose(e->dm, e->useq, e->ums, w->n_med, &e->medusa_sh, &trees, w->med_err,
+                                     sizeof(w->med_err));
+    if (w->med_rc == 0 && spec_tree_prepare(e->tcm, e->useq, w->n_med, trees, e->umax, e->uinfo, ms, w->med_err,
+                                            sizeof(w->med_err)) < 0)
+        w->med_rc = -1;
 }
 
-/* Largest chunk of tree sequences one call takes: the draft and target
- * batches hold a tree of at most DRAFTER_MAX_NODES + 1 rows each. */
-static int tree_chunk(const engine *e) {
-    int cap = e->sp->target->mp.max_batch / (DRAFTER_MAX_NODES + 1);
-    if (e->cfg.max_batch > 0 && e->cfg.max_batch < cap) cap = e->cfg.max_batch;
-    return cap < 1 ? 1 : cap;
+/* Draft-model and n-gram trees (e->tseq[0, n_tree)): all draft-model trees
+ * in one batched draft forward per depth, and their verify rows. */
+static void propose_trees(engine *e, sched_step *w, model_seq *ms) {
+    w->tree_rc = draft_tree_propose_for(e->dt, e->tseq, w->n_tree, e->tsh, e->thow, e->ttree, e->tslot, e->tdms,
+                                        w->tree_err, sizeof(w->tree_err));
+    if (w->tree_rc == 0 && spec_tree_prepare(e->tc, e->tseq, w->n_tree, e->ttree, e->tmax, e->tinfo, ms, w->tree_err,
+                                             sizeof(w->tree_err)) < 0)
+        w->tree_rc = -1;
 }
 
-/* Medusa trees (e->useq[0, n_med)): one target pass per chunk, hidden states
- * kept for the next proposal. Engine thread, no lock. */
-static void run_medusa(engine *e, sched_step *w) {
-    int cap = tree_chunk(e);
-    double t0 = clock_now_ms();
-    for (int c0 = 0; c0 < w->n_med && w->med_rc == 0; c0 += cap, w->n_calls++) {
-        int m = w->n_med - c0 < cap ? w->n_med - c0 : cap;
-        w->med_rc = draft_medusa_step(e->dm, e->tc, e->useq + c0, e->ums + c0, m, &e->medusa_sh, e->umax + c0,
-                                      e->uinfo + c0, w->med_err, sizeof(w->med_err));
-    }
-    w->med_ms = (clock_now_ms() - t0) / w->n_med;
-}
-
-/* Draft-model and n-gram trees (e->tseq[0, n_tree)): one draft_tree_step per
- * chunk, each call's time noted for the shape controller. Engine thread, no lock. */
-static void run_trees(engine *e, sched_step *w) {
-    int cap = tree_chunk(e);
-    for (int c0 = 0; c0 < w->n_tree && w->tree_rc == 0; c0 += cap, w->n_calls++) {
-        int m = w->n_tree - c0 < cap ? w->n_tree - c0 : cap;
-        double t0 = clock_now_ms();
-        w->tree_rc = draft_tree_step(e->dt, e->tc, e->tseq + c0, m, e->tsh + c0, e->thow + c0, e->tmax + c0,
-                                     e->tinfo + c0, w->tree_err, sizeof(w->tree_err));
-        note_call(e->tinfo + c0, m, (clock_now_ms() - t0) / m, e->tms + c0, e->tbatch + c0, e->trows + c0);
-    }
-}
-
-/* Chains (e->bseq[0, n_chain)): plan γ per sequence, bin equal γ into
- * micro-batches, then per bin its draft calls and ONE verify call (per
- * max_batch chunk). Engine thread, no lock. */
-static void run_chains(engine *e, sched_step *w) {
+/* Chains (e->bseq[0, n_chain)): γ per sequence, binned by equal γ (what a
+ * rectangular backend launches; reported), then every chain's draft calls
+ * and verify rows, in bin order (e->mseq, e->binfo). */
+static void propose_chains(engine *e, sched_step *w, model_seq *ms) {
     int n_chain = w->n_chain, n_run = w->n_run, n_pre = w->n_pre;
     for (int i = 0; i < n_chain; i++) {
         req *r = NULL;
@@ -136,53 +123,115 @@ static void run_chains(engine *e, sched_step *w) {
         if (r->adaptive) g = plan_cap_gamma(g, &e->hist);
         e->gam_all[i] = g;
     }
-    int nb = plan_bins(e->gam_all, n_chain, e->cfg.padding_cap, e->bins, e->order, &w->pad);
-    if (e->cfg.ragged && nb > 1) {
-        /* the backend takes ragged batches: every bin shares ONE verify
-         * call (weights read once); the bins are what a rectangular
-         * backend would launch, and their padding is reported */
-        e->bins[0] = (plan_bin){.gamma = e->bins[nb - 1].gamma, .n = n_chain, .first = 0};
-        nb = 1;
+    w->nb = plan_bins(e->gam_all, n_chain, e->cfg.padding_cap, e->bins, e->order, &w->pad);
+    if (e->cfg.ragged && w->nb > 1) {
+        /* the backend takes ragged batches: the bins share the pass (what a
+         * rectangular backend would launch stays in the padding report) */
+        e->bins[0] = (plan_bin){.gamma = e->bins[w->nb - 1].gamma, .n = n_chain, .first = 0};
+        w->nb = 1;
     }
-    w->nb = nb;
-    /* each micro-batch: its draft calls and ONE verify call */
-    spec_seq **mseq = e->mseq;
-    int *mmax = e->mmax, *mg = e->bgam;
-    for (int b = 0; b < nb && w->step_rc == 0; b++) {
-        int m = e->bins[b].n;
-        for (int k = 0; k < m; k++) {
-            int i = e->order[e->bins[b].first + k];
-            mseq[k] = e->bseq[i];
-            mmax[k] = e->bmax[i];
-            mg[k] = e->gam_all[i];
+    for (int j = 0; j < n_chain; j++) {
+        int i = e->order[j];
+        e->mseq[j] = e->bseq[i];
+        e->mmax[j] = e->bmax[i];
+        e->bgam[j] = e->gam_all[i];
+    }
+    if (spec_chain_prepare(e->sp, e->mseq, n_chain, e->mmax, e->bgam, e->binfo, ms, w->step_err,
+                           sizeof(w->step_err)) < 0)
+        w->step_rc = -1;
+}
+
+/* Whether unit u must open a new target call: a rectangular backend
+ * (engine.ragged false) takes one path, one chain bin, per call. */
+static bool call_boundary(const engine *e, const sched_step *w, int u) {
+    if (e->cfg.ragged || u == 0) return false;
+    if (e->vunit[u].path != e->vunit[u - 1].path) return true;
+    if (e->vunit[u].path != VP_CHAIN) return false;
+    for (int b = 0; b < w->nb; b++)
+        if (e->bins[b].first == e->vunit[u].i) return true;
+    return false;
+}
+
+/* Accept and commit units [u0, u0+k) of one successful call (rows from
+ * sp->logits, call_ms over call_rows), each run of one path at once; each
+ * unit's time share of the call and the call's shape noted for the
+ * controllers. */
+static void finish_call(engine *e, int u0, int k, double call_ms, int call_rows) {
+    spec_pair *sp = e->sp;
+    size_t V = (size_t)sp->n_vocab;
+    int row = 0;
+    for (int u = u0; u < u0 + k;) {
+        int path = e->vunit[u].path, i0 = e->vunit[u].i, m = 1, rows = e->vms[u].n;
+        while (u + m < u0 + k && e->vunit[u + m].path == path) rows += e->vms[u + m].n, m++;
+        float *lg = sp->logits + (size_t)row * V;
+        if (path == VP_MEDUSA)
+            spec_tree_finish(e->tcm, e->useq, i0, m, lg, row, call_ms, call_rows, e->uinfo,
+                             draft_medusa_hidden(e->dm) + (size_t)i0 * (size_t)sp->target->hp.dim);
+        else if (path == VP_TREE)
+            spec_tree_finish(e->tc, e->tseq, i0, m, lg, row, call_ms, call_rows, e->tinfo, NULL);
+        else
+            spec_chain_finish(sp, e->mseq + i0, m, lg, row, call_ms, call_rows, e->binfo + i0);
+        for (int j = 0; j < m; j++) {
+            int i = i0 + j;
+            if (path == VP_MEDUSA) continue; /* the Medusa sequences' time is summed after the pass */
+            double *msp = path == VP_TREE ? e->tms : e->cms;
+            int *bp = path == VP_TREE ? e->tbatch : e->cbatch, *rp = path == VP_TREE ? e->trows : e->crows;
+            msp[i] = call_ms / k, bp[i] = k, rp[i] = call_rows;
         }
-        /* engine.max_batch: at most that many sequences per verify call */
-        int cap = e->cfg.max_batch > 0 && e->cfg.max_batch < m ? e->cfg.max_batch : m;
-        for (int c0 = 0; c0 < m && w->step_rc == 0; c0 += cap, w->n_calls++) {
-            int mc = m - c0 < cap ? m - c0 : cap, at = e->bins[b].first + c0;
-            double t0 = clock_now_ms();
-            w->step_rc = spec_step_batch_planned(e->sp, mseq + c0, mc, mmax + c0, mg + c0, e->binfo + at,
-                                                 w->step_err, sizeof(w->step_err));
-            note_call(e->binfo + at, mc, (clock_now_ms() - t0) / mc, e->cms + at, e->cbatch + at, e->crows + at);
+        row += rows;
+        u += m;
+    }
+}
+
+/* Every stepped sequence's verify rows through as few target calls as the
+ * limits allow — ONE when they fit (engine.max_batch sequences, the target's
+ * max_batch rows, the pair's verify scratch) — whatever proposed them. */
+static void run_pass(engine *e, sched_step *w) {
+    spec_pair *sp = e->sp;
+    int nu = 0;
+    for (int i = 0; w->med_rc == 0 && i < w->n_med; i++) e->vunit[nu++] = (__typeof__(*e->vunit)){VP_MEDUSA, i};
+    for (int i = 0; w->tree_rc == 0 && i < w->n_tree; i++) e->vunit[nu++] = (__typeof__(*e->vunit)){VP_TREE, i};
+    for (int i = 0; w->step_rc == 0 && i < w->n_chain; i++) e->vunit[nu++] = (__typeof__(*e->vunit)){VP_CHAIN, i};
+    /* the units' rows, compacted in unit order */
+    int off[3] = {0, w->n_med, w->n_med + w->n_tree}, at = 0;
+    for (int u = 0; u < nu; u++) e->vms[at++] = e->vms[off[e->vunit[u].path] + e->vunit[u].i];
+    int cap_rows = sp->target->mp.max_batch < sp->logit_rows ? sp->target->mp.max_batch : sp->logit_rows;
+    int cap_seqs = e->cfg.max_batch > 0 ? e->cfg.max_batch : nu;
+    for (int u = 0; u < nu;) {
+        int k = 0, rows = 0;
+        while (u + k < nu && k < cap_seqs && rows + e->vms[u + k].n <= cap_rows && !(k > 0 && call_boundary(e, w, u + k)))
+            rows += e->vms[u + k].n, k++;
+        double tt;
+        char err[512];
+        w->n_calls++;
+        if (spec_pair_verify(sp, e->vms + u, k, &tt, err, sizeof(err)) != 0) {
+            /* every sequence not stepped yet fails with its path; chains drop their drafts */
+            for (int v = u; v < nu; v++) {
+                int path = e->vunit[v].path;
+                int *rc = path == VP_MEDUSA ? &w->med_rc : path == VP_TREE ? &w->tree_rc : &w->step_rc;
+                char *pe = path == VP_MEDUSA ? w->med_err : path == VP_TREE ? w->tree_err : w->step_err;
+                if (*rc == 0) *rc = -1, snprintf(pe, 512, "%s", err);
+                if (path == VP_CHAIN) spec_chain_abort(sp, e->mseq + e->vunit[v].i, 1);
+            }
+            return;
         }
-        for (int k = 0; k < m && w->step_rc == 0; k++)
-            if (e->binfo[e->bins[b].first + k].gamma > 0)
-                plan_history_add(&e->hist, e->binfo[e->bins[b].first + k].accepted);
+        for (int v = u + 1; v < u + k; v++) w->mixed |= e->vunit[v].path != e->vunit[u].path;
+        finish_call(e, u, k, tt, rows);
+        u += k;
     }
 }
 
 /* The model work of one iteration, without the lock: one prefill chunk, then
- * one step over the running sequences, split by path — Medusa trees,
- * draft/n-gram trees (tree-enabled sequences whose shape this step is a tree
- * leave the chain path and share one tree verify pass per chunk), chains.
- * Engine thread. */
+ * one step over the running sequences, split by proposer path — Medusa trees,
+ * draft/n-gram trees (tree-enabled sequences whose shape this step is a tree),
+ * chains — and verified in ONE target pass (run_pass). Engine thread. */
 void sched_run(engine *e, sched_step *w) {
     ENG_ON_THREAD(e);
     req *pre = w->pre;
     int n_run = w->n_run;
     w->pre_rc = pre ? spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, w->err, sizeof(w->err)) : 0;
     if (pre && w->pre_rc == 1 && pre->ms) medusa_seq_prefilled(e->dm, pre->ms, pre->seq); /* before any other pass */
-    w->nb = 0, w->pad = 1.0, w->n_calls = 0;
+    w->nb = 0, w->pad = 1.0, w->n_calls = 0, w->mixed = false;
     w->step_rc = w->tree_rc = w->med_rc = 0;
     e->path_arm = -1;
     for (int i = 0; i < e->n_active && n_run; i++)
@@ -195,7 +244,26 @@ void sched_run(engine *e, sched_step *w) {
     w->n_med = n_run ? pick_medusa(e, n_run) : 0;
     w->n_tree = n_run - w->n_med ? pick_trees(e, n_run - w->n_med, n_run + w->n_pre) : 0;
     w->n_chain = n_run - w->n_med - w->n_tree;
-    if (w->n_med > 0) run_medusa(e, w);
-    if (w->n_tree > 0) run_trees(e, w);
-    if (w->n_chain > 0) run_chains(e, w);
+    if (!n_run) return;
+    /* proposals first (the draft model, the heads, the lookup), then the
+     * target verifies them all at once */
+    if (w->n_med > 0) propose_medusa(e, w, e->vms);
+    if (w->n_tree > 0) propose_trees(e, w, e->vms + w->n_med);
+    if (w->n_chain > 0) propose_chains(e, w, e->vms + w->n_med + w->n_tree);
+    run_pass(e, w);
+    if (w->n_med > 0 && w->med_rc == 0) {
+        draft_medusa_finish(e->dm, e->useq, e->ums, w->n_med, e->uinfo);
+        double ms = 0;
+        for (int k = 0; k < w->n_med; k++) ms += e->uinfo[k].draft_ms + e->uinfo[k].target_ms;
+        w->med_ms = ms / w->n_med;
+    }
+    if (w->n_tree > 0 && w->tree_rc == 0) {
+        draft_tree_note(e->tseq, w->n_tree, e->tslot, e->tdms, e->tinfo);
+        for (int k = 0; k < w->n_tree; k++) e->tms[k] += e->tinfo[k].draft_ms;
+    }
+    if (w->n_chain > 0 && w->step_rc == 0)
+        for (int j = 0; j < w->n_chain; j++) {
+            e->cms[j] += e->binfo[j].draft_ms;
+            if (e->binfo[j].gamma > 0) plan_history_add(&e->hist, e->binfo[j].accepted);
+        }
 }

@@ -14,10 +14,11 @@
  * cost of switching (the draft model's catch-up after Medusa steps) lands in
  * the first steps of a run, which is where it belongs.
  *
- * One decision per step for the whole batch, not one per sequence: two paths
- * in one step are two target passes, each reading all the weights (the tree
- * path's shared decision makes the same trade). At batch 1 it is the
- * sequence's own.
+ * One decision per step for the whole batch, not one per sequence: the
+ * step's one target pass verifies both paths' rows together (sched_run.c),
+ * but a batch split between the arms would make each arm's tokens per ms
+ * depend on the other's rows, and the comparison is what this controller
+ * is for. At batch 1 it is the sequence's own.
  *
  * Threading: one controller per engine, engine thread. */
 #ifndef SPECD_PATH_CTL_H

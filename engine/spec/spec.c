@@ -553,21 +553,8 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
 
 int spec_seq_plan(spec_seq *s, int max_new, int batch) { return plan_gamma(s, max_new < 1 ? 1 : max_new, batch); }
 
-static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
-                      spec_step_info *info, char *err, size_t errlen);
-
-int spec_step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, spec_step_info *info, char *err,
-                    size_t errlen) {
-    return step_batch(sp, S, n, max_new, NULL, info, err, errlen);
-}
-
-int spec_step_batch_planned(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *gamma,
-                            spec_step_info *info, char *err, size_t errlen) {
-    return step_batch(sp, S, n, max_new, gamma, info, err, errlen);
-}
-
-static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
-                      spec_step_info *info, char *err, size_t errlen) {
+int spec_chain_prepare(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
+                       spec_step_info *info, model_seq *ms, char *err, size_t errlen) {
     if (n < 1 || n > sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
     for (int i = 0; i < n; i++)
         if (!S[i]->prefilled) return util_fail(err, errlen, "sequence %d is still prefilling", i);
@@ -585,42 +572,83 @@ static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, co
         nd += gam[i] > 0;
     }
     if (nd) draft_phase(sp, S, n, gam, info);
-
-    /* verify: ONE target call over every sequence's last token and drafts */
-    model_seq *ms = sp->ms;
-    double keys = 0, pairs = 0;
+    /* the verify rows: every sequence's last token and its drafts */
     for (int i = 0; i < n; i++) {
         spec_seq *s = S[i];
+        s->vgam = gam[i];
         s->vtoks[0] = s->tokens[s->n_tokens - 1];
         memcpy(s->vtoks + 1, s->draft, sizeof(int32_t) * (size_t)gam[i]);
         ms[i] = (model_seq){.kv = s->tkv, .n = gam[i] + 1, .tokens = s->vtoks, .all_logits = true};
         rows += gam[i] + 1;
-        keys += gamma_keys(gam[i] + 1, s->n_tokens - 1);
-        pairs += gamma_pairs(gam[i] + 1, s->n_tokens - 1);
     }
-    double t0 = clock_now_ms();
-    if (model_forward(sp->target, sp->tpool, ms, n, sp->logits, err, errlen) != 0) {
-        /* the sequences are unchanged: drafters drop what they proposed */
-        for (int i = 0; i < n; i++)
-            for (int j = 0; j < SPEC_DRAFTERS; j++)
-                if (S[i]->ds[j]) sp->drafters[j]->i->commit(sp->drafters[j], S[i]->ds[j], S[i]->tokens, S[i]->n_tokens - 1);
-        return -1;
-    }
-    double tt = clock_now_ms() - t0;
-    gamma_costs_observe_target(&sp->costs, rows, keys, pairs, tt);
+    return rows;
+}
+
+void spec_chain_abort(spec_pair *sp, spec_seq **S, int n) {
+    /* the sequences are unchanged: drafters drop what they proposed */
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < SPEC_DRAFTERS; j++)
+            if (S[i]->ds[j]) sp->drafters[j]->i->commit(sp->drafters[j], S[i]->ds[j], S[i]->tokens, S[i]->n_tokens - 1);
+}
+
+void spec_chain_finish(spec_pair *sp, spec_seq **S, int n, float *logits, int row0, double call_ms, int call_rows,
+                       spec_step_info *info) {
     size_t row = 0;
     for (int i = 0; i < n; i++) {
-        double share = tt * (gam[i] + 1) / rows; /* its verify rows' share of the call */
+        int g = S[i]->vgam;
+        double share = call_ms * (g + 1) / call_rows; /* its verify rows' share of the call */
         S[i]->st.target_ms += share;
         info[i].target_ms = share;
-        accept_commit(S[i], gam[i], sp->logits + row * (size_t)sp->n_vocab, &info[i]);
+        accept_commit(S[i], g, logits + row * (size_t)sp->n_vocab, &info[i]);
         if (S[i]->hid) { /* the row that sampled the last token appended */
-            int hr = (int)row + info[i].n_new - 1;
+            int hr = row0 + (int)row + info[i].n_new - 1;
             *S[i]->hid_at = model_hidden_rows(sp->target, S[i]->hid, &hr, 1) == 0 ? S[i]->n_tokens : -1;
         }
-        row += (size_t)gam[i] + 1;
+        row += (size_t)g + 1;
     }
+}
+
+int spec_pair_verify(spec_pair *sp, const model_seq *ms, int n, double *call_ms, char *err, size_t errlen) {
+    int rows = 0;
+    bool chains = true;
+    double keys = 0, pairs = 0;
+    for (int i = 0; i < n; i++) {
+        rows += ms[i].n;
+        chains &= ms[i].mask == NULL && ms[i].pos == NULL;
+        keys += gamma_keys(ms[i].n, ms[i].kv->len);
+        pairs += gamma_pairs(ms[i].n, ms[i].kv->len);
+    }
+    if (rows > sp->logit_rows)
+        return util_fail(err, errlen, "%d verify rows exceed the step scratch of %d", rows, sp->logit_rows);
+    double t0 = clock_now_ms();
+    if (model_forward(sp->target, sp->tpool, ms, n, sp->logits, err, errlen) != 0) return -1;
+    *call_ms = clock_now_ms() - t0;
+    /* the γ cost model is fitted to causal verify calls (trees' masked rows cost otherwise) */
+    if (chains) gamma_costs_observe_target(&sp->costs, rows, keys, pairs, *call_ms);
     return 0;
+}
+
+static int step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
+                      spec_step_info *info, char *err, size_t errlen) {
+    int rows = spec_chain_prepare(sp, S, n, max_new, planned, info, sp->ms, err, errlen);
+    if (rows < 0) return -1;
+    double tt;
+    if (spec_pair_verify(sp, sp->ms, n, &tt, err, errlen) != 0) {
+        spec_chain_abort(sp, S, n);
+        return -1;
+    }
+    spec_chain_finish(sp, S, n, sp->logits, 0, tt, rows, info);
+    return 0;
+}
+
+int spec_step_batch(spec_pair *sp, spec_seq **S, int n, const int *max_new, spec_step_info *info, char *err,
+                    size_t errlen) {
+    return step_batch(sp, S, n, max_new, NULL, info, err, errlen);
+}
+
+int spec_step_batch_planned(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *gamma,
+                            spec_step_info *info, char *err, size_t errlen) {
+    return step_batch(sp, S, n, max_new, gamma, info, err, errlen);
 }
 
 void spec_seq_note_other_step(spec_seq *s) {

@@ -151,7 +151,8 @@ typedef struct spec_pair {
     int max_seqs, max_gamma;
     int max_ctx;                /* positions per sequence: the smaller model's limit */
     float *p;                   /* (max_gamma+1, V) target distributions of the sequence being accepted */
-    float *logits;              /* (max_seqs * (max_gamma+1), V) rows of a batched call */
+    float *logits;              /* (logit_rows, V) rows of a batched verify call (spec_pair_verify) */
+    int logit_rows;             /* max_seqs * (max_gamma+1), more after spec_pair_reserve_rows */
     float *scratch;             /* (V) */
     model_seq *ms;              /* (max_seqs) */
     int *gam;                   /* (max_seqs) */
@@ -232,6 +233,7 @@ typedef struct spec_seq {
     int32_t draft[GAMMA_MAX];   /* drafted tokens of the current step */
     bool det[GAMMA_MAX];        /* ... each a point mass (deterministic proposal) */
     int32_t vtoks[GAMMA_MAX + 1];/* tokens fed to the verify call */
+    int vgam;                   /* drafts in this step's verify rows (spec_chain_prepare) */
     int32_t gst;                /* grammar state after the accepted tokens (prm.grammar set) */
     int32_t gpos[GAMMA_MAX + 1];/* ... after the accepted tokens and drafts [0, j): this step's copies */
     spec_logprob lp[GAMMA_MAX + 1]; /* prm.logprobs: of the tokens the last step (or the prefill) appended, in order */
@@ -306,6 +308,32 @@ int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, s
 int spec_seq_plan(spec_seq *s, int max_new, int batch);
 int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
                             spec_step_info *info, char *err, size_t errlen);
+
+/* The step in phases, so that one target pass verifies every proposer's
+ * rows (the engine packs chains, draft trees and Medusa trees into one
+ * call; spec_step_batch_planned is the three phases over one call):
+ *   spec_chain_prepare: the checks, γ (planned, or the controller's), the
+ *     batched draft calls, and each sequence's verify rows in ms[i] (its last
+ *     token and drafts); returns the rows in all, or -1 with err (nothing
+ *     changed, no draft state ahead);
+ *   spec_pair_verify: ONE target forward over any model_seq rows (chains'
+ *     and trees' alike) into sp->logits, its wall time in *call_ms; -1 with
+ *     err on failure (no KV length changed: call spec_chain_abort for the
+ *     chains that were in it);
+ *   spec_chain_finish: accept/commit for S[0, n) whose rows start at
+ *     `logits` (row row0 of the call, for the hidden states), each with its
+ *     rows' share of call_ms over call_rows.
+ * Between prepare and finish no other target forward may touch these
+ * sequences' caches. */
+int spec_chain_prepare(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
+                       spec_step_info *info, model_seq *ms, char *err, size_t errlen);
+int spec_pair_verify(spec_pair *sp, const model_seq *ms, int n, double *call_ms, char *err, size_t errlen);
+void spec_chain_finish(spec_pair *sp, spec_seq **S, int n, float *logits, int row0, double call_ms, int call_rows,
+                       spec_step_info *info);
+void spec_chain_abort(spec_pair *sp, spec_seq **S, int n);
+/* Grows the verify scratch to at least rows rows (trees need max_seqs x
+ * (DRAFTER_MAX_NODES + 1)). Returns 0, or -1 when out of memory (unchanged). */
+int spec_pair_reserve_rows(spec_pair *sp, int rows);
 
 /* The sequence took a step on another proposer (Medusa trees, outside
  * this file): its drafters' controllers count it as a plain step, so a

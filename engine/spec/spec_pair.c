@@ -74,6 +74,15 @@ void spec_model_identity(const model *m, const tokenizer *t, spec_model_id *out)
     snprintf(out->id, sizeof(out->id), "%s-%016llx", m->arch, (unsigned long long)h);
 }
 
+int spec_pair_reserve_rows(spec_pair *sp, int rows) {
+    if (rows <= sp->logit_rows) return 0;
+    float *l = realloc(sp->logits, sizeof(float) * (size_t)sp->n_vocab * (size_t)rows);
+    if (!l) return -1;
+    sp->logits = l;
+    sp->logit_rows = rows;
+    return 0;
+}
+
 bool spec_pair_has_draft(const spec_pair *sp) { return sp->drafters[SPEC_DRAFTER_MODEL] != NULL; }
 model *spec_pair_draft_model(const spec_pair *sp) { return draft_model_model(sp->drafters[SPEC_DRAFTER_MODEL]); }
 kv_pool *spec_pair_draft_pool(const spec_pair *sp) { return draft_model_pool(sp->drafters[SPEC_DRAFTER_MODEL]); }
@@ -192,6 +201,7 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     if (rows < GAMMA_CAL_ROWS) rows = GAMMA_CAL_ROWS; /* calibration's widest call */
     sp->p = malloc(sizeof(float) * V * (size_t)(sp->max_gamma + 1));
     sp->logits = malloc(sizeof(float) * V * rows);
+    sp->logit_rows = (int)rows;
     sp->scratch = malloc(sizeof(float) * V);
     sp->ms = malloc(sizeof(model_seq) * (size_t)sp->max_seqs);
     sp->gam = malloc(sizeof(int) * (size_t)sp->max_seqs);

@@ -19,7 +19,6 @@ struct spec_tree_ctx {
     spec_pair *sp;
     int32_t *tokens, *pos;      /* (max_seqs, TR) verify rows */
     uint8_t *mask;              /* (max_seqs, TR, TR) ancestor masks */
-    float *logits;              /* (max_seqs * TR, V) */
     float *p;                   /* (TR, V) the sequence being accepted */
     double *scratch;            /* (2 V) */
     model_seq *ms;              /* (max_seqs) */
@@ -41,7 +40,6 @@ spec_tree_ctx *spec_tree_create(spec_pair *sp) {
     tc->tokens = malloc(sizeof(int32_t) * S * TR);
     tc->pos = malloc(sizeof(int32_t) * S * TR);
     tc->mask = malloc(S * TR * TR);
-    tc->logits = malloc(sizeof(float) * S * TR * V);
     tc->p = malloc(sizeof(float) * TR * V);
     tc->scratch = malloc(sizeof(double) * 2 * V);
     tc->ms = malloc(sizeof(model_seq) * S);
@@ -50,8 +48,8 @@ spec_tree_ctx *spec_tree_create(spec_pair *sp) {
     tc->qc = malloc(sizeof(float) * DRAFTER_MAX_NODES * V);
     tc->gst = malloc(sizeof(*tc->gst) * S);
     tc->hrow = malloc(sizeof(int) * S);
-    if (!tc->hrow || !tc->tokens || !tc->pos || !tc->mask || !tc->logits || !tc->p || !tc->scratch || !tc->ms ||
-        !tc->cut || !tc->qrow || !tc->qc || !tc->gst) {
+    if (!tc->hrow || !tc->tokens || !tc->pos || !tc->mask || !tc->p || !tc->scratch || !tc->ms ||
+        !tc->cut || !tc->qrow || !tc->qc || !tc->gst || spec_pair_reserve_rows(sp, (int)(S * TR)) != 0) {
         spec_tree_destroy(tc);
         return NULL;
     }
@@ -63,7 +61,6 @@ void spec_tree_destroy(spec_tree_ctx *tc) {
     free(tc->tokens);
     free(tc->pos);
     free(tc->mask);
-    free(tc->logits);
     free(tc->p);
     free(tc->scratch);
     free(tc->ms);
@@ -136,6 +133,16 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
 
 int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
                      spec_step_info *info, float *hidden, char *err, size_t errlen) {
+    int rows = spec_tree_prepare(tc, S, n, trees, max_new, info, tc->ms, err, errlen);
+    if (rows < 0) return -1;
+    double tt;
+    if (spec_pair_verify(tc->sp, tc->ms, n, &tt, err, errlen) != 0) return -1;
+    spec_tree_finish(tc, S, 0, n, tc->sp->logits, 0, tt, rows, info, hidden);
+    return 0;
+}
+
+int spec_tree_prepare(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                      spec_step_info *info, model_seq *ms, char *err, size_t errlen) {
     spec_pair *sp = tc->sp;
     size_t V = (size_t)sp->n_vocab;
     if (n < 1 || n > sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
@@ -158,20 +165,25 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
         int R = tree_rows(tk, ps, mk, s->tokens[s->n_tokens - 1], s->n_tokens - 1, tc->cut[i].nodes,
                           tc->cut[i].n_nodes, (int)V);
         tc->ms[i] = (model_seq){.kv = s->tkv, .n = R, .tokens = tk, .pos = ps, .mask = mk, .all_logits = true};
+        if (ms != tc->ms) ms[i] = tc->ms[i];
         rows += R;
     }
     if (rows > sp->target->mp.max_batch)
         return util_fail(err, errlen, "%d verify rows exceed the target's batch of %d", rows, sp->target->mp.max_batch);
-    double t0 = clock_now_ms();
-    if (model_forward(sp->target, sp->tpool, tc->ms, n, tc->logits, err, errlen) != 0) return -1;
-    double tt = clock_now_ms() - t0;
+    return rows;
+}
+
+void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *logits, int row0, double tt, int rows,
+                      spec_step_info *info, float *hidden) {
+    spec_pair *sp = tc->sp;
+    size_t V = (size_t)sp->n_vocab;
     size_t row = 0;
-    for (int i = 0; i < n; i++) {
+    for (int i = i0; i < i0 + n; i++) {
         spec_seq *s = S[i];
         const spec_tree *t = &tc->cut[i];
         int N = s->n_tokens, nn = t->n_nodes;
-        float *lg = tc->logits + row * V;
-        size_t row0 = row;
+        float *lg = logits + row * V;
+        size_t rbase = row;
         row += (size_t)nn + 1;
         if (s->prm.grammar && !s->prm.grammar_broken) { /* each row masked by the state after its node's path,
                                                           * as the draft's q was (grammar_broken: tests only) */
@@ -249,11 +261,11 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
         }
         info[i].bonus = bonus && n_new == k + 1;
         /* out[j] came from row 0 (j = 0) or the row of path node j-1 */
-        tc->hrow[i] = (int)row0 + (n_new == 1 ? 0 : 1 + path[n_new - 2]);
+        tc->hrow[i] = row0 + (int)rbase + (n_new == 1 ? 0 : 1 + path[n_new - 2]);
         info[i].n_new = n_new;
         info[i].gamma = nn;
         info[i].nodes = nn;
-        int lvl[TR], depth = 0; /* a node's level: its parent's + 1 (parents come first) */
+        int lvl[TR] = {0}, depth = 0; /* a node's level: its parent's + 1 (parents come first) */
         for (int j = 0; j < nn; j++) {
             lvl[j] = t->nodes[j].parent < 0 ? 1 : lvl[t->nodes[j].parent] + 1;
             depth = lvl[j] > depth ? lvl[j] : depth;
@@ -263,6 +275,5 @@ int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tr
         info[i].accepted = k < n_new ? k : n_new;
         info[i].target_ms = share;
     }
-    if (hidden) model_hidden_rows(sp->target, hidden, tc->hrow, n);
-    return 0;
+    if (hidden) model_hidden_rows(sp->target, hidden, tc->hrow + i0, n);
 }

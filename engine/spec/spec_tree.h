@@ -30,7 +30,8 @@ typedef struct {
 typedef struct spec_tree_ctx spec_tree_ctx;
 
 /* Scratch for tree steps of up to sp->max_seqs sequences of up to
- * DRAFTER_MAX_NODES nodes (the only allocation). NULL when out of memory.
+ * DRAFTER_MAX_NODES nodes; the logits go to the pair's verify scratch, grown
+ * here to max_seqs x (DRAFTER_MAX_NODES + 1) rows. NULL when out of memory.
  * The caller owns it; it must not outlive sp. */
 spec_tree_ctx *spec_tree_create(spec_pair *sp);
 void spec_tree_destroy(spec_tree_ctx *tc); /* accepts NULL */
@@ -52,5 +53,20 @@ int spec_tree_step(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *tree
  * a Medusa proposer reads for the next tree (model_hidden_rows, no extra pass). */
 int spec_tree_step_h(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
                      spec_step_info *info, float *hidden, char *err, size_t errlen);
+
+/* The same step in phases (spec.h's chain phases, for one target pass over
+ * every proposer's rows): spec_tree_prepare cuts each tree (max_new, the
+ * grammar, the context) and writes its verify rows to ms[i] (pointing into
+ * tc, valid until its next prepare); returns the rows in all or -1 with err
+ * (nothing changed). After spec_pair_verify ran them, spec_tree_finish
+ * accepts and commits sequences S[i0, i0+n), whose rows start at `logits`
+ * (row row0 of the call), each with its rows' share of call_ms over
+ * call_rows; hidden as spec_tree_step_h's, row k for S[i0+k]. A tree context
+ * holds one prepared batch at a time: a second batch in the same pass needs
+ * its own context. */
+int spec_tree_prepare(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *trees, const int *max_new,
+                      spec_step_info *info, model_seq *ms, char *err, size_t errlen);
+void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *logits, int row0, double call_ms,
+                      int call_rows, spec_step_info *info, float *hidden);
 
 #endif

@@ -221,6 +221,8 @@ int main(void) {
         CHECK(in0.has_medusa);
         eu_waiter w;
         eu_waiter_init(&w);
+        engine_stats sm0;
+        engine_get_stats(e, &sm0);
         for (int i = 0; i < N_P; i++) {
             engine_request q = base(i, SPEC_MODE_AUTO);
             if (i % 3 == 0) q.method = SPEC_METHOD_MEDUSA, q.method_set = true;
@@ -232,6 +234,15 @@ int main(void) {
         eu_waiter_destroy(&w);
         compare("medusa beside chains and trees");
         engine_get_stats(e, &s1);
+        /* ONE target pass per step whatever proposed (32 sequences of at
+         * most 9 rows fit the target's batch): Medusa, tree and chain rows
+         * were verified together */
+        CHECKF(s1.verify_calls - sm0.verify_calls == s1.steps - sm0.steps && s1.mixed_steps > sm0.mixed_steps,
+               "%llu target calls for %llu steps, %llu of them mixed", (unsigned long long)(s1.verify_calls - sm0.verify_calls),
+               (unsigned long long)(s1.steps - sm0.steps), (unsigned long long)(s1.mixed_steps - sm0.mixed_steps));
+        fprintf(stderr, "medusa beside chains and trees: %llu steps, %llu target calls, %llu steps mixed paths\n",
+                (unsigned long long)(s1.steps - sm0.steps), (unsigned long long)(s1.verify_calls - sm0.verify_calls),
+                (unsigned long long)(s1.mixed_steps - sm0.mixed_steps));
         uint64_t med_nodes = 0;
         for (int i = 0; i < N_P; i += 3) med_nodes += got[i].fin.st.tree_nodes;
         CHECKF(med_nodes > 0, "medusa requests verified no tree nodes");

@@ -245,6 +245,7 @@ int main(void) {
     es.running = 3, es.waiting = 2, es.prefilling = 1;
     es.kv_total = 100, es.kv_free_target = 60, es.kv_free_draft = 70;
     es.steps = 500, es.tokens = 1234, es.requests_done = 9;
+    es.verify_calls = 503, es.mixed_steps = 17;
     es.st.verify_steps = 40, es.st.drafted = 160, es.st.accepted = 100, es.st.fallbacks = 2, es.st.kv_resets = 1;
     es.st.kv_reset_reused = 48;
     es.st.pos_reached[0] = 40, es.st.pos_accepted[0] = 35;
@@ -287,6 +288,8 @@ int main(void) {
     CHECK(val(&E, "specd:spec_tree_nodes_total", "") == 99);
     CHECK(!strcmp(type_of(&E, "specd:spec_tree_nodes_total"), "counter"));
     CHECK(val(&E, "specd:generation_tokens_total", "") == 1234);
+    CHECK(val(&E, "specd:verify_calls_total", "") == 503);
+    CHECK(val(&E, "specd:mixed_steps_total", "") == 17 && !strcmp(type_of(&E, "specd:mixed_steps_total"), "counter"));
     CHECK(val(&E, "specd:num_requests_running", "") == 3 && !strcmp(type_of(&E, "specd:num_requests_running"), "gauge"));
     CHECK(val(&E, "specd:num_requests_waiting", "") == 2);
     CHECK(val(&E, "specd:kv_blocks_used", "model=\"target\"") == 40);

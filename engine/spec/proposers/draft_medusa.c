@@ -53,6 +53,9 @@ struct draft_medusa {
     double chain_value[MEDUSA_MAX_HEADS + 1]; /* chain_value[n]: the promised length of an n-deep top-1 chain */
     long plain_run;                  /* consecutive steps the scaled choice made plain */
     int last_budget;
+    /* the proposal between draft_medusa_propose and draft_medusa_finish */
+    int nb, nr;                      /* its budget and proposing rows */
+    double hm;                       /* the heads' ms */
 };
 
 #define BUDGET_EWMA 0.2
@@ -297,6 +300,17 @@ static void shadow_start(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, 
 
 int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
                       const int *max_new, spec_step_info *info, char *err, size_t errlen) {
+    const spec_tree *trees;
+    if (draft_medusa_propose(dm, S, M, n, sh, &trees, err, errlen) != 0) return -1;
+    if (spec_tree_step_h(tc, S, n, trees, max_new, info, dm->hid, err, errlen) != 0) return -1;
+    draft_medusa_finish(dm, S, M, n, info);
+    return 0;
+}
+
+float *draft_medusa_hidden(draft_medusa *dm) { return dm->hid; }
+
+int draft_medusa_propose(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
+                         const spec_tree **trees, char *err, size_t errlen) {
     spec_pair *sp = dm->sp;
     if (n < 1 || n > sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, sp->max_seqs);
     if (dm->n_shape < 0 || memcmp(&dm->shape, sh, sizeof(*sh)) != 0) {
@@ -344,7 +358,14 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
         hm = clock_now_ms() - t0;
         dm->heads_ms = dm->heads_ms > 0 ? dm->heads_ms + BUDGET_EWMA * (hm / nr - dm->heads_ms) : hm / nr;
     }
-    if (spec_tree_step_h(tc, S, n, dm->trees, max_new, info, dm->hid, err, errlen) != 0) return -1;
+    dm->nb = nb, dm->nr = nr, dm->hm = hm;
+    *trees = dm->trees;
+    return 0;
+}
+
+void draft_medusa_finish(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, spec_step_info *info) {
+    int D = dm->D, nb = dm->nb, nr = dm->nr;
+    double hm = dm->hm;
     for (int i = 0; i < n; i++) { /* reports name the heads as the proposer of their verify steps */
         info[i].method = info[i].gamma > 0 ? SPEC_PROPOSER_MEDUSA : -1;
         if (info[i].gamma > 0) spec_method_stats_note(&S[i]->st.by[SPEC_PROPOSER_MEDUSA], &info[i]);
@@ -371,5 +392,4 @@ int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_
         info[i].draft_ms = nr && dm->row[i] >= 0 ? hm / nr : 0; /* one row each: the heads' pass shared by rows */
         S[i]->st.draft_ms += info[i].draft_ms;
     }
-    return 0;
 }

@@ -105,4 +105,15 @@ int draft_medusa_shape(const medusa_heads *mh, const tree_shape *sh, int16_t *pa
 int draft_medusa_step(draft_medusa *dm, spec_tree_ctx *tc, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
                       const int *max_new, spec_step_info *info, char *err, size_t errlen);
 
+/* The same step in phases, for one target pass over every proposer's rows:
+ * draft_medusa_propose runs the heads and points *trees at the n trees
+ * (valid until the next propose); the caller verifies them
+ * (spec_tree_prepare / spec_pair_verify / spec_tree_finish) with the hidden
+ * states going to draft_medusa_hidden(dm) (row i for S[i]), then
+ * draft_medusa_finish records them and the budget's evidence. */
+int draft_medusa_propose(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, const tree_shape *sh,
+                         const spec_tree **trees, char *err, size_t errlen);
+float *draft_medusa_hidden(draft_medusa *dm);
+void draft_medusa_finish(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, spec_step_info *info);
+
 #endif

@@ -287,19 +287,19 @@ int ngram_tree_propose(const int32_t *tokens, int n_tokens, int nmin, int nmax, 
     return out->n_nodes;
 }
 
-int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh,
-                    const spec_method *how, const int *max_new, spec_step_info *info, char *err, size_t errlen) {
-    spec_tree t[64], dtree[64];
+int draft_tree_propose_for(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh, const spec_method *how,
+                           spec_tree *t, int *slot, double *draft_ms, char *err, size_t errlen) {
+    spec_tree dtree[64];
     spec_seq *ds[64];
     tree_shape dsh[64];
-    int who[64], nd = 0, slot[64];
-    double draft_ms[64] = {0};
+    int who[64], nd = 0;
     if (n > 64) return util_fail(err, errlen, "tree batch of %d (limit 64)", n);
     spec_pair *sp = S[0]->sp;
     for (int i = 0; i < n; i++) {
         spec_method m = how ? how[i] : SPEC_METHOD_DRAFT;
         t[i] = (spec_tree){0};
         slot[i] = -1;
+        draft_ms[i] = 0;
         if (sh[i].budget <= 0 || m == SPEC_METHOD_OFF) continue;
         if (m == SPEC_METHOD_NGRAM || m == SPEC_METHOD_AUTO) {
             double a = clock_now_ms();
@@ -330,14 +330,26 @@ int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, cons
             for (int k = 0; k < nd; k++) ds[k]->st.draft_failures++;
         }
     }
+    return 0;
+}
+
+void draft_tree_note(spec_seq **S, int n, const int *slot, const double *draft_ms, spec_step_info *info) {
+    for (int i = 0; i < n; i++) {
+        info[i].method = info[i].gamma > 0 ? slot[i] : -1;
+        info[i].draft_ms = draft_ms[i];
+        S[i]->st.draft_ms += draft_ms[i];
+        if (slot[i] < 0 || info[i].gamma == 0) continue;
+        spec_method_stats_note(&S[i]->st.by[slot[i]], &info[i]);
+    }
+}
+
+int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh,
+                    const spec_method *how, const int *max_new, spec_step_info *info, char *err, size_t errlen) {
+    spec_tree t[64];
+    int slot[64];
+    double draft_ms[64];
+    if (draft_tree_propose_for(dt, S, n, sh, how, t, slot, draft_ms, err, errlen) != 0) return -1;
     int rc = spec_tree_step(tc, S, n, t, max_new, info, err, errlen);
-    if (rc == 0)
-        for (int i = 0; i < n; i++) {
-            info[i].method = info[i].gamma > 0 ? slot[i] : -1;
-            info[i].draft_ms = draft_ms[i];
-            S[i]->st.draft_ms += draft_ms[i];
-            if (slot[i] < 0 || info[i].gamma == 0) continue;
-            spec_method_stats_note(&S[i]->st.by[slot[i]], &info[i]);
-        }
+    if (rc == 0) draft_tree_note(S, n, slot, draft_ms, info);
     return rc;
 }

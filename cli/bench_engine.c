@@ -249,7 +249,7 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
         else if (!strcmp(t, "draft")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_DRAFT;
         else if (!strcmp(t, "medusa")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_MEDUSA;
         else if (!strcmp(t, "auto")) c.tree = ENGINE_TREE_AUTO;
-        else if (!strcmp(t, "mixed")) c.mixed = true;
+        else if (!strcmp(t, "mixed")) c.mixed = true, c.tree = ENGINE_TREE_OFF;
         else if (!strcmp(t, "4")) c.sh = (tree_shape){4, 3, 2};
         else if (!strcmp(t, "8")) c.sh = (tree_shape){8, 4, 2};
         else if (!strcmp(t, "16")) c.sh = (tree_shape){16, 5, 3};

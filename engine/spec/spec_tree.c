@@ -153,6 +153,7 @@ int spec_tree_prepare(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *t
         info[i].method = -1;
         if (!s->prefilled) return util_fail(err, errlen, "sequence %d is still prefilling", i);
         if (max_new[i] < 1) return util_fail(err, errlen, "max_new must be >= 1");
+        if (spec_seq_check_kv(s, err, errlen) < 0) return -1; /* the cache invariant, as every chain step checks it */
         if (s->n_tokens > sp->max_ctx) return util_fail(err, errlen, "context full (%d tokens)", s->n_tokens);
         if (!tree_validate(trees[i].nodes, trees[i].n_nodes, (int)V, NULL))
             return util_fail(err, errlen, "sequence %d: invalid tree", i);

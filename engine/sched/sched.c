@@ -519,102 +519,61 @@ static void path_note(engine *e, req *r, int arm, const spec_step_info *si, doub
     e->path_ms[arm] += ms;
 }
 
-/* The chain path's results (mu held): per stepped sequence its published
- * state, the shape controller's observation of a tree-enabled request's
- * chain step, its telemetry row, and its tokens (or its failure). */
-static void emit_chains(engine *e, const sched_step *w) {
+/* One stepped sequence's results (mu held): its published state, the
+ * controllers' observations (the shape controller's for tree-enabled
+ * requests, the path controller's for auto requests with heads), its
+ * telemetry row, and its tokens — or, when its path's step failed, its
+ * failure. path: 0 chain, 1 draft/n-gram tree (its shape sh, menu entry
+ * ent), 2 Medusa; ms, batch, rows: its share of the step's time and its
+ * call's sequences and rows. */
+static void emit_one(engine *e, req *r, int path, const spec_step_info *si, int rc, const char *err,
+                     const tree_shape *sh, int ent, double ms, int batch, int rows) {
     ENG_HOLDS_MU(e);
-    int step_rc = w->step_rc;
-    const char *step_err = w->step_err;
+    if (rc == 0) {
+        if (path == 1 || (path == 0 && r->tree_mode != ENGINE_TREE_OFF)) {
+            e->tree_decisions[path]++;
+            e->tree_auto += path == 1 && r->tree_mode == ENGINE_TREE_AUTO;
+            tree_learn(e, r, ent, si, batch, rows, ms);
+        }
+        path_note(e, r, path == 2, si, ms);
+        if (path == 2 && r->auto_medusa) spec_seq_note_other_step(r->seq); /* the draft's fallback clock runs on */
+        r->pub_gamma = si->gamma;
+        r->pub_method = si->method;
+        r->pub_shape = *sh;
+        if (path == 2) r->pub_shape.budget = si->gamma; /* the budget the curve chose (0: a plain step) */
+        else r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
+        if (si->gamma > 0) e->accepted_hist[si->accepted]++;
+        if (e->cfg.telemetry) {
+            tel_step row;
+            tel_step_from_info(&row, r->session, ++r->step_num, si);
+            telemetry_step(e->cfg.telemetry, &row);
+        }
+    }
+    if (rc != 0) fail_req(e, r, ENGINE_ERR_BACKEND, err);
+    else if (si->n_new > 0) emit_tokens(e, r, si);
+    if (r->notify) r->notify(r->user);
+}
+
+/* Every stepped sequence's results (mu held): chains (in bin order), Medusa
+ * sequences, tree sequences. */
+static void emit_steps(engine *e, const sched_step *w) {
+    ENG_HOLDS_MU(e);
+    static const tree_shape chain = {0, 0, 0};
     for (int b = 0; b < w->nb; b++)
         for (int k = 0; k < e->bins[b].n; k++) {
-            int i = e->order[e->bins[b].first + k];
+            int at = e->bins[b].first + k;
             req *r = NULL;
             for (int j = 0; j < e->n_active; j++)
-                if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
-            if (!r) continue;
-            const spec_step_info *si = &e->binfo[e->bins[b].first + k];
-            if (step_rc == 0 && r->tree_mode != ENGINE_TREE_OFF) {
-                int at = e->bins[b].first + k;
-                e->tree_decisions[0]++;
-                tree_learn(e, r, 0, si, e->cbatch[at], e->crows[at], e->cms[at]);
-            }
-            if (step_rc == 0) {
-                path_note(e, r, 0, si, e->cms[e->bins[b].first + k]);
-                r->pub_gamma = si->gamma;
-                r->pub_method = si->method;
-                r->pub_shape = (tree_shape){0, 0, 0};
-                r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
-                if (si->gamma > 0) e->accepted_hist[si->accepted]++;
-            }
-            if (step_rc == 0 && e->cfg.telemetry) {
-                tel_step row;
-                tel_step_from_info(&row, r->session, ++r->step_num, si);
-                telemetry_step(e->cfg.telemetry, &row);
-            }
-            if (step_rc != 0) fail_req(e, r, ENGINE_ERR_BACKEND, step_err);
-            else if (si->n_new > 0) emit_tokens(e, r, si);
-            if (r->notify) r->notify(r->user);
+                if (e->active[j]->seq == e->bseq[e->order[at]]) r = e->active[j];
+            if (r)
+                emit_one(e, r, 0, &e->binfo[at], w->step_rc, w->step_err, &chain, 0, e->cms[at], e->cbatch[at],
+                         e->crows[at]);
         }
-}
-
-/* The Medusa sequences' results (mu held), as emit_chains. */
-static void emit_medusa(engine *e, const sched_step *w) {
-    ENG_HOLDS_MU(e);
-    int med_rc = w->med_rc;
-    const char *med_err = w->med_err;
-    for (int k = 0; k < w->n_med; k++) {
-        req *r = e->ureq[k];
-        const spec_step_info *si = &e->uinfo[k];
-        if (med_rc == 0) {
-            path_note(e, r, 1, si, w->med_ms);
-            if (r->auto_medusa) spec_seq_note_other_step(r->seq); /* the draft's fallback clock runs on */
-            r->pub_gamma = si->gamma;
-            r->pub_method = si->method;
-            r->pub_shape = e->medusa_sh;
-            r->pub_shape.budget = si->gamma; /* the budget the curve chose (0: a plain step) */
-            if (si->gamma > 0) e->accepted_hist[si->accepted]++;
-            if (e->cfg.telemetry) {
-                tel_step row;
-                tel_step_from_info(&row, r->session, ++r->step_num, si);
-                telemetry_step(e->cfg.telemetry, &row);
-            }
-        }
-        if (med_rc != 0) fail_req(e, r, ENGINE_ERR_BACKEND, med_err);
-        else if (si->n_new > 0) emit_tokens(e, r, si);
-        if (r->notify) r->notify(r->user);
-    }
-}
-
-/* The tree sequences' results (mu held), as emit_chains, with the shape
- * controllers' observation of each tree step. */
-static void emit_trees(engine *e, const sched_step *w) {
-    ENG_HOLDS_MU(e);
-    int tree_rc = w->tree_rc;
-    const char *tree_err = w->tree_err;
-    for (int k = 0; k < w->n_tree; k++) {
-        req *r = e->treq[k];
-        const spec_step_info *si = &e->tinfo[k];
-        if (tree_rc == 0) {
-            e->tree_decisions[1]++;
-            e->tree_auto += r->tree_mode == ENGINE_TREE_AUTO;
-            tree_learn(e, r, e->tent[k], si, e->tbatch[k], e->trows[k], e->tms[k]);
-            path_note(e, r, 0, si, e->tms[k]);
-            r->pub_gamma = si->gamma;
-            r->pub_method = si->method;
-            r->pub_shape = e->tsh[k];
-            r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
-            if (si->gamma > 0) e->accepted_hist[si->accepted]++;
-            if (e->cfg.telemetry) {
-                tel_step row;
-                tel_step_from_info(&row, r->session, ++r->step_num, si);
-                telemetry_step(e->cfg.telemetry, &row);
-            }
-        }
-        if (tree_rc != 0) fail_req(e, r, ENGINE_ERR_BACKEND, tree_err);
-        else if (si->n_new > 0) emit_tokens(e, r, si);
-        if (r->notify) r->notify(r->user);
-    }
+    for (int k = 0; k < w->n_med; k++)
+        emit_one(e, e->ureq[k], 2, &e->uinfo[k], w->med_rc, w->med_err, &e->medusa_sh, 0, w->med_ms, 0, 0);
+    for (int k = 0; k < w->n_tree; k++)
+        emit_one(e, e->treq[k], 1, &e->tinfo[k], w->tree_rc, w->tree_err, &e->tsh[k], e->tent[k], e->tms[k],
+                 e->tbatch[k], e->trows[k]);
 }
 
 /* The results of sched_run under mu: the prefilled request's first token (or
@@ -638,9 +597,7 @@ static void sched_emit(engine *e, const sched_step *w) {
         e->verify_calls += (uint64_t)w->n_calls;
         e->mixed_steps += w->mixed;
         e->pad_sum += w->pad;
-        emit_chains(e, w);
-        emit_medusa(e, w);
-        emit_trees(e, w);
+        emit_steps(e, w);
         if (e->path_arm >= 0) {
             path_ctl_observe(&e->pathc, e->path_arm, w->n_run + w->n_pre, e->path_tok[e->path_arm],
                              e->path_ms[e->path_arm]);

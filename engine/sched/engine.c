@@ -596,12 +596,13 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->umax = calloc((size_t)R, sizeof(int));
     e->ureq = calloc((size_t)R, sizeof(req *));
     e->uinfo = calloc((size_t)R, sizeof(spec_step_info));
-    e->cms = calloc((size_t)R, sizeof(double));
-    e->tms = calloc((size_t)R, sizeof(double));
-    e->cbatch = calloc((size_t)R, sizeof(int));
-    e->crows = calloc((size_t)R, sizeof(int));
-    e->tbatch = calloc((size_t)R, sizeof(int));
-    e->trows = calloc((size_t)R, sizeof(int));
+    bool vok = true;
+    for (int p = 0; p < SCHED_PATHS; p++) {
+        e->vshare[p] = calloc((size_t)R, sizeof(double));
+        e->vbatch[p] = calloc((size_t)R, sizeof(int));
+        e->vrows[p] = calloc((size_t)R, sizeof(int));
+        vok &= e->vshare[p] && e->vbatch[p] && e->vrows[p];
+    }
     e->ttree = calloc((size_t)R, sizeof(spec_tree));
     e->tslot = calloc((size_t)R, sizeof(int));
     e->tdms = calloc((size_t)R, sizeof(double));
@@ -609,7 +610,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->vunit = calloc((size_t)R, sizeof(*e->vunit));
     if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
         !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo ||
-        !e->cms || !e->tms || !e->cbatch || !e->crows || !e->tbatch || !e->trows || !e->useq || !e->ums ||
+        !vok || !e->useq || !e->ums ||
         !e->umax || !e->ureq || !e->uinfo || !e->ttree || !e->tslot || !e->tdms || !e->vms || !e->vunit) {
         engine_destroy(e);
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the engine's tables"), NULL;
@@ -650,7 +651,7 @@ void engine_destroy(engine *e) {
     free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
     free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tent), free(e->tinfo);
-    free(e->cms), free(e->tms), free(e->cbatch), free(e->crows), free(e->tbatch), free(e->trows);
+    for (int p = 0; p < SCHED_PATHS; p++) free(e->vshare[p]), free(e->vbatch[p]), free(e->vrows[p]);
     free(e->useq), free(e->ums), free(e->umax), free(e->ureq), free(e->uinfo);
     free(e->ttree), free(e->tslot), free(e->tdms), free(e->vms), free(e->vunit);
     spec_tree_destroy(e->tc);

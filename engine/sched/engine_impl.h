@@ -28,6 +28,12 @@
 
 _Static_assert(ENGINE_MAX_STOP <= STOP_MAX && ENGINE_STOP_LEN <= STOP_LEN, "stop.h holds engine.h's stop strings");
 
+/* The paths a stepped sequence takes, in the order their rows sit in the
+ * step's one target pass (sched_run.c): Medusa trees, draft-model and
+ * n-gram trees, chains (the draft model's and the lookup's, and plain
+ * steps). */
+enum { SCHED_PATH_MEDUSA = 0, SCHED_PATH_TREE, SCHED_PATH_CHAIN, SCHED_PATHS };
+
 typedef enum { RQ_WAITING = 0, RQ_PREFILL, RQ_RUNNING, RQ_DONE } rq_state;
 
 /* A constrained request's grammar: compiled off the engine thread by the
@@ -168,8 +174,10 @@ struct engine {
     struct { int path, i; } *vunit;
     /* per stepped sequence (chain: binfo's index; tree: tinfo's): its call's
      * wall time / sequences, the sequences and verify rows of the call */
-    double *cms, *tms;
-    int *cbatch, *crows, *tbatch, *trows;
+    double *vshare[SCHED_PATHS];  /* (max_running) each path's sequences (chains in bin order): the
+                                   * sequence's share of its call's wall time (the call's time over its
+                                   * sequences) plus its draft time, and its call's sequences and rows */
+    int *vbatch[SCHED_PATHS], *vrows[SCHED_PATHS];
     uint64_t tree_decisions[2], tree_auto; /* under mu */
     /* copies of engine-thread state for engine_get_stats (under mu) */
     int kv_free_t, kv_free_d;
@@ -262,14 +270,14 @@ typedef struct {
     req *pre;                     /* the request getting a prefill chunk (NULL: none) */
     int n_run, n_pre;             /* running sequences (in e->bseq), prefilling requests */
     int pre_rc;                   /* spec_seq_prefill: 1 done, 0 more chunks, -1 failed (err) */
-    int n_med, n_tree, n_chain;   /* the running sequences by path: Medusa, tree, chain */
+    int n_path[SCHED_PATHS];      /* the running sequences by path (SCHED_PATH_*) */
     int nb;                       /* chain micro-batches (e->bins) */
     double pad;                   /* their padding ratio */
     int n_calls;                  /* target calls made */
     bool mixed;                   /* a call held rows of more than one path */
     double med_ms;                /* the Medusa calls' wall time per Medusa sequence */
-    int step_rc, tree_rc, med_rc; /* 0, or -1 with the path's error */
-    char err[512], step_err[512], tree_err[512], med_err[512];
+    int path_rc[SCHED_PATHS];     /* 0, or -1 with the path's error */
+    char err[512], path_err[SCHED_PATHS][512];
 } sched_step;
 
 /* The model work of one iteration (sched_run.c): w's first part as

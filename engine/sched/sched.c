@@ -566,14 +566,15 @@ static void emit_steps(engine *e, const sched_step *w) {
             for (int j = 0; j < e->n_active; j++)
                 if (e->active[j]->seq == e->bseq[e->order[at]]) r = e->active[j];
             if (r)
-                emit_one(e, r, 0, &e->binfo[at], w->step_rc, w->step_err, &chain, 0, e->cms[at], e->cbatch[at],
-                         e->crows[at]);
+                emit_one(e, r, 0, &e->binfo[at], w->path_rc[SCHED_PATH_CHAIN], w->path_err[SCHED_PATH_CHAIN], &chain, 0,
+                         e->vshare[SCHED_PATH_CHAIN][at], e->vbatch[SCHED_PATH_CHAIN][at], e->vrows[SCHED_PATH_CHAIN][at]);
         }
-    for (int k = 0; k < w->n_med; k++)
-        emit_one(e, e->ureq[k], 2, &e->uinfo[k], w->med_rc, w->med_err, &e->medusa_sh, 0, w->med_ms, 0, 0);
-    for (int k = 0; k < w->n_tree; k++)
-        emit_one(e, e->treq[k], 1, &e->tinfo[k], w->tree_rc, w->tree_err, &e->tsh[k], e->tent[k], e->tms[k],
-                 e->tbatch[k], e->trows[k]);
+    for (int k = 0; k < w->n_path[SCHED_PATH_MEDUSA]; k++)
+        emit_one(e, e->ureq[k], 2, &e->uinfo[k], w->path_rc[SCHED_PATH_MEDUSA], w->path_err[SCHED_PATH_MEDUSA],
+                 &e->medusa_sh, 0, w->med_ms, 0, 0);
+    for (int k = 0; k < w->n_path[SCHED_PATH_TREE]; k++)
+        emit_one(e, e->treq[k], 1, &e->tinfo[k], w->path_rc[SCHED_PATH_TREE], w->path_err[SCHED_PATH_TREE], &e->tsh[k],
+                 e->tent[k], e->vshare[SCHED_PATH_TREE][k], e->vbatch[SCHED_PATH_TREE][k], e->vrows[SCHED_PATH_TREE][k]);
 }
 
 /* The results of sched_run under mu: the prefilled request's first token (or
@@ -593,7 +594,7 @@ static void sched_emit(engine *e, const sched_step *w) {
     }
     if (w->n_run > 0) {
         e->steps++;
-        e->microbatches += (uint64_t)w->nb + (w->n_tree > 0);
+        e->microbatches += (uint64_t)w->nb + (w->n_path[SCHED_PATH_TREE] > 0);
         e->verify_calls += (uint64_t)w->n_calls;
         e->mixed_steps += w->mixed;
         e->pad_sum += w->pad;

@@ -81,36 +81,52 @@ static int pick_medusa(engine *e, int n_run) {
     return n_med;
 }
 
-/* The paths a stepped sequence can take, in the order their rows sit in
- * the step's target pass. */
-enum { VP_MEDUSA = 0, VP_TREE, VP_CHAIN };
-
-/* Medusa trees (e->useq[0, n_med)): the heads' proposals and their verify
- * rows at e->vms[0, n_med). Engine thread, no lock. */
-static void propose_medusa(engine *e, sched_step *w, model_seq *ms) {
+/* Medusa trees (e->useq[0, n)): the heads' proposals and their verify rows. */
+static int propose_medusa(engine *e, sched_step *w, model_seq *ms, char *err, size_t errlen) {
     const spec_tree *trees;
-    w->med_rc = draft_medusa_propose(e->dm, e->useq, e->ums, w->n_med, &e->medusa_sh, &trees, w->med_err,
-                                     sizeof(w->med_err));
-    if (w->med_rc == 0 && spec_tree_prepare(e->tcm, e->useq, w->n_med, trees, e->umax, e->uinfo, ms, w->med_err,
-                                            sizeof(w->med_err)) < 0)
-        w->med_rc = -1;
+    int n = w->n_path[SCHED_PATH_MEDUSA];
+    if (draft_medusa_propose(e->dm, e->useq, e->ums, n, &e->medusa_sh, &trees, err, errlen) != 0) return -1;
+    return spec_tree_prepare(e->tcm, e->useq, n, trees, e->umax, e->uinfo, ms, err, errlen) < 0 ? -1 : 0;
 }
 
-/* Draft-model and n-gram trees (e->tseq[0, n_tree)): all draft-model trees
- * in one batched draft forward per depth, and their verify rows. */
-static void propose_trees(engine *e, sched_step *w, model_seq *ms) {
-    w->tree_rc = draft_tree_propose_for(e->dt, e->tseq, w->n_tree, e->tsh, e->thow, e->ttree, e->tslot, e->tdms,
-                                        w->tree_err, sizeof(w->tree_err));
-    if (w->tree_rc == 0 && spec_tree_prepare(e->tc, e->tseq, w->n_tree, e->ttree, e->tmax, e->tinfo, ms, w->tree_err,
-                                             sizeof(w->tree_err)) < 0)
-        w->tree_rc = -1;
+static void finish_medusa(engine *e, int i0, int m, float *lg, int row, double call_ms, int call_rows) {
+    spec_tree_finish(e->tcm, e->useq, i0, m, lg, row, call_ms, call_rows, e->uinfo,
+                     draft_medusa_hidden(e->dm) + (size_t)i0 * (size_t)e->sp->target->hp.dim);
 }
 
-/* Chains (e->bseq[0, n_chain)): γ per sequence, binned by equal γ (what a
+/* After the pass: the heads record the hidden states and the budget's evidence. */
+static void done_medusa(engine *e, sched_step *w) {
+    int n = w->n_path[SCHED_PATH_MEDUSA];
+    draft_medusa_finish(e->dm, e->useq, e->ums, n, e->uinfo);
+    double ms = 0;
+    for (int k = 0; k < n; k++) ms += e->uinfo[k].draft_ms + e->uinfo[k].target_ms;
+    w->med_ms = ms / n;
+}
+
+/* Draft-model and n-gram trees (e->tseq[0, n)): all draft-model trees in
+ * one batched draft forward per depth, and their verify rows. */
+static int propose_trees(engine *e, sched_step *w, model_seq *ms, char *err, size_t errlen) {
+    int n = w->n_path[SCHED_PATH_TREE];
+    if (draft_tree_propose_for(e->dt, e->tseq, n, e->tsh, e->thow, e->ttree, e->tslot, e->tdms, err, errlen) != 0)
+        return -1;
+    return spec_tree_prepare(e->tc, e->tseq, n, e->ttree, e->tmax, e->tinfo, ms, err, errlen) < 0 ? -1 : 0;
+}
+
+static void finish_trees(engine *e, int i0, int m, float *lg, int row, double call_ms, int call_rows) {
+    spec_tree_finish(e->tc, e->tseq, i0, m, lg, row, call_ms, call_rows, e->tinfo, NULL);
+}
+
+static void done_trees(engine *e, sched_step *w) {
+    int n = w->n_path[SCHED_PATH_TREE];
+    draft_tree_note(e->tseq, n, e->tslot, e->tdms, e->tinfo);
+    for (int k = 0; k < n; k++) e->vshare[SCHED_PATH_TREE][k] += e->tinfo[k].draft_ms;
+}
+
+/* Chains (e->bseq[0, n)): γ per sequence, binned by equal γ (what a
  * rectangular backend launches; reported), then every chain's draft calls
  * and verify rows, in bin order (e->mseq, e->binfo). */
-static void propose_chains(engine *e, sched_step *w, model_seq *ms) {
-    int n_chain = w->n_chain, n_run = w->n_run, n_pre = w->n_pre;
+static int propose_chains(engine *e, sched_step *w, model_seq *ms, char *err, size_t errlen) {
+    int n_chain = w->n_path[SCHED_PATH_CHAIN], n_run = w->n_run, n_pre = w->n_pre;
     for (int i = 0; i < n_chain; i++) {
         req *r = NULL;
         for (int j = 0; j < e->n_active; j++)
@@ -136,65 +152,67 @@ static void propose_chains(engine *e, sched_step *w, model_seq *ms) {
         e->mmax[j] = e->bmax[i];
         e->bgam[j] = e->gam_all[i];
     }
-    if (spec_chain_prepare(e->sp, e->mseq, n_chain, e->mmax, e->bgam, e->binfo, ms, w->step_err,
-                           sizeof(w->step_err)) < 0)
-        w->step_rc = -1;
+    return spec_chain_prepare(e->sp, e->mseq, n_chain, e->mmax, e->bgam, e->binfo, ms, err, errlen) < 0 ? -1 : 0;
 }
+
+static void finish_chains(engine *e, int i0, int m, float *lg, int row, double call_ms, int call_rows) {
+    spec_chain_finish(e->sp, e->mseq + i0, m, lg, row, call_ms, call_rows, e->binfo + i0);
+}
+
+static void done_chains(engine *e, sched_step *w) {
+    for (int j = 0; j < w->n_path[SCHED_PATH_CHAIN]; j++) {
+        e->vshare[SCHED_PATH_CHAIN][j] += e->binfo[j].draft_ms;
+        if (e->binfo[j].gamma > 0) plan_history_add(&e->hist, e->binfo[j].accepted);
+    }
+}
+
+static void abort_chains(engine *e, int i) { spec_chain_abort(e->sp, e->mseq + i, 1); }
+
+/* The paths as one table, in SCHED_PATH_* order: propose (every sequence's
+ * verify rows into ms; -1 with err fails the path's sequences), finish
+ * (accept and commit sequences [i0, i0+m) from their rows of a call),
+ * done (after the pass, when the path's step succeeded), abort (a
+ * sequence whose call failed; NULL: nothing to undo). */
+static const struct sched_path_i {
+    int (*propose)(engine *e, sched_step *w, model_seq *ms, char *err, size_t errlen);
+    void (*finish)(engine *e, int i0, int m, float *lg, int row, double call_ms, int call_rows);
+    void (*done)(engine *e, sched_step *w);
+    void (*abort)(engine *e, int i);
+} paths[SCHED_PATHS] = {
+    [SCHED_PATH_MEDUSA] = {propose_medusa, finish_medusa, done_medusa, NULL},
+    [SCHED_PATH_TREE] = {propose_trees, finish_trees, done_trees, NULL},
+    [SCHED_PATH_CHAIN] = {propose_chains, finish_chains, done_chains, abort_chains},
+};
 
 /* Whether unit u must open a new target call: a rectangular backend
  * (engine.ragged false) takes one path, one chain bin, per call. */
 static bool call_boundary(const engine *e, const sched_step *w, int u) {
     if (e->cfg.ragged || u == 0) return false;
     if (e->vunit[u].path != e->vunit[u - 1].path) return true;
-    if (e->vunit[u].path != VP_CHAIN) return false;
+    if (e->vunit[u].path != SCHED_PATH_CHAIN) return false;
     for (int b = 0; b < w->nb; b++)
         if (e->bins[b].first == e->vunit[u].i) return true;
     return false;
 }
 
-/* Accept and commit units [u0, u0+k) of one successful call (rows from
- * sp->logits, call_ms over call_rows), each run of one path at once; each
- * unit's time share of the call and the call's shape noted for the
- * controllers. */
-static void finish_call(engine *e, int u0, int k, double call_ms, int call_rows) {
-    spec_pair *sp = e->sp;
-    size_t V = (size_t)sp->n_vocab;
-    int row = 0;
-    for (int u = u0; u < u0 + k;) {
-        int path = e->vunit[u].path, i0 = e->vunit[u].i, m = 1, rows = e->vms[u].n;
-        while (u + m < u0 + k && e->vunit[u + m].path == path) rows += e->vms[u + m].n, m++;
-        float *lg = sp->logits + (size_t)row * V;
-        if (path == VP_MEDUSA)
-            spec_tree_finish(e->tcm, e->useq, i0, m, lg, row, call_ms, call_rows, e->uinfo,
-                             draft_medusa_hidden(e->dm) + (size_t)i0 * (size_t)sp->target->hp.dim);
-        else if (path == VP_TREE)
-            spec_tree_finish(e->tc, e->tseq, i0, m, lg, row, call_ms, call_rows, e->tinfo, NULL);
-        else
-            spec_chain_finish(sp, e->mseq + i0, m, lg, row, call_ms, call_rows, e->binfo + i0);
-        for (int j = 0; j < m; j++) {
-            int i = i0 + j;
-            if (path == VP_MEDUSA) continue; /* the Medusa sequences' time is summed after the pass */
-            double *msp = path == VP_TREE ? e->tms : e->cms;
-            int *bp = path == VP_TREE ? e->tbatch : e->cbatch, *rp = path == VP_TREE ? e->trows : e->crows;
-            msp[i] = call_ms / k, bp[i] = k, rp[i] = call_rows;
-        }
-        row += rows;
-        u += m;
-    }
-}
-
-/* Every stepped sequence's verify rows through as few target calls as the
- * limits allow — ONE when they fit (engine.max_batch sequences, the target's
- * max_batch rows, the pair's verify scratch) — whatever proposed them. */
+/* Proposals first, then every stepped sequence's verify rows through as few
+ * target calls as the limits allow — ONE when they fit (engine.max_batch
+ * sequences, the target's max_batch rows, the pair's verify scratch) —
+ * whatever proposed them; each call's rows go back to their paths. */
 static void run_pass(engine *e, sched_step *w) {
     spec_pair *sp = e->sp;
-    int nu = 0;
-    for (int i = 0; w->med_rc == 0 && i < w->n_med; i++) e->vunit[nu++] = (__typeof__(*e->vunit)){VP_MEDUSA, i};
-    for (int i = 0; w->tree_rc == 0 && i < w->n_tree; i++) e->vunit[nu++] = (__typeof__(*e->vunit)){VP_TREE, i};
-    for (int i = 0; w->step_rc == 0 && i < w->n_chain; i++) e->vunit[nu++] = (__typeof__(*e->vunit)){VP_CHAIN, i};
-    /* the units' rows, compacted in unit order */
-    int off[3] = {0, w->n_med, w->n_med + w->n_tree}, at = 0;
-    for (int u = 0; u < nu; u++) e->vms[at++] = e->vms[off[e->vunit[u].path] + e->vunit[u].i];
+    size_t V = (size_t)sp->n_vocab;
+    int nu = 0, at = 0;
+    for (int p = 0; p < SCHED_PATHS; p++) {
+        int n = w->n_path[p];
+        w->path_rc[p] = n ? paths[p].propose(e, w, e->vms + at, w->path_err[p], sizeof(w->path_err[p])) : 0;
+        if (w->path_rc[p] == 0) /* the path's rows join the pass, compacted in path order */
+            for (int i = 0; i < n; i++) {
+                e->vms[nu] = e->vms[at + i];
+                e->vunit[nu++] = (__typeof__(*e->vunit)){p, i};
+            }
+        at = nu;
+    }
     int cap_rows = sp->target->mp.max_batch < sp->logit_rows ? sp->target->mp.max_batch : sp->logit_rows;
     int cap_seqs = e->cfg.max_batch > 0 ? e->cfg.max_batch : nu;
     for (int u = 0; u < nu;) {
@@ -205,20 +223,30 @@ static void run_pass(engine *e, sched_step *w) {
         char err[512];
         w->n_calls++;
         if (spec_pair_verify(sp, e->vms + u, k, &tt, err, sizeof(err)) != 0) {
-            /* every sequence not stepped yet fails with its path; chains drop their drafts */
+            /* every sequence not stepped yet fails with its path */
             for (int v = u; v < nu; v++) {
-                int path = e->vunit[v].path;
-                int *rc = path == VP_MEDUSA ? &w->med_rc : path == VP_TREE ? &w->tree_rc : &w->step_rc;
-                char *pe = path == VP_MEDUSA ? w->med_err : path == VP_TREE ? w->tree_err : w->step_err;
-                if (*rc == 0) *rc = -1, snprintf(pe, 512, "%s", err);
-                if (path == VP_CHAIN) spec_chain_abort(sp, e->mseq + e->vunit[v].i, 1);
+                int p = e->vunit[v].path;
+                if (w->path_rc[p] == 0) w->path_rc[p] = -1, snprintf(w->path_err[p], sizeof(w->path_err[p]), "%s", err);
+                if (paths[p].abort) paths[p].abort(e, e->vunit[v].i);
             }
             return;
         }
-        for (int v = u + 1; v < u + k; v++) w->mixed |= e->vunit[v].path != e->vunit[u].path;
-        finish_call(e, u, k, tt, rows);
+        /* each run of one path's units at once */
+        int row = 0;
+        for (int v = u; v < u + k;) {
+            int p = e->vunit[v].path, m = 1, prow = e->vms[v].n;
+            while (v + m < u + k && e->vunit[v + m].path == p) prow += e->vms[v + m].n, m++;
+            paths[p].finish(e, e->vunit[v].i, m, sp->logits + (size_t)row * V, row, tt, rows);
+            for (int j = e->vunit[v].i; j < e->vunit[v].i + m; j++)
+                e->vshare[p][j] = tt / k, e->vbatch[p][j] = k, e->vrows[p][j] = rows;
+            w->mixed |= p != e->vunit[u].path;
+            row += prow;
+            v += m;
+        }
         u += k;
     }
+    for (int p = 0; p < SCHED_PATHS; p++)
+        if (w->n_path[p] && w->path_rc[p] == 0) paths[p].done(e, w);
 }
 
 /* The model work of one iteration, without the lock: one prefill chunk, then
@@ -232,7 +260,6 @@ void sched_run(engine *e, sched_step *w) {
     w->pre_rc = pre ? spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, w->err, sizeof(w->err)) : 0;
     if (pre && w->pre_rc == 1 && pre->ms) medusa_seq_prefilled(e->dm, pre->ms, pre->seq); /* before any other pass */
     w->nb = 0, w->pad = 1.0, w->n_calls = 0, w->mixed = false;
-    w->step_rc = w->tree_rc = w->med_rc = 0;
     e->path_arm = -1;
     for (int i = 0; i < e->n_active && n_run; i++)
         if (e->active[i]->auto_medusa && e->active[i]->state == RQ_RUNNING && !e->active[i]->paused) {
@@ -241,29 +268,10 @@ void sched_run(engine *e, sched_step *w) {
         }
     memset(e->path_tok, 0, sizeof(e->path_tok));
     memset(e->path_ms, 0, sizeof(e->path_ms));
-    w->n_med = n_run ? pick_medusa(e, n_run) : 0;
-    w->n_tree = n_run - w->n_med ? pick_trees(e, n_run - w->n_med, n_run + w->n_pre) : 0;
-    w->n_chain = n_run - w->n_med - w->n_tree;
-    if (!n_run) return;
-    /* proposals first (the draft model, the heads, the lookup), then the
-     * target verifies them all at once */
-    if (w->n_med > 0) propose_medusa(e, w, e->vms);
-    if (w->n_tree > 0) propose_trees(e, w, e->vms + w->n_med);
-    if (w->n_chain > 0) propose_chains(e, w, e->vms + w->n_med + w->n_tree);
-    run_pass(e, w);
-    if (w->n_med > 0 && w->med_rc == 0) {
-        draft_medusa_finish(e->dm, e->useq, e->ums, w->n_med, e->uinfo);
-        double ms = 0;
-        for (int k = 0; k < w->n_med; k++) ms += e->uinfo[k].draft_ms + e->uinfo[k].target_ms;
-        w->med_ms = ms / w->n_med;
-    }
-    if (w->n_tree > 0 && w->tree_rc == 0) {
-        draft_tree_note(e->tseq, w->n_tree, e->tslot, e->tdms, e->tinfo);
-        for (int k = 0; k < w->n_tree; k++) e->tms[k] += e->tinfo[k].draft_ms;
-    }
-    if (w->n_chain > 0 && w->step_rc == 0)
-        for (int j = 0; j < w->n_chain; j++) {
-            e->cms[j] += e->binfo[j].draft_ms;
-            if (e->binfo[j].gamma > 0) plan_history_add(&e->hist, e->binfo[j].accepted);
-        }
+    int n_med = n_run ? pick_medusa(e, n_run) : 0;
+    int n_tree = n_run - n_med ? pick_trees(e, n_run - n_med, n_run + w->n_pre) : 0;
+    w->n_path[SCHED_PATH_MEDUSA] = n_med;
+    w->n_path[SCHED_PATH_TREE] = n_tree;
+    w->n_path[SCHED_PATH_CHAIN] = n_run - n_med - n_tree;
+    if (n_run) run_pass(e, w);
 }

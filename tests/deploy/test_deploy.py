@@ -16,7 +16,7 @@ with deploy/nginx/specd.conf in front of two `specd serve` instances
    any work); the figures are printed.
 
 Prints the figures (streams started / finished / lost) at the end."""
-import asyncio, http.client, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time
+import asyncio, concurrent.futures, http.client, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, threading, time
 import urllib.request
 
 SRC = os.environ.get("SPECD_SRC", os.path.join(os.path.dirname(__file__), "../.."))
@@ -189,9 +189,10 @@ def sse_stream(host, port, prompt, seed, max_tokens=MAX_TOKENS, on_start=None):
     return r
 
 
-def completion(base, prompt, seed, max_tokens=MAX_TOKENS):
+def completion(base, prompt, seed, max_tokens=MAX_TOKENS, timeout=30):
     st, body = req("POST", base + "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens,
-                                                       "temperature": 0.8, "seed": seed, "speculation": SPEC})
+                                                       "temperature": 0.8, "seed": seed, "speculation": SPEC},
+                   timeout=timeout)
     return json.loads(body)["choices"][0]["text"] if st == 200 else None
 
 
@@ -269,22 +270,30 @@ try:
     except Exception as e:
         check(False, "/v1/monitor through nginx: %s" % e)
 
-    # expected answers of every stream in the restart runs, asked directly
-    def expected_ws(n, seed0, mt):
+    # Expected answers of every stream in the restart runs, asked directly, once for
+    # both runs (they use the same seeds): the WebSocket ones of B and, at the same
+    # time, the SSE ones as non-streaming completions of A (both instances give the
+    # same seeded answer, checked above), each instance batching its requests.
+    def expected(n_ws, n_sse, seed0, mt):
         async def go():
-            return await asyncio.gather(*[ws_stream(direct_b, "e%d" % i, PROMPTS[i % 5], seed0 + i, mt)
-                                          for i in range(n)])
-        return [r["tokens"] for r in asyncio.run(go())]
+            loop = asyncio.get_running_loop()
+            with concurrent.futures.ThreadPoolExecutor(n_sse) as pool:
+                sse = [loop.run_in_executor(pool, completion, "http://127.0.0.1:%d" % pa, PROMPTS[i % 5],
+                                            seed0 + 1000 + i, mt, 300) for i in range(n_sse)]
+                ws = [ws_stream(direct_b, "e%d" % i, PROMPTS[i % 5], seed0 + i, mt) for i in range(n_ws)]
+                return await asyncio.gather(*ws), await asyncio.gather(*sse)
+        ws, sse = asyncio.run(go())
+        return [r["tokens"] for r in ws], dict(enumerate(sse))
+
+    SEED0 = 5000
+    exp, exp_sse = expected(30, 35, SEED0, MT_RESTART)
 
     # ---- 2. rolling restart under 50 streams ------------------------------------
     def run_streams(n_ws, n_sse, seed0, during, label, new_ws=0, new_sse=0):
         """Starts n_ws + n_sse streams through nginx; once most have started, runs
         during() in a thread (the restart) and, while an instance drains, starts
         the new_* streams. Returns the figures."""
-        exp = expected_ws(n_ws + new_ws, seed0, MT_RESTART)
-        exp_sse = {}
-        for i in range(n_sse + new_sse):
-            exp_sse[i] = completion("http://127.0.0.1:%d" % pb, PROMPTS[i % 5], seed0 + 1000 + i, MT_RESTART)
+        assert seed0 == SEED0 and n_ws + new_ws <= len(exp) and n_sse + new_sse <= len(exp_sse)
         started = {"n": 0}
         draining = threading.Event()
 
@@ -394,7 +403,7 @@ try:
 
     th = threading.Thread(target=scraper, args=(lambda: pb if restarting["port"] == pa else pa,))
     th.start()
-    f = run_streams(25, 25, 5000, rolling, "rolling_restart", new_ws=5, new_sse=5)
+    f = run_streams(25, 25, SEED0, rolling, "rolling_restart", new_ws=5, new_sse=5)
     scraping.set()
     th.join()
     print("rolling restart figures: %s; exits %s; metrics scrapes of the live instance: %d ok, %d failed"
@@ -429,7 +438,7 @@ try:
         grace_exit["plain_a"] = A.wait(120)
         A.start()
 
-    f2 = run_streams(25, 25, 7000, plain, "plain_sigterm", new_ws=5, new_sse=10)
+    f2 = run_streams(25, 25, SEED0, plain, "plain_sigterm", new_ws=5, new_sse=10)
     f2["drained_at_sigterm"] = drained(A)[-1:]
     print("plain SIGTERM figures: %s" % json.dumps(f2), flush=True)
     check(f2["lost"] == 0 and f2["finished"] == 50, "plain SIGTERM: running streams finish (%d of 50, %d lost)"

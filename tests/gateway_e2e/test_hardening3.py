@@ -56,6 +56,32 @@ def timed_exchange(port, data, timeout=12):
     return resp, time.monotonic() - t
 
 
+def one_response(port, data, timeout=8):
+    """Sends raw bytes and reads one whole HTTP/1.x response (its headers and a
+    Content-Length body), or what came until the server closed or `timeout` s
+    of silence: a request whose connection stays open (an h2c upgrade says
+    Connection: Upgrade, not close) ends at its response, not at lws's
+    keep-alive timeout."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    buf = b""
+    while True:
+        head, sep, body = buf.partition(b"\r\n\r\n")
+        if sep and not head.startswith(b"HTTP/1.1 101"):
+            m = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+            if m and len(body) >= int(m.group(1)):
+                break
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            break
+        if not d:
+            break
+        buf += d
+    s.close()
+    return buf
+
+
 def post_head(path="/v1/completions", extra=b""):
     return (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nConnection: close\r\n"
             % path.encode()) + extra
@@ -184,13 +210,12 @@ def framing(srv):
 
 def h2c(srv):
     up = b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n"
-    resp, dt = timed_exchange(srv.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + up + b"\r\n", timeout=8)
+    resp = one_response(srv.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n" + up + b"\r\n")
     check(resp.startswith(b"HTTP/1.1 200") and b'"ok"' in resp, "9: GET with an h2c upgrade: %r" % resp[:200])
     check(b" 101 " not in resp.split(b"\r\n", 1)[0], "9: switched protocols: %r" % resp[:100])
     body = b'{"prompt": "Hi", "max_tokens": 3}'
-    resp, dt = timed_exchange(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                              b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body) + up + b"\r\n"
-                              + body, timeout=8)
+    resp = one_response(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        b"Content-Type: application/json\r\nContent-Length: %d\r\n" % len(body) + up + b"\r\n" + body)
     check(resp.startswith(b"HTTP/1.1 200"), "9: POST with an h2c upgrade: %r" % resp[:200])
     try:
         obj = json.loads(body_of(resp).split(b"\r\n\r\n")[0])

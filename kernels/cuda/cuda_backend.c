@@ -19,6 +19,8 @@
 #include "kernels/half.h"
 
 #include <cublas_v2.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +36,66 @@ void cu_die(const char *file, int line, const char *what, const char *msg) {
     abort();
 }
 
+/* cuBLAS is opened (dlopen) when the first CUDA backend is created instead of
+ * being linked: libcublas loads libcublasLt (~540 MB), whose load-time
+ * relocations cost every specd process about 0.4 s of CPU and 200 MB of
+ * memory before main() even where no GPU is used (specd tokenize, --help, a
+ * CPU server, each test that starts specd). The seven functions used: */
+static struct {
+    bool ok;
+    char err[256];
+    __typeof__(cublasCreate) *create;
+    __typeof__(cublasDestroy) *destroy;
+    __typeof__(cublasSetStream) *set_stream;
+    __typeof__(cublasSetWorkspace) *set_workspace;
+    __typeof__(cublasSgemm) *sgemm;
+    __typeof__(cublasGemmEx) *gemm_ex;
+    __typeof__(cublasGetStatusString) *status_string;
+} cb;
+static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
+
+#define CB_STR_(x) #x
+#define CB_STR(x) CB_STR_(x) /* cublasCreate -> "cublasCreate_v2" (cublas_v2.h's names) */
+
+static void cb_open(void) {
+    const char *soname = "libcublas.so." CB_STR(CUBLAS_VER_MAJOR);
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
+#ifdef SPECD_CUDA_LIBDIR
+    if (!h) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", SPECD_CUDA_LIBDIR, soname);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+#endif
+    if (!h) {
+        snprintf(cb.err, sizeof(cb.err), "%s", dlerror());
+        return;
+    }
+#define CB_SYM(field, fn)                                                                                      \
+    if (!(*(void **)&cb.field = dlsym(h, CB_STR(fn)))) {                                                       \
+        snprintf(cb.err, sizeof(cb.err), "%s has no %s", soname, CB_STR(fn));                                 \
+        return;                                                                                                \
+    }
+    CB_SYM(create, cublasCreate)
+    CB_SYM(destroy, cublasDestroy)
+    CB_SYM(set_stream, cublasSetStream)
+    CB_SYM(set_workspace, cublasSetWorkspace)
+    CB_SYM(sgemm, cublasSgemm)
+    CB_SYM(gemm_ex, cublasGemmEx)
+    CB_SYM(status_string, cublasGetStatusString)
+#undef CB_SYM
+    cb.ok = true;
+}
+
+const char *backend_cuda_blas_load(void) {
+    pthread_once(&cb_once, cb_open);
+    return cb.ok ? NULL : cb.err;
+}
+
 #define CUBLAS_CHECK(call)                                                                                     \
     do {                                                                                                       \
         cublasStatus_t cb_s_ = (call);                                                                         \
-        if (cb_s_ != CUBLAS_STATUS_SUCCESS) cu_die(__FILE__, __LINE__, #call, cublasGetStatusString(cb_s_));   \
+        if (cb_s_ != CUBLAS_STATUS_SUCCESS) cu_die(__FILE__, __LINE__, #call, cb.status_string(cb_s_));        \
     } while (0)
 
 typedef struct {
@@ -442,7 +500,7 @@ static void cu_matmul(backend *be, float *y, const float *x, const void *w, int 
     }
     const float one = 1.0f, zero = 0.0f;
     if (wtype == GGML_TYPE_F32) {
-        CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, K, x, K, &zero, y, N));
+        CUBLAS_CHECK(cb.sgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, w, K, x, K, &zero, y, N));
     } else {
         int ht = wtype == GGML_TYPE_F16 ? GGML_TYPE_F16 : GGML_TYPE_BF16;
         const void *wm = w;
@@ -454,7 +512,7 @@ static void cu_matmul(backend *be, float *y, const float *x, const void *w, int 
         if ((size_t)M * K * 2 > c->xh_bytes) cu_die(__FILE__, __LINE__, "matmul", "more rows than reserved");
         cu_f32_to_half(c->st, c->xh, ht, x, (int64_t)M * K);
         cudaDataType dt = ht == GGML_TYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
-        CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, wm, dt, K, c->xh, dt, K, &zero, y,
+        CUBLAS_CHECK(cb.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &one, wm, dt, K, c->xh, dt, K, &zero, y,
                                   CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     prof_stop(c);
@@ -545,7 +603,7 @@ static void cu_destroy(backend *be) {
     cudaStreamSynchronize(c->st);
     for (int i = 0; i < c->n_graphs; i++) cudaGraphExecDestroy(c->graphs[i].exec);
     for (int i = 0; i < MAX_PROF_EVENTS; i++) cudaEventDestroy(c->ev[i]);
-    cublasDestroy(c->blas);
+    cb.destroy(c->blas);
     cudaFree(c->blas_ws);
     cudaFree(c->xh);
     cudaFree(c->wdq);
@@ -639,12 +697,17 @@ backend *backend_cuda_create(int device, char *err, size_t errlen) {
     SETUP(cudaMalloc((void **)&c->dev_arena, ARENA_BYTES));
     SETUP(cudaMalloc(&c->blas_ws, 32u << 20));
     for (int i = 0; i < MAX_PROF_EVENTS; i++) SETUP(cudaEventCreate(&c->ev[i]));
-    if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS) {
+    const char *blas_err = backend_cuda_blas_load();
+    if (blas_err) {
+        snprintf(err, errlen, "CUDA device %d: cuBLAS cannot be loaded: %s", device, blas_err);
+        goto fail;
+    }
+    if (cb.create(&c->blas) != CUBLAS_STATUS_SUCCESS) {
         snprintf(err, errlen, "CUDA device %d: cuBLAS cannot be initialised", device);
         goto fail;
     }
-    CUBLAS_CHECK(cublasSetStream(c->blas, c->st));
-    CUBLAS_CHECK(cublasSetWorkspace(c->blas, c->blas_ws, 32u << 20)); /* no allocation inside graph capture */
+    CUBLAS_CHECK(cb.set_stream(c->blas, c->st));
+    CUBLAS_CHECK(cb.set_workspace(c->blas, c->blas_ws, 32u << 20)); /* no allocation inside graph capture */
     be->i = &cuda_iface;
     be->ctx = c;
     be->n_threads = 1;

@@ -35,5 +35,8 @@ void backend_cuda_graphs(backend *be, int on);
  * collectives that must be ordered with them (kernels/cuda/nccl_comm.c). */
 int backend_cuda_device(backend *be);
 void *backend_cuda_stream(backend *be);
+/* Opens cuBLAS (once; it is not linked, see cuda_backend.c): NULL when its
+ * functions are there, else why not. backend_cuda_create calls it; needs no GPU. */
+const char *backend_cuda_blas_load(void);
 
 #endif

@@ -381,3 +381,27 @@ static const char *const finish_names[GW_FINISH_COUNT] = {"length", "stop", "can
 const char *gw_finish_name(engine_finish f) {
     return (unsigned)f < GW_FINISH_COUNT ? finish_names[f] : "error";
 }
+
+const char *const gw_by_method_field[GW_BY_METHOD_FIELDS] = {"verify_steps", "drafted", "accepted", "rejections",
+                                                             "tokens"};
+
+uint64_t gw_by_method_value(const spec_method_stats *b, int f) {
+    switch (f) {
+    case 0: return b->verify_steps;
+    case 1: return b->drafted;
+    case 2: return b->accepted;
+    case 3: return b->rejections;
+    default: return b->tokens;
+    }
+}
+
+json_t *gw_by_method_json(const spec_stats *st) {
+    json_t *bm = json_object();
+    for (int m = 0; m < SPEC_PROPOSERS; m++) {
+        json_t *x = json_object();
+        for (int f = 0; f < GW_BY_METHOD_FIELDS; f++)
+            json_object_set_new(x, gw_by_method_field[f], json_integer((json_int_t)gw_by_method_value(&st->by[m], f)));
+        json_object_set_new(bm, spec_drafter_name(m), x);
+    }
+    return bm;
+}

@@ -100,4 +100,14 @@ const char *gw_json_describe(const json_t *v, char *b, size_t n);
 const char *gw_finish_name(engine_finish f);
 #define GW_FINISH_COUNT 4 /* FINISH_LENGTH .. FINISH_ERROR */
 
+/* The per-proposer counters every report shows under "by_method" (the
+ * WebSocket done frame, the OpenAI response's speculation object,
+ * /api/stats): ONE list of fields, so all three name the same counters of
+ * every proposer, Medusa included. gw_by_method_value is field f of b. */
+#define GW_BY_METHOD_FIELDS 5
+extern const char *const gw_by_method_field[GW_BY_METHOD_FIELDS]; /* verify_steps drafted accepted rejections tokens */
+uint64_t gw_by_method_value(const spec_method_stats *b, int f);
+/* {"draft":{...},"ngram":{...},"medusa":{...}} of st (jansson; caller owns it). */
+json_t *gw_by_method_json(const spec_stats *st);
+
 #endif

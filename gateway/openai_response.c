@@ -134,15 +134,7 @@ void *oa_speculation_object(const engine_event *ev) {
         json_array_append_new(pp, p);
     }
     json_object_set_new(o, "per_position", pp);
-    json_t *bm = json_object(); /* which proposer made the verify steps: every one, Medusa included */
-    for (int m = 0; m < SPEC_PROPOSERS; m++) {
-        json_t *x = json_object();
-        json_object_set_new(x, "verify_steps", json_integer((json_int_t)st->by[m].verify_steps));
-        json_object_set_new(x, "accepted", json_integer((json_int_t)st->by[m].accepted));
-        json_object_set_new(x, "rejections", json_integer((json_int_t)st->by[m].rejections));
-        json_object_set_new(bm, spec_drafter_name(m), x);
-    }
-    json_object_set_new(o, "by_method", bm);
+    json_object_set_new(o, "by_method", gw_by_method_json(st)); /* which proposer made the verify steps */
     json_object_set_new(o, "fallbacks", json_integer((json_int_t)st->fallbacks));
     json_object_set_new(o, "kv_resets", json_integer((json_int_t)st->kv_resets));
     json_object_set_new(o, "ttft_ms", jnum(ev->ttft_ms));

@@ -324,12 +324,13 @@ size_t gw_write_done(char *dst, size_t cap, const char *id_json, int prompt_toke
     for (int m = 0; m < SPEC_PROPOSERS; m++) { /* which proposer made the verify steps */
         w_str(&w, m ? ",\"" : "\"");
         w_str(&w, spec_drafter_name(m));
-        w_str(&w, "\":{\"verify_steps\":");
-        w_u64(&w, st->by[m].verify_steps);
-        w_str(&w, ",\"accepted\":");
-        w_u64(&w, st->by[m].accepted);
-        w_str(&w, ",\"rejections\":");
-        w_u64(&w, st->by[m].rejections);
+        w_str(&w, "\":{");
+        for (int f = 0; f < GW_BY_METHOD_FIELDS; f++) { /* the fields every report shows (fields.h) */
+            w_str(&w, f ? ",\"" : "\"");
+            w_str(&w, gw_by_method_field[f]);
+            w_str(&w, "\":");
+            w_u64(&w, gw_by_method_value(&st->by[m], f));
+        }
         w_str(&w, "}");
     }
     w_str(&w, "},\"per_position\":[");

@@ -268,16 +268,7 @@ char *gw_stats_json(gw_server *s, bool admin) {
     json_object_set_new(o, "accepted", json_integer((json_int_t)es.st.accepted));
     json_object_set_new(o, "fallbacks", json_integer((json_int_t)es.st.fallbacks));
     json_object_set_new(o, "kv_resets", json_integer((json_int_t)es.st.kv_resets));
-    json_t *bm = json_object(); /* per proposer, every one (Medusa included) */
-    for (int m = 0; m < SPEC_PROPOSERS; m++) {
-        json_t *x = json_object();
-        json_object_set_new(x, "verify_steps", json_integer((json_int_t)es.st.by[m].verify_steps));
-        json_object_set_new(x, "drafted", json_integer((json_int_t)es.st.by[m].drafted));
-        json_object_set_new(x, "accepted", json_integer((json_int_t)es.st.by[m].accepted));
-        json_object_set_new(x, "tokens", json_integer((json_int_t)es.st.by[m].tokens));
-        json_object_set_new(bm, spec_drafter_name(m), x);
-    }
-    json_object_set_new(o, "by_method", bm);
+    json_object_set_new(o, "by_method", gw_by_method_json(&es.st)); /* per proposer, every one */
     json_object_set_new(o, "draft_mem_pct", json_real(es.draft_mem_pct));
     json_object_set_new(o, "draft_oom", json_boolean(es.draft_oom));
     json_object_set_new(o, "backend", json_string(es.backend));

@@ -219,10 +219,10 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
         memcpy(r->grammar_text, rq->grammar, gl + 1);
         r->grammar_len = gl;
     }
-    /* Medusa sequences are stepped by draft_medusa (the tree path); to the
-     * spec layer they are n-gram sequences (cheap state, never used) */
+    /* Medusa sequences are stepped by draft_medusa (the tree path); the spec
+     * layer knows them as Medusa sequences (no drafter state of its own) */
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp, .speculate = can_speculate,
-                               .method = method == SPEC_METHOD_MEDUSA ? SPEC_METHOD_NGRAM : method};
+                               .method = method};
     /* auto with heads loaded: Medusa is one of its paths, where it may be */
     /* a seed the client chose must reproduce under adaptive γ (timing-driven)
      * and any batch: only coupled verification makes the tokens independent

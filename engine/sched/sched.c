@@ -187,7 +187,7 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
         if (m == SPEC_METHOD_MEDUSA) { /* stepped by draft_medusa; without heads (or state) the engine's default */
             if (e->dm && !r->ms && !r->prm.logprobs && !r->prm.coupled) r->ms = medusa_seq_create(e->dm);
             r->auto_medusa = false;
-            m = r->ms ? SPEC_METHOD_NGRAM : -1;
+            m = r->ms ? SPEC_METHOD_MEDUSA : -1;
         } else if (m == SPEC_METHOD_AUTO) { /* with heads loaded Medusa is one of auto's paths, as at submit */
             if (e->dm && !r->ms && !r->prm.logprobs && !r->prm.coupled) r->ms = medusa_seq_create(e->dm);
             r->auto_medusa = r->ms != NULL;

@@ -160,7 +160,7 @@ static void logprob_fill(const float *x, int V, int32_t tok, int k, spec_logprob
 
 /* Whether a sequence of this method may use the drafter in slot i. */
 static bool method_uses(spec_method m, int slot) {
-    if (m == SPEC_METHOD_OFF) return false;
+    if (m == SPEC_METHOD_OFF || m == SPEC_METHOD_MEDUSA) return false; /* the heads are not a drafter slot */
     if (m == SPEC_METHOD_AUTO) return true;
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
 }
@@ -255,7 +255,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     if (n_prompt >= max_ctx)
         return util_fail(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, max_ctx), NULL;
     if (!sampler_config_validate(&p->sc, err, errlen)) return NULL;
-    if ((unsigned)p->method > SPEC_METHOD_OFF) return util_fail(err, errlen, "unknown speculation method"), NULL;
+    if ((unsigned)p->method > SPEC_METHOD_MEDUSA) return util_fail(err, errlen, "unknown speculation method"), NULL;
     spec_seq *s = calloc(1, sizeof(*s));
     if (!s) return util_fail(err, errlen, "out of memory"), NULL;
     s->sp = sp;
@@ -263,7 +263,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     s->slot = -1;
     bool any = false;
     for (int i = 0; i < SPEC_DRAFTERS; i++) any |= sp->drafters[i] && method_uses(s->prm.method, i);
-    if (!any) s->prm.speculate = false;
+    if (!any && s->prm.method != SPEC_METHOD_MEDUSA) s->prm.speculate = false; /* the heads speculate without a slot */
     if (s->prm.speculate && !gamma_params_validate(&s->prm.gp, err, errlen)) goto fail;
     gamma_ctl_init(&s->ctl, &s->prm.gp);
     gamma_ctl_init(&s->ctl_ngram, &s->prm.gp);

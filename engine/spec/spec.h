@@ -53,7 +53,8 @@ typedef struct {
  * lookup is nearly free, so it wins ties), else the draft model when one is
  * loaded. */
 /* MEDUSA: Medusa heads (draft_medusa.h) propose trees; the engine steps such
- * sequences through the tree path only (this file never sees the value). */
+ * sequences through the tree path. Here the sequence uses no drafter slot:
+ * a chain step of it is a plain step. */
 typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3,
                SPEC_METHOD_MEDUSA = 4 } spec_method;
 const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa" */

@@ -446,6 +446,8 @@ void model_free(model *m) {
         const backend_i *op = sh->be->i;
         float *bufs[] = {sh->x, sh->xb, sh->q, sh->k, sh->v, sh->att, sh->hb, sh->hb2, sh->logits_be};
         for (size_t i = 0; i < 9; i++) op->release(sh->be, bufs[i]);
+        if (r == 0)
+            for (int t = 0; t < m->n_taps; t++) op->release(sh->be, m->tap_be[t]);
         for (int i = 0; i < sh->n_wrefs; i++) op->weight_release(sh->be, sh->wrefs[i].host, sh->wrefs[i].w);
         for (int i = 0; i < sh->n_slices; i++) free(sh->slices[i]);
         free(sh->slices);
@@ -466,6 +468,16 @@ void model_free(model *m) {
 kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, engine_status *st, char *err, size_t errlen) {
     return kv_pool_create_sharded(m->bes, m->n_shards, m->hp.n_layer, m->shards[0].n_kv_head * m->hp.head_dim,
                                   m->hp.head_dim, block_size, n_blocks, st, err, errlen);
+}
+
+/* Layer taps: the residual stream entering layer l (l = n_layer: the final
+ * one) of all M input rows, copied on shard 0 (every shard's x is the same). */
+static void tap_copy(model *m, int l, int M) {
+    for (int t = 0; t < m->n_taps; t++)
+        if (m->tap_layer[t] == l) {
+            model_shard *sh = &m->shards[0];
+            sh->be->i->copy(sh->be, m->tap_be[t], sh->x, (size_t)M * (size_t)m->hp.dim * sizeof(float));
+        }
 }
 
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,
@@ -511,6 +523,7 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
 #define KEY(v) (key = (key ^ (uint64_t)(v)) * 1099511628211ull)
     KEY((uintptr_t)m);
     KEY((uintptr_t)pool);
+    for (int t = 0; t < m->n_taps; t++) KEY((uintptr_t)m->tap_be[t]), KEY(m->tap_layer[t]); /* taps are graph ops */
     KEY(n_seqs);
     for (int s = 0; s < n_seqs; s++) {
         const model_seq *sq = &seqs[s];
@@ -534,6 +547,7 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
      * the all-reduce completes the sums, identical on every shard, and every
      * shard adds them to its copy of x */
     for (int l = 0; l < hp->n_layer; l++) {
+        tap_copy(m, l, M);
         for (int r = 0; r < NS; r++) {
             model_shard *sh = &m->shards[r];
             backend *be = sh->be;
@@ -582,6 +596,7 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
         for (int r = 0; r < NS; r++) m->shards[r].be->i->add(m->shards[r].be, m->shards[r].x, m->shards[r].xb, M, D);
     }
 
+    tap_copy(m, hp->n_layer, M);
     /* the output head runs on shard 0 only; only the rows whose logits are
      * wanted go through it */
     model_shard *s0 = &m->shards[0];
@@ -604,6 +619,41 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
 
     for (int s = 0; s < n_seqs; s++) seqs[s].kv->len += seqs[s].n;
     m->n_out_last = n_out;
+    m->n_in_last = M;
+    return 0;
+}
+
+int model_set_taps(model *m, const int *layers, int n) {
+    if (n < 0 || n > MODEL_MAX_TAPS) return -1;
+    for (int t = 0; t < n; t++)
+        if (layers[t] < 0 || layers[t] > m->hp.n_layer) return -1;
+    backend *be = m->shards[0].be;
+    size_t bytes = (size_t)m->mp.max_batch * (size_t)m->hp.dim * sizeof(float);
+    float *buf[MODEL_MAX_TAPS] = {NULL};
+    for (int t = 0; t < n; t++)
+        if (!(buf[t] = t < m->n_taps ? m->tap_be[t] : be->i->alloc(be, bytes))) {
+            for (int u = m->n_taps; u < t; u++) be->i->release(be, buf[u]);
+            return -1;
+        }
+    for (int t = n; t < m->n_taps; t++) be->i->release(be, m->tap_be[t]);
+    for (int t = 0; t < n; t++) m->tap_be[t] = buf[t], m->tap_layer[t] = layers[t];
+    m->n_taps = n;
+    m->n_in_last = 0; /* nothing tapped yet */
+    return 0;
+}
+
+int model_tap_rows(model *m, int tap, float *dst, const int *rows, int n) {
+    size_t D = (size_t)m->hp.dim;
+    backend *be = m->shards[0].be;
+    if (tap < 0 || tap >= m->n_taps) return -1;
+    for (int j = 0; j < n; j++)
+        if (rows[j] < 0 || rows[j] >= m->n_in_last) return -1;
+    for (int j = 0; j < n; j++) { /* consecutive rows go in one download */
+        int k = 1;
+        while (j + k < n && rows[j + k] == rows[j] + k) k++;
+        be->i->download(be, dst + (size_t)j * D, m->tap_be[tap] + (size_t)rows[j] * D, D * k * sizeof(float));
+        j += k - 1;
+    }
     return 0;
 }
 

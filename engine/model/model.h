@@ -91,6 +91,8 @@ typedef struct model_shard {
     int n_slices, cap_slices;
 } model_shard;
 
+#define MODEL_MAX_TAPS 4
+
 typedef struct model {
     gguf_file *gguf;          /* owned: the weights live in its mapping */
     backend *be;              /* shard 0's backend (not owned) */
@@ -113,6 +115,11 @@ typedef struct model {
     int32_t *pos, *ids;       /* (MB) host, shared by all shards */
     attn_seq *aseq;           /* (MB) host, shared by all shards */
     int n_out_last;           /* rows of the last successful forward's output (its logits rows) */
+    /* layer taps (model_set_taps): the residual stream at chosen layers */
+    int n_taps;
+    int tap_layer[MODEL_MAX_TAPS];
+    float *tap_be[MODEL_MAX_TAPS]; /* (MB, D) each, on shard 0's backend */
+    int n_in_last;            /* input rows of the last successful forward (the taps' rows) */
 } model;
 
 /* Loads PATH. Returns NULL with a clear reason in err (unsupported architecture
@@ -167,6 +174,21 @@ int model_hidden_rows(model *m, float *dst, const int *rows, int n);
 /* The same rows left in backend memory: a pointer to output row `row` of the
  * last forward (D floats), or NULL when out of range; valid until the next forward. */
 const float *model_hidden_be(const model *m, int row);
+
+/* Layer taps, for proposers that read the target's features (EAGLE's
+ * low/middle/high layers): after model_set_taps(m, layers, n), every forward
+ * also keeps, for each listed layer l (0..n_layer), the residual stream that
+ * enters layer l — l = 0 the token embeddings, l = n_layer the final
+ * residual before the output norm — for EVERY input row of the call (not
+ * only the logit rows). model_tap_rows copies tap t's input rows rows[0..n)
+ * of the LAST successful forward (row j = the j-th new token of the call, in
+ * sequence order) into host dst (n, D); valid until the next forward. n = 0
+ * turns taps off (no cost when off: one device copy of (M, D) per tap and
+ * forward when on). Returns 0, or -1 (a layer out of range, more than
+ * MODEL_MAX_TAPS, out of memory; model_tap_rows: a row or tap out of range).
+ * Engine thread (the model's). */
+int model_set_taps(model *m, const int *layers, int n);
+int model_tap_rows(model *m, int tap, float *dst, const int *rows, int n);
 
 /* Feeds tokens [from, to) of one sequence in max_batch chunks; the last row's
  * logits land in `logits` (n_vocab). Returns 0 or -1 with err. */

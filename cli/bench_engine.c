@@ -137,8 +137,9 @@ static int be_phase(engine *e, const be_prompt *prompts, int n_streams, int n_to
         if (cfg->spec && cfg->method >= 0) r.method = (spec_method)cfg->method, r.method_set = true;
         if (cfg->tree == ENGINE_TREE_FIXED)
             r.tree_budget = cfg->sh.budget, r.tree_depth = cfg->sh.depth, r.tree_topk = cfg->sh.topk;
-        if (cfg->mixed) { /* even streams: the draft model's chains; odd: Medusa trees, or fixed 8/4/2 draft trees */
+        if (cfg->mixed) { /* even streams: the draft model's γ = 4 chains; odd: Medusa trees, or fixed 8/4/2 draft trees */
             r.method = SPEC_METHOD_DRAFT, r.method_set = true, r.tree = ENGINE_TREE_OFF;
+            r.gamma = 4, r.adaptive = false, r.adaptive_set = true; /* a fixed γ: the same work each round */
             if (i % 2 && be_has_medusa) r.method = SPEC_METHOD_MEDUSA;
             else if (i % 2) r.tree = ENGINE_TREE_FIXED, r.tree_budget = 8, r.tree_depth = 4, r.tree_topk = 2;
         }
@@ -213,7 +214,7 @@ static void be_usage(FILE *f) {
             "               chain (the chain path, adaptive gamma; with --medusa, auto between it and Medusa),\n"
             "               draft (the draft model's chain only), medusa (Medusa trees only, --medusa), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
             "               16/5/3 nodes/levels/children), B/D/K (any fixed tree), auto (the shape\n"
-            "               controller), mixed (even streams the draft model's chains, odd ones Medusa trees\n"
+            "               controller), mixed (even streams the draft model's γ=4 chains, odd ones Medusa trees\n"
             "               with --medusa, else fixed 8/4/2 draft trees: proposers side by side in one\n"
             "               batch); R rounds, the configurations' order rotated each round;\n"
             "               medians and ranges of tokens/s and of the per-round ratio to plain\n"

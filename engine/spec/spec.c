@@ -41,17 +41,15 @@ static bool greedy(const spec_seq *s) { return s->prm.sc.temperature == 0.0f; }
 
 /* ---- constraints (grammar.h): masks in lockstep ----------------------------- */
 
-/* The token budget at absolute position pos: what is left of grammar_budget
- * when the token there is drawn (-1: no budget). */
-static int grammar_budget_at(const spec_seq *s, uint64_t pos) {
+int spec_seq_grammar_budget(const spec_seq *s, int pos) {
     if (s->prm.grammar_budget <= 0) return -1;
-    int b = s->prm.grammar_budget - (int)(pos - (uint64_t)s->n_prompt);
+    int b = s->prm.grammar_budget - (pos - s->n_prompt);
     return b < 1 ? 1 : b;
 }
 
 /* Masks logits (mutable) with grammar state st for the token at pos. */
 static void grammar_mask_at(const spec_seq *s, int32_t st, uint64_t pos, float *logits) {
-    grammar_mask_logits(s->prm.grammar, st, grammar_budget_at(s, pos), logits);
+    grammar_mask_logits(s->prm.grammar, st, spec_seq_grammar_budget(s, (int)pos), logits);
 }
 
 /* Penalties and logit bias (sampler_penalize) for the token after the
@@ -86,7 +84,7 @@ static int grammar_cut(spec_seq *s, int g) {
     grammar_matcher *m = s->prm.grammar;
     s->gpos[0] = s->gst;
     for (int j = 0; j < g; j++) {
-        if (!grammar_allows(m, s->gpos[j], grammar_budget_at(s, (uint64_t)(s->n_tokens + j)), s->draft[j])) return j;
+        if (!grammar_allows(m, s->gpos[j], spec_seq_grammar_budget(s, s->n_tokens + j), s->draft[j])) return j;
         s->gpos[j + 1] = grammar_advance_token(m, s->gpos[j], s->draft[j]);
     }
     return g;

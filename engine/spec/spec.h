@@ -350,6 +350,11 @@ void spec_seq_note_other_step(spec_seq *s);
  * over at its next step without a plain step of its own. NULL h: stop. */
 void spec_seq_keep_hidden(spec_seq *s, float *h, int *at);
 
+/* The grammar's token budget (grammar.h) when the token at absolute position
+ * pos is drawn: what is left of prm.grammar_budget (at least 1), -1 without
+ * one. Every proposer and verify row of a constrained sequence uses this. */
+int spec_seq_grammar_budget(const spec_seq *s, int pos);
+
 /* Replaces the γ bounds of every controller of the sequence (policy rule,
  * per-request override); takes effect at its next step. */
 void spec_seq_set_gamma_params(spec_seq *s, const gamma_params *gp);

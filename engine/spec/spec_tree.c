@@ -72,14 +72,6 @@ void spec_tree_destroy(spec_tree_ctx *tc) {
     free(tc);
 }
 
-/* The token budget (grammar.h) when the token at absolute position pos is
- * drawn, as spec.c's chain step computes it (-1: none). */
-static int budget_at(const spec_seq *s, int pos) {
-    if (s->prm.grammar_budget <= 0) return -1;
-    int b = s->prm.grammar_budget - (pos - s->n_prompt);
-    return b < 1 ? 1 : b;
-}
-
 /* Constrained sequences: drops every node the grammar refuses after its
  * ancestors (and the subtree below it), in place, and fills gst with the
  * state after each kept node. Only deterministic nodes can be refused (a
@@ -95,7 +87,7 @@ static void grammar_cut_tree(const spec_seq *s, spec_tree *t, int *qrow, int32_t
         if (pa >= 0 && map[pa] < 0) continue;
         int32_t from = pa < 0 ? s->gst : gst[map[pa]];
         int d = pa < 0 ? 1 : depth[map[pa]] + 1;
-        if (!grammar_allows(m, from, budget_at(s, s->n_tokens + d - 1), t->nodes[i].token)) continue;
+        if (!grammar_allows(m, from, spec_seq_grammar_budget(s, s->n_tokens + d - 1), t->nodes[i].token)) continue;
         map[i] = n;
         gst[n] = grammar_advance_token(m, from, t->nodes[i].token);
         depth[n] = d;
@@ -190,9 +182,9 @@ void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *log
                                                           * as the draft's q was (grammar_broken: tests only) */
             int dep[TR];
             tree_validate(t->nodes, nn, (int)V, dep);
-            grammar_mask_logits(s->prm.grammar, s->gst, budget_at(s, N), lg);
+            grammar_mask_logits(s->prm.grammar, s->gst, spec_seq_grammar_budget(s, N), lg);
             for (int j = 0; j < nn; j++)
-                grammar_mask_logits(s->prm.grammar, tc->gst[i][j], budget_at(s, N + dep[j]), lg + (size_t)(j + 1) * V);
+                grammar_mask_logits(s->prm.grammar, tc->gst[i][j], spec_seq_grammar_budget(s, N + dep[j]), lg + (size_t)(j + 1) * V);
         }
         for (int r = 0; r <= nn; r++) sampler_probs(sp->smp, &s->prm.sc, lg + (size_t)r * V, tc->p + (size_t)r * V);
         /* q rows in the cut tree's order: point the view at a compact copy

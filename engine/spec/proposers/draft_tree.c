@@ -196,8 +196,7 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
             for (int f = 0; f < nf[i]; f++) {
                 float *lr = lg + (size_t)(1 + fr[i][f]) * V;
                 if (s->prm.grammar) { /* q masked by the state after the node's path, as the verify row will be */
-                    int pos = s->n_tokens + level - 1, b = -1;
-                    if (s->prm.grammar_budget > 0) b = s->prm.grammar_budget - (pos - s->n_prompt), b = b < 1 ? 1 : b;
+                    int b = spec_seq_grammar_budget(s, s->n_tokens + level - 1);
                     grammar_mask_logits(s->prm.grammar, fr[i][f] < 0 ? s->gst : gst[i][fr[i][f]], b, lr);
                 }
                 sampler_probs(dt->sp->smp, sc, lr, dt->fq + (size_t)f * V);

@@ -5,6 +5,9 @@ Fails (exit 1, naming file:line) on:
   * an include from kernels/ or policy/ into anything but their own folder
     (both are leaves: kernels may include kernels/, policy may include policy/);
   * an include from engine/ into gateway/ or cli/, or from gateway/ into cli/;
+  * an include from engine/ or gateway/ of a backend's own files
+    (kernels/cpu/, kernels/cuda/): they compute through the backend table
+    (kernels/backend.h), training included;
   * a cycle inside gateway/ between modules (a module is NAME.c + NAME.h; an
     include of "gateway/B.h" from A.c or A.h is an arrow A -> B), and any
     header include cycle in the tree.
@@ -190,6 +193,9 @@ def main():
             if to in FORBIDDEN.get(top, ()):
                 bad.append(f"{rel}:{line}: {top}/ must not include {inc} (arrows point down: "
                            "gateway -> engine -> kernels; policy and kernels are leaves)")
+            if top in ("engine", "gateway") and inc.startswith(("kernels/cpu/", "kernels/cuda/")):
+                bad.append(f"{rel}:{line}: {top}/ must not include {inc} (a backend's own code: compute "
+                           "through kernels/backend.h)")
             fa, fb = engine_folder(rel), engine_folder(inc)
             if fa and fb and fa != fb and inc not in ENGINE_LEAVES:
                 if fa not in ENGINE_ALLOWED:

@@ -4,7 +4,7 @@
 #include "engine/train/medusa_train.h"
 #include "engine/util.h"
 
-#include "kernels/cpu/matmul.h"
+#include "kernels/backend.h"
 #include "kernels/ggml_type.h"
 
 #include <math.h>
@@ -103,17 +103,20 @@ size_t medusa_scratch_floats(const medusa_heads *mh) {
     return MEDUSA_GROUP * per_sample(mh) + MEDUSA_GROUP * ((D > H ? D : H) + widest(mh)) + 3 * MEDUSA_GROUP * D;
 }
 
-/* y (G, N) = x (G, D) . W^T for W (N, D) F32: the CPU kernels' SIMD matmul
- * (each weight row read once for the group), picked at run time. */
-static simd_level train_simd(void) {
-    static _Atomic int lvl = -1;
-    int l = atomic_load_explicit(&lvl, memory_order_relaxed);
-    if (l < 0) atomic_store_explicit(&lvl, l = (int)simd_detect(), memory_order_relaxed); /* idempotent */
-    return (simd_level)l;
+/* y (G, N) = x (G, D) . W^T for W (N, D) F32: the backend's matmul (each
+ * weight row read once for the group); every worker has its own one-thread
+ * CPU backend, so the call runs on the worker. */
+static void group_matmul(backend *be, float *y, const float *x, const float *W, int G, int D, int N) {
+    be->i->matmul(be, y, x, W, GGML_TYPE_F32, G, D, N);
 }
 
-static void group_matmul(float *y, const float *x, const float *W, int G, int D, int N) {
-    mm_rows(train_simd(), y, N, x, NULL, (const uint8_t *)W, GGML_TYPE_F32, G, D, 0, N);
+/* The CPU kernels' level is AVX-512 (SPECD_SIMD may force another): the
+ * backward's AVX-512 build is used then. */
+static bool train_avx512(void) {
+    static _Atomic int lvl = -1;
+    int l = atomic_load_explicit(&lvl, memory_order_relaxed);
+    if (l < 0) atomic_store_explicit(&lvl, l = !strcmp(backend_cpu_simd(), "avx512"), memory_order_relaxed);
+    return l == 1;
 }
 
 static inline float sigm(float a) { return 1.0f / (1.0f + expf(-a)); }
@@ -128,8 +131,9 @@ typedef struct {
  * they update): per-sample outer products into a D x D gradient would
  * stream it through memory once per sample. */
 static inline __attribute__((always_inline)) double
-group_grad(const medusa_heads *mh, const float *O, const float *E, const float *const *h, const int32_t *tok,
-           const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch, int *correct) {
+group_grad(backend *be, const medusa_heads *mh, const float *O, const float *E, const float *const *h,
+           const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch,
+           int *correct) {
     int K = mh->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab, F = mh->ffn, H = medusa_hidden(mh);
     size_t per = per_sample(mh), DH = (size_t)(D > H ? D : H);
     gsample sm[MEDUSA_GROUP];
@@ -146,7 +150,7 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
             if (tok[s] >= 0 && tok[s] < V) memcpy(e, E + (size_t)tok[s] * D, sizeof(float) * (size_t)D);
             else memset(e, 0, sizeof(float) * (size_t)D);
         }
-        group_matmul(X0, Er, mh->u, G, D, D);
+        group_matmul(be, X0, Er, mh->u, G, D, D);
     }
     for (int s = 0; s < G; s++) {
         float *x0 = X0 + (size_t)s * D;
@@ -174,7 +178,7 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
             size_t i = (size_t)k * L + l;
             const float *W = mh->w + i * H * D, *b = mh->b + i * H;
             for (int s = 0; s < na; s++) memcpy(X + (size_t)s * D, sm[s].ys + (size_t)l * D, sizeof(float) * (size_t)D);
-            group_matmul(Y, X, W, na, D, H);
+            group_matmul(be, Y, X, W, na, D, H);
             for (int s = 0; s < na; s++) {
                 const float *y = sm[s].ys + (size_t)l * D, *wy = Y + (size_t)s * H;
                 float *a = sm[s].as + (size_t)l * H, *yn = sm[s].ys + (size_t)(l + 1) * D;
@@ -189,7 +193,7 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
             if (!F) continue;
             /* ys[l+1] = ys[l] + W2 SiLU(a) */
             for (int s = 0; s < na; s++) memcpy(X + (size_t)s * H, sm[s].ss + (size_t)l * H, sizeof(float) * (size_t)H);
-            group_matmul(Y, X, mh->w2 + i * D * F, na, F, D);
+            group_matmul(be, Y, X, mh->w2 + i * D * F, na, F, D);
             for (int s = 0; s < na; s++) {
                 const float *y = sm[s].ys + (size_t)l * D, *w2s = Y + (size_t)s * D;
                 float *yn = sm[s].ys + (size_t)(l + 1) * D;
@@ -198,7 +202,7 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
         }
         const float *Om = mh->own_output ? mh->out + (size_t)k * V * D : O;
         for (int s = 0; s < na; s++) memcpy(X + (size_t)s * D, sm[s].ys + (size_t)L * D, sizeof(float) * (size_t)D);
-        group_matmul(Y, X, Om, na, D, V);
+        group_matmul(be, Y, X, Om, na, D, V);
         for (int s = 0; s < na; s++) memcpy(sm[s].z, Y + (size_t)s * V, sizeof(float) * (size_t)V);
         /* loss; dz = hw (softmax(z) - e_y) in place */
         for (int s = 0; s < na; s++) {
@@ -302,38 +306,40 @@ group_grad(const medusa_heads *mh, const float *O, const float *E, const float *
  * the baseline ISA and for AVX-512 (16 lanes, FMA), picked at run time by the
  * kernels' level (SPECD_SIMD=generic runs the portable copy). The dot
  * products are the kernels' matmul in both. */
-static double group_grad_generic(const medusa_heads *mh, const float *O, const float *E, const float *const *h,
-                                 const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad,
-                                 float *scratch, int *correct) {
-    return group_grad(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
+static double group_grad_generic(backend *be, const medusa_heads *mh, const float *O, const float *E,
+                                 const float *const *h, const int32_t *tok, const int32_t *const *lab, int G,
+                                 const float *hw, float *grad, float *scratch, int *correct) {
+    return group_grad(be, mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target("avx512f,avx512vl,avx512bw,fma,prefer-vector-width=512"))) static double
-group_grad_avx512(const medusa_heads *mh, const float *O, const float *E, const float *const *h, const int32_t *tok,
-                  const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch, int *correct) {
-    return group_grad(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
+group_grad_avx512(backend *be, const medusa_heads *mh, const float *O, const float *E, const float *const *h,
+                  const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad, float *scratch,
+                  int *correct) {
+    return group_grad(be, mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 }
 #endif
 
-double medusa_group_grad(const medusa_heads *mh, const float *O, const float *E, const float *const *h,
+double medusa_group_grad(backend *be, const medusa_heads *mh, const float *O, const float *E, const float *const *h,
                          const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad,
                          float *scratch, int *correct) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (train_simd() == SIMD_AVX512) return group_grad_avx512(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
+    if (train_avx512()) return group_grad_avx512(be, mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 #endif
-    return group_grad_generic(mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
+    return group_grad_generic(be, mh, O, E, h, tok, lab, G, hw, grad, scratch, correct);
 }
 
-double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *E, const float *h, int32_t tok,
-                          const int32_t *lab, const float *hw, float *grad, float *scratch, int *correct) {
-    return medusa_group_grad(mh, O, E, &h, &tok, &lab, 1, hw, grad, scratch, correct);
+double medusa_sample_grad(backend *be, const medusa_heads *mh, const float *O, const float *E, const float *h,
+                          int32_t tok, const int32_t *lab, const float *hw, float *grad, float *scratch, int *correct) {
+    return medusa_group_grad(be, mh, O, E, &h, &tok, &lab, 1, hw, grad, scratch, correct);
 }
 
 /* ---- evaluation ---------------------------------------------------------------------- */
 
 /* Held-out counts of one range: per head, samples, CE sum and top-j hits. */
 typedef struct {
+    backend *be;                /* a one-thread CPU backend of its own */
     const medusa_heads *mh;
     const float *O, *E;
     const medusa_data *d;
@@ -352,7 +358,9 @@ static void *eval_work(void *arg) {
     int K = mh->n_heads < d->n_heads ? mh->n_heads : d->n_heads, L = mh->n_layers, D = mh->dim, V = mh->n_vocab;
     int F = mh->ffn, H = medusa_hidden(mh), G = MEDUSA_GROUP;
     float *buf = malloc(sizeof(float) * (size_t)G * (4 * (size_t)D + (size_t)H + (size_t)V));
-    if (!buf) {
+    backend *be = ep->be;
+    if (!buf || !be) {
+        free(buf);
         ep->failed = 1;
         return NULL;
     }
@@ -367,7 +375,7 @@ static void *eval_work(void *arg) {
                 if (t >= 0 && t < V) memcpy(Er + (size_t)s * D, ep->E + (size_t)t * D, sizeof(float) * (size_t)D);
                 else memset(Er + (size_t)s * D, 0, sizeof(float) * (size_t)D);
             }
-            group_matmul(X0, Er, mh->u, g, D, D);
+            group_matmul(be, X0, Er, mh->u, g, D, D);
         }
         for (int s = 0; s < g; s++)
             for (int j = 0; j < D; j++) X0[(size_t)s * D + j] = (ti ? X0[(size_t)s * D + j] : 0.0f) + d->h[(size_t)(i0 + s) * D + j];
@@ -376,17 +384,17 @@ static void *eval_work(void *arg) {
             for (int l = 0; l < L; l++) {
                 size_t i = (size_t)k * L + l;
                 const float *b = mh->b + i * H;
-                group_matmul(A, Y, mh->w + i * H * D, g, D, H);
+                group_matmul(be, A, Y, mh->w + i * H * D, g, D, H);
                 for (int s = 0; s < g; s++)
                     for (int r = 0; r < H; r++) {
                         float a = A[(size_t)s * H + r] + b[r];
                         A[(size_t)s * H + r] = a * sigm(a);
                     }
                 const float *br = A;
-                if (F) group_matmul(T2, A, mh->w2 + i * D * F, g, F, D), br = T2;
+                if (F) group_matmul(be, T2, A, mh->w2 + i * D * F, g, F, D), br = T2;
                 for (size_t j = 0; j < (size_t)g * D; j++) Y[j] += br[j];
             }
-            group_matmul(Z, Y, mh->own_output ? mh->out + (size_t)k * V * D : ep->O, g, D, V);
+            group_matmul(be, Z, Y, mh->own_output ? mh->out + (size_t)k * V * D : ep->O, g, D, V);
             for (int s = 0; s < g; s++) {
                 int y = d->lab[(i0 + s) * d->n_heads + k];
                 if (y < 0) continue;
@@ -419,6 +427,7 @@ double medusa_evaluate(const medusa_heads *mh, const float *O, const float *E, c
     for (int t = 0; t < T; t++) {
         memset(&parts[t], 0, sizeof(parts[t]));
         parts[t].mh = mh, parts[t].O = O, parts[t].E = E, parts[t].d = d;
+        parts[t].be = backend_cpu_create(1);
         parts[t].from = from + (to - from) * t / T, parts[t].to = from + (to - from) * (t + 1) / T;
     }
     for (int t = 1; t < T; t++)
@@ -427,6 +436,7 @@ double medusa_evaluate(const medusa_heads *mh, const float *O, const float *E, c
     for (int t = 1; t < T; t++)
         if (th[t]) pthread_join(th[t], NULL);
     double cnt[MEDUSA_MAX_HEADS] = {0}, hit[MEDUSA_MAX_HEADS][MEDUSA_ACC_K] = {{0}}, ce[MEDUSA_MAX_HEADS] = {0};
+    for (int t = 0; t < T; t++) backend_destroy(parts[t].be);
     for (int t = 0; t < T; t++) {
         if (parts[t].failed) return NAN;
         for (int k = 0; k < K; k++) {
@@ -454,6 +464,7 @@ void medusa_train_opts_init(medusa_train_opts *o) {
 }
 
 typedef struct {
+    backend *be;                /* a one-thread CPU backend of its own (for the whole training) */
     const medusa_heads *mh;
     const float *O, *E;
     const medusa_data *d;
@@ -484,7 +495,7 @@ static void *work(void *arg) {
             lab[s] = d->lab + i * d->n_heads;
             tok[s] = d->next[i];
         }
-        w->loss += medusa_group_grad(mh, w->O, w->E, h, tok, lab, G, w->hw, w->grad, w->scratch, w->correct);
+        w->loss += medusa_group_grad(w->be, mh, w->O, w->E, h, tok, lab, G, w->hw, w->grad, w->scratch, w->correct);
     }
     return NULL;
 }
@@ -541,8 +552,13 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
     int64_t *perm = malloc(sizeof(int64_t) * (size_t)n_tr);
     worker *ws = calloc((size_t)T, sizeof(worker));
     float *grads = malloc(sizeof(float) * P * T), *scr = malloc(sizeof(float) * S * T);
-    if (!mom || !vel || !perm || !ws || !grads || !scr) {
+    backend *bes[64] = {NULL}; /* each worker's matmuls: a one-thread CPU backend (the backend table, on the worker) */
+    bool bok = true;
+    for (int t = 0; t < T && t < 64; t++) bok &= (bes[t] = backend_cpu_create(1)) != NULL;
+    if (!mom || !vel || !perm || !ws || !grads || !scr || !bok) {
         free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
+    for (int t = 0; t < 64; t++) backend_destroy(bes[t]);
+        for (int t = 0; t < 64; t++) backend_destroy(bes[t]);
         return util_fail(err, errlen, "out of memory: trainer state (%zu parameters, %d threads)", P, T);
     }
     /* the held-out unigram baseline: head 1's labels vs the most frequent training label */
@@ -590,7 +606,7 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
         int nt = T < 64 ? T : 64;
         for (int t = 0; t < nt; t++) {
             int lo = (int)((int64_t)B * t / nt), hi = (int)((int64_t)B * (t + 1) / nt);
-            ws[t] = (worker){mh, O, E, d, perm + pos + lo, hi - lo, hw, grads + P * t, scr + S * t, 0, {0}};
+            ws[t] = (worker){bes[t], mh, O, E, d, perm + pos + lo, hi - lo, hw, grads + P * t, scr + S * t, 0, {0}};
         }
         for (int t = 1; t < nt; t++)
             if (pthread_create(&th[t], NULL, work, &ws[t]) != 0) work(&ws[t]), th[t] = 0;

@@ -60,12 +60,14 @@ size_t medusa_scratch_floats(const medusa_heads *mh);
  * sum with respect to mh->params into grad (same layout; the shared output
  * matrix O (V, D) and the token embedding E (V, D) are frozen and get none).
  * correct (K, may be NULL) is incremented where the head's argmax is its label. */
-double medusa_sample_grad(const medusa_heads *mh, const float *O, const float *E, const float *h, int32_t tok,
-                          const int32_t *lab, const float *hw, float *grad, float *scratch, int *correct);
+/* be computes the products (the backend table; a host-memory backend,
+ * used by this thread alone: a one-thread CPU backend per worker). */
+double medusa_sample_grad(backend *be, const medusa_heads *mh, const float *O, const float *E, const float *h,
+                          int32_t tok, const int32_t *lab, const float *hw, float *grad, float *scratch, int *correct);
 /* The same summed over G <= MEDUSA_GROUP samples h[s], tok[s], lab[s]: the
  * loss is the sum of the samples' and the gradient their sum (what the
  * trainer runs). */
-double medusa_group_grad(const medusa_heads *mh, const float *O, const float *E, const float *const *h,
+double medusa_group_grad(backend *be, const medusa_heads *mh, const float *O, const float *E, const float *const *h,
                          const int32_t *tok, const int32_t *const *lab, int G, const float *hw, float *grad,
                          float *scratch, int *correct);
 

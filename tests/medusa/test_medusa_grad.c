@@ -14,6 +14,7 @@
 #include <string.h>
 
 static uint64_t rs = 12345;
+static backend *tbe; /* the products' backend: one CPU thread, as each trainer worker has */
 static double urand(void) {
     rs = rs * 6364136223846793005ull + 1442695040888963407ull;
     return (double)(rs >> 11) / 9007199254740992.0;
@@ -86,7 +87,7 @@ static double check(int K, int L, int F, int D, int V, bool own, bool tin, int p
     }
     if (K > 2) lab[1] = -1; /* a head without a target gets no gradient */
     float *g = calloc(P, sizeof(float)), *scr = malloc(sizeof(float) * medusa_scratch_floats(mh));
-    double fl = medusa_sample_grad(mh, O, E, h, tok, lab, hw, g, scr, NULL);
+    double fl = medusa_sample_grad(tbe, mh, O, E, h, tok, lab, hw, g, scr, NULL);
     double *p = malloc(sizeof(double) * P), *Od = malloc(sizeof(double) * V * D), *Ed = malloc(sizeof(double) * V * D),
            hd[64];
     for (size_t i = 0; i < P; i++) p[i] = mh->params[i];
@@ -144,9 +145,9 @@ static double group_check(int K, int L, int F, int D, int V, bool own, bool tin,
     int c1[8] = {0}, c2[8] = {0};
     for (int s = 0; s < G; s++) {
         hp[s] = hs + (size_t)s * D, lp[s] = labs + (size_t)s * K;
-        l1 += medusa_sample_grad(mh, O, E, hp[s], toks[s], lp[s], hw, g1, scr, c1);
+        l1 += medusa_sample_grad(tbe, mh, O, E, hp[s], toks[s], lp[s], hw, g1, scr, c1);
     }
-    double l2 = medusa_group_grad(mh, O, E, hp, toks, lp, G, hw, g2, scr, c2);
+    double l2 = medusa_group_grad(tbe, mh, O, E, hp, toks, lp, G, hw, g2, scr, c2);
     double worst = fabs(l1 - l2) / (1 + fabs(l1));
     for (size_t i = 0; i < P; i++) worst = fmax(worst, fabs(g1[i] - g2[i]) / (1e-3 + fabs(g1[i])));
     CHECK(!memcmp(c1, c2, sizeof(c1)));
@@ -156,6 +157,8 @@ static double group_check(int K, int L, int F, int D, int V, bool own, bool tin,
 }
 
 int main(void) {
+    tbe = backend_cpu_create(1);
+    CHECK(tbe != NULL);
     struct { int K, L, F, D, V; bool own, tin; } cases[] = {
         {1, 1, 0, 6, 11, false, false},
         {3, 1, 0, 8, 13, false, false},
@@ -190,5 +193,6 @@ int main(void) {
                 pb == 1 ? "ResBlocks" : pb == 2 ? "U" : "FFN W2", w);
         CHECK(w > 2e-2);
     }
+    backend_destroy(tbe);
     TEST_DONE();
 }

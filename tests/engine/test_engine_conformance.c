@@ -4,7 +4,8 @@
  * method, draft-model and n-gram trees, Medusa trees and auto with heads —
  * on the real pair (stories260K target, llama2xs-281K draft) with Medusa
  * heads loaded. For each proposer:
- *   - greedy outputs equal plain decoding token for token on 50 prompts,
+ *   - greedy outputs equal plain decoding token for token on 50 prompts (12
+ *     under ThreadSanitizer),
  *     each request alone and in batches of 5 (submitted together);
  *   - the cache invariants held at every step (the step checks them and
  *     counts a repair in kv_resets: none may happen) and every KV block of
@@ -28,7 +29,14 @@
 
 #include <unistd.h>
 
+/* Under ThreadSanitizer (run_all.sh runs this suite again there) the point
+ * is the engine thread against its API, not the 50 prompts: 12 of them (ten
+ * times the cost per step) keep the run near half a minute. */
+#if defined(__SANITIZE_THREAD__)
+#define N_P 12
+#else
 #define N_P 50
+#endif
 #define N_GEN 40
 
 typedef struct {
@@ -173,9 +181,9 @@ int main(void) {
     engine_stats s0, s1;
     engine_get_stats(e, &s0);
     run(e, NULL, true, N_P, got);
-    conform(e, NULL, "all 50");
+    conform(e, NULL, "all at once");
     engine_get_stats(e, &s1);
-    /* 32 running sequences of at most 9 rows fit the target's batch of 512 */
+    /* at most 32 running sequences of at most 9 rows fit the target's batch of 512 */
     CHECKF(s1.verify_calls - s0.verify_calls == s1.steps - s0.steps && s1.mixed_steps > s0.mixed_steps,
            "every proposer at once: %llu target calls for %llu steps, %llu mixed",
            (unsigned long long)(s1.verify_calls - s0.verify_calls), (unsigned long long)(s1.steps - s0.steps),

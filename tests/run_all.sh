@@ -35,7 +35,7 @@ bg_builds() {
     {
       # CUDA off here: the main build already compiles and links it
       { [ -f "$TSAN/build.ninja" ] || meson setup "$TSAN" -Db_sanitize=thread -Dcuda=disabled \
-          --buildtype=debugoptimized >/dev/null; } &&
+          --buildtype=debugoptimized; } &&
         ninja -C "$TSAN" -j "$JOBS" $(cd tests/engine && ls test_engine_*.c | sed 's|^|tests/engine/|; s|\.c$||')
       echo $? > "$TSAN/ci-build.rc.tmp"
     } > "$TSAN/ci-build.log" 2>&1
@@ -46,7 +46,7 @@ bg_builds() {
     mkdir -p "$ASAN"
     {
       { [ -f "$ASAN/build.ninja" ] || meson setup "$ASAN" -Db_sanitize=address,undefined -Db_lundef=false \
-          -Dcuda=disabled --buildtype=debugoptimized >/dev/null; } &&
+          -Dcuda=disabled --buildtype=debugoptimized; } &&
         ninja -C "$ASAN" -j "$JOBS" cli/specd tests/engine/test_engine_prefix tests/spec/test_spec_prefix_reset
       echo $? > "$ASAN/ci-build.rc.tmp"
     } > "$ASAN/ci-build.log" 2>&1
@@ -57,7 +57,7 @@ bg_builds() {
     mkdir -p "$ARM"
     {
       { [ -f "$ARM/build.ninja" ] || meson setup "$ARM" --cross-file cross/aarch64-linux-gnu.ini \
-          -Dkernels_only=true -Dcuda=disabled >/dev/null; } &&
+          -Dkernels_only=true -Dcuda=disabled; } &&
         ninja -C "$ARM" -j "$JOBS"
       echo $? > "$ARM/ci-build.rc.tmp"
     } > "$ARM/ci-build.log" 2>&1

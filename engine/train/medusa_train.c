@@ -557,7 +557,6 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
     for (int t = 0; t < T && t < 64; t++) bok &= (bes[t] = backend_cpu_create(1)) != NULL;
     if (!mom || !vel || !perm || !ws || !grads || !scr || !bok) {
         free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
-    for (int t = 0; t < 64; t++) backend_destroy(bes[t]);
         for (int t = 0; t < 64; t++) backend_destroy(bes[t]);
         return util_fail(err, errlen, "out of memory: trainer state (%zu parameters, %d threads)", P, T);
     }
@@ -662,5 +661,6 @@ int medusa_train(medusa_heads *mh, const float *O, const float *E, const medusa_
     mh->heldout_loss = (float)res->loss1;
     res->seconds = (clock_now_ms() * 1e-3) - t0;
     free(mom), free(vel), free(perm), free(ws), free(grads), free(scr);
+    for (int t = 0; t < 64; t++) backend_destroy(bes[t]);
     return 0;
 }

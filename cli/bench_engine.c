@@ -1,9 +1,11 @@
 /* bench_engine.c — `specd bench --concurrency 1,8,32`: drives the batch engine
  * through its public API with N concurrent streams (prompts cut from a
- * corpus), once with speculation off and once on (same engine, same prompts),
- * and prints per concurrency the aggregate tokens/s, TTFT and TPOT (mean, p50,
- * p99), α, mean accepted length, the γ speculation settled at, micro-batches
- * per step, padding ratio, peak KV blocks, and the on/off ratio. With --trees
+ * corpus), with speculation off and on (same engine, same prompts) over
+ * --rounds rounds whose order is swapped each round (the second phase finds
+ * the prompts in the prefix cache), and prints per concurrency the aggregate
+ * tokens/s, TTFT and TPOT (mean, p50, p99), α, mean accepted length, the γ
+ * speculation settled at, micro-batches per step, padding ratio, peak KV
+ * blocks, and the on/off ratio per round with their median. With --trees
  * it compares speculation shapes instead (the chain path, fixed trees, the
  * auto controller) against plain decoding over --rounds alternated rounds and
  * prints medians and ranges. Not a test: it prints figures and asserts
@@ -202,9 +204,10 @@ static void be_usage(FILE *f) {
             "usage: specd bench --concurrency N[,N...] -m TARGET.gguf [--draft DRAFT.gguf] [-n TOKENS (64)]\n"
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
-            "                   [--temp T (0)] [--trees LIST [--rounds R (5)]] [--grammar json|FILE.gbnf]\n"
+            "                   [--temp T (0)] [--trees LIST] [--rounds R (5 with --trees, else 2)] [--grammar json|FILE.gbnf]\n"
             "                   [--medusa HEADS.gguf] [--backend auto|cpu|cuda (auto)] [--device N]\n"
-            "  N streams at once through the engine API, speculation off then on (same prompts),\n"
+            "  N streams at once through the engine API, speculation off and on (same prompts) for R\n"
+            "  rounds, their order swapped each round (the second phase finds a warm prefix cache),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
             "  (--prompts FILE, one text a line; default: the prompts.txt installed with specd, or\n"
             "  $SPECD_MODELS/corpora/tinystories_valid_30K.txt when $SPECD_MODELS is set)\n"
@@ -340,7 +343,7 @@ int bench_engine(int argc, char **argv) {
     int conc[BE_MAX_CONC], n_conc = 0, n_tokens = 64, prompt_tokens = 32, threads = 0;
     int backend = BACKEND_AUTO, device = 0;
     float temp = 0.0f;
-    int rounds = 5, n_cfg = 0;
+    int rounds = 0, n_cfg = 0; /* 0: the mode's default (--trees 5, on/off 2) */
     bool trees = false;
     const char *grammar_arg = NULL, *medusa = NULL;
     be_cfg cfgs[BE_MAX_CFG];
@@ -474,28 +477,41 @@ int bench_engine(int argc, char **argv) {
     be_phase(e, prompts, 1, 8, draft != NULL ? &on_cfg : &off_cfg, temp, &w, &warm);
     int rc = 0;
     if (trees) {
-        rc = be_compare_trees(e, prompts, n_distinct, conc, n_conc, n_tokens, temp, cfgs, n_cfg, rounds, &w);
+        rc = be_compare_trees(e, prompts, n_distinct, conc, n_conc, n_tokens, temp, cfgs, n_cfg, rounds ? rounds : 5, &w);
         goto done;
     }
 
     printf("conc mode     tok/s  TTFT ms:mean    p50      p99 TPOT ms:mean  p50     p99  alpha acclen gamma/spec  mb/stp  "
            "pad   KV peak\n");
+    /* R rounds per concurrency, the order of off and on swapped each round:
+     * the phase that runs second finds the prompts' KV blocks in the prefix
+     * cache and the weights warm, so a fixed order favours one mode */
+    if (!rounds) rounds = draft ? 2 : 1;
     for (int c = 0; c < n_conc && rc == 0; c++) {
-        be_result off, on;
-        if (be_phase(e, prompts, conc[c], n_tokens, &off_cfg, temp, &w, &off) != 0) {
-            rc = 1;
-            break;
-        }
-        be_row(conc[c], "off", &off, st.kv_total);
-        if (draft) {
-            if (be_phase(e, prompts, conc[c], n_tokens, &on_cfg, temp, &w, &on) != 0) {
-                rc = 1;
-                break;
+        be_result off = {0}, on = {0};
+        double ratio[BE_MAX_ROUNDS];
+        for (int r = 0; r < rounds && rc == 0; r++) {
+            for (int k = 0; k < (draft ? 2 : 1); k++) {
+                bool is_on = draft && (k ^ (r & 1)); /* round 0: off then on; round 1: on then off; ... */
+                be_result *res = is_on ? &on : &off;
+                if (be_phase(e, prompts, conc[c], n_tokens, is_on ? &on_cfg : &off_cfg, temp, &w, res) != 0) {
+                    rc = 1;
+                    break;
+                }
+                be_row(conc[c], is_on ? "on" : "off", res, st.kv_total);
             }
-            be_row(conc[c], "on", &on, st.kv_total);
-            printf("      on/off tokens/s ratio %.2f\n", off.tok_s > 0 ? on.tok_s / off.tok_s : 0);
+            if (rc == 0 && draft) {
+                ratio[r] = off.tok_s > 0 ? on.tok_s / off.tok_s : 0;
+                printf("      round %d (%s first): on/off tokens/s ratio %.2f\n", r + 1, r & 1 ? "on" : "off", ratio[r]);
+            }
         }
-        if (conc[c] == 1) { /* what the engine thread and the API cost a single stream */
+        if (rc) break;
+        if (draft && rounds > 1) {
+            double med = sort_median(ratio, rounds);
+            printf("      on/off tokens/s ratio: median %.2f [%.2f, %.2f] over %d rounds, order swapped each round\n", med,
+                   ratio[0], ratio[rounds - 1], rounds);
+        }
+        if (conc[c] == 1) { /* what the engine thread and the API cost a single stream (the last round's phases) */
             for (int k = 0; k < (draft ? 2 : 1); k++) {
                 const be_result *r = k ? &on : &off;
                 /* the stream's time from submit to its last token: prefill (TTFT) + decode */

@@ -3,6 +3,7 @@
  * otherwise, 77 when skipped. */
 #ifndef SPECD_TESTUTIL_H
 #define SPECD_TESTUTIL_H
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -32,5 +33,17 @@ static inline const char *tu_model(char *buf, size_t n, const char *name) {
 #define TEST_DONE() do { fprintf(stderr, "%d checks, %d failed\n", t_checks, t_failures); \
     if (t_checks == 0) fprintf(stderr, "FAIL: no check ran\n"); \
     return t_failures || t_checks == 0 ? 1 : 0; } while (0)
+
+/* The largest |a[i] - b[i]| over n floats, relative to the largest |b[i]|
+ * (absolute when b is all zeros); INFINITY when a difference is NaN. */
+static inline float tu_max_rel(const float *a, const float *b, int n) {
+    float md = 0, mx = 0;
+    for (int i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (d > md || d != d) md = d != d ? INFINITY : d;
+        if (fabsf(b[i]) > mx) mx = fabsf(b[i]);
+    }
+    return mx > 0 ? md / mx : md;
+}
 
 #endif

@@ -6,6 +6,7 @@
 #define SPECD_TEST_ENGINE_UTIL_H
 
 #include "engine/engine.h"
+#include "engine/spec/proposers/medusa.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/testutil.h"
 
@@ -41,6 +42,24 @@ static inline engine *eu_create(engine_config *cfg, bool with_draft) {
         exit(1);
     }
     return e;
+}
+
+/* Writes Medusa heads to path for the target of identity target_id
+ * (engine_stats.target_id; another id makes heads the engine refuses): 3
+ * zero-initialised heads of one ResBlock (each the identity on h) for the
+ * real pair's dim 64 and vocabulary 512, with or without token input. They
+ * propose; what they propose must not change an output. Fails the test
+ * (returns false) when they cannot be written. */
+static inline bool eu_identity_heads(const char *target_id, bool token_input, const char *path) {
+    char err[512];
+    medusa_heads *mh = medusa_heads_create(3, 1, 0, 64, 512, false, token_input, NULL, err, sizeof err);
+    CHECKF(mh, "%s", err);
+    if (!mh) return false;
+    snprintf(mh->target_id, sizeof mh->target_id, "%s", target_id);
+    int rc = medusa_heads_save(mh, path, err, sizeof err);
+    CHECKF(rc == 0, "%s", err);
+    medusa_heads_destroy(mh);
+    return rc == 0;
 }
 
 /* ---- prompts ---------------------------------------------------------------- */

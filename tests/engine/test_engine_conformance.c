@@ -142,7 +142,7 @@ static void conform(engine *e, const conf_proposer *p, const char *how) {
 }
 
 int main(void) {
-    char hp[600], err[512];
+    char hp[600];
     snprintf(hp, sizeof hp, "%s/specd-conf-medusa-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     engine_config c = engine_config_default();
     c.threads = 2;
@@ -155,11 +155,7 @@ int main(void) {
     engine_stats st0;
     engine_get_stats(e0, &st0);
     engine_destroy(e0);
-    medusa_heads *mh = medusa_heads_create(3, 1, 0, 64, 512, false, true, NULL, err, sizeof err);
-    CHECKF(mh, "%s", err);
-    snprintf(mh->target_id, sizeof mh->target_id, "%s", st0.target_id);
-    CHECKF(medusa_heads_save(mh, hp, err, sizeof err) == 0, "%s", err);
-    medusa_heads_destroy(mh);
+    eu_identity_heads(st0.target_id, true, hp);
     c.medusa_path = hp;
     engine *e = eu_create(&c, true);
     unlink(hp);

@@ -210,11 +210,7 @@ int main(void) {
         r.method = SPEC_METHOD_MEDUSA, r.method_set = true;
         refused(e0, &r, "models.medusa");
         engine_destroy(e0);
-        medusa_heads *mh = medusa_heads_create(3, 1, 0, 64, 512, false, true, NULL, err, sizeof err);
-        CHECKF(mh, "%s", err);
-        snprintf(mh->target_id, sizeof mh->target_id, "%s", st0.target_id);
-        CHECKF(medusa_heads_save(mh, hp, err, sizeof err) == 0, "%s", err);
-        medusa_heads_destroy(mh);
+        eu_identity_heads(st0.target_id, true, hp);
         c2.medusa_path = hp;
         e = eu_create(&c2, true);
         engine_get_info(e, &in0);
@@ -270,10 +266,7 @@ int main(void) {
         engine_destroy(e);
         unlink(hp);
         /* heads for another target are refused at start, naming both */
-        mh = medusa_heads_create(3, 1, 0, 64, 512, false, false, NULL, err, sizeof err);
-        snprintf(mh->target_id, sizeof mh->target_id, "llama-0000000000000000");
-        CHECK(medusa_heads_save(mh, hp, err, sizeof err) == 0);
-        medusa_heads_destroy(mh);
+        CHECK(eu_identity_heads("llama-0000000000000000", false, hp));
         static char tpath[512];
         c2.target_path = tu_model(tpath, sizeof tpath, "stories260K.gguf");
         c2.draft_path = NULL;

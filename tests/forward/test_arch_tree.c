@@ -17,16 +17,6 @@
 /* parent of each tree node (-1: child of the prefix); depth follows */
 static const int parent[N_TREE] = {-1, 0, 0, 2, 3, 4};
 
-static float max_rel(const float *a, const float *b, int n) {
-    float md = 0, mx = 0;
-    for (int i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (d > md || d != d) md = d != d ? INFINITY : d;
-        if (fabsf(b[i]) > mx) mx = fabsf(b[i]);
-    }
-    return mx > 0 ? md / mx : md;
-}
-
 static void check_arch(const char *arch, int window, const char *dir, backend *be) {
     char path[512], err[512];
     snprintf(path, sizeof path, "%s/%s.gguf", dir, arch);
@@ -68,7 +58,7 @@ static void check_arch(const char *arch, int window, const char *dir, backend *b
         kv_seq_truncate(pool, kv, 0);
         model_seq ps = {kv, n, seq, NULL, NULL, false};
         CHECKF(model_forward(m, pool, &ps, 1, lp, err, sizeof err) == 0, "%s: path: %s", arch, err);
-        float e = max_rel(lt + (size_t)i * V, lp, V);
+        float e = tu_max_rel(lt + (size_t)i * V, lp, V);
         CHECKF(e <= 1e-5f, "%s: tree node %d (depth %d) vs its causal path: rel err %g", arch, i, depth[i], e);
     }
     /* the window must matter: the same tree on the model without it differs at deep nodes */
@@ -79,7 +69,7 @@ static void check_arch(const char *arch, int window, const char *dir, backend *b
         model_forward(m, pool, &sq, 1, lp, err, sizeof err);
         sq = (model_seq){kv, N_TREE, tree, pos, mask, true};
         model_forward(m, pool, &sq, 1, lp, err, sizeof err);
-        float e = max_rel(lt + (size_t)(N_TREE - 1) * V, lp + (size_t)(N_TREE - 1) * V, V);
+        float e = tu_max_rel(lt + (size_t)(N_TREE - 1) * V, lp + (size_t)(N_TREE - 1) * V, V);
         CHECKF(e > 1e-3f, "%s: without the window the deepest node changes (rel %g)", arch, e);
     }
     free(lt);

@@ -21,16 +21,6 @@
 #define N 20
 #define SPLIT 12
 
-static float max_rel(const float *a, const float *b, int n) {
-    float md = 0, mx = 0;
-    for (int i = 0; i < n; i++) {
-        float d = fabsf(a[i] - b[i]);
-        if (d > md || d != d) md = d != d ? INFINITY : d;
-        if (fabsf(b[i]) > mx) mx = fabsf(b[i]);
-    }
-    return mx > 0 ? md / mx : md;
-}
-
 int main(void) {
     char path[512], err[512];
     backend *be = backend_create(BACKEND_CPU, 0, 2, err, sizeof err);
@@ -76,7 +66,7 @@ int main(void) {
         for (int i = 0; i < D; i++) ss += (double)tl[r * D + i] * tl[r * D + i];
         float sc = (float)(1.0 / sqrt(ss / D + m->hp.eps));
         for (int i = 0; i < D; i++) y[r * D + i] = tl[r * D + i] * sc * g[i];
-        float e = max_rel(y + r * D, hid + r * D, D);
+        float e = tu_max_rel(y + r * D, hid + r * D, D);
         worst = e > worst ? e : worst;
     }
     CHECKF(worst < 1e-4f, "tap %d normed vs the hidden state: max relative difference %g", L, worst);
@@ -85,19 +75,19 @@ int main(void) {
     /* the embedding tap: per token, not per position */
     CHECK(!memcmp(t0 + 3 * D, t0 + 9 * D, sizeof(float) * D));
     CHECK(memcmp(t0 + 3 * D, t0 + 4 * D, sizeof(float) * D) != 0);
-    CHECK(max_rel(t0 + 5 * D, tm + 5 * D, D) > 1e-3f); /* the middle layer is not the embedding */
+    CHECK(tu_max_rel(t0 + 5 * D, tm + 5 * D, D) > 1e-3f); /* the middle layer is not the embedding */
 
     /* prefill SPLIT, then one token at a time: the same middle rows */
     kv_seq_truncate(pool, kv, 0);
     ms = (model_seq){.kv = kv, .n = SPLIT, .tokens = toks};
     CHECK(model_forward(m, pool, &ms, 1, logits, err, sizeof err) == 0);
     CHECK(model_tap_rows(m, 1, x, rows, SPLIT) == 0);
-    worst = max_rel(x, tm, SPLIT * D);
+    worst = tu_max_rel(x, tm, SPLIT * D);
     for (int p = SPLIT; p < N; p++) {
         ms = (model_seq){.kv = kv, .n = 1, .tokens = toks + p};
         CHECK(model_forward(m, pool, &ms, 1, logits, err, sizeof err) == 0);
         CHECK(model_tap_rows(m, 1, x + p * D, rows, 1) == 0);
-        float e = max_rel(x + p * D, tm + p * D, D);
+        float e = tu_max_rel(x + p * D, tm + p * D, D);
         worst = e > worst ? e : worst;
     }
     CHECKF(worst < 1e-4f, "layer %d tap: prefill vs incremental, max relative difference %g", mid, worst);
@@ -111,7 +101,7 @@ int main(void) {
     int at[N];
     for (int i = 0; i < N; i++) at[i] = 7 + i;
     CHECK(model_tap_rows(m, 1, x, at, N) == 0 && model_tap_rows(m, 0, y, at, N) == 0);
-    float eb = max_rel(x, tm, N * D);
+    float eb = tu_max_rel(x, tm, N * D);
     CHECKF(eb < 1e-4f, "layer %d tap in a batch of two: max relative difference %g", mid, eb);
     CHECK(!memcmp(y, t0, sizeof(float) * N * D));
 

@@ -258,7 +258,7 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
         else if (!strcmp(t, "8")) c.sh = (tree_shape){8, 4, 2};
         else if (!strcmp(t, "16")) c.sh = (tree_shape){16, 5, 3};
         else if (sscanf(t, "%d/%d/%d", &c.sh.budget, &c.sh.depth, &c.sh.topk) != 3 || c.sh.budget < 1 ||
-                 c.sh.budget > DRAFTER_MAX_NODES || c.sh.depth < 1 || c.sh.depth > c.sh.budget || c.sh.topk < 1 ||
+                 c.sh.budget > ENGINE_TREE_MAX_NODES || c.sh.depth < 1 || c.sh.depth > c.sh.budget || c.sh.topk < 1 ||
                  c.sh.topk > 8) {
             fprintf(stderr, "specd bench: --trees: '%s' is not plain, chain, draft, medusa, auto, mixed, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
             return -1;
@@ -341,7 +341,7 @@ static int be_compare_trees(engine *e, const be_prompt *all, int n_distinct, con
 int bench_engine(int argc, char **argv) {
     const char *target = NULL, *draft = NULL, *prompts_path = NULL, *hf = NULL, *hf_draft = NULL;
     int conc[BE_MAX_CONC], n_conc = 0, n_tokens = 64, prompt_tokens = 32, threads = 0;
-    int backend = BACKEND_AUTO, device = 0;
+    int backend = ENGINE_BACKEND_AUTO, device = 0;
     float temp = 0.0f;
     int rounds = 0, n_cfg = 0; /* 0: the mode's default (--trees 5, on/off 2) */
     bool trees = false;

@@ -34,16 +34,260 @@
 #ifndef SPECD_ENGINE_H
 #define SPECD_ENGINE_H
 
-#include "engine/errkind.h"
-#include "engine/sample/sampler.h"
-#include "engine/spec/spec.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "engine/spec/tree_ctl.h"
+/* engine.h stands alone: it includes only C headers and policy/config.h (a
+ * leaf). The value types it hands out are defined HERE, and the internal
+ * headers that compute on them (errkind.h, sampler.h, gamma.h, cost_curve.h,
+ * spec.h, tokenizer.h, draft_tree.h, tree_ctl.h) include this file for them:
+ * the public header is the bottom, as sqlite3.h is for sqliteInt.h. A caller
+ * of the engine (the gateway, the CLI's serving commands) needs nothing else. */
 #include "policy/config.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* ======================================================================
+ * Public value types (their functions live in the engine's modules)
+ * ====================================================================== */
+
+/* ---- failure kinds (errkind.h explains the contract) -------------------
+ * engine_status is what a failure was: engine_submit returns it and an error
+ * event carries it beside its message, so a caller picks its reaction — the
+ * gateway its HTTP status and WebSocket code (gateway/status_map.h) — from
+ * the kind, never from the words. Derived from the engine's refusals and
+ * error events; a new kind is one value here and one row in the gateway's
+ * table (gateway/status_map.c). Cancellation is not a failure: it ends with
+ * a `finished` event, reason cancelled. */
+typedef enum {
+    ENGINE_OK = 0,
+    ENGINE_ERR_INVALID,       /* a bad request: sampler config, max_tokens, γ bounds, empty prompt, token ids,
+                               * stop strings, grammar, tree bounds, a method without its model; at load: a
+                               * missing, unreadable, malformed or unsupported file, a bad shape or setting,
+                               * a draft or Medusa heads that do not match the target */
+    ENGINE_ERR_OOM,           /* memory ran out (the request's state, a grammar, a sequence at admission; at
+                               * load: weights, scratch, tables or KV pools, in host or backend memory) */
+    ENGINE_ERR_CONTEXT_FULL,  /* prompt + max_tokens can never fit the context or the KV pools */
+    ENGINE_ERR_QUEUE_FULL,    /* max_waiting requests are already queued: retry later */
+    ENGINE_ERR_SHUTTING_DOWN, /* the engine is stopping (engine_destroy has begun) */
+    ENGINE_ERR_BACKEND,       /* a model pass failed (prefill, draft, verify); at start-up: the backend (a
+                               * device) or the engine thread could not be started */
+    ENGINE_ERR_GRAMMAR,       /* a request's grammar does not compile, is over a grammar.* limit, or its
+                               * shortest document cannot fit max_tokens (found by the compile worker) */
+} engine_status;
+#define ENGINE_STATUS_COUNT (ENGINE_ERR_GRAMMAR + 1)
+
+/* A stable lower-case name ("ok", "invalid", "out_of_memory", "context_full",
+ * "queue_full", "shutting_down", "backend"); "?" outside the enum. */
+static inline const char *engine_status_name(engine_status st) {
+    static const char *const names[ENGINE_STATUS_COUNT] = {"ok", "invalid", "out_of_memory", "context_full",
+                                                           "queue_full", "shutting_down", "backend", "grammar"};
+    return (unsigned)st < ENGINE_STATUS_COUNT ? names[st] : "?";
+}
+
+/* *st = v where st is not NULL (a loader's st may be NULL). */
+static inline void engine_status_set(engine_status *st, engine_status v) {
+    if (st) *st = v;
+}
+
+/* ---- sampling settings (sampler.h applies them) ------------------------
+ * One request's sampling settings. Speculation applies ONE config to both the
+ * draft (q) and the target (p), through sampler_probs, so both are processed
+ * identically.
+ *   temperature  0 = greedy (one-hot at the argmax, lowest id on ties); > 0 scales.
+ *   top_k        0 = off; else keep the k most probable tokens.
+ *   top_p        1 = off; else keep the smallest most-probable prefix whose mass
+ *                reaches top_p (nucleus).
+ *   min_p        0 = off; else keep tokens with prob >= min_p * (max prob). */
+typedef struct {
+    int32_t id;
+    float bias;        /* added to the token's logit, in [-100, 100] */
+} sampler_bias;
+
+#define SAMPLER_MAX_BIAS 1024   /* most logit_bias entries of one config */
+#define SAMPLER_LAST_N_DEFAULT 64
+
+typedef struct {
+    float temperature; /* finite, >= 0 */
+    int top_k;         /* >= 0 */
+    float top_p;       /* in (0, 1] */
+    float min_p;       /* in [0, 1) */
+    /* History-dependent logit processing (sampler_penalize), applied to the
+     * raw logits before the steps of sampler_probs, as llama.cpp's chain does
+     * (logit bias, then penalties). Zero-initialised fields mean off. */
+    float repeat_penalty;    /* 0 or 1 = off; else > 0: a logit of a token in the window is divided by it
+                              * when positive, multiplied when not (llama.cpp's repeat_penalty, vLLM's
+                              * repetition_penalty) */
+    float presence_penalty;  /* in [-2, 2]: subtracted once from the logit of each token in the window */
+    float frequency_penalty; /* in [-2, 2]: subtracted once per occurrence in the window */
+    int penalty_last_n;      /* the window: the last N tokens of the sequence, prompt included (llama.cpp's
+                              * repeat_last_n); 0 = SAMPLER_LAST_N_DEFAULT, -1 = the whole sequence */
+    const sampler_bias *logit_bias; /* (n_logit_bias) borrowed: whoever fills it keeps it alive */
+    int n_logit_bias;        /* 0..SAMPLER_MAX_BIAS */
+} sampler_config;
+
+/* temperature 1, every filter off: the model's own distribution. */
+sampler_config sampler_config_default(void);
+
+/* Checks a config from a request. Returns true if valid; else false and writes a
+ * one-line message naming the field and the allowed range into err[n] (if err and
+ * n > 0). NaN is rejected everywhere. */
+bool sampler_config_validate(const sampler_config *cfg, char *err, size_t n);
+
+/* ---- speculation depth: γ bounds and the cost model (gamma.h) ---------- */
+#define GAMMA_MAX 16
+#define COST_CURVE_ROWS 32          /* the verify cost curve's extent; beyond it, extrapolated */
+
+typedef struct {
+    int gamma_min, gamma_max, gamma_default; /* 2..8 by policy; per-request override within bounds */
+    bool adaptive;
+    int window;             /* rolling window of verify steps (20) */
+    int warmup;             /* steps of data before the controller decides (5) */
+    float fallback_alpha;   /* rolling α below this ... (0.4) */
+    int fallback_steps;     /* ... for this many consecutive steps drops to plain decoding (10) */
+    int probe_interval;     /* plain steps before speculation is probed again (32) */
+} gamma_params;
+
+gamma_params gamma_params_default(void);
+/* false with a message when bounds are inconsistent (min > max, outside 1..GAMMA_MAX, ...). */
+bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n);
+
+/* The target's verify cost curve t(rows) (cost_curve.h). */
+typedef struct {
+    int n;                          /* the last measured row count (0: no curve) */
+    double t[COST_CURVE_ROWS + 1];  /* [r], r = 1..COST_CURVE_ROWS: ms of a pass of r rows */
+    double slope;                   /* ms per row past n (>= 0) */
+} cost_curve;
+
+/* Cost model of one draft/target pair, in milliseconds (gamma.h explains the
+ * terms: a pass's base cost, per-position slopes, attention per key and per
+ * (row, key) pair, the draft's per-token cost; calibrated at load, refitted
+ * online). */
+typedef struct {
+    double draft_ms;
+    double target_ms;
+    double target_ms_per_pos;
+    double draft_ms_per_row;
+    double target_ms_per_pos_big;
+    double target_ms_per_key, target_ms_per_pair;
+    double key_prior, pair_prior;        /* the calibrated attention slopes */
+    double fit[9];                       /* weighted sums of the online fit (gamma.c) */
+    /* The measured verify cost curve, when there is one (gamma_costs_set_curve):
+     * curve(m) = t(m rows) / t(1 row) (cost_curve_ratio), non-decreasing. It
+     * then replaces the two per-position slopes: the rows of a pass cost
+     * target_ms * (curve(m) - 1), linear past the measured rows. A CPU's curve is flat
+     * while the pass is memory-bound and steps up where the kernels' row tiles
+     * fill (F16 target here: 8 rows 1.0x, 16 rows 2.5x), which no two slopes
+     * fit; and learning a slope from batched passes that all had the same row
+     * count taught the model that rows were free (plain passes of 8 rows) or
+     * dear (verify passes of 24) in turn, so the batch decision flipped. */
+    cost_curve curve;                    /* curve.n 0: no curve, the slopes apply */
+} gamma_costs;
+
+/* ---- proposers, their names and statistics (spec.h) -------------------- */
+
+/* Which proposer a sequence uses. DRAFT is 0 so a zeroed spec_seq_params
+ * keeps the draft model; AUTO: the n-gram proposal when a lookup match exists
+ * (with adaptive γ: and the cost model expects at least as many tokens per
+ * millisecond from it as from the draft model, each at its own rolling α; the
+ * lookup is nearly free, so it wins ties), else the draft model when one is
+ * loaded. */
+/* MEDUSA: the Medusa heads' slot (draft_medusa.h), which proposes trees
+ * only: the engine steps such sequences through the tree path, and a chain
+ * step of one is a plain step. AUTO sequences hold the heads' state too when
+ * the heads are loaded and the sequence could use them (no logprobs, no
+ * coupled verification, no penalties), so the engine's auto method can move
+ * them onto the heads at any step. */
+typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3,
+               SPEC_METHOD_MEDUSA = 4 } spec_method;
+const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa" */
+/* Parses a method name; -1 when unknown. */
+int spec_method_parse(const char *s);
+
+/* Proposers as every report names and counts them (spec_stats.by[],
+ * spec_drafter_name): 0 the draft model, 1 n-gram lookup, 2 the Medusa
+ * heads — the numbering of the step's proposer slots (spec.h SPEC_DRAFTER_*).
+ * Reports loop to SPEC_PROPOSERS. */
+enum { SPEC_PROPOSER_MEDUSA = 2, SPEC_PROPOSERS = 3 };
+const char *spec_drafter_name(int slot); /* "draft", "ngram", "medusa"; "plain" otherwise (-1) */
+/* speculation.verify names: "rejection" -> 0, "coupled" -> 1, else -1
+ * (spec_seq_params.coupled; engine_verify is this + 1). */
+int spec_verify_parse(const char *s);
+
+/* The per-step counters of one proposer. */
+typedef struct {
+    uint64_t verify_steps, drafted, accepted, rejections, tokens;
+    uint64_t pos_reached[GAMMA_MAX], pos_accepted[GAMMA_MAX];
+} spec_method_stats;
+
+typedef struct {
+    uint64_t verify_steps;      /* target passes that verified drafts */
+    uint64_t plain_steps;       /* target passes without drafts */
+    uint64_t drafted;           /* draft tokens proposed */
+    uint64_t accepted;          /* draft tokens accepted */
+    uint64_t rejections;        /* verify steps that ended in a rejection */
+    uint64_t tokens;            /* tokens emitted by steps */
+    uint64_t pos_reached[GAMMA_MAX]; /* verify steps that drafted a token at position i+1 */
+    uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
+    uint64_t fallbacks, probes, draft_failures, kv_resets;
+    uint64_t tree_steps;        /* verify steps whose proposal branched (a tree, not a chain; spec_tree.h) */
+    uint64_t tree_nodes;        /* nodes those and any other tree-path steps verified */
+    /* time spent in the draft and target models: this sequence's SHARE of
+     * each call it was batched into (the call's wall time x its rows / the
+     * call's rows; see spec_step_info), so sums over sequences are wall time */
+    double draft_ms, target_ms;
+    /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
+     * many came from it instead of a prefill; prompt tokens the target computed */
+    uint64_t prefix_offered, prefix_reused, prefix_draft_offered, prefix_draft_reused, prefill_tokens;
+    uint64_t kv_reset_reused;   /* target positions a hard reset took back from the prefix cache */
+    spec_method_stats by[SPEC_PROPOSERS]; /* the verify-step counters above, per proposer */
+} spec_stats;
+
+/* Derived figures (0 when undefined). */
+double spec_stats_alpha(const spec_stats *s);          /* accepted / (accepted + rejections) */
+double spec_stats_mean_accepted(const spec_stats *s);  /* accepted drafts per verify step */
+double spec_stats_tokens_per_pass(const spec_stats *s);/* tokens emitted per target pass */
+void spec_stats_add(spec_stats *into, const spec_stats *s);
+
+/* Log probabilities of an emitted token (the OpenAI `logprobs` fields):
+ * log softmax of the target's raw logits at the token's position — the
+ * model's own distribution, before temperature, top-k, top-p and min-p
+ * (as the OpenAI API reports it) — but AFTER the grammar mask under a
+ * constraint (renormalised over the tokens the grammar allows there, so the
+ * alternatives are tokens that could have been emitted). For accepted drafts,
+ * corrections and bonus tokens alike it is the verify pass's row at that
+ * position, so a draft never changes it: the same numbers with speculation
+ * on or off (greedy, up to the float rounding of the batch shape). */
+#define SPEC_TOP_LOGPROBS 20
+typedef struct {
+    float logprob;              /* of the emitted token */
+    int n_top;                  /* alternatives below (the request's top count, fewer when the mask allows fewer) */
+    int32_t top_id[SPEC_TOP_LOGPROBS]; /* most probable first; ties: lower id first */
+    float top_logprob[SPEC_TOP_LOGPROBS];
+} spec_logprob;
+
+/* ---- tree shapes (draft_tree.h, tree_ctl.h) ---------------------------- */
+#define ENGINE_TREE_MAX_NODES GAMMA_MAX /* most nodes of one proposal (drafter.h DRAFTER_MAX_NODES) */
+typedef struct {
+    int budget;                 /* most nodes, 1..ENGINE_TREE_MAX_NODES (engine.tree_budget) */
+    int depth;                  /* most levels (engine.tree_depth) */
+    int topk;                   /* most children per node (engine.tree_topk); 1 = a chain */
+} tree_shape;
+
+#define TREE_CTL_ROWS COST_CURVE_ROWS /* t(rows) is measured up to here, extrapolated linearly beyond */
+
+/* ---- text (tokenizer.h, chat.h) ---------------------------------------- */
+typedef struct tokenizer tokenizer;  /* immutable; tokenizer.h */
+typedef struct chat_tmpl chat_tmpl;  /* a loaded chat template; chat.h */
+
+/* A byte span [start, end) of a text (tok_encode_spans: where special tokens
+ * may be spelled). */
+typedef struct {
+    size_t start, end;
+} tok_span;
+
+/* ======================================================================
+ * The engine
+ * ====================================================================== */
 
 #define ENGINE_MAX_STOP 4          /* stop strings per request */
 #define ENGINE_STOP_LEN 64         /* bytes per stop string */
@@ -75,6 +319,10 @@ typedef struct {
     size_t cache_bytes;            /* the compiled-grammar cache (256 MiB) */
 } engine_grammar_limits;
 
+/* Where the models run (engine_config.backend): the values of
+ * kernels/backend.h's backend_kind. */
+typedef enum { ENGINE_BACKEND_AUTO = 0, ENGINE_BACKEND_CPU = 1, ENGINE_BACKEND_CUDA = 2 } engine_backend;
+
 typedef struct {
     const char *target_path;
     const char *draft_path;        /* NULL: plain decoding only */
@@ -83,7 +331,7 @@ typedef struct {
     const char *medusa_path;       /* Medusa heads for the target (specd train-medusa; NULL: none): requests with
                                     * speculation.method medusa verify their trees (shape: the tree bounds) */
     int threads;                   /* kernel threads (0 = all CPUs) */
-    int backend;                   /* backend_kind: auto (CUDA when built and a GPU is present), cpu, cuda */
+    int backend;                   /* engine_backend: auto (CUDA when built and a GPU is present), cpu, cuda */
     int device;                    /* CUDA device of the models (of target shard 0 and the draft) */
     int tensor_parallel;           /* > 1: the target is split over this many backends (GPUs) */
     int devices[ENGINE_MAX_SHARDS]; /* CUDA device of each target shard (tensor_parallel of them) */
@@ -311,7 +559,6 @@ int engine_get_sequences(engine *e, engine_seq_info *out, int max);
 const tokenizer *engine_tokenizer(const engine *e);
 /* The chat template chat requests render with (loaded at engine_create:
  * a template that does not compile fails the create). Owned by e. */
-typedef struct chat_tmpl chat_tmpl;
 const chat_tmpl *engine_chat_tmpl(const engine *e);
 
 /* Fixed facts of the loaded engine (immutable; any thread). */

@@ -7,47 +7,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One request's sampling settings. Speculation applies ONE config to both the draft
- * (q) and the target (p), through sampler_probs, so both are processed identically.
- *   temperature  0 = greedy (one-hot at the argmax, lowest id on ties); > 0 scales.
- *   top_k        0 = off; else keep the k most probable tokens.
- *   top_p        1 = off; else keep the smallest most-probable prefix whose mass
- *                reaches top_p (nucleus).
- *   min_p        0 = off; else keep tokens with prob >= min_p * (max prob). */
-typedef struct {
-    int32_t id;
-    float bias;        /* added to the token's logit, in [-100, 100] */
-} sampler_bias;
+#include "engine/engine.h"
 
-#define SAMPLER_MAX_BIAS 1024   /* most logit_bias entries of one config */
-#define SAMPLER_LAST_N_DEFAULT 64
-
-typedef struct {
-    float temperature; /* finite, >= 0 */
-    int top_k;         /* >= 0 */
-    float top_p;       /* in (0, 1] */
-    float min_p;       /* in [0, 1) */
-    /* History-dependent logit processing (sampler_penalize), applied to the
-     * raw logits before the steps of sampler_probs, as llama.cpp's chain does
-     * (logit bias, then penalties). Zero-initialised fields mean off. */
-    float repeat_penalty;    /* 0 or 1 = off; else > 0: a logit of a token in the window is divided by it
-                              * when positive, multiplied when not (llama.cpp's repeat_penalty, vLLM's
-                              * repetition_penalty) */
-    float presence_penalty;  /* in [-2, 2]: subtracted once from the logit of each token in the window */
-    float frequency_penalty; /* in [-2, 2]: subtracted once per occurrence in the window */
-    int penalty_last_n;      /* the window: the last N tokens of the sequence, prompt included (llama.cpp's
-                              * repeat_last_n); 0 = SAMPLER_LAST_N_DEFAULT, -1 = the whole sequence */
-    const sampler_bias *logit_bias; /* (n_logit_bias) borrowed: whoever fills it keeps it alive */
-    int n_logit_bias;        /* 0..SAMPLER_MAX_BIAS */
-} sampler_config;
-
-/* temperature 1, every filter off: the model's own distribution. */
-sampler_config sampler_config_default(void);
-
-/* Checks a config from a request. Returns true if valid; else false and writes a
- * one-line message naming the field and the allowed range into err[n] (if err and
- * n > 0). NaN is rejected everywhere. */
-bool sampler_config_validate(const sampler_config *cfg, char *err, size_t n);
+/* sampler_config (one request's settings: temperature, top-k, top-p, min-p,
+ * penalties, logit bias), sampler_bias, SAMPLER_MAX_BIAS,
+ * SAMPLER_LAST_N_DEFAULT, sampler_config_default and sampler_config_validate
+ * are public and declared in engine.h. */
 
 /* Scratch for one vocabulary size: every buffer sampler_probs needs is allocated
  * here, so no call below allocates. A sampler is used by one thread at a time; keep

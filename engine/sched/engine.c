@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(ENGINE_TREE_MAX_NODES == DRAFTER_MAX_NODES, "engine.h's tree node bound is the proposers'");
+
 engine_config engine_config_default(void) {
     return (engine_config){.backend = BACKEND_CPU, .ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
                            .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),

@@ -2,8 +2,13 @@
  * one mapping from config.yaml to engine_config that serve, generate and
  * bench use (see engine.h). */
 #include "engine/engine.h"
+#include "kernels/backend.h"
 
 #include <string.h>
+
+_Static_assert(ENGINE_BACKEND_AUTO == (int)BACKEND_AUTO && ENGINE_BACKEND_CPU == (int)BACKEND_CPU &&
+                   ENGINE_BACKEND_CUDA == (int)BACKEND_CUDA,
+               "engine_backend names backend_kind's values");
 
 void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
     const pol_engine *pe = &pc->engine;

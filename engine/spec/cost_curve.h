@@ -7,13 +7,7 @@
 #ifndef SPECD_COST_CURVE_H
 #define SPECD_COST_CURVE_H
 
-#define COST_CURVE_ROWS 32          /* the table's extent; beyond it, extrapolated */
-
-typedef struct {
-    int n;                          /* the last measured row count (0: no curve) */
-    double t[COST_CURVE_ROWS + 1];  /* [r], r = 1..COST_CURVE_ROWS: ms of a pass of r rows */
-    double slope;                   /* ms per row past n (>= 0) */
-} cost_curve;
+#include "engine/engine.h" /* cost_curve and COST_CURVE_ROWS (32): public, handed out in engine_stats */
 
 /* From t_rows[1..n] (n <= COST_CURVE_ROWS; a 0 entry was not measured):
  * gaps interpolated linearly, held before the first measured point, past the

@@ -11,6 +11,7 @@
 #ifndef SPECD_GAMMA_H
 #define SPECD_GAMMA_H
 
+#include "engine/engine.h"
 #include "engine/spec/cost_curve.h"
 
 #include <stdbool.h>
@@ -19,23 +20,11 @@
 #include <pthread.h>
 #endif
 
-#define GAMMA_MAX 16
 #define GAMMA_WINDOW_MAX 64
 #define GAMMA_CURVE_ROWS COST_CURVE_ROWS
 
-typedef struct {
-    int gamma_min, gamma_max, gamma_default; /* 2..8 by policy; per-request override within bounds */
-    bool adaptive;
-    int window;             /* rolling window of verify steps (20) */
-    int warmup;             /* steps of data before the controller decides (5) */
-    float fallback_alpha;   /* rolling α below this ... (0.4) */
-    int fallback_steps;     /* ... for this many consecutive steps drops to plain decoding (10) */
-    int probe_interval;     /* plain steps before speculation is probed again (32) */
-} gamma_params;
-
-gamma_params gamma_params_default(void);
-/* false with a message when bounds are inconsistent (min > max, outside 1..GAMMA_MAX, ...). */
-bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n);
+/* GAMMA_MAX, gamma_params (request bounds and the controller's settings),
+ * gamma_params_default and gamma_params_validate are public: engine.h. */
 
 /* Cost model of one draft/target pair, in milliseconds. A target forward of m
  * new positions over sequences whose caches hold `keys` keys in all (the
@@ -54,27 +43,8 @@ bool gamma_params_validate(const gamma_params *g, char *err, unsigned long n);
  * context), then updated online from measured step times: passes of up to 5
  * rows refit target_ms and the two attention slopes (exponentially weighted
  * least squares, held near the calibrated slopes where the contexts seen do
- * not tell them apart), bigger (batched) passes the big-batch slope. */
-typedef struct {
-    double draft_ms;
-    double target_ms;
-    double target_ms_per_pos;
-    double draft_ms_per_row;
-    double target_ms_per_pos_big;
-    double target_ms_per_key, target_ms_per_pair;
-    double key_prior, pair_prior;        /* the calibrated attention slopes */
-    double fit[9];                       /* weighted sums of the online fit (gamma.c) */
-    /* The measured verify cost curve, when there is one (gamma_costs_set_curve):
-     * curve(m) = t(m rows) / t(1 row) (cost_curve_ratio), non-decreasing. It
-     * then replaces the two per-position slopes: the rows of a pass cost
-     * target_ms * (curve(m) - 1), linear past the measured rows. A CPU's curve is flat
-     * while the pass is memory-bound and steps up where the kernels' row tiles
-     * fill (F16 target here: 8 rows 1.0x, 16 rows 2.5x), which no two slopes
-     * fit; and learning a slope from batched passes that all had the same row
-     * count taught the model that rows were free (plain passes of 8 rows) or
-     * dear (verify passes of 24) in turn, so the batch decision flipped. */
-    cost_curve curve;                    /* curve.n 0: no curve, the slopes apply */
-} gamma_costs;
+ * not tell them apart), bigger (batched) passes the big-batch slope.
+ * The struct, gamma_costs, is public (engine.h: engine_stats hands it out). */
 
 /* Keys one sequence's pass reads: its cache of n and its m new positions. */
 double gamma_keys(int m, int n);

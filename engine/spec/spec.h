@@ -18,6 +18,7 @@
 #ifndef SPECD_SPEC_H
 #define SPECD_SPEC_H
 
+#include "engine/engine.h"
 #include "engine/spec/accept.h"
 #include "engine/spec/drafter.h"
 #include "engine/spec/gamma.h"
@@ -29,83 +30,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Log probabilities of an emitted token (the OpenAI `logprobs` fields):
- * log softmax of the target's raw logits at the token's position — the
- * model's own distribution, before temperature, top-k, top-p and min-p
- * (as the OpenAI API reports it) — but AFTER the grammar mask under a
- * constraint (renormalised over the tokens the grammar allows there, so the
- * alternatives are tokens that could have been emitted). For accepted drafts,
- * corrections and bonus tokens alike it is the verify pass's row at that
- * position, so a draft never changes it: the same numbers with speculation
- * on or off (greedy, up to the float rounding of the batch shape). */
-#define SPEC_TOP_LOGPROBS 20
-typedef struct {
-    float logprob;              /* of the emitted token */
-    int n_top;                  /* alternatives below (the request's top count, fewer when the mask allows fewer) */
-    int32_t top_id[SPEC_TOP_LOGPROBS]; /* most probable first; ties: lower id first */
-    float top_logprob[SPEC_TOP_LOGPROBS];
-} spec_logprob;
-
-/* Which proposer a sequence uses. DRAFT is 0 so a zeroed spec_seq_params
- * keeps the draft model; AUTO: the n-gram proposal when a lookup match exists
- * (with adaptive γ: and the cost model expects at least as many tokens per
- * millisecond from it as from the draft model, each at its own rolling α; the
- * lookup is nearly free, so it wins ties), else the draft model when one is
- * loaded. */
-/* MEDUSA: Medusa heads (draft_medusa.h) propose trees; the engine steps such
- * sequences through the tree path. Here the sequence uses no drafter slot:
- * a chain step of it is a plain step. */
-typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3,
-               SPEC_METHOD_MEDUSA = 4 } spec_method;
-const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa" */
-/* Parses a method name; -1 when unknown. */
-int spec_method_parse(const char *s);
+/* spec_logprob, spec_method and its names, the proposers' numbering in
+ * reports (SPEC_PROPOSER_MEDUSA, SPEC_PROPOSERS), spec_stats and its derived
+ * figures are public value types: engine.h. */
 
 /* Drafter slots of a pair: what a step's proposal came from. */
 enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTERS = 2 };
-/* Proposers as every report names and counts them: the drafter slots, then
- * the Medusa heads (which propose trees through draft_medusa, outside the
- * drafter slots). spec_drafter_name names each; reports loop to SPEC_PROPOSERS. */
-enum { SPEC_PROPOSER_MEDUSA = SPEC_DRAFTERS, SPEC_PROPOSERS = SPEC_DRAFTERS + 1 };
-const char *spec_drafter_name(int slot);
-/* speculation.verify names: "rejection" -> 0, "coupled" -> 1, else -1
- * (spec_seq_params.coupled; engine_verify is this + 1). */
-int spec_verify_parse(const char *s); /* "draft", "ngram"; "plain" for -1 */
-
-/* The per-step counters of one proposer. */
-typedef struct {
-    uint64_t verify_steps, drafted, accepted, rejections, tokens;
-    uint64_t pos_reached[GAMMA_MAX], pos_accepted[GAMMA_MAX];
-} spec_method_stats;
-
-typedef struct {
-    uint64_t verify_steps;      /* target passes that verified drafts */
-    uint64_t plain_steps;       /* target passes without drafts */
-    uint64_t drafted;           /* draft tokens proposed */
-    uint64_t accepted;          /* draft tokens accepted */
-    uint64_t rejections;        /* verify steps that ended in a rejection */
-    uint64_t tokens;            /* tokens emitted by steps */
-    uint64_t pos_reached[GAMMA_MAX]; /* verify steps that drafted a token at position i+1 */
-    uint64_t pos_accepted[GAMMA_MAX];/* ... and accepted it */
-    uint64_t fallbacks, probes, draft_failures, kv_resets;
-    uint64_t tree_steps;        /* verify steps whose proposal branched (a tree, not a chain; spec_tree.h) */
-    uint64_t tree_nodes;        /* nodes those and any other tree-path steps verified */
-    /* time spent in the draft and target models: this sequence's SHARE of
-     * each call it was batched into (the call's wall time x its rows / the
-     * call's rows; see spec_step_info), so sums over sequences are wall time */
-    double draft_ms, target_ms;
-    /* prefix reuse (kv.h): prompt tokens offered to each pool's cache, and how
-     * many came from it instead of a prefill; prompt tokens the target computed */
-    uint64_t prefix_offered, prefix_reused, prefix_draft_offered, prefix_draft_reused, prefill_tokens;
-    uint64_t kv_reset_reused;   /* target positions a hard reset took back from the prefix cache */
-    spec_method_stats by[SPEC_PROPOSERS]; /* the verify-step counters above, per proposer */
-} spec_stats;
-
-/* Derived figures (0 when undefined). */
-double spec_stats_alpha(const spec_stats *s);          /* accepted / (accepted + rejections) */
-double spec_stats_mean_accepted(const spec_stats *s);  /* accepted drafts per verify step */
-double spec_stats_tokens_per_pass(const spec_stats *s);/* tokens emitted per target pass */
-void spec_stats_add(spec_stats *into, const spec_stats *s);
 
 typedef struct {
     char arch[32];

@@ -43,11 +43,11 @@
 #ifndef SPECD_TREE_CTL_H
 #define SPECD_TREE_CTL_H
 
+#include "engine/engine.h" /* TREE_CTL_ROWS (= COST_CURVE_ROWS: t(rows) is measured up to there) */
 #include "engine/spec/cost_curve.h"
 #include "engine/spec/proposers/draft_tree.h"
 
 #define TREE_CTL_MENU 8
-#define TREE_CTL_ROWS COST_CURVE_ROWS /* t(rows) is measured up to here, extrapolated linearly beyond */
 #define TREE_CTL_RETIRE 3         /* consecutive losing re-probes that retire a tree (the default of `retire`) */
 #define TREE_CTL_RETIRED_SHIFT 6  /* a retired entry waits reprobe << this (64x) steps for its next probe */
 

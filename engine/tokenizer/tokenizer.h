@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/engine.h" /* tok_span */
 #include "engine/gguf/gguf.h"
 
 typedef enum {
@@ -154,10 +155,7 @@ int tok_compare(const tokenizer *a, const tokenizer *b, char *msg, size_t n);
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                bool parse_special, int32_t *out, int max_out);
 
-/* A byte range [start, end) of a text. */
-typedef struct {
-    size_t start, end;
-} tok_span;
+/* A byte range [start, end) of a text: tok_span, public (engine.h). */
 
 /* tok_encode for text in which only some bytes may spell control tokens: a
  * control or unknown token is matched only where its whole text lies inside

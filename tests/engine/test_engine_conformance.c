@@ -25,6 +25,7 @@
  * accept_exact for chains with q rows and point masses, tree_exact for
  * multi-candidate trees). */
 #include "engine/spec/proposers/medusa.h"
+#include "engine/spec/spec.h"
 #include "tests/engine/engine_util.h"
 
 #include <unistd.h>

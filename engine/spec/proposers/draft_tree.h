@@ -20,13 +20,8 @@
 #ifndef SPECD_DRAFT_TREE_H
 #define SPECD_DRAFT_TREE_H
 
+#include "engine/engine.h" /* tree_shape (budget, depth, topk): public, engine_info hands it out */
 #include "engine/spec/spec_tree.h"
-
-typedef struct {
-    int budget;                 /* most nodes, 1..DRAFTER_MAX_NODES (engine.tree_budget) */
-    int depth;                  /* most levels (engine.tree_depth) */
-    int topk;                   /* most children per node (engine.tree_topk); 1 = a chain */
-} tree_shape;
 
 typedef struct draft_tree draft_tree;
 

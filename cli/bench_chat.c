@@ -14,9 +14,7 @@
 #include "cli/cmd.h"
 #include "cli/datadir.h"
 #include "cli/util.h"
-#include "engine/chat/chat.h"
 #include "engine/engine.h"
-#include "engine/tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -56,7 +54,7 @@ static int bc_corpus_load(bc_corpus *c, const char *path) {
 
 /* A message of at least n_tokens tokens (without BOS): whole words of the
  * corpus from a word start at or after `at` (wrapping). */
-static void bc_message(const bc_corpus *c, const tokenizer *tok, size_t at, int n_tokens, char *out, size_t cap) {
+static void bc_message(const bc_corpus *c, const engine *e, size_t at, int n_tokens, char *out, size_t cap) {
     size_t p = at % c->len;
     while (p < c->len && c->text[p] != ' ') p++; /* the next word start */
     while (p < c->len && c->text[p] == ' ') p++;
@@ -79,7 +77,7 @@ static void bc_message(const bc_corpus *c, const tokenizer *tok, size_t at, int 
         p = q;
         size_t s = 0;
         while (s < o && out[s] == ' ') s++;
-        int k = tok_encode(tok, out + s, o - s, false, false, ids, 1024);
+        int k = engine_tokenize(e, out + s, o - s, false, false, ids, 1024);
         if (k < 0 || k >= n_tokens) break;
     }
     size_t s = 0;
@@ -124,7 +122,6 @@ typedef struct {
 static int bc_run(engine *e, const bc_opts *o, const bc_corpus *corp, int round, bool cache, cli_waker *w,
                   bc_pass *res) {
     memset(res, 0, sizeof(*res));
-    const tokenizer *tok = engine_tokenizer(e);
     static bc_conv cv[BC_MAX_CONV];
     char err[512];
     int rc = 0;
@@ -148,7 +145,7 @@ static int bc_run(engine *e, const bc_opts *o, const bc_corpus *corp, int round,
                 char *msg = malloc(BC_MSG_MAX);
                 if (!msg) return -1;
                 size_t at = (size_t)(round * 1000003u + (unsigned)k * 104729u + (unsigned)t * 7919u) * 13u;
-                bc_message(corp, tok, at, n_user, msg, BC_MSG_MAX);
+                bc_message(corp, e, at, n_user, msg, BC_MSG_MAX);
                 c->store[c->n] = msg;
                 c->msgs[c->n++] = (chat_msg){"user", msg};
                 /* the whole conversation through the template, as the gateway renders it */

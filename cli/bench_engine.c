@@ -15,8 +15,6 @@
 #include "cli/datadir.h"
 #include "cli/util.h"
 #include "engine/engine.h"
-#include "engine/grammar/grammar.h"
-#include "engine/tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -42,7 +40,7 @@ typedef struct {
 /* Up to cap prompts, then repeated to fill n_streams <= cap slots: BOS + the
  * first prompt_tokens tokens of successive non-empty corpus lines (lines
  * too short are joined with the next). Returns the distinct ones loaded. */
-static int be_load_prompts(const char *path, const tokenizer *tok, int prompt_tokens, be_prompt *out, int n_streams,
+static int be_load_prompts(const char *path, const engine *e, int prompt_tokens, be_prompt *out, int n_streams,
                            int cap) {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -60,7 +58,7 @@ static int be_load_prompts(const char *path, const tokenizer *tok, int prompt_to
         if (alen) acc[alen++] = ' ';
         memcpy(acc + alen, line, l);
         alen += l;
-        int k = tok_encode(tok, acc, alen, true, false, buf, 8192);
+        int k = engine_tokenize(e, acc, alen, true, false, buf, 8192);
         if (k < 0) k = 8192;
         if (k < prompt_tokens) continue;
         out[n].ids = malloc(sizeof(int32_t) * (size_t)prompt_tokens);
@@ -448,7 +446,7 @@ int bench_engine(int argc, char **argv) {
     int pcap = max_conc > BE_MAX_PROMPTS ? max_conc : BE_MAX_PROMPTS;
     be_prompt *prompts = calloc((size_t)pcap, sizeof(be_prompt));
     int n_distinct =
-        prompts ? be_load_prompts(prompts_path, engine_tokenizer(e), prompt_tokens, prompts, max_conc, pcap) : -1;
+        prompts ? be_load_prompts(prompts_path, e, prompt_tokens, prompts, max_conc, pcap) : -1;
     if (n_distinct < 0) {
         engine_destroy(e);
         free(prompts);

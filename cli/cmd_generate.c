@@ -10,7 +10,6 @@
 #include "cli/hub.h"
 #include "cli/util.h"
 #include "engine/engine.h"
-#include "engine/spec/spec.h"
 
 #include "policy/config.h"
 
@@ -249,12 +248,12 @@ int cmd_generate(int argc, char **argv) {
             if (!strcmp(v, "off")) tree_mode = ENGINE_TREE_OFF;
             else if (!strcmp(v, "auto")) tree_mode = ENGINE_TREE_AUTO;
             else if (sscanf(v, "%d/%d/%d", &tree_sh.budget, &tree_sh.depth, &tree_sh.topk) == 3 && tree_sh.budget >= 1 &&
-                     tree_sh.budget <= DRAFTER_MAX_NODES && tree_sh.depth >= 1 && tree_sh.depth <= tree_sh.budget &&
+                     tree_sh.budget <= ENGINE_TREE_MAX_NODES && tree_sh.depth >= 1 && tree_sh.depth <= tree_sh.budget &&
                      tree_sh.topk >= 1 && tree_sh.topk <= 8)
                 tree_mode = ENGINE_TREE_FIXED;
             else {
                 fprintf(stderr, "specd generate: --tree must be off, auto or BUDGET/DEPTH/TOPK (budget 1..%d, depth "
-                                "1..budget, topk 1..8), got '%s'\n", DRAFTER_MAX_NODES, v);
+                                "1..budget, topk 1..8), got '%s'\n", ENGINE_TREE_MAX_NODES, v);
                 return 2;
             }
         }
@@ -335,7 +334,7 @@ int cmd_generate(int argc, char **argv) {
 
     int rc = 1;
     engine_config ec = engine_config_default();
-    ec.backend = BACKEND_AUTO;
+    ec.backend = ENGINE_BACKEND_AUTO;
     if (pc) {
         engine_config_from_policy(&ec, pc);
         pol_config_free(pc);
@@ -379,11 +378,10 @@ int cmd_generate(int argc, char **argv) {
         cli_load_failed("generate", est, err, CLI_OOM_HINT_CONFIG);
         goto done;
     }
-    const tokenizer *tok = engine_tokenizer(e);
     size_t plen = strlen(prompt);
     int cap = (int)plen + 8;
     ids = malloc(sizeof(int32_t) * (size_t)cap);
-    int n_prompt = ids ? tok_encode(tok, prompt, plen, bos, false, ids, cap) : -1;
+    int n_prompt = ids ? engine_tokenize(e, prompt, plen, bos, false, ids, cap) : -1;
     if (n_prompt <= 0) {
         fprintf(stderr, "specd generate: %s\n", n_prompt == 0 ? "empty prompt and --no-bos: nothing to condition on"
                                                               : "cannot tokenize the prompt");
@@ -432,19 +430,8 @@ int cmd_generate(int argc, char **argv) {
     /* the cost model's prediction at the measured α and costs, for the γ mix used */
     double pred = 0;
     const gamma_costs *costs = &es.costs;
-    if (spec.st.verify_steps && costs->target_ms > 0) {
-        /* at the run's mean context: plain decoding's cost per token there
-         * against each verify pass's tokens and cost */
-        int ctx = n_prompt + spec.n_out / 2;
-        double a = spec_stats_alpha(&spec.st), num = 0, den = 0;
-        for (int g = 0; g <= GAMMA_MAX; g++) {
-            if (!spec.gamma_hist[g]) continue;
-            num += spec.gamma_hist[g] * gamma_expected_tokens(a, g);
-            den += spec.gamma_hist[g] *
-                   (gamma_target_ms(costs, g + 1, gamma_keys(g + 1, ctx), gamma_pairs(g + 1, ctx)) + costs->draft_ms * g);
-        }
-        pred = den > 0 ? (num / den) * gamma_target_ms(costs, 1, gamma_keys(1, ctx), gamma_pairs(1, ctx)) : 0;
-    }
+    if (spec.st.verify_steps) /* at the run's mean context */
+        pred = engine_predicted_speedup(costs, spec_stats_alpha(&spec.st), spec.gamma_hist, n_prompt + spec.n_out / 2);
     if (json) {
         printf("{\"model\":");
         json_write_str(stdout, model_path, strlen(model_path));

@@ -7,10 +7,7 @@
 #include "cli/hub.h"
 #include "cli/logfmt.h"
 #include "cli/util.h"
-#include "engine/chat/chat.h"
 #include "engine/engine.h"
-#include "cli/mkmodel.h"
-#include "engine/telemetry/telemetry.h"
 #include "gateway/server.h"
 #include "policy/config.h"
 
@@ -231,14 +228,13 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     {
-        const chat_tmpl *ct = engine_chat_tmpl(e);
-        if (chat_tmpl_is_jinja(ct))
-            fprintf(stderr, "specd: chat template: %s (Jinja; tool calls: %s)\n", chat_tmpl_source(ct),
-                    chat_tool_format_name(chat_tmpl_tool_format(ct)));
+        if (engine_chat_is_jinja(e))
+            fprintf(stderr, "specd: chat template: %s (Jinja; tool calls: %s)\n", engine_chat_source(e),
+                    chat_tool_format_name(engine_chat_tool_format(e)));
         else
             fprintf(stderr, "specd: warning: the model has no chat template (%s): chat prompts use a built-in format "
                             "that may not be the model's; pass --chat-template FILE|NAME (models.chat_template)\n",
-                    chat_tmpl_source(ct));
+                    engine_chat_source(e));
     }
     int rc = gw_run(e, &gc, err, sizeof(err));
     if (rc != 0) fprintf(stderr, "specd serve: %s\n", err);

@@ -6,7 +6,7 @@
 #define SPECD_CLI_PENALTY_ARGS_H
 
 #include "cli/util.h"
-#include "engine/sample/sampler.h"
+#include "engine/engine.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #ifndef SPECD_CLI_UTIL_H
 #define SPECD_CLI_UTIL_H
 
-#include "engine/errkind.h"
+#include "engine/engine.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -275,7 +275,7 @@ typedef struct {
 
 #define TREE_CTL_ROWS COST_CURVE_ROWS /* t(rows) is measured up to here, extrapolated linearly beyond */
 
-/* ---- text (tokenizer.h, chat.h) ---------------------------------------- */
+/* ---- text: tokens, chat messages and templates (tokenizer.h, chat.h) ---- */
 typedef struct tokenizer tokenizer;  /* immutable; tokenizer.h */
 typedef struct chat_tmpl chat_tmpl;  /* a loaded chat template; chat.h */
 
@@ -284,6 +284,145 @@ typedef struct chat_tmpl chat_tmpl;  /* a loaded chat template; chat.h */
 typedef struct {
     size_t start, end;
 } tok_span;
+
+/* The built-in chat template families (chat.c); engine_info.chat_template
+ * is the one detected from the target's metadata. */
+typedef enum {
+    CHAT_TEMPLATE_PLAIN = 0,   /* "System: s\nUser: u\nAssistant: a\n" ... "Assistant:" ("Assistant:" + a
+                                * when a begins with whitespace, as the model wrote it) */
+    CHAT_TEMPLATE_LLAMA2,      /* [INST] <<SYS>>\ns\n<</SYS>>\n\nu [/INST] a </s><s>[INST] ... */
+    CHAT_TEMPLATE_LLAMA3,      /* <|start_header_id|>role<|end_header_id|>\n\ntext<|eot_id|> */
+    CHAT_TEMPLATE_CHATML,      /* <|im_start|>role\ntext<|im_end|>\n (Qwen, SmolLM) */
+    CHAT_TEMPLATE_MISTRAL,     /* [INST] u [/INST]a</s>[INST] ... (Mistral-7B-Instruct v0.1) */
+    CHAT_TEMPLATE_ZEPHYR,      /* <|role|>\ntext</s>\n (Zephyr, TinyLlama-Chat) */
+    CHAT_TEMPLATE_COUNT
+} chat_template_kind;
+
+/* One message. Strings are borrowed, NUL-terminated. Roles other than
+ * "system", "user" and "assistant" are rendered as user turns by the families
+ * that have no slot for them (Llama 2, Mistral) and under their own name by
+ * the others. */
+typedef struct {
+    const char *role;
+    const char *content;
+} chat_msg;
+
+/* The canonical name of k (those above), or "?" when out of range. */
+const char *chat_template_name(chat_template_kind k);
+
+/* Renders msgs[0..n) in family k, as the family's reference template does,
+ * except that the BOS text the template puts at the very start is NOT written
+ * (the engine's tokenizer adds BOS itself). Later BOS texts (Llama 2 writes one
+ * before every user turn after the first) are written as bos_text (NULL:
+ * "<s>"). The end-of-turn text of the Llama 2, Mistral and Zephyr families is
+ * "</s>". add_generation_prompt appends the assistant header where the family
+ * has one (Llama 3, ChatML, Zephyr, PLAIN; Llama 2 and Mistral end a user turn
+ * with [/INST] anyway). Message content is plain text: tokenize the result
+ * with the markup spans from chat_render_spans (engine_request.special_spans),
+ * never with special tokens parsed everywhere.
+ *
+ * Like snprintf: returns the length of the full rendering (excluding the NUL);
+ * writes at most cap bytes including a terminating NUL (when cap > 0). The
+ * output is complete iff the return value < cap. out may be NULL when cap is 0.
+ * Message strings must be non-NULL (NULL content renders as ""). */
+int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
+                const char *bos_text, char *out, size_t cap);
+
+/* chat_render that also reports which bytes of the rendering are the
+ * template's own markup (its literal text, the BOS texts, and the role names
+ * "system", "user", "assistant", "tool"): the only bytes that may spell
+ * special tokens. Message content (and any other role name) is never
+ * markup, so a message reading "</s><s>" or "<|eot_id|>" cannot close the
+ * turn. Writes the first max_spans spans, sorted and disjoint, to spans (may
+ * be NULL when max_spans is 0) and their total count to *n_spans (may be
+ * NULL); there are at most 2 * n + 2. Offsets are into the full rendering. */
+int chat_render_spans(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
+                      const char *bos_text, char *out, size_t cap, tok_span *spans, int max_spans, int *n_spans);
+
+/* How a template's model writes tool calls (detected from the template's
+ * text; the tool-call parser and grammar follow it). */
+typedef enum {
+    CHAT_TOOLS_GENERIC = 0,  /* {"name": ..., "arguments": {...}} as the whole reply */
+    CHAT_TOOLS_LLAMA3,       /* {"name": ..., "parameters": {...}}, optionally after <|python_tag|> */
+    CHAT_TOOLS_HERMES,       /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Hermes, Qwen 2.5) */
+    CHAT_TOOLS_MISTRAL,      /* [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] */
+    CHAT_TOOLS_FUNCTIONARY31,/* <function=NAME>{...}</function> */
+    CHAT_TOOLS_FUNCTIONARY32,/* >>>NAME\n{...} (after the generation prompt's ">>>": NAME\n{...}) */
+    CHAT_TOOLS_FIREFUNCTION, /*  functools[{"name": ..., "arguments": {...}}, ...] */
+    CHAT_TOOLS_COMMAND_R7B,  /* <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|> */
+    CHAT_TOOLS_COMMAND_R,    /* Action: ```json\n[{"tool_name": ..., "parameters": {...}}]\n``` */
+    CHAT_TOOLS_COUNT
+} chat_tool_format;
+const char *chat_tool_format_name(chat_tool_format f); /* "generic", "llama3", "hermes", ... */
+
+/* ---- constrained generation (grammar.h) -------------------------------- */
+
+/* The GBNF of JSON mode: any JSON value with an object or array at the top,
+ * whitespace bounded as llama.cpp's json.gbnf does. Static storage. */
+const char *grammar_json_gbnf(void);
+
+/* ---- telemetry (telemetry.h): the durable SQLite record ----------------
+ * A server opens the database, hands the handle to the engine
+ * (engine_config.telemetry: per-step rows) and to whatever reads its
+ * counters or mirrors the policy into it, and closes it after the engine. */
+#define TEL_ID_LEN 64       /* model identities (spec_model_id.id) */
+#define TEL_NAME_LEN 32     /* content type, speculation mode */
+
+typedef struct {
+    const char *path;           /* database file; created with its schema if missing */
+    double sample_rate;         /* fraction of step rows kept, 0..1 (sessions are always kept) */
+    int queue_size;             /* ring capacity in rows (default 16384) */
+    int64_t retention_rows;     /* keep at most this many step rows (0 = no limit) */
+    double retention_days;      /* delete step rows and finished sessions older than this (0 = keep) */
+    int batch_max;              /* rows per write transaction (default 512) */
+    int writer_delay_us;        /* tests only: sleep after each batch to slow the writer */
+} telemetry_config;
+
+/* sample_rate 1, queue 16384, batch 512, no retention limits. */
+telemetry_config telemetry_config_default(void);
+
+typedef struct {
+    char model_id[TEL_ID_LEN];
+    char content_type[TEL_NAME_LEN];  /* "" = the model's default rule (NULL in the table) */
+    int gamma_min, gamma_max, gamma_default;
+    double alpha_threshold;
+} tel_policy_rule;
+
+typedef struct {
+    uint64_t queued;            /* rows accepted into the ring */
+    uint64_t written;           /* rows committed to the database */
+    uint64_t dropped;           /* rows refused because the ring was full */
+    uint64_t sampled_out;       /* step rows skipped by sample_rate (not drops) */
+    uint64_t failed;            /* rows lost to a database error (see last_error) */
+    uint64_t batches;           /* committed write transactions */
+    uint64_t retention_deleted; /* rows removed by retention */
+    int queue_depth;            /* rows in the ring now */
+    char last_error[256];       /* "" when none */
+} tel_counters;
+
+typedef struct telemetry telemetry;
+
+/* Opens (creating if missing) the database, sets WAL + synchronous=NORMAL,
+ * creates the schema, prepares the statements, and starts the writer thread.
+ * Returns NULL with err filled ("telemetry: cannot open PATH: ...") when the
+ * path cannot be opened for writing or is not a specd telemetry database.
+ * One live handle per file: an exclusive advisory lock on PATH.lock (flock,
+ * created beside the database and left there) is held until
+ * telemetry_close, and a file another process (or handle) holds is refused
+ * ("telemetry: PATH is in use by another running specd (pid N) ...") before
+ * anything in it is read or changed. The caller owns the handle. */
+telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen);
+/* Writes everything still queued, runs one retention pass, stops the writer
+ * and closes the database. Accepts NULL. No producer may be running. */
+void telemetry_close(telemetry *t);
+
+/* Mirrors the active policy: the writer replaces every gamma_policy row with
+ * these n rules (version `version`) in one transaction. All n rules are queued
+ * together or none (false). n may be 0 (clears the table). */
+bool telemetry_policy(telemetry *t, const tel_policy_rule *rules, int n, int version);
+
+/* A snapshot of the counters; any thread. t may be NULL (all zero). */
+void telemetry_counters(telemetry *t, tel_counters *out);
 
 /* ======================================================================
  * The engine
@@ -555,10 +694,13 @@ typedef struct {
 
 /* Copies up to max running requests into out; returns how many. Any thread. */
 int engine_get_sequences(engine *e, engine_seq_info *out, int max);
-/* The tokenizer of the loaded pair (immutable; any thread). */
+/* The tokenizer of the loaded pair (immutable; any thread), for the engine's
+ * own tools and tests, which include tokenizer.h; callers of the engine use
+ * the engine_token* functions below. */
 const tokenizer *engine_tokenizer(const engine *e);
 /* The chat template chat requests render with (loaded at engine_create:
- * a template that does not compile fails the create). Owned by e. */
+ * a template that does not compile fails the create). Owned by e. For tools
+ * and tests (chat.h); callers use engine_chat_* below. */
 const chat_tmpl *engine_chat_tmpl(const engine *e);
 
 /* Fixed facts of the loaded engine (immutable; any thread). */
@@ -576,5 +718,60 @@ typedef struct {
 } engine_info;
 
 void engine_get_info(const engine *e, engine_info *out);
+
+/* ---- the loaded pair's text (engine_api.c) ------------------------------
+ * The tokenizer and the chat template of the loaded pair, for callers of the
+ * engine. All are immutable after engine_create: any thread, any number at
+ * once. Each is the tokenizer's or the template's own function (tokenizer.h,
+ * chat.h), whose contract it keeps. */
+
+int engine_n_vocab(const engine *e);
+bool engine_token_valid(const engine *e, int32_t id);    /* 0 <= id < engine_n_vocab */
+bool engine_token_is_eog(const engine *e, int32_t id);   /* eos, eot or eom: the end of a generation */
+/* Bytes of one token as they enter the text (no NUL); -(length) when over n
+ * (nothing written). id must be valid. (tok_piece) */
+int engine_token_piece(const engine *e, int32_t id, char *buf, size_t n);
+/* Tokenizes text[0..len): add_special adds BOS/EOS as the vocabulary says
+ * (prompts: true); parse_special lets control tokens written in the text
+ * ("</s>") become those tokens. Returns the number of ids, or -(number
+ * needed) with the first max_out written when they do not fit (out may be
+ * NULL when max_out is 0). (tok_encode) */
+int engine_tokenize(const engine *e, const char *text, size_t len, bool add_special, bool parse_special, int32_t *out,
+                    int max_out);
+/* Text of ids (every id must be valid: engine_token_valid; an invalid one
+ * aborts). flags: ENGINE_DECODE_* below. Returns the length (no NUL), or
+ * -(length) when over cap (buf clobbered). (tok_decode) */
+enum {
+    ENGINE_DECODE_SPECIAL = 1u << 0,      /* control and unknown tokens as their vocabulary text */
+    ENGINE_DECODE_CONTINUATION = 1u << 1, /* the ids continue a text: keep a leading space */
+};
+int engine_detokenize(const engine *e, const int32_t *ids, int n, char *buf, size_t cap, unsigned flags);
+
+/* Renders a conversation with the loaded chat template (chat_tmpl_apply):
+ * messages a JSON array of OpenAI-shaped messages, tools a JSON array of
+ * function tools or NULL. Returns 0 with *out (malloc'd, NUL-terminated,
+ * *out_len bytes) and the template's markup spans (malloc'd, sorted,
+ * disjoint: the only bytes that may spell special tokens, for
+ * engine_request.special_spans); -1 with err when the template raises or the
+ * input is not such JSON; -2 when tools are given and the model has no Jinja
+ * template. The caller frees *out and *spans. */
+int engine_chat_apply(const engine *e, const char *messages_json, size_t messages_len, const char *tools_json,
+                      size_t tools_len, bool add_generation_prompt, char **out, size_t *out_len, tok_span **spans,
+                      int *n_spans, char *err, size_t errlen);
+/* How the loaded template's model writes tool calls. */
+chat_tool_format engine_chat_tool_format(const engine *e);
+/* Whether the loaded template is the model's (or a file's) Jinja template
+ * (false: a built-in family, for a model without one), and where it came from
+ * ("tokenizer.chat_template", "file tmpl.jinja", ...). */
+bool engine_chat_is_jinja(const engine *e);
+const char *engine_chat_source(const engine *e);
+
+/* ---- the cost model's prediction (engine_api.c) -------------------------
+ * The speedup the pair's cost model (engine_stats.costs) predicts for
+ * speculation over plain decoding at per-token acceptance alpha, for a
+ * sequence at about ctx cached tokens that took gamma_hist[g] steps at each
+ * depth g = 0..GAMMA_MAX: expected tokens per millisecond of that mix over
+ * plain decoding's. 0 when nothing was measured. Any thread. */
+double engine_predicted_speedup(const gamma_costs *c, double alpha, const int *gamma_hist, int ctx);
 
 #endif

@@ -3,8 +3,6 @@
  * (see endpoints.h). Loop thread. */
 #include "gateway/endpoints.h"
 
-#include "engine/chat/chat.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "gateway/openai_response.h"
 
 #include <jansson.h>
@@ -109,9 +107,9 @@ char *gw_ep_props(const gw_server *s, int *status) {
 
 /* A token's piece as llama.cpp gives it: a string when it is valid UTF-8,
  * else its bytes as numbers. */
-static json_t *piece_json(const tokenizer *t, int32_t id) {
+static json_t *piece_json(const engine *t, int32_t id) {
     char buf[256];
-    int n = tok_piece(t, id, buf, sizeof buf);
+    int n = engine_token_piece(t, id, buf, sizeof buf);
     if (n < 0) n = 0;
     json_t *s = json_stringn(buf, (size_t)n); /* NULL for invalid UTF-8 */
     if (s) return s;
@@ -134,11 +132,11 @@ char *gw_ep_tokenize(const gw_server *s, const char *body, size_t len, int *stat
         return err400(status, "wrong_type", "'content' must be a string; add_special, with_pieces and parse_special "
                                             "booleans");
     }
-    const tokenizer *t = engine_tokenizer(s->eng);
+    const engine *t = s->eng;
     size_t cl = json_string_length(c);
     int cap = (int)(cl + 8 < 1u << 24 ? cl + 8 : 1u << 24);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
-    int n = ids ? tok_encode(t, json_string_value(c), cl, json_is_true(sp), json_is_true(ps), ids, cap) : -1;
+    int n = ids ? engine_tokenize(t, json_string_value(c), cl, json_is_true(sp), json_is_true(ps), ids, cap) : -1;
     json_t *arr = json_array();
     for (int i = 0; i < n && i < cap; i++) {
         if (json_is_true(wp)) json_array_append_new(arr, json_pack("{s:i,s:o}", "id", ids[i], "piece", piece_json(t, ids[i])));
@@ -163,17 +161,17 @@ char *gw_ep_detokenize(const gw_server *s, const char *body, size_t len, int *st
         json_decref(o);
         return err400(status, "wrong_type", "the body must be {\"tokens\": [ids]}");
     }
-    const tokenizer *t = engine_tokenizer(s->eng);
+    const engine *t = s->eng;
     size_t n = json_array_size(a);
     int32_t *ids = malloc(sizeof(int32_t) * (n + 1));
     for (size_t i = 0; ids && i < n; i++) {
         json_t *v = json_array_get(a, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX ||
-            !tok_valid_id(t, (int32_t)json_integer_value(v))) {
+            !engine_token_valid(t, (int32_t)json_integer_value(v))) {
             free(ids);
             json_decref(o);
             char msg[120];
-            snprintf(msg, sizeof msg, "tokens[%zu] is not a token id of this model (0..%d)", i, tok_n_vocab(t) - 1);
+            snprintf(msg, sizeof msg, "tokens[%zu] is not a token id of this model (0..%d)", i, engine_n_vocab(t) - 1);
             return err400(status, "out_of_range", msg);
         }
         ids[i] = (int32_t)json_integer_value(v);
@@ -185,7 +183,7 @@ char *gw_ep_detokenize(const gw_server *s, const char *body, size_t len, int *st
     }
     size_t cap = 64 + n * 32;
     char *text = malloc(cap);
-    int k = text ? tok_decode(t, ids, (int)n, text, cap, 0) : -1;
+    int k = text ? engine_detokenize(t, ids, (int)n, text, cap, 0) : -1;
     free(ids);
     if (k < 0) {
         free(text);
@@ -224,7 +222,7 @@ char *gw_ep_apply_template(const gw_server *s, const char *body, size_t len, int
         return oa_error_json(&oe);
     }
     char err[300];
-    if (oa_render_prompt_tmpl(&oq, engine_chat_tmpl(s->eng), err, sizeof err) != 0) {
+    if (oa_render_prompt_tmpl(&oq, s->eng, err, sizeof err) != 0) {
         oa_request_free(&oq);
         return err400(status, "invalid_request", err);
     }

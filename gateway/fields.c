@@ -3,7 +3,6 @@
  * message words the range, and where the value goes. */
 #include "gateway/fields.h"
 
-#include "engine/spec/spec.h"
 
 #include <limits.h>
 #include <math.h>

@@ -100,7 +100,7 @@ static int render_chat(gw_server *s, oa_request *oq, char *err, size_t errlen) {
     engine_info info;
     engine_get_info(s->eng, &info);
     (void)info;
-    return oa_render_prompt_tmpl(oq, engine_chat_tmpl(s->eng), err, errlen); /* the model's Jinja template, tools included */
+    return oa_render_prompt_tmpl(oq, s->eng, err, errlen); /* the model's Jinja template, tools included */
 }
 
 /* The OpenAI error for a failure of kind st (status_map.h), with message. */
@@ -316,11 +316,11 @@ static bool choice_event(gw_server *s, gw_conn *c, gw_req *r, const engine_event
     }
     if (ev->type == ENGINE_EV_TOKENS) {
         s->tokens_out += (uint64_t)ev->n_tokens;
-        if (r->lp) oa_logprobs_add(r->lp, chat, engine_tokenizer(s->eng), ev, &r->lp_offset);
+        if (r->lp) oa_logprobs_add(r->lp, chat, s->eng, ev, &r->lp_offset);
         if (r->stream && !r->tools) {
             void *lp = NULL;
             if (r->logprobs && (lp = oa_logprobs_new(chat)))
-                oa_logprobs_add(lp, chat, engine_tokenizer(s->eng), ev, &r->lp_offset);
+                oa_logprobs_add(lp, chat, s->eng, ev, &r->lp_offset);
             char *chunk = oa_stream_chunk_ix(chat, r->session, s->cfg.model_name, r->index, ev->text,
                                              (size_t)ev->text_len, lp, NULL);
             if (chunk) gw_queue(c, chunk, strlen(chunk), GW_OUT_HTTP), free(chunk);

@@ -5,7 +5,6 @@
  * that does not keep up simply misses snapshots. */
 #include "gateway/gw.h"
 
-#include "engine/telemetry/telemetry.h"
 
 #include <jansson.h>
 #include <stdlib.h>

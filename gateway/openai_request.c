@@ -4,7 +4,6 @@
 #include "gateway/openai_request.h"
 #include "gateway/tool_calls.h"
 
-#include "engine/grammar/grammar.h"
 #include "gateway/fields.h"
 #include "gateway/json_schema.h"
 #include "gateway/penalty_fields.h"
@@ -523,14 +522,14 @@ int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, 
     return 0;
 }
 
-int oa_render_prompt_tmpl(oa_request *r, const chat_tmpl *ct, char *err, size_t errlen) {
+int oa_render_prompt_tmpl(oa_request *r, const engine *e, char *err, size_t errlen) {
     if (!r->chat) return 0;
     char *out = NULL;
     size_t len = 0;
     tok_span *spans = NULL;
     int ns = 0;
     const char *tj = r->tools_json;
-    if (chat_tmpl_apply(ct, r->messages_json, strlen(r->messages_json), tj, tj ? strlen(tj) : 0, true, &out, &len, &spans,
+    if (engine_chat_apply(e, r->messages_json, strlen(r->messages_json), tj, tj ? strlen(tj) : 0, true, &out, &len, &spans,
                         &ns, err, errlen) != 0)
         return -1;
     free(r->rendered);
@@ -540,10 +539,10 @@ int oa_render_prompt_tmpl(oa_request *r, const chat_tmpl *ct, char *err, size_t 
     r->req.prompt_text = out;
     r->req.special_spans = spans;
     r->req.n_special_spans = ns;
-    r->tool_format = tj && r->tool_choice != OA_TOOLS_NONE ? (int)chat_tmpl_tool_format(ct) : -1;
+    r->tool_format = tj && r->tool_choice != OA_TOOLS_NONE ? (int)engine_chat_tool_format(e) : -1;
     if (tj && r->tool_choice >= OA_TOOLS_REQUIRED) {
         json_t *tools = json_loads(tj, 0, NULL);
-        char *g = tools ? tc_grammar(chat_tmpl_tool_format(ct), tools, r->tool_choice == OA_TOOLS_NAMED ? r->tool_name : NULL,
+        char *g = tools ? tc_grammar(engine_chat_tool_format(e), tools, r->tool_choice == OA_TOOLS_NAMED ? r->tool_name : NULL,
                                      r->parallel_tool_calls, err, errlen) : NULL;
         json_decref(tools);
         if (!g) return -1;

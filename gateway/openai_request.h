@@ -11,7 +11,6 @@
 #ifndef SPECD_OPENAI_REQUEST_H
 #define SPECD_OPENAI_REQUEST_H
 
-#include "engine/chat/chat.h"
 #include "engine/engine.h"
 #include "gateway/protocol.h"
 
@@ -114,12 +113,12 @@ uint64_t oa_choice_seed(uint64_t seed, int i);
 int oa_render_prompt(oa_request *r, chat_template_kind k, const char *bos_text, char *err, size_t errlen);
 
 /* Chat: renders r->messages_json and r->tools_json with the model's template
- * ct (chat_tmpl_apply) into r->rendered / r->req.prompt_text and the markup
+ * (engine_chat_apply) into r->rendered / r->req.prompt_text and the markup
  * spans, sets r->tool_format (-1 when the reply is not parsed: no tools, or
  * tool_choice none) and, for tool_choice required or a named function, the
  * grammar that forces a call in the template's format (tool_calls.h) as
  * r->grammar / req.grammar. Returns 0, or -1 with err (the template raised,
  * a function's schema is refused, tools without a Jinja template): a 400. */
-int oa_render_prompt_tmpl(oa_request *r, const chat_tmpl *ct, char *err, size_t errlen);
+int oa_render_prompt_tmpl(oa_request *r, const engine *e, char *err, size_t errlen);
 
 #endif

@@ -290,24 +290,24 @@ static json_t *chat_token(const char *piece, int n, float lp) {
     return t;
 }
 
-static int piece_of(const tokenizer *t, int32_t id, char *buf, size_t n) {
-    int k = tok_piece(t, id, buf, n);
+static int piece_of(const engine *eng, int32_t id, char *buf, size_t n) {
+    int k = engine_token_piece(eng, id, buf, n);
     return k < 0 ? 0 : k;
 }
 
-void oa_logprobs_add(void *lp_obj, bool chat, const tokenizer *t, const engine_event *ev, size_t *text_offset) {
+void oa_logprobs_add(void *lp_obj, bool chat, const engine *eng, const engine_event *ev, size_t *text_offset) {
     json_t *o = lp_obj;
     if (!o || !ev->has_logprobs) return;
     char piece[256], alt[256];
     for (int i = 0; i < ev->n_tokens; i++) {
         int32_t id = ev->tokens[i];
-        if (tok_is_eog(t, id)) continue; /* the end-of-generation token is not part of the text */
+        if (engine_token_is_eog(eng, id)) continue; /* the end-of-generation token is not part of the text */
         const spec_logprob *l = &ev->lp[i];
-        int n = piece_of(t, id, piece, sizeof piece);
+        int n = piece_of(eng, id, piece, sizeof piece);
         if (chat) {
             json_t *e = chat_token(piece, n, l->logprob), *top = json_array();
             for (int k = 0; k < l->n_top; k++) {
-                int m = piece_of(t, l->top_id[k], alt, sizeof alt);
+                int m = piece_of(eng, l->top_id[k], alt, sizeof alt);
                 json_array_append_new(top, chat_token(alt, m, l->top_logprob[k]));
             }
             json_object_set_new(e, "top_logprobs", top);
@@ -317,7 +317,7 @@ void oa_logprobs_add(void *lp_obj, bool chat, const tokenizer *t, const engine_e
             json_array_append_new(json_object_get(o, "token_logprobs"), jlp(l->logprob));
             json_t *top = json_object();
             for (int k = 0; k < l->n_top; k++) {
-                int m = piece_of(t, l->top_id[k], alt, sizeof alt);
+                int m = piece_of(eng, l->top_id[k], alt, sizeof alt);
                 char key[256];
                 size_t kl = oa_utf8_sanitize(key, alt, (size_t)m < 80 ? (size_t)m : 80);
                 key[kl] = 0;

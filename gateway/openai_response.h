@@ -12,7 +12,6 @@
 #define SPECD_OPENAI_RESPONSE_H
 
 #include "engine/engine.h"
-#include "engine/tokenizer/tokenizer.h"
 #include "gateway/openai_request.h"
 
 #include <stdbool.h>
@@ -83,7 +82,7 @@ char *oa_stream_chunk(bool chat, const char *id, const char *model, const char *
  * -9999.0. The _lp builders below take ownership of the object they are given
  * (NULL: "logprobs":null); oa_logprobs_free frees one not handed over. */
 void *oa_logprobs_new(bool chat);
-void oa_logprobs_add(void *lp, bool chat, const tokenizer *t, const engine_event *ev, size_t *text_offset);
+void oa_logprobs_add(void *lp, bool chat, const engine *eng, const engine_event *ev, size_t *text_offset); /* eng: its tokens */
 void oa_logprobs_free(void *lp); /* NULL is fine */
 char *oa_response_json_lp(bool chat, const char *id, const char *model, const char *text, size_t len,
                           const engine_event *ev, int prompt_tokens, void *logprobs);

@@ -3,7 +3,6 @@
  * from the loaded engine. Event loop thread. */
 #include "gateway/gw.h"
 
-#include "engine/chat/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>

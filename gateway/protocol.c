@@ -2,7 +2,6 @@
  * messages and the non-allocating writer of server messages (see protocol.h). */
 #include "gateway/protocol.h"
 
-#include "engine/grammar/grammar.h"
 #include "gateway/fields.h"
 #include "gateway/json_schema.h"
 #include "gateway/penalty_fields.h"

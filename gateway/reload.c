@@ -4,7 +4,6 @@
  * atomically (or keeps the old one and reports why). Also /api/stats. */
 #include "gateway/gw.h"
 
-#include "engine/telemetry/telemetry.h"
 
 #include <errno.h>
 #include <jansson.h>

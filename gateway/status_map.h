@@ -9,7 +9,7 @@
 #ifndef SPECD_GATEWAY_STATUS_MAP_H
 #define SPECD_GATEWAY_STATUS_MAP_H
 
-#include "engine/errkind.h"
+#include "engine/engine.h"
 
 typedef struct {
     engine_status status;

@@ -7,7 +7,7 @@
 #ifndef SPECD_TOOL_CALLS_H
 #define SPECD_TOOL_CALLS_H
 
-#include "engine/chat/chat.h"
+#include "engine/engine.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -27,7 +27,19 @@ Fails (exit 1, naming file:line) on:
       telemetry             spec and below
       train                 proposers and below (the training library)
       sched                 everything but train (the engine object, its threads)
-      engine.h, engine_names.c   the public API: what it hands out
+      engine.h, engine_names.c, engine_api.c   the public API: what it hands out
+  * gateway/ including anything of the engine but engine/engine.h, or of
+    kernels/ but the two leaf utilities kernels/clock.h (the one monotonic
+    clock) and kernels/check.h (the one assert macro), which compute nothing;
+    and a gateway/ call into engine/ of a function engine.h does not declare
+    (a local prototype does not make an internal function public);
+  * cli/ likewise: a cli file may include cli/, policy/, engine/engine.h,
+    gateway/server.h (the server `specd serve` runs) and the two kernels leaf
+    utilities, and call into engine/ only what engine.h declares — except the
+    developer tools in CLI_TOOLS below, each listed with the internal headers
+    it may include and why (a tool of an internal library: verify, the
+    trainers, mkmodel, bench --kernels, ...). A serving command (serve,
+    generate, bench --concurrency/--trees/--multi-turn) is not in that list.
 Calls are arrows too: a call from one file to a function another file
 defines (non-static definitions, found by a regular expression over the
 sources; a name defined in two places is ignored) is checked like an include
@@ -52,6 +64,50 @@ FORBIDDEN = {
     "gateway": {"cli", "tests"},
 }
 KNOWN_CYCLES = []  # cycles printed but not failing; keep it empty
+# what a gateway/ or cli/ file may include of the folders below it (and cli/'s own, policy/, gateway/'s own)
+KERNEL_LEAVES = {"kernels/clock.h", "kernels/check.h"}
+PUBLIC = {"engine/engine.h"} | KERNEL_LEAVES
+CLI_PUBLIC = PUBLIC | {"gateway/server.h"}
+# cli files that are tools of an internal library: the include prefixes each may
+# use beyond CLI_PUBLIC, and why. Everything else in cli/ serves through engine.h.
+CLI_TOOLS = {
+    "cli/cmd_verify.c": ({"engine/spec/", "engine/grammar/", "engine/sample/", "gateway/json_schema.h"},
+                         "specd verify, the distribution-equivalence harness: drives spec_pair/spec_seq, the tree "
+                         "proposers and the sampler's RNG directly, with broken variants the engine never runs"),
+    "cli/cmd_train.c": ({"engine/gguf/", "engine/tokenizer/", "engine/train/"},
+                        "specd train / train-tokenizer: the training library's front end"),
+    "cli/cmd_train_medusa.c": ({"engine/train/", "engine/spec/spec.h", "engine/util.h"},
+                               "specd train-medusa: the Medusa trainer of the training library"),
+    "cli/cmd_distill_draft.c": ({"engine/model/", "engine/tokenizer/", "engine/train/", "engine/util.h"},
+                                "specd distill-draft: the training library's distillation"),
+    "cli/cmd_eval.c": ({"engine/model/"},
+                       "specd eval: raw logits of model_forward (and prefill-then-decode with --split) for the "
+                       "forward pass's reference tests; a tool of the model library, no engine involved"),
+    "cli/cmd_bench.c": ({"engine/model/", "kernels/"},
+                        "specd bench without --concurrency/--multi-turn/--kernels: the model-level decode benchmark "
+                        "(model_forward against the roofline, the backends' per-op profiles, the CUDA copy probe); "
+                        "its engine paths are bench_engine.c and bench_chat.c, which serve through engine.h"),
+    "cli/bench_kernels.c": ({"engine/gguf/", "kernels/"},
+                            "specd bench --kernels: the CPU matmul kernels alone, per type and SIMD level"),
+    "cli/cmd_tokenize.c": ({"engine/gguf/", "engine/tokenizer/", "gateway/openai_response.h"},
+                           "specd tokenize/detokenize: a tool of the tokenizer (reads only the vocabulary from the "
+                           "GGUF, no model; --splits runs the pre-tokenizer alone for tests/tokenizer's references)"),
+    "cli/cmd_pull.c": ({"engine/gguf/"}, "specd pull / models: reads the GGUF headers of downloaded files"),
+    "cli/gguf_split.c": ({"engine/gguf/"}, "specd gguf-split: splits and merges GGUF files"),
+}
+# mkmodel, the GGUF model writer (its own library, linked by specd and the tests that build models)
+for _f in ("mkmodel.h", "mkmodel_internal.h", "mkmodel.c", "mkmodel_common.c", "mkmodel_quant.c", "mkmodel_vocab.c",
+           "mkmodel_widen.c", "cmd_mkmodel.c"):
+    CLI_TOOLS["cli/" + _f] = ({"engine/gguf/", "engine/util.h", "kernels/ggml_type.h"},
+                              "mkmodel, the GGUF model writer library: writes GGUF files through the gguf writer")
+
+
+def tool_allows(rel, path):
+    """Whether cli tool rel may include (or call into) path: a folder prefix of
+    CLI_TOOLS[rel], or the .h/.c pair of a listed header."""
+    tool = CLI_TOOLS.get(rel)
+    return bool(tool) and any(path.startswith(pre) or (pre.endswith(".h") and path.rsplit(".", 1)[0] ==
+                                                       pre.rsplit(".", 1)[0]) for pre in tool[0])
 
 _BASE = {"engine/gguf"}
 _TOK = _BASE | {"engine/tokenizer"}
@@ -152,6 +208,13 @@ def call_arrows(files):
     return out
 
 
+def public_functions():
+    """Names of the functions engine/engine.h declares (and defines inline)."""
+    text = strip_comments(open(os.path.join(SRC, "engine/engine.h"), encoding="utf-8").read())
+    text = re.sub(r"\{[^{}]*\}", ";", text)  # struct bodies and inline function bodies
+    return {m.group(1) for m in re.finditer(r"\b(\w+)\s*\(", text)} - KEYWORDS
+
+
 def find_cycles(graph):
     """Strongly connected components with more than one node (or a self-loop)."""
     index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
@@ -201,6 +264,16 @@ def main():
             if top in ("engine", "gateway") and inc.startswith(("kernels/cpu/", "kernels/cuda/")):
                 bad.append(f"{rel}:{line}: {top}/ must not include {inc} (a backend's own code: compute "
                            "through kernels/backend.h)")
+            if top in ("gateway", "cli") and to in ("engine", "kernels", "gateway") and \
+                    not (top == to == "gateway") and inc not in (CLI_PUBLIC if top == "cli" else PUBLIC):
+                tool = CLI_TOOLS.get(rel) if top == "cli" else None
+                if not tool_allows(rel, inc):
+                    where = ("the gateway talks to the engine through engine.h" if top == "gateway" else
+                             "it is not a developer tool in check_layers.py's CLI_TOOLS" if not tool else
+                             f"CLI_TOOLS allows it {sorted(tool[0])} only")
+                    bad.append(f"{rel}:{line}: {top}/ may include only engine/engine.h of the engine (and "
+                               f"kernels/clock.h, kernels/check.h{', gateway/server.h' if top == 'cli' else ''}): "
+                               f"{inc} ({where})")
             if rel == "engine/engine.h" and not inc.startswith("policy/"):
                 bad.append(f"{rel}:{line}: the public API must stand alone: {inc} is not a policy/ header (define "
                            "the value type in engine.h and let the internal header include engine.h)")
@@ -224,10 +297,16 @@ def main():
                 if a != b:
                     modules.setdefault(a, set()).add(b)
     # calls: the engine folders' order and the gateway's modules, as includes are
-    srcs = [r for r in sources() if r.endswith(".c") and r.split("/")[0] in ("engine", "gateway")]
+    srcs = [r for r in sources() if r.endswith(".c") and r.split("/")[0] in ("engine", "gateway", "cli")]
+    public = public_functions()
     n_calls = 0
     for rel, line, callee, name in call_arrows(srcs):
         n_calls += 1
+        top = rel.split("/")[0]
+        if top in ("gateway", "cli") and callee.startswith("engine/") and name not in public and \
+                not (top == "cli" and rel in CLI_TOOLS):  # a tool calls what its internal headers declare
+            bad.append(f"{rel}:{line}: {top}/ calls {name} of {callee}, which engine/engine.h does not declare "
+                       "(the engine's callers use its public API only)")
         fa, fb = engine_folder(rel), engine_folder(callee)
         if fa and fb and fa != fb and fa in ENGINE_ALLOWED and fb not in ENGINE_ALLOWED[fa]:
             inc = callee.rsplit(".", 1)[0] + ".h"

@@ -9,31 +9,16 @@
 #ifndef SPECD_CHAT_H
 #define SPECD_CHAT_H
 
+#include "engine/engine.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum {
-    CHAT_TEMPLATE_PLAIN = 0,   /* "System: s\nUser: u\nAssistant: a\n" ... "Assistant:" ("Assistant:" + a
-                                * when a begins with whitespace, as the model wrote it) */
-    CHAT_TEMPLATE_LLAMA2,      /* [INST] <<SYS>>\ns\n<</SYS>>\n\nu [/INST] a </s><s>[INST] ... */
-    CHAT_TEMPLATE_LLAMA3,      /* <|start_header_id|>role<|end_header_id|>\n\ntext<|eot_id|> */
-    CHAT_TEMPLATE_CHATML,      /* <|im_start|>role\ntext<|im_end|>\n (Qwen, SmolLM) */
-    CHAT_TEMPLATE_MISTRAL,     /* [INST] u [/INST]a</s>[INST] ... (Mistral-7B-Instruct v0.1) */
-    CHAT_TEMPLATE_ZEPHYR,      /* <|role|>\ntext</s>\n (Zephyr, TinyLlama-Chat) */
-    CHAT_TEMPLATE_COUNT
-} chat_template_kind;
-
-/* One message. Strings are borrowed, NUL-terminated. Roles other than
- * "system", "user" and "assistant" are rendered as user turns by the families
- * that have no slot for them (Llama 2, Mistral) and under their own name by
- * the others. */
-typedef struct {
-    const char *role;
-    const char *content;
-} chat_msg;
+/* The families (chat_template_kind), one message (chat_msg), the families'
+ * names and renderers (chat_template_name, chat_render, chat_render_spans)
+ * are public value types and pure functions on them: engine.h. */
 
 /* Family of f's tokenizer.chat_template, by distinctive substrings, checked in
  * this order: "<|im_start|>" ChatML; "<|start_header_id|>" Llama 3; "[INST]"
@@ -47,61 +32,17 @@ chat_template_kind chat_template_detect(const gguf_file *f, const tokenizer *t);
  * (case-insensitive; "tinyllama" = zephyr, "qwen" = chatml). Returns -1 for any
  * other name (including NULL); callers treat that as a configuration error. */
 chat_template_kind chat_template_from_name(const char *name);
-/* The canonical name of k (those above), or "?" when out of range. */
-const char *chat_template_name(chat_template_kind k);
-
-/* Renders msgs[0..n) in family k, as the family's reference template does,
- * except that the BOS text the template puts at the very start is NOT written
- * (the engine's tokenizer adds BOS itself). Later BOS texts (Llama 2 writes one
- * before every user turn after the first) are written as bos_text (NULL:
- * "<s>"). The end-of-turn text of the Llama 2, Mistral and Zephyr families is
- * "</s>". add_generation_prompt appends the assistant header where the family
- * has one (Llama 3, ChatML, Zephyr, PLAIN; Llama 2 and Mistral end a user turn
- * with [/INST] anyway). Message content is plain text: tokenize the result
- * with the markup spans from chat_render_spans (engine_request.special_spans),
- * never with special tokens parsed everywhere.
- *
- * Like snprintf: returns the length of the full rendering (excluding the NUL);
- * writes at most cap bytes including a terminating NUL (when cap > 0). The
- * output is complete iff the return value < cap. out may be NULL when cap is 0.
- * Message strings must be non-NULL (NULL content renders as ""). */
-int chat_render(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
-                const char *bos_text, char *out, size_t cap);
-
-/* chat_render that also reports which bytes of the rendering are the
- * template's own markup (its literal text, the BOS texts, and the role names
- * "system", "user", "assistant", "tool"): the only bytes that may spell
- * special tokens. Message content (and any other role name) is never
- * markup, so a message reading "</s><s>" or "<|eot_id|>" cannot close the
- * turn. Writes the first max_spans spans, sorted and disjoint, to spans (may
- * be NULL when max_spans is 0) and their total count to *n_spans (may be
- * NULL); there are at most 2 * n + 2. Offsets are into the full rendering. */
-int chat_render_spans(chat_template_kind k, const chat_msg *msgs, int n, bool add_generation_prompt,
-                      const char *bos_text, char *out, size_t cap, tok_span *spans, int max_spans, int *n_spans);
 
 /* ---- the model's own Jinja template (chat_tmpl.c) ---------------------------
  *
  * A chat_tmpl is what a served model renders chat prompts with: its GGUF's
  * tokenizer.chat_template compiled by the Jinja renderer (jinja.h), or a
  * named/file override, or, for a model without any, a built-in family above
- * (the server warns). Immutable after load; any thread may apply it. */
-typedef struct chat_tmpl chat_tmpl;
+ * (the server warns). Immutable after load; any thread may apply it.
+ * The handle (chat_tmpl), the tool-call formats (chat_tool_format) and
+ * chat_tool_format_name are public: engine.h; a caller of the engine applies
+ * the loaded template with engine_chat_apply. */
 
-/* How a template's model writes tool calls (detected from the template's
- * text; the tool-call parser and grammar follow it). */
-typedef enum {
-    CHAT_TOOLS_GENERIC = 0,  /* {"name": ..., "arguments": {...}} as the whole reply */
-    CHAT_TOOLS_LLAMA3,       /* {"name": ..., "parameters": {...}}, optionally after <|python_tag|> */
-    CHAT_TOOLS_HERMES,       /* <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Hermes, Qwen 2.5) */
-    CHAT_TOOLS_MISTRAL,      /* [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...] */
-    CHAT_TOOLS_FUNCTIONARY31,/* <function=NAME>{...}</function> */
-    CHAT_TOOLS_FUNCTIONARY32,/* >>>NAME\n{...} (after the generation prompt's ">>>": NAME\n{...}) */
-    CHAT_TOOLS_FIREFUNCTION, /*  functools[{"name": ..., "arguments": {...}}, ...] */
-    CHAT_TOOLS_COMMAND_R7B,  /* <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|> */
-    CHAT_TOOLS_COMMAND_R,    /* Action: ```json\n[{"tool_name": ..., "parameters": {...}}]\n``` */
-    CHAT_TOOLS_COUNT
-} chat_tool_format;
-const char *chat_tool_format_name(chat_tool_format f); /* "generic", "llama3", "hermes", ... */
 /* The format a template's text implies (NULL: generic). */
 chat_tool_format chat_tool_format_detect(const char *template_text);
 

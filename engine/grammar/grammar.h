@@ -34,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/engine.h" /* grammar_json_gbnf */
+
 struct tokenizer;
 
 #define GRAMMAR_MAX_TEXT (1u << 20)      /* grammar source bytes */
@@ -65,9 +67,7 @@ grammar *grammar_parse_limited(const char *text, size_t len, const grammar_limit
 void grammar_destroy(grammar *g); /* NULL is fine */
 int grammar_n_rules(const grammar *g);
 
-/* The GBNF of JSON mode: any JSON value with an object or array at the top,
- * whitespace bounded as llama.cpp's json.gbnf does. Static storage. */
-const char *grammar_json_gbnf(void);
+/* grammar_json_gbnf (the GBNF of JSON mode) is public: engine.h. */
 
 /* Token byte strings: from a tokenizer (tok_piece bytes: "▁" is a space,
  * byte tokens are their byte, BPE maps back to raw bytes; control, unused and

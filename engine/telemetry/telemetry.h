@@ -19,6 +19,7 @@
 #ifndef SPECD_TELEMETRY_H
 #define SPECD_TELEMETRY_H
 
+#include "engine/engine.h"
 #include "engine/spec/spec.h"
 
 #include <stdbool.h>
@@ -26,21 +27,12 @@
 #include <stdint.h>
 
 #define TEL_UUID_LEN 37     /* 36 characters + NUL */
-#define TEL_ID_LEN 64       /* model identities (spec_model_id.id) */
-#define TEL_NAME_LEN 32     /* content type, speculation mode */
 
-typedef struct {
-    const char *path;           /* database file; created with its schema if missing */
-    double sample_rate;         /* fraction of step rows kept, 0..1 (sessions are always kept) */
-    int queue_size;             /* ring capacity in rows (default 16384) */
-    int64_t retention_rows;     /* keep at most this many step rows (0 = no limit) */
-    double retention_days;      /* delete step rows and finished sessions older than this (0 = keep) */
-    int batch_max;              /* rows per write transaction (default 512) */
-    int writer_delay_us;        /* tests only: sleep after each batch to slow the writer */
-} telemetry_config;
-
-/* sample_rate 1, queue 16384, batch 512, no retention limits. */
-telemetry_config telemetry_config_default(void);
+/* The handle (telemetry), its settings (telemetry_config), telemetry_open,
+ * telemetry_close, the policy mirror (tel_policy_rule, telemetry_policy) and
+ * the counters (tel_counters, telemetry_counters) are public: engine.h — a
+ * server opens the database and hands it to the engine and the gateway. The
+ * producers below are the engine's. */
 
 typedef enum { TEL_STATUS_ACTIVE = 0, TEL_STATUS_COMPLETED, TEL_STATUS_FAILED, TEL_STATUS_CANCELLED } tel_status;
 const char *tel_status_name(tel_status s); /* "active", "completed", "failed", "cancelled" */
@@ -84,41 +76,6 @@ typedef struct {
     tel_status status;
 } tel_session_end;
 
-typedef struct {
-    char model_id[TEL_ID_LEN];
-    char content_type[TEL_NAME_LEN];  /* "" = the model's default rule (NULL in the table) */
-    int gamma_min, gamma_max, gamma_default;
-    double alpha_threshold;
-} tel_policy_rule;
-
-typedef struct {
-    uint64_t queued;            /* rows accepted into the ring */
-    uint64_t written;           /* rows committed to the database */
-    uint64_t dropped;           /* rows refused because the ring was full */
-    uint64_t sampled_out;       /* step rows skipped by sample_rate (not drops) */
-    uint64_t failed;            /* rows lost to a database error (see last_error) */
-    uint64_t batches;           /* committed write transactions */
-    uint64_t retention_deleted; /* rows removed by retention */
-    int queue_depth;            /* rows in the ring now */
-    char last_error[256];       /* "" when none */
-} tel_counters;
-
-typedef struct telemetry telemetry;
-
-/* Opens (creating if missing) the database, sets WAL + synchronous=NORMAL,
- * creates the schema, prepares the statements, and starts the writer thread.
- * Returns NULL with err filled ("telemetry: cannot open PATH: ...") when the
- * path cannot be opened for writing or is not a specd telemetry database.
- * One live handle per file: an exclusive advisory lock on PATH.lock (flock,
- * created beside the database and left there) is held until
- * telemetry_close, and a file another process (or handle) holds is refused
- * ("telemetry: PATH is in use by another running specd (pid N) ...") before
- * anything in it is read or changed. The caller owns the handle. */
-telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen);
-/* Writes everything still queued, runs one retention pass, stops the writer
- * and closes the database. Accepts NULL. No producer may be running. */
-void telemetry_close(telemetry *t);
-
 /* Producers: any thread, never block on the database, never allocate. Each
  * returns true when the row was queued (or, for telemetry_step, deliberately
  * not sampled), false when the ring was full and the row was dropped (and
@@ -130,13 +87,6 @@ bool telemetry_session_start(telemetry *t, const tel_session *s);
 bool telemetry_step(telemetry *t, const tel_step *s);
 /* Updates the session row (inserting it if its start row was dropped). */
 bool telemetry_session_end(telemetry *t, const tel_session_end *e);
-/* Mirrors the active policy: the writer replaces every gamma_policy row with
- * these n rules (version `version`) in one transaction. All n rules are queued
- * together or none (false). n may be 0 (clears the table). */
-bool telemetry_policy(telemetry *t, const tel_policy_rule *rules, int n, int version);
-
-/* A snapshot of the counters; any thread. t may be NULL (all zero). */
-void telemetry_counters(telemetry *t, tel_counters *out);
 
 /* Helpers for the engine. tel_step_from_info fills a step row from one
  * spec_seq_step result (recorded now). tel_uuid_format writes a version-4

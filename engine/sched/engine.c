@@ -52,7 +52,6 @@ void engine_get_info(const engine *e, engine_info *out) {
 static void req_free(req *r) {
     if (!r) return;
     spec_seq_free(r->seq);
-    medusa_seq_destroy(r->ms);
     free(r->prompt);
     free(r->stop_ids);
     free(r->grammar_text);
@@ -221,8 +220,8 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
         memcpy(r->grammar_text, rq->grammar, gl + 1);
         r->grammar_len = gl;
     }
-    /* Medusa sequences are stepped by draft_medusa (the tree path); the spec
-     * layer knows them as Medusa sequences (no drafter state of its own) */
+    /* Medusa sequences hold the heads' state (slot SPEC_DRAFTER_MEDUSA) and
+     * take the tree path */
     r->prm = (spec_seq_params){.sc = rq->sc, .seed = rq->seed, .gp = gp, .speculate = can_speculate,
                                .method = method};
     /* auto with heads loaded: Medusa is one of its paths, where it may be */
@@ -242,10 +241,6 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
         }
         memcpy(r->logit_bias, rq->sc.logit_bias, nb);
         r->prm.sc.logit_bias = r->logit_bias;
-    }
-    if ((method == SPEC_METHOD_MEDUSA || r->auto_medusa) && can_speculate && !(r->ms = medusa_seq_create(e->dm))) {
-        req_free(r);
-        return sub_fail(ENGINE_ERR_OOM, err, errlen, "out of memory");
     }
     r->prm.coupled = coupled;
     if (r->prm.speculate && !gamma_params_validate(&gp, err, errlen)) {
@@ -511,11 +506,12 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         e->mh = medusa_heads_load(c->medusa_path, e->sp->target_id.id, e->sp->target->hp.dim, e->sp->n_vocab, st,
                                   err, errlen);
         if (e->mh) e->dm = draft_medusa_create(e->sp, e->mh, st, err, errlen);
-        if (!e->mh || !e->dm || !(e->tcm = spec_tree_create(e->sp))) {
-            if (e->mh && e->dm && !e->tcm) util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for Medusa");
-            draft_medusa_destroy(e->dm);
-            medusa_heads_destroy(e->mh);
+        /* the pair owns the heads' proposer from here on (its slot) */
+        if (e->dm) spec_pair_set_drafter(e->sp, SPEC_DRAFTER_MEDUSA, draft_medusa_drafter(e->dm));
+        if (!e->mh || !e->dm || !(e->tc = spec_tree_create(e->sp))) {
+            if (e->mh && e->dm && !e->tc) util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for Medusa");
             spec_pair_free(e->sp);
+            medusa_heads_destroy(e->mh);
             engine_backends_free(e);
             free(e);
             return NULL;
@@ -537,11 +533,9 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         e->dt = spec_pair_has_draft(e->sp) ? draft_tree_create(e->sp) : NULL;
         if (!e->tc || (spec_pair_has_draft(e->sp) && !e->dt)) {
             spec_tree_destroy(e->tc);
-            spec_tree_destroy(e->tcm);
             draft_tree_destroy(e->dt);
-            draft_medusa_destroy(e->dm);
-            medusa_heads_destroy(e->mh);
             spec_pair_free(e->sp);
+            medusa_heads_destroy(e->mh);
             engine_backends_free(e);
             free(e);
             return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for tree speculation (speculation.tree)"),
@@ -558,11 +552,9 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     if (gl->cache_bytes) cl.cache_bytes = gl->cache_bytes;
     if (!(e->gc = constrain_cache_create(e->sp->tok, &cl))) {
         spec_tree_destroy(e->tc);
-        spec_tree_destroy(e->tcm);
         draft_tree_destroy(e->dt);
-        draft_medusa_destroy(e->dm);
-        medusa_heads_destroy(e->mh);
         spec_pair_free(e->sp);
+        medusa_heads_destroy(e->mh);
         engine_backends_free(e);
         free(e);
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the grammar mask cache"), NULL;
@@ -593,11 +585,6 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->tmax = calloc((size_t)R, sizeof(int));
     e->tent = calloc((size_t)R, sizeof(int));
     e->tinfo = calloc((size_t)R, sizeof(spec_step_info));
-    e->useq = calloc((size_t)R, sizeof(spec_seq *));
-    e->ums = calloc((size_t)R, sizeof(medusa_seq *));
-    e->umax = calloc((size_t)R, sizeof(int));
-    e->ureq = calloc((size_t)R, sizeof(req *));
-    e->uinfo = calloc((size_t)R, sizeof(spec_step_info));
     bool vok = true;
     for (int p = 0; p < SCHED_PATHS; p++) {
         e->vshare[p] = calloc((size_t)R, sizeof(double));
@@ -612,8 +599,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->vunit = calloc((size_t)R, sizeof(*e->vunit));
     if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
         !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo ||
-        !vok || !e->useq || !e->ums ||
-        !e->umax || !e->ureq || !e->uinfo || !e->ttree || !e->tslot || !e->tdms || !e->vms || !e->vunit) {
+        !vok || !e->ttree || !e->tslot || !e->tdms || !e->vms || !e->vunit) {
         engine_destroy(e);
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the engine's tables"), NULL;
     }
@@ -654,16 +640,13 @@ void engine_destroy(engine *e) {
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
     free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tent), free(e->tinfo);
     for (int p = 0; p < SCHED_PATHS; p++) free(e->vshare[p]), free(e->vbatch[p]), free(e->vrows[p]);
-    free(e->useq), free(e->ums), free(e->umax), free(e->ureq), free(e->uinfo);
     free(e->ttree), free(e->tslot), free(e->tdms), free(e->vms), free(e->vunit);
     spec_tree_destroy(e->tc);
-    spec_tree_destroy(e->tcm);
     draft_tree_destroy(e->dt);
-    draft_medusa_destroy(e->dm);
-    medusa_heads_destroy(e->mh);
     constrain_cache_destroy(e->gc);
     chat_tmpl_free(e->chat);
-    spec_pair_free(e->sp);
+    spec_pair_free(e->sp);         /* the heads' proposer with it (its slot) */
+    medusa_heads_destroy(e->mh);
     engine_backends_free(e);
     free(e);
 }

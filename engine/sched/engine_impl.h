@@ -13,7 +13,7 @@
 
 #include "engine/engine.h"
 #include "engine/grammar/constrain.h"
-#include "engine/spec/proposers/draft_medusa.h"
+#include "engine/spec/proposers/draft_medusa.h" /* the heads' loading, shape and curve (engine.c) */
 #include "engine/spec/path_ctl.h"
 #include "engine/spec/proposers/draft_tree.h"
 #include "engine/sched/plan.h"
@@ -28,11 +28,11 @@
 
 _Static_assert(ENGINE_MAX_STOP <= STOP_MAX && ENGINE_STOP_LEN <= STOP_LEN, "stop.h holds engine.h's stop strings");
 
-/* The paths a stepped sequence takes, in the order their rows sit in the
- * step's one target pass (sched_run.c): Medusa trees, draft-model and
- * n-gram trees, chains (the draft model's and the lookup's, and plain
- * steps). */
-enum { SCHED_PATH_MEDUSA = 0, SCHED_PATH_TREE, SCHED_PATH_CHAIN, SCHED_PATHS };
+/* The paths a stepped sequence takes, by the shape of its proposal, in the
+ * order their rows sit in the step's one target pass (sched_run.c): trees
+ * (any proposer's: the draft model's, the lookup's, the heads'), chains
+ * (the draft model's and the lookup's, and plain steps). */
+enum { SCHED_PATH_TREE = 0, SCHED_PATH_CHAIN, SCHED_PATHS };
 
 typedef enum { RQ_WAITING = 0, RQ_PREFILL, RQ_RUNNING, RQ_DONE } rq_state;
 
@@ -88,10 +88,9 @@ typedef struct req {
     tree_ctl tctl;
     bool tctl_seeded;
     int tree_entry;               /* menu entry of this step (0: the chain path) */
-    medusa_seq *ms;               /* speculation.method medusa, or auto with heads loaded: the last
-                                   * hidden state (else NULL) */
-    bool auto_medusa;             /* method auto with heads loaded: the engine's path_ctl picks per step
-                                   * between Medusa and the chain/tree path */
+    bool auto_medusa;             /* method auto and its sequence holds the heads' state
+                                   * (seq->ds[SPEC_DRAFTER_MEDUSA]): the engine's path_ctl picks per step
+                                   * between the heads and the chain/tree path */
     bool pub_medusa;              /* the last step was a Medusa step */
     double pub_alpha;
     char session[40];
@@ -141,17 +140,11 @@ struct engine {
     /* tree speculation (cfg.tree != off): scratch, the measured cost curve,
      * the engine-wide controller that seeds each sequence's, this step's tree
      * sequences */
-    spec_tree_ctx *tc;
-    spec_tree_ctx *tcm;           /* the Medusa trees' (a tree context holds one prepared batch per pass) */
+    spec_tree_ctx *tc;            /* tree speculation or heads loaded: every tree's verify rows */
     draft_tree *dt;
-    medusa_heads *mh;             /* cfg.medusa_path: the heads and their proposer (else NULL) */
-    draft_medusa *dm;
+    medusa_heads *mh;             /* cfg.medusa_path: the heads (else NULL) ... */
+    draft_medusa *dm;             /* ... and their proposer, owned by the pair (slot SPEC_DRAFTER_MEDUSA) */
     tree_shape medusa_sh;
-    spec_seq **useq;              /* this step's Medusa sequences (and their states, limits, info) */
-    medusa_seq **ums;
-    int *umax;
-    struct req **ureq;
-    spec_step_info *uinfo;
     path_ctl pathc;               /* auto requests: Medusa or the chain/tree path (engine thread) */
     int path_arm;                 /* this step's arm (-1: no auto request with heads ran) */
     int path_tok[PATH_ARMS];      /* ... what its auto sequences appended, and their time shares */
@@ -169,7 +162,7 @@ struct engine {
     int *tslot;
     double *tdms;
     /* the step's ONE target pass: every stepped sequence's verify rows
-     * (Medusa, then trees, then chains) and which path and index each is */
+     * (trees, then chains) and which path and index each is */
     model_seq *vms;
     struct { int path, i; } *vunit;
     /* per stepped sequence (chain: binfo's index; tree: tinfo's): its call's
@@ -275,7 +268,6 @@ typedef struct {
     double pad;                   /* their padding ratio */
     int n_calls;                  /* target calls made */
     bool mixed;                   /* a call held rows of more than one path */
-    double med_ms;                /* the Medusa calls' wall time per Medusa sequence */
     int path_rc[SCHED_PATHS];     /* 0, or -1 with the path's error */
     char err[512], path_err[SCHED_PATHS][512];
 } sched_step;

@@ -182,18 +182,15 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
                                            r->content_type[0] ? r->content_type : "chat");
     if (starting && !r->method_set) { /* the rule's proposer, for the whole request */
         int m = spec_method_parse(pol_method_name(rule->method));
-        /* r->ms and r->auto_medusa change together: an auto request follows
-         * the chain's hidden rows through r->ms (medusa_seq_follow below) */
-        if (m == SPEC_METHOD_MEDUSA) { /* stepped by draft_medusa; without heads (or state) the engine's default */
-            if (e->dm && !r->ms && !r->prm.logprobs && !r->prm.coupled) r->ms = medusa_seq_create(e->dm);
+        /* the heads serve sequences without logprobs, coupled noise or
+         * penalties (the sequence then holds their state: spec.h) */
+        bool heads = e->dm && !r->prm.logprobs && !r->prm.coupled && !sampler_has_penalties(&r->prm.sc);
+        if (m == SPEC_METHOD_MEDUSA) { /* the heads' trees; where they cannot serve, the engine's default */
             r->auto_medusa = false;
-            m = r->ms ? SPEC_METHOD_MEDUSA : -1;
-        } else if (m == SPEC_METHOD_AUTO) { /* with heads loaded Medusa is one of auto's paths, as at submit */
-            if (e->dm && !r->ms && !r->prm.logprobs && !r->prm.coupled) r->ms = medusa_seq_create(e->dm);
-            r->auto_medusa = r->ms != NULL;
-        } else if (r->ms && m >= 0) {
-            medusa_seq_destroy(r->ms);
-            r->ms = NULL;
+            m = heads ? SPEC_METHOD_MEDUSA : -1;
+        } else if (m == SPEC_METHOD_AUTO) { /* with heads loaded they are one of auto's paths, as at submit */
+            r->auto_medusa = heads;
+        } else if (m >= 0) {
             r->auto_medusa = false;
         }
         if (m == SPEC_METHOD_OFF || (m == SPEC_METHOD_DRAFT && !spec_pair_has_draft(e->sp))) r->prm.speculate = false;
@@ -466,7 +463,9 @@ static void sched_admit(engine *e, int holding, char *err, size_t errlen) {
             if (r->notify) r->notify(r->user);
             continue;
         }
-        if (r->auto_medusa) medusa_seq_follow(r->ms, r->seq); /* its chain steps keep the hidden state fresh */
+        /* an auto request holds the heads' state, kept fresh by every step
+         * (spec_seq_observe_hidden), so path_ctl can move it at any step */
+        r->auto_medusa = r->auto_medusa && r->prm.method == SPEC_METHOD_AUTO && r->seq->ds[SPEC_DRAFTER_MEDUSA];
         r->reserved = need;
         e->reserved_blocks += need;
         r->state = RQ_PREFILL;
@@ -554,8 +553,8 @@ static void emit_one(engine *e, req *r, int path, const spec_step_info *si, int 
     if (r->notify) r->notify(r->user);
 }
 
-/* Every stepped sequence's results (mu held): chains (in bin order), Medusa
- * sequences, tree sequences. */
+/* Every stepped sequence's results (mu held): chains (in bin order), then
+ * trees (the heads' as path 2). */
 static void emit_steps(engine *e, const sched_step *w) {
     ENG_HOLDS_MU(e);
     static const tree_shape chain = {0, 0, 0};
@@ -569,11 +568,8 @@ static void emit_steps(engine *e, const sched_step *w) {
                 emit_one(e, r, 0, &e->binfo[at], w->path_rc[SCHED_PATH_CHAIN], w->path_err[SCHED_PATH_CHAIN], &chain, 0,
                          e->vshare[SCHED_PATH_CHAIN][at], e->vbatch[SCHED_PATH_CHAIN][at], e->vrows[SCHED_PATH_CHAIN][at]);
         }
-    for (int k = 0; k < w->n_path[SCHED_PATH_MEDUSA]; k++)
-        emit_one(e, e->ureq[k], 2, &e->uinfo[k], w->path_rc[SCHED_PATH_MEDUSA], w->path_err[SCHED_PATH_MEDUSA],
-                 &e->medusa_sh, 0, w->med_ms, 0, 0);
     for (int k = 0; k < w->n_path[SCHED_PATH_TREE]; k++)
-        emit_one(e, e->treq[k], 1, &e->tinfo[k], w->path_rc[SCHED_PATH_TREE], w->path_err[SCHED_PATH_TREE], &e->tsh[k],
+        emit_one(e, e->treq[k], e->thow[k] == SPEC_METHOD_MEDUSA ? 2 : 1, &e->tinfo[k], w->path_rc[SCHED_PATH_TREE], w->path_err[SCHED_PATH_TREE], &e->tsh[k],
                  e->tent[k], e->vshare[SCHED_PATH_TREE][k], e->vbatch[SCHED_PATH_TREE][k], e->vrows[SCHED_PATH_TREE][k]);
 }
 

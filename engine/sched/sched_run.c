@@ -1,22 +1,25 @@
 /* sched_run.c — the model work of one engine iteration, without the lock
  * (sched.c runs the loop around it): one prefill chunk, then one step over
- * the running sequences. Each sequence takes a path — Medusa trees,
- * draft/n-gram trees, chains (binned by γ) — with the auto method's path
- * choice (path_ctl.h); every path proposes first (the heads, the draft
- * model, the lookup), then ONE target pass verifies all their rows together
- * (split only by engine.max_batch, the target's batch and a rectangular
- * backend), and each path accepts and commits its own sequences from its
- * rows. Each call's time is noted for the controllers. Engine thread. */
+ * the running sequences. Each sequence takes a path by the SHAPE of its
+ * proposal — trees (whatever proposes them: the draft model, the lookup,
+ * the Medusa heads) or chains (binned by γ; plain steps ride here) — with
+ * the auto method's choice of the heads (path_ctl.h); every path proposes
+ * first, through the proposers' tables, then ONE target pass verifies all
+ * their rows together (split only by engine.max_batch, the target's batch
+ * and a rectangular backend), and each path accepts and commits its own
+ * sequences from its rows. Each call's time is noted for the controllers.
+ * Engine thread. */
 #include "engine/sched/engine_impl.h"
 
 #include <string.h>
 
-/* Tree speculation, engine thread. Picks each tree-enabled sequence's shape
- * for this step (fixed: its bounds; auto: its controller, seeded from the
- * engine-wide one at its first step) and moves the ones that get a tree out of
- * e->bseq[0, n_run) into e->tseq etc., keeping the rest in order at the front.
- * Returns how many moved. mu is not needed: only the engine thread touches
- * these fields. */
+/* Tree speculation, engine thread. Picks each sequence's tree for this step
+ * and moves the ones that get one out of e->bseq[0, n_run) into e->tseq
+ * etc., keeping the rest in order at the front; returns how many moved.
+ * The heads' sequences (method medusa, or auto on the heads' arm this step)
+ * take the heads' shape; tree-enabled ones their shape (fixed: its bounds;
+ * auto: its controller, seeded from the engine-wide one at its first
+ * step). mu is not needed: only the engine thread touches these fields. */
 static int pick_trees(engine *e, int n_run, int batch) {
     if (!e->tc) return 0;
     int n_tree = 0, n_chain = 0;
@@ -25,7 +28,7 @@ static int pick_trees(engine *e, int n_run, int batch) {
      * learns fastest; trees and chains ride in the same target pass either
      * way); requests with bounds of their own use their own controller */
     const tree_shape lim = {e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
-    int shared = tree_ctl_pick(&e->tree_prior, batch);
+    int shared = e->cfg.tree != ENGINE_TREE_OFF ? tree_ctl_pick(&e->tree_prior, batch) : 0;
     for (int i = 0; i < n_run; i++) {
         spec_seq *sq = e->bseq[i];
         req *r = NULL;
@@ -33,7 +36,10 @@ static int pick_trees(engine *e, int n_run, int batch) {
             if (e->active[j]->seq == sq) r = e->active[j];
         int ent = 0;
         tree_shape sh = {0, 0, 0};
-        if (r->tree_mode != ENGINE_TREE_OFF && r->prm.speculate) {
+        spec_method how = r->prm.method;
+        if (r->prm.speculate && sq->ds[SPEC_DRAFTER_MEDUSA] && (!r->auto_medusa || e->path_arm == 1)) {
+            sh = e->medusa_sh, how = SPEC_METHOD_MEDUSA;
+        } else if (e->cfg.tree != ENGINE_TREE_OFF && r->tree_mode != ENGINE_TREE_OFF && r->prm.speculate) {
             if (r->tree_mode == ENGINE_TREE_FIXED) {
                 ent = 1, sh = r->tree_sh;
             } else {
@@ -47,7 +53,7 @@ static int pick_trees(engine *e, int n_run, int batch) {
             e->treq[n_tree] = r;
             e->tseq[n_tree] = sq;
             e->tsh[n_tree] = sh;
-            e->thow[n_tree] = r->prm.method;
+            e->thow[n_tree] = how;
             e->tmax[n_tree] = r->max_tokens - r->n_out;
             e->tent[n_tree++] = ent;
         } else {
@@ -57,57 +63,12 @@ static int pick_trees(engine *e, int n_run, int batch) {
     return n_tree;
 }
 
-/* Moves the running Medusa sequences (speculation.method medusa) out of
- * e->bseq[0, n_run) into e->useq etc., keeping the rest in order at the
- * front; returns how many moved. Engine thread. */
-static int pick_medusa(engine *e, int n_run) {
-    ENG_ON_THREAD(e);
-    if (!e->dm) return 0;
-    int n_med = 0, n_rest = 0;
-    for (int i = 0; i < n_run; i++) {
-        spec_seq *sq = e->bseq[i];
-        req *r = NULL;
-        for (int j = 0; j < e->n_active; j++)
-            if (e->active[j]->seq == sq) r = e->active[j];
-        if (r->ms && r->prm.speculate && (!r->auto_medusa || e->path_arm == 1)) {
-            e->ureq[n_med] = r;
-            e->useq[n_med] = sq;
-            e->ums[n_med] = r->ms;
-            e->umax[n_med++] = r->max_tokens - r->n_out;
-        } else {
-            e->bseq[n_rest++] = sq;
-        }
-    }
-    return n_med;
-}
-
-/* Medusa trees (e->useq[0, n)): the heads' proposals and their verify rows. */
-static int propose_medusa(engine *e, sched_step *w, model_seq *ms, char *err, size_t errlen) {
-    const spec_tree *trees;
-    int n = w->n_path[SCHED_PATH_MEDUSA];
-    if (draft_medusa_propose(e->dm, e->useq, e->ums, n, &e->medusa_sh, &trees, err, errlen) != 0) return -1;
-    return spec_tree_prepare(e->tcm, e->useq, n, trees, e->umax, e->uinfo, ms, err, errlen) < 0 ? -1 : 0;
-}
-
-static void finish_medusa(engine *e, int i0, int m, float *lg, int row, double call_ms, int call_rows) {
-    spec_tree_finish(e->tcm, e->useq, i0, m, lg, row, call_ms, call_rows, e->uinfo,
-                     draft_medusa_hidden(e->dm) + (size_t)i0 * (size_t)e->sp->target->hp.dim);
-}
-
-/* After the pass: the heads record the hidden states and the budget's evidence. */
-static void done_medusa(engine *e, sched_step *w) {
-    int n = w->n_path[SCHED_PATH_MEDUSA];
-    draft_medusa_finish(e->dm, e->useq, e->ums, n, e->uinfo);
-    double ms = 0;
-    for (int k = 0; k < n; k++) ms += e->uinfo[k].draft_ms + e->uinfo[k].target_ms;
-    w->med_ms = ms / n;
-}
-
-/* Draft-model and n-gram trees (e->tseq[0, n)): all draft-model trees in
- * one batched draft forward per depth, and their verify rows. */
+/* Trees (e->tseq[0, n)): each sequence's proposer asked through its table,
+ * one batched call per proposer (all draft-model trees share one draft
+ * forward per depth), and their verify rows. */
 static int propose_trees(engine *e, sched_step *w, model_seq *ms, char *err, size_t errlen) {
     int n = w->n_path[SCHED_PATH_TREE];
-    if (draft_tree_propose_for(e->dt, e->tseq, n, e->tsh, e->thow, e->ttree, e->tslot, e->tdms, err, errlen) != 0)
+    if (spec_tree_propose(e->sp, e->tseq, n, e->tsh, e->thow, e->ttree, e->tslot, e->tdms, err, errlen) != 0)
         return -1;
     return spec_tree_prepare(e->tc, e->tseq, n, e->ttree, e->tmax, e->tinfo, ms, err, errlen) < 0 ? -1 : 0;
 }
@@ -116,9 +77,11 @@ static void finish_trees(engine *e, int i0, int m, float *lg, int row, double ca
     spec_tree_finish(e->tc, e->tseq, i0, m, lg, row, call_ms, call_rows, e->tinfo, NULL);
 }
 
+/* After the pass: proposers, times and counters per step, and each
+ * proposer's own evidence (tree_done). */
 static void done_trees(engine *e, sched_step *w) {
     int n = w->n_path[SCHED_PATH_TREE];
-    draft_tree_note(e->tseq, n, e->tslot, e->tdms, e->tinfo);
+    spec_tree_note(e->sp, e->tseq, n, e->ttree, e->tsh, e->tslot, e->tdms, e->tinfo);
     for (int k = 0; k < n; k++) e->vshare[SCHED_PATH_TREE][k] += e->tinfo[k].draft_ms;
 }
 
@@ -179,7 +142,6 @@ static const struct sched_path_i {
     void (*done)(engine *e, sched_step *w);
     void (*abort)(engine *e, int i);
 } paths[SCHED_PATHS] = {
-    [SCHED_PATH_MEDUSA] = {propose_medusa, finish_medusa, done_medusa, NULL},
     [SCHED_PATH_TREE] = {propose_trees, finish_trees, done_trees, NULL},
     [SCHED_PATH_CHAIN] = {propose_chains, finish_chains, done_chains, abort_chains},
 };
@@ -250,15 +212,16 @@ static void run_pass(engine *e, sched_step *w) {
 }
 
 /* The model work of one iteration, without the lock: one prefill chunk, then
- * one step over the running sequences, split by proposer path — Medusa trees,
- * draft/n-gram trees (tree-enabled sequences whose shape this step is a tree),
- * chains — and verified in ONE target pass (run_pass). Engine thread. */
+ * one step over the running sequences, split by the shape of their
+ * proposals — trees (the heads' sequences and tree-enabled ones whose shape
+ * this step is a tree), chains — and verified in ONE target pass
+ * (run_pass). Engine thread. */
 void sched_run(engine *e, sched_step *w) {
     ENG_ON_THREAD(e);
     req *pre = w->pre;
     int n_run = w->n_run;
+    /* a finished prefill hands its hidden state to the heads (spec_seq_observe_hidden) */
     w->pre_rc = pre ? spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, w->err, sizeof(w->err)) : 0;
-    if (pre && w->pre_rc == 1 && pre->ms) medusa_seq_prefilled(e->dm, pre->ms, pre->seq); /* before any other pass */
     w->nb = 0, w->pad = 1.0, w->n_calls = 0, w->mixed = false;
     e->path_arm = -1;
     for (int i = 0; i < e->n_active && n_run; i++)
@@ -268,10 +231,8 @@ void sched_run(engine *e, sched_step *w) {
         }
     memset(e->path_tok, 0, sizeof(e->path_tok));
     memset(e->path_ms, 0, sizeof(e->path_ms));
-    int n_med = n_run ? pick_medusa(e, n_run) : 0;
-    int n_tree = n_run - n_med ? pick_trees(e, n_run - n_med, n_run + w->n_pre) : 0;
-    w->n_path[SCHED_PATH_MEDUSA] = n_med;
+    int n_tree = n_run ? pick_trees(e, n_run, n_run + w->n_pre) : 0;
     w->n_path[SCHED_PATH_TREE] = n_tree;
-    w->n_path[SCHED_PATH_CHAIN] = n_run - n_med - n_tree;
+    w->n_path[SCHED_PATH_CHAIN] = n_run - n_tree;
     if (n_run) run_pass(e, w);
 }

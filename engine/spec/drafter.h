@@ -1,8 +1,10 @@
 /* drafter.h — the proposer interface of speculative decoding: a versioned
- * table of functions (kernels/backend.h style) that every drafter fills — the
- * draft model (draft_model.c), prompt-lookup n-grams (draft_ngram.c), and
- * later Medusa/EAGLE heads. spec.c, acceptance, KV commit and the γ controller
- * talk only to this table and never know which proposer runs.
+ * table of functions (kernels/backend.h style) that every proposer fills —
+ * the draft model (draft_model.c), prompt-lookup n-grams (draft_ngram.c) and
+ * Medusa heads (draft_medusa.c); a feature-level head (EAGLE) is one more
+ * table. The step (spec.c chains, spec_tree.c trees), acceptance, KV commit
+ * and the controllers talk only to this table; proposers never call the
+ * verify or the acceptance rule themselves.
  *
  * A proposal is a tree of nodes (token, parent); a chain is parent = i − 1
  * with node 0's parent −1 (the sequence's last accepted token). Each node
@@ -28,17 +30,41 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DRAFTER_INTERFACE_VERSION 1
+#define DRAFTER_INTERFACE_VERSION 2
 #define DRAFTER_MAX_NODES GAMMA_MAX
 
 typedef struct drafter drafter;
 typedef struct drafter_seq drafter_seq; /* per sequence, defined by each drafter */
+struct spec_seq;                        /* spec.h: a sequence (tokens, sampler config, grammar state) */
+struct spec_step_info;                  /* spec.h: what a step of it produced */
 
 typedef struct {
     int32_t token;
     int16_t parent;          /* node index, -1 = the last accepted token; a chain has parent = i - 1 */
     bool deterministic;      /* q is a point mass at token; the q row is not written */
 } drafter_node;
+
+/* A proposed tree (spec_tree.h verifies it). q rows as tree.h's tree_view
+ * (row i = the law node i was drawn from given its earlier siblings); NULL
+ * when every node is deterministic or the sequence is greedy. n_nodes 0: a
+ * plain step. */
+typedef struct {
+    int n_nodes;
+    drafter_node nodes[DRAFTER_MAX_NODES];
+    const float *q;          /* (n_nodes, V) or NULL; valid until the proposer's next call */
+} drafter_tree;
+
+/* One sequence's part of a batched tree proposal. */
+typedef struct {
+    /* in */
+    struct spec_seq *s;      /* the sequence: its accepted tokens, sampler config and grammar (read only) */
+    drafter_seq *ds;         /* this proposer's state of it; NULL when the sequence holds none (a
+                              * stateless proposer, the lookup, still proposes; others give no tree) */
+    int budget, depth, topk; /* the granted bounds: most nodes, levels, children per node */
+    /* out */
+    drafter_tree tree;       /* at most the granted bounds; a proposer may choose fewer nodes (0: plain) */
+    double draft_ms;         /* this sequence's share of the proposal time */
+} drafter_tree_prop;
 
 /* One sequence's part of a batched propose call. */
 typedef struct {
@@ -65,8 +91,8 @@ typedef struct {
 
 typedef struct drafter_i {
     int version;             /* DRAFTER_INTERFACE_VERSION */
-    const char *name;        /* "draft", "ngram", ... (the method label in reports) */
-    bool needs_hidden;       /* proposes from the target's hidden states (Medusa/EAGLE); none yet */
+    const char *name;        /* "draft", "ngram", "medusa" (the method label in reports) */
+    bool needs_hidden;       /* proposes from the target's hidden states: observe_hidden is called */
     void (*destroy)(drafter *d);
     /* Per-sequence state for sequences of up to max_len tokens; NULL when out
      * of memory. seq_destroy accepts NULL. */
@@ -76,7 +102,8 @@ typedef struct drafter_i {
      * give this sequence now (0 = none: an n-gram with no earlier match), cheap
      * enough to call while planning. */
     int (*available)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n_tokens);
-    /* Proposes for n sequences at once. Returns 0, or -1 with err on failure:
+    /* Chains (NULL: the proposer proposes trees only, and a chain step of
+     * its sequences is plain). Proposes for n sequences at once. Returns 0, or -1 with err on failure:
      * then no sequence's state is ahead of its accepted tokens (the drafter
      * rolled back) and the caller decodes those sequences plainly. */
     int (*propose)(drafter *d, drafter_prop *props, int n, char *err, size_t errlen);
@@ -100,6 +127,22 @@ typedef struct drafter_i {
      * positions attached (0 when none). The caller then commit()s both caches
      * to the shorter of theirs. */
     int (*prefix_attach)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n, int max_len);
+    /* Optional: trees for n sequences at once, each within its granted
+     * bounds (props[i].tree; nodes in proposal order, parents first). The
+     * rule of tree.h must hold: a node's child count is decided before its
+     * children are drawn. Returns 0, or -1 with err (then every tree is
+     * empty and no state is ahead of the accepted tokens). */
+    int (*propose_tree)(drafter *d, drafter_tree_prop *props, int n, char *err, size_t errlen);
+    /* Optional: after a verified tree step of sequences this proposer
+     * proposed for (props as proposed, info[i] the step's result for
+     * props[i]), the proposer's own evidence (acceptance, the verify time it
+     * saw). */
+    void (*tree_done)(drafter *d, const drafter_tree_prop *props, int n, const struct spec_step_info *info);
+    /* needs_hidden proposers: the target's final-normed hidden state (the
+     * model's dim floats) of the row that sampled the sequence's last token,
+     * for tokens[0, n_tokens); called after every prefill and step of a
+     * sequence that holds this proposer's state, whatever proposed the step. */
+    void (*observe_hidden)(drafter *d, drafter_seq *ds, const float *h, int n_tokens);
     /* Optional: offers the state's final full blocks of tokens[0, n) (the
      * sequence's accepted tokens) to its prefix cache. */
     void (*prefix_publish)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n);
@@ -120,6 +163,8 @@ static inline int drafter_available(drafter *d, drafter_seq *ds, const int32_t *
 static inline int drafter_state_len(drafter *d, drafter_seq *ds) {
     return d->i->state_len && ds ? d->i->state_len(d, ds) : -1;
 }
+static inline bool drafter_trees(const drafter *d) { return d && d->i->propose_tree; }
+static inline bool drafter_chains(const drafter *d) { return d && d->i->propose; }
 static inline void drafter_destroy(drafter *d) {
     if (d) d->i->destroy(d);
 }

@@ -156,11 +156,31 @@ static void logprob_fill(const float *x, int V, int32_t tok, int k, spec_logprob
     out->n_top = n;
 }
 
-/* Whether a sequence of this method may use the drafter in slot i. */
-static bool method_uses(spec_method m, int slot) {
-    if (m == SPEC_METHOD_OFF || m == SPEC_METHOD_MEDUSA) return false; /* the heads are not a drafter slot */
+/* Whether a sequence with these parameters may use the proposer in slot i.
+ * The heads' trees cannot carry logprobs, coupled noise or penalties (the
+ * chain path alone applies those), so such a sequence never holds their
+ * state. */
+static bool method_uses(const spec_seq_params *p, int slot) {
+    spec_method m = p->method;
+    if (m == SPEC_METHOD_OFF) return false;
+    if (slot == SPEC_DRAFTER_MEDUSA)
+        return (m == SPEC_METHOD_MEDUSA || m == SPEC_METHOD_AUTO) && !p->logprobs && !p->coupled &&
+               !sampler_has_penalties(&p->sc);
+    if (m == SPEC_METHOD_MEDUSA) return false;
     if (m == SPEC_METHOD_AUTO) return true;
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
+}
+
+void spec_seq_observe_hidden(spec_seq *s, int row) {
+    spec_pair *sp = s->sp;
+    for (int i = 0; i < SPEC_DRAFTERS; i++) {
+        drafter *d = sp->drafters[i];
+        if (!s->ds[i] || !d->i->needs_hidden) continue;
+        if (row >= 0 && model_hidden_rows(sp->target, sp->hidden, &row, 1) == 0)
+            d->i->observe_hidden(d, s->ds[i], sp->hidden, s->n_tokens);
+        else
+            d->i->commit(d, s->ds[i], s->tokens, 0); /* nothing fresh to propose from: a reset */
+    }
 }
 
 /* ---- prefix reuse (kv.h) ---------------------------------------------------- */
@@ -169,7 +189,7 @@ static bool method_uses(spec_method m, int slot) {
  * length (it may draft with the draft model, which keeps a cache to share). */
 static bool prefix_lockstep(const spec_pair *sp, const spec_seq_params *p, bool has_ds) {
     drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
-    return d && has_ds && d->i->prefix_attach && p->speculate && method_uses(p->method, SPEC_DRAFTER_MODEL);
+    return d && has_ds && d->i->prefix_attach && p->speculate && method_uses(p, SPEC_DRAFTER_MODEL);
 }
 
 /* Attaches the cached prefix of the prompt to the target cache and, for a
@@ -260,8 +280,8 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     s->prm = *p;
     s->slot = -1;
     bool any = false;
-    for (int i = 0; i < SPEC_DRAFTERS; i++) any |= sp->drafters[i] && method_uses(s->prm.method, i);
-    if (!any && s->prm.method != SPEC_METHOD_MEDUSA) s->prm.speculate = false; /* the heads speculate without a slot */
+    for (int i = 0; i < SPEC_DRAFTERS; i++) any |= sp->drafters[i] && method_uses(&s->prm, i);
+    if (!any) s->prm.speculate = false;
     if (s->prm.speculate && !gamma_params_validate(&s->prm.gp, err, errlen)) goto fail;
     gamma_ctl_init(&s->ctl, &s->prm.gp);
     gamma_ctl_init(&s->ctl_ngram, &s->prm.gp);
@@ -289,7 +309,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
      * pool is sized for every sequence); other drafters only where used */
     for (int i = 0; i < SPEC_DRAFTERS; i++) {
         drafter *d = sp->drafters[i];
-        if (!d || !(i == SPEC_DRAFTER_MODEL || (s->prm.speculate && method_uses(s->prm.method, i)))) continue;
+        if (!d || !(i == SPEC_DRAFTER_MODEL || (s->prm.speculate && method_uses(&s->prm, i)))) continue;
         if (!(s->ds[i] = d->i->seq_create(d, max_ctx + GAMMA_MAX + 1))) {
             util_fail(err, errlen, "out of memory");
             goto fail;
@@ -326,6 +346,7 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     s->n_tokens++;
     s->st.tokens++;
     s->prefilled = true;
+    spec_seq_observe_hidden(s, sp->target->n_out_last - 1); /* the row that sampled it */
     return 1;
 }
 
@@ -382,7 +403,7 @@ static int plan_gamma(spec_seq *s, int max_new, int batch) {
     int ctx = s->n_tokens - 1;
     int g_ng = 0, g_dm = 0;
     gamma_costs c_ng = costs_for(sp, SPEC_DRAFTER_NGRAM), c_dm = costs_for(sp, SPEC_DRAFTER_MODEL);
-    if (s->ds[SPEC_DRAFTER_NGRAM] && method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) {
+    if (s->ds[SPEC_DRAFTER_NGRAM] && method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) {
         drafter *d = sp->drafters[SPEC_DRAFTER_NGRAM];
         int avail = drafter_available(d, s->ds[SPEC_DRAFTER_NGRAM], s->tokens, s->n_tokens, GAMMA_MAX);
         if (avail > 0) {
@@ -392,7 +413,7 @@ static int plan_gamma(spec_seq *s, int max_new, int batch) {
         }
     }
     bool dm = s->ds[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL] &&
-              method_uses(s->prm.method, SPEC_DRAFTER_MODEL);
+              method_uses(&s->prm, SPEC_DRAFTER_MODEL);
     if (dm && (g_ng == 0 || s->prm.method == SPEC_METHOD_AUTO))
         g_dm = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c_dm, batch, ctx), max_new);
     if (g_ng > 0 && g_dm > 0 && s->prm.gp.adaptive) {
@@ -487,8 +508,8 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
         n_new = 1;
         s->st.plain_steps++;
         if (s->prm.speculate) {
-            if (method_uses(s->prm.method, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
-            if (method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
+            if (method_uses(&s->prm, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
+            if (method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
         }
     } else {
         for (int j = 0; j <= gamma; j++) {
@@ -598,10 +619,8 @@ void spec_chain_finish(spec_pair *sp, spec_seq **S, int n, float *logits, int ro
         S[i]->st.target_ms += share;
         info[i].target_ms = share;
         accept_commit(S[i], g, logits + row * (size_t)sp->n_vocab, &info[i]);
-        if (S[i]->hid) { /* the row that sampled the last token appended */
-            int hr = row0 + (int)row + info[i].n_new - 1;
-            *S[i]->hid_at = model_hidden_rows(sp->target, S[i]->hid, &hr, 1) == 0 ? S[i]->n_tokens : -1;
-        }
+        int hr = row0 + (int)row + info[i].n_new - 1; /* the row that sampled the last token appended */
+        spec_seq_observe_hidden(S[i], hr);
         row += (size_t)g + 1;
     }
 }
@@ -651,13 +670,8 @@ int spec_step_batch_planned(spec_pair *sp, spec_seq **S, int n, const int *max_n
 
 void spec_seq_note_other_step(spec_seq *s) {
     if (!s->prm.speculate) return;
-    if (method_uses(s->prm.method, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
-    if (method_uses(s->prm.method, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
-}
-
-void spec_seq_keep_hidden(spec_seq *s, float *h, int *at) {
-    s->hid = h;
-    s->hid_at = h ? at : NULL;
+    if (method_uses(&s->prm, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
+    if (method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
 }
 
 int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen) {

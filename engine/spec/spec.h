@@ -34,8 +34,12 @@
  * reports (SPEC_PROPOSER_MEDUSA, SPEC_PROPOSERS), spec_stats and its derived
  * figures are public value types: engine.h. */
 
-/* Drafter slots of a pair: what a step's proposal came from. */
-enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTERS = 2 };
+/* Proposer slots of a pair (drafter.h tables): what a step's proposal came
+ * from. The Medusa heads propose trees only (draft_medusa.h). Reports name
+ * each by spec_drafter_name and loop to SPEC_PROPOSERS. */
+enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTER_MEDUSA = 2, SPEC_DRAFTERS = 3 };
+_Static_assert(SPEC_DRAFTERS == SPEC_PROPOSERS && SPEC_DRAFTER_MEDUSA == SPEC_PROPOSER_MEDUSA,
+               "reports number the proposers as the pair's slots");
 
 typedef struct {
     char arch[32];
@@ -85,6 +89,7 @@ typedef struct spec_pair {
     float *logits;              /* (logit_rows, V) rows of a batched verify call (spec_pair_verify) */
     int logit_rows;             /* max_seqs * (max_gamma+1), more after spec_pair_reserve_rows */
     float *scratch;             /* (V) */
+    float *hidden;              /* (the target's dim) one hidden row for spec_seq_observe_hidden */
     model_seq *ms;              /* (max_seqs) */
     int *gam;                   /* (max_seqs) */
     drafter_prop *props;        /* (max_seqs) one drafter's batched proposal */
@@ -171,8 +176,6 @@ typedef struct spec_seq {
     int32_t *pen;               /* (cap) sampler_penalize's window scratch when sc has penalties, else NULL. Penalties
                                  * depend on the history, so draft row j and verify row j both see the accepted
                                  * tokens and drafts [0, j); sequences with them take the chain path */
-    float *hid;                 /* spec_seq_keep_hidden: where each chain step leaves its hidden state (NULL: none) */
-    int *hid_at;                /* ... and the n_tokens it is for */
 } spec_seq;
 
 /* Creates a sequence and prefills the prompt into the target (the draft
@@ -192,7 +195,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
 int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen);
 
 /* What one step produced. */
-typedef struct {
+typedef struct spec_step_info {
     int n_new;                  /* tokens appended (accepted drafts + correction/bonus) */
     int gamma;                  /* drafts proposed this step (0 = plain step) */
     int accepted;               /* drafts accepted */
@@ -273,12 +276,12 @@ int spec_pair_reserve_rows(spec_pair *sp, int rows);
  * draft again, and both paths look like plain decoding). */
 void spec_seq_note_other_step(spec_seq *s);
 
-/* Every later chain step (spec_step_batch*, plain steps included) copies
- * the target's final-normed hidden state of the row that sampled the
- * sequence's last token into h (D floats) and sets *at to n_tokens — what a
- * proposer reading hidden states (draft_medusa.h) needs to take the sequence
- * over at its next step without a plain step of its own. NULL h: stop. */
-void spec_seq_keep_hidden(spec_seq *s, float *h, int *at);
+/* Hands the target's final-normed hidden state of row `row` of its last
+ * forward (the row that sampled s's last token) to every needs_hidden
+ * proposer whose state s holds (drafter_i observe_hidden); row < 0 or an
+ * unreadable row resets them instead. The prefill, chain and tree steps call
+ * it, so such a proposer is fresh after every step whatever proposed it. */
+void spec_seq_observe_hidden(spec_seq *s, int row);
 
 /* The grammar's token budget (grammar.h) when the token at absolute position
  * pos is drawn: what is left of prm.grammar_budget (at least 1), -1 without

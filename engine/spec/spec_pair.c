@@ -107,6 +107,7 @@ void spec_pair_free(spec_pair *sp) {
     free(sp->p);
     free(sp->logits);
     free(sp->scratch);
+    free(sp->hidden);
     free(sp->ms);
     free(sp->gam);
     free(sp->props);
@@ -203,11 +204,12 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->logits = malloc(sizeof(float) * V * rows);
     sp->logit_rows = (int)rows;
     sp->scratch = malloc(sizeof(float) * V);
+    sp->hidden = malloc(sizeof(float) * (size_t)sp->target->hp.dim);
     sp->ms = malloc(sizeof(model_seq) * (size_t)sp->max_seqs);
     sp->gam = malloc(sizeof(int) * (size_t)sp->max_seqs);
     sp->props = malloc(sizeof(drafter_prop) * (size_t)sp->max_seqs);
     sp->prop_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
-    if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->ms || !sp->gam || !sp->props || !sp->prop_of) {
+    if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->hidden || !sp->ms || !sp->gam || !sp->props || !sp->prop_of) {
         util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: the pair's step scratch (%zu rows)", rows);
         goto fail_quiet;
     }

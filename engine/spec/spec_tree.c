@@ -269,4 +269,87 @@ void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *log
         info[i].target_ms = share;
     }
     if (hidden) model_hidden_rows(sp->target, hidden, tc->hrow + i0, n);
+    for (int i = i0; i < i0 + n; i++) spec_seq_observe_hidden(S[i], tc->hrow[i]);
+}
+
+/* ---- proposals through the proposer tables ------------------------------- */
+
+#define PROPOSE_MAX 64
+
+/* The slots a method tries, in order (AUTO: the lookup first, it is nearly
+ * free); returns how many. */
+static int method_slots(spec_method m, int *out) {
+    switch (m) {
+    case SPEC_METHOD_DRAFT: out[0] = SPEC_DRAFTER_MODEL; return 1;
+    case SPEC_METHOD_NGRAM: out[0] = SPEC_DRAFTER_NGRAM; return 1;
+    case SPEC_METHOD_AUTO: out[0] = SPEC_DRAFTER_NGRAM, out[1] = SPEC_DRAFTER_MODEL; return 2;
+    case SPEC_METHOD_MEDUSA: out[0] = SPEC_DRAFTER_MEDUSA; return 1;
+    default: return 0;
+    }
+}
+
+int spec_tree_propose(spec_pair *sp, spec_seq **S, int n, const tree_shape *sh, const spec_method *how, spec_tree *t,
+                      int *slot, double *draft_ms, char *err, size_t errlen) {
+    if (n > PROPOSE_MAX) return util_fail(err, errlen, "tree batch of %d (limit %d)", n, PROPOSE_MAX);
+    int order[PROPOSE_MAX][2], n_ord[PROPOSE_MAX];
+    for (int i = 0; i < n; i++) {
+        t[i] = (spec_tree){0};
+        slot[i] = -1;
+        draft_ms[i] = 0;
+        n_ord[i] = sh[i].budget > 0 ? method_slots(how ? how[i] : SPEC_METHOD_DRAFT, order[i]) : 0;
+    }
+    drafter_tree_prop props[PROPOSE_MAX];
+    int who[PROPOSE_MAX];
+    /* round r asks each sequence still without a tree its r-th proposer;
+     * one batched call per proposer and round */
+    for (int round = 0; round < 2; round++)
+        for (int d = 0; d < SPEC_DRAFTERS; d++) {
+            drafter *dr = sp->drafters[d];
+            if (!drafter_trees(dr)) continue;
+            int m = 0;
+            for (int i = 0; i < n; i++) {
+                if (t[i].n_nodes || round >= n_ord[i] || order[i][round] != d) continue;
+                props[m] = (drafter_tree_prop){.s = S[i], .ds = S[i]->ds[d], .budget = sh[i].budget,
+                                               .depth = sh[i].depth, .topk = sh[i].topk};
+                who[m++] = i;
+            }
+            if (!m) continue;
+            char derr[256];
+            int rc = dr->i->propose_tree(dr, props, m, derr, sizeof(derr));
+            for (int k = 0; k < m; k++) {
+                int i = who[k];
+                if (rc != 0) { /* a plain step for them */
+                    S[i]->st.draft_failures++;
+                    continue;
+                }
+                t[i] = props[k].tree;
+                draft_ms[i] += props[k].draft_ms;
+                slot[i] = d; /* the proposer whose answer stands (its tree_done sees the step, even a plain one) */
+            }
+        }
+    return 0;
+}
+
+void spec_tree_note(spec_pair *sp, spec_seq **S, int n, const spec_tree *t, const tree_shape *sh, const int *slot,
+                    const double *draft_ms, spec_step_info *info) {
+    for (int i = 0; i < n; i++) {
+        info[i].method = info[i].gamma > 0 ? slot[i] : -1;
+        info[i].draft_ms = draft_ms[i];
+        S[i]->st.draft_ms += draft_ms[i];
+        if (info[i].method >= 0) spec_method_stats_note(&S[i]->st.by[slot[i]], &info[i]);
+    }
+    drafter_tree_prop props[PROPOSE_MAX];
+    spec_step_info inf[PROPOSE_MAX];
+    for (int d = 0; d < SPEC_DRAFTERS; d++) {
+        drafter *dr = sp->drafters[d];
+        if (!dr || !dr->i->tree_done) continue;
+        int m = 0;
+        for (int i = 0; i < n && i < PROPOSE_MAX; i++) {
+            if (slot[i] != d) continue;
+            props[m] = (drafter_tree_prop){.s = S[i], .ds = S[i]->ds[d], .budget = sh[i].budget, .depth = sh[i].depth,
+                                           .topk = sh[i].topk, .tree = t[i], .draft_ms = draft_ms[i]};
+            inf[m++] = info[i];
+        }
+        if (m) dr->i->tree_done(dr, props, m, inf);
+    }
 }

@@ -8,8 +8,10 @@
  * Kept out of spec.c so the chain path is untouched; it reads spec_seq and
  * spec_pair through spec.h. Not yet: grammar-constrained sequences (refused
  * with an error: each node would need its own grammar state copy), logprobs,
- * prefix publishing on a tree step (the next chain step publishes), and
- * drafters proposing trees through drafter_i (callers pass the trees).
+ * and prefix publishing on a tree step (the next chain step publishes).
+ * Proposers give the trees through drafter_i's propose_tree (draft_tree.h
+ * asks them); every finished step hands the target's hidden state to the
+ * sequence's needs_hidden proposers (drafter_i observe_hidden).
  *
  * Threading: the engine thread (the pair's). */
 #ifndef SPECD_SPEC_TREE_H
@@ -18,14 +20,8 @@
 #include "engine/spec/spec.h"
 #include "engine/spec/tree.h"
 
-/* One sequence's drafted tree. q rows as tree.h's tree_view (row i = the law
- * node i was drawn from given its earlier siblings); NULL when every node is
- * deterministic or the sequence is greedy. n_nodes 0: a plain step. */
-typedef struct {
-    int n_nodes;
-    drafter_node nodes[DRAFTER_MAX_NODES];
-    const float *q;             /* (n_nodes, V) or NULL */
-} spec_tree;
+/* One sequence's drafted tree: a proposer's drafter_tree (drafter.h). */
+typedef drafter_tree spec_tree;
 
 typedef struct spec_tree_ctx spec_tree_ctx;
 
@@ -68,5 +64,24 @@ int spec_tree_prepare(spec_tree_ctx *tc, spec_seq **S, int n, const spec_tree *t
                       spec_step_info *info, model_seq *ms, char *err, size_t errlen);
 void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *logits, int row0, double call_ms,
                       int call_rows, spec_step_info *info, float *hidden);
+
+/* Asks the proposers for n sequences' trees (n <= 64), through their
+ * tables (drafter_i propose_tree) only: how[i] names the proposer (DRAFT
+ * the draft model, NGRAM the lookup, AUTO the lookup when it matches and
+ * else the draft model, MEDUSA the heads, OFF none; NULL: DRAFT for all),
+ * each tree within sh[i] (budget 0: no tree). The sequences of one proposer
+ * go to it in one batched call; a proposer that fails leaves its sequences
+ * a plain step (counted in draft_failures). Fills t[i] (q rows valid until
+ * that proposer's next call), slot[i] (the proposer, -1 none) and
+ * draft_ms[i] (its share of the proposal time). Returns 0, or -1 with err
+ * for a batch over the limit. */
+int spec_tree_propose(spec_pair *sp, spec_seq **S, int n, const tree_shape *sh, const spec_method *how, spec_tree *t,
+                      int *slot, double *draft_ms, char *err, size_t errlen);
+/* After those trees were verified (spec_tree_finish filled info): each
+ * step's proposer and time in info and the sequence's stats, its
+ * per-proposer counters, and each proposer's tree_done with its own
+ * sequences' results. */
+void spec_tree_note(spec_pair *sp, spec_seq **S, int n, const spec_tree *t, const tree_shape *sh, const int *slot,
+                    const double *draft_ms, spec_step_info *info);
 
 #endif

@@ -1,24 +1,47 @@
-/* test_spec_hidden.c — the hidden state a chain step leaves for Medusa
- * (spec_seq_keep_hidden, issue 18's auto path): after every step — plain,
- * all drafts accepted (the bonus row), drafts rejected (the correction row),
- * stopped short by max_new — the recorded state is the target's final-normed
- * hidden state at the row that sampled the sequence's last token, i.e. what
- * a fresh prefill of every token but the last computes at its last row, and
- * the count it is for is the sequence's n_tokens. A wrong row (one off either
- * way) fails on the first speculative step. And a step on another proposer
- * (spec_seq_note_other_step: Medusa, for the auto method) advances the
- * draft's fallback countdown as a plain step does. */
+/* test_spec_hidden.c — the hidden state every step hands to a proposer that
+ * reads the target's features (drafter_i needs_hidden / observe_hidden, what
+ * the Medusa heads and a feature-level head use): a recording proposer sits
+ * in the heads' slot, and after the prefill and after every chain step —
+ * plain, all drafts accepted (the bonus row), drafts rejected (the
+ * correction row), stopped short by max_new — what it got is the target's
+ * final-normed hidden state at the row that sampled the sequence's last
+ * token, i.e. what a fresh prefill of every token but the last computes at
+ * its last row, for the sequence's n_tokens. A wrong row (one off either
+ * way) fails on the first speculative step. A sequence that cannot use the
+ * heads (logprobs) holds no state of the slot and is never observed. And a
+ * step on another proposer (spec_seq_note_other_step: Medusa, for the auto
+ * method) advances the draft's fallback countdown as a plain step does. */
 #include "tests/spec/spec_util.h"
 
 typedef struct {
     float *h, *ref, *logits;
-    int at, D, steps, checked, fails;
+    int at, D, steps, checked, fails, observed;
     double worst;
     spec_pair *sp;
 } hid_ctx;
 
-static void after_step(spec_seq *s, const spec_step_info *info, void *vc) {
-    (void)info;
+/* The recording proposer: one per test, its state is the context. */
+static hid_ctx *rec_ctx;
+static void rec_destroy(drafter *d) { free(d); }
+static drafter_seq *rec_seq_create(drafter *d, int max_len) {
+    (void)d, (void)max_len;
+    return (drafter_seq *)rec_ctx;
+}
+static void rec_seq_destroy(drafter *d, drafter_seq *ds) { (void)d, (void)ds; }
+static void rec_commit(drafter *d, drafter_seq *ds, const int32_t *t, int n) { (void)d, (void)ds, (void)t, (void)n; }
+static void rec_cost(drafter *d, double *a, double *b) { (void)d, *a = 0, *b = 0; }
+static void rec_observe_hidden(drafter *d, drafter_seq *ds, const float *h, int n_tokens) {
+    (void)d;
+    hid_ctx *c = (hid_ctx *)ds;
+    memcpy(c->h, h, sizeof(float) * (size_t)c->D);
+    c->at = n_tokens;
+    c->observed++;
+}
+static const drafter_i rec_i = {.version = DRAFTER_INTERFACE_VERSION, .name = "recorder", .needs_hidden = true,
+                                .destroy = rec_destroy, .seq_create = rec_seq_create, .seq_destroy = rec_seq_destroy,
+                                .commit = rec_commit, .cost = rec_cost, .observe_hidden = rec_observe_hidden};
+
+static void after_step(spec_seq *s, void *vc) {
     hid_ctx *c = vc;
     c->steps++;
     CHECKF(c->at == s->n_tokens, "recorded for %d tokens, the sequence has %d", c->at, s->n_tokens);
@@ -49,27 +72,41 @@ int main(void) {
         int D = sp->target->hp.dim;
         hid_ctx c = {.h = malloc(sizeof(float) * (size_t)D), .ref = malloc(sizeof(float) * (size_t)D),
                      .logits = malloc(sizeof(float) * (size_t)sp->n_vocab), .at = -1, .D = D, .sp = sp};
+        rec_ctx = &c;
+        drafter *rec = calloc(1, sizeof(*rec));
+        rec->i = &rec_i, rec->n_vocab = sp->n_vocab;
+        CHECK(spec_pair_set_drafter(sp, SPEC_DRAFTER_MEDUSA, rec) == NULL);
         for (int pi = 0; pi < np; pi++)
             for (int gamma = 0; gamma <= 4; gamma += 2) {
                 spec_seq_params prm = su_params(0.0f, 1, gamma, false);
+                /* both hold the heads' slot; a medusa sequence's chain steps are
+                 * plain (the heads propose trees only) */
+                prm.method = gamma ? SPEC_METHOD_AUTO : SPEC_METHOD_MEDUSA;
+                prm.speculate = true;
                 char err[512];
+                c.at = -1;
                 spec_seq *s = spec_seq_start(sp, prompts[pi].ids, prompts[pi].n, &prm, err, sizeof err);
                 CHECKF(s, "%s", err);
                 if (!s) continue;
-                spec_seq_keep_hidden(s, c.h, &c.at);
+                after_step(s, &c); /* the prefill's row */
                 /* 21 tokens: the last step is cut short by max_new */
                 for (int made = 1; made < 21 && !tok_is_eog(sp->tok, s->tokens[s->n_tokens - 1]);) {
                     spec_step_info info;
                     CHECKF(spec_seq_step(s, 21 - made, &info, err, sizeof err) == 0, "%s", err);
-                    after_step(s, &info, &c);
+                    after_step(s, &c);
                     made = s->n_tokens - s->n_prompt;
                 }
-                /* unbound: later steps leave c alone */
-                spec_seq_keep_hidden(s, NULL, NULL);
-                c.at = -7;
-                spec_step_info info;
-                if (spec_seq_step(s, 1, &info, err, sizeof err) == 0) CHECK(c.at == -7);
                 spec_seq_free(s);
+                /* a sequence the heads cannot serve holds no state: never observed */
+                prm.logprobs = true;
+                int before = c.observed;
+                if ((s = spec_seq_start(sp, prompts[pi].ids, prompts[pi].n, &prm, err, sizeof err))) {
+                    CHECK(!s->ds[SPEC_DRAFTER_MEDUSA]);
+                    spec_step_info info;
+                    CHECK(spec_seq_step(s, 4, &info, err, sizeof err) == 0);
+                    CHECK(c.observed == before);
+                    spec_seq_free(s);
+                }
             }
         fprintf(stderr, "draft %s: %d steps checked, worst relative difference %.2e, %d over 1e-3\n",
                 d ? "random" : "self", c.checked, c.worst, c.fails);

@@ -23,6 +23,7 @@ struct medusa_seq {
 };
 
 struct draft_medusa {
+    drafter base;               /* the proposer table (first: a drafter * is a draft_medusa *) */
     spec_pair *sp;
     const medusa_heads *mh;
     medusa_rt *rt;
@@ -33,6 +34,8 @@ struct draft_medusa {
     float *logits;              /* (K, max_seqs, V) */
     spec_tree *trees;           /* (max_seqs) */
     int *row;                   /* (max_seqs) each sequence's row in h, -1 none */
+    spec_seq **S;               /* (max_seqs) a propose_tree call's sequences and states */
+    medusa_seq **M;
     /* the shape cache */
     tree_shape shape;
     int n_shape;
@@ -63,6 +66,8 @@ struct draft_medusa {
 #define ACCEPT_PROBE 32      /* plain steps chosen for low acceptance before one probe at the unscaled choice */
 #define SHADOW_EVERY 2       /* plain steps per shadow chain (a heads' pass, no verify rows) */
 
+static const drafter_i medusa_drafter_i;
+
 void draft_medusa_destroy(draft_medusa *dm) {
     if (!dm) return;
     medusa_rt_destroy(dm->rt);
@@ -72,6 +77,8 @@ void draft_medusa_destroy(draft_medusa *dm) {
     free(dm->logits);
     free(dm->trees);
     free(dm->row);
+    free(dm->S);
+    free(dm->M);
     free(dm);
 }
 
@@ -100,11 +107,15 @@ draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, engine_
     dm->logits = malloc(sizeof(float) * S * dm->K * dm->V);
     dm->trees = malloc(sizeof(spec_tree) * S);
     dm->row = malloc(sizeof(int) * S);
-    if (!dm->h || !dm->tok || !dm->hid || !dm->logits || !dm->trees || !dm->row) {
+    dm->S = malloc(sizeof(spec_seq *) * S);
+    dm->M = malloc(sizeof(medusa_seq *) * S);
+    if (!dm->h || !dm->tok || !dm->hid || !dm->logits || !dm->trees || !dm->row || !dm->S || !dm->M) {
         draft_medusa_destroy(dm);
         util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: medusa proposer scratch");
         return NULL;
     }
+    dm->base.i = &medusa_drafter_i;
+    dm->base.n_vocab = sp->n_vocab;
     dm->n_shape = -1;
     dm->speed = 1.0;
     engine_status_set(st, ENGINE_OK);
@@ -176,10 +187,6 @@ void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src) {
     dst->at = src->at;
     dst->sh_n = 0;
     if (src->at >= 0) memcpy(dst->h, src->h, sizeof(float) * (size_t)src->dim);
-}
-
-void medusa_seq_follow(medusa_seq *ms, spec_seq *s) {
-    if (s) spec_seq_keep_hidden(s, ms->h, &ms->at);
 }
 
 void medusa_seq_prefilled(draft_medusa *dm, medusa_seq *ms, const spec_seq *s) {
@@ -363,13 +370,11 @@ int draft_medusa_propose(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, 
     return 0;
 }
 
-void draft_medusa_finish(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, spec_step_info *info) {
-    int D = dm->D, nb = dm->nb, nr = dm->nr;
-    double hm = dm->hm;
-    for (int i = 0; i < n; i++) { /* reports name the heads as the proposer of their verify steps */
-        info[i].method = info[i].gamma > 0 ? SPEC_PROPOSER_MEDUSA : -1;
-        if (info[i].gamma > 0) spec_method_stats_note(&S[i]->st.by[SPEC_PROPOSER_MEDUSA], &info[i]);
-    }
+/* The budget's evidence from a verified step of the last proposal's n
+ * sequences: the host's speed against the curve, and what the trees
+ * delivered against what their values promised. */
+static void note_step(draft_medusa *dm, int n, const spec_step_info *info) {
+    int nb = dm->nb, nr = dm->nr;
     if (dm->has_curve && info[0].target_ms > 0) { /* the host's speed against the curve */
         int rows = 0;
         for (int i = 0; i < n; i++) rows += dm->trees[i].n_nodes + 1;
@@ -386,6 +391,16 @@ void draft_medusa_finish(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, 
             dm->promised = dm->promised * ACCEPT_DECAY + promised;
         }
     }
+}
+
+void draft_medusa_finish(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, spec_step_info *info) {
+    int D = dm->D, nr = dm->nr;
+    double hm = dm->hm;
+    for (int i = 0; i < n; i++) { /* reports name the heads as the proposer of their verify steps */
+        info[i].method = info[i].gamma > 0 ? SPEC_PROPOSER_MEDUSA : -1;
+        if (info[i].gamma > 0) spec_method_stats_note(&S[i]->st.by[SPEC_PROPOSER_MEDUSA], &info[i]);
+    }
+    note_step(dm, n, info);
     for (int i = 0; i < n; i++) {
         memcpy(M[i]->h, dm->hid + (size_t)i * D, sizeof(float) * (size_t)D);
         M[i]->at = S[i]->n_tokens;
@@ -393,3 +408,82 @@ void draft_medusa_finish(draft_medusa *dm, spec_seq **S, medusa_seq **M, int n, 
         S[i]->st.draft_ms += info[i].draft_ms;
     }
 }
+
+/* ---- the heads as a proposer table (drafter.h) ---------------------------- */
+
+static void md_destroy(drafter *d) { draft_medusa_destroy((draft_medusa *)d); }
+
+static drafter_seq *md_seq_create(drafter *d, int max_len) {
+    (void)max_len;
+    return (drafter_seq *)medusa_seq_create((draft_medusa *)d);
+}
+
+static void md_seq_destroy(drafter *d, drafter_seq *ds) {
+    (void)d;
+    medusa_seq_destroy((medusa_seq *)ds);
+}
+
+/* The hidden state is for tokens[0, at) and derives from tokens[0, at − 1):
+ * a commit below that takes it back. */
+static void md_commit(drafter *d, drafter_seq *ds, const int32_t *tokens, int accepted_len) {
+    (void)d, (void)tokens;
+    medusa_seq *m = (medusa_seq *)ds;
+    if (accepted_len == 0 || m->at > accepted_len + 1) m->at = -1;
+}
+
+static void md_cost(drafter *d, double *node_ms, double *per_row_ms) {
+    *node_ms = ((draft_medusa *)d)->heads_ms;
+    *per_row_ms = 0;
+}
+
+/* One shape for the call: the first sequence's bounds (the engine grants
+ * every Medusa sequence the heads' shape); each step's budget within it is
+ * the heads' own choice from the cost curve (pick_budget). */
+static int md_propose_tree(drafter *d, drafter_tree_prop *props, int n, char *err, size_t errlen) {
+    draft_medusa *dm = (draft_medusa *)d;
+    if (n < 1 || n > dm->sp->max_seqs) return util_fail(err, errlen, "batch of %d sequences (limit %d)", n, dm->sp->max_seqs);
+    for (int i = 0; i < n; i++) {
+        props[i].tree = (drafter_tree){0};
+        props[i].draft_ms = 0;
+        if (!props[i].ds) return util_fail(err, errlen, "sequence %d holds no state of the heads", i);
+        dm->S[i] = props[i].s, dm->M[i] = (medusa_seq *)props[i].ds;
+    }
+    tree_shape sh = {props[0].budget, props[0].depth, props[0].topk};
+    const spec_tree *trees;
+    if (draft_medusa_propose(dm, dm->S, dm->M, n, &sh, &trees, err, errlen) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        props[i].tree = trees[i];
+        props[i].draft_ms = dm->nr && dm->row[i] >= 0 ? dm->hm / dm->nr : 0; /* one row each: the heads' pass shared */
+    }
+    return 0;
+}
+
+static void md_tree_done(drafter *d, const drafter_tree_prop *props, int n, const spec_step_info *info) {
+    (void)props;
+    note_step((draft_medusa *)d, n, info);
+}
+
+static void md_observe_hidden(drafter *d, drafter_seq *ds, const float *h, int n_tokens) {
+    medusa_seq *m = (medusa_seq *)ds;
+    (void)d;
+    memcpy(m->h, h, sizeof(float) * (size_t)m->dim);
+    m->at = n_tokens;
+}
+
+static const drafter_i medusa_drafter_i = {
+    .version = DRAFTER_INTERFACE_VERSION,
+    .name = "medusa",
+    .needs_hidden = true,
+    .destroy = md_destroy,
+    .seq_create = md_seq_create,
+    .seq_destroy = md_seq_destroy,
+    .propose = NULL, /* trees only */
+    .commit = md_commit,
+    .cost = md_cost,
+    .propose_tree = md_propose_tree,
+    .tree_done = md_tree_done,
+    .observe_hidden = md_observe_hidden,
+};
+
+drafter *draft_medusa_drafter(draft_medusa *dm) { return dm ? &dm->base : NULL; }
+draft_medusa *draft_medusa_of(drafter *d) { return d && d->i == &medusa_drafter_i ? (draft_medusa *)d : NULL; }

@@ -37,12 +37,17 @@
  * for ACCEPT_PROBE (32) steps in a row, one step takes the unscaled choice.
  * Without a curve the whole budget is used.
  *
- * A sequence on the chain path keeps its state fresh through
- * medusa_seq_follow (the chain's verify rows give it), so the engine's
- * auto method can move it between the draft model and Medusa at any step.
+ * A sequence on the chain path keeps its state fresh through the table's
+ * observe_hidden (every step hands it the row that sampled the last
+ * token), so the engine's auto method can move it between the draft model
+ * and Medusa at any step.
  *
- * Not yet: a drafter_i wrapper (the engine scheduler passes hidden states
- * only to this call), static path lists from config.
+ * The heads are a proposer table (drafter.h, draft_medusa_drafter): a pair
+ * that holds it in slot SPEC_DRAFTER_MEDUSA hands every Medusa-enabled
+ * sequence's hidden state to it after each prefill and step
+ * (observe_hidden), and the tree step asks it for trees (propose_tree). The
+ * calls below are the same proposer driven directly, for tests and `specd
+ * verify`. Not yet: static path lists from config.
  *
  * Threading: the engine thread (the pair's). */
 #ifndef SPECD_DRAFT_MEDUSA_H
@@ -78,16 +83,17 @@ double draft_medusa_accept_ratio(const draft_medusa *dm);
 /* The node budget the last step used (its tree's size; 0: a plain step). */
 int draft_medusa_last_budget(const draft_medusa *dm);
 
+/* The heads as a proposer table; a pair that takes it (spec_pair_set_drafter)
+ * owns dm from then on (its destroy is draft_medusa_destroy). */
+drafter *draft_medusa_drafter(draft_medusa *dm);
+/* The heads' proposer behind a table, or NULL when d is another proposer. */
+draft_medusa *draft_medusa_of(drafter *d);
+
 /* Per-sequence state: the last hidden state and the token count it is for. */
 medusa_seq *medusa_seq_create(draft_medusa *dm);
 void medusa_seq_destroy(medusa_seq *ms); /* accepts NULL */
 /* dst takes src's hidden state and token count (both of the same proposer). */
 void medusa_seq_copy(medusa_seq *dst, const medusa_seq *src);
-
-/* Keeps ms fresh while s steps on the chain path (spec_seq_keep_hidden): the
- * sequence can then switch to Medusa trees at any step without a plain step.
- * ms must outlive s (both belong to one request). s NULL: no-op. */
-void medusa_seq_follow(medusa_seq *ms, spec_seq *s);
 
 /* Records s's hidden state from the target's last forward, which must be the
  * prefill that sampled s's last token (call right after spec_seq_start or the

@@ -3,7 +3,9 @@
  * drafting with q kept per position, commit/rollback of its cache, and its
  * cost figures. */
 #include "engine/spec/proposers/draft_model.h"
+#include "engine/spec/proposers/draft_tree.h"
 #include "engine/util.h"
+#include "kernels/clock.h"
 
 #include "engine/errkind.h"
 #include "engine/sample/gumbel.h"
@@ -23,6 +25,7 @@ typedef struct {
     model_seq *ms;              /* (max_seqs) */
     int *row_of;                /* (max_seqs) */
     gamma_costs c;              /* only draft_ms and draft_ms_per_row are used */
+    draft_tree *trees;          /* tree scratch (draft_tree_create registers it; NULL: no trees) */
 } draft_model;
 
 struct drafter_seq {
@@ -153,6 +156,37 @@ static void dm_observe(drafter *d, int nodes, int rows, double ms) {
     if (nodes > 0) gamma_costs_observe_draft(&((draft_model *)d)->c, ms / nodes);
 }
 
+/* Trees grown level by level, one batched draft forward per depth over all
+ * n sequences (draft_tree.h); each sequence's share of the time is its
+ * nodes' (the draft rows it needed). Without tree scratch: no trees. */
+static int dm_propose_tree(drafter *d, drafter_tree_prop *props, int n, char *err, size_t errlen) {
+    draft_model *dm = (draft_model *)d;
+    spec_seq *S[64];
+    tree_shape sh[64];
+    drafter_tree out[64];
+    int who[64], m = 0;
+    if (n > 64) return util_fail(err, errlen, "tree batch of %d (limit 64)", n);
+    for (int i = 0; i < n; i++) {
+        props[i].tree = (drafter_tree){0};
+        props[i].draft_ms = 0;
+        if (!props[i].ds) continue; /* no draft cache: no tree */
+        S[m] = props[i].s;
+        sh[m] = (tree_shape){props[i].budget, props[i].depth, props[i].topk};
+        who[m++] = i;
+    }
+    if (!dm->trees || !m) return 0;
+    double a = clock_now_ms();
+    if (draft_tree_propose(dm->trees, S, m, sh, out, err, errlen) != 0) return -1;
+    double ms = clock_now_ms() - a;
+    int nodes = 0;
+    for (int k = 0; k < m; k++) nodes += out[k].n_nodes;
+    for (int k = 0; k < m; k++) {
+        props[who[k]].tree = out[k];
+        props[who[k]].draft_ms = nodes > 0 ? ms * out[k].n_nodes / nodes : ms / m;
+    }
+    return 0;
+}
+
 static const drafter_i draft_model_i = {
     .version = DRAFTER_INTERFACE_VERSION,
     .name = "draft",
@@ -169,6 +203,7 @@ static const drafter_i draft_model_i = {
     .observe = dm_observe,
     .prefix_attach = dm_prefix_attach,
     .prefix_publish = dm_prefix_publish,
+    .propose_tree = dm_propose_tree,
 };
 
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
@@ -223,3 +258,7 @@ int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, en
 model *draft_model_model(drafter *d) { return d && d->i == &draft_model_i ? ((draft_model *)d)->m : NULL; }
 kv_pool *draft_model_pool(drafter *d) { return d && d->i == &draft_model_i ? ((draft_model *)d)->pool : NULL; }
 kv_seq *draft_model_kv(drafter_seq *ds) { return ds ? ds->kv : NULL; }
+
+void draft_model_set_trees(drafter *d, draft_tree *dt) {
+    if (d && d->i == &draft_model_i) ((draft_model *)d)->trees = dt;
+}

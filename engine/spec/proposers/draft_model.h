@@ -38,4 +38,10 @@ model *draft_model_model(drafter *d);
 kv_pool *draft_model_pool(drafter *d);
 kv_seq *draft_model_kv(drafter_seq *ds);
 
+/* Registers tree scratch with the draft model (draft_tree_create does; NULL
+ * unregisters): its table's propose_tree grows trees with it, and proposes
+ * none without it. */
+struct draft_tree;
+void draft_model_set_trees(drafter *d, struct draft_tree *dt);
+
 #endif

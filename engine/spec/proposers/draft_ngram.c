@@ -3,6 +3,8 @@
 #include "engine/spec/proposers/draft_ngram.h"
 
 #include "engine/spec/gamma.h"
+#include "engine/spec/proposers/draft_tree.h"
+#include "kernels/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +159,20 @@ static void ng_observe(drafter *d, int nodes, int rows, double ms) {
     if (nodes > 0) gamma_costs_observe_draft(&((ngram *)d)->c, ms / nodes);
 }
 
+/* Tries of every earlier match's continuation (ngram_tree_propose), at the
+ * drafter's own lengths. */
+static int ng_propose_tree(drafter *d, drafter_tree_prop *props, int n, char *err, size_t errlen) {
+    ngram *g = (ngram *)d;
+    (void)err, (void)errlen;
+    for (int i = 0; i < n; i++) {
+        double a = clock_now_ms();
+        tree_shape sh = {props[i].budget, props[i].depth, props[i].topk};
+        ngram_tree_propose(props[i].s->tokens, props[i].s->n_tokens, g->nmin, g->nmax, &sh, &props[i].tree);
+        props[i].draft_ms = clock_now_ms() - a;
+    }
+    return 0;
+}
+
 static const drafter_i draft_ngram_i = {
     .version = DRAFTER_INTERFACE_VERSION,
     .name = "ngram",
@@ -171,6 +187,7 @@ static const drafter_i draft_ngram_i = {
     .cost = ng_cost,
     .calibrate = NULL,
     .observe = ng_observe,
+    .propose_tree = ng_propose_tree,
 };
 
 drafter *draft_ngram_create(int n_vocab, int nmin, int nmax) {

@@ -48,11 +48,13 @@ draft_tree *draft_tree_create(spec_pair *sp) {
         draft_tree_destroy(dt);
         return NULL;
     }
+    draft_model_set_trees(d, dt);
     return dt;
 }
 
 void draft_tree_destroy(draft_tree *dt) {
     if (!dt) return;
+    draft_model_set_trees(dt->d, NULL);
     free(dt->q);
     free(dt->fq);
     free(dt->logits);
@@ -286,69 +288,14 @@ int ngram_tree_propose(const int32_t *tokens, int n_tokens, int nmin, int nmax, 
     return out->n_nodes;
 }
 
-int draft_tree_propose_for(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh, const spec_method *how,
-                           spec_tree *t, int *slot, double *draft_ms, char *err, size_t errlen) {
-    spec_tree dtree[64];
-    spec_seq *ds[64];
-    tree_shape dsh[64];
-    int who[64], nd = 0;
-    if (n > 64) return util_fail(err, errlen, "tree batch of %d (limit 64)", n);
-    spec_pair *sp = S[0]->sp;
-    for (int i = 0; i < n; i++) {
-        spec_method m = how ? how[i] : SPEC_METHOD_DRAFT;
-        t[i] = (spec_tree){0};
-        slot[i] = -1;
-        draft_ms[i] = 0;
-        if (sh[i].budget <= 0 || m == SPEC_METHOD_OFF) continue;
-        if (m == SPEC_METHOD_NGRAM || m == SPEC_METHOD_AUTO) {
-            double a = clock_now_ms();
-            ngram_tree_propose(S[i]->tokens, S[i]->n_tokens, sp->ngram_min, sp->ngram_max, &sh[i], &t[i]);
-            draft_ms[i] = clock_now_ms() - a;
-            if (t[i].n_nodes) slot[i] = SPEC_DRAFTER_NGRAM;
-        }
-        if (!t[i].n_nodes && (m == SPEC_METHOD_DRAFT || m == SPEC_METHOD_AUTO) && dt && S[i]->ds[SPEC_DRAFTER_MODEL]) {
-            ds[nd] = S[i], dsh[nd] = sh[i], who[nd++] = i;
-        }
-    }
-    if (nd) {
-        /* one batched draft forward per depth over every sequence drafting;
-         * a failure leaves those sequences with plain steps */
-        double a = clock_now_ms();
-        char derr[256];
-        if (draft_tree_propose(dt, ds, nd, dsh, dtree, derr, sizeof(derr)) == 0) {
-            /* each sequence's share of the call: its nodes (the draft rows it needed) */
-            double ms = clock_now_ms() - a;
-            int nodes = 0;
-            for (int k = 0; k < nd; k++) nodes += dtree[k].n_nodes;
-            for (int k = 0; k < nd; k++) {
-                t[who[k]] = dtree[k];
-                draft_ms[who[k]] = nodes > 0 ? ms * dtree[k].n_nodes / nodes : ms / nd;
-                if (dtree[k].n_nodes) slot[who[k]] = SPEC_DRAFTER_MODEL;
-            }
-        } else {
-            for (int k = 0; k < nd; k++) ds[k]->st.draft_failures++;
-        }
-    }
-    return 0;
-}
-
-void draft_tree_note(spec_seq **S, int n, const int *slot, const double *draft_ms, spec_step_info *info) {
-    for (int i = 0; i < n; i++) {
-        info[i].method = info[i].gamma > 0 ? slot[i] : -1;
-        info[i].draft_ms = draft_ms[i];
-        S[i]->st.draft_ms += draft_ms[i];
-        if (slot[i] < 0 || info[i].gamma == 0) continue;
-        spec_method_stats_note(&S[i]->st.by[slot[i]], &info[i]);
-    }
-}
-
 int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh,
                     const spec_method *how, const int *max_new, spec_step_info *info, char *err, size_t errlen) {
     spec_tree t[64];
     int slot[64];
     double draft_ms[64];
-    if (draft_tree_propose_for(dt, S, n, sh, how, t, slot, draft_ms, err, errlen) != 0) return -1;
+    (void)dt; /* registered with the draft model at its creation: the model proposes through its table */
+    if (spec_tree_propose(S[0]->sp, S, n, sh, how, t, slot, draft_ms, err, errlen) != 0) return -1;
     int rc = spec_tree_step(tc, S, n, t, max_new, info, err, errlen);
-    if (rc == 0) draft_tree_note(S, n, slot, draft_ms, info);
+    if (rc == 0) spec_tree_note(S[0]->sp, S, n, t, sh, slot, draft_ms, info);
     return rc;
 }

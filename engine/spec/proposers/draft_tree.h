@@ -26,7 +26,9 @@
 typedef struct draft_tree draft_tree;
 
 /* Scratch for proposals of up to sp->max_seqs sequences (the only
- * allocation). NULL without a draft model or when out of memory. */
+ * allocation), registered with the pair's draft model, which then proposes
+ * trees through its table (drafter_i propose_tree) until
+ * draft_tree_destroy. NULL without a draft model or when out of memory. */
 draft_tree *draft_tree_create(spec_pair *sp);
 void draft_tree_destroy(draft_tree *dt); /* accepts NULL */
 
@@ -54,16 +56,5 @@ int ngram_tree_propose(const int32_t *tokens, int n_tokens, int nmin, int nmax, 
  * proposal time. */
 int draft_tree_step(draft_tree *dt, spec_tree_ctx *tc, spec_seq **S, int n, const tree_shape *sh,
                     const spec_method *how, const int *max_new, spec_step_info *info, char *err, size_t errlen);
-
-/* The same step in phases, for one target pass over every proposer's rows:
- * draft_tree_propose_for fills t[i] (q rows valid until dt's next call),
- * slot[i] (the proposer, -1 none) and draft_ms[i] (its share of the
- * proposal time) for n <= 64 sequences, as draft_tree_step proposes; the
- * caller verifies the trees (spec_tree_prepare / spec_pair_verify /
- * spec_tree_finish), then draft_tree_note records method, time and the
- * per-proposer counters in info and the sequences' stats. */
-int draft_tree_propose_for(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh, const spec_method *how,
-                           spec_tree *t, int *slot, double *draft_ms, char *err, size_t errlen);
-void draft_tree_note(spec_seq **S, int n, const int *slot, const double *draft_ms, spec_step_info *info);
 
 #endif

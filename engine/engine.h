@@ -39,7 +39,11 @@
  * headers that compute on them (errkind.h, sampler.h, gamma.h, cost_curve.h,
  * spec.h, tokenizer.h, draft_tree.h, tree_ctl.h) include this file for them:
  * the public header is the bottom, as sqlite3.h is for sqliteInt.h. A caller
- * of the engine (the gateway, the CLI's serving commands) needs nothing else. */
+ * of the engine (the gateway, the CLI's serving commands) needs nothing else
+ * (tests/check_layers.py holds them to it). Pure functions on those values
+ * keep their module's name (sampler_config_validate, spec_stats_alpha,
+ * chat_render); what needs the loaded models is an engine_* function of the
+ * engine (engine_tokenize, engine_chat_apply, ...). */
 #include "policy/config.h"
 
 #include <stdbool.h>

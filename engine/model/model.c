@@ -533,13 +533,19 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
         KEY(sq->n * 4 + (sq->mask != NULL) * 2 + sq->all_logits);
         row += sq->n;
     }
+    bool feat = false;
+    for (int s = 0; s < n_seqs; s++) feat |= seqs[s].feat != NULL;
     for (int r = 0; r < NS; r++) {
         model_shard *sh = &m->shards[r];
         /* a sharded step is never captured: its all-reduces run between the
-         * shards' ops, outside any one backend's graph */
-        int replay = sh->be->i->begin(sh->be, NS > 1 ? 0 : key);
+         * shards' ops, outside any one backend's graph; nor is one with
+         * feature rows (host data that changes every call) */
+        int replay = sh->be->i->begin(sh->be, NS > 1 || feat ? 0 : key);
         (void)replay; /* when replaying, the ops below only stage their host arrays */
         sh->be->i->get_rows(sh->be, sh->x, sh->tok_embd.w, sh->tok_embd.type, m->ids, M, D);
+        for (int s = 0, at = 0; s < n_seqs; at += seqs[s].n, s++)
+            if (seqs[s].feat)
+                sh->be->i->upload(sh->be, sh->x + (size_t)at * D, seqs[s].feat, (size_t)seqs[s].n * D * sizeof(float));
     }
 #undef KEY
 

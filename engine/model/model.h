@@ -148,7 +148,13 @@ kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, engine_stat
 /* One sequence's part of a forward call. New tokens go to cache positions
  * kv->len .. kv->len+n-1; after the call kv->len has grown by n (roll back with
  * kv_seq_truncate). pos gives RoPE positions (NULL: the cache positions);
- * mask is (n, n) ancestor mask (NULL: causal). */
+ * mask is (n, n) ancestor mask (NULL: causal).
+ *
+ * Feature input rows (the model seam for proposers that read another model's
+ * features): feat, when given, is (n, D) host floats that enter the residual
+ * stream in place of the token embeddings of these rows (the tokens are still
+ * checked against the vocabulary). A call with features is never captured as
+ * a backend graph (its host rows change every call). */
 typedef struct {
     kv_seq *kv;
     int n;
@@ -156,6 +162,7 @@ typedef struct {
     const int32_t *pos;       /* (n) or NULL */
     const uint8_t *mask;      /* (n, n) or NULL */
     bool all_logits;          /* logits for every new row, else only the last */
+    const float *feat;        /* (n, D) input features in place of the embeddings, or NULL */
 } model_seq;
 
 /* Runs one forward pass. logits receives, in sequence order, n rows (all_logits)

@@ -9,7 +9,12 @@
  *     prefill, a prefill then one token at a time through the KV cache, and
  *     the sequence placed second in a batch of two give the same rows;
  *   - taps off, a layer out of range, too many taps and rows out of range
- *     are refused. */
+ *     are refused;
+ *   - feature input rows (model_seq.feat, the seam's other half): a
+ *     sequence fed the embedding tap's rows as features gives the logits of
+ *     its tokens bit for bit, beside a sequence fed tokens in the same call;
+ *     fed another sequence's embeddings under its own tokens, it gives that
+ *     sequence's logits (the features are used, not the tokens). */
 #include "engine/model/model.h"
 #include "tests/testutil.h"
 
@@ -104,6 +109,31 @@ int main(void) {
     float eb = tu_max_rel(x, tm, N * D);
     CHECKF(eb < 1e-4f, "layer %d tap in a batch of two: max relative difference %g", mid, eb);
     CHECK(!memcmp(y, t0, sizeof(float) * N * D));
+
+    /* feature rows: the embeddings as features = the tokens, in a batch
+     * beside a token-fed sequence; another sequence's embeddings under these
+     * tokens give that sequence's logits */
+    {
+        float *ref = malloc(sizeof(float) * (size_t)(7 + N) * V), *got = malloc(sizeof(float) * (size_t)(7 + N) * V);
+        float *emb7 = malloc(sizeof(float) * 7 * D);
+        CHECK(model_tap_rows(m, 0, emb7, rows, 7) == 0); /* the batch of two above: `other` first */
+        kv_seq_truncate(pool, kv, 0), kv_seq_truncate(pool, kv2, 0);
+        two[1].all_logits = true;
+        CHECK(model_forward(m, pool, two, 2, ref, err, sizeof err) == 0);
+        kv_seq_truncate(pool, kv, 0), kv_seq_truncate(pool, kv2, 0);
+        model_seq mix[2] = {{.kv = kv2, .n = 7, .tokens = other, .all_logits = true, .feat = emb7},
+                            {.kv = kv, .n = N, .tokens = toks, .all_logits = true}};
+        CHECKF(model_forward(m, pool, mix, 2, got, err, sizeof err) == 0, "forward with features: %s", err);
+        CHECK(!memcmp(got, ref, sizeof(float) * (size_t)(7 + N) * V));
+        /* `other`'s embeddings under the first 7 of toks: other's logits */
+        kv_seq_truncate(pool, kv2, 0);
+        model_seq swap = {.kv = kv2, .n = 7, .tokens = toks, .all_logits = true, .feat = emb7};
+        CHECK(model_forward(m, pool, &swap, 1, got, err, sizeof err) == 0);
+        float ef = tu_max_rel(got, ref, 7 * V);
+        CHECKF(ef < 1e-5f, "features under other tokens: max relative difference %g from the features' tokens", ef);
+        CHECK(memcmp(toks, other, sizeof other) != 0);
+        free(ref), free(got), free(emb7);
+    }
 
     /* off */
     CHECK(model_set_taps(m, NULL, 0) == 0);

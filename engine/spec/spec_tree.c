@@ -276,8 +276,8 @@ void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *log
 
 #define PROPOSE_MAX 64
 
-/* The slots a method tries, in order (AUTO: the lookup first, it is nearly
- * free); returns how many. */
+/* The proposers a method asks, in the order it asks them (AUTO: the lookup
+ * first, it is nearly free); returns how many. */
 static int method_slots(spec_method m, int *out) {
     switch (m) {
     case SPEC_METHOD_DRAFT: out[0] = SPEC_DRAFTER_MODEL; return 1;
@@ -288,45 +288,56 @@ static int method_slots(spec_method m, int *out) {
     }
 }
 
+/* The order proposers are called in, cheapest first; every method's own
+ * order above is a subsequence of it, so one call per proposer serves every
+ * sequence that reaches it (the draft model's trees of DRAFT sequences and
+ * of AUTO sequences the lookup left without a tree share one draft forward
+ * per depth). */
+static const int call_order[SPEC_DRAFTERS] = {SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_MEDUSA, SPEC_DRAFTER_MODEL};
+
 int spec_tree_propose(spec_pair *sp, spec_seq **S, int n, const tree_shape *sh, const spec_method *how, spec_tree *t,
                       int *slot, double *draft_ms, char *err, size_t errlen) {
     if (n > PROPOSE_MAX) return util_fail(err, errlen, "tree batch of %d (limit %d)", n, PROPOSE_MAX);
     int order[PROPOSE_MAX][2], n_ord[PROPOSE_MAX];
+    bool done[PROPOSE_MAX];
     for (int i = 0; i < n; i++) {
         t[i] = (spec_tree){0};
         slot[i] = -1;
         draft_ms[i] = 0;
+        done[i] = false;
         n_ord[i] = sh[i].budget > 0 ? method_slots(how ? how[i] : SPEC_METHOD_DRAFT, order[i]) : 0;
     }
     drafter_tree_prop props[PROPOSE_MAX];
     int who[PROPOSE_MAX];
-    /* round r asks each sequence still without a tree its r-th proposer;
-     * one batched call per proposer and round */
-    for (int round = 0; round < 2; round++)
-        for (int d = 0; d < SPEC_DRAFTERS; d++) {
-            drafter *dr = sp->drafters[d];
-            if (!drafter_trees(dr)) continue;
-            int m = 0;
-            for (int i = 0; i < n; i++) {
-                if (t[i].n_nodes || round >= n_ord[i] || order[i][round] != d) continue;
-                props[m] = (drafter_tree_prop){.s = S[i], .ds = S[i]->ds[d], .budget = sh[i].budget,
-                                               .depth = sh[i].depth, .topk = sh[i].topk};
-                who[m++] = i;
-            }
-            if (!m) continue;
-            char derr[256];
-            int rc = dr->i->propose_tree(dr, props, m, derr, sizeof(derr));
-            for (int k = 0; k < m; k++) {
-                int i = who[k];
-                if (rc != 0) { /* a plain step for them */
-                    S[i]->st.draft_failures++;
-                    continue;
-                }
-                t[i] = props[k].tree;
-                draft_ms[i] += props[k].draft_ms;
-                slot[i] = d; /* the proposer whose answer stands (its tree_done sees the step, even a plain one) */
-            }
+    for (int c = 0; c < SPEC_DRAFTERS; c++) {
+        int d = call_order[c];
+        drafter *dr = sp->drafters[d];
+        if (!drafter_trees(dr)) continue;
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            bool mine = false;
+            for (int j = 0; j < n_ord[i]; j++) mine |= order[i][j] == d;
+            if (done[i] || !mine) continue;
+            props[m] = (drafter_tree_prop){.s = S[i], .ds = S[i]->ds[d], .budget = sh[i].budget, .depth = sh[i].depth,
+                                           .topk = sh[i].topk};
+            who[m++] = i;
         }
+        if (!m) continue;
+        char derr[256];
+        int rc = dr->i->propose_tree(dr, props, m, derr, sizeof(derr));
+        for (int k = 0; k < m; k++) {
+            int i = who[k];
+            if (rc != 0) { /* a plain step for them */
+                S[i]->st.draft_failures++;
+                done[i] = true;
+                continue;
+            }
+            t[i] = props[k].tree;
+            draft_ms[i] += props[k].draft_ms;
+            slot[i] = d; /* the proposer whose answer stands (its tree_done sees the step, even a plain one) */
+            done[i] = t[i].n_nodes > 0; /* none: the method's next proposer, if any */
+        }
+    }
     return 0;
 }
 

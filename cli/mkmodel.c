@@ -104,9 +104,71 @@ static int emit_bias(emitter *e, uint64_t seed, const char *name, uint64_t n)
     return rc;
 }
 
+/* An EAGLE-3 draft head (engine/model/model.h's eagle3 layout) with random
+ * weights: D = --dim (the target's hidden size), V = --vocab embedding rows
+ * and output rows, one decoder layer of --heads/--kv-heads/--head-dim/--ff;
+ * its norms spread wide so a forward that drops one differs visibly. */
+static int mk_eagle3(const char *out_path, const mkmodel_opts *o, mkmodel_info *info, char *err, size_t errlen)
+{
+    int D = o->dim ? o->dim : 256, H = o->n_heads ? o->n_heads : 8, KV = o->n_kv_heads ? o->n_kv_heads : H;
+    int FF = o->ff ? o->ff : (8 * D / 3 + 31) / 32 * 32, V = o->vocab ? o->vocab : 512, ctx = o->ctx ? o->ctx : 2048;
+    int type = o->type < 0 ? GGML_TYPE_F32 : o->type;
+    float eps = o->eps != 0.0f ? o->eps : 1e-5f, base = o->rope_base != 0.0f ? o->rope_base : 10000.0f;
+    if (o->n_layers && o->n_layers != 1) return util_fail(err, errlen, "an eagle3 head has one layer (--layers 1)");
+    if (o->tokenizer_path || o->rope_llama3 || o->sliding_window || o->tied || o->chat_template_path)
+        return util_fail(err, errlen, "--arch eagle3 takes --dim --heads --kv-heads --head-dim --ff --vocab --ctx "
+                         "--type --seed --eps --rope-base --name only");
+    if (mk_check_range("--dim", D, 1, MK_MAX_DIM, err, errlen) || mk_check_range("--heads", H, 1, MK_MAX_DIM, err, errlen) ||
+        mk_check_range("--kv-heads", KV, 1, MK_MAX_DIM, err, errlen) || mk_check_range("--ff", FF, 1, MK_MAX_DIM, err, errlen) ||
+        mk_check_range("--vocab", V, 1, MK_MAX_VOCAB, err, errlen) || mk_check_range("--head-dim", o->head_dim, 0, MK_MAX_DIM, err, errlen))
+        return -1;
+    if (!type_supported(type)) return util_fail(err, errlen, "--type must be f32, f16, bf16, q8_0, q4_0, q4_k, q5_k or q6_k");
+    if (!o->head_dim && D % H) return util_fail(err, errlen, "--dim %d is not a multiple of --heads %d (or give --head-dim)", D, H);
+    int hd = o->head_dim ? o->head_dim : D / H;
+    if (hd % 2 || H % KV) return util_fail(err, errlen, "head dim %d must be even and --heads a multiple of --kv-heads", hd);
+    int blk = (int)ggml_blck_size(type);
+    if (D % blk || FF % blk || (H * hd) % blk)
+        return util_fail(err, errlen, "--type %s needs dim, ff and heads*head_dim in multiples of its block of %d "
+                         "(fc and the attention's inputs are cut in column parts of whole blocks)", ggml_type_name(type), blk);
+    gguf_writer *w = gguf_writer_create();
+    emitter e = {w, 0, err, errlen};
+    char desc[160];
+    gguf_writer_set_str(w, "general.architecture", "eagle3");
+    gguf_writer_set_str(w, "general.name", o->name ? o->name : "specd-random-eagle3");
+    snprintf(desc, sizeof desc, "RANDOM weights (specd mkmodel, seed %llu): not a trained head", (unsigned long long)o->seed);
+    gguf_writer_set_str(w, "general.description", desc);
+    gguf_writer_set_u32(w, "general.file_type", mkmodel_ftype(type));
+    set_arch_shape(w, "eagle3", ctx, D, 1, FF, H, KV, hd, hd, eps, base, V);
+    uint64_t s = o->seed;
+    int rc = emit_random(&e, s, "token_embd.weight", type, D, V);
+    if (!rc) rc = emit_random(&e, s, "fc.weight", type, 3 * (uint64_t)D, D);
+    if (!rc) rc = emit_norm_spread(&e, s, "blk.0.attn_norm.weight", D);
+    if (!rc) rc = emit_norm_spread(&e, s, "blk.0.hidden_norm.weight", D);
+    if (!rc) rc = emit_random(&e, s, "blk.0.attn_q.weight", type, 2 * (uint64_t)D, (uint64_t)H * hd);
+    if (!rc) rc = emit_random(&e, s, "blk.0.attn_k.weight", type, 2 * (uint64_t)D, (uint64_t)KV * hd);
+    if (!rc) rc = emit_random(&e, s, "blk.0.attn_v.weight", type, 2 * (uint64_t)D, (uint64_t)KV * hd);
+    if (!rc) rc = emit_random(&e, s, "blk.0.attn_output.weight", type, (uint64_t)H * hd, D);
+    if (!rc) rc = emit_norm_spread(&e, s, "blk.0.ffn_norm.weight", D);
+    if (!rc) rc = emit_random(&e, s, "blk.0.ffn_gate.weight", type, D, FF);
+    if (!rc) rc = emit_random(&e, s, "blk.0.ffn_up.weight", type, D, FF);
+    if (!rc) rc = emit_random(&e, s, "blk.0.ffn_down.weight", type, FF, D);
+    if (!rc) rc = emit_norm_spread(&e, s, "output_norm.weight", D);
+    if (!rc) rc = emit_random(&e, s, "output.weight", type, D, V);
+    if (!rc) rc = gguf_writer_write(w, out_path, err, errlen);
+    gguf_writer_destroy(w);
+    if (rc) return -1;
+    if (info) {
+        *info = (mkmodel_info){1, D, H, KV, hd, FF, V, ctx, type, false, e.n_params, 0, ""};
+        snprintf(info->arch, sizeof info->arch, "eagle3");
+        mk_finish_info(info, out_path);
+    }
+    return 0;
+}
+
 int mkmodel_random(const char *out_path, const mkmodel_opts *o, mkmodel_info *info,
                    char *err, size_t errlen)
 {
+    if (o->arch && !strcmp(o->arch, "eagle3")) return mk_eagle3(out_path, o, info, err, errlen);
     if (err && errlen) err[0] = 0;
     int L = o->n_layers ? o->n_layers : 4;
     int D = o->dim ? o->dim : 256;

@@ -109,6 +109,33 @@ static int get_mat(model *m, int r, const gguf_file *f, const char *name, uint64
     return out->w ? 0 : -1;
 }
 
+/* Column part `part` of `parts` equal parts of the (ne0, ne1) matrix `name`,
+ * as a (ne0 / parts, ne1) matrix of its own (eagle3: the halves of the
+ * attention's 2D-wide input, the thirds of fc). Unsharded models only. */
+static int get_mat_part(model *m, const gguf_file *f, const char *name, uint64_t ne0, uint64_t ne1, int part, int parts,
+                        model_mat *out, engine_status *st, char *err, size_t n) {
+    model_shard *sh = &m->shards[0];
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) return util_fail(err, n, "missing tensor '%s'", name);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return util_fail(err, n, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
+                          (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                          (unsigned long long)t->ne[3], (unsigned long long)ne0, (unsigned long long)ne1);
+    if (!type_supported(t->type))
+        return util_fail(err, n, "tensor '%s' has type %s, which specd cannot compute with yet", name,
+                          ggml_type_name(t->type));
+    uint64_t cols = ne0 / (uint64_t)parts;
+    size_t row_bytes = ggml_row_size(t->type, ne0), slice_bytes = ggml_row_size(t->type, cols);
+    if (row_bytes == 0 || slice_bytes == 0)
+        return util_fail(err, n, "tensor '%s': its %d column parts of %llu are not whole %s blocks", name, parts,
+                          (unsigned long long)cols, ggml_type_name(t->type));
+    const void *host = col_slice(sh, t->data, ne1, row_bytes, (size_t)part * slice_bytes, slice_bytes, st, err, n);
+    if (!host) return -1;
+    out->type = out->file_type = t->type;
+    out->w = be_weight(sh, host, &out->type, ne1, cols, st, err, n);
+    return out->w ? 0 : -1;
+}
+
 /* An F32 vector, whole (SPLIT_NONE) or shard r's slice [r*ne0/N, (r+1)*ne0/N) (SPLIT_ROWS). */
 static int get_vec(model *m, int r, const gguf_file *f, const char *name, uint64_t ne0, split_kind split,
                    const float **out, engine_status *st, char *err, size_t n) {
@@ -164,9 +191,10 @@ static int load_hparams(model *m, char *err, size_t n) {
     if (!gguf_get_cstr(f, "general.architecture", m->arch, sizeof(m->arch)))
         return util_fail(err, n, "metadata has no general.architecture");
     if (strcmp(m->arch, "llama") != 0 && strcmp(m->arch, "mistral") != 0 && strcmp(m->arch, "qwen2") != 0 &&
-        strcmp(m->arch, "qwen3") != 0)
-        return util_fail(err, n, "architecture '%s' is not supported yet (supported: llama, mistral, qwen2, qwen3)",
-                          m->arch);
+        strcmp(m->arch, "qwen3") != 0 && strcmp(m->arch, "eagle3") != 0)
+        return util_fail(err, n, "architecture '%s' is not supported yet (supported: llama, mistral, qwen2, qwen3; "
+                          "eagle3 draft heads)", m->arch);
+    hp->eagle3 = !strcmp(m->arch, "eagle3");
     if (!gguf_get_cstr(f, "general.name", m->name, sizeof(m->name))) snprintf(m->name, sizeof(m->name), "%s", "unnamed");
     const char *a = m->arch;
     uint32_t v;
@@ -197,7 +225,14 @@ static int load_hparams(model *m, char *err, size_t n) {
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
     if (!te) return util_fail(err, n, "missing tensor 'token_embd.weight'");
     if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return util_fail(err, n, "implausible vocabulary size");
-    hp->n_vocab = (int)te->ne[1];
+    hp->n_vocab = hp->n_vocab_in = (int)te->ne[1];
+    if (hp->eagle3) { /* its own output vocabulary (the draft's); one decoder layer */
+        const gguf_tensor *to = gguf_find_tensor(f, "output.weight");
+        if (!to) return util_fail(err, n, "an eagle3 head needs its own 'output.weight'");
+        if (to->ne[1] == 0 || to->ne[1] > (1u << 24)) return util_fail(err, n, "implausible draft vocabulary size");
+        hp->n_vocab = (int)to->ne[1];
+        if (hp->n_layer != 1) return util_fail(err, n, "an eagle3 head has one decoder layer, not %d", hp->n_layer);
+    }
     /* qwen2 and qwen3 rotate NeoX-style (pairs i, i + n_rot/2); llama and mistral adjacent pairs */
     bool qwen = !strcmp(a, "qwen2") || !strcmp(a, "qwen3");
     hp->rope_neox = qwen;
@@ -268,6 +303,42 @@ static int load_rope(model *m, engine_status *st, char *err, size_t n) {
     return 0;
 }
 
+/* An eagle3 head's tensors (model.h). */
+static int load_eagle3(model *m, engine_status *st, char *err, size_t n) {
+    const gguf_file *f = m->gguf;
+    const model_hparams *hp = &m->hp;
+    model_shard *sh = &m->shards[0];
+    uint64_t D = (uint64_t)hp->dim, QD = (uint64_t)hp->n_head * hp->head_dim;
+    uint64_t KVD = (uint64_t)hp->n_kv_head * hp->head_dim, F = (uint64_t)hp->ff;
+    if (get_mat(m, 0, f, "token_embd.weight", D, (uint64_t)hp->n_vocab_in, SPLIT_NONE, &sh->tok_embd, false, st, err, n) ||
+        get_vec(m, 0, f, "output_norm.weight", D, SPLIT_NONE, &sh->out_norm, st, err, n) ||
+        get_mat(m, 0, f, "output.weight", D, (uint64_t)hp->n_vocab, SPLIT_NONE, &sh->output, false, st, err, n))
+        return -1;
+    for (int j = 0; j < MODEL_EAGLE3_PARTS; j++)
+        if (get_mat_part(m, f, "fc.weight", MODEL_EAGLE3_PARTS * D, D, j, MODEL_EAGLE3_PARTS, &sh->fc[j], st, err, n))
+            return -1;
+    int type = GGML_TYPE_F32;
+    sh->inv_freq_be = be_weight(sh, m->inv_freq, &type, 1, (uint64_t)(hp->n_rot / 2), st, err, n);
+    if (!sh->inv_freq_be) return -1;
+    if (!(sh->layers = calloc(1, sizeof(model_layer)))) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: layer table");
+    model_layer *L = &sh->layers[0];
+    if (get_vec(m, 0, f, "blk.0.attn_norm.weight", D, SPLIT_NONE, &L->attn_norm, st, err, n) ||
+        get_vec(m, 0, f, "blk.0.hidden_norm.weight", D, SPLIT_NONE, &L->hidden_norm, st, err, n) ||
+        get_mat_part(m, f, "blk.0.attn_q.weight", 2 * D, QD, 0, 2, &L->wq, st, err, n) ||
+        get_mat_part(m, f, "blk.0.attn_q.weight", 2 * D, QD, 1, 2, &L->wq_h, st, err, n) ||
+        get_mat_part(m, f, "blk.0.attn_k.weight", 2 * D, KVD, 0, 2, &L->wk, st, err, n) ||
+        get_mat_part(m, f, "blk.0.attn_k.weight", 2 * D, KVD, 1, 2, &L->wk_h, st, err, n) ||
+        get_mat_part(m, f, "blk.0.attn_v.weight", 2 * D, KVD, 0, 2, &L->wv, st, err, n) ||
+        get_mat_part(m, f, "blk.0.attn_v.weight", 2 * D, KVD, 1, 2, &L->wv_h, st, err, n) ||
+        get_mat(m, 0, f, "blk.0.attn_output.weight", QD, D, SPLIT_NONE, &L->wo, false, st, err, n) ||
+        get_vec(m, 0, f, "blk.0.ffn_norm.weight", D, SPLIT_NONE, &L->ffn_norm, st, err, n) ||
+        get_mat(m, 0, f, "blk.0.ffn_gate.weight", D, F, SPLIT_NONE, &L->w_gate, false, st, err, n) ||
+        get_mat(m, 0, f, "blk.0.ffn_up.weight", D, F, SPLIT_NONE, &L->w_up, false, st, err, n) ||
+        get_mat(m, 0, f, "blk.0.ffn_down.weight", F, D, SPLIT_NONE, &L->w_down, false, st, err, n))
+        return -1;
+    return 0;
+}
+
 /* Shard r's tensors: its slices of the layers, the replicated rest. */
 static int load_shard_tensors(model *m, int r, engine_status *st, char *err, size_t n) {
     const gguf_file *f = m->gguf;
@@ -275,6 +346,10 @@ static int load_shard_tensors(model *m, int r, engine_status *st, char *err, siz
     model_shard *sh = &m->shards[r];
     uint64_t D = (uint64_t)hp->dim, QD = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t KVD = (uint64_t)hp->n_kv_head * hp->head_dim, F = (uint64_t)hp->ff, V = (uint64_t)hp->n_vocab;
+    if (hp->eagle3) {
+        if (m->n_shards > 1) return util_fail(err, n, "an eagle3 head runs on one shard");
+        return load_eagle3(m, st, err, n);
+    }
     if (get_mat(m, r, f, "token_embd.weight", D, V, SPLIT_NONE, &sh->tok_embd, false, st, err, n)) return -1;
     if (get_vec(m, r, f, "output_norm.weight", D, SPLIT_NONE, &sh->out_norm, st, err, n)) return -1;
     if (get_mat(m, r, f, "output.weight", D, V, SPLIT_NONE, &sh->output, true, st, err, n)) return -1;
@@ -343,6 +418,13 @@ static int alloc_shard_scratch(model *m, int r, engine_status *st, char *err, si
         if (!*bufs[i]) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: %zu-row scratch in %s memory", MB, op->name);
     }
     m->red[r] = sh->xb;
+    if (hp->eagle3) {
+        float **eb[] = {&sh->eb, &sh->fin, &sh->qh, &sh->kh, &sh->vh};
+        size_t ew[] = {hp->dim, (size_t)MODEL_EAGLE3_PARTS * hp->dim, QD, KVD, KVD};
+        for (size_t i = 0; i < 5; i++)
+            if (!(*eb[i] = op->alloc(sh->be, MB * ew[i] * sizeof(float))))
+                return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: %zu-row scratch in %s memory", MB, op->name);
+    }
     if (r == 0 && !sh->be->host_memory &&
         !(sh->logits_be = op->alloc(sh->be, MB * (size_t)hp->n_vocab * sizeof(float))))
         return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: %zu rows of logits in %s memory", MB, op->name);
@@ -444,8 +526,9 @@ void model_free(model *m) {
     for (int r = 0; r < m->n_shards; r++) {
         model_shard *sh = &m->shards[r];
         const backend_i *op = sh->be->i;
-        float *bufs[] = {sh->x, sh->xb, sh->q, sh->k, sh->v, sh->att, sh->hb, sh->hb2, sh->logits_be};
-        for (size_t i = 0; i < 9; i++) op->release(sh->be, bufs[i]);
+        float *bufs[] = {sh->x, sh->xb, sh->q, sh->k, sh->v, sh->att, sh->hb, sh->hb2, sh->logits_be,
+                         sh->eb, sh->fin, sh->qh, sh->kh, sh->vh};
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) op->release(sh->be, bufs[i]);
         if (r == 0)
             for (int t = 0; t < m->n_taps; t++) op->release(sh->be, m->tap_be[t]);
         for (int i = 0; i < sh->n_wrefs; i++) op->weight_release(sh->be, sh->wrefs[i].host, sh->wrefs[i].w);
@@ -480,6 +563,51 @@ static void tap_copy(model *m, int l, int M) {
         }
 }
 
+/* eagle3: the embeddings to sh->eb and the residual stream's start to sh->x
+ * from the features (fused by fc for feat_fc rows; model.h). */
+static void eagle3_input(model *m, model_shard *sh, const model_seq *seqs, int n_seqs, int M) {
+    backend *be = sh->be;
+    const backend_i *op = be->i;
+    size_t D = (size_t)m->hp.dim, MB = (size_t)m->mp.max_batch;
+    op->get_rows(be, sh->eb, sh->tok_embd.w, sh->tok_embd.type, m->ids, M, (int)D);
+    for (int s = 0, at = 0; s < n_seqs; at += seqs[s].n, s++) {
+        const model_seq *sq = &seqs[s];
+        float *x = sh->x + (size_t)at * D;
+        if (!sq->feat_fc) {
+            op->upload(be, x, sq->feat, (size_t)sq->n * D * sizeof(float));
+            continue;
+        }
+        /* x = fc0 h0 + fc1 h1 + fc2 h2: the row's three layers as planes of fin */
+        for (int j = 0; j < MODEL_EAGLE3_PARTS; j++) {
+            float *plane = sh->fin + ((size_t)j * MB + (size_t)at) * D;
+            for (int i = 0; i < sq->n; i++)
+                op->upload(be, plane + (size_t)i * D, sq->feat + ((size_t)i * MODEL_EAGLE3_PARTS + (size_t)j) * D,
+                           D * sizeof(float));
+            float *y = j == 0 ? x : sh->xb + (size_t)at * D;
+            op->matmul(be, y, plane, sh->fc[j].w, sh->fc[j].type, sq->n, (int)D, (int)D);
+            if (j > 0) op->add(be, x, y, sq->n, (int)D);
+        }
+    }
+}
+
+/* eagle3: q, k, v of [rmsnorm(embedding) attn_norm ; rmsnorm(x) hidden_norm]
+ * as the sum of the two halves' products. */
+static void eagle3_qkv(model *m, model_shard *sh, const model_layer *L, int M) {
+    backend *be = sh->be;
+    const backend_i *op = be->i;
+    const model_hparams *hp = &m->hp;
+    int D = hp->dim, QD = sh->n_head * hp->head_dim, KVD = sh->n_kv_head * hp->head_dim;
+    op->rmsnorm(be, sh->eb, sh->eb, L->attn_norm, M, D, hp->eps);
+    op->rmsnorm(be, sh->xb, sh->x, L->hidden_norm, M, D, hp->eps);
+    int t[3] = {L->wq.type, L->wk.type, L->wv.type}, n[3] = {QD, KVD, KVD};
+    float *y[3] = {sh->q, sh->k, sh->v}, *yh[3] = {sh->qh, sh->kh, sh->vh};
+    const void *w[3] = {L->wq.w, L->wk.w, L->wv.w}, *wh[3] = {L->wq_h.w, L->wk_h.w, L->wv_h.w};
+    int th[3] = {L->wq_h.type, L->wk_h.type, L->wv_h.type};
+    op->matmul_n(be, 3, y, sh->eb, w, t, M, D, n);
+    op->matmul_n(be, 3, yh, sh->xb, wh, th, M, D, n);
+    for (int j = 0; j < 3; j++) op->add(be, y[j], yh[j], M, n[j]);
+}
+
 int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, float *logits, char *err,
                   size_t errlen) {
     const model_hparams *hp = &m->hp;
@@ -499,9 +627,13 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
             return util_fail(err, errlen, "context full: %d + %d positions exceed the limit of %d", sq->kv->len,
                               sq->n, m->mp.max_ctx);
         for (int i = 0; i < sq->n; i++)
-            if (sq->tokens[i] < 0 || sq->tokens[i] >= hp->n_vocab)
+            if (sq->tokens[i] < 0 || sq->tokens[i] >= hp->n_vocab_in)
                 return util_fail(err, errlen, "token id %d is outside the vocabulary (0..%d)", sq->tokens[i],
-                                  hp->n_vocab - 1);
+                                  hp->n_vocab_in - 1);
+        if (hp->eagle3 && !sq->feat)
+            return util_fail(err, errlen, "sequence %d: an eagle3 head needs a feature row for every token", s);
+        if (sq->feat_fc && !hp->eagle3)
+            return util_fail(err, errlen, "sequence %d: only an eagle3 head fuses target features", s);
         M += sq->n;
     }
     if (M > m->mp.max_batch)
@@ -542,6 +674,10 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
          * feature rows (host data that changes every call) */
         int replay = sh->be->i->begin(sh->be, NS > 1 || feat ? 0 : key);
         (void)replay; /* when replaying, the ops below only stage their host arrays */
+        if (hp->eagle3) {
+            eagle3_input(m, sh, seqs, n_seqs, M);
+            continue;
+        }
         sh->be->i->get_rows(sh->be, sh->x, sh->tok_embd.w, sh->tok_embd.type, m->ids, M, D);
         for (int s = 0, at = 0; s < n_seqs; at += seqs[s].n, s++)
             if (seqs[s].feat)
@@ -561,8 +697,10 @@ int model_forward(model *m, kv_pool *pool, const model_seq *seqs, int n_seqs, fl
             const model_layer *L = &sh->layers[l];
             int H = sh->n_head, Hkv = sh->n_kv_head, QD = H * E, KVD = Hkv * E;
             kv_layer_view kv = kv_pool_layer_shard(pool, r, l);
-            op->rmsnorm(be, sh->xb, sh->x, L->attn_norm, M, D, hp->eps);
-            {
+            if (hp->eagle3) {
+                eagle3_qkv(m, sh, L, M);
+            } else {
+                op->rmsnorm(be, sh->xb, sh->x, L->attn_norm, M, D, hp->eps);
                 float *y[3] = {sh->q, sh->k, sh->v};
                 const void *w[3] = {L->wq.w, L->wk.w, L->wv.w};
                 int t[3] = {L->wq.type, L->wk.type, L->wv.type}, n[3] = {QD, KVD, KVD};

@@ -27,7 +27,8 @@
 #include <stdint.h>
 
 typedef struct {
-    int n_vocab;
+    int n_vocab;        /* rows of the output head (its logits) */
+    int n_vocab_in;     /* rows of the token embedding (the ids a forward accepts); n_vocab but for eagle3 */
     int n_ctx_train;
     int dim;            /* D */
     int n_layer;
@@ -41,7 +42,24 @@ typedef struct {
     int rope_neox;      /* 0: adjacent pairs (llama); 1: (i, i+n_rot/2) pairs (qwen2, qwen3) */
     int qk_norm;        /* 1: per-head RMSNorm of q and k before RoPE (qwen3) */
     int sliding_window; /* attention sees only the last W positions (mistral); 0 = unlimited */
+    int eagle3;         /* 1: an EAGLE-3 draft head (below) */
 } model_hparams;
+
+/* EAGLE-3 draft heads (arch "eagle3", issue 36): one llama decoder layer that
+ * reads, beside each token's embedding, a feature row of the target: every
+ * row of a forward carries model_seq.feat, either the target's residual
+ * stream at three of its layers (feat_fc: (n, 3D), fused by fc.weight, a
+ * bias-free 3D -> D map) or the head's own earlier output (the final
+ * residual, tap n_layer = 1: (n, D)). The layer's attention takes
+ * [rmsnorm(embedding) * attn_norm ; rmsnorm(feature) * hidden_norm] (2D wide:
+ * attn_q/k/v are (N, 2D), the first D columns for the embedding) and its
+ * residual stream starts from the feature; the FFN, the output norm and the
+ * output head (n_vocab rows, the draft vocabulary) are llama's. File layout:
+ * eagle3.* keys as llama.*, block_count 1; token_embd.weight (D, V_in),
+ * fc.weight (3D, D), blk.0.{attn_norm, hidden_norm, attn_q, attn_k, attn_v,
+ * attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight,
+ * output_norm.weight, output.weight (D, n_vocab). One shard only. */
+#define MODEL_EAGLE3_PARTS 3
 
 typedef struct {
     const void *w;      /* backend memory (CPU: the mmap itself, or a repacked copy) */
@@ -61,6 +79,10 @@ typedef struct {
     model_mat w_gate;         /* (F, D) */
     model_mat w_up;           /* (F, D) */
     model_mat w_down;         /* (D, F) */
+    /* eagle3: the feature half of the attention's input (wq/wk/wv above take
+     * the embedding half) and its norm */
+    model_mat wq_h, wk_h, wv_h;
+    const float *hidden_norm; /* (D) */
 } model_layer;
 
 typedef struct {
@@ -84,6 +106,9 @@ typedef struct model_shard {
     /* scratch for max_batch rows in backend memory, allocated at load */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2; /* (MB, D) (MB, D) (MB, H'*E) (MB, Hkv'*E) x2 (MB, H'*E) (MB, F') x2 */
     float *logits_be;         /* (MB, V) on shard 0 when backend memory is not host memory, else NULL */
+    model_mat fc[MODEL_EAGLE3_PARTS]; /* eagle3: fc.weight's column thirds (D, D) each */
+    float *eb, *fin, *qh, *kh, *vh; /* eagle3 scratch: (MB, D) embeddings, (3, MB, D) target features,
+                                     * (MB, H*E) (MB, Hkv*E) x2 the feature half's q, k, v */
     struct model_wref { const void *host, *w; } *wrefs; /* weights handed out by the backend */
     int n_wrefs, cap_wrefs;
     void **slices;            /* (n_slices) owned host buffers of column slices (wo, w_down), alive until model_free
@@ -162,7 +187,8 @@ typedef struct {
     const int32_t *pos;       /* (n) or NULL */
     const uint8_t *mask;      /* (n, n) or NULL */
     bool all_logits;          /* logits for every new row, else only the last */
-    const float *feat;        /* (n, D) input features in place of the embeddings, or NULL */
+    const float *feat;        /* (n, D) input features in place of the embeddings, or NULL; eagle3: required */
+    bool feat_fc;             /* eagle3: feat is (n, 3D), the target's three layers, fused by fc */
 } model_seq;
 
 /* Runs one forward pass. logits receives, in sequence order, n rows (all_logits)

@@ -38,7 +38,7 @@
  * from. The Medusa heads propose trees only (draft_medusa.h). Reports name
  * each by spec_drafter_name and loop to SPEC_PROPOSERS. */
 enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTER_MEDUSA = 2, SPEC_DRAFTERS = 3 };
-_Static_assert(SPEC_DRAFTERS == SPEC_PROPOSERS && SPEC_DRAFTER_MEDUSA == SPEC_PROPOSER_MEDUSA,
+_Static_assert((int)SPEC_DRAFTERS == (int)SPEC_PROPOSERS && (int)SPEC_DRAFTER_MEDUSA == (int)SPEC_PROPOSER_MEDUSA,
                "reports number the proposers as the pair's slots");
 
 typedef struct {

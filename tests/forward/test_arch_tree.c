@@ -46,9 +46,9 @@ static void check_arch(const char *arch, int window, const char *dir, backend *b
         for (int a = i; a >= 0; a = parent[a]) mask[i * N_TREE + a] = 1;
     }
     float *lt = malloc((size_t)N_TREE * V * sizeof(float)), *lp = malloc((size_t)(N_PREFIX + N_TREE) * V * 4);
-    model_seq sq = {kv, N_PREFIX, prefix, NULL, NULL, false};
+    model_seq sq = {.kv = kv, .n = N_PREFIX, .tokens = prefix};
     CHECKF(model_forward(m, pool, &sq, 1, lp, err, sizeof err) == 0, "%s: prefix: %s", arch, err);
-    sq = (model_seq){kv, N_TREE, tree, pos, mask, true};
+    sq = (model_seq){.kv = kv, .n = N_TREE, .tokens = tree, .pos = pos, .mask = mask, .all_logits = true};
     CHECKF(model_forward(m, pool, &sq, 1, lt, err, sizeof err) == 0, "%s: tree: %s", arch, err);
     for (int i = 0; i < N_TREE; i++) {
         int32_t seq[N_PREFIX + N_TREE];
@@ -56,7 +56,7 @@ static void check_arch(const char *arch, int window, const char *dir, backend *b
         int n = N_PREFIX + depth[i] + 1;
         for (int a = i; a >= 0; a = parent[a]) seq[N_PREFIX + depth[a]] = tree[a];
         kv_seq_truncate(pool, kv, 0);
-        model_seq ps = {kv, n, seq, NULL, NULL, false};
+        model_seq ps = {.kv = kv, .n = n, .tokens = seq};
         CHECKF(model_forward(m, pool, &ps, 1, lp, err, sizeof err) == 0, "%s: path: %s", arch, err);
         float e = tu_max_rel(lt + (size_t)i * V, lp, V);
         CHECKF(e <= 1e-5f, "%s: tree node %d (depth %d) vs its causal path: rel err %g", arch, i, depth[i], e);
@@ -65,9 +65,9 @@ static void check_arch(const char *arch, int window, const char *dir, backend *b
     if (window) {
         m->hp.sliding_window = 0;
         kv_seq_truncate(pool, kv, 0);
-        sq = (model_seq){kv, N_PREFIX, prefix, NULL, NULL, false};
+        sq = (model_seq){.kv = kv, .n = N_PREFIX, .tokens = prefix};
         model_forward(m, pool, &sq, 1, lp, err, sizeof err);
-        sq = (model_seq){kv, N_TREE, tree, pos, mask, true};
+        sq = (model_seq){.kv = kv, .n = N_TREE, .tokens = tree, .pos = pos, .mask = mask, .all_logits = true};
         model_forward(m, pool, &sq, 1, lp, err, sizeof err);
         float e = tu_max_rel(lt + (size_t)(N_TREE - 1) * V, lp + (size_t)(N_TREE - 1) * V, V);
         CHECKF(e > 1e-3f, "%s: without the window the deepest node changes (rel %g)", arch, e);

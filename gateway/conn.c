@@ -35,6 +35,7 @@ int gw_queue(gw_conn *c, const char *data, size_t len, int flags) {
     else c->out_head = o;
     c->out_tail = o;
     c->out_bytes += len;
+    if (flags == GW_OUT_TEXT_FINAL) c->n_finals_queued++;
     lws_callback_on_writable(c->wsi);
     return 0;
 }
@@ -50,11 +51,12 @@ int gw_queue_json(gw_conn *c, char *json) {
 int gw_write_head(gw_conn *c, int *flags) {
     gw_out *o = c->out_head;
     if (!o) return 0;
-    enum lws_write_protocol mode = o->flags == GW_OUT_TEXT ? LWS_WRITE_TEXT
+    enum lws_write_protocol mode = o->flags == GW_OUT_TEXT || o->flags == GW_OUT_TEXT_FINAL ? LWS_WRITE_TEXT
                                    : o->flags == GW_OUT_HTTP_FINAL ? LWS_WRITE_HTTP_FINAL
                                                                    : LWS_WRITE_HTTP;
     if (lws_write(c->wsi, o->data + LWS_PRE, o->len, mode) < (int)o->len) return -1;
     if (flags) *flags = o->flags;
+    if (o->flags == GW_OUT_TEXT_FINAL) c->n_finals_queued--;
     c->out_head = o->next;
     if (!c->out_head) c->out_tail = NULL;
     c->out_bytes -= o->len;
@@ -69,6 +71,7 @@ void gw_queue_free(gw_conn *c) {
     }
     c->out_head = c->out_tail = NULL;
     c->out_bytes = 0;
+    c->n_finals_queued = 0;
 }
 
 /* ---- requests ----------------------------------------------------------------- */

@@ -19,7 +19,10 @@
 #define GW_MAX_HEADER_BYTES 16384       /* request line + headers lws buffers (its default is 4096); lws 4.1
                                          * drops a larger request without a status line (no hook to answer) */
 
-enum { GW_OUT_TEXT = 1, GW_OUT_HTTP = 2, GW_OUT_HTTP_FINAL = 3 };
+/* GW_OUT_TEXT_FINAL: a WebSocket text frame that ends a request (its done or
+ * error); written as GW_OUT_TEXT, and counted in gw_conn.n_finals_queued
+ * until it is. */
+enum { GW_OUT_TEXT = 1, GW_OUT_HTTP = 2, GW_OUT_HTTP_FINAL = 3, GW_OUT_TEXT_FINAL = 4 };
 enum { GW_CONN_WS = 1, GW_CONN_HTTP = 2, GW_CONN_MONITOR = 3 };
 enum { GW_HTTP_COMPLETIONS = 1, GW_HTTP_CHAT = 2 };
 
@@ -65,6 +68,9 @@ typedef struct gw_conn {
     size_t out_bytes;
     gw_req *reqs;
     int n_reqs;
+    int n_finals_queued;          /* WebSocket: requests that left reqs (their final event was polled) whose
+                                   * GW_OUT_TEXT_FINAL frame is still queued: to the client they are still in
+                                   * flight, so max_requests_per_connection counts them too */
     bool closing;
     uint64_t client_id;           /* engine fair-share group of its requests (0 until the first) */
     ws_rx rx;                     /* WebSocket message being received */
@@ -97,8 +103,9 @@ uint64_t gw_random_seed(void);
 int gw_queue(gw_conn *c, const char *data, size_t len, int flags);
 int gw_queue_json(gw_conn *c, char *json);
 /* Writes the head of c's output queue (text frame or HTTP body chunk, by its
- * flags) and pops it. Returns 1 written (*flags = its GW_OUT_*), 0 when the
- * queue is empty, -1 on a write error. WRITEABLE callbacks only. */
+ * flags) and pops it; a GW_OUT_TEXT_FINAL frame leaves c->n_finals_queued.
+ * Returns 1 written (*flags = its GW_OUT_*), 0 when the queue is empty, -1 on
+ * a write error. WRITEABLE callbacks only. */
 int gw_write_head(gw_conn *c, int *flags);
 void gw_queue_free(gw_conn *c);
 gw_req *gw_req_add(gw_conn *c, uint64_t eid, const char *cid);

@@ -49,8 +49,14 @@ static void ws_pump(gw_server *s, gw_conn *c) {
                 break;
             }
             }
-            gw_queue_json(c, json);
-            if (last) {
+            if (!last) {
+                gw_queue_json(c, json);
+            } else {
+                /* the request leaves reqs now, but to its client it runs
+                 * until this frame goes out: n_finals_queued keeps it
+                 * counted (ws_handle_message) */
+                if (json) gw_queue(c, json, strlen(json), GW_OUT_TEXT_FINAL);
+                free(json);
                 gw_req_remove(c, r);
                 break;
             }
@@ -90,7 +96,12 @@ static void ws_handle_message(gw_server *s, gw_conn *c, const char *buf, size_t 
         else engine_cancel(s->eng, r->eid);
     } else if (gw_req_find(c, m.id)) {
         ws_error(c, m.id, "duplicate_id", "a request with this id is still active on this connection");
-    } else if (c->n_reqs + 1 > s->cfg.max_requests_per_conn) { /* the HTTP rule too (http.c: n choices count n) */
+    } else if (c->n_reqs + c->n_finals_queued + 1 > s->cfg.max_requests_per_conn) {
+        /* the HTTP rule too (http.c: n choices count n). A request whose done
+         * is still queued counts: the engine may finish one while the loop
+         * has not yet read the client's next messages (a busy or descheduled
+         * loop thread), and the client, which has not seen that done, still
+         * has it in flight */
         ws_error(c, m.id, GW_ERR_TOO_MANY_REQUESTS, GW_TOO_MANY_REQUESTS_MSG);
     } else if (s->pool.n_reqs >= s->cfg.max_requests_total) {
         ws_error(c, m.id, gw_status_lookup(ENGINE_ERR_QUEUE_FULL)->ws_code,

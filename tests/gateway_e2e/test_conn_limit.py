@@ -9,11 +9,14 @@
 # param n, on both endpoints, streaming or not, and the metrics count it;
 # requests in turn on one keep-alive connection are never refused. On the
 # WebSocket the third request in flight on one socket gets the same code and
-# message start, and the two before it finish.
+# message start, and the two before it finish — also when the engine finishes
+# the first while the event loop is busy, before it reads the other two (the
+# first's done is not sent yet, so to the client it is still in flight).
 import asyncio
 import http.client
 import json
 import socket
+import time
 
 from specd_e2e import (CHAT, COMP, Fail, Server, check, gen_msg, main, metric_value, need_websockets, oa_body, recv_json,
                        ws_connect)
@@ -127,8 +130,12 @@ def check_pipelined(srv):
 
 async def check_ws(srv):
     async with ws_connect(srv) as ws:
+        # long enough (a tenth of a second or more) that the three are in
+        # flight together even when this client loses its CPU between two sends
+        # (the server may then finish a short r0, and send its done, before r1
+        # and r2 are sent: then r2 is not the third in flight)
         for i in range(LIMIT + 1):
-            await ws.send(gen_msg("r%d" % i, "Once upon a time", 64))
+            await ws.send(gen_msg("r%d" % i, "Once upon a time", 400, speculation={"mode": "off"}))
         done, refused = set(), None
         while len(done) < LIMIT or refused is None:
             m = await recv_json(ws, 60)
@@ -141,6 +148,87 @@ async def check_ws(srv):
         check(refused["code"] == "too_many_requests" and refused["message"].startswith(MSG), "error %r" % refused)
 
 
+# /tokenize runs on the event loop thread: about 400 KB of text holds the loop
+# for a tenth of a second or more (measured: 0.17 s), far longer than the
+# engine needs for a request of 40 tokens (about 10 ms).
+BUSY_TEXT = "Once upon a time there was a little cat who liked the sun. " * 7000
+
+
+async def ws_busy_loop_try(srv):
+    """One try of check_ws_busy_loop: False when the race was not arranged
+    (the loop was no longer busy when r1 and r2 were sent), else True after
+    checking the outcome."""
+    body = json.dumps({"content": BUSY_TEXT}).encode()
+    head = (b"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body))
+    got = []
+    # the WebSocket first: when r0 and the body's last byte are read in one
+    # pass of the loop, lws serves the older connection first
+    async with ws_connect(srv) as ws:
+        tok = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+        try:
+            async def reader():
+                while True:
+                    m = await recv_json(ws, 60)
+                    got.append((m.get("type"), m.get("id"), time.monotonic(), m))
+
+            task = asyncio.create_task(reader())
+            tok.sendall(head + body[:-1])  # the server reads all of it but the last byte
+            await asyncio.sleep(0.2)
+            # r0: 40 tokens with speculation off, one event each, fits the
+            # engine's per-request event ring, so it can finish while the loop
+            # is busy; the last byte of the body, right behind it, makes the
+            # loop busy once it has read r0
+            await ws.send(gen_msg("r0", "Once upon a time", 40, speculation={"mode": "off"}))
+            tok.sendall(body[-1:])
+            await asyncio.sleep(0.06)
+            tok.setblocking(False)
+            try:
+                busy = not tok.recv(1, socket.MSG_PEEK)  # b"": closed, not busy either
+            except BlockingIOError:
+                busy = True  # no answer yet: the loop is still tokenizing
+            tok.setblocking(True)
+            sent = time.monotonic()
+            await ws.send(gen_msg("r1", "Once upon a time", 8))
+            await ws.send(gen_msg("r2", "Once upon a time", 8))
+            deadline = time.monotonic() + 60
+
+            def ended(rid):
+                return any(t in ("done", "error") and i == rid for t, i, _, _ in got)
+
+            while not all(ended(r) for r in ("r0", "r1", "r2")):
+                check(not task.done(), "the WebSocket reader ended: %r" % (task.done() and task.exception()))
+                check(time.monotonic() < deadline, "not every request ended within 60 s: %r"
+                      % [(t, i) for t, i, _, _ in got if t != "tokens"])
+                await asyncio.sleep(0.01)
+            task.cancel()
+        finally:
+            tok.close()
+    if not busy or any(t == "done" and i == "r0" and at < sent for t, i, at, _ in got):
+        return False
+    ends = {i: m for t, i, _, m in got if t in ("done", "error")}
+    check(ends["r0"]["type"] == "done" and ends["r1"]["type"] == "done", "r0/r1 ended with %r" % ends)
+    check(ends["r2"]["type"] == "error" and ends["r2"].get("code") == "too_many_requests",
+          "r2, the third request sent before r0's done arrived, was not refused but ended with %s %s (the engine "
+          "finished r0 while the loop was busy, and the gateway stopped counting r0 before its done went out)"
+          % (ends["r2"]["type"], ends["r2"].get("code", ends["r2"].get("finish_reason"))))
+    return True
+
+
+def check_ws_busy_loop(srv):
+    """The third request in flight on a WebSocket is refused even when the
+    engine finishes the first one while the event loop is busy (a long
+    /tokenize on another connection) and the loop reads the second and third
+    only after it has polled the first one's done: that done is not yet sent,
+    so to the client all three are in flight. Up to three tries (a try where
+    the loop was no longer busy when r1 was sent proves nothing)."""
+    for attempt in range(3):
+        if asyncio.run(ws_busy_loop_try(srv)):
+            print("busy loop: the third request refused (try %d)" % (attempt + 1))
+            return
+    print("busy loop: SKIP, the loop was not busy when r1 and r2 were sent in 3 tries")
+
+
 def run():
     need_websockets()
     with Server(config=CONFIG) as srv:
@@ -148,6 +236,7 @@ def run():
         check_keepalive(srv)
         check_pipelined(srv)
         asyncio.run(check_ws(srv))
+        check_ws_busy_loop(srv)
         st, _, _ = srv.http("GET", "/healthz")
         check(st == 200, "healthz after the checks: %d" % st)
 

@@ -127,6 +127,25 @@ async def long_ws(srv, n_tokens):
         check(m.get("type") != "error", "long request refused: %r" % m)
 
 
+async def cancel_and_close(ws, rid):
+    """Cancels request rid, reads its stream to its end, and closes ws.
+    python-websockets stops reading its socket while max_queue (32) messages
+    wait unread, so a close() right after a cancel, with the stream's frames
+    still ahead of the server's close reply, waits out the close timeouts
+    (30 s, then code 1006): read them first. Best effort (this runs in a
+    finally): a stream that does not end within 30 s is closed anyway."""
+    try:
+        await ws.send(json.dumps({"type": "cancel", "id": rid}))
+        while True:
+            m = await recv_json(ws, 30)
+            if m.get("id") == rid and m.get("type") in ("done", "error"):
+                break
+    except (Fail, need_websockets().ConnectionClosed):
+        pass
+    finally:
+        await ws.close()
+
+
 def telemetry_lock(srv, db):
     async def go():
         ws, session = await long_ws(srv, 1900)
@@ -154,8 +173,7 @@ def telemetry_lock(srv, db):
             check(failed == 0, "5: %d sessions marked failed by the refused start" % failed)
             print("5: second server on %s refused: %s" % (os.path.basename(db), err.strip().splitlines()[-1][:160]))
         finally:
-            await ws.send(json.dumps({"type": "cancel", "id": "long"}))
-            await ws.close()
+            await cancel_and_close(ws, "long")
     asyncio.run(go())
 
 

@@ -15,6 +15,7 @@ static const struct {
     {"verify", cmd_verify, "test that speculative decoding samples the target's distribution (chi-square)"},
     {"bench", cmd_bench, "measure prefill/decode speed against the memory-bandwidth roofline"},
     {"mkmodel", cmd_mkmodel, "write a llama GGUF with random weights, or widen / re-quantize one"},
+    {"convert-eagle3", cmd_convert_eagle3, "a published EAGLE-3 head (config.json + safetensors) as a GGUF side file"},
     {"tokenize", cmd_tokenize, "print the token ids of stdin"},
     {"detokenize", cmd_detokenize, "print the text of the token ids on stdin"},
     {"telemetry", cmd_telemetry, "read back the SQLite speculation telemetry: summary, recent sessions"},

@@ -80,6 +80,9 @@ CLI_TOOLS = {
                                "specd train-medusa: the Medusa trainer of the training library"),
     "cli/cmd_distill_draft.c": ({"engine/model/", "engine/tokenizer/", "engine/train/", "engine/util.h"},
                                 "specd distill-draft: the training library's distillation"),
+    "cli/cmd_convert.c": ({"engine/gguf/"},
+                          "specd convert-eagle3: reads a published head and writes the GGUF side file, a tool of the "
+                          "GGUF library"),
     "cli/cmd_eval.c": ({"engine/model/"},
                        "specd eval: raw logits of model_forward (and prefill-then-decode with --split) for the "
                        "forward pass's reference tests; a tool of the model library, no engine involved"),

@@ -23,6 +23,7 @@ import struct
 import numpy as np
 
 GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
+GGML_I32 = 26
 GGML_Q4_0, GGML_Q4_K, GGML_Q5_K, GGML_Q6_K = 2, 12, 13, 14
 TYPE_NAMES = {GGML_F32: "f32", GGML_F16: "f16", GGML_Q8_0: "q8_0", GGML_BF16: "bf16",
               GGML_Q4_0: "q4_0", GGML_Q4_K: "q4_k", GGML_Q5_K: "q5_k", GGML_Q6_K: "q6_k"}
@@ -113,6 +114,8 @@ class Tensor:
             return 4 * n
         if self.type in (GGML_F16, GGML_BF16):
             return 2 * n
+        if self.type == GGML_I32:
+            return 4 * n
         if self.type in BLOCKS:
             bw, bb = BLOCKS[self.type]
             if self.ne[0] % bw:
@@ -225,6 +228,8 @@ class GGUFFile:
         elif t.type == GGML_BF16:
             u = np.frombuffer(b, dtype="<u2").astype(np.uint32) << 16
             a = u.view(np.float32).astype(np.float64)
+        elif t.type == GGML_I32:
+            a = np.frombuffer(b, dtype="<i4").astype(np.float64)
         elif t.type == GGML_Q8_0:
             blocks = np.frombuffer(b, dtype=np.uint8).reshape(-1, 34)
             d = blocks[:, :2].copy().view("<f2").astype(np.float64)  # [nb, 1]

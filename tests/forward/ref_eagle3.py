@@ -20,6 +20,21 @@ from ref_llama import Q8_ACT_TYPES, _act_q8  # noqa: E402
 
 
 class Eagle3Ref:
+    @classmethod
+    def from_weights(cls, w, dim, n_head, n_kv, eps=1e-5, base=10000.0):
+        """A head from float arrays named as in the GGUF (without ".weight"; norms 1-D), e.g. read from a
+        published checkpoint by the test that converts it: the reference then never sees specd's file."""
+        r = cls.__new__(cls)
+        r.dim, r.n_head, r.n_kv = dim, n_head, n_kv
+        r.hd = dim // n_head
+        r.n_rot, r.eps, r.base = r.hd, eps, base
+        r.w = {k: np.asarray(v, np.float64) for k, v in w.items()}
+        r.ty = {k: 0 for k in w}
+        i = np.arange(r.n_rot // 2, dtype=np.float64)
+        r.freqs = r.base ** (-2.0 * i / r.n_rot)
+        r.reset()
+        return r
+
     def __init__(self, path, drop=None):
         """drop: a weight name replaced by ones/zeros (tests: the variant a correct forward must not match)."""
         g = gguf_reader.read(path)

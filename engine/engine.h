@@ -202,8 +202,8 @@ typedef struct {
  * coupled verification, no penalties), so the engine's auto method can move
  * them onto the heads at any step. */
 typedef enum { SPEC_METHOD_DRAFT = 0, SPEC_METHOD_NGRAM = 1, SPEC_METHOD_AUTO = 2, SPEC_METHOD_OFF = 3,
-               SPEC_METHOD_MEDUSA = 4 } spec_method;
-const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa" */
+               SPEC_METHOD_MEDUSA = 4, SPEC_METHOD_EAGLE = 5 } spec_method;
+const char *spec_method_name(spec_method m); /* "draft", "ngram", "auto", "off", "medusa", "eagle" */
 /* Parses a method name; -1 when unknown. */
 int spec_method_parse(const char *s);
 
@@ -211,8 +211,8 @@ int spec_method_parse(const char *s);
  * spec_drafter_name): 0 the draft model, 1 n-gram lookup, 2 the Medusa
  * heads — the numbering of the step's proposer slots (spec.h SPEC_DRAFTER_*).
  * Reports loop to SPEC_PROPOSERS. */
-enum { SPEC_PROPOSER_MEDUSA = 2, SPEC_PROPOSERS = 3 };
-const char *spec_drafter_name(int slot); /* "draft", "ngram", "medusa"; "plain" otherwise (-1) */
+enum { SPEC_PROPOSER_MEDUSA = 2, SPEC_PROPOSER_EAGLE = 3, SPEC_PROPOSERS = 4 };
+const char *spec_drafter_name(int slot); /* "draft", "ngram", "medusa", "eagle"; "plain" otherwise (-1) */
 /* speculation.verify names: "rejection" -> 0, "coupled" -> 1, else -1
  * (spec_seq_params.coupled; engine_verify is this + 1). */
 int spec_verify_parse(const char *s);

@@ -143,6 +143,15 @@ typedef struct drafter_i {
      * for tokens[0, n_tokens); called after every prefill and step of a
      * sequence that holds this proposer's state, whatever proposed the step. */
     void (*observe_hidden)(drafter *d, drafter_seq *ds, const float *h, int n_tokens);
+    /* Proposers that read the target's features (EAGLE): fills layers[] with
+     * the target layers whose residual stream (model.h layer taps) they read
+     * and returns how many (at most 4; NULL or 0: none). The pair then taps
+     * the target and, after every prefill chunk and step of a sequence that
+     * holds this proposer's state, calls observe_features with the rows of
+     * the target positions [pos0, pos0 + n) that step fed and committed:
+     * feat is (n, k, D), row j's k layers one after another. */
+    int (*feature_layers)(drafter *d, int *layers);
+    void (*observe_features)(drafter *d, drafter_seq *ds, const float *feat, int pos0, int n);
     /* Optional: offers the state's final full blocks of tokens[0, n) (the
      * sequence's accepted tokens) to its prefix cache. */
     void (*prefix_publish)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n);

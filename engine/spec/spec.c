@@ -166,9 +166,34 @@ static bool method_uses(const spec_seq_params *p, int slot) {
     if (slot == SPEC_DRAFTER_MEDUSA)
         return (m == SPEC_METHOD_MEDUSA || m == SPEC_METHOD_AUTO) && !p->logprobs && !p->coupled &&
                !sampler_has_penalties(&p->sc);
-    if (m == SPEC_METHOD_MEDUSA) return false;
+    if (slot == SPEC_DRAFTER_EAGLE) return m == SPEC_METHOD_EAGLE; /* only when asked for (not yet in auto) */
+    if (m == SPEC_METHOD_MEDUSA || m == SPEC_METHOD_EAGLE) return false;
     if (m == SPEC_METHOD_AUTO) return true;
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
+}
+
+void spec_seq_observe_features(spec_seq *s, const int *rows, int n, int pos0) {
+    spec_pair *sp = s->sp;
+    if (!sp->n_feat || n <= 0) return;
+    for (int i = 0; i < SPEC_DRAFTERS; i++) {
+        drafter *d = sp->drafters[i];
+        if (!s->ds[i] || !d->i->observe_features) continue;
+        size_t D = (size_t)sp->target->hp.dim, k = (size_t)sp->n_feat;
+        for (int at = 0; at < n; at += sp->feat_rows) { /* in pieces of the scratch's rows */
+            int m = n - at < sp->feat_rows ? n - at : sp->feat_rows;
+            bool ok = true;
+            for (size_t t = 0; t < k && ok; t++) {
+                ok = model_tap_rows(sp->target, (int)t, sp->hidden_rows, rows + at, m) == 0;
+                for (int j = 0; ok && j < m; j++)
+                    memcpy(sp->feat + ((size_t)j * k + t) * D, sp->hidden_rows + (size_t)j * D, D * sizeof(float));
+            }
+            if (!ok) { /* cannot happen for rows of the last forward: the proposer starts over */
+                d->i->commit(d, s->ds[i], s->tokens, 0);
+                break;
+            }
+            d->i->observe_features(d, s->ds[i], sp->feat, pos0 + at, m);
+        }
+    }
 }
 
 void spec_seq_observe_hidden(spec_seq *s, int row) {
@@ -273,7 +298,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     if (n_prompt >= max_ctx)
         return util_fail(err, errlen, "prompt of %d tokens does not fit the context of %d", n_prompt, max_ctx), NULL;
     if (!sampler_config_validate(&p->sc, err, errlen)) return NULL;
-    if ((unsigned)p->method > SPEC_METHOD_MEDUSA) return util_fail(err, errlen, "unknown speculation method"), NULL;
+    if ((unsigned)p->method > SPEC_METHOD_EAGLE) return util_fail(err, errlen, "unknown speculation method"), NULL;
     spec_seq *s = calloc(1, sizeof(*s));
     if (!s) return util_fail(err, errlen, "out of memory"), NULL;
     s->sp = sp;
@@ -316,6 +341,8 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
         }
     }
     s->prefix = sp->prefix_cache && !p->no_prefix;
+    for (int i = 0; i < SPEC_DRAFTERS; i++) /* a features reader needs every position's features: no reused blocks */
+        if (s->ds[i] && sp->drafters[i]->i->observe_features) s->prefix = false;
     if (s->prefix) prefix_attach(s, prompt, n_prompt);
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s->n_tokens = s->n_prompt = n_prompt;
@@ -335,7 +362,15 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     int from = s->tkv->len, to = s->n_prompt;
     if (max_tokens > 0 && to - from > max_tokens) to = from + max_tokens;
     double t0 = clock_now_ms();
-    if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, from, to, sp->logits, err, errlen) != 0) return -1;
+    /* a features reader gets each forward's rows: pieces of at most the scratch's rows */
+    bool feats = false;
+    for (int i = 0; i < SPEC_DRAFTERS; i++) feats |= s->ds[i] && sp->drafters[i]->i->observe_features && sp->n_feat;
+    int piece = feats ? sp->feat_rows : to - from;
+    for (int a = from; a < to; a += piece) {
+        int b = to - a > piece ? a + piece : to;
+        if (model_feed(sp->target, sp->tpool, s->tkv, s->tokens, a, b, sp->logits, err, errlen) != 0) return -1;
+        if (feats) spec_seq_observe_features(s, sp->iota, b - a, a);
+    }
     s->st.target_ms += clock_now_ms() - t0;
     s->st.prefill_tokens += (uint64_t)(to - from);
     prefix_publish(s);
@@ -402,6 +437,15 @@ static int plan_gamma(spec_seq *s, int max_new, int batch) {
     if (!s->prm.speculate) return 0;
     int ctx = s->n_tokens - 1;
     int g_ng = 0, g_dm = 0;
+    if (s->prm.method == SPEC_METHOD_EAGLE) { /* the head's chains, γ from the sequence's controller */
+        drafter *d = sp->drafters[SPEC_DRAFTER_EAGLE];
+        if (!d || !s->ds[SPEC_DRAFTER_EAGLE] || drafter_available(d, s->ds[SPEC_DRAFTER_EAGLE], s->tokens, s->n_tokens, 1) <= 0)
+            return 0;
+        gamma_costs c = costs_for(sp, SPEC_DRAFTER_EAGLE);
+        int g = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c, batch, ctx), max_new);
+        if (g > 0) s->slot = SPEC_DRAFTER_EAGLE;
+        return g;
+    }
     gamma_costs c_ng = costs_for(sp, SPEC_DRAFTER_NGRAM), c_dm = costs_for(sp, SPEC_DRAFTER_MODEL);
     if (s->ds[SPEC_DRAFTER_NGRAM] && method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) {
         drafter *d = sp->drafters[SPEC_DRAFTER_NGRAM];
@@ -620,6 +664,11 @@ void spec_chain_finish(spec_pair *sp, spec_seq **S, int n, float *logits, int ro
         info[i].target_ms = share;
         accept_commit(S[i], g, logits + row * (size_t)sp->n_vocab, &info[i]);
         int hr = row0 + (int)row + info[i].n_new - 1; /* the row that sampled the last token appended */
+        if (sp->n_feat) { /* rows 0 .. n_new-1 fed the committed tokens at positions N-1 .. */
+            int fr[GAMMA_MAX + 1];
+            for (int j = 0; j < info[i].n_new; j++) fr[j] = row0 + (int)row + j;
+            spec_seq_observe_features(S[i], fr, info[i].n_new, S[i]->n_tokens - info[i].n_new - 1);
+        }
         spec_seq_observe_hidden(S[i], hr);
         row += (size_t)g + 1;
     }

@@ -37,8 +37,9 @@
 /* Proposer slots of a pair (drafter.h tables): what a step's proposal came
  * from. The Medusa heads propose trees only (draft_medusa.h). Reports name
  * each by spec_drafter_name and loop to SPEC_PROPOSERS. */
-enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTER_MEDUSA = 2, SPEC_DRAFTERS = 3 };
-_Static_assert((int)SPEC_DRAFTERS == (int)SPEC_PROPOSERS && (int)SPEC_DRAFTER_MEDUSA == (int)SPEC_PROPOSER_MEDUSA,
+enum { SPEC_DRAFTER_MODEL = 0, SPEC_DRAFTER_NGRAM = 1, SPEC_DRAFTER_MEDUSA = 2, SPEC_DRAFTER_EAGLE = 3, SPEC_DRAFTERS = 4 };
+_Static_assert((int)SPEC_DRAFTERS == (int)SPEC_PROPOSERS && (int)SPEC_DRAFTER_MEDUSA == (int)SPEC_PROPOSER_MEDUSA &&
+                   (int)SPEC_DRAFTER_EAGLE == (int)SPEC_PROPOSER_EAGLE,
                "reports number the proposers as the pair's slots");
 
 typedef struct {
@@ -90,6 +91,11 @@ typedef struct spec_pair {
     int logit_rows;             /* max_seqs * (max_gamma+1), more after spec_pair_reserve_rows */
     float *scratch;             /* (V) */
     float *hidden;              /* (the target's dim) one hidden row for spec_seq_observe_hidden */
+    /* a features-reading proposer's taps (drafter_i feature_layers; n_feat 0: none): scratch for
+     * feat_rows rows of n_feat layers, one layer's rows, and 0 .. feat_rows-1 */
+    int n_feat, feat_rows;
+    float *feat, *hidden_rows;
+    int *iota;
     model_seq *ms;              /* (max_seqs) */
     int *gam;                   /* (max_seqs) */
     drafter_prop *props;        /* (max_seqs) one drafter's batched proposal */
@@ -282,6 +288,12 @@ void spec_seq_note_other_step(spec_seq *s);
  * unreadable row resets them instead. The prefill, chain and tree steps call
  * it, so such a proposer is fresh after every step whatever proposed it. */
 void spec_seq_observe_hidden(spec_seq *s, int row);
+
+/* Hands the target's tapped features of rows rows[0, n) of its last forward,
+ * which fed positions [pos0, pos0 + n) of s, to every features-reading
+ * proposer whose state s holds (drafter_i observe_features). The prefill,
+ * chain and tree steps call it with the rows of the tokens they committed. */
+void spec_seq_observe_features(spec_seq *s, const int *rows, int n, int pos0);
 
 /* The grammar's token budget (grammar.h) when the token at absolute position
  * pos is drawn: what is left of prm.grammar_budget (at least 1), -1 without

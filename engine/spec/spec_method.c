@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-static const char *const method_names[] = {"draft", "ngram", "auto", "off", "medusa"};
+static const char *const method_names[] = {"draft", "ngram", "auto", "off", "medusa", "eagle"};
 
 const char *spec_method_name(spec_method m) {
     return (unsigned)m < sizeof(method_names) / sizeof(method_names[0]) ? method_names[m] : "?";
@@ -27,5 +27,6 @@ const char *spec_drafter_name(int slot) {
     return slot == SPEC_DRAFTER_MODEL    ? "draft"
            : slot == SPEC_DRAFTER_NGRAM  ? "ngram"
            : slot == SPEC_PROPOSER_MEDUSA ? "medusa"
+           : slot == SPEC_PROPOSER_EAGLE ? "eagle"
                                           : "plain";
 }

@@ -87,11 +87,36 @@ bool spec_pair_has_draft(const spec_pair *sp) { return sp->drafters[SPEC_DRAFTER
 model *spec_pair_draft_model(const spec_pair *sp) { return draft_model_model(sp->drafters[SPEC_DRAFTER_MODEL]); }
 kv_pool *spec_pair_draft_pool(const spec_pair *sp) { return draft_model_pool(sp->drafters[SPEC_DRAFTER_MODEL]); }
 
+/* The target's layer taps for the first features-reading proposer (none:
+ * off) and the scratch that carries them. Returns 0, or -1 when out of
+ * memory (then no proposer reads features). */
+static int pair_taps(spec_pair *sp) {
+    free(sp->feat), free(sp->hidden_rows), free(sp->iota);
+    sp->feat = sp->hidden_rows = NULL, sp->iota = NULL, sp->n_feat = 0;
+    int layers[MODEL_MAX_TAPS], k = 0;
+    for (int i = 0; i < SPEC_DRAFTERS && !k; i++)
+        if (sp->drafters[i] && sp->drafters[i]->i->feature_layers) k = sp->drafters[i]->i->feature_layers(sp->drafters[i], layers);
+    if (model_set_taps(sp->target, layers, k) != 0) return -1;
+    if (!k) return 0;
+    size_t R = (size_t)sp->target->mp.max_batch, D = (size_t)sp->target->hp.dim;
+    sp->feat = malloc(sizeof(float) * R * (size_t)k * D);
+    sp->hidden_rows = malloc(sizeof(float) * R * D);
+    sp->iota = malloc(sizeof(int) * R);
+    if (!sp->feat || !sp->hidden_rows || !sp->iota) {
+        model_set_taps(sp->target, NULL, 0);
+        return -1;
+    }
+    for (size_t r = 0; r < R; r++) sp->iota[r] = (int)r;
+    sp->feat_rows = (int)R, sp->n_feat = k;
+    return 0;
+}
+
 drafter *spec_pair_set_drafter(spec_pair *sp, int slot, drafter *d) {
     SPECD_CHECK(slot >= 0 && slot < SPEC_DRAFTERS);
     SPECD_CHECK(!d || d->i->version == DRAFTER_INTERFACE_VERSION);
     drafter *old = sp->drafters[slot];
     sp->drafters[slot] = d;
+    if ((d && d->i->feature_layers) || (old && old->i->feature_layers)) pair_taps(sp);
     return old;
 }
 
@@ -108,6 +133,7 @@ void spec_pair_free(spec_pair *sp) {
     free(sp->logits);
     free(sp->scratch);
     free(sp->hidden);
+    free(sp->feat), free(sp->hidden_rows), free(sp->iota);
     free(sp->ms);
     free(sp->gam);
     free(sp->props);

@@ -255,6 +255,12 @@ void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *log
         info[i].bonus = bonus && n_new == k + 1;
         /* out[j] came from row 0 (j = 0) or the row of path node j-1 */
         tc->hrow[i] = row0 + (int)rbase + (n_new == 1 ? 0 : 1 + path[n_new - 2]);
+        if (sp->n_feat) { /* the rows that fed the committed tokens: the root's, then the path's */
+            int fr[DRAFTER_MAX_NODES + 1];
+            fr[0] = row0 + (int)rbase;
+            for (int j = 1; j < n_new; j++) fr[j] = row0 + (int)rbase + 1 + path[j - 1];
+            spec_seq_observe_features(s, fr, n_new, N - 1);
+        }
         info[i].n_new = n_new;
         info[i].gamma = nn;
         info[i].nodes = nn;

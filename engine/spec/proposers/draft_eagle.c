@@ -1,0 +1,335 @@
+/* draft_eagle.c — an EAGLE-3 head behind the drafter interface (see
+ * draft_eagle.h): loading and the checks against the target, the features
+ * each step commits, catch-up, batched chain drafting from the head's own
+ * features, commit/rollback of its cache. */
+#include "engine/spec/proposers/draft_eagle.h"
+#include "engine/util.h"
+
+#include "engine/sample/gumbel.h"
+#include "engine/sample/rng.h"
+#include "kernels/clock.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EAGLE_LAYERS 3
+
+typedef struct {
+    drafter base;
+    model *m;                   /* the head (eagle3); tap 0 = its final residual */
+    kv_pool *pool;
+    sampler *smp;
+    int D, V, Vd, max_seqs;
+    int layers[EAGLE_LAYERS];   /* the target layers it reads */
+    int32_t *d2t;               /* (Vd) target id of each draft id */
+    float *logits;              /* (max_seqs, Vd) */
+    float *lv;                  /* (V) one row's logits over the target's vocabulary */
+    float *h;                   /* (max_seqs, D) each drafting sequence's own feature */
+    model_seq *ms;              /* (max_seqs) */
+    int *row_of, *last;         /* (max_seqs) the sequence of each call row; its last input row */
+    gamma_costs c;              /* draft_ms and draft_ms_per_row */
+} eagle;
+
+struct drafter_seq {
+    kv_seq *kv;                 /* head rows [0, hc) committed, draft rows after them until commit */
+    int hc;
+    float *pend;                /* (cap, 3D) the target's features of positions [hc, hc + np) */
+    int np, cap;
+    bool gap;                   /* a position's features never came: nothing to propose until a reset */
+};
+
+static void ea_destroy(drafter *d) {
+    eagle *e = (eagle *)d;
+    kv_pool_destroy(e->pool);
+    model_free(e->m);
+    sampler_destroy(e->smp);
+    free(e->d2t), free(e->logits), free(e->lv), free(e->h), free(e->ms), free(e->row_of), free(e->last);
+    free(e);
+}
+
+static drafter_seq *ea_seq_create(drafter *d, int max_len) {
+    eagle *e = (eagle *)d;
+    drafter_seq *ds = calloc(1, sizeof(*ds));
+    if (!ds || !(ds->kv = kv_seq_create(e->pool, max_len))) {
+        free(ds);
+        return NULL;
+    }
+    return ds;
+}
+
+static void ea_seq_destroy(drafter *d, drafter_seq *ds) {
+    if (!ds) return;
+    kv_seq_destroy(((eagle *)d)->pool, ds->kv);
+    free(ds->pend);
+    free(ds);
+}
+
+static void ea_observe_features(drafter *d, drafter_seq *ds, const float *feat, int pos0, int n) {
+    size_t F = (size_t)EAGLE_LAYERS * (size_t)((eagle *)d)->D;
+    if (ds->gap) return;
+    if (pos0 > ds->hc + ds->np) { /* a position without features (a re-prefill after a cache reset) */
+        ds->gap = true;
+        return;
+    }
+    if (pos0 < ds->hc) { /* already in the cache */
+        int skip = ds->hc - pos0;
+        if (skip >= n) return;
+        feat += (size_t)skip * F, pos0 += skip, n -= skip;
+    }
+    ds->np = pos0 - ds->hc; /* from pos0 on: these rows replace any older ones */
+    if (ds->np + n > ds->cap) {
+        int cap = ds->cap ? ds->cap : 64;
+        while (cap < ds->np + n) cap *= 2;
+        float *p = realloc(ds->pend, sizeof(float) * (size_t)cap * F);
+        if (!p) { /* out of memory: give up on this sequence, decode plainly */
+            ds->gap = true;
+            return;
+        }
+        ds->pend = p, ds->cap = cap;
+    }
+    memcpy(ds->pend + (size_t)ds->np * F, feat, sizeof(float) * (size_t)n * F);
+    ds->np += n;
+}
+
+/* Head row i needs tokens[i + 1]: with accepted_len tokens, rows [0,
+ * accepted_len − 1) stay and features of positions up to accepted_len − 2. */
+static void ea_commit(drafter *d, drafter_seq *ds, const int32_t *tokens, int accepted_len) {
+    (void)tokens;
+    eagle *e = (eagle *)d;
+    if (accepted_len == 0) {
+        ds->hc = ds->np = 0;
+        ds->gap = false;
+    } else {
+        int keep = accepted_len - 1;
+        if (ds->hc > keep) ds->hc = keep, ds->np = 0;
+        else if (ds->hc + ds->np > keep) ds->np = keep - ds->hc;
+    }
+    if (ds->kv->len > ds->hc) kv_seq_truncate(e->pool, ds->kv, ds->hc);
+}
+
+static int ea_available(drafter *d, drafter_seq *ds, const int32_t *tokens, int n_tokens) {
+    (void)d, (void)tokens;
+    return !ds->gap && n_tokens >= 2 && ds->hc + ds->np >= n_tokens - 1 ? GAMMA_MAX : 0;
+}
+
+static int ea_state_len(drafter *d, drafter_seq *ds) {
+    (void)d;
+    return ds->kv->len;
+}
+
+/* The draft's distribution over the target's vocabulary and its draw: the
+ * same draw as the target's (one sampler config), keyed by RNG_DRAFT, or the
+ * Gumbel-max of q with the target's noise under coupled verification. */
+static int32_t ea_draw(eagle *e, const drafter_prop *p, const float *lg, float *q, uint64_t pos, int j) {
+    for (int v = 0; v < e->V; v++) e->lv[v] = -INFINITY;
+    for (int i = 0; i < e->Vd; i++) e->lv[e->d2t[i]] = lg[i];
+    if (p->mask) p->mask(p->mask_ctx, j, p->nodes, e->lv);
+    sampler_probs(e->smp, p->sc, e->lv, q);
+    if (p->sc->temperature == 0.0f) return sampler_sample(q, e->V, 0.0);
+    if (p->coupled) return gumbel_sample(q, e->V, p->seed, pos);
+    return sampler_sample(q, e->V, rng_uniform(p->seed, pos, RNG_DRAFT, 0));
+}
+
+/* Catch-up rows (tokens[i + 1], target features of i) for i from hc to
+ * n − 2 in one call (long ones alone, in pieces), the last row's logits giving
+ * draft 1; then one call per further draft over the sequences still
+ * drafting, each row (its last draft, the head's own feature). The last
+ * catch-up row stays uncommitted (hc = n − 2, its features kept), so a step
+ * that changes nothing still finds a row to start from. On failure every
+ * cache is back at its committed rows. */
+static int ea_propose(drafter *d, drafter_prop *P, int n, char *err, size_t errlen) {
+    eagle *e = (eagle *)d;
+    size_t V = (size_t)e->V, D = (size_t)e->D, F = EAGLE_LAYERS * D;
+    int MB = e->m->mp.max_batch;
+    if (n > e->max_seqs) return util_fail(err, errlen, "eagle batch of %d sequences (limit %d)", n, e->max_seqs);
+    int m = 0, rows = 0;
+    for (int i = 0; i < n; i++) {
+        drafter_prop *p = &P[i];
+        drafter_seq *s = p->ds;
+        p->n_nodes = 0;
+        if (p->budget <= 0 || !ea_available(d, s, p->tokens, p->n_tokens)) continue;
+        int c = p->n_tokens - 1 - s->hc; /* rows to feed: positions hc .. n-2 */
+        /* a long catch-up (a prompt) goes alone in pieces, all but its last row */
+        while (c > 1 && (c > MB || rows + c > MB)) {
+            int k = c - 1 < MB ? c - 1 : MB;
+            model_seq one = {.kv = s->kv, .n = k, .tokens = p->tokens + s->hc + 1, .feat = s->pend, .feat_fc = true};
+            if (model_forward(e->m, e->pool, &one, 1, e->logits, err, errlen) != 0) goto fail;
+            s->hc += k, s->np -= k, c -= k;
+            memmove(s->pend, s->pend + (size_t)k * F, sizeof(float) * (size_t)s->np * F);
+        }
+        e->ms[m] = (model_seq){.kv = s->kv, .n = c, .tokens = p->tokens + s->hc + 1, .feat = s->pend, .feat_fc = true};
+        e->row_of[m] = i;
+        rows += c;
+        e->last[m++] = rows - 1;
+    }
+    if (!m) return 0;
+    if (model_forward(e->m, e->pool, e->ms, m, e->logits, err, errlen) != 0) goto fail;
+    for (int r = 0; r < m; r++) {
+        drafter_prop *p = &P[e->row_of[r]];
+        drafter_seq *s = p->ds;
+        int c = e->ms[r].n;
+        /* committed: all but the last row, whose features stay for the next catch-up */
+        s->hc += c - 1, s->np -= c - 1;
+        memmove(s->pend, s->pend + (size_t)(c - 1) * F, sizeof(float) * (size_t)s->np * F);
+        if (model_tap_rows(e->m, 0, e->h + (size_t)r * D, &e->last[r], 1) != 0) {
+            util_fail(err, errlen, "eagle head: no final residual");
+            goto fail;
+        }
+        p->nodes[0] = (drafter_node){ea_draw(e, p, e->logits + (size_t)r * (size_t)e->Vd, p->q, (uint64_t)p->n_tokens, 0), -1,
+                                     false};
+        p->n_nodes = 1;
+    }
+    /* draft j + 1 from row (draft j, the head's own feature); e->last maps a call row to its r */
+    for (int j = 1;; j++) {
+        int k = 0;
+        for (int r = 0; r < m; r++) {
+            drafter_prop *p = &P[e->row_of[r]];
+            if (p->budget <= j) continue;
+            e->ms[k] = (model_seq){.kv = p->ds->kv, .n = 1, .tokens = &p->nodes[j - 1].token, .feat = e->h + (size_t)r * D};
+            e->last[k++] = r;
+        }
+        if (!k) break;
+        if (model_forward(e->m, e->pool, e->ms, k, e->logits, err, errlen) != 0) goto fail;
+        for (int q = 0; q < k; q++) {
+            int r = e->last[q];
+            drafter_prop *p = &P[e->row_of[r]];
+            if (model_tap_rows(e->m, 0, e->h + (size_t)r * D, &q, 1) != 0) {
+                util_fail(err, errlen, "eagle head: no final residual");
+                goto fail;
+            }
+            p->nodes[j] = (drafter_node){ea_draw(e, p, e->logits + (size_t)q * (size_t)e->Vd, p->q + (size_t)j * V,
+                                                 (uint64_t)(p->n_tokens + j), j),
+                                         (int16_t)(j - 1), false};
+            p->n_nodes = j + 1;
+        }
+    }
+    return 0;
+fail:
+    for (int i = 0; i < n; i++) {
+        P[i].n_nodes = 0;
+        if (P[i].ds->kv->len > P[i].ds->hc) kv_seq_truncate(e->pool, P[i].ds->kv, P[i].ds->hc);
+    }
+    return -1;
+}
+
+static void ea_cost(drafter *d, double *node_ms, double *per_row_ms) {
+    eagle *e = (eagle *)d;
+    *node_ms = e->c.draft_ms;
+    *per_row_ms = e->c.draft_ms_per_row;
+}
+
+static void ea_observe(drafter *d, int nodes, int rows, double ms) {
+    (void)rows;
+    if (nodes > 0) gamma_costs_observe_draft(&((eagle *)d)->c, ms / nodes);
+}
+
+static int ea_feature_layers(drafter *d, int *layers) {
+    memcpy(layers, ((eagle *)d)->layers, sizeof(int) * EAGLE_LAYERS);
+    return EAGLE_LAYERS;
+}
+
+static const drafter_i eagle_i = {
+    .version = DRAFTER_INTERFACE_VERSION,
+    .name = "eagle",
+    .destroy = ea_destroy,
+    .seq_create = ea_seq_create,
+    .seq_destroy = ea_seq_destroy,
+    .available = ea_available,
+    .propose = ea_propose,
+    .commit = ea_commit,
+    .state_len = ea_state_len,
+    .cost = ea_cost,
+    .observe = ea_observe,
+    .feature_layers = ea_feature_layers,
+    .observe_features = ea_observe_features,
+};
+
+int draft_eagle_layers(const drafter *d, int *layers) {
+    if (!d || d->i != &eagle_i) return 0;
+    memcpy(layers, ((const eagle *)d)->layers, sizeof(int) * EAGLE_LAYERS);
+    return EAGLE_LAYERS;
+}
+
+drafter *draft_eagle_load(spec_pair *sp, const char *path, int blocks, engine_status *st, char *err, size_t errlen) {
+    eagle *e = calloc(1, sizeof(*e));
+    if (!e) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: eagle proposer"), NULL;
+    e->base.i = &eagle_i;
+    e->base.n_vocab = e->V = sp->n_vocab;
+    e->max_seqs = sp->max_seqs;
+    char sub[512];
+    model_params mp = {.max_batch = 512, .max_ctx = sp->max_ctx + GAMMA_MAX + 2};
+    const model_hparams *th = &sp->target->hp;
+    if (!(e->m = model_load(path, sp->target->be, &mp, st, err, errlen))) goto fail_quiet;
+    const model_hparams *hp = &e->m->hp;
+    e->D = hp->dim, e->Vd = hp->n_vocab;
+    if (!hp->eagle3) {
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "%s is a %s model, not an eagle3 head", path, e->m->arch);
+        goto fail_quiet;
+    }
+    if (hp->dim != th->dim || hp->n_vocab_in != sp->n_vocab) {
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s is for a target of hidden size %d and %d "
+                     "tokens; the loaded target has %d and %d", path, hp->dim, hp->n_vocab_in, th->dim, sp->n_vocab);
+        goto fail_quiet;
+    }
+    if (gguf_get_arr(e->m->gguf, "tokenizer.ggml.tokens", GGUF_TYPE_STRING)) { /* a converted head carries it */
+        tokenizer *ht = tok_create(e->m->gguf, sub, sizeof(sub));
+        int diff = ht ? tok_compare(sp->tok, ht, sub, sizeof(sub)) : -1;
+        tok_destroy(ht);
+        if (diff != 0) {
+            util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s refused: its tokenizer differs from the "
+                         "target's (%s)", path, sub);
+            goto fail_quiet;
+        }
+    }
+    /* the target layers: the file's, else the reference code's 2, L/2, L-3 */
+    const gguf_kv *tl = gguf_get_arr(e->m->gguf, "eagle3.target_layers", GGUF_TYPE_UINT32);
+    int L = th->n_layer, def[EAGLE_LAYERS] = {2, L / 2, L - 3};
+    for (int j = 0; j < EAGLE_LAYERS; j++) {
+        uint32_t v = (uint32_t)def[j];
+        if (tl && tl->arr_n == EAGLE_LAYERS) memcpy(&v, (const uint8_t *)tl->arr_data + 4 * (size_t)j, 4); /* unaligned */
+        int l = (int)v;
+        e->layers[j] = l < 0 ? 0 : l > L ? L : l;
+    }
+    if (!(e->d2t = malloc(sizeof(int32_t) * (size_t)e->Vd))) goto oom;
+    const gguf_tensor *t = gguf_find_tensor(e->m->gguf, "d2t");
+    if (t) {
+        if (t->type != GGML_TYPE_I32 || t->ne[0] != (uint64_t)e->Vd) {
+            util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: d2t must be %d int32", path, e->Vd);
+            goto fail_quiet;
+        }
+        memcpy(e->d2t, t->data, sizeof(int32_t) * (size_t)e->Vd);
+        for (int i = 0; i < e->Vd; i++)
+            if (e->d2t[i] < 0 || e->d2t[i] >= e->V) {
+                util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: d2t[%d] is outside the vocabulary", path, i);
+                goto fail_quiet;
+            }
+    } else if (e->Vd == e->V) {
+        for (int i = 0; i < e->Vd; i++) e->d2t[i] = i;
+    } else {
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: a draft vocabulary of %d < %d needs d2t", path,
+                     e->Vd, e->V);
+        goto fail_quiet;
+    }
+    int one = hp->n_layer;
+    if (model_set_taps(e->m, &one, 1) != 0) goto oom;
+    if (blocks <= 0) blocks = sp->max_seqs * ((mp.max_ctx + 15) / 16 + 1);
+    if (!(e->pool = model_kv_pool(e->m, 16, blocks, st, err, errlen))) goto fail_quiet;
+    size_t S = (size_t)sp->max_seqs;
+    e->smp = sampler_create(e->V);
+    e->logits = malloc(sizeof(float) * S * (size_t)e->Vd);
+    e->lv = malloc(sizeof(float) * (size_t)e->V);
+    e->h = malloc(sizeof(float) * S * (size_t)e->D);
+    e->ms = malloc(sizeof(model_seq) * S);
+    e->row_of = malloc(sizeof(int) * S);
+    e->last = malloc(sizeof(int) * S);
+    if (!e->smp || !e->logits || !e->lv || !e->h || !e->ms || !e->row_of || !e->last) goto oom;
+    e->c.draft_ms = 0.05, e->c.draft_ms_per_row = 0.01; /* refined by observe() from the first proposals */
+    engine_status_set(st, ENGINE_OK);
+    return &e->base;
+oom:
+    util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: eagle proposer scratch");
+fail_quiet:
+    ea_destroy(&e->base);
+    return NULL;
+}

@@ -1,0 +1,51 @@
+/* draft_eagle.h — an EAGLE-3 draft head as a proposer (drafter.h; issue
+ * 36): the head (model.h's eagle3 layout, one decoder layer) reads the
+ * target's residual stream at three layers, fused by its fc, for every
+ * position the target has committed, and drafts a chain from its own output
+ * features after the first step, as it was trained to.
+ *
+ * Rows: head row i pairs token i+1 with the target's features at position i
+ * (the target computed them feeding token i) and predicts token i+2. For a
+ * sequence of n accepted tokens the head's cache holds the committed rows
+ * [0, hc), the features of positions [hc, hc + np) wait in a host buffer
+ * (observe_features fills it after every target pass), and a proposal first
+ * feeds the waiting rows up to position n − 2 (one call), whose last row's
+ * logits give draft 1 and whose final residual is the feature of the next
+ * row (draft 1, that residual), and so on: γ drafts cost one catch-up call
+ * plus γ − 1 one-row calls, batched over the sequences. The draft rows are
+ * taken back at commit (they used the head's features, not the target's);
+ * the next catch-up recomputes the accepted ones from the target's.
+ *
+ * Drafts are drawn from the head's own distribution q (the sequence's one
+ * sampler config, over the target's vocabulary: a smaller draft vocabulary
+ * maps through the head's d2t and leaves the rest at zero), so the chain
+ * rule p/q with its residual is lossless at any temperature; at T = 0 the
+ * argmax. A sequence without the features of every position (prefix cache
+ * hits are turned off for it; a cache reset) proposes nothing until its
+ * features are whole again.
+ *
+ * Not yet: trees (EAGLE-2's dynamic tree), training (specd train-eagle), the
+ * engine's and the server's `speculation.method: eagle` (tests drive it
+ * through spec_pair_set_drafter).
+ *
+ * Threading: engine thread only. */
+#ifndef SPECD_DRAFT_EAGLE_H
+#define SPECD_DRAFT_EAGLE_H
+
+#include "engine/spec/spec.h"
+
+/* Loads the head at path on the pair's target backend for the pair's
+ * sequences (max_seqs, contexts up to max_ctx) with a KV pool of `blocks`
+ * blocks (0: as the target's), and checks it against the target: its hidden
+ * size, its embedding's vocabulary, the tokenizer when the head carries one
+ * (a converted head does), the target layers it reads (eagle3.target_layers,
+ * default 2, L/2 and L − 3 of the target's L, as the reference code). NULL
+ * with err and *st (ENGINE_ERR_INVALID for a head of another target or a bad
+ * file, ENGINE_ERR_OOM) on failure. Install it with spec_pair_set_drafter(sp,
+ * SPEC_DRAFTER_EAGLE, d): the pair then owns it and taps the target. */
+drafter *draft_eagle_load(spec_pair *sp, const char *path, int blocks, engine_status *st, char *err, size_t errlen);
+
+/* The target layers a loaded head reads (3), for reports and tests. */
+int draft_eagle_layers(const drafter *d, int *layers);
+
+#endif

@@ -28,7 +28,7 @@ static void generate_usage(FILE *f) {
             "                      [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [-t THREADS]\n"
             "                      [--backend auto|cpu|cuda] [--device N] [--tensor-parallel N] [--no-bos] [--json]\n"
             "                      [--compare-plain [--repeat N]] [--method auto|draft|ngram|off]\n"
-            "                      [--tree off|auto|B/D/K] [--medusa HEADS.gguf] [--quiet]\n"
+            "                      [--tree off|auto|B/D/K] [--medusa HEADS.gguf] [--eagle HEAD.gguf] [--quiet]\n"
             "  -c FILE      config file (default: config.yaml when present), validated as `specd serve` does:\n"
             "               models, engine and speculation settings (flags given here override them)\n"
             "  -m MODEL     target GGUF (llama family); overrides the config. With neither, the built-in\n"
@@ -48,6 +48,7 @@ static void generate_usage(FILE *f) {
             "               most B nodes, D levels, K children per node) or off (chains; default: the\n"
             "               config's speculation.tree)\n"
             "  --medusa H   Medusa heads for the target (specd train-medusa): speculate with them\n"
+            "  --eagle H    an EAGLE-3 head for the target (specd convert-eagle3): speculate with it\n"
             "               (--method medusa implied; tree shape from --tree B/D/K, default 16/5/3)\n"
             "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
@@ -207,7 +208,7 @@ int cmd_generate(int argc, char **argv) {
     bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
     int tree_mode = -1; /* --tree: -1 = the config's */
-    const char *medusa_path = NULL, *medusa_cfg = NULL;
+    const char *medusa_path = NULL, *medusa_cfg = NULL, *eagle_path = NULL;
     tree_shape tree_sh = {0, 0, 0};
     sampler_config sc = sampler_config_default();
     static sampler_bias bias[SAMPLER_MAX_BIAS];
@@ -243,6 +244,7 @@ int cmd_generate(int argc, char **argv) {
         }
         else if (!strcmp(a, "--no-spec")) no_spec = true;
         else if (!strcmp(a, "--medusa")) medusa_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--eagle")) eagle_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--tree")) {
             const char *v = arg_str(argc, argv, &i);
             if (!strcmp(v, "off")) tree_mode = ENGINE_TREE_OFF;
@@ -356,6 +358,10 @@ int cmd_generate(int argc, char **argv) {
     /* with Medusa heads only a fixed shape passes through: the heads take it
      * every step instead of choosing their budget from the cost curve */
     if (tree_mode >= 0 && (!medusa_path || tree_mode == ENGINE_TREE_FIXED)) ec.tree = tree_mode;
+    if (eagle_path) {
+        ec.eagle_path = eagle_path;
+        if (method < 0) method = SPEC_METHOD_EAGLE;
+    }
     if (medusa_path) {
         ec.medusa_path = medusa_path;
         if (method < 0) method = SPEC_METHOD_MEDUSA;

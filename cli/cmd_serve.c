@@ -20,7 +20,7 @@
 static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: specd serve [-c config.yaml] [--host H] [--port P] [-m TARGET.gguf] [--draft DRAFT.gguf]\n"
-            "                   [--medusa HEADS.gguf] [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
+            "                   [--medusa HEADS.gguf] [--eagle HEAD.gguf] [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N] [--log-format text|json]\n"
             "                   [--api-key KEY]... [--api-key-file FILE] [--tls-cert CERT.pem --tls-key KEY.pem]\n"
             "  -c FILE        config file; without -c: $SPECD_CONFIG, else ./config.yaml, else\n"
@@ -30,6 +30,7 @@ static void serve_usage(FILE *f) {
             "  -m MODEL       target GGUF (models.target); without one, a demo pair with RANDOM weights is served\n"
             "  --draft D      draft GGUF sharing the target's tokenizer (models.draft)\n"
             "  --medusa H     Medusa heads for the target (models.medusa; specd train-medusa)\n"
+            "  --eagle H      an EAGLE-3 head for the target (models.eagle; specd convert-eagle3): method eagle\n"
             "  --chat-template FILE|NAME  chat template instead of the model's tokenizer.chat_template: a Jinja\n"
             "                 file, a tokenizer.chat_template.NAME of the model, or a built-in family (models.chat_template)\n"
             "  -hf REPO[:QUANT], --hf-draft REPO[:QUANT]  target / draft from a Hugging Face repository,\n"
@@ -49,7 +50,8 @@ static void serve_usage(FILE *f) {
 int cmd_serve(int argc, char **argv) {
     const char *chat_template = NULL;
     const char *config_path = NULL, *host = NULL, *model = NULL, *draft = NULL, *web_root = NULL, *medusa = NULL;
-    static char mpath[1024];
+    const char *eagle = NULL;
+    static char mpath[1024], epath[1024];
     const char *hf = NULL, *hf_draft = NULL;
     bool log_json = false;
     int port = -1, threads = -1, max_running = -1, ctx = -1;
@@ -64,6 +66,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--medusa")) medusa = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--eagle")) eagle = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--chat-template")) chat_template = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
@@ -144,6 +147,7 @@ int cmd_serve(int argc, char **argv) {
     snprintf(tpath, sizeof(tpath), "%s", pc->models.target);
     snprintf(dpath, sizeof(dpath), "%s", pc->models.draft);
     snprintf(mpath, sizeof(mpath), "%s", pc->models.medusa);
+    snprintf(epath, sizeof(epath), "%s", pc->models.eagle);
     engine_config_from_policy(&ec, pc); /* engine and speculation sections, max_batch and mode included */
     bool tel_enabled = pc->telemetry.enabled;
     telemetry_config tc = telemetry_config_default();
@@ -173,8 +177,9 @@ int cmd_serve(int argc, char **argv) {
         gc.web_root[0] = 0;
     }
     if (gc.web_root[0]) fprintf(stderr, "specd: web pages from %s\n", gc.web_root);
-    if (model) snprintf(tpath, sizeof(tpath), "%s", model), dpath[0] = 0, mpath[0] = 0;
+    if (model) snprintf(tpath, sizeof(tpath), "%s", model), dpath[0] = 0, mpath[0] = 0, epath[0] = 0;
     if (medusa) snprintf(mpath, sizeof(mpath), "%s", medusa);
+    if (eagle) snprintf(epath, sizeof(epath), "%s", eagle);
     if (draft) snprintf(dpath, sizeof(dpath), "%s", draft);
     if (threads > 0) ec.threads = threads;
     if (max_running > 0) ec.max_running = max_running;
@@ -191,6 +196,7 @@ int cmd_serve(int argc, char **argv) {
     ec.target_path = tpath;
     ec.draft_path = dpath[0] ? dpath : NULL;
     ec.medusa_path = mpath[0] ? mpath : NULL;
+    ec.eagle_path = epath[0] ? epath : NULL;
     ec.chat_template = chat_template ? chat_template : pc->models.chat_template[0] ? pc->models.chat_template : NULL;
     if (!gamma_params_validate(&ec.gamma, err, sizeof(err))) {
         fprintf(stderr, "specd serve: config: speculation: %s\n", err);

@@ -473,6 +473,8 @@ typedef struct {
                                     * of the model, or a built-in family; NULL: the model's own (chat.h chat_tmpl_load) */
     const char *medusa_path;       /* Medusa heads for the target (specd train-medusa; NULL: none): requests with
                                     * speculation.method medusa verify their trees (shape: the tree bounds) */
+    const char *eagle_path;        /* an EAGLE-3 head for the target (specd convert-eagle3; NULL: none): requests with
+                                    * speculation.method eagle draft chains with it */
     int threads;                   /* kernel threads (0 = all CPUs) */
     int backend;                   /* engine_backend: auto (CUDA when built and a GPU is present), cpu, cuda */
     int device;                    /* CUDA device of the models (of target shard 0 and the draft) */
@@ -713,6 +715,7 @@ typedef struct {
     int max_ctx;                   /* positions per sequence */
     bool has_draft;
     bool has_medusa;               /* Medusa heads are loaded */
+    bool has_eagle;                /* an EAGLE-3 head is loaded */
     int chat_template;             /* chat_template_kind detected from the target's metadata */
     char bos_text[32];             /* the BOS token's text (chat templates that spell it out) */
     int tree;                      /* engine_tree of the engine (OFF when trees are off) */

@@ -30,7 +30,7 @@ bool pol_config_from_env(const pol_config *c, const char *key) {
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
 static const char *const mode_names[] = {"auto", "draft", "off", NULL};
-static const char *const method_names[] = {"auto", "draft", "ngram", "off", "medusa", NULL};
+static const char *const method_names[] = {"auto", "draft", "ngram", "off", "medusa", "eagle", NULL};
 static const char *const verify_names[] = {"rejection", "coupled", NULL};
 static const char *const tree_names[] = {"off", "auto", "fixed", NULL};
 
@@ -71,6 +71,7 @@ static const keydef models_keys[] = {
     KS(pol_models, target, true),
     KS(pol_models, draft, true),
     KS(pol_models, medusa, true),
+    KS(pol_models, eagle, true),
     KS(pol_models, alias, false),
     KS(pol_models, chat_template, true),
 };

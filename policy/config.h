@@ -69,6 +69,7 @@ typedef struct {
     char target[1024];                     /* GGUF path; "" = demo pair (the CLI decides) */
     char draft[1024];                      /* GGUF path; "" = no draft */
     char medusa[1024];                     /* Medusa heads side file (specd train-medusa); "" = none */
+    char eagle[1024];                      /* EAGLE-3 head side file (specd convert-eagle3); "" = none */
     char alias[512];                       /* more names the served model answers to, comma-separated */
     char chat_template[1024];              /* a Jinja file, a tokenizer.chat_template.NAME or a built-in family ("" = the model's) */
 } pol_models;

@@ -39,6 +39,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     out->max_ctx = e->sp->max_ctx;
     out->has_draft = spec_pair_has_draft(e->sp);
     out->has_medusa = e->dm != NULL;
+    out->has_eagle = e->sp->drafters[SPEC_DRAFTER_EAGLE] != NULL;
     out->chat_template = (int)(e->chat ? chat_tmpl_family(e->chat) : chat_template_detect(e->sp->target->gguf, e->sp->tok));
     out->tree = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
     out->tree_bounds = (tree_shape){e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
@@ -125,6 +126,12 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
         if (rq->method_set)
             return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'medusa' needs Medusa heads (models.medusa), and none "
                                          "are loaded");
+        method = SPEC_METHOD_AUTO;
+    }
+    if (method == SPEC_METHOD_EAGLE && !e->sp->drafters[SPEC_DRAFTER_EAGLE]) {
+        if (rq->method_set)
+            return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'eagle' needs an EAGLE-3 head (models.eagle), "
+                            "and none is loaded");
         method = SPEC_METHOD_AUTO;
     }
     if (method == SPEC_METHOD_MEDUSA && (rq->logprobs || rq->verify == ENGINE_VERIFY_COUPLED))
@@ -522,6 +529,18 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         /* each step's budget from t(rows); a fixed shape (speculation.tree:
          * fixed, generate --tree B/D/K) is the user's: every step uses it */
         if (e->t_rows[1] > 0 && c->tree != ENGINE_TREE_FIXED) draft_medusa_set_curve(e->dm, e->t_rows);
+    }
+    if (c->eagle_path && c->eagle_path[0]) { /* the pair owns it from here on (its slot) */
+        drafter *ea = draft_eagle_load(e->sp, c->eagle_path, 0, st, err, errlen);
+        if (!ea) {
+            spec_tree_destroy(e->tc);
+            spec_pair_free(e->sp);
+            medusa_heads_destroy(e->mh);
+            engine_backends_free(e);
+            free(e);
+            return NULL;
+        }
+        spec_pair_set_drafter(e->sp, SPEC_DRAFTER_EAGLE, ea);
     }
     if (c->tree != ENGINE_TREE_OFF) {
         /* the shape controller needs the verify cost curve even when

@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "engine/grammar/constrain.h"
+#include "engine/spec/proposers/draft_eagle.h"  /* an EAGLE-3 head's loading (engine.c) */
 #include "engine/spec/proposers/draft_medusa.h" /* the heads' loading, shape and curve (engine.c) */
 #include "engine/spec/path_ctl.h"
 #include "engine/spec/proposers/draft_tree.h"

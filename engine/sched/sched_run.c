@@ -39,7 +39,8 @@ static int pick_trees(engine *e, int n_run, int batch) {
         spec_method how = r->prm.method;
         if (r->prm.speculate && sq->ds[SPEC_DRAFTER_MEDUSA] && (!r->auto_medusa || e->path_arm == 1)) {
             sh = e->medusa_sh, how = SPEC_METHOD_MEDUSA;
-        } else if (e->cfg.tree != ENGINE_TREE_OFF && r->tree_mode != ENGINE_TREE_OFF && r->prm.speculate) {
+        } else if (e->cfg.tree != ENGINE_TREE_OFF && r->tree_mode != ENGINE_TREE_OFF && r->prm.speculate &&
+                   r->prm.method != SPEC_METHOD_EAGLE) { /* the head drafts chains (not yet trees) */
             if (r->tree_mode == ENGINE_TREE_FIXED) {
                 ent = 1, sh = r->tree_sh;
             } else {

@@ -1,9 +1,11 @@
 /* test_engine_conformance.c — the proposer conformance suite (issue 43 item
  * 7): ONE harness run over every proposer the engine offers, listed in
  * `proposers` below — the draft model's and the lookup's chains, the auto
- * method, draft-model and n-gram trees, Medusa trees and auto with heads —
- * on the real pair (stories260K target, llama2xs-281K draft) with Medusa
- * heads loaded. For each proposer:
+ * method, draft-model and n-gram trees, Medusa trees and auto with heads,
+ * an EAGLE-3 head's chains — on the real pair (stories260K target,
+ * llama2xs-281K draft) with Medusa heads and an EAGLE-3 head (random
+ * weights: what it drafts must not matter to the output) loaded. For each
+ * proposer:
  *   - greedy outputs equal plain decoding token for token on 50 prompts (12
  *     under ThreadSanitizer),
  *     each request alone and in batches of 5 (submitted together);
@@ -24,6 +26,7 @@
  * acceptance rules of its node kinds by exact enumeration (tests/spec:
  * accept_exact for chains with q rows and point masses, tree_exact for
  * multi-candidate trees). */
+#include "cli/mkmodel.h"
 #include "engine/spec/proposers/medusa.h"
 #include "engine/spec/spec.h"
 #include "tests/engine/engine_util.h"
@@ -59,6 +62,7 @@ static const conf_proposer proposers[] = {
     {"medusa", SPEC_METHOD_MEDUSA, ENGINE_TREE_OFF, SPEC_PROPOSER_MEDUSA, true, 0, false},
     {"auto", SPEC_METHOD_AUTO, ENGINE_TREE_OFF, -1, true, 0, false},
     {"auto tree", SPEC_METHOD_AUTO, ENGINE_TREE_AUTO, -1, true, 0, false},
+    {"eagle chain", SPEC_METHOD_EAGLE, ENGINE_TREE_OFF, SPEC_DRAFTER_EAGLE, false, 4, true},
 };
 #define N_PROP (int)(sizeof(proposers) / sizeof(proposers[0]))
 
@@ -119,7 +123,7 @@ static void conform(engine *e, const conf_proposer *p, const char *how) {
         for (int k = 0; k < SPEC_PROPOSERS; k++) {
             sum += st->by[k].verify_steps;
             bool allowed = q->slot >= 0 ? k == q->slot
-                                        : k != SPEC_PROPOSER_MEDUSA || q->medusa_ok;
+                                        : k != SPEC_PROPOSER_EAGLE && (k != SPEC_PROPOSER_MEDUSA || q->medusa_ok);
             if (!allowed && st->by[k].verify_steps) miscounted++;
             if (k == q->slot) own += st->by[k].verify_steps;
         }
@@ -143,8 +147,9 @@ static void conform(engine *e, const conf_proposer *p, const char *how) {
 }
 
 int main(void) {
-    char hp[600];
+    char hp[600], ep[600];
     snprintf(hp, sizeof hp, "%s/specd-conf-medusa-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
+    snprintf(ep, sizeof ep, "%s/specd-conf-eagle-%d.gguf", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     engine_config c = engine_config_default();
     c.threads = 2;
     c.calibrate = false;
@@ -158,11 +163,17 @@ int main(void) {
     engine_destroy(e0);
     eu_identity_heads(st0.target_id, true, hp);
     c.medusa_path = hp;
+    mkmodel_opts mo;
+    mkmodel_opts_init(&mo);
+    mo.arch = "eagle3", mo.dim = 64, mo.n_heads = 8, mo.n_kv_heads = 4, mo.ff = 172, mo.vocab = 512, mo.seed = 3;
+    char merr[512];
+    CHECKF(mkmodel_random(ep, &mo, NULL, merr, sizeof merr) == 0, "eagle head: %s", merr);
+    c.eagle_path = ep;
     engine *e = eu_create(&c, true);
-    unlink(hp);
+    unlink(hp), unlink(ep);
     engine_info info;
     engine_get_info(e, &info);
-    CHECK(info.has_medusa && info.tree == ENGINE_TREE_AUTO);
+    CHECK(info.has_medusa && info.has_eagle && info.tree == ENGINE_TREE_AUTO);
     const tokenizer *tok = engine_tokenizer(e);
     for (int i = 0; i < N_P; i++) eu_make_prompt(tok, 5 * i + 2, 10 + (i * 11) % 50, &prompts[i]);
 

@@ -6,6 +6,7 @@
  * or setup error, or nothing testable. */
 #include "cli/cmd.h"
 #include "cli/util.h"
+#include "engine/spec/proposers/draft_eagle.h"
 #include "engine/spec/proposers/draft_medusa.h"
 #include "engine/spec/proposers/draft_tree.h"
 #include "cli/penalty_args.h"
@@ -27,7 +28,7 @@ static void verify_usage(FILE *f) {
             "                    [--top-k K] [--top-p P] [--min-p P] [--gamma G | --adaptive] [-p PROMPT]\n"
             "                    [--seed S] [--alpha A] [-t THREADS] [--quiet] [--broken]\n"
             "                    [--method draft|ngram|auto] [--ngram-min N] [--ngram-max N] [--verify rejection|coupled]\n"
-            "                    [--tree B/D/K] [--medusa HEADS.gguf]\n"
+            "                    [--tree B/D/K] [--medusa HEADS.gguf] [--eagle HEAD.gguf]\n"
             "  Draws N sequences with plain decoding and N with speculation (independent seeds) for the\n"
             "  same prompt, K tokens each, and tests per position that the token distributions agree:\n"
             "  chi-square homogeneity on the two token histograms (tokens with expected count < 5 merged),\n"
@@ -62,6 +63,8 @@ static void verify_usage(FILE *f) {
             "               merged, deterministic nodes); with --broken the siblings skip the residual update\n"
             "  --medusa H   Medusa heads (specd train-medusa) propose the trees of every speculative\n"
             "               step (deterministic nodes; shape from --tree, default 16/4/4); no --draft needed\n"
+            "  --eagle H    an EAGLE-3 head (specd convert-eagle3) drafts the chains (q from the head,\n"
+            "               the target's features); no --draft needed\n"
             "  --broken     testing only: use a deliberately wrong residual (|p-q| instead of\n"
             "               max(0, p-q)) to prove the harness detects a lossy algorithm\n"
             "  exit status: 0 distributions agree, 1 they differ, 2 usage or setup error, or nothing to\n"
@@ -158,7 +161,7 @@ int cmd_verify(int argc, char **argv) {
     const char *medusa_path = NULL;
     medusa_heads *mh = NULL;
     bool coupled = false; /* --verify coupled */
-    const char *model_path = NULL, *draft_path = NULL, *prompt = "";
+    const char *model_path = NULL, *draft_path = NULL, *prompt = "", *eagle_path = NULL;
     int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0, method = SPEC_METHOD_DRAFT, ngram_min = 0,
         ngram_max = 0;
     bool adaptive = false, broken = false, quiet = false;
@@ -214,6 +217,7 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--ngram-max")) ngram_max = (int)arg_long(argc, argv, &i, 1, 8);
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "--medusa")) medusa_path = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--eagle")) eagle_path = arg_str(argc, argv, &i), method = SPEC_METHOD_EAGLE;
         else if (!strcmp(a, "--tree")) {
             const char *v = arg_str(argc, argv, &i);
             if (sscanf(v, "%d/%d/%d", &tree.sh.budget, &tree.sh.depth, &tree.sh.topk) != 3 || tree.sh.budget < 1 ||
@@ -228,7 +232,7 @@ int cmd_verify(int argc, char **argv) {
         else return cli_unknown_option("verify", a, verify_usage);
     }
     char err[1024] = "";
-    if (!model_path || (!draft_path && method != SPEC_METHOD_NGRAM && !medusa_path)) {
+    if (!model_path || (!draft_path && method != SPEC_METHOD_NGRAM && !medusa_path && !eagle_path)) {
         fprintf(stderr, "specd verify: both -m TARGET and --draft DRAFT are required (the draft is optional with "
                         "--method ngram or --medusa)\n");
         verify_usage(stderr);
@@ -268,6 +272,18 @@ int cmd_verify(int argc, char **argv) {
     if (!sp) {
         cli_load_failed("verify", est, err, CLI_OOM_HINT_MODEL);
         goto done;
+    }
+    if (eagle_path) {
+        drafter *ea = draft_eagle_load(sp, eagle_path, 0, &est, err, sizeof(err));
+        if (!ea) {
+            fprintf(stderr, "specd verify: %s\n", err);
+            goto done;
+        }
+        spec_pair_set_drafter(sp, SPEC_DRAFTER_EAGLE, ea);
+        if (medusa_path || tree.sh.budget) {
+            fprintf(stderr, "specd verify: --eagle drafts chains: no --medusa or --tree with it\n");
+            goto done;
+        }
     }
     size_t V = (size_t)sp->n_vocab;
     size_t plen = strlen(prompt);

@@ -145,6 +145,26 @@ def case_tree(method, temp_args):
     expect_broken_fails(base, 8, 1e-6)
 
 
+def case_eagle(temp_args):
+    """An EAGLE-3 head as the proposer (--eagle HEAD; random weights written
+    by specd mkmodel --arch eagle3, so its q is far from the target's p and
+    most drafts are rejected): the chain rule with the head's q rows passes,
+    and the broken residual, which every rejection samples from, fails."""
+    t, _ = real_pair()
+    with tempfile.TemporaryDirectory() as tmp:
+        head = os.path.join(tmp, "head.gguf")
+        r = subprocess.run([SPECD, "mkmodel", "-o", head, "--arch", "eagle3", "--dim", "64", "--heads", "8",
+                            "--kv-heads", "4", "--ff", "172", "--vocab", "512", "--seed", "3"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, "mkmodel --arch eagle3 failed: " + r.stderr[-1500:])
+        base = ["-m", t, "--eagle", head, "--quiet", "--samples", "5000", "--positions", "8", "-p", "The",
+                "--seed", "9", *temp_args]
+        out, rows = expect_pass(base, 8)
+        m = re.search(r"eagle: (\d+) verify passes, drafted (\d+), accepted (\d+)", out)
+        check(m and int(m[1]) > 1000 and int(m[3]) > 100, "the head's drafts were not exercised", out)
+        expect_broken_fails(base, 8, 1e-20)
+
+
 def case_medusa(temp_args, broken):
     """Medusa heads as the proposer (--medusa HEADS, trained here for a few
     hundred steps): deterministic tree nodes, the point-mass tree rule,
@@ -296,6 +316,8 @@ if __name__ == "__main__":
         "tree_grammar_t1": lambda: case_grammar(["--temp", "1.0"], tree="6/3/3"),
         "medusa_t1": lambda: case_medusa(["--temp", "1.0"], False),
         "medusa_t07": lambda: case_medusa(["--temp", "0.7", "--top-p", "0.9"], True),
+        "eagle_t1": lambda: case_eagle(["--temp", "1.0"]),
+        "eagle_t07": lambda: case_eagle(["--temp", "0.7", "--top-p", "0.9"]),
     }
     cases[sys.argv[1]]()
     print("ok")

@@ -203,7 +203,7 @@ static void be_usage(FILE *f) {
             "                   [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
             "                   [--prompts FILE] [--prompt-tokens P (32)] [-t THREADS (0 = all CPUs)]\n"
             "                   [--temp T (0)] [--trees LIST] [--rounds R (5 with --trees, else 2)] [--grammar json|FILE.gbnf]\n"
-            "                   [--medusa HEADS.gguf] [--backend auto|cpu|cuda (auto)] [--device N]\n"
+            "                   [--medusa HEADS.gguf] [--eagle HEAD.gguf] [--backend auto|cpu|cuda (auto)] [--device N]\n"
             "  N streams at once through the engine API, speculation off and on (same prompts) for R\n"
             "  rounds, their order swapped each round (the second phase finds a warm prefix cache),\n"
             "  for each concurrency; prompts are the first P tokens of the corpus lines\n"
@@ -213,7 +213,8 @@ static void be_usage(FILE *f) {
             "  --trees LIST compare speculation shapes against plain decoding instead of on/off:\n"
             "               plain (plain decoding again: an A/A control of the noise),\n"
             "               chain (the chain path, adaptive gamma; with --medusa, auto between it and Medusa),\n"
-            "               draft (the draft model's chain only), medusa (Medusa trees only, --medusa), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
+            "               draft (the draft model's chain only), medusa (Medusa trees only, --medusa),\n"
+            "               eagle (the EAGLE-3 head's chains, --eagle), 4, 8, 16 (fixed trees 4/3/2, 8/4/2,\n"
             "               16/5/3 nodes/levels/children), B/D/K (any fixed tree), auto (the shape\n"
             "               controller), mixed (even streams the draft model's γ=4 chains, odd ones Medusa trees\n"
             "               with --medusa, else fixed 8/4/2 draft trees: proposers side by side in one\n"
@@ -250,6 +251,7 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
         else if (!strcmp(t, "chain")) c.tree = ENGINE_TREE_OFF;
         else if (!strcmp(t, "draft")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_DRAFT;
         else if (!strcmp(t, "medusa")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_MEDUSA;
+        else if (!strcmp(t, "eagle")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_EAGLE;
         else if (!strcmp(t, "auto")) c.tree = ENGINE_TREE_AUTO;
         else if (!strcmp(t, "mixed")) c.mixed = true, c.tree = ENGINE_TREE_OFF;
         else if (!strcmp(t, "4")) c.sh = (tree_shape){4, 3, 2};
@@ -258,7 +260,7 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
         else if (sscanf(t, "%d/%d/%d", &c.sh.budget, &c.sh.depth, &c.sh.topk) != 3 || c.sh.budget < 1 ||
                  c.sh.budget > ENGINE_TREE_MAX_NODES || c.sh.depth < 1 || c.sh.depth > c.sh.budget || c.sh.topk < 1 ||
                  c.sh.topk > 8) {
-            fprintf(stderr, "specd bench: --trees: '%s' is not plain, chain, draft, medusa, auto, mixed, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
+            fprintf(stderr, "specd bench: --trees: '%s' is not plain, chain, draft, medusa, eagle, auto, mixed, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
             return -1;
         }
         if (c.tree == ENGINE_TREE_FIXED) snprintf(c.name, sizeof(c.name), "%d/%d/%d", c.sh.budget, c.sh.depth, c.sh.topk);
@@ -343,7 +345,7 @@ int bench_engine(int argc, char **argv) {
     float temp = 0.0f;
     int rounds = 0, n_cfg = 0; /* 0: the mode's default (--trees 5, on/off 2) */
     bool trees = false;
-    const char *grammar_arg = NULL, *medusa = NULL;
+    const char *grammar_arg = NULL, *medusa = NULL, *eagle = NULL;
     be_cfg cfgs[BE_MAX_CFG];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -363,6 +365,7 @@ int bench_engine(int argc, char **argv) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) target = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--medusa")) medusa = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--eagle")) eagle = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-n")) n_tokens = (int)arg_long(argc, argv, &i, 1, 4096);
@@ -427,6 +430,7 @@ int bench_engine(int argc, char **argv) {
     cfg.target_path = target;
     cfg.draft_path = draft;
     cfg.medusa_path = medusa;
+    cfg.eagle_path = eagle;
     cfg.threads = threads;
     cfg.backend = backend; /* auto: the GPU when built with CUDA and one is present, as serve and generate */
     cfg.device = cfg.devices[0] = device;

@@ -227,6 +227,28 @@ static int convert(const char *cfg_path, const char *st_path, const char *target
 #undef U32
     gguf_writer_set_f32(w, "eagle3.attention.layer_norm_rms_epsilon", (float)eps);
     gguf_writer_set_f32(w, "eagle3.rope.freq_base", (float)theta);
+    /* RoPE scaling as the target's (Llama 3.1 heads carry llama3 scaling) */
+    json_t *rs = json_object_get(cfg, "rope_scaling");
+    if (json_is_object(rs)) {
+        json_t *ty = json_object_get(rs, "rope_type");
+        if (!json_is_string(ty)) ty = json_object_get(rs, "type");
+        const char *t = json_is_string(ty) ? json_string_value(ty) : "";
+        double factor = cfg_num(rs, "factor", 1.0);
+        if (!strcmp(t, "llama3")) {
+            gguf_writer_set_str(w, "eagle3.rope.scaling.type", "llama3");
+            gguf_writer_set_f32(w, "eagle3.rope.scaling.factor", (float)factor);
+            gguf_writer_set_f32(w, "eagle3.rope.scaling.low_freq_factor", (float)cfg_num(rs, "low_freq_factor", 1.0));
+            gguf_writer_set_f32(w, "eagle3.rope.scaling.high_freq_factor", (float)cfg_num(rs, "high_freq_factor", 4.0));
+            gguf_writer_set_u32(w, "eagle3.rope.scaling.original_context_length",
+                                (uint32_t)cfg_int(rs, "original_max_position_embeddings", 8192));
+        } else if (!strcmp(t, "linear")) {
+            gguf_writer_set_str(w, "eagle3.rope.scaling.type", "linear");
+            gguf_writer_set_f32(w, "eagle3.rope.scaling.factor", (float)factor);
+        } else if (t[0] && strcmp(t, "default") != 0) {
+            fail(err, n, "%s: rope_scaling type '%s' is not supported (llama3, linear)", cfg_path, t);
+            goto out;
+        }
+    }
     uint64_t QD = (uint64_t)H * hd, KVD = (uint64_t)KV * hd;
     struct { const char *src; const char *dst; uint64_t ne0, ne1; bool layer; } map[] = {
         {"fc.weight", "fc.weight", 3 * (uint64_t)D, (uint64_t)D, false},

@@ -141,6 +141,18 @@ def main():
         refused(config(tmp, hidden_size=128, num_attention_heads=16), st, "hidden size", "another hidden size")
         refused(config(tmp, vocab_size=600), st, "tokens", "another vocabulary")
         refused(config(tmp, num_hidden_layers=2), st, "layers", "two layers")
+        refused(config(tmp, rope_scaling={"rope_type": "yarn", "factor": 4.0}), st, "not supported", "yarn scaling")
+        # Llama 3.1 heads: llama3 RoPE scaling carried into the head's file
+        head = os.path.join(tmp, "scaled.gguf")
+        cp = fwdutil.run(["convert-eagle3", "--config", config(tmp, rope_theta=500000.0, rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}), "--weights", st, "--target", target, "-o", head], check=False)
+        ck.check(cp.returncode == 0, "llama3 scaling converted: " + cp.stderr.strip()[-200:])
+        if cp.returncode == 0:
+            g = gguf_reader.read(head)
+            ck.check(g.get("eagle3.rope.scaling.type") == "llama3" and abs(g.get("eagle3.rope.scaling.factor") - 8.0) < 1e-6
+                     and int(g.get("eagle3.rope.scaling.original_context_length")) == 8192
+                     and abs(g.get("eagle3.rope.freq_base") - 500000.0) < 1, "llama3 scaling keys in the head")
         bad = dict(stored)
         del bad["midlayer.hidden_norm.weight"]
         write_safetensors(st, bad)

@@ -268,6 +268,10 @@ void spec_prefix_probe(const spec_pair *sp, const int32_t *prompt, int n_prompt,
                        int shared[2], int cow[2]) {
     shared[0] = shared[1] = cow[0] = cow[1] = 0;
     if (!sp->prefix_cache || p->no_prefix || n_prompt < 2) return;
+    /* with a features reader loaded (an EAGLE-3 head) a sequence the policy
+     * puts on it reuses nothing (spec_seq_create): admission counts no
+     * sharing at all, whatever the method turns out to be */
+    if (sp->n_feat) return;
     /* the policy may still change whether the draft attaches in lockstep, so
      * the figures hold either way: the target's shared blocks of the shorter
      * (lockstep) run, a copy when either run ends in a cut block, and nothing

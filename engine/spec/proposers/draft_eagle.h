@@ -24,9 +24,9 @@
  * hits are turned off for it; a cache reset) proposes nothing until its
  * features are whole again.
  *
- * Not yet: trees (EAGLE-2's dynamic tree), training (specd train-eagle), the
- * engine's and the server's `speculation.method: eagle` (tests drive it
- * through spec_pair_set_drafter).
+ * Not yet: trees (EAGLE-2's dynamic tree), training (specd train-eagle),
+ * the auto method choosing it. The engine loads it from models.eagle
+ * (engine.c) for requests with speculation.method eagle.
  *
  * Threading: engine thread only. */
 #ifndef SPECD_DRAFT_EAGLE_H

@@ -446,6 +446,19 @@ static int engine_backends(engine *e, char *err, size_t errlen) {
     return 0;
 }
 
+/* engine_create's way out before the engine's tables exist: what is built so
+ * far, in the order engine_destroy frees it (tree scratch before the pair,
+ * whose draft model it is registered with; the pair, which owns the heads'
+ * and the EAGLE head's proposers, before the heads). */
+static void create_unwind(engine *e) {
+    spec_tree_destroy(e->tc);
+    draft_tree_destroy(e->dt);
+    spec_pair_free(e->sp);
+    medusa_heads_destroy(e->mh);
+    engine_backends_free(e);
+    free(e);
+}
+
 static void engine_backends_free(engine *e) {
     comm_destroy(e->tp_comm);
     for (int r = 0; r < e->n_shards; r++) backend_destroy(e->shards[r]);
@@ -517,10 +530,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         if (e->dm) spec_pair_set_drafter(e->sp, SPEC_DRAFTER_MEDUSA, draft_medusa_drafter(e->dm));
         if (!e->mh || !e->dm || !(e->tc = spec_tree_create(e->sp))) {
             if (e->mh && e->dm && !e->tc) util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for Medusa");
-            spec_pair_free(e->sp);
-            medusa_heads_destroy(e->mh);
-            engine_backends_free(e);
-            free(e);
+            create_unwind(e);
             return NULL;
         }
         e->medusa_sh = (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk};
@@ -533,11 +543,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     if (c->eagle_path && c->eagle_path[0]) { /* the pair owns it from here on (its slot) */
         drafter *ea = draft_eagle_load(e->sp, c->eagle_path, 0, st, err, errlen);
         if (!ea) {
-            spec_tree_destroy(e->tc);
-            spec_pair_free(e->sp);
-            medusa_heads_destroy(e->mh);
-            engine_backends_free(e);
-            free(e);
+            create_unwind(e);
             return NULL;
         }
         spec_pair_set_drafter(e->sp, SPEC_DRAFTER_EAGLE, ea);
@@ -551,12 +557,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         if (!e->tc) e->tc = spec_tree_create(e->sp);
         e->dt = spec_pair_has_draft(e->sp) ? draft_tree_create(e->sp) : NULL;
         if (!e->tc || (spec_pair_has_draft(e->sp) && !e->dt)) {
-            spec_tree_destroy(e->tc);
-            draft_tree_destroy(e->dt);
-            spec_pair_free(e->sp);
-            medusa_heads_destroy(e->mh);
-            engine_backends_free(e);
-            free(e);
+            create_unwind(e);
             return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for tree speculation (speculation.tree)"),
                    NULL;
         }
@@ -570,12 +571,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     if (gl->matcher_bytes) cl.matcher_bytes = gl->matcher_bytes;
     if (gl->cache_bytes) cl.cache_bytes = gl->cache_bytes;
     if (!(e->gc = constrain_cache_create(e->sp->tok, &cl))) {
-        spec_tree_destroy(e->tc);
-        draft_tree_destroy(e->dt);
-        spec_pair_free(e->sp);
-        medusa_heads_destroy(e->mh);
-        engine_backends_free(e);
-        free(e);
+        create_unwind(e);
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the grammar mask cache"), NULL;
     }
     if (!(e->chat = chat_tmpl_load(e->sp->target->gguf, e->sp->tok, c->chat_template, err, errlen))) {

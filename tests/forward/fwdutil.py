@@ -92,6 +92,17 @@ def eval_logits(model, tokens, n_vocab, tmpdir, split=None, threads=None, tag="o
     return a.astype(np.float64).reshape(len(tokens), n_vocab)
 
 
+def eagle3_dump(dump, head, tok, ft, fo, tmpdir):
+    """Runs eagle3_dump (tests/forward/eagle3_dump.c) on HEAD: tokens tok (T1 + T2), T1 rows of target features
+    ft (T1, 3D) then T2 own features fo (T2, D). Returns (CompletedProcess, float64 array of its output or None)."""
+    inp, out = os.path.join(tmpdir, "in.bin"), os.path.join(tmpdir, "out.bin")
+    with open(inp, "wb") as f:
+        f.write(np.array([len(ft), len(fo)], np.int32).tobytes() + np.asarray(tok, np.int32).tobytes() +
+                np.asarray(ft, np.float32).tobytes() + np.asarray(fo, np.float32).tobytes())
+    cp = subprocess.run([dump, head, inp, out], capture_output=True, text=True, timeout=60)
+    return cp, (np.fromfile(out, dtype="<f4").astype(np.float64) if cp.returncode == 0 else None)
+
+
 def rel_err_rows(c, r):
     """Per position row: max|c - r| / max|r|. Returns (array of row errors)."""
     c = np.asarray(c, dtype=np.float64)

@@ -16,10 +16,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf_reader  # noqa: E402
-from ref_llama import Q8_ACT_TYPES, _act_q8  # noqa: E402
+from ref_llama import Q8_ACT_TYPES, LlamaRef, _act_q8  # noqa: E402
 
 
-class Eagle3Ref:
+class Eagle3Ref(LlamaRef):
+    """Uses LlamaRef's RMSNorm and (adjacent-pair) RoPE; its own weights and layer."""
+
+    neox = False
+    pos_scale = 1.0
+
     @classmethod
     def from_weights(cls, w, dim, n_head, n_kv, eps=1e-5, base=10000.0):
         """A head from float arrays named as in the GGUF (without ".weight"; norms 1-D), e.g. read from a
@@ -74,18 +79,6 @@ class Eagle3Ref:
         k = x.shape[1] // parts
         return sum(_act_q8(x[:, j * k:(j + 1) * k]) @ w[:, j * k:(j + 1) * k].T for j in range(parts))
 
-    def _norm(self, x, w):
-        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
-
-    def _rope(self, x, pos):
-        ang = pos[:, None] * self.freqs[None, :]
-        c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
-        x = x.copy()
-        x0, x1 = x[:, :, 0:self.n_rot:2].copy(), x[:, :, 1:self.n_rot:2].copy()
-        x[:, :, 0:self.n_rot:2] = x0 * c - x1 * s
-        x[:, :, 1:self.n_rot:2] = x0 * s + x1 * c
-        return x
-
     def forward(self, tokens, feat, fused):
         """New rows after the cached ones: feat (T, 3D) target layers (fused) or (T, D) own features.
         Returns (logits (T, V), final residual (T, D))."""
@@ -93,7 +86,7 @@ class Eagle3Ref:
         T, D = len(tokens), self.dim
         f = self._mm(np.asarray(feat, np.float64), "fc", 3) if fused else np.asarray(feat, np.float64)
         e = self.w["token_embd"][tokens]
-        a = np.concatenate([self._norm(e, self.w["blk.0.attn_norm"]), self._norm(f, self.w["blk.0.hidden_norm"])], axis=1)
+        a = np.concatenate([self._rmsnorm(e, self.w["blk.0.attn_norm"]), self._rmsnorm(f, self.w["blk.0.hidden_norm"])], axis=1)
         q, k, v = (self._mm(a, n, 2) for n in ("blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v"))
         past = self.K.shape[0]
         pos = np.arange(past, past + T, dtype=np.float64)
@@ -110,7 +103,15 @@ class Eagle3Ref:
             p = np.exp(sc - sc.max(axis=1, keepdims=True))
             out[:, h, :] = (p / p.sum(axis=1, keepdims=True)) @ self.V[:, h // group, :]
         x = f + self._mm(out.reshape(T, -1), "blk.0.attn_output")
-        h = self._norm(x, self.w["blk.0.ffn_norm"])
+        h = self._rmsnorm(x, self.w["blk.0.ffn_norm"])
         gt, up = self._mm(h, "blk.0.ffn_gate"), self._mm(h, "blk.0.ffn_up")
         x = x + self._mm(gt / (1.0 + np.exp(-gt)) * up, "blk.0.ffn_down")
-        return self._mm(self._norm(x, self.w["output_norm"]), "output"), x
+        return self._mm(self._rmsnorm(x, self.w["output_norm"]), "output"), x
+
+    def run_two(self, tok, t1, ft, fo):
+        """From an empty cache: rows [0, t1) fused from the target's layers ft, the rest from own features fo,
+        in two calls (the drafting order). Returns (logits, final residual), all rows stacked."""
+        self.reset()
+        l1, h1 = self.forward(tok[:t1], ft, True)
+        l2, h2 = self.forward(tok[t1:], fo, False)
+        return np.vstack([l1, l2]), np.vstack([h1, h2])

@@ -10,7 +10,6 @@
 #   test_eagle3_convert.py EAGLE3_DUMP
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -114,19 +113,13 @@ def main():
             tok = rng.integers(0, V, T1 + T2).astype(np.int32)
             ft = (rng.standard_normal((T1, 3 * D)) * 2).astype(np.float32)
             fo = rng.standard_normal((T2, D)).astype(np.float32)
-            inp, out = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
-            with open(inp, "wb") as f:
-                f.write(np.array([T1, T2], np.int32).tobytes() + tok.tobytes() + ft.tobytes() + fo.tobytes())
-            r = subprocess.run([dump, head, inp, out], capture_output=True, text=True, timeout=60)
+            r, a = fwdutil.eagle3_dump(dump, head, tok, ft, fo, tmp)
             ck.check(r.returncode == 0, "%s: eagle3_dump ran: %s" % (dtype, r.stderr.strip()))
             if r.returncode:
                 continue
-            a = np.fromfile(out, dtype="<f4").astype(np.float64)
             lg = a[:(T1 + T2) * VD].reshape(-1, VD)
-            ref = Eagle3Ref.from_weights(w, D, H, KV)
-            l1, _ = ref.forward(tok[:T1], ft, True)
-            l2, _ = ref.forward(tok[T1:], fo, False)
-            e = fwdutil.rel_err_rows(lg, np.vstack([l1, l2])).max()
+            rl, _ = Eagle3Ref.from_weights(w, D, H, KV).run_two(tok, T1, ft, fo)
+            e = fwdutil.rel_err_rows(lg, rl).max()
             ck.check(e < 1e-4, "%s: logits over the draft vocabulary vs the checkpoint's forward: %.2e" % (dtype, e))
         # refusals, each with its reason
         stored, _ = checkpoint(tmp, rng, "F16", "midlayer.", ids)

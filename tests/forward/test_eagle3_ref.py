@@ -7,7 +7,6 @@
 # to see those mistakes), and eagle3_dump checks that a call's rows do not change when batched.
 #   test_eagle3_ref.py EAGLE3_DUMP
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -35,21 +34,14 @@ def main():
             tok = rng.integers(0, V, T1 + T2).astype(np.int32)
             ft = (rng.standard_normal((T1, 3 * D)) * 2).astype(np.float32)
             fo = rng.standard_normal((T2, D)).astype(np.float32)
-            inp, out = os.path.join(tmp, "in.bin"), os.path.join(tmp, "out.bin")
-            with open(inp, "wb") as f:
-                f.write(np.array([T1, T2], np.int32).tobytes() + tok.tobytes() + ft.tobytes() + fo.tobytes())
-            cp = subprocess.run([dump, head, inp, out], capture_output=True, text=True, timeout=60)
+            cp, a = fwdutil.eagle3_dump(dump, head, tok, ft, fo, tmp)
             ck.check(cp.returncode == 0, "%s: eagle3_dump ran (batched rows equal): %s" % (ty, cp.stderr.strip()))
             if cp.returncode:
                 continue
-            a = np.fromfile(out, dtype="<f4").astype(np.float64)
             lg, hid = a[:(T1 + T2) * V].reshape(-1, V), a[(T1 + T2) * V:].reshape(-1, D)
 
             def ref_run(**kw):
-                r = Eagle3Ref(head, **kw)
-                l1, h1 = r.forward(tok[:T1], ft, True)
-                l2, h2 = r.forward(tok[T1:], fo, False)
-                return np.vstack([l1, l2]), np.vstack([h1, h2])
+                return Eagle3Ref(head, **kw).run_two(tok, T1, ft, fo)
 
             rl, rh = ref_run()
             el, eh = fwdutil.rel_err_rows(lg, rl).max(), fwdutil.rel_err_rows(hid, rh).max()

@@ -32,6 +32,23 @@ int64_t train_distill_add(train_data *d, model *m, const tokenizer *tok, const i
                           const int *n_prompt, const int *warm, int n, int gen, float temp, float warm_temp, int batch,
                           uint64_t *rs, char *err, size_t errlen);
 
+/* What a finished sequence is handed to: its tokens (len), the top-k (len,
+ * K) after feeding each, and with taps the residual stream entering each
+ * tapped layer at each position (len, n_taps, D; else NULL). Returns 1
+ * (kept), 0 (full: the run ends) or -1 (out of memory: the run fails). */
+typedef int (*train_distill_sink)(void *ctx, const int32_t *tok, int len, const int32_t *kid, const float *kz,
+                                  const float *feat);
+
+/* train_distill_add's generation with the K top-k per position and, when
+ * n_taps > 0, the target's residual stream entering layers[0..n_taps) at
+ * every fed position (model_set_taps: on for the run, off after), every
+ * finished sequence handed to sink. Returns the sum of the sink's returns,
+ * or -1 with err. */
+int64_t train_distill_run(model *m, const tokenizer *tok, const int32_t *const *prompts, const int *n_prompt,
+                          const int *warm, int n, int gen, float temp, float warm_temp, int batch, uint64_t *rs, int K,
+                          const int *layers, int n_taps, train_distill_sink sink, void *sink_ctx, char *err,
+                          size_t errlen);
+
 /* ids (K), vals (K) = the K largest of z (V), largest first (ties: lower id). */
 void train_topk(int32_t *ids, float *vals, const float *z, int V, int K);
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_WORKERS 64
+#define MAX_WORKERS TRAIN_MAX_WORKERS
 
 int train_state_init(train_state *st, const train_model *m) {
     st->mom = calloc(m->n_params, sizeof(float));
@@ -150,22 +150,23 @@ static void *worker_eval(void *arg) {
     return NULL;
 }
 
-/* runs fn on workers [0, n): workers 1.. on threads, 0 on the caller */
-static void fan_out(worker *ws, int n, void *(*fn)(void *)) {
-    pthread_t th[MAX_WORKERS];
-    bool ok[MAX_WORKERS] = {0};
-    for (int t = 1; t < n; t++) ok[t] = pthread_create(&th[t], NULL, fn, &ws[t]) == 0;
+void train_fan_out(void *ws, size_t size, int n, void *(*fn)(void *)) {
+    pthread_t th[TRAIN_MAX_WORKERS];
+    bool ok[TRAIN_MAX_WORKERS] = {0};
+    char *w = ws;
+    for (int t = 1; t < n; t++) ok[t] = pthread_create(&th[t], NULL, fn, w + (size_t)t * size) == 0;
     for (int t = 1; t < n; t++)
-        if (!ok[t]) fn(&ws[t]);
-    fn(&ws[0]);
+        if (!ok[t]) fn(w + (size_t)t * size);
+    fn(w);
     for (int t = 1; t < n; t++)
         if (ok[t]) pthread_join(th[t], NULL);
 }
 
+static void fan_out(worker *ws, int n, void *(*fn)(void *)) { train_fan_out(ws, sizeof(worker), n, fn); }
+
 /* ---- the training loop ---------------------------------------------------------------- */
 
-/* perm (n) = the seeded permutation of epoch e */
-static void epoch_perm(int64_t *perm, int64_t n, uint64_t seed, int64_t e) {
+void train_epoch_perm(int64_t *perm, int64_t n, uint64_t seed, int64_t e) {
     for (int64_t i = 0; i < n; i++) perm[i] = i;
     uint64_t rs = seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)e + 1) * 0xD1B54A32D192ED03ull;
     for (int64_t i = n - 1; i > 0; i--) {
@@ -204,7 +205,7 @@ int train_run(train_model *m, train_state *st, const train_data *d, int64_t n_tr
         for (int t = 0; t < T; t++) ws[t].n = 0, ws[t].ce_w = o->ce_w, ws[t].kl_w = o->kl_w;
         for (int j = 0; j < B; j++) {
             int64_t i = step * B + j, e = i / n_train;
-            if (e != cur_epoch) epoch_perm(perm, n_train, o->seed, cur_epoch = e);
+            if (e != cur_epoch) train_epoch_perm(perm, n_train, o->seed, cur_epoch = e);
             worker *wk = &ws[j * T / B];
             worker_load(wk, d, perm[i % n_train], wk->n++);
         }

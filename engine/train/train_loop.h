@@ -87,6 +87,14 @@ typedef struct {
 int train_evaluate(const train_model *m, const train_data *d, int64_t from, int64_t to, int threads, float temp,
                    train_eval *ev);
 
+#define TRAIN_MAX_WORKERS 64
+
+/* Runs fn on n (<= TRAIN_MAX_WORKERS) workers, the array ws of elements of
+ * `size` bytes: workers 1.. on threads of their own, 0 on the caller. */
+void train_fan_out(void *ws, size_t size, int n, void *(*fn)(void *));
+/* perm (n) = the seeded permutation of epoch e (the data order of a run). */
+void train_epoch_perm(int64_t *perm, int64_t n, uint64_t seed, int64_t e);
+
 /* The matmul peak of this machine for the trainer: F32 FLOP/s of the CPU
  * backend's matmul with `threads` threads on an (M, K) x (K, N) product of
  * the given sizes, best of a few runs of about `ms` milliseconds in all. */

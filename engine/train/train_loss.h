@@ -21,4 +21,13 @@ double tl_kl_topk(float *dz, const float *z, int V, const int32_t *ids, const fl
  * gradient (dz += ...); returns CE. */
 double tl_xent_add(float *dz, const float *z, int V, int32_t y, float wgt);
 
+/* The loss of M positions' logits z (M, V), REPLACED by its gradient: row
+ * r's loss is weight[r] * (ce_w CE to labels[r] (NULL or < 0: none) + kl_w
+ * KL to its teacher top-k (topk_id, topk_logit (M, K); K 0, NULL or a first
+ * id < 0: none)) at temperature 1; a row without either (or weight 0) gets
+ * a zero gradient. dz (V) scratch. Returns the summed loss; ce, kl (may be
+ * NULL) receive the weighted sums of each loss alone. */
+double tl_rows(float *z, float *dz, int M, int V, const int32_t *labels, int K, const int32_t *topk_id,
+               const float *topk_logit, const float *weight, float ce_w, float kl_w, double *ce, double *kl);
+
 #endif

@@ -109,13 +109,14 @@ void train_model_view(const train_model *m, float *base, train_view *v) {
         w->w_gate = base + t[i++].off;
         w->w_up = base + t[i++].off;
         w->w_down = base + t[i++].off;
+        w->hidden_norm = NULL;
     }
     v->out_norm = base + t[i++].off;
     v->output = m->c.tied ? v->tok_embd : base + t[i].off;
 }
 
 train_layer_shape train_model_layer_shape(const train_model *m) {
-    return (train_layer_shape){m->c.D, m->c.H, m->c.Hkv, m->c.E, m->c.F, m->c.eps};
+    return (train_layer_shape){.D = m->c.D, .H = m->c.H, .Hkv = m->c.Hkv, .E = m->c.E, .F = m->c.F, .eps = m->c.eps};
 }
 
 /* ---- the worker's buffers ------------------------------------------------------------- */
@@ -180,8 +181,8 @@ const float *train_forward(train_ctx *c, train_work *w, const train_model *m, co
     for (int l = 0; l < cf->L; l++) {
         train_layer_act *a = &w->act[l];
         a->S = b->S;
-        train_layer_forward(c, &sh, &v.layer[l], a, w->xs + (size_t)(l + 1) * M * D, w->xs + (size_t)l * M * D, w->pos,
-                            m->inv_freq);
+        train_layer_forward(c, &sh, &v.layer[l], a, w->xs + (size_t)(l + 1) * M * D, w->xs + (size_t)l * M * D, NULL,
+                            w->pos, m->inv_freq, NULL);
     }
     top_rmsnorm(c, w->xf, w->xs + (size_t)cf->L * M * D, v.out_norm, M, D, cf->eps);
     top_linear(c, w->logits, w->xf, v.output, M, D, cf->V);
@@ -193,31 +194,9 @@ double train_forward_backward(train_ctx *c, train_work *w, const train_model *m,
     const train_cfg *cf = &m->c;
     int M = b->S * b->T, D = cf->D, V = cf->V, L = cf->L;
     train_forward(c, w, m, b);
-    double loss = 0, sce = 0, skl = 0;
-    /* the loss and its gradient, in place of the logits */
-    for (int r = 0; r < M; r++) {
-        float *z = w->logits + (size_t)r * V, wt = b->weight[r];
-        int32_t y = b->labels ? b->labels[r] : -1;
-        bool has_kl = b->K > 0 && b->topk_id && b->kl_w > 0 && b->topk_id[(size_t)r * b->K] >= 0, has_ce = y >= 0 && y < V && b->ce_w > 0;
-        if (wt == 0 || (!has_kl && !has_ce)) {
-            memset(z, 0, sizeof(float) * (size_t)V);
-            continue;
-        }
-        if (has_kl) {
-            double k = tl_kl_topk(w->dz, z, V, b->topk_id + (size_t)r * b->K, b->topk_logit + (size_t)r * b->K,
-                                  b->K, 1.0f, wt * b->kl_w);
-            skl += wt * k, loss += wt * b->kl_w * k;
-            if (has_ce) {
-                double e = tl_xent_add(w->dz, z, V, y, wt * b->ce_w);
-                sce += wt * e, loss += wt * b->ce_w * e;
-            }
-            memcpy(z, w->dz, sizeof(float) * (size_t)V);
-        } else {
-            double e = tl_xent(w->dz, z, V, y, wt * b->ce_w);
-            sce += wt * e, loss += wt * b->ce_w * e;
-            memcpy(z, w->dz, sizeof(float) * (size_t)V);
-        }
-    }
+    double sce = 0, skl = 0;
+    double loss = tl_rows(w->logits, w->dz, M, V, b->labels, b->K, b->topk_id, b->topk_logit, b->weight, b->ce_w,
+                          b->kl_w, &sce, &skl);
     if (ce) *ce = sce;
     if (kl) *kl = skl;
     train_view v, g;
@@ -230,7 +209,7 @@ double train_forward_backward(train_ctx *c, train_work *w, const train_model *m,
     top_rmsnorm_bwd(w->dx, g.out_norm, w->dx2, w->xs + (size_t)L * M * D, v.out_norm, M, D, cf->eps);
     for (int l = L - 1; l >= 0; l--) {
         train_layer_backward(c, &sh, &v.layer[l], &g.layer[l], w->dx2, w->dx, &w->act[l], w->pos, m->inv_freq,
-                             w->scratch);
+                             NULL, w->scratch);
         float *t = w->dx;
         w->dx = w->dx2, w->dx2 = t;
     }

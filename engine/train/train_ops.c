@@ -164,72 +164,103 @@ void top_swiglu_bwd(float *dg, float *du, const float *dh, const float *g, const
 
 /* ---- causal grouped-query attention ------------------------------------------------------ */
 
-void top_attention(float *out, float *P, const float *q, const float *k, const float *v, int S, int T, int H, int Hkv,
-                   int E) {
-    int QD = H * E, KD = Hkv * E, rep = H / Hkv;
+/* Row t of step j (sequence s, head h) reads the keys of step 0's rows 0..t
+ * and of row t of steps 1..j: key c < T is step 0's row c, key T + i - 1 is
+ * step i's row t. P row width T + j. */
+static inline int key_step(int c, int T) { return c < T ? 0 : c - T + 1; }
+static inline size_t key_off(int c, int T, int t, size_t base, size_t KD, size_t off) {
+    return (base + (size_t)(c < T ? c : t)) * KD + off;
+}
+
+void top_attention_steps(float *out, float *P, const float *q, const float *const *k, const float *const *v, int j,
+                         int S, int T, int H, int Hkv, int E) {
+    int QD = H * E, KD = Hkv * E, rep = H / Hkv, W = T + j;
     float sc = 1.0f / sqrtf((float)E);
     for (int s = 0; s < S; s++)
         for (int h = 0; h < H; h++) {
-            int kh = h / rep;
-            float *Ph = P + ((size_t)s * H + h) * T * T;
+            size_t base = (size_t)s * T, off = (size_t)(h / rep) * E;
+            float *Ph = P + ((size_t)s * H + h) * T * W;
             for (int t = 0; t < T; t++) {
-                const float *qr = q + ((size_t)s * T + t) * QD + (size_t)h * E;
-                float *pr = Ph + (size_t)t * T, mx = -INFINITY;
-                for (int j = 0; j <= t; j++) {
-                    pr[j] = sc * top_dot(qr, k + ((size_t)s * T + j) * KD + (size_t)kh * E, E);
-                    mx = pr[j] > mx ? pr[j] : mx;
+                const float *qr = q + (base + t) * QD + (size_t)h * E;
+                float *pr = Ph + (size_t)t * W, mx = -INFINITY;
+                for (int c = 0; c < W; c++) {
+                    if (c > t && c < T) continue;
+                    pr[c] = sc * top_dot(qr, k[key_step(c, T)] + key_off(c, T, t, base, KD, off), E);
+                    mx = pr[c] > mx ? pr[c] : mx;
                 }
                 float sum = 0;
-                for (int j = 0; j <= t; j++) sum += pr[j] = expf(pr[j] - mx);
+                for (int c = 0; c < W; c++) {
+                    if (c > t && c < T) {
+                        pr[c] = 0;
+                        continue;
+                    }
+                    sum += pr[c] = expf(pr[c] - mx);
+                }
                 float inv = 1.0f / sum;
-                for (int j = 0; j <= t; j++) pr[j] *= inv;
-                for (int j = t + 1; j < T; j++) pr[j] = 0;
-                float *o = out + ((size_t)s * T + t) * QD + (size_t)h * E;
+                float *o = out + (base + t) * QD + (size_t)h * E;
                 memset(o, 0, sizeof(float) * (size_t)E);
-                for (int j = 0; j <= t; j++) axpy(o, pr[j], v + ((size_t)s * T + j) * KD + (size_t)kh * E, E);
+                for (int c = 0; c < W; c++) {
+                    if (c > t && c < T) continue;
+                    pr[c] *= inv;
+                    axpy(o, pr[c], v[key_step(c, T)] + key_off(c, T, t, base, KD, off), E);
+                }
             }
         }
 }
 
-void top_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *P, const float *q,
-                       const float *k, const float *v, int S, int T, int H, int Hkv, int E) {
-    int QD = H * E, KD = Hkv * E, rep = H / Hkv;
+void top_attention_steps_bwd(float *dq, float *const *dk, float *const *dv, const float *dout, const float *P,
+                             const float *q, const float *const *k, const float *const *v, int j, int S, int T, int H,
+                             int Hkv, int E) {
+    int QD = H * E, KD = Hkv * E, rep = H / Hkv, W = T + j;
     float sc = 1.0f / sqrtf((float)E);
     memset(dq, 0, sizeof(float) * (size_t)S * T * QD);
-    memset(dk, 0, sizeof(float) * (size_t)S * T * KD);
-    memset(dv, 0, sizeof(float) * (size_t)S * T * KD);
-    float *dp = malloc(sizeof(float) * (size_t)T);
+    float *dp = malloc(sizeof(float) * (size_t)W);
     if (!dp) {
         fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__);
         abort();
     }
-    bool no_rowsum = train_fault_inject == TRAIN_FAULT_SOFTMAX;
+    bool no_rowsum = train_fault_inject == TRAIN_FAULT_SOFTMAX, own_only = train_fault_inject == TRAIN_FAULT_STEPS;
     for (int s = 0; s < S; s++)
         for (int h = 0; h < H; h++) {
-            int kh = train_fault_inject == TRAIN_FAULT_GQA ? 0 : h / rep;
-            const float *Ph = P + ((size_t)s * H + h) * T * T;
+            size_t base = (size_t)s * T;
+            size_t off = (size_t)(train_fault_inject == TRAIN_FAULT_GQA ? 0 : h / rep) * E;
+            const float *Ph = P + ((size_t)s * H + h) * T * W;
             for (int t = 0; t < T; t++) {
-                const float *pr = Ph + (size_t)t * T;
-                const float *g = dout + ((size_t)s * T + t) * QD + (size_t)h * E;
-                const float *qr = q + ((size_t)s * T + t) * QD + (size_t)h * E;
-                float *dqr = dq + ((size_t)s * T + t) * QD + (size_t)h * E;
+                const float *pr = Ph + (size_t)t * W;
+                const float *g = dout + (base + t) * QD + (size_t)h * E;
+                const float *qr = q + (base + t) * QD + (size_t)h * E;
+                float *dqr = dq + (base + t) * QD + (size_t)h * E;
                 float rs = 0;
-                for (int j = 0; j <= t; j++) {
-                    size_t kj = ((size_t)s * T + j) * KD + (size_t)kh * E;
-                    dp[j] = top_dot(g, v + kj, E);
-                    rs += pr[j] * dp[j];
-                    axpy(dv + kj, pr[j], g, E);
+                for (int c = 0; c < W; c++) {
+                    if (c > t && c < T) continue;
+                    dp[c] = top_dot(g, v[key_step(c, T)] + key_off(c, T, t, base, KD, off), E);
+                    rs += pr[c] * dp[c];
+                    if (!(own_only && key_step(c, T) != j))
+                        axpy(dv[key_step(c, T)] + key_off(c, T, t, base, KD, off), pr[c], g, E);
                 }
                 if (no_rowsum) rs = 0;
-                for (int j = 0; j <= t; j++) {
-                    size_t kj = ((size_t)s * T + j) * KD + (size_t)kh * E;
-                    float ds = pr[j] * (dp[j] - rs) * sc;
-                    axpy(dqr, ds, k + kj, E);
-                    axpy(dk + kj, ds, qr, E);
+                for (int c = 0; c < W; c++) {
+                    if (c > t && c < T) continue;
+                    float ds = pr[c] * (dp[c] - rs) * sc;
+                    axpy(dqr, ds, k[key_step(c, T)] + key_off(c, T, t, base, KD, off), E);
+                    if (!(own_only && key_step(c, T) != j))
+                        axpy(dk[key_step(c, T)] + key_off(c, T, t, base, KD, off), ds, qr, E);
                 }
             }
         }
     free(dp);
+}
+
+void top_attention(float *out, float *P, const float *q, const float *k, const float *v, int S, int T, int H, int Hkv,
+                   int E) {
+    top_attention_steps(out, P, q, &k, &v, 0, S, T, H, Hkv, E);
+}
+
+void top_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *P, const float *q,
+                       const float *k, const float *v, int S, int T, int H, int Hkv, int E) {
+    memset(dk, 0, sizeof(float) * (size_t)S * T * Hkv * E);
+    memset(dv, 0, sizeof(float) * (size_t)S * T * Hkv * E);
+    top_attention_steps_bwd(dq, &dk, &dv, dout, P, q, &k, &v, 0, S, T, H, Hkv, E);
 }
 
 /* ---- embedding ------------------------------------------------------------------------------- */

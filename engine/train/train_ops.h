@@ -54,6 +54,8 @@ typedef enum {
     TRAIN_FAULT_SOFTMAX,     /* the attention backward drops the softmax's row-sum term */
     TRAIN_FAULT_SILU,        /* the SwiGLU backward uses sigmoid(g) for silu'(g) */
     TRAIN_FAULT_GQA,         /* the attention backward sends every head's dk/dv to kv head 0 */
+    TRAIN_FAULT_STEPS,       /* the training-time test's attention backward drops the gradient of the keys and
+                              * values of the other steps (as if each step saw only its own) */
 } train_fault;
 extern train_fault train_fault_inject;
 
@@ -90,6 +92,20 @@ void top_attention(float *out, float *P, const float *q, const float *k, const f
 /* dq (M, H*E), dk dv (M, Hkv*E) WRITTEN from dout (M, H*E) and the forward's P, q, k, v. */
 void top_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *P, const float *q,
                        const float *k, const float *v, int S, int T, int H, int Hkv, int E);
+
+/* EAGLE's training-time test (train_layer.h): the attention of step j of a
+ * layer run over the same S x T rows several times. Row t of step j reads
+ * step 0's rows 0..t of its sequence (causal) and row t of steps 1..j (the
+ * head's own drafts at the positions after t); k[i], v[i] (M, Hkv*E) are
+ * step i's (i = 0..j). P (S, H, T, T + j): columns 0..T-1 step 0's rows, T +
+ * i - 1 step i's. Step 0 is top_attention. */
+void top_attention_steps(float *out, float *P, const float *q, const float *const *k, const float *const *v, int j,
+                         int S, int T, int H, int Hkv, int E);
+/* dq (M, H*E) WRITTEN; dk[i], dv[i] (i = 0..j) ADDED, from dout and the
+ * forward's P, q, k, v. */
+void top_attention_steps_bwd(float *dq, float *const *dk, float *const *dv, const float *dout, const float *P,
+                             const float *q, const float *const *k, const float *const *v, int j, int S, int T, int H,
+                             int Hkv, int E);
 
 /* x (M, D) = rows ids (M) of table (V, D) (backend get_rows). */
 void top_embed(train_ctx *c, float *x, const float *table, const int32_t *ids, int M, int D);

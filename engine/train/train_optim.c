@@ -29,14 +29,19 @@ double train_clip(float *g, size_t n, float max) {
 }
 
 void train_adamw(train_model *m, float *mom, float *vel, const float *g, int64_t step, double lr, const train_optim *o) {
+    train_adamw_tensors(m->t, m->n_tensors, m->params, mom, vel, g, step, lr, o);
+}
+
+void train_adamw_tensors(const train_tensor *tt0, int nt, float *params, float *mom, float *vel, const float *g,
+                         int64_t step, double lr, const train_optim *o) {
     float b1 = o->b1, b2 = o->b2;
     float bc1 = (float)(1 - pow(b1, (double)(step + 1))), bc2 = (float)(1 - pow(b2, (double)(step + 1)));
     float flr = (float)lr;
-    for (int t = 0; t < m->n_tensors; t++) {
-        const train_tensor *tt = &m->t[t];
+    for (int t = 0; t < nt; t++) {
+        const train_tensor *tt = &tt0[t];
         size_t n = (size_t)tt->rows * tt->cols, o0 = tt->off;
         float decay = tt->matrix ? 1.0f - flr * o->wd : 1.0f;
-        float *p = m->params + o0, *mm = mom + o0, *vv = vel + o0;
+        float *p = params + o0, *mm = mom + o0, *vv = vel + o0;
         const float *gg = g + o0;
         for (size_t i = 0; i < n; i++) {
             mm[i] = b1 * mm[i] + (1 - b1) * gg[i];

@@ -27,5 +27,8 @@ double train_clip(float *g, size_t n, float max);
 /* One AdamW step (step 0-based) of m's parameters with gradient g and
  * moments mom, vel (n_params each). */
 void train_adamw(train_model *m, float *mom, float *vel, const float *g, int64_t step, double lr, const train_optim *o);
+/* The same over any parameter table: n tensors t laid out in params. */
+void train_adamw_tensors(const train_tensor *t, int n, float *params, float *mom, float *vel, const float *g,
+                         int64_t step, double lr, const train_optim *o);
 
 #endif

@@ -1,10 +1,14 @@
 /* test_train_grad.c — the training library's gradients against central
  * finite differences of an independent float64 implementation: each op alone
  * (RMSNorm, RoPE, causal GQA attention, SwiGLU, linear, embedding,
- * cross-entropy, top-k KL) and a whole tiny llama (tied and untied output,
- * CE + KL loss, two sequences). Then every broken variant of
+ * cross-entropy, top-k KL, the training-time test's attention over steps),
+ * a whole tiny llama (tied and untied output, CE + KL loss, two sequences)
+ * and a whole EAGLE-3 head unrolled over three training-time-test steps
+ * (fc, the 2D-wide attention input, every step's loss, the features passed
+ * from step to step). Then every broken variant of
  * train_fault_inject must FAIL the same checks: a check that cannot fail
  * proves nothing. */
+#include "engine/train/eagle_train.h"
 #include "engine/train/train_loss.h"
 #include "engine/train/train_model.h"
 #include "engine/train/train_ops.h"
@@ -64,6 +68,33 @@ static void r_attention(double *o, const double *q, const double *k, const doubl
                 }
             }
 }
+/* the training-time test's attention: row t of step j reads step 0's rows
+ * 0..t and row t of steps 1..j; k[i], v[i] step i's (M, Hkv*E) */
+static void r_attention_steps(double *o, const double *q, const double *const *k, const double *const *v, int j, int S,
+                              int T, int H, int Hkv, int E) {
+    double sc[64];
+    const double *kr[64], *vr[64];
+    for (int s = 0; s < S; s++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                int kh = h / (H / Hkv), n = 0;
+                for (int c = 0; c <= t; c++) kr[n] = k[0] + ((s * T + c) * Hkv + kh) * E, vr[n++] = v[0] + ((s * T + c) * Hkv + kh) * E;
+                for (int i = 1; i <= j; i++) kr[n] = k[i] + ((s * T + t) * Hkv + kh) * E, vr[n++] = v[i] + ((s * T + t) * Hkv + kh) * E;
+                double mx = -1e300, sum = 0;
+                for (int c = 0; c < n; c++) {
+                    double d = 0;
+                    for (int e = 0; e < E; e++) d += q[((s * T + t) * H + h) * E + e] * kr[c][e];
+                    sc[c] = d / sqrt((double)E);
+                    if (sc[c] > mx) mx = sc[c];
+                }
+                for (int c = 0; c < n; c++) sum += sc[c] = exp(sc[c] - mx);
+                for (int e = 0; e < E; e++) {
+                    double a = 0;
+                    for (int c = 0; c < n; c++) a += sc[c] / sum * vr[c][e];
+                    o[((s * T + t) * H + h) * E + e] = a;
+                }
+            }
+}
 static void r_linear(double *y, const double *x, const double *W, int M, int K, int N) {
     for (int m = 0; m < M; m++)
         for (int n = 0; n < N; n++) {
@@ -111,9 +142,10 @@ static void expect(const char *what, double err, int want_pass) {
 
 /* ---- per-op checks: loss = sum R * op(x) ------------------------------------------------------- */
 
-enum { OP_RMS, OP_ROPE, OP_ATTN, OP_SWIGLU, OP_LINEAR, OP_EMBED, OP_XENT, OP_KL, N_OPS };
+enum { OP_RMS, OP_ROPE, OP_ATTN, OP_SWIGLU, OP_LINEAR, OP_EMBED, OP_XENT, OP_KL, OP_STEPS, N_OPS };
 static const char *op_name[] = {"rmsnorm", "rope", "attention (GQA, causal)", "swiglu", "linear", "embedding",
-                                "cross-entropy", "top-k KL"};
+                                "cross-entropy", "top-k KL", "attention over 3 steps (GQA)"};
+enum { JS_ = 2 }; /* OP_STEPS: step 2 of a training-time test, over q and steps 0..2's k and v */
 
 enum { S_ = 2, T_ = 5, H_ = 4, HKV_ = 2, E_ = 6, D_ = 12, F_ = 10, V_ = 13, K_ = 5 };
 
@@ -160,6 +192,14 @@ static double op_ref(int op, const double *x, const double *R, const int32_t *id
         memcpy(y2, x, sizeof(double) * V_);
         L = 0.7 * r_kl(y2, V_, ids, tz, K_);
         break;
+    case OP_STEPS: { /* q (M, H*E), then k0..k2, then v0..v2 (M, Hkv*E each) */
+        const double *k[JS_ + 1], *v[JS_ + 1];
+        for (int i = 0; i <= JS_; i++)
+            k[i] = x + M * H_ * E_ + i * M * HKV_ * E_, v[i] = x + M * H_ * E_ + (JS_ + 1 + i) * M * HKV_ * E_;
+        r_attention_steps(y, x, k, v, JS_, S_, T_, H_, HKV_, E_);
+        for (int i = 0; i < M * H_ * E_; i++) L += R[i] * y[i];
+        break;
+    }
     }
     return L;
 }
@@ -173,6 +213,7 @@ static size_t op_inputs(int op) {
     case OP_SWIGLU: return 2 * M * F_;
     case OP_LINEAR: return M * D_ + F_ * D_;
     case OP_EMBED: return V_ * D_;
+    case OP_STEPS: return M * H_ * E_ + 2 * (JS_ + 1) * M * HKV_ * E_;
     default: return V_;
     }
 }
@@ -217,6 +258,18 @@ static void op_lib(train_ctx *c, int op, const float *x, const float *R, const i
     case OP_KL:
         tl_kl_topk(g, x, V_, ids, tz, K_, 1.0f, 0.7f);
         break;
+    case OP_STEPS: {
+        const float *k[JS_ + 1], *v[JS_ + 1];
+        float *dk[JS_ + 1], *dv[JS_ + 1];
+        for (int i = 0; i <= JS_; i++) {
+            size_t ko = M * H_ * E_ + i * M * HKV_ * E_, vo = M * H_ * E_ + (JS_ + 1 + i) * M * HKV_ * E_;
+            k[i] = x + ko, v[i] = x + vo, dk[i] = g + ko, dv[i] = g + vo;
+        }
+        static float Ps[S_ * H_ * T_ * (T_ + JS_)];
+        top_attention_steps(y, Ps, x, k, v, JS_, S_, T_, H_, HKV_, E_);
+        top_attention_steps_bwd(g, dk, dv, R, Ps, x, k, v, JS_, S_, T_, H_, HKV_, E_);
+        break;
+    }
     }
     (void)t1, (void)t2, (void)t3;
 }
@@ -352,6 +405,130 @@ static double model_check(train_ctx *c, bool tied) {
     return e;
 }
 
+/* ---- a whole EAGLE-3 head over the training-time test ------------------------------------------------- */
+
+enum { EJ = 3, ES = 2, ET = 5, EK = 4 };
+
+/* The float64 head's loss on the batch (parameters p laid out as h's). */
+static double eagle_ref(const eagle_head *h, const double *p, const eagle_batch *b) {
+    int S = b->S, T = ET, J = b->J, M = S * T, D = h->D, H = h->H, Hkv = h->Hkv, E = h->E, F = h->F, V = h->V;
+    int QD = H * E, KD = Hkv * E;
+    static double x[512], e[512], n1[1024], ne[512], nx[512], q[1024], ks[EJ][512], vs[EJ][512], ao[1024], y[512],
+        g[1024], u[1024], t[512], z[1024];
+    const double *fc = p + h->t[0].off, *an = p + h->t[1].off, *hn = p + h->t[2].off, *wq = p + h->t[3].off,
+                 *wk = p + h->t[4].off, *wv = p + h->t[5].off, *wo = p + h->t[6].off, *fn = p + h->t[7].off,
+                 *wg = p + h->t[8].off, *wu = p + h->t[9].off, *wd = p + h->t[10].off, *on = p + h->t[11].off,
+                 *out = p + h->t[12].off;
+    double featd[3 * 512];
+    for (int i = 0; i < M * 3 * D; i++) featd[i] = b->feat[i];
+    r_linear(x, featd, fc, M, 3 * D, D);
+    double L = 0;
+    for (int j = 0; j < J; j++) {
+        int pos[64];
+        for (int s = 0; s < S; s++)
+            for (int tt = 0; tt < T; tt++) {
+                int32_t id = b->tok[s * (T + J) + tt + j];
+                for (int i = 0; i < D; i++) e[(s * T + tt) * D + i] = h->embd[id * D + i];
+                pos[s * T + tt] = tt + j;
+            }
+        r_rmsnorm(ne, e, an, M, D, h->eps);
+        r_rmsnorm(nx, x, hn, M, D, h->eps);
+        for (int r = 0; r < M; r++)
+            for (int i = 0; i < D; i++) n1[r * 2 * D + i] = ne[r * D + i], n1[r * 2 * D + D + i] = nx[r * D + i];
+        r_linear(q, n1, wq, M, 2 * D, QD);
+        r_linear(ks[j], n1, wk, M, 2 * D, KD);
+        r_linear(vs[j], n1, wv, M, 2 * D, KD);
+        r_rope(q, pos, M, H, E, h->rope_base);
+        r_rope(ks[j], pos, M, Hkv, E, h->rope_base);
+        const double *kp[EJ], *vp[EJ];
+        for (int i = 0; i <= j; i++) kp[i] = ks[i], vp[i] = vs[i];
+        r_attention_steps(ao, q, kp, vp, j, S, T, H, Hkv, E);
+        r_linear(t, ao, wo, M, QD, D);
+        for (int i = 0; i < M * D; i++) y[i] = x[i] + t[i];
+        r_rmsnorm(n1, y, fn, M, D, h->eps);
+        r_linear(g, n1, wg, M, D, F);
+        r_linear(u, n1, wu, M, D, F);
+        for (int i = 0; i < M * F; i++) g[i] = r_silu(g[i]) * u[i];
+        r_linear(t, g, wd, M, F, D);
+        for (int i = 0; i < M * D; i++) x[i] = y[i] + t[i]; /* the next step's feature */
+        r_rmsnorm(n1, x, on, M, D, h->eps);
+        r_linear(z, n1, out, M, D, V);
+        for (int r = 0; r < M; r++) {
+            float wt = b->wt[j][r];
+            int32_t lb = b->lab[j][r];
+            bool kl = b->kid[j][r * b->K] >= 0, ce = lb >= 0;
+            if (wt == 0 || (!kl && !ce)) continue;
+            if (kl) L += wt * b->kl_w * r_kl(z + r * V, V, b->kid[j] + r * b->K, b->kz[j] + r * b->K, b->K);
+            if (ce) L += wt * b->ce_w * (r_lse(z + r * V, V) - z[r * V + lb]);
+        }
+    }
+    return L;
+}
+
+static double eagle_check(train_ctx *c) {
+    enum { V = 11, D = 8 };
+    eagle_head *h = eagle_head_alloc(V, D, 4, 2, 4, 12, 1e-5f, 100.0f, 5);
+    if (!h) {
+        fprintf(stderr, "eagle_head_alloc failed\n");
+        exit(1);
+    }
+    rs = 4242;
+    for (size_t i = 0; i < h->n_params; i++) h->params[i] += nrand(0.4f);
+    for (int i = 0; i < V * D; i++) h->embd[i] = nrand(1.0f);
+    enum { M = ES * ET };
+    static float feat[M * 3 * D], kz[EJ][M * EK], wt[EJ][M];
+    static int32_t tok[ES * (ET + EJ)], lab[EJ][M], kid[EJ][M * EK];
+    for (int i = 0; i < M * 3 * D; i++) feat[i] = nrand(1.5f);
+    for (int i = 0; i < ES * (ET + EJ); i++) tok[i] = (int32_t)(urand() * V) % V;
+    eagle_batch b = {.S = ES, .T = ET, .J = EJ, .K = EK, .feat = feat, .tok = tok, .ce_w = 0.6f, .kl_w = 0.9f};
+    for (int j = 0; j < EJ; j++) {
+        for (int r = 0; r < M; r++) {
+            int tt = r % ET;
+            bool valid = tt + j < ET - 1 || r < ET; /* the second sequence is shorter */
+            lab[j][r] = valid && (r + j) % 4 != 1 ? (int32_t)(urand() * V) % V : -1;
+            kid[j][r * EK] = -1;
+            if (valid && (r + j) % 3 != 2)
+                for (int k = 0; k < EK; k++) kid[j][r * EK + k] = (r + 3 * k + j) % V, kz[j][r * EK + k] = 1.5f - 0.5f * k + nrand(0.2f);
+            wt[j][r] = valid ? 0.1f * (1.0f - 0.2f * j) : 0.0f;
+        }
+        b.lab[j] = lab[j], b.kid[j] = kid[j], b.kz[j] = kz[j], b.wt[j] = wt[j];
+    }
+    eagle_work *w = eagle_work_create(h, ES, ET, EJ);
+    float *grad = calloc(h->n_params, sizeof(float));
+    double *pd = calloc(h->n_params, sizeof(double)), *num = malloc(sizeof(double) * h->n_params);
+    if (!w || !grad || !pd || !num) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    double lib = eagle_forward_backward(c, w, h, &b, grad, NULL);
+    for (size_t i = 0; i < h->n_params; i++) pd[i] = h->params[i];
+    double ref = eagle_ref(h, pd, &b);
+    if (fabs(lib - ref) > 1e-4 * (1 + fabs(ref))) {
+        printf("eagle loss: library %.8f vs float64 %.8f\n", lib, ref);
+        failures++;
+    }
+    for (size_t i = 0; i < h->n_params; i++) {
+        double hh = 1e-5, keep = pd[i];
+        pd[i] = keep + hh;
+        double lp = eagle_ref(h, pd, &b);
+        pd[i] = keep - hh;
+        double lm = eagle_ref(h, pd, &b);
+        pd[i] = keep;
+        num[i] = (lp - lm) / (2 * hh);
+    }
+    double e = 0;
+    for (int t = 0; t < h->n_tensors; t++) {
+        size_t o = h->t[t].off, n = (size_t)h->t[t].rows * h->t[t].cols;
+        double et = rel_err(grad + o, num + o, n);
+        if (et >= TOL && train_fault_inject == TRAIN_FAULT_NONE) printf("  eagle tensor %s err %.2e\n", h->t[t].name, et);
+        e = et > e ? et : e;
+    }
+    eagle_work_destroy(w);
+    free(grad), free(pd), free(num);
+    eagle_head_destroy(h);
+    return e;
+}
+
 int main(void) {
     train_ctx *c = train_ctx_create(1);
     char what[96];
@@ -361,6 +538,7 @@ int main(void) {
     }
     expect("model, untied output", model_check(c, false), 1);
     expect("model, tied output", model_check(c, true), 1);
+    expect("EAGLE-3 head, 3 training-time-test steps", eagle_check(c), 1);
     /* broken variants: the op they break and the whole model must fail */
     static const struct {
         train_fault f;
@@ -370,13 +548,18 @@ int main(void) {
               {TRAIN_FAULT_RMSNORM, OP_RMS, "rmsnorm mean-square term dropped"},
               {TRAIN_FAULT_SOFTMAX, OP_ATTN, "softmax row-sum term dropped"},
               {TRAIN_FAULT_SILU, OP_SWIGLU, "silu' taken as sigmoid"},
-              {TRAIN_FAULT_GQA, OP_ATTN, "GQA grads sent to kv head 0"}};
+              {TRAIN_FAULT_GQA, OP_ATTN, "GQA grads sent to kv head 0"},
+              {TRAIN_FAULT_STEPS, OP_STEPS, "other steps' k/v grads dropped"}};
     for (size_t i = 0; i < sizeof br / sizeof br[0]; i++) {
         train_fault_inject = br[i].f;
         snprintf(what, sizeof what, "BROKEN %s: op", br[i].name);
         expect(what, op_check(c, br[i].op), 0);
-        snprintf(what, sizeof what, "BROKEN %s: model", br[i].name);
-        expect(what, model_check(c, false), 0);
+        if (br[i].f != TRAIN_FAULT_STEPS) { /* a plain model has no steps: nothing to break there */
+            snprintf(what, sizeof what, "BROKEN %s: model", br[i].name);
+            expect(what, model_check(c, false), 0);
+        }
+        snprintf(what, sizeof what, "BROKEN %s: eagle head", br[i].name);
+        expect(what, eagle_check(c), 0);
         train_fault_inject = TRAIN_FAULT_NONE;
     }
     train_ctx_destroy(c);

@@ -43,7 +43,7 @@ void engine_get_info(const engine *e, engine_info *out) {
     out->chat_template = (int)(e->chat ? chat_tmpl_family(e->chat) : chat_template_detect(e->sp->target->gguf, e->sp->tok));
     out->tree = e->tc ? e->cfg.tree : ENGINE_TREE_OFF;
     out->tree_bounds = (tree_shape){e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
-    memcpy(out->tree_t_rows, e->t_rows, sizeof(out->tree_t_rows));
+    memcpy(out->tree_t_rows, e->bud.t_rows, sizeof(out->tree_t_rows));
     backend_describe(e->be, out->backend_desc, sizeof(out->backend_desc));
     size_t n = 0;
     const char *b = tok_bos(e->sp->tok) >= 0 ? tok_token_str(e->sp->tok, tok_bos(e->sp->tok), &n) : "";
@@ -109,7 +109,6 @@ static int resolve_tree(const engine *e, const engine_request *rq, req *r, char 
     r->tree_mode = mode;
     r->tree_sh = sh;
     r->pub_shape = (tree_shape){0, 0, 0};
-    if (mode == ENGINE_TREE_AUTO) tree_ctl_init(&r->tctl, e->t_rows, sh.budget, sh.depth, sh.topk);
     return 0;
 }
 
@@ -472,6 +471,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     if (!e) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory"), NULL;
     e->cfg = cfg ? *cfg : engine_config_default();
     engine_config *c = &e->cfg;
+    budget_init(&e->bud);
     if (c->block_size <= 0) c->block_size = 16;
     if (c->max_running <= 0) c->max_running = 32;
     if (c->max_running > 1024) c->max_running = 1024;
@@ -509,11 +509,9 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         return NULL;
     }
     if (c->calibrate) {
-        /* the verify cost curve t(rows) serves both controllers: the chain's
-         * batch decision (gamma_costs_set_curve) and the tree shapes */
+        /* the verify cost curve t(rows), for the budget controller */
         spec_pair_calibrate(e->sp);
-        tree_ctl_measure(e->sp, e->t_rows);
-        gamma_costs_set_curve(&e->sp->costs, e->t_rows, TREE_CTL_ROWS);
+        budget_measure(&e->bud, e->sp);
     }
     if (c->tree_budget <= 0) c->tree_budget = 16;
     if (c->tree_depth <= 0) c->tree_depth = 5;
@@ -533,12 +531,12 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
             create_unwind(e);
             return NULL;
         }
-        e->medusa_sh = (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk};
-        path_ctl_init(&e->pathc);
-        if (e->medusa_sh.depth > e->mh->n_heads) e->medusa_sh.depth = e->mh->n_heads;
+        tree_shape hs = {c->tree_budget, c->tree_depth, c->tree_topk};
+        if (hs.depth > e->mh->n_heads) hs.depth = e->mh->n_heads;
+        budget_set_heads(&e->bud, hs);
         /* each step's budget from t(rows); a fixed shape (speculation.tree:
          * fixed, generate --tree B/D/K) is the user's: every step uses it */
-        if (e->t_rows[1] > 0 && c->tree != ENGINE_TREE_FIXED) draft_medusa_set_curve(e->dm, e->t_rows);
+        if (e->bud.t_rows[1] > 0 && c->tree != ENGINE_TREE_FIXED) draft_medusa_set_curve(e->dm, e->bud.t_rows);
     }
     if (c->eagle_path && c->eagle_path[0]) { /* the pair owns it from here on (its slot) */
         drafter *ea = draft_eagle_load(e->sp, c->eagle_path, 0, st, err, errlen);
@@ -549,11 +547,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         spec_pair_set_drafter(e->sp, SPEC_DRAFTER_EAGLE, ea);
     }
     if (c->tree != ENGINE_TREE_OFF) {
-        /* the shape controller needs the verify cost curve even when
-         * calibration is off; the draft proposal cost is learned online */
-        if (!(e->t_rows[1] > 0)) tree_ctl_measure(e->sp, e->t_rows);
-        tree_ctl_init(&e->tree_prior, e->t_rows, c->tree_budget, c->tree_depth, c->tree_topk);
-        e->tree_prior.reprobe = 512; /* it sees every sequence's steps: a batch of B ages it B per step */
+        budget_set_trees(&e->bud, e->sp, c->tree, (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk});
         if (!e->tc) e->tc = spec_tree_create(e->sp);
         e->dt = spec_pair_has_draft(e->sp) ? draft_tree_create(e->sp) : NULL;
         if (!e->tc || (spec_pair_has_draft(e->sp) && !e->dt)) {
@@ -598,7 +592,6 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->tsh = calloc((size_t)R, sizeof(tree_shape));
     e->thow = calloc((size_t)R, sizeof(spec_method));
     e->tmax = calloc((size_t)R, sizeof(int));
-    e->tent = calloc((size_t)R, sizeof(int));
     e->tinfo = calloc((size_t)R, sizeof(spec_step_info));
     bool vok = true;
     for (int p = 0; p < SCHED_PATHS; p++) {
@@ -613,7 +606,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->vms = calloc((size_t)R, sizeof(model_seq));
     e->vunit = calloc((size_t)R, sizeof(*e->vunit));
     if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
-        !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tent || !e->tinfo ||
+        !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tinfo ||
         !vok || !e->ttree || !e->tslot || !e->tdms || !e->vms || !e->vunit) {
         engine_destroy(e);
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory for the engine's tables"), NULL;
@@ -653,7 +646,7 @@ void engine_destroy(engine *e) {
     for (int i = 0; e->slots && i < e->n_slots; i++) req_free(e->slots[i]);
     free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
-    free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tent), free(e->tinfo);
+    free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tinfo);
     for (int p = 0; p < SCHED_PATHS; p++) free(e->vshare[p]), free(e->vbatch[p]), free(e->vrows[p]);
     free(e->ttree), free(e->tslot), free(e->tdms), free(e->vms), free(e->vunit);
     spec_tree_destroy(e->tc);

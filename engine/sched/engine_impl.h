@@ -15,7 +15,7 @@
 #include "engine/grammar/constrain.h"
 #include "engine/spec/proposers/draft_eagle.h"  /* an EAGLE-3 head's loading (engine.c) */
 #include "engine/spec/proposers/draft_medusa.h" /* the heads' loading, shape and curve (engine.c) */
-#include "engine/spec/path_ctl.h"
+#include "engine/spec/budget.h"
 #include "engine/spec/proposers/draft_tree.h"
 #include "engine/sched/plan.h"
 #include "engine/sched/stop.h"
@@ -82,16 +82,14 @@ typedef struct req {
     int pub_gamma;                /* published under mu after each step */
     int pub_method;               /* drafter slot of the last step, -1 plain */
     tree_shape pub_shape;         /* the last step's tree shape (budget 0: the chain path) */
-    /* tree speculation: mode (ENGINE_TREE_OFF/AUTO/FIXED, resolved at submit),
-     * the bounds (the fixed shape), the controller (auto) and this step's pick */
+    /* tree speculation: mode (ENGINE_TREE_OFF/AUTO/FIXED, resolved at submit)
+     * and the bounds (the fixed shape); the sequence's budget state holds
+     * them from its admission (budget_seq_set_trees) with auto's controller */
     int tree_mode;
     tree_shape tree_sh;
-    tree_ctl tctl;
-    bool tctl_seeded;
-    int tree_entry;               /* menu entry of this step (0: the chain path) */
     bool auto_medusa;             /* method auto and its sequence holds the heads' state
-                                   * (seq->ds[SPEC_DRAFTER_MEDUSA]): the engine's path_ctl picks per step
-                                   * between the heads and the chain/tree path */
+                                   * (seq->ds[SPEC_DRAFTER_MEDUSA]): the budget controller's path choice
+                                   * moves it per step between the heads and the chain/tree path */
     bool pub_medusa;              /* the last step was a Medusa step */
     double pub_alpha;
     char session[40];
@@ -132,32 +130,25 @@ struct engine {
     int n_active;
     uint64_t pause_ctr;
     int reserved_blocks;          /* per pool */
-    plan_history hist;
+    budget bud;                   /* the budget controller: every step's which proposer and how much
+                                   * (engine thread; engine_create sets it up) */
     /* step scratch (engine thread) */
     spec_seq **bseq, **mseq;
     int *bmax, *bgam, *order, *gam_all, *mmax;
     spec_step_info *binfo;
     plan_bin *bins;
-    /* tree speculation (cfg.tree != off): scratch, the measured cost curve,
-     * the engine-wide controller that seeds each sequence's, this step's tree
+    /* tree speculation (cfg.tree != off) or heads: scratch, this step's tree
      * sequences */
     spec_tree_ctx *tc;            /* tree speculation or heads loaded: every tree's verify rows */
     draft_tree *dt;
     medusa_heads *mh;             /* cfg.medusa_path: the heads (else NULL) ... */
     draft_medusa *dm;             /* ... and their proposer, owned by the pair (slot SPEC_DRAFTER_MEDUSA) */
-    tree_shape medusa_sh;
-    path_ctl pathc;               /* auto requests: Medusa or the chain/tree path (engine thread) */
-    int path_arm;                 /* this step's arm (-1: no auto request with heads ran) */
-    int path_tok[PATH_ARMS];      /* ... what its auto sequences appended, and their time shares */
-    double path_ms[PATH_ARMS];
-    uint64_t path_steps[PATH_ARMS]; /* steps per arm (under mu, for engine_get_stats) */
-    double t_rows[TREE_CTL_ROWS + 1];
-    tree_ctl tree_prior;
+    uint64_t path_steps[PATH_ARMS]; /* steps per arm of the budget's path choice (under mu, for engine_get_stats) */
     struct req **treq;
     spec_seq **tseq;
     tree_shape *tsh;
     spec_method *thow;
-    int *tmax, *tent;
+    int *tmax;
     spec_step_info *tinfo;
     spec_tree *ttree;             /* this step's draft/n-gram trees, their proposers (-1 none), draft ms */
     int *tslot;

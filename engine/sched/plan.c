@@ -1,4 +1,4 @@
-/* plan.c — micro-batch planner and outlier γ cap (see plan.h). */
+/* plan.c — the micro-batch planner (see plan.h). */
 #include "engine/sched/plan.h"
 #include "kernels/check.h"
 
@@ -66,38 +66,4 @@ int plan_bins(const int *gamma, int n, float padding_cap, plan_bin *bins, int *o
     }
     if (padding_ratio) *padding_ratio = (double)best_rect[k] / (double)real_pre[k];
     return nb;
-}
-
-void plan_history_add(plan_history *h, int accepted) {
-    SPECD_CHECK(accepted >= 0 && accepted <= GAMMA_MAX);
-    SPECD_CHECK(h->head >= 0 && h->head < PLAN_HISTORY_LEN && h->n >= 0 && h->n <= PLAN_HISTORY_LEN);
-    h->hist[h->head] = (uint8_t)accepted;
-    h->head = (h->head + 1) % PLAN_HISTORY_LEN;
-    if (h->n < PLAN_HISTORY_LEN) h->n++;
-}
-
-int plan_history_p95(const plan_history *h) {
-    if (h->n < PLAN_HISTORY_MIN) return -1;
-    /* The held samples are the n slots ending just before head; when the ring
-     * is not full they are slots [0, n), which is the same set. */
-    int count[NG] = {0};
-    for (int i = 0; i < h->n; i++) {
-        int v = h->hist[(h->head - 1 - i + PLAN_HISTORY_LEN) % PLAN_HISTORY_LEN];
-        SPECD_CHECK(v <= GAMMA_MAX);
-        count[v]++;
-    }
-    int below = 0;
-    for (int v = 0; v < NG; v++) {
-        below += count[v];
-        if ((int64_t)below * 100 >= (int64_t)95 * h->n) return v;
-    }
-    SPECD_CHECK(0);
-    return -1;
-}
-
-int plan_cap_gamma(int gamma, const plan_history *h) {
-    if (gamma <= 0) return gamma;
-    int p95 = plan_history_p95(h);
-    if (p95 < 0) return gamma;
-    return gamma < p95 + 1 ? gamma : p95 + 1; /* p95 ≥ 0, so the result is ≥ 1 */
 }

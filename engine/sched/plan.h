@@ -1,7 +1,8 @@
 /* plan.h — the micro-batch planner of the batch engine: groups a step's
- * sequences by draft length γ into rectangular micro-batches, and caps outlier
- * γ against the recent accepted lengths. Pure arithmetic: no models, no
- * allocation (the caller passes arrays sized n), no locks.
+ * sequences by draft length γ into rectangular micro-batches. Pure
+ * arithmetic: no models, no allocation (the caller passes arrays sized n), no
+ * locks. How much each sequence drafts is the budget controller's (budget.h);
+ * the planner only packs what it chose.
  *
  * Padding. A micro-batch ("bin") is drafted and verified in one call per
  * position with the rectangular shape [members × (bin.gamma + 1)]; a member
@@ -9,12 +10,11 @@
  * padding whose results are discarded. A bin's padding ratio is
  *     Σ_members (bin.gamma + 1) / Σ_members (γ_i + 1)      (≥ 1, 1 = no padding).
  *
- * Threading: plan_bins is reentrant; a plan_history belongs to one thread (the
- * engine thread). */
+ * Threading: plan_bins is reentrant. */
 #ifndef SPECD_PLAN_H
 #define SPECD_PLAN_H
 
-#include "engine/spec/gamma.h" /* GAMMA_MAX */
+#include "engine/spec/budget.h" /* GAMMA_MAX, the outlier cap */
 
 #include <stdint.h>
 
@@ -48,27 +48,13 @@ typedef struct {
  * below 1 or NaN — validate the configuration at start-up. */
 int plan_bins(const int *gamma, int n, float padding_cap, plan_bin *bins, int *order, double *padding_ratio);
 
-/* Outlier cap. An engine-wide ring of the accepted draft counts (0..γ, not
- * counting the correction/bonus token) of the most recent verify steps of all
- * sequences. Zero-initialise it (plan_history h = {0}). */
-#define PLAN_HISTORY_LEN 256
-#define PLAN_HISTORY_MIN 20 /* samples before the p95 is trusted */
-
-typedef struct {
-    uint8_t hist[PLAN_HISTORY_LEN]; /* ring of accepted draft counts */
-    int n, head;                    /* samples held (≤ LEN); next slot to write */
-} plan_history;
-
-/* Records one verify step's accepted draft count (0..GAMMA_MAX, else aborts);
- * once full, the oldest sample is overwritten. */
-void plan_history_add(plan_history *h, int accepted);
-/* The 95th percentile (nearest rank: the smallest v with at least 95% of the
- * samples ≤ v) of the held samples; -1 with fewer than PLAN_HISTORY_MIN. */
-int plan_history_p95(const plan_history *h);
-/* The γ to draft: min(gamma, p95 + 1) when the p95 is known, else gamma.
- * A γ ≥ 1 stays ≥ 1; γ = 0 stays 0. The engine applies this only to ADAPTIVE
- * sequences: a fixed-γ request keeps its γ, so a seeded request's output
- * never depends on the other traffic. */
-int plan_cap_gamma(int gamma, const plan_history *h);
+/* Outlier cap: the budget controller's (budget.h budget_history); the
+ * names below are kept for the planner's tests. */
+#define PLAN_HISTORY_LEN BUDGET_HISTORY_LEN
+#define PLAN_HISTORY_MIN BUDGET_HISTORY_MIN
+typedef budget_history plan_history;
+static inline void plan_history_add(plan_history *h, int accepted) { budget_history_add(h, accepted); }
+static inline int plan_history_p95(const plan_history *h) { return budget_history_p95(h); }
+static inline int plan_cap_gamma(int gamma, const plan_history *h) { return budget_history_cap(gamma, h); }
 
 #endif

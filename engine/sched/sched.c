@@ -208,11 +208,7 @@ static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting)
     if (starting) {
         double a = ct_alpha(e, r->content_type[0] ? r->content_type : "chat");
         if (a >= 0) { /* prior: the best γ at the acceptance this content type has been getting */
-            double best = -1;
-            for (int g = gp.gamma_min; g <= gp.gamma_max; g++) {
-                double rate = gamma_rate(&e->sp->costs, a, g, r->n_prompt);
-                if (rate > best) best = rate, gp.gamma_default = g;
-            }
+            gp.gamma_default = budget_prior_gamma(&e->sp->costs, a, &gp, r->n_prompt);
         }
         r->prm.gp = gp;
     } else if (r->seq) {
@@ -304,21 +300,6 @@ static void refresh_running_stats(engine *e) {
     memset(&e->st_run, 0, sizeof(e->st_run));
     for (int i = 0; i < e->n_active; i++)
         if (e->active[i]->seq && !e->active[i]->final_pushed) spec_stats_add(&e->st_run, &e->active[i]->seq->st);
-}
-
-/* What a step of a tree-enabled auto request delivered, into its controller
- * and the engine-wide one (menu entry ent; 0 the chain path). mu held. */
-static void tree_learn(engine *e, req *r, int ent, const spec_step_info *si, int batch, int call_rows,
-                       double step_ms) {
-    if (r->tree_mode != ENGINE_TREE_AUTO || !r->tctl_seeded) return;
-    r->tctl.picks[ent]++;
-    tree_ctl_observe(&r->tctl, ent, si->n_new, si->gamma + 1, batch, call_rows, step_ms);
-    const tree_shape *sh = &r->tctl.menu[ent];
-    for (int f = 0; f < e->tree_prior.n; f++)
-        if (!memcmp(&e->tree_prior.menu[f], sh, sizeof(*sh))) {
-            e->tree_prior.picks[f]++;
-            tree_ctl_observe(&e->tree_prior, f, si->n_new, si->gamma + 1, batch, call_rows, step_ms);
-        }
 }
 
 /* 1. Cancelled and finished requests leave the active set; waiting ones
@@ -466,6 +447,7 @@ static void sched_admit(engine *e, int holding, char *err, size_t errlen) {
         /* an auto request holds the heads' state, kept fresh by every step
          * (spec_seq_observe_hidden), so path_ctl can move it at any step */
         r->auto_medusa = r->auto_medusa && r->prm.method == SPEC_METHOD_AUTO && r->seq->ds[SPEC_DRAFTER_MEDUSA];
+        budget_seq_set_trees(&e->bud, &r->seq->bud, r->tree_mode, r->tree_sh);
         r->reserved = need;
         e->reserved_blocks += need;
         r->state = RQ_PREFILL;
@@ -509,38 +491,26 @@ static bool sched_pick(engine *e, sched_step *w) {
     return pre || n_run > 0;
 }
 
-/* An auto request's step on arm (0 the chain/tree path, 1 Medusa) for
- * this step's path_ctl observation; every other request is no evidence. */
-static void path_note(engine *e, req *r, int arm, const spec_step_info *si, double ms) {
-    r->pub_medusa = arm == 1;
-    if (!r->auto_medusa || e->path_arm != arm) return;
-    e->path_tok[arm] += si->n_new;
-    e->path_ms[arm] += ms;
-}
-
-/* One stepped sequence's results (mu held): its published state, the
- * controllers' observations (the shape controller's for tree-enabled
- * requests, the path controller's for auto requests with heads), its
- * telemetry row, and its tokens — or, when its path's step failed, its
- * failure. path: 0 chain, 1 draft/n-gram tree (its shape sh, menu entry
- * ent), 2 Medusa; ms, batch, rows: its share of the step's time and its
- * call's sequences and rows. */
+/* One stepped sequence's results (mu held): its published state, what the
+ * budget controller learns from it (budget_observe), its telemetry row, and
+ * its tokens — or, when its path's step failed, its failure. path: 0 chain,
+ * 1 draft/n-gram tree (its shape sh), 2 Medusa; ms, batch, rows: its share of
+ * the step's time and its call's sequences and rows. */
 static void emit_one(engine *e, req *r, int path, const spec_step_info *si, int rc, const char *err,
-                     const tree_shape *sh, int ent, double ms, int batch, int rows) {
+                     const tree_shape *sh, double ms, int batch, int rows) {
     ENG_HOLDS_MU(e);
     if (rc == 0) {
         if (path == 1 || (path == 0 && r->tree_mode != ENGINE_TREE_OFF)) {
             e->tree_decisions[path]++;
             e->tree_auto += path == 1 && r->tree_mode == ENGINE_TREE_AUTO;
-            tree_learn(e, r, ent, si, batch, rows, ms);
         }
-        path_note(e, r, path == 2, si, ms);
-        if (path == 2 && r->auto_medusa) spec_seq_note_other_step(r->seq); /* the draft's fallback clock runs on */
+        r->pub_medusa = path == 2;
+        budget_observe(&e->bud, r->seq, path, si->n_new, si->gamma, si->accepted, ms, batch, rows, r->auto_medusa);
         r->pub_gamma = si->gamma;
         r->pub_method = si->method;
         r->pub_shape = *sh;
         if (path == 2) r->pub_shape.budget = si->gamma; /* the budget the curve chose (0: a plain step) */
-        else r->pub_alpha = gamma_ctl_alpha(&r->seq->ctl);
+        else r->pub_alpha = budget_seq_alpha(&r->seq->bud, r->seq->prm.method);
         if (si->gamma > 0) e->accepted_hist[si->accepted]++;
         if (e->cfg.telemetry) {
             tel_step row;
@@ -565,12 +535,12 @@ static void emit_steps(engine *e, const sched_step *w) {
             for (int j = 0; j < e->n_active; j++)
                 if (e->active[j]->seq == e->bseq[e->order[at]]) r = e->active[j];
             if (r)
-                emit_one(e, r, 0, &e->binfo[at], w->path_rc[SCHED_PATH_CHAIN], w->path_err[SCHED_PATH_CHAIN], &chain, 0,
+                emit_one(e, r, 0, &e->binfo[at], w->path_rc[SCHED_PATH_CHAIN], w->path_err[SCHED_PATH_CHAIN], &chain,
                          e->vshare[SCHED_PATH_CHAIN][at], e->vbatch[SCHED_PATH_CHAIN][at], e->vrows[SCHED_PATH_CHAIN][at]);
         }
     for (int k = 0; k < w->n_path[SCHED_PATH_TREE]; k++)
         emit_one(e, e->treq[k], e->thow[k] == SPEC_METHOD_MEDUSA ? 2 : 1, &e->tinfo[k], w->path_rc[SCHED_PATH_TREE], w->path_err[SCHED_PATH_TREE], &e->tsh[k],
-                 e->tent[k], e->vshare[SCHED_PATH_TREE][k], e->vbatch[SCHED_PATH_TREE][k], e->vrows[SCHED_PATH_TREE][k]);
+                 e->vshare[SCHED_PATH_TREE][k], e->vbatch[SCHED_PATH_TREE][k], e->vrows[SCHED_PATH_TREE][k]);
 }
 
 /* The results of sched_run under mu: the prefilled request's first token (or
@@ -595,11 +565,8 @@ static void sched_emit(engine *e, const sched_step *w) {
         e->mixed_steps += w->mixed;
         e->pad_sum += w->pad;
         emit_steps(e, w);
-        if (e->path_arm >= 0) {
-            path_ctl_observe(&e->pathc, e->path_arm, w->n_run + w->n_pre, e->path_tok[e->path_arm],
-                             e->path_ms[e->path_arm]);
-            e->path_steps[e->path_arm]++;
-        }
+        int arm = budget_step_end(&e->bud, w->n_run + w->n_pre);
+        if (arm >= 0) e->path_steps[arm]++;
         refresh_running_stats(e);
     }
 }

@@ -3,7 +3,8 @@
  * the running sequences. Each sequence takes a path by the SHAPE of its
  * proposal — trees (whatever proposes them: the draft model, the lookup,
  * the Medusa heads) or chains (binned by γ; plain steps ride here) — with
- * the auto method's choice of the heads (path_ctl.h); every path proposes
+ * every sequence's proposer and size chosen by the budget controller
+ * (budget.h: the auto method's choice of the heads included); every path proposes
  * first, through the proposers' tables, then ONE target pass verifies all
  * their rows together (split only by engine.max_batch, the target's batch
  * and a rectangular backend), and each path accepts and commits its own
@@ -13,51 +14,32 @@
 
 #include <string.h>
 
-/* Tree speculation, engine thread. Picks each sequence's tree for this step
- * and moves the ones that get one out of e->bseq[0, n_run) into e->tseq
- * etc., keeping the rest in order at the front; returns how many moved.
- * The heads' sequences (method medusa, or auto on the heads' arm this step)
- * take the heads' shape; tree-enabled ones their shape (fixed: its bounds;
- * auto: its controller, seeded from the engine-wide one at its first
- * step). mu is not needed: only the engine thread touches these fields. */
-static int pick_trees(engine *e, int n_run, int batch) {
-    if (!e->tc) return 0;
+/* Every running sequence's choice for this step, the budget controller's
+ * (budget_pick): a tree (the heads' or a draft/n-gram tree) moves it out of
+ * e->bseq[0, n_run) into e->tseq etc., a chain keeps it in order at the
+ * front with its γ in e->gam_all and its tokens still wanted in e->bmax.
+ * Returns how many took a tree. Sequences still prefilling count in the
+ * batch: they join in a few steps, and every step spent verifying drafts
+ * delays their first token. mu is not needed: only the engine thread touches
+ * these fields. */
+static int pick_all(engine *e, int n_run, int batch) {
     int n_tree = 0, n_chain = 0;
-    /* auto requests with the engine's bounds share one decision per step,
-     * the engine-wide controller's (every sequence's steps feed it, so it
-     * learns fastest; trees and chains ride in the same target pass either
-     * way); requests with bounds of their own use their own controller */
-    const tree_shape lim = {e->cfg.tree_budget, e->cfg.tree_depth, e->cfg.tree_topk};
-    int shared = e->cfg.tree != ENGINE_TREE_OFF ? tree_ctl_pick(&e->tree_prior, batch) : 0;
     for (int i = 0; i < n_run; i++) {
         spec_seq *sq = e->bseq[i];
         req *r = NULL;
         for (int j = 0; j < e->n_active; j++)
             if (e->active[j]->seq == sq) r = e->active[j];
-        int ent = 0;
-        tree_shape sh = {0, 0, 0};
-        spec_method how = r->prm.method;
-        if (r->prm.speculate && sq->ds[SPEC_DRAFTER_MEDUSA] && (!r->auto_medusa || e->path_arm == 1)) {
-            sh = e->medusa_sh, how = SPEC_METHOD_MEDUSA;
-        } else if (e->cfg.tree != ENGINE_TREE_OFF && r->tree_mode != ENGINE_TREE_OFF && r->prm.speculate &&
-                   r->prm.method != SPEC_METHOD_EAGLE) { /* the head drafts chains (not yet trees) */
-            if (r->tree_mode == ENGINE_TREE_FIXED) {
-                ent = 1, sh = r->tree_sh;
-            } else {
-                if (!r->tctl_seeded) tree_ctl_seed(&r->tctl, &e->tree_prior), r->tctl_seeded = true;
-                ent = !memcmp(&r->tree_sh, &lim, sizeof(lim)) ? shared : tree_ctl_pick(&r->tctl, batch);
-                sh = r->tctl.menu[ent];
-            }
-        }
-        r->tree_entry = ent;
-        if (sh.budget > 0) {
+        int max_new = r->max_tokens - r->n_out;
+        budget_choice c = budget_pick(&e->bud, sq, max_new, batch, r->auto_medusa);
+        if (c.shape.budget > 0) {
             e->treq[n_tree] = r;
             e->tseq[n_tree] = sq;
-            e->tsh[n_tree] = sh;
-            e->thow[n_tree] = how;
-            e->tmax[n_tree] = r->max_tokens - r->n_out;
-            e->tent[n_tree++] = ent;
+            e->tsh[n_tree] = c.shape;
+            e->thow[n_tree] = (spec_method)c.how;
+            e->tmax[n_tree++] = max_new;
         } else {
+            e->bmax[n_chain] = max_new;
+            e->gam_all[n_chain] = c.gamma;
             e->bseq[n_chain++] = sq;
         }
     }
@@ -86,23 +68,11 @@ static void done_trees(engine *e, sched_step *w) {
     for (int k = 0; k < n; k++) e->vshare[SCHED_PATH_TREE][k] += e->tinfo[k].draft_ms;
 }
 
-/* Chains (e->bseq[0, n)): γ per sequence, binned by equal γ (what a
- * rectangular backend launches; reported), then every chain's draft calls
- * and verify rows, in bin order (e->mseq, e->binfo). */
+/* Chains (e->bseq[0, n), their γ chosen by pick_all): binned by equal γ
+ * (what a rectangular backend launches; reported), then every chain's draft
+ * calls and verify rows, in bin order (e->mseq, e->binfo). */
 static int propose_chains(engine *e, sched_step *w, model_seq *ms, char *err, size_t errlen) {
-    int n_chain = w->n_path[SCHED_PATH_CHAIN], n_run = w->n_run, n_pre = w->n_pre;
-    for (int i = 0; i < n_chain; i++) {
-        req *r = NULL;
-        for (int j = 0; j < e->n_active; j++)
-            if (e->active[j]->seq == e->bseq[i]) r = e->active[j];
-        e->bmax[i] = r->max_tokens - r->n_out;
-        /* requests still prefilling join the batch in a few steps, and
-         * every step spent verifying drafts delays their first token:
-         * the controller plans for the batch they will make */
-        int g = spec_seq_plan(e->bseq[i], e->bmax[i], n_run + n_pre);
-        if (r->adaptive) g = plan_cap_gamma(g, &e->hist);
-        e->gam_all[i] = g;
-    }
+    int n_chain = w->n_path[SCHED_PATH_CHAIN];
     w->nb = plan_bins(e->gam_all, n_chain, e->cfg.padding_cap, e->bins, e->order, &w->pad);
     if (e->cfg.ragged && w->nb > 1) {
         /* the backend takes ragged batches: the bins share the pass (what a
@@ -124,10 +94,7 @@ static void finish_chains(engine *e, int i0, int m, float *lg, int row, double c
 }
 
 static void done_chains(engine *e, sched_step *w) {
-    for (int j = 0; j < w->n_path[SCHED_PATH_CHAIN]; j++) {
-        e->vshare[SCHED_PATH_CHAIN][j] += e->binfo[j].draft_ms;
-        if (e->binfo[j].gamma > 0) plan_history_add(&e->hist, e->binfo[j].accepted);
-    }
+    for (int j = 0; j < w->n_path[SCHED_PATH_CHAIN]; j++) e->vshare[SCHED_PATH_CHAIN][j] += e->binfo[j].draft_ms;
 }
 
 static void abort_chains(engine *e, int i) { spec_chain_abort(e->sp, e->mseq + i, 1); }
@@ -224,15 +191,11 @@ void sched_run(engine *e, sched_step *w) {
     /* a finished prefill hands its hidden state to the heads (spec_seq_observe_hidden) */
     w->pre_rc = pre ? spec_seq_prefill(pre->seq, e->cfg.prefill_chunk, w->err, sizeof(w->err)) : 0;
     w->nb = 0, w->pad = 1.0, w->n_calls = 0, w->mixed = false;
-    e->path_arm = -1;
+    bool heads_auto = false; /* an auto sequence with heads runs: the step's path choice */
     for (int i = 0; i < e->n_active && n_run; i++)
-        if (e->active[i]->auto_medusa && e->active[i]->state == RQ_RUNNING && !e->active[i]->paused) {
-            e->path_arm = path_ctl_pick(&e->pathc, n_run + w->n_pre);
-            break;
-        }
-    memset(e->path_tok, 0, sizeof(e->path_tok));
-    memset(e->path_ms, 0, sizeof(e->path_ms));
-    int n_tree = n_run ? pick_trees(e, n_run, n_run + w->n_pre) : 0;
+        heads_auto |= e->active[i]->auto_medusa && e->active[i]->state == RQ_RUNNING && !e->active[i]->paused;
+    budget_step_begin(&e->bud, n_run + w->n_pre, heads_auto);
+    int n_tree = n_run ? pick_all(e, n_run, n_run + w->n_pre) : 0;
     w->n_path[SCHED_PATH_TREE] = n_tree;
     w->n_path[SCHED_PATH_CHAIN] = n_run - n_tree;
     if (n_run) run_pass(e, w);

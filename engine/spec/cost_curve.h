@@ -1,9 +1,9 @@
 /* cost_curve.h — the target's verify cost curve t(rows): ms of one forward
  * pass of `rows` rows, measured at a few row counts at start
- * (tree_ctl_measure) and read by every controller that weighs rows against
- * time: the chain's γ and batch decision (gamma.h), the tree shapes
- * (tree_ctl.h) and the Medusa budget (draft_medusa.h). One table, one rule
- * for the rows nobody measured. */
+ * (budget_measure) and read wherever rows are weighed against time — all of
+ * it for the budget controller (budget.h): the chain cost model (gamma.h),
+ * the tree shapes' statistics (tree_ctl.h) and the heads' node budget. One
+ * table, one rule for the rows nobody measured. */
 #ifndef SPECD_COST_CURVE_H
 #define SPECD_COST_CURVE_H
 

@@ -1,4 +1,4 @@
-/* gamma.c — speculation depth controller and cost model (see gamma.h). */
+/* gamma.c — the chain cost model (see gamma.h). */
 #include "engine/spec/gamma.h"
 
 #include "kernels/check.h"
@@ -8,14 +8,6 @@
 #include <string.h>
 
 #define COST_EMA 0.1 /* weight of a new measurement */
-#define BATCH_MARGIN 0.15
-
-/* "engine thread only": the controller's updates come from its owner */
-#ifndef NDEBUG
-#define CTL_OWNED(g) SPECD_CHECK(pthread_equal((g)->owner, pthread_self()))
-#else
-#define CTL_OWNED(g) ((void)(g))
-#endif
 
 gamma_params gamma_params_default(void) {
     return (gamma_params){.gamma_min = 2, .gamma_max = 8, .gamma_default = 4, .adaptive = true, .window = 20,
@@ -172,112 +164,4 @@ double gamma_rate_batch(const gamma_costs *c, double a, int g, int batch, int ct
                 draft) /
                batch;
     return t > 0 ? gamma_expected_tokens(a, g) / t : 0.0;
-}
-
-void gamma_ctl_init(gamma_ctl *g, const gamma_params *p) {
-    memset(g, 0, sizeof(*g));
-    g->prm = *p;
-    g->gamma = p->gamma_default;
-#ifndef NDEBUG
-    g->owner = pthread_self();
-#endif
-}
-
-void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p) {
-    CTL_OWNED(g);
-    g->prm = *p;
-    if (g->gamma > p->gamma_max) g->gamma = p->gamma_max;
-    if (g->gamma < p->gamma_min) g->gamma = p->gamma_min;
-}
-
-double gamma_ctl_alpha(const gamma_ctl *g) {
-    int acc = 0, rej = 0;
-    for (int i = 0; i < g->n; i++) {
-        acc += g->acc[i];
-        rej += g->rej[i];
-    }
-    if (acc + rej == 0) return -1.0;
-    return (double)acc / (acc + rej);
-}
-
-static void window_reset(gamma_ctl *g) {
-    g->n = g->head = g->steps = g->low_streak = 0;
-}
-
-int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c, int ctx) { return gamma_ctl_next_batch(g, c, 1, ctx); }
-
-/* Whether plain decoding beats the best γ in [gamma_min, gamma_max] at this
- * batch size and acceptance a; *best gets that γ. */
-static bool plain_wins(const gamma_ctl *g, const gamma_costs *c, double a, int batch, int ctx, int *best) {
-    double best_rate = -1;
-    *best = g->prm.gamma_min;
-    for (int k = g->prm.gamma_min; k <= g->prm.gamma_max; k++) {
-        double r = gamma_rate_batch(c, a, k, batch, ctx);
-        if (r > best_rate) best_rate = r, *best = k;
-    }
-    /* in a batch, drafting must promise BATCH_MARGIN more: each sequence
-     * plans as if the whole batch drafted like it, and the big-batch slope is
-     * learned from noisy passes; a wrong "draft" costs the whole batch's
-     * throughput (measured: predicted gains of 6-13% at concurrency 8 were
-     * losses of 10%), a wrong "plain" only this sequence's speedup */
-    double margin = batch > 1 ? 1.0 + BATCH_MARGIN : 1.0;
-    return gamma_rate_batch(c, a, 0, batch, ctx) * margin > best_rate;
-}
-
-int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch, int ctx) {
-    CTL_OWNED(g);
-    if (g->plain_left > 0) return 0;
-    bool may_skip = g->prm.adaptive && batch > 1 && g->prm.fallback_alpha > 0;
-    int best;
-    if (!g->prm.adaptive || g->steps < g->prm.warmup) {
-        g->gamma = g->prm.adaptive ? g->prm.gamma_default : g->gamma;
-        /* warm-up at a big batch: with no α of its own yet, the sequence asks
-         * the cost model at the prior; drafting starts once it pays (or the
-         * batch shrinks), and its first verify steps then fill the window */
-        if (may_skip && plain_wins(g, c, GAMMA_PRIOR_ALPHA, batch, ctx, &best)) return 0;
-        return g->gamma;
-    }
-    double a = gamma_ctl_alpha(g);
-    if (a < 0) return g->gamma;
-    bool plain = plain_wins(g, c, a, batch, ctx, &best);
-    g->gamma = best;
-    /* plain decoding is faster at this batch size: skip drafting this step,
-     * but keep the window so speculation returns when the batch shrinks */
-    return may_skip && plain ? 0 : best;
-}
-
-void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted) {
-    CTL_OWNED(g);
-    int w = g->prm.window;
-    int slot = g->n < w ? g->n++ : g->head;
-    if (g->n == w && slot == g->head) g->head = (g->head + 1) % w;
-    g->acc[slot] = (uint8_t)accepted;
-    g->rej[slot] = accepted < gamma;
-    g->steps++;
-    double a = gamma_ctl_alpha(g);
-    bool decided = g->steps >= g->prm.warmup && a >= 0;
-    if (decided && a < g->prm.fallback_alpha) g->low_streak++;
-    else g->low_streak = 0;
-    if (decided && a >= g->prm.fallback_alpha) g->probing = false; /* the probe found α recovered */
-    if (g->low_streak >= (g->probing ? 1 : g->prm.fallback_steps)) {
-        g->plain_left = g->prm.probe_interval;
-        g->fallbacks++;
-        window_reset(g);
-    }
-}
-
-void gamma_ctl_observe_plain(gamma_ctl *g) {
-    CTL_OWNED(g);
-    if (g->plain_left > 0 && --g->plain_left == 0) {
-        g->probes++;
-        g->probing = true;
-        window_reset(g);
-    }
-}
-
-void gamma_ctl_fail(gamma_ctl *g) {
-    CTL_OWNED(g);
-    g->plain_left = g->prm.probe_interval;
-    g->fallbacks++;
-    window_reset(g);
 }

@@ -1,13 +1,11 @@
-/* gamma.h — per-sequence speculation depth controller and the cost model it
- * uses. Keeps a rolling window of verify steps (accepted drafts, whether the
- * chain ended in a rejection), estimates the per-token acceptance rate α, and
- * picks the γ that maximises expected tokens per second
- *     E(α, γ) = (1 − α^(γ+1)) / (1 − α)   over   γ·draft_cost + target_cost(γ+1).
- * Falls back to plain decoding (γ = 0) when α stays below the policy threshold
- * and probes speculation again after a number of plain steps.
- * Threading: engine thread only — a controller belongs to the thread that
- * initialised it (the engine thread, which creates every sequence), and debug
- * builds (no NDEBUG) abort when another thread updates it. */
+/* gamma.h — the chain cost model: what a chain of depth γ is expected to
+ * deliver per millisecond at per-token acceptance α,
+ *     E(α, γ) = (1 − α^(γ+1)) / (1 − α)   over   γ·draft_cost + target_cost(γ+1),
+ * and the target's cost fitted online from measured verify passes. Pure
+ * arithmetic and statistics: the decisions that read it (which proposer, which
+ * γ, plain decoding and its fallback rule) are the budget controller's
+ * (budget.h). The per-sequence γ controller that lived here is budget_chain.
+ * Threading: a gamma_costs is updated by the engine thread only. */
 #ifndef SPECD_GAMMA_H
 #define SPECD_GAMMA_H
 
@@ -16,9 +14,6 @@
 
 #include <stdbool.h>
 #include <stdint.h>
-#ifndef NDEBUG
-#include <pthread.h>
-#endif
 
 #define GAMMA_WINDOW_MAX 64
 #define GAMMA_CURVE_ROWS COST_CURVE_ROWS
@@ -79,44 +74,5 @@ double gamma_rate(const gamma_costs *c, double alpha, int gamma, int ctx);
  * compute-bound (large per-position cost), drafting stops paying and the best
  * γ drops, down to 0. */
 double gamma_rate_batch(const gamma_costs *c, double alpha, int gamma, int batch, int ctx);
-
-typedef struct {
-    gamma_params prm;
-    uint8_t acc[GAMMA_WINDOW_MAX];   /* accepted drafts per step (ring) */
-    uint8_t rej[GAMMA_WINDOW_MAX];   /* 1 if the step ended in a rejection */
-    int n, head;
-    int steps;                       /* verify steps since (re)start of speculation */
-    int low_streak;                  /* consecutive steps with α below the threshold */
-    int plain_left;                  /* > 0: in fallback, plain steps until the next probe */
-    bool probing;                    /* speculating again after a fallback: one low verdict ends it */
-    int gamma;                       /* last choice */
-    uint64_t fallbacks, probes;
-#ifndef NDEBUG
-    pthread_t owner;                 /* the thread that initialised it: the only one that may update it */
-#endif
-} gamma_ctl;
-
-void gamma_ctl_init(gamma_ctl *g, const gamma_params *p);
-/* Replaces the bounds (policy reload, per-request override); keeps history. */
-void gamma_ctl_set_params(gamma_ctl *g, const gamma_params *p);
-/* The γ for the next step of a sequence with ctx cached tokens: 0 = plain
- * decoding (fallback), else within bounds. */
-int gamma_ctl_next(gamma_ctl *g, const gamma_costs *c, int ctx);
-/* The same when the sequence is stepped in a batch of `batch` sequences: an
- * adaptive sequence may also get 0 when plain decoding is faster at that batch
- * size (not counted as a fallback) — by its rolling α, or during warm-up by
- * the prior GAMMA_PRIOR_ALPHA. fallback_alpha 0 (a rule's alpha_threshold 0:
- * "never turn speculation off") disables this, so gamma_min is then a floor. */
-#define GAMMA_PRIOR_ALPHA 0.7
-int gamma_ctl_next_batch(gamma_ctl *g, const gamma_costs *c, int batch, int ctx);
-/* Records a verify step that drafted gamma tokens and accepted `accepted`. */
-void gamma_ctl_observe(gamma_ctl *g, int gamma, int accepted);
-/* Records a plain step (counts down to the next probe). */
-void gamma_ctl_observe_plain(gamma_ctl *g);
-/* Forces plain decoding for one probe interval (draft failure). */
-void gamma_ctl_fail(gamma_ctl *g);
-/* Rolling α: accepted / (accepted + rejections) over the window (maximum
- * likelihood for the truncated geometric run); -1 before any data. */
-double gamma_ctl_alpha(const gamma_ctl *g);
 
 #endif

@@ -1,4 +1,6 @@
-/* path_ctl.h — which proposer the auto method's sequences take this step when
+/* path_ctl.h — the statistics and the rule for which proposer the auto
+ * method's sequences take this step (the budget controller, budget.h, alone
+ * asks and feeds it), when
  * Medusa heads are loaded beside a draft model or the n-gram lookup (issue
  * 18): arm 0 is the chain/tree path (the draft model or the lookup, its γ or
  * tree from its own controllers, plain decoding when that pays), arm 1 is

@@ -17,13 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-static gamma_costs costs_for(const spec_pair *sp, int slot) {
-    gamma_costs c = sp->costs;
-    drafter *d = sp->drafters[slot];
-    if (d) d->i->cost(d, &c.draft_ms, &c.draft_ms_per_row);
-    return c;
-}
-
 /* ---- sequences -------------------------------------------------------------- */
 
 void spec_seq_free(spec_seq *s) {
@@ -156,11 +149,7 @@ static void logprob_fill(const float *x, int V, int32_t tok, int k, spec_logprob
     out->n_top = n;
 }
 
-/* Whether a sequence with these parameters may use the proposer in slot i.
- * The heads' trees cannot carry logprobs, coupled noise or penalties (the
- * chain path alone applies those), so such a sequence never holds their
- * state. */
-static bool method_uses(const spec_seq_params *p, int slot) {
+bool spec_method_uses(const spec_seq_params *p, int slot) {
     spec_method m = p->method;
     if (m == SPEC_METHOD_OFF) return false;
     if (slot == SPEC_DRAFTER_MEDUSA)
@@ -214,7 +203,7 @@ void spec_seq_observe_hidden(spec_seq *s, int row) {
  * length (it may draft with the draft model, which keeps a cache to share). */
 static bool prefix_lockstep(const spec_pair *sp, const spec_seq_params *p, bool has_ds) {
     drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
-    return d && has_ds && d->i->prefix_attach && p->speculate && method_uses(p, SPEC_DRAFTER_MODEL);
+    return d && has_ds && d->i->prefix_attach && p->speculate && spec_method_uses(p, SPEC_DRAFTER_MODEL);
 }
 
 /* Attaches the cached prefix of the prompt to the target cache and, for a
@@ -309,11 +298,10 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     s->prm = *p;
     s->slot = -1;
     bool any = false;
-    for (int i = 0; i < SPEC_DRAFTERS; i++) any |= sp->drafters[i] && method_uses(&s->prm, i);
+    for (int i = 0; i < SPEC_DRAFTERS; i++) any |= sp->drafters[i] && spec_method_uses(&s->prm, i);
     if (!any) s->prm.speculate = false;
     if (s->prm.speculate && !gamma_params_validate(&s->prm.gp, err, errlen)) goto fail;
-    gamma_ctl_init(&s->ctl, &s->prm.gp);
-    gamma_ctl_init(&s->ctl_ngram, &s->prm.gp);
+    budget_seq_init(&s->bud, &s->prm.gp, p->speculate);
     s->cap = max_ctx + GAMMA_MAX + 2;
     if (s->prm.speculate && s->prm.gp.gamma_max > sp->max_gamma) {
         util_fail(err, errlen, "gamma_max %d exceeds the pair's limit of %d", s->prm.gp.gamma_max, sp->max_gamma);
@@ -338,7 +326,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
      * pool is sized for every sequence); other drafters only where used */
     for (int i = 0; i < SPEC_DRAFTERS; i++) {
         drafter *d = sp->drafters[i];
-        if (!d || !(i == SPEC_DRAFTER_MODEL || (s->prm.speculate && method_uses(&s->prm, i)))) continue;
+        if (!d || !(i == SPEC_DRAFTER_MODEL || (s->prm.speculate && spec_method_uses(&s->prm, i)))) continue;
         if (!(s->ds[i] = d->i->seq_create(d, max_ctx + GAMMA_MAX + 1))) {
             util_fail(err, errlen, "out of memory");
             goto fail;
@@ -400,8 +388,7 @@ spec_seq *spec_seq_start(spec_pair *sp, const int32_t *prompt, int n_prompt, con
 }
 
 void spec_seq_set_gamma_params(spec_seq *s, const gamma_params *gp) {
-    gamma_ctl_set_params(&s->ctl, gp);
-    gamma_ctl_set_params(&s->ctl_ngram, gp);
+    budget_seq_set_params(&s->bud, gp);
 }
 
 int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
@@ -421,70 +408,6 @@ int spec_seq_check_kv(spec_seq *s, char *err, size_t errlen) {
         return -1;
     return 1;
 }
-
-/* The tokens still wanted and the context cap a step's γ. */
-static int cap_gamma(const spec_seq *s, int g, int max_new) {
-    int max_ctx = s->sp->max_ctx; /* the verify call fills positions up to n_tokens + γ */
-    if (g > max_new - 1) g = max_new - 1;
-    if (g > max_ctx - s->n_tokens) g = max_ctx - s->n_tokens;
-    if (g > s->sp->max_gamma) g = s->sp->max_gamma;
-    return g < 0 ? 0 : g;
-}
-
-/* Plans one sequence's step: which drafter proposes (s->slot, -1 plain) and
- * its γ from that drafter's controller and costs. n-gram first (when the
- * method allows it and the lookup has a match: it costs nothing), else the
- * draft model. */
-static int plan_gamma(spec_seq *s, int max_new, int batch) {
-    spec_pair *sp = s->sp;
-    s->slot = -1;
-    if (!s->prm.speculate) return 0;
-    int ctx = s->n_tokens - 1;
-    int g_ng = 0, g_dm = 0;
-    if (s->prm.method == SPEC_METHOD_EAGLE) { /* the head's chains, γ from the sequence's controller */
-        drafter *d = sp->drafters[SPEC_DRAFTER_EAGLE];
-        if (!d || !s->ds[SPEC_DRAFTER_EAGLE] || drafter_available(d, s->ds[SPEC_DRAFTER_EAGLE], s->tokens, s->n_tokens, 1) <= 0)
-            return 0;
-        gamma_costs c = costs_for(sp, SPEC_DRAFTER_EAGLE);
-        int g = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c, batch, ctx), max_new);
-        if (g > 0) s->slot = SPEC_DRAFTER_EAGLE;
-        return g;
-    }
-    gamma_costs c_ng = costs_for(sp, SPEC_DRAFTER_NGRAM), c_dm = costs_for(sp, SPEC_DRAFTER_MODEL);
-    if (s->ds[SPEC_DRAFTER_NGRAM] && method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) {
-        drafter *d = sp->drafters[SPEC_DRAFTER_NGRAM];
-        int avail = drafter_available(d, s->ds[SPEC_DRAFTER_NGRAM], s->tokens, s->n_tokens, GAMMA_MAX);
-        if (avail > 0) {
-            g_ng = gamma_ctl_next_batch(&s->ctl_ngram, &c_ng, batch, ctx);
-            if (g_ng > avail) g_ng = avail; /* a lookup proposes no more than the earlier text continues */
-            g_ng = cap_gamma(s, g_ng, max_new);
-        }
-    }
-    bool dm = s->ds[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL] &&
-              method_uses(&s->prm, SPEC_DRAFTER_MODEL);
-    if (dm && (g_ng == 0 || s->prm.method == SPEC_METHOD_AUTO))
-        g_dm = cap_gamma(s, gamma_ctl_next_batch(&s->ctl, &c_dm, batch, ctx), max_new);
-    if (g_ng > 0 && g_dm > 0 && s->prm.gp.adaptive) {
-        /* auto with both on offer, adaptive γ: the one the cost model expects
-         * more tokens per millisecond from, at each proposer's own rolling α
-         * (the prior before it has data); the lookup's near-zero cost wins
-         * ties. Timing enters here, so a fixed-γ sequence keeps the rule that
-         * depends on its tokens alone (lookup when it matches): its sampled
-         * output stays the same in any batch. */
-        double a_ng = gamma_ctl_alpha(&s->ctl_ngram), a_dm = gamma_ctl_alpha(&s->ctl);
-        double r_ng = gamma_rate_batch(&c_ng, a_ng < 0 ? GAMMA_PRIOR_ALPHA : a_ng, g_ng, batch, ctx);
-        double r_dm = gamma_rate_batch(&c_dm, a_dm < 0 ? GAMMA_PRIOR_ALPHA : a_dm, g_dm, batch, ctx);
-        if (r_dm > r_ng) g_ng = 0;
-    }
-    if (g_ng > 0) {
-        s->slot = SPEC_DRAFTER_NGRAM;
-        return g_ng;
-    }
-    if (g_dm > 0) s->slot = SPEC_DRAFTER_MODEL;
-    return g_dm;
-}
-
-static gamma_ctl *ctl_of(spec_seq *s, int slot) { return slot == SPEC_DRAFTER_NGRAM ? &s->ctl_ngram : &s->ctl; }
 
 /* Propose phase for every sequence with γ > 0: one batched propose call per
  * drafter over the sequences it serves. Tokens go to each sequence's draft[]
@@ -521,7 +444,7 @@ static void draft_phase(spec_pair *sp, spec_seq **S, int n, int *gam, spec_step_
             const drafter_prop *p = &sp->props[r];
             if (rc != 0) { /* no output gap: the step becomes a plain step */
                 s->st.draft_failures++;
-                gamma_ctl_fail(ctl_of(s, slot));
+                budget_seq_failed(&s->bud, slot);
                 gam[i] = 0;
                 s->slot = -1;
                 continue;
@@ -555,10 +478,7 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
         k = 0;
         n_new = 1;
         s->st.plain_steps++;
-        if (s->prm.speculate) {
-            if (method_uses(&s->prm, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
-            if (method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
-        }
+        spec_seq_note_other_step(s);
     } else {
         for (int j = 0; j <= gamma; j++) {
             /* row j: masked by the same state copy as the draft's q row j */
@@ -580,7 +500,7 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
         s->st.rejections += k < gamma, bm->rejections += k < gamma;
         for (int j = 0; j < gamma; j++) s->st.pos_reached[j]++, bm->pos_reached[j]++;
         for (int j = 0; j < k; j++) s->st.pos_accepted[j]++, bm->pos_accepted[j]++;
-        gamma_ctl_observe(ctl_of(s, slot), gamma, k);
+        budget_seq_verified(&s->bud, slot, gamma, k);
     }
     for (int i = 0; i < n_new; i++)
         if (tok_is_eog(sp->tok, out[i])) {
@@ -608,8 +528,8 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
     prefix_publish(s);
     s->st.tokens += (uint64_t)n_new;
     if (slot >= 0) s->st.by[slot].tokens += (uint64_t)n_new;
-    s->st.fallbacks = s->ctl.fallbacks + s->ctl_ngram.fallbacks;
-    s->st.probes = s->ctl.probes + s->ctl_ngram.probes;
+    s->st.fallbacks = budget_seq_fallbacks(&s->bud);
+    s->st.probes = budget_seq_probes(&s->bud);
     info->n_new = n_new;
     info->gamma = gamma;
     info->depth = info->nodes = gamma;
@@ -617,8 +537,6 @@ static void accept_commit(spec_seq *s, int gamma, float *logits, spec_step_info 
     info->accepted = k < n_new ? k : n_new;
     info->bonus = gamma > 0 && k == gamma && n_new == gamma + 1;
 }
-
-int spec_seq_plan(spec_seq *s, int max_new, int batch) { return plan_gamma(s, max_new < 1 ? 1 : max_new, batch); }
 
 int spec_chain_prepare(spec_pair *sp, spec_seq **S, int n, const int *max_new, const int *planned,
                        spec_step_info *info, model_seq *ms, char *err, size_t errlen) {
@@ -633,8 +551,8 @@ int spec_chain_prepare(spec_pair *sp, spec_seq **S, int n, const int *max_new, c
         if (max_new[i] < 1) return util_fail(err, errlen, "max_new must be >= 1");
         if (spec_seq_check_kv(S[i], err, errlen) < 0) return -1;
         if (S[i]->n_tokens > sp->max_ctx) return util_fail(err, errlen, "context full (%d tokens)", S[i]->n_tokens);
-        gam[i] = planned ? planned[i] : plan_gamma(S[i], max_new[i], n);
-        gam[i] = cap_gamma(S[i], gam[i], max_new[i]);
+        gam[i] = planned ? planned[i] : budget_pick(NULL, S[i], max_new[i], n, false).gamma;
+        gam[i] = budget_chain_cap(S[i], gam[i], max_new[i]);
         if (!S[i]->prm.speculate || S[i]->slot < 0) gam[i] = 0;
         nd += gam[i] > 0;
     }
@@ -723,8 +641,11 @@ int spec_step_batch_planned(spec_pair *sp, spec_seq **S, int n, const int *max_n
 
 void spec_seq_note_other_step(spec_seq *s) {
     if (!s->prm.speculate) return;
-    if (method_uses(&s->prm, SPEC_DRAFTER_MODEL)) gamma_ctl_observe_plain(&s->ctl);
-    if (method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) gamma_ctl_observe_plain(&s->ctl_ngram);
+    /* the draft model's and the lookup's chains (the EAGLE head's clock does
+     * not run on plain steps: as before issue 43, see the issue's note) */
+    bool used[SPEC_PROPOSERS] = {[SPEC_DRAFTER_MODEL] = spec_method_uses(&s->prm, SPEC_DRAFTER_MODEL),
+                                 [SPEC_DRAFTER_NGRAM] = spec_method_uses(&s->prm, SPEC_DRAFTER_NGRAM)};
+    budget_seq_plain(&s->bud, used);
 }
 
 int spec_seq_step(spec_seq *s, int max_new, spec_step_info *info, char *err, size_t errlen) {

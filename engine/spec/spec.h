@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "engine/spec/accept.h"
 #include "engine/spec/drafter.h"
+#include "engine/spec/budget.h"
 #include "engine/spec/gamma.h"
 #include "engine/model/model.h"
 #include "engine/sample/sampler.h"
@@ -167,10 +168,10 @@ typedef struct spec_seq {
     bool prefilled;             /* the prompt is in the target cache and the first token sampled */
     bool prefix;                /* shares blocks through the pools' prefix caches */
     spec_seq_params prm;
-    gamma_ctl ctl;              /* γ of the draft model's proposals */
-    gamma_ctl ctl_ngram;        /* γ of the n-gram proposals */
+    budget_seq bud;             /* the budget controller's memory of it: each proposer's chains (α, fallback,
+                                 * probes), its trees, this step's choice (budget.h) */
     spec_stats st;
-    int slot;                   /* this step's drafter (set by planning), -1: plain */
+    int slot;                   /* this step's chain proposer (budget_pick), -1: plain */
     float *q;                   /* (max_gamma, V) draft distributions of the current step */
     int32_t draft[GAMMA_MAX];   /* drafted tokens of the current step */
     bool det[GAMMA_MAX];        /* ... each a point mass (deterministic proposal) */
@@ -242,10 +243,9 @@ int spec_step_batch(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, s
                     size_t errlen);
 
 /* For a scheduler that bins sequences by draft length before stepping them:
- * spec_seq_plan asks the sequence's controller for this step's γ given the
- * number of sequences stepped together (call once per step), and spec_step_batch_planned steps with the given γ per sequence
- * (re-capped by max_new, the context and the pair's max_gamma). */
-int spec_seq_plan(spec_seq *s, int max_new, int batch);
+ * the budget controller's budget_pick chose each sequence's proposer and γ
+ * (call it once per step), and spec_step_batch_planned steps with the given γ
+ * per sequence (re-capped by max_new, the context and the pair's max_gamma). */
 int spec_step_batch_planned(spec_pair *sp, spec_seq **seqs, int n, const int *max_new, const int *gamma,
                             spec_step_info *info, char *err, size_t errlen);
 
@@ -299,6 +299,12 @@ void spec_seq_observe_features(spec_seq *s, const int *rows, int n, int pos0);
  * pos is drawn: what is left of prm.grammar_budget (at least 1), -1 without
  * one. Every proposer and verify row of a constrained sequence uses this. */
 int spec_seq_grammar_budget(const spec_seq *s, int pos);
+
+/* Whether a sequence with these parameters may use the proposer in slot
+ * (SPEC_DRAFTER_*): its method's proposers; the heads' trees cannot carry
+ * logprobs, coupled noise or penalties, so such a sequence never holds their
+ * state. */
+bool spec_method_uses(const spec_seq_params *p, int slot);
 
 /* Replaces the γ bounds of every controller of the sequence (policy rule,
  * per-request override); takes effect at its next step. */

@@ -1,7 +1,6 @@
 /* tree_ctl.c — the shape controller (see tree_ctl.h). */
 #include "engine/spec/tree_ctl.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #define EWMA 0.1
@@ -140,26 +139,4 @@ void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int c
     } else {
         c->backoff[e] = 0, c->losses[e] = 0;
     }
-}
-
-void tree_ctl_measure(spec_pair *sp, double *t_rows) {
-    static const int R[] = {1, 2, 4, 8, 12, 16, 24, 32};
-    enum { NR = sizeof(R) / sizeof(R[0]) };
-    int n[NR], past[NR];
-    double t[NR];
-    int ctx = sp->max_ctx - TREE_CTL_ROWS - 1 < GAMMA_CAL_CTX ? sp->max_ctx - TREE_CTL_ROWS - 1 : GAMMA_CAL_CTX;
-    if (ctx < 1) ctx = 1;
-    /* its own logits: sp->logits may hold fewer rows (max_seqs x (max_gamma + 1)) */
-    float *logits = malloc(sizeof(float) * (size_t)TREE_CTL_ROWS * (size_t)sp->n_vocab);
-    int cap = logits ? TREE_CTL_ROWS : sp->max_seqs * (sp->max_gamma + 1), k = 0;
-    for (int i = 0; i < NR; i++)
-        if (R[i] <= cap && R[i] <= sp->target->mp.max_batch) n[k] = R[i], past[k++] = ctx;
-    for (int r = 0; r <= TREE_CTL_ROWS; r++) t_rows[r] = 0;
-    /* in pairs: every configuration holds its scratch blocks while timed, and
-     * a small pool (one short sequence's worth) holds two of them */
-    for (int j = 0; j < k; j += 2)
-        model_time_calls(sp->target, sp->tpool, ctx, n + j, past + j, k - j < 2 ? k - j : 2, t + j,
-                         logits ? logits : sp->logits);
-    for (int i = 0; i < k; i++) t_rows[n[i]] = t[i];
-    free(logits);
 }

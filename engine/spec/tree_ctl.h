@@ -1,5 +1,7 @@
-/* tree_ctl.h — chooses each step's proposal shape from measurements, not
- * constants (issue 17): the chain path (spec.h's step: a chain of the γ its
+/* tree_ctl.h — the statistics and the rule for each step's proposal shape,
+ * from measurements, not constants (issue 17), as the budget controller
+ * (budget.h) asks them — it alone picks, seeds and feeds these controllers
+ * (one per tree-auto sequence and one engine-wide): the chain path (spec.h's step: a chain of the γ its
  * own controller picks, or plain decoding when speculation does not pay) or a
  * tree of a node budget. Inputs are the target's verify cost curve t(rows)
  * (measured once per model and backend: flat while memory-bound, then
@@ -45,7 +47,6 @@
 
 #include "engine/engine.h" /* TREE_CTL_ROWS (= COST_CURVE_ROWS: t(rows) is measured up to there) */
 #include "engine/spec/cost_curve.h"
-#include "engine/spec/proposers/draft_tree.h"
 
 #define TREE_CTL_MENU 8
 #define TREE_CTL_RETIRE 3         /* consecutive losing re-probes that retire a tree (the default of `retire`) */
@@ -104,10 +105,5 @@ int tree_ctl_pick(const tree_ctl *c, int batch);
  * target, sampling over a big vocabulary — count against the shapes that
  * cause them). */
 void tree_ctl_observe(tree_ctl *c, int e, int tokens, int rows, int batch, int call_rows, double step_ms);
-
-/* Measures t(rows) of sp's target for rows 1..TREE_CTL_ROWS (a few sampled
- * row counts, the rest left 0 for tree_ctl_init to interpolate) on scratch
- * sequences; needs a few free blocks in the target pool. */
-void tree_ctl_measure(spec_pair *sp, double *t_rows);
 
 #endif

@@ -1,4 +1,5 @@
-/* test_gamma.c — the speculation cost model and γ controller (engine/gamma):
+/* test_gamma.c — the speculation cost model (gamma.h) and the chain γ
+ * controller (budget.h budget_chain):
  * calibration recovers a known model exactly; the online fit follows a host
  * that turned slower (attention dearer than calibrated) to within 2% over the
  * contexts it saw, with noisy timings leaving every term non-negative and the
@@ -8,6 +9,7 @@
  * curve (flat to 8 rows, then dear) the batch decision holds still under a
  * stream of plain 8-row passes, where the two-slope model learns that rows are
  * free and starts drafting at batch 8. Pure arithmetic, no model. */
+#include "engine/spec/budget.h" /* the chain controller (budget_chain) */
 #include "engine/spec/gamma.h"
 #include "tests/testutil.h"
 
@@ -111,11 +113,11 @@ int main(void) {
     cd.target_ms_per_pos_big = 4.0; /* each row past 5 costs most of a decode step */
     CHECKF(best_gamma(&cd, 0.8, 32, 100) == 0, "batch of 32, compute-bound: gamma %d", best_gamma(&cd, 0.8, 32, 100));
     gamma_params gp = gamma_params_default();
-    gamma_ctl g;
-    gamma_ctl_init(&g, &gp);
-    for (int i = 0; i < 10; i++) gamma_ctl_observe(&g, 4, 3);
-    CHECKF(gamma_ctl_next_batch(&g, &cd, 32, 100) == 0, "controller at batch 32 drafts");
-    CHECKF(gamma_ctl_next_batch(&g, &cd, 1, 100) >= 2, "controller alone does not draft");
+    budget_chain g;
+    budget_chain_init(&g, &gp);
+    for (int i = 0; i < 10; i++) budget_chain_observe(&g, 4, 3);
+    CHECKF(budget_chain_next(&g, &cd, 32, 100) == 0, "controller at batch 32 drafts");
+    CHECKF(budget_chain_next(&g, &cd, 1, 100) >= 2, "controller alone does not draft");
     /* in a batch, a small predicted gain is not enough to draft (the margin):
      * find a big-batch slope where drafting promises 2-12% at batch 8 */
     gamma_costs cm = cd;
@@ -131,12 +133,12 @@ int main(void) {
         if (rb > 1.02 * r0 && rb < 1.12 * r0) found = 1;
     }
     CHECKF(found, "no big-batch slope gives a 2-12%% predicted gain");
-    gamma_ctl gm;
-    gamma_ctl_init(&gm, &gp);
-    for (int i = 0; i < 10; i++) gamma_ctl_observe(&gm, 5, 4); /* 4 accepted, then a rejection: alpha 0.8 */
-    CHECKF(fabs(gamma_ctl_alpha(&gm) - 0.8) < 1e-9, "alpha %g", gamma_ctl_alpha(&gm));
-    CHECKF(gamma_ctl_next_batch(&gm, &cm, 8, 100) == 0, "batch 8 drafts on a gain inside the margin");
-    CHECKF(gamma_ctl_next_batch(&gm, &cm, 1, 100) >= 2, "alone, the sequence does not draft");
+    budget_chain gm;
+    budget_chain_init(&gm, &gp);
+    for (int i = 0; i < 10; i++) budget_chain_observe(&gm, 5, 4); /* 4 accepted, then a rejection: alpha 0.8 */
+    CHECKF(fabs(budget_chain_alpha(&gm) - 0.8) < 1e-9, "alpha %g", budget_chain_alpha(&gm));
+    CHECKF(budget_chain_next(&gm, &cm, 8, 100) == 0, "batch 8 drafts on a gain inside the margin");
+    CHECKF(budget_chain_next(&gm, &cm, 1, 100) >= 2, "alone, the sequence does not draft");
 
     /* a measured step curve, shaped like the F16 widen target's on this CPU:
      * t(rows)/t(1) = 1.0 up to 8 rows, 1.6 at 12, 2.5 at 16, 3.4 at 24, 4.3 at 32 */
@@ -161,18 +163,18 @@ int main(void) {
     /* plain passes of 8 rows at batch 8, as the engine reports them: with the
      * curve the decision stays plain; the two-slope model (cs) learns a free
      * big-batch slope from them and drafts (the flip measured at conc 8) */
-    gamma_ctl gc, gs;
-    gamma_ctl_init(&gc, &gp);
-    gamma_ctl_init(&gs, &gp);
-    for (int i = 0; i < 10; i++) gamma_ctl_observe(&gc, 4, 3), gamma_ctl_observe(&gs, 4, 3);
+    budget_chain gc, gs;
+    budget_chain_init(&gc, &gp);
+    budget_chain_init(&gs, &gp);
+    for (int i = 0; i < 10; i++) budget_chain_observe(&gc, 4, 3), budget_chain_observe(&gs, 4, 3);
     for (int i = 0; i < 50; i++) {
         gamma_costs_observe_target(&cc, 8, 8 * 31.0, 8 * 31.0, 60.0 * (1 + 0.05 * (urand() - 0.5)));
         gamma_costs_observe_target(&cs, 8, 8 * 31.0, 8 * 31.0, 60.0 * (1 + 0.05 * (urand() - 0.5)));
     }
     CHECKF(fabs(cc.target_ms - 60.0) < 3.0, "base after plain passes %g", cc.target_ms);
-    CHECKF(gamma_ctl_next_batch(&gc, &cc, 8, 30) == 0, "curve: batch 8 drafts after plain passes");
-    CHECKF(gamma_ctl_next_batch(&gs, &cs, 8, 30) > 0, "two slopes no longer flip (the test lost its teeth)");
-    CHECKF(gamma_ctl_next_batch(&gc, &cc, 1, 30) >= 2, "curve: alone, the sequence does not draft");
+    CHECKF(budget_chain_next(&gc, &cc, 8, 30) == 0, "curve: batch 8 drafts after plain passes");
+    CHECKF(budget_chain_next(&gs, &cs, 8, 30) > 0, "two slopes no longer flip (the test lost its teeth)");
+    CHECKF(budget_chain_next(&gc, &cc, 1, 30) >= 2, "curve: alone, the sequence does not draft");
     {
         /* a compute-bound curve whose last point came out cheap (measured on
          * a Q8_0 target: 24 rows 7.95x, 32 rows 8.23x): past the table rows

@@ -119,13 +119,14 @@ int main(void) {
             spec_seq *s = spec_seq_start(sp, prompts[0].ids, prompts[0].n, &prm, err, sizeof err);
             CHECKF(s, "%s", err);
             if (s) {
-                s->ctl.plain_left = 5;
-                uint64_t p0 = s->ctl.probes;
+                budget_chain *ch = &s->bud.chain[SPEC_DRAFTER_MODEL]; /* the draft model's chains */
+                ch->plain_left = 5;
+                uint64_t p0 = ch->probes;
                 for (int k = 0; k < 4; k++) spec_seq_note_other_step(s);
-                CHECK(s->ctl.plain_left == 1 && s->ctl.probes == p0);
+                CHECK(ch->plain_left == 1 && ch->probes == p0);
                 spec_seq_note_other_step(s);
-                CHECKF(s->ctl.plain_left == 0 && s->ctl.probes == p0 + 1, "plain_left %d, probes %llu", s->ctl.plain_left,
-                       (unsigned long long)(s->ctl.probes - p0));
+                CHECKF(ch->plain_left == 0 && ch->probes == p0 + 1, "plain_left %d, probes %llu", ch->plain_left,
+                       (unsigned long long)(ch->probes - p0));
                 spec_seq_free(s);
             }
         }

@@ -63,7 +63,6 @@ struct draft_medusa {
 
 #define BUDGET_EWMA 0.2
 #define ACCEPT_DECAY 0.98    /* per proposing row: the acceptance ratio's memory (about 50 rows) */
-#define ACCEPT_PROBE 32      /* plain steps chosen for low acceptance before one probe at the unscaled choice */
 #define SHADOW_EVERY 2       /* plain steps per shadow chain (a heads' pass, no verify rows) */
 
 static const drafter_i medusa_drafter_i;
@@ -131,37 +130,20 @@ int draft_medusa_last_budget(const draft_medusa *dm) { return dm->last_budget; }
 
 int draft_medusa_pick_budget(const double *value, int n_shape, const cost_curve *curve, double speed, double heads_ms,
                              int n, int nr) {
-    if (nr <= 0 || n < nr) return 0;
-    int best = 0;
-    double e = 0, best_rate = 1.0 / (speed * cost_curve_ms(curve, n) / n);
-    for (int b = 1; b <= n_shape; b++) {
-        e += value[b - 1];
-        double ms = speed * cost_curve_ms(curve, nr * (b + 1) + (n - nr)) / n + heads_ms * nr / n;
-        double rate = (1.0 + e) / ms; /* a proposing row's; the others decode plainly either way */
-        if (rate > best_rate) best_rate = rate, best = b;
-    }
-    return best;
+    return budget_heads_best(value, n_shape, curve, speed, heads_ms, n, nr);
 }
 
 double draft_medusa_accept_ratio(const draft_medusa *dm) {
     return dm->promised > 0.5 ? dm->got / dm->promised : 1.0;
 }
 
+/* This step's node budget: the budget controller's, from the heads'
+ * evidence (budget_heads_nodes). */
 static int pick_budget(draft_medusa *dm, int n, int nr) {
-    if (!dm->has_curve || nr == 0) return dm->n_shape;
-    double r = draft_medusa_accept_ratio(dm), v[DRAFTER_MAX_NODES];
-    r = r < 0.02 ? 0.02 : r > 3 ? 3 : r;
-    for (int j = 0; j < dm->n_shape; j++) v[j] = dm->value[j] * r;
-    int b = draft_medusa_pick_budget(v, dm->n_shape, &dm->curve, dm->speed, dm->heads_ms, n, nr);
-    if (b > 0) {
-        dm->plain_run = 0;
-        return b;
-    }
-    /* plain for low acceptance: now and then the unscaled choice, so a ratio
-     * measured on other text can recover */
-    if (++dm->plain_run < ACCEPT_PROBE) return 0;
-    dm->plain_run = 0;
-    return draft_medusa_pick_budget(dm->value, dm->n_shape, &dm->curve, dm->speed, dm->heads_ms, n, nr);
+    budget_heads h = {.value = dm->value, .n_shape = dm->n_shape, .curve = dm->has_curve ? &dm->curve : NULL,
+                      .speed = dm->speed, .heads_ms = dm->heads_ms, .ratio = draft_medusa_accept_ratio(dm),
+                      .plain_run = &dm->plain_run};
+    return budget_heads_nodes(&h, n, nr);
 }
 
 medusa_seq *medusa_seq_create(draft_medusa *dm) {

@@ -14,7 +14,8 @@
  * record it, or after another proposer stepped it) gets a plain step, which
  * records it.
  *
- * Budget from the verify cost curve (draft_medusa_set_curve): the shape's
+ * Budget from the verify cost curve (draft_medusa_set_curve), chosen by the
+ * budget controller (budget.h budget_heads_nodes) from the evidence below: the shape's
  * nodes come best-first, so its first b nodes are the best b-node tree and
  * their path values sum to its expected accepted tokens E(b) (heads taken as
  * independent). Each step takes the b in 0..budget with the most expected
@@ -34,7 +35,7 @@
  * sequence (a heads' pass, nothing verified), scored against the tokens the
  * sequence produces next (a deterministic node matches a sampled token with
  * the probability the tree rule accepts it). When the scaled choice is plain
- * for ACCEPT_PROBE (32) steps in a row, one step takes the unscaled choice.
+ * for BUDGET_HEADS_PROBE (32) steps in a row, one step takes the unscaled choice.
  * Without a curve the whole budget is used.
  *
  * A sequence on the chain path keeps its state fresh through the table's
@@ -55,7 +56,7 @@
 
 #include "engine/spec/proposers/draft_tree.h"
 #include "engine/spec/proposers/medusa.h"
-#include "engine/spec/tree_ctl.h"
+#include "engine/spec/budget.h"
 
 typedef struct draft_medusa draft_medusa;
 typedef struct medusa_seq medusa_seq;
@@ -69,12 +70,14 @@ draft_medusa *draft_medusa_create(spec_pair *sp, const medusa_heads *mh, engine_
                                   size_t errlen);
 void draft_medusa_destroy(draft_medusa *dm); /* accepts NULL */
 
-/* The target's verify cost curve t_rows[1..n] (tree_ctl_measure's; zeros
- * interpolated) for the per-step budget choice above. */
+/* The target's verify cost curve t_rows[1..n] (budget_measure's; zeros
+ * interpolated) for the per-step budget choice above (the budget
+ * controller's budget_heads_nodes, from the evidence the heads keep). */
 void draft_medusa_set_curve(draft_medusa *dm, const double *t_rows);
-/* The choice itself: the best b in 0..n_shape for a step of n sequences, nr
- * of them proposing, given the nodes' path values (best-first), the curve,
- * the host's speed against it and the heads' ms per proposing row. */
+/* The choice itself (budget_heads_best, under the name the heads' tests
+ * use): the best b in 0..n_shape for a step of n sequences, nr of them
+ * proposing, given the nodes' path values (best-first), the curve, the host's
+ * speed against it and the heads' ms per proposing row. */
 int draft_medusa_pick_budget(const double *value, int n_shape, const cost_curve *curve, double speed, double heads_ms,
                              int n, int nr);
 /* The learned acceptance ratio (delivered over promised path length; 1.0

@@ -64,7 +64,8 @@ static void verify_usage(FILE *f) {
             "  --medusa H   Medusa heads (specd train-medusa) propose the trees of every speculative\n"
             "               step (deterministic nodes; shape from --tree, default 16/4/4); no --draft needed\n"
             "  --eagle H    an EAGLE-3 head (specd convert-eagle3) drafts the chains (q from the head,\n"
-            "               the target's features); no --draft needed\n"
+            "               the target's features), or with --tree the trees (siblings drawn without\n"
+            "               replacement); no --draft needed\n"
             "  --broken     testing only: use a deliberately wrong residual (|p-q| instead of\n"
             "               max(0, p-q)) to prove the harness detects a lossy algorithm\n"
             "  exit status: 0 distributions agree, 1 they differ, 2 usage or setup error, or nothing to\n"
@@ -280,8 +281,8 @@ int cmd_verify(int argc, char **argv) {
             goto done;
         }
         spec_pair_set_drafter(sp, SPEC_DRAFTER_EAGLE, ea);
-        if (medusa_path || tree.sh.budget) {
-            fprintf(stderr, "specd verify: --eagle drafts chains: no --medusa or --tree with it\n");
+        if (medusa_path) {
+            fprintf(stderr, "specd verify: --eagle and --medusa are two proposers: give one\n");
             goto done;
         }
     }

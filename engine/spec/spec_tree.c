@@ -290,6 +290,7 @@ static int method_slots(spec_method m, int *out) {
     case SPEC_METHOD_NGRAM: out[0] = SPEC_DRAFTER_NGRAM; return 1;
     case SPEC_METHOD_AUTO: out[0] = SPEC_DRAFTER_NGRAM, out[1] = SPEC_DRAFTER_MODEL; return 2;
     case SPEC_METHOD_MEDUSA: out[0] = SPEC_DRAFTER_MEDUSA; return 1;
+    case SPEC_METHOD_EAGLE: out[0] = SPEC_DRAFTER_EAGLE; return 1;
     default: return 0;
     }
 }
@@ -299,7 +300,8 @@ static int method_slots(spec_method m, int *out) {
  * sequence that reaches it (the draft model's trees of DRAFT sequences and
  * of AUTO sequences the lookup left without a tree share one draft forward
  * per depth). */
-static const int call_order[SPEC_DRAFTERS] = {SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_MEDUSA, SPEC_DRAFTER_MODEL};
+static const int call_order[SPEC_DRAFTERS] = {SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_MEDUSA, SPEC_DRAFTER_EAGLE,
+                                              SPEC_DRAFTER_MODEL};
 
 int spec_tree_propose(spec_pair *sp, spec_seq **S, int n, const tree_shape *sh, const spec_method *how, spec_tree *t,
                       int *slot, double *draft_ms, char *err, size_t errlen) {

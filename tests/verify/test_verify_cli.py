@@ -145,11 +145,14 @@ def case_tree(method, temp_args):
     expect_broken_fails(base, 8, 1e-6)
 
 
-def case_eagle(temp_args):
+def case_eagle(temp_args, tree=None):
     """An EAGLE-3 head as the proposer (--eagle HEAD; random weights written
     by specd mkmodel --arch eagle3, so its q is far from the target's p and
     most drafts are rejected): the chain rule with the head's q rows passes,
-    and the broken residual, which every rejection samples from, fails."""
+    and the broken residual, which every rejection samples from, fails.
+    With tree (--tree B/D/K): the head's dynamic trees (siblings drawn
+    without replacement, their q rows renormalised) pass, and the variant
+    that skips the residual update between siblings fails."""
     t, _ = real_pair()
     with tempfile.TemporaryDirectory() as tmp:
         head = os.path.join(tmp, "head.gguf")
@@ -158,11 +161,14 @@ def case_eagle(temp_args):
                            capture_output=True, text=True)
         check(r.returncode == 0, "mkmodel --arch eagle3 failed: " + r.stderr[-1500:])
         base = ["-m", t, "--eagle", head, "--quiet", "--samples", "5000", "--positions", "8", "-p", "The",
-                "--seed", "9", *temp_args]
+                "--seed", "9", *(["--tree", tree] if tree else []), *temp_args]
         out, rows = expect_pass(base, 8)
         m = re.search(r"eagle: (\d+) verify passes, drafted (\d+), accepted (\d+)", out)
         check(m and int(m[1]) > 1000 and int(m[3]) > 100, "the head's drafts were not exercised", out)
-        expect_broken_fails(base, 8, 1e-20)
+        if tree:
+            m = re.search(r"tree: (\d+) of the verify passes branched, ([0-9.]+) nodes verified per pass", out)
+            check(m and int(m[1]) > 1000 and float(m[2]) > 2.0, "the head's trees were not exercised", out)
+        expect_broken_fails(base, 8, 1e-6 if tree else 1e-20)
 
 
 def case_medusa(temp_args, broken):
@@ -318,6 +324,8 @@ if __name__ == "__main__":
         "medusa_t07": lambda: case_medusa(["--temp", "0.7", "--top-p", "0.9"], True),
         "eagle_t1": lambda: case_eagle(["--temp", "1.0"]),
         "eagle_t07": lambda: case_eagle(["--temp", "0.7", "--top-p", "0.9"]),
+        "eagle_tree_t1": lambda: case_eagle(["--temp", "1.0"], tree="8/3/3"),
+        "eagle_tree_t07": lambda: case_eagle(["--temp", "0.7", "--top-p", "0.9"], tree="16/2/8"),
     }
     cases[sys.argv[1]]()
     print("ok")

@@ -1,8 +1,8 @@
 /* draft_eagle.h — an EAGLE-3 draft head as a proposer (drafter.h; issue
  * 36): the head (model.h's eagle3 layout, one decoder layer) reads the
  * target's residual stream at three layers, fused by its fc, for every
- * position the target has committed, and drafts a chain from its own output
- * features after the first step, as it was trained to.
+ * position the target has committed, and drafts a chain or a tree from its
+ * own output features after the first step, as it was trained to.
  *
  * Rows: head row i pairs token i+1 with the target's features at position i
  * (the target computed them feeding token i) and predicts token i+2. For a
@@ -24,9 +24,21 @@
  * hits are turned off for it; a cache reset) proposes nothing until its
  * features are whole again.
  *
- * Not yet: trees (EAGLE-2's dynamic tree), training (specd train-eagle),
- * the auto method choosing it. The engine loads it from models.eagle
- * (engine.c) for requests with speculation.method eagle.
+ * Trees (EAGLE-2's dynamic tree, drafter_i propose_tree): grown level by
+ * level by draft_tree.h's one growth rule (the node budget to the highest
+ * path probabilities; children drawn without replacement with their q rows
+ * when sampling, the top k, deterministic, at T = 0), one batched head
+ * forward per depth: the catch-up's last row is the root; every later
+ * level re-feeds the tree so far under its ancestor mask, node c's row
+ * being (its token, its parent's output feature) at RoPE position
+ * hc + depth. The tree's rows are taken back before the proposal returns:
+ * the head's cache is left at its committed rows. Trees, like every
+ * proposer's, are not combined with coupled verification (engine.c).
+ *
+ * Not yet: training (specd train-eagle), the auto method choosing it. The
+ * engine loads it from models.eagle (engine.c) for requests with
+ * speculation.method eagle; with the engine's tree setting on (--tree) their
+ * steps are trees, as the draft model's are.
  *
  * Threading: engine thread only. */
 #ifndef SPECD_DRAFT_EAGLE_H

@@ -86,14 +86,13 @@ static int top_k(const float *q, int V, int k, int32_t *idx, float *val) {
  * candidates (frontier node f, rank j) by score[f] · (j-th largest q_f), a
  * function of the distributions only; then the children are the top ranks
  * (greedy) or drawn without replacement (sampled). */
-static int grow(draft_tree *dt, spec_seq *s, spec_tree *t, float *qout, const int *fr, int nf, double *score,
-                const tree_shape *sh, int level) {
-    size_t V = (size_t)dt->sp->n_vocab;
+static int grow(spec_seq *s, spec_tree *t, float *qout, const float *fq, const int *fr, int nf, double *score,
+                const tree_shape *sh, int level, size_t V) {
     int32_t idx[TR][TOPK_MAX];
     float val[TR][TOPK_MAX];
     int nt[TR], take[TR] = {0}, at[TR] = {0};
     int k = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX;
-    for (int f = 0; f < nf; f++) nt[f] = top_k(dt->fq + (size_t)f * V, (int)V, k, idx[f], val[f]);
+    for (int f = 0; f < nf; f++) nt[f] = top_k(fq + (size_t)f * V, (int)V, k, idx[f], val[f]);
     int room = sh->budget - t->n_nodes;
     for (int picks = 0; picks < room; picks++) {
         int best = -1;
@@ -109,7 +108,7 @@ static int grow(draft_tree *dt, spec_seq *s, spec_tree *t, float *qout, const in
     bool greedy = s->prm.sc.temperature == 0.0f;
     int N = s->n_tokens, added = 0;
     for (int f = 0; f < nf; f++) {
-        const float *qf = dt->fq + (size_t)f * V;
+        const float *qf = fq + (size_t)f * V;
         int32_t drawn[TOPK_MAX];
         for (int j = 0; j < take[f]; j++) {
             int c = t->n_nodes;
@@ -140,6 +139,43 @@ static int grow(draft_tree *dt, spec_seq *s, spec_tree *t, float *qout, const in
     return added;
 }
 
+void tree_grow_start(tree_grow *g, spec_tree *t, float *qrows, const spec_seq *s, const tree_shape *sh, int max_ctx) {
+    *t = (spec_tree){.n_nodes = 0, .q = s->prm.sc.temperature == 0.0f ? NULL : qrows};
+    g->fr[0] = -1;
+    /* no tree without a budget or without room for its rows */
+    g->nf = sh->budget > 0 && s->n_tokens + sh->budget <= max_ctx;
+}
+
+bool tree_grow_wants(const tree_grow *g, const spec_tree *t, const tree_shape *sh, int level) {
+    return g->nf > 0 && level <= sh->depth && t->n_nodes < sh->budget;
+}
+
+int tree_grow_level(tree_grow *g, spec_tree *t, float *qrows, spec_seq *s, sampler *smp, float *const *lr, float *fq,
+                    const tree_shape *sh, int level, int V) {
+    /* greedy: rank children by the draft's own softmax (T = 1), not the one-hot */
+    sampler_config rank = sampler_config_default();
+    rank.temperature = 1.0f;
+    const sampler_config *sc = s->prm.sc.temperature == 0.0f ? &rank : &s->prm.sc;
+    for (int f = 0; f < g->nf; f++) {
+        if (s->prm.grammar) { /* q masked by the state after the node's path, as the verify row will be */
+            int b = spec_seq_grammar_budget(s, s->n_tokens + level - 1);
+            grammar_mask_logits(s->prm.grammar, g->fr[f] < 0 ? s->gst : g->gst[g->fr[f]], b, lr[f]);
+        }
+        sampler_probs(smp, sc, lr[f], fq + (size_t)f * (size_t)V);
+    }
+    int first = t->n_nodes;
+    int added = grow(s, t, qrows, fq, g->fr, g->nf, g->score, sh, level, (size_t)V);
+    g->nf = 0;
+    for (int c = first; c < first + added; c++) {
+        g->fr[g->nf++] = c;
+        if (s->prm.grammar) {
+            int pa = t->nodes[c].parent;
+            g->gst[c] = grammar_advance_token(s->prm.grammar, pa < 0 ? s->gst : g->gst[pa], t->nodes[c].token);
+        }
+    }
+    return added;
+}
+
 int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh, spec_tree *out, char *err,
                        size_t errlen) {
     size_t V = (size_t)dt->sp->n_vocab;
@@ -154,25 +190,20 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
         if (sh[i].depth > max_depth) max_depth = sh[i].depth;
     }
     if (n * TR > dt->m->mp.max_batch) return util_fail(err, errlen, "tree draft rows exceed the draft's batch");
-    double score[64][DRAFTER_MAX_NODES];
-    int fr[64][TR], nf[64];
-    int32_t gst[64][DRAFTER_MAX_NODES]; /* constrained sequences: the grammar state after each node */
+    tree_grow g[64];
     for (int i = 0; i < n; i++) {
         spec_seq *s = S[i];
         kv_seq *kv = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
-        out[i] = (spec_tree){.n_nodes = 0, .q = s->prm.sc.temperature == 0.0f ? NULL : dt->q + (size_t)i * DRAFTER_MAX_NODES * V};
+        tree_grow_start(&g[i], &out[i], dt->q + (size_t)i * DRAFTER_MAX_NODES * V, s, &sh[i], dt->sp->max_ctx);
         if (kv->len > s->n_tokens - 1) kv_seq_truncate(dt->pool, kv, s->n_tokens - 1);
         if (kv->len < s->n_tokens - 1 &&
             model_feed(dt->m, dt->pool, kv, s->tokens, kv->len, s->n_tokens - 1, dt->logits, err, errlen) != 0)
             goto fail;
-        fr[i][0] = -1;
-        /* no tree without a budget or without room for its rows */
-        nf[i] = sh[i].budget > 0 && s->n_tokens + sh[i].budget <= dt->sp->max_ctx;
     }
     for (int level = 1; level <= max_depth; level++) {
         int m = 0, who[64];
         for (int i = 0; i < n; i++) {
-            if (!nf[i] || level > sh[i].depth || out[i].n_nodes >= sh[i].budget) continue;
+            if (!tree_grow_wants(&g[i], &out[i], &sh[i], level)) continue;
             spec_seq *s = S[i];
             kv_seq *kv = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
             kv_seq_truncate(dt->pool, kv, s->n_tokens - 1);
@@ -188,32 +219,11 @@ int draft_tree_propose(draft_tree *dt, spec_seq **S, int n, const tree_shape *sh
         size_t row = 0;
         for (int r = 0; r < m; r++) {
             int i = who[r];
-            spec_seq *s = S[i];
-            float *lg = dt->logits + row * V;
+            float *lg = dt->logits + row * V, *lr[TR];
             row += (size_t)dt->ms[r].n;
-            /* greedy: rank children by the draft's own softmax (T = 1), not the one-hot */
-            sampler_config rank = sampler_config_default();
-            rank.temperature = 1.0f;
-            const sampler_config *sc = s->prm.sc.temperature == 0.0f ? &rank : &s->prm.sc;
-            for (int f = 0; f < nf[i]; f++) {
-                float *lr = lg + (size_t)(1 + fr[i][f]) * V;
-                if (s->prm.grammar) { /* q masked by the state after the node's path, as the verify row will be */
-                    int b = spec_seq_grammar_budget(s, s->n_tokens + level - 1);
-                    grammar_mask_logits(s->prm.grammar, fr[i][f] < 0 ? s->gst : gst[i][fr[i][f]], b, lr);
-                }
-                sampler_probs(dt->sp->smp, sc, lr, dt->fq + (size_t)f * V);
-            }
-            int first = out[i].n_nodes;
-            float *qout = dt->q + (size_t)i * DRAFTER_MAX_NODES * V;
-            int added = grow(dt, s, &out[i], qout, fr[i], nf[i], score[i], &sh[i], level);
-            nf[i] = 0;
-            for (int c = first; c < first + added; c++) {
-                fr[i][nf[i]++] = c;
-                if (s->prm.grammar) {
-                    int pa = out[i].nodes[c].parent;
-                    gst[i][c] = grammar_advance_token(s->prm.grammar, pa < 0 ? s->gst : gst[i][pa], out[i].nodes[c].token);
-                }
-            }
+            for (int f = 0; f < g[i].nf; f++) lr[f] = lg + (size_t)(1 + g[i].fr[f]) * V; /* row 1 + node: its logits */
+            tree_grow_level(&g[i], &out[i], dt->q + (size_t)i * DRAFTER_MAX_NODES * V, S[i], dt->sp->smp, lr, dt->fq,
+                            &sh[i], level, (int)V);
         }
     }
     for (int i = 0; i < n; i++) {

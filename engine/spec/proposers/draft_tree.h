@@ -25,6 +25,38 @@
 
 typedef struct draft_tree draft_tree;
 
+/* One sequence's tree as it grows level by level: the frontier, each node's
+ * path probability and grammar state. The growth rule (which candidates get
+ * the node budget, how children are drawn, their q rows) is this one
+ * implementation for every proposer that grows trees from its own
+ * distributions: the draft model here and the EAGLE-3 head (draft_eagle.c),
+ * each with its own forward per level. */
+typedef struct {
+    int fr[DRAFTER_MAX_NODES + 1], nf; /* the frontier: nodes whose children come next (-1 the root); nf 0: done */
+    double score[DRAFTER_MAX_NODES];   /* each node's path probability: its q and its ancestors' */
+    int32_t gst[DRAFTER_MAX_NODES];    /* constrained sequences: the grammar state after each node */
+} tree_grow;
+
+/* Starts g and t for a tree of shape sh on s: the root as the frontier, or
+ * no tree (nf 0) without a budget or without room for its rows in max_ctx.
+ * t->q is qrows ((DRAFTER_MAX_NODES, V), the caller's) when s samples, NULL
+ * when greedy. */
+void tree_grow_start(tree_grow *g, spec_tree *t, float *qrows, const spec_seq *s, const tree_shape *sh, int max_ctx);
+
+/* Whether level `level` (1: the root's children) is to be grown. */
+bool tree_grow_wants(const tree_grow *g, const spec_tree *t, const tree_shape *sh, int level);
+
+/* Grows one level: lr[f] (V floats, over the target's vocabulary; masked in
+ * place by a constrained sequence's grammar) are the logits after frontier
+ * node g->fr[f] for f < g->nf. Turns them into distributions in fq (nf, V)
+ * (the sequence's sampler config; greedy: the T = 1 softmax, for ranking),
+ * gives the budget to the candidates with the highest path probability,
+ * appends the children to t (top ranks when greedy, deterministic; else
+ * drawn without replacement, q rows into qrows as t->q) and makes them the
+ * frontier. Returns how many were added (0: the tree is done). */
+int tree_grow_level(tree_grow *g, spec_tree *t, float *qrows, spec_seq *s, sampler *smp, float *const *lr, float *fq,
+                    const tree_shape *sh, int level, int V);
+
 /* Scratch for proposals of up to sp->max_seqs sequences (the only
  * allocation), registered with the pair's draft model, which then proposes
  * trees through its table (drafter_i propose_tree) until

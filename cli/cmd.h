@@ -22,6 +22,7 @@ int cmd_pull(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_gguf_split(int argc, char **argv);
 int cmd_train_medusa(int argc, char **argv);
+int cmd_train_eagle(int argc, char **argv);
 int cmd_distill_draft(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_train_tokenizer(int argc, char **argv);

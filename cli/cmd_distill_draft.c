@@ -9,6 +9,7 @@
  * target in specd (same tokenizer hash). Ctrl-C stops training after the
  * current step and still measures and writes the draft. */
 #include "cli/cmd.h"
+#include "cli/train_prompts.h"
 #include "cli/util.h"
 #include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -78,21 +79,6 @@ static void progress(void *ctx, const train_progress *p) {
             p->flop_per_s / 1e9, c->peak > 0 ? 100 * p->flop_per_s / c->peak : 0.0, eta / 60, eta % 60,
             c->tty ? "   " : "\n");
     fflush(stderr);
-}
-
-/* Splits text into lines of at least 8 bytes. */
-static int next_line(const char **p, const char *end, const char **ds, size_t *dl) {
-    while (*p < end) {
-        const char *s = *p, *e = s;
-        while (e < end && *e != '\n') e++;
-        *p = e < end ? e + 1 : end;
-        while (s < e && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
-        if (e - s >= 8) {
-            *ds = s, *dl = (size_t)(e - s);
-            return 1;
-        }
-    }
-    return 0;
 }
 
 /* The default draft: the target's head dim, half its layers (at least 2),
@@ -205,8 +191,7 @@ int cmd_distill_draft(int argc, char **argv) {
     train_data *d = NULL;
     train_model *dm = NULL;
     train_state st = {0};
-    int32_t **pp = NULL, *toks = NULL;
-    int *plens = NULL, *warm = NULL, np = 0, cap_p = 0;
+    train_prompts tp = {0};
     struct sigaction sa = {0}, old;
     if (!tok) {
         fprintf(stderr, "specd distill-draft: %s: %s\n", target, err);
@@ -233,91 +218,30 @@ int cmd_distill_draft(int argc, char **argv) {
         goto done;
     }
     /* prompts: corpus lines' starts, then prompts the target writes */
-    toks = malloc(sizeof(int32_t) * 4096);
-    if (!toks) goto oom;
     uint64_t rs = o.seed ^ 0xd157111ull;
-    for (int c = 0; c < n_corpora && np < max_prompts; c++) {
-        size_t len;
-        char *text = read_file(corpora[c], &len);
-        if (!text) {
-            fprintf(stderr, "specd distill-draft: cannot read corpus %s\n", corpora[c]);
-            goto done;
-        }
-        const char *p = text, *ds;
-        size_t dl;
-        while (np < max_prompts && next_line(&p, text + len, &ds, &dl)) {
-            int n = tok_encode(tok, ds, dl < 4096 ? dl : 4096, true, false, toks, 4096);
-            if (n < 0) n = 4096;
-            if (n < 4) continue;
-            /* prompt lengths vary from 4 tokens to --prompt-len */
-            int want = 4 + (int)(util_splitmix64(&rs) % (uint64_t)(plen > 4 ? plen - 3 : 1));
-            if (want > n) want = n;
-            if (np == cap_p) {
-                cap_p = cap_p ? 2 * cap_p : 1024;
-                int32_t **a = realloc(pp, sizeof(*pp) * (size_t)cap_p);
-                if (a) pp = a;
-                int *b = a ? realloc(plens, sizeof(int) * (size_t)cap_p) : NULL;
-                if (b) plens = b;
-                int *w = b ? realloc(warm, sizeof(int) * (size_t)cap_p) : NULL;
-                if (!w) {
-                    free(text);
-                    goto oom;
-                }
-                warm = w;
-            }
-            if (!(pp[np] = malloc(sizeof(int32_t) * (size_t)want))) {
-                free(text);
-                goto oom;
-            }
-            memcpy(pp[np], toks, sizeof(int32_t) * (size_t)want);
-            plens[np] = want, warm[np++] = 0;
-        }
-        free(text);
+    if (train_prompts_build(&tp, tok, corpora, n_corpora, max_prompts, plen, false, tprompts, &rs, err, sizeof err) != 0) {
+        fprintf(stderr, "specd distill-draft: %s\n", err);
+        goto done;
     }
-    if (tprompts > 0) {
-        int32_t bos = tok_bos(tok);
-        if (bos < 0) {
-            fprintf(stderr, "specd distill-draft: --target-prompts needs a vocabulary with a BOS token\n");
-            goto done;
-        }
-        int32_t **a = realloc(pp, sizeof(*pp) * (size_t)(np + tprompts));
-        if (a) pp = a;
-        int *b = a ? realloc(plens, sizeof(int) * (size_t)(np + tprompts)) : NULL;
-        if (b) plens = b;
-        int *w = b ? realloc(warm, sizeof(int) * (size_t)(np + tprompts)) : NULL;
-        if (!w) goto oom;
-        warm = w;
-        for (int i = 0; i < tprompts; i++) {
-            if (!(pp[np] = malloc(sizeof(int32_t)))) goto oom;
-            pp[np][0] = bos;
-            plens[np] = 1, warm[np++] = plen - 1;
-        }
-    }
+    int np = tp.n;
     if (np < 4) {
         fprintf(stderr, "specd distill-draft: %d prompts are too few (give --corpus or --target-prompts)\n", np);
         goto done;
-    }
-    for (int i = np - 1; i > 0; i--) { /* a seeded order: the held-out share comes from everywhere */
-        int j = (int)(util_splitmix64(&rs) % (uint64_t)(i + 1));
-        int32_t *tp = pp[i];
-        int tl = plens[i], tw = warm[i];
-        pp[i] = pp[j], plens[i] = plens[j], warm[i] = warm[j];
-        pp[j] = tp, plens[j] = tl, warm[j] = tw;
     }
     /* the target's continuations with its top-k at every position */
     d = train_data_create(plen + gen - 1, topk, np);
     if (!d) goto oom;
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, &old);
-    for (int i = 0; i < np && !stop_flag; i += 4 * gbatch) {
+    for (int i = 0; i < tp.n && !stop_flag; i += 4 * gbatch) {
         int g = np - i < 4 * gbatch ? np - i : 4 * gbatch;
-        if (train_distill_add(d, m, tok, (const int32_t *const *)pp + i, plens + i, warm + i, g, gen, gen_temp,
+        if (train_distill_add(d, m, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, gen, gen_temp,
                               prompt_temp, gbatch, &rs, err, sizeof err) < 0) {
             fprintf(stderr, "specd distill-draft: %s\n", err);
             goto done;
         }
         if (!quiet && isatty(2))
-            fprintf(stderr, "\rtarget outputs: %lld of %d sequences (%.0f positions/s)", (long long)d->n, np,
+            fprintf(stderr, "\rtarget outputs: %lld of %d sequences (%.0f positions/s)", (long long)d->n, tp.n,
                     train_data_positions(d, 0, d->n) / ((now_ms() - t_start) / 1e3));
     }
     double t_gen = (now_ms() - t_start) / 1e3;
@@ -437,8 +361,7 @@ oom:
     fprintf(stderr, "specd distill-draft: out of memory\n");
 done:
     if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
-    for (int i = 0; i < np; i++) free(pp[i]);
-    free(pp), free(plens), free(warm), free(toks);
+    train_prompts_free(&tp);
     train_state_free(&st);
     train_model_destroy(dm);
     train_data_destroy(d);

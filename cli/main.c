@@ -23,6 +23,7 @@ static const struct {
     {"models", cmd_models, "list the cached models: architecture, size, quant, tokenizer"},
     {"gguf-split", cmd_gguf_split, "merge or split llama.cpp split GGUF files"},
     {"train-medusa", cmd_train_medusa, "train Medusa heads for a target on the CPU into a GGUF side file"},
+    {"train-eagle", cmd_train_eagle, "train an EAGLE-3 draft head for a target on the CPU into a GGUF side file"},
     {"train", cmd_train, "train a llama model on text (from scratch or from a GGUF), tokenizer from a GGUF"},
     {"train-tokenizer", cmd_train_tokenizer, "train a byte-level BPE vocabulary on text into a tokenizer GGUF"},
     {"distill-draft", cmd_distill_draft, "train a small draft for a target by distillation on its own outputs"},

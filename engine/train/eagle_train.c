@@ -44,13 +44,17 @@ void eagle_data_destroy(eagle_data *d) {
 
 int eagle_data_add(eagle_data *d, const int32_t *tok, int n, const float *feat, const int32_t *kid, const float *kz) {
     if (d->n >= d->cap) return 0;
+    if (n < 2) return 1; /* nothing to learn from; dropped */
     if (n > d->T) n = d->T;
     size_t o = (size_t)d->n * (size_t)d->T, F = EAGLE_PARTS * (size_t)d->D, K = (size_t)d->K;
     d->len[d->n] = n;
     memcpy(d->tok + o, tok, sizeof(int32_t) * (size_t)n);
-    for (size_t i = 0; i < (size_t)n * F; i++) d->feat[o * F + i] = f32_to_fp16(feat[i]);
-    memcpy(d->kid + o * K, kid, sizeof(int32_t) * (size_t)n * K);
-    memcpy(d->kz + o * K, kz, sizeof(float) * (size_t)n * K);
+    /* the last token was never fed: no features, no top-k there */
+    for (size_t i = 0; i < (size_t)(n - 1) * F; i++) d->feat[o * F + i] = f32_to_fp16(feat[i]);
+    memset(d->feat + (o + (size_t)n - 1) * F, 0, sizeof(uint16_t) * F);
+    memcpy(d->kid + o * K, kid, sizeof(int32_t) * (size_t)(n - 1) * K);
+    memcpy(d->kz + o * K, kz, sizeof(float) * (size_t)(n - 1) * K);
+    for (size_t k = 0; k < K; k++) d->kid[(o + (size_t)n - 1) * K + k] = -1, d->kz[(o + (size_t)n - 1) * K + k] = 0;
     d->n++;
     return 1;
 }

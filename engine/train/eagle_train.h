@@ -59,7 +59,9 @@ typedef struct {
 eagle_data *eagle_data_create(int D, int K, int T, int64_t cap);
 void eagle_data_destroy(eagle_data *d); /* accepts NULL */
 /* Appends one sequence (its first min(n, T) positions): tokens, features
- * (n, 3D) F32, top-k (n, K). Returns 1, or 0 when full. */
+ * (n, 3D) F32 and top-k (n, K) of positions [0, n - 1) (the last token was
+ * never fed: its row is stored empty). Returns 1 (a sequence of fewer than
+ * 2 tokens is dropped), or 0 when full. */
 int eagle_data_add(eagle_data *d, const int32_t *tok, int n, const float *feat, const int32_t *kid, const float *kz);
 /* Positions that train a step-0 row (sum over sequences of len - 2). */
 int64_t eagle_data_positions(const eagle_data *d, int64_t from, int64_t to);

@@ -1,0 +1,34 @@
+/* train_prompts.h — prompts for the trainers that distill from a target
+ * (distill-draft, train-eagle): the starts of a corpus's lines — or of
+ * every sentence in them — each 4 to plen tokens (the length drawn per
+ * prompt), then prompts the target writes
+ * itself from BOS (a warm-up of plen - 1 tokens its generation writes in
+ * the same pass), in a seeded order so a held-out share comes from
+ * everywhere.
+ *
+ * Threading: the caller's. */
+#ifndef SPECD_CLI_TRAIN_PROMPTS_H
+#define SPECD_CLI_TRAIN_PROMPTS_H
+
+#include "engine/tokenizer/tokenizer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t **p;    /* (n) each prompt's tokens, owned */
+    int *len;       /* (n) */
+    int *warm;      /* (n) tokens the target writes before its continuation proper */
+    int n, cap;
+} train_prompts;
+
+/* Builds tp (zeroed by the caller) from the corpora (at most max prompts
+ * from them; sentences: one at every sentence start, else one per line) and tprompts target-written prompts, shuffled with *rs.
+ * Returns 0, or -1 with err (an unreadable corpus, no BOS for target
+ * prompts, out of memory). */
+int train_prompts_build(train_prompts *tp, const tokenizer *tok, const char *const *corpora, int n_corpora, int max,
+                        int plen, bool sentences, int tprompts, uint64_t *rs, char *err, size_t errlen);
+void train_prompts_free(train_prompts *tp);
+
+#endif

@@ -80,6 +80,11 @@ CLI_TOOLS = {
                                "specd train-medusa: the Medusa trainer of the training library"),
     "cli/cmd_distill_draft.c": ({"engine/model/", "engine/tokenizer/", "engine/train/", "engine/util.h"},
                                 "specd distill-draft: the training library's distillation"),
+    "cli/cmd_train_eagle.c": ({"engine/model/", "engine/tokenizer/", "engine/train/", "engine/util.h", "kernels/ggml_type.h"},
+                              "specd train-eagle: the training library's EAGLE-3 head trainer"),
+    "cli/train_prompts.c": ({"engine/tokenizer/", "engine/util.h"},
+                            "the distilling trainers' prompts (distill-draft, train-eagle): corpus text tokenized"),
+    "cli/train_prompts.h": ({"engine/tokenizer/"}, "its contract: prompts for the tokenizer of a target"),
     "cli/cmd_convert.c": ({"engine/gguf/"},
                           "specd convert-eagle3: reads a published head and writes the GGUF side file, a tool of the "
                           "GGUF library"),

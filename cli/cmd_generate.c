@@ -49,7 +49,7 @@ static void generate_usage(FILE *f) {
             "               config's speculation.tree)\n"
             "  --medusa H   Medusa heads for the target (specd train-medusa): speculate with them\n"
             "  --eagle H    an EAGLE-3 head for the target (specd convert-eagle3): speculate with it\n"
-            "               (--method medusa implied; tree shape from --tree B/D/K, default 16/5/3)\n"
+            "               (--method eagle implied): chains, or its dynamic trees with --tree auto|B/D/K\n"
             "  -p PROMPT    prompt text (default: empty = generate from BOS); -n N tokens (default 64)\n"
             "  --temp T     temperature, 0 = greedy (default 0.8); --top-k/--top-p/--min-p filters apply\n"
             "               identically to draft and target\n"

@@ -2,13 +2,14 @@
  * (sched.c runs the loop around it): one prefill chunk, then one step over
  * the running sequences. Each sequence takes a path by the SHAPE of its
  * proposal — trees (whatever proposes them: the draft model, the lookup,
- * the Medusa heads) or chains (binned by γ; plain steps ride here) — with
- * every sequence's proposer and size chosen by the budget controller
- * (budget.h: the auto method's choice of the heads included); every path proposes
- * first, through the proposers' tables, then ONE target pass verifies all
- * their rows together (split only by engine.max_batch, the target's batch
- * and a rectangular backend), and each path accepts and commits its own
- * sequences from its rows. Each call's time is noted for the controllers.
+ * the Medusa heads, the EAGLE-3 head) or chains (binned by γ; plain steps
+ * ride here) — with every sequence's proposer and size chosen by the budget
+ * controller (budget.h: the auto method's choice of the heads included);
+ * every path proposes first, through the proposers' tables, then ONE target
+ * pass verifies all their rows together (split only by engine.max_batch,
+ * the target's batch and a rectangular backend), and each path accepts and
+ * commits its own sequences from its rows. Each call's time is noted for the
+ * controllers.
  * Engine thread. */
 #include "engine/sched/engine_impl.h"
 

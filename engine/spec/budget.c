@@ -364,8 +364,8 @@ static void pick_tree(budget *b, spec_seq *s, int batch, bool heads_auto, budget
     if (b->tree == ENGINE_TREE_OFF && !b->heads) return; /* no tree scratch */
     if (s->bud.asked && s->ds[SPEC_DRAFTER_MEDUSA] && (!heads_auto || b->arm == 1)) {
         c->shape = b->heads_shape, c->how = SPEC_METHOD_MEDUSA;
-    } else if (b->tree != ENGINE_TREE_OFF && t->mode != ENGINE_TREE_OFF && s->bud.asked &&
-               s->prm.method != SPEC_METHOD_EAGLE) { /* the head drafts chains (not yet trees) */
+    } else if (b->tree != ENGINE_TREE_OFF && t->mode != ENGINE_TREE_OFF && s->bud.asked) {
+        /* its method's tree proposer: the draft model, the lookup, the EAGLE head (spec_tree_propose) */
         if (t->mode == ENGINE_TREE_FIXED) {
             c->entry = 1, c->shape = t->bounds;
         } else {

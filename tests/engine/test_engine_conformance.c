@@ -2,7 +2,7 @@
  * 7): ONE harness run over every proposer the engine offers, listed in
  * `proposers` below — the draft model's and the lookup's chains, the auto
  * method, draft-model and n-gram trees, Medusa trees and auto with heads,
- * an EAGLE-3 head's chains — on the real pair (stories260K target,
+ * an EAGLE-3 head's chains and trees — on the real pair (stories260K target,
  * llama2xs-281K draft) with Medusa heads and an EAGLE-3 head (random
  * weights: what it drafts must not matter to the output) loaded. For each
  * proposer:
@@ -16,7 +16,8 @@
  *     under the proposer's own counter (by[slot]; some, for a fixed γ or
  *     tree shape) and under no other, the
  *     per-proposer counters summing to the totals, accepted <= drafted, and
- *     the tokens the request streamed.
+ *     the tokens the request streamed; a fixed tree shape verified trees
+ *     (its steps took the tree path, not a chain's).
  * Then every proposer's requests at once (request i on proposer i mod the
  * table's size) equal plain, in ONE target call per engine step, some
  * steps verifying several proposers' rows together.
@@ -63,6 +64,7 @@ static const conf_proposer proposers[] = {
     {"auto", SPEC_METHOD_AUTO, ENGINE_TREE_OFF, -1, true, 0, false},
     {"auto tree", SPEC_METHOD_AUTO, ENGINE_TREE_AUTO, -1, true, 0, false},
     {"eagle chain", SPEC_METHOD_EAGLE, ENGINE_TREE_OFF, SPEC_DRAFTER_EAGLE, false, 4, true},
+    {"eagle tree", SPEC_METHOD_EAGLE, ENGINE_TREE_FIXED, SPEC_DRAFTER_EAGLE, false, 0, true},
 };
 #define N_PROP (int)(sizeof(proposers) / sizeof(proposers[0]))
 
@@ -105,7 +107,7 @@ static void run(engine *e, const conf_proposer *p, bool mix, int B, eu_out *o) {
 /* Outputs equal plain; the invariants held; statistics where reports read them. */
 static void conform(engine *e, const conf_proposer *p, const char *how) {
     int bad = 0, resets = 0, miscounted = 0;
-    uint64_t own = 0, verify = 0;
+    uint64_t own = 0, verify = 0, tree_nodes = 0;
     for (int i = 0; i < N_P; i++) {
         const eu_out *g = &got[i];
         const conf_proposer *q = p ? p : &proposers[i % N_PROP];
@@ -128,6 +130,7 @@ static void conform(engine *e, const conf_proposer *p, const char *how) {
             if (k == q->slot) own += st->by[k].verify_steps;
         }
         verify += st->verify_steps;
+        tree_nodes += st->tree_nodes;
         if (sum != st->verify_steps || st->accepted > st->drafted || st->tokens != (uint64_t)g->n_tok) miscounted++;
     }
     CHECKF(bad == 0, "%s (%s): %d of %d outputs differ from plain greedy", p ? p->name : "mix", how, bad, N_P);
@@ -136,6 +139,8 @@ static void conform(engine *e, const conf_proposer *p, const char *how) {
     /* a fixed shape always proposes (n-grams: where the text repeats);
      * adaptive ones may find plain steps cheaper at this batch on this host */
     if (p && p->fixed) CHECKF(own > 0, "%s (%s): no verify step under its own counter", p->name, how);
+    if (p && p->fixed && p->tree == ENGINE_TREE_FIXED)
+        CHECKF(tree_nodes > 0, "%s (%s): its fixed tree shape verified no tree", p->name, how);
     if (!p) CHECKF(verify > 0, "mix (%s): no verify steps at all", how);
     CHECK(eu_wait_idle(e, 60000));
     engine_stats es;

@@ -1,9 +1,10 @@
 """test_eagle_cli.py — an EAGLE-3 head through `specd generate --eagle` and
 `specd serve --eagle`, end to end, with a random head for stories260K
 (`specd mkmodel --arch eagle3`; its drafts are mostly rejected):
-- greedy output with the head (fixed gamma 1 and 4, and --adaptive) equals
-  --no-spec output token for token, and the speculation report names the head's
-  verify steps under "eagle";
+- greedy output with the head (fixed gamma 1 and 4, and --adaptive; its
+  dynamic trees with --tree 8/4/2 and --tree auto) equals --no-spec output
+  token for token, and the speculation report names the head's verify steps
+  under "eagle" (a fixed tree shape: every one a tree step);
 - a head of another hidden size is refused at load, naming both sizes;
 - a server with --eagle answers a request with speculation.method eagle with the
   plain tokens and counts it under by_method.eagle; a server without a head
@@ -61,12 +62,15 @@ def main():
         for prompt in ("Once upon a time", "The little dog", "Tom and Lily went to the park. They saw"):
             base = ["generate", "-m", target, "-p", prompt, "-n", "40", "--temp", "0", "--json", "--quiet"]
             plain = json.loads(run(base + ["--no-spec"]).stdout)["tokens"]
-            for mode in (["--gamma", "1"], ["--gamma", "4"], ["--adaptive"]):
+            for mode in (["--gamma", "1"], ["--gamma", "4"], ["--adaptive"], ["--tree", "8/4/2"], ["--tree", "auto"]):
                 out = json.loads(run(base + ["--eagle", head, *mode]).stdout)
                 if out["tokens"] != plain:
                     fail(f"{prompt!r} {mode}: tokens with the head differ from plain:\n{out['tokens']}\n{plain}")
                 if out.get("method") != "eagle" or out["by_method"].get("eagle", {}).get("verify_steps", 0) < 1:
                     fail(f"{prompt!r} {mode}: no eagle verify step reported: {out.get('method')} {out.get('by_method')}")
+                sp = out["speculation"]
+                if mode[-1] == "8/4/2" and not (sp["tree_steps"] == sp["verify_steps"] > 0 and sp["tree_nodes"] > sp["tree_steps"]):
+                    fail(f"{prompt!r} {mode}: the head's steps were not trees: {sp}")
                 runs += 1
         print(f"greedy: {runs} runs with the head equal plain decoding")
         p = run(["generate", "-m", target, "--eagle", bad, "-p", "Hi", "-n", "4"], expect_ok=False)

@@ -146,7 +146,6 @@ KNOWN_ENGINE = {
     ("engine/spec/spec.c", "engine/spec/proposers/draft_model.h"): "issue 43 item 1",
     ("engine/spec/spec_pair.c", "engine/spec/proposers/draft_model.h"): "issue 43 item 1",
     ("engine/spec/spec_pair.c", "engine/spec/proposers/draft_ngram.h"): "issue 43 item 1",
-    ("engine/spec/tree_ctl.h", "engine/spec/proposers/draft_tree.h"): "issue 43 item 1",
 }
 
 

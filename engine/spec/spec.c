@@ -641,10 +641,11 @@ int spec_step_batch_planned(spec_pair *sp, spec_seq **S, int n, const int *max_n
 
 void spec_seq_note_other_step(spec_seq *s) {
     if (!s->prm.speculate) return;
-    /* the draft model's and the lookup's chains (the EAGLE head's clock does
-     * not run on plain steps: as before issue 43, see the issue's note) */
+    /* every chain proposer the sequence may use: a fallen-back proposer's
+     * clock runs on plain steps, so it is probed again (the brief's rule) */
     bool used[SPEC_PROPOSERS] = {[SPEC_DRAFTER_MODEL] = spec_method_uses(&s->prm, SPEC_DRAFTER_MODEL),
-                                 [SPEC_DRAFTER_NGRAM] = spec_method_uses(&s->prm, SPEC_DRAFTER_NGRAM)};
+                                 [SPEC_DRAFTER_NGRAM] = spec_method_uses(&s->prm, SPEC_DRAFTER_NGRAM),
+                                 [SPEC_DRAFTER_EAGLE] = spec_method_uses(&s->prm, SPEC_DRAFTER_EAGLE)};
     budget_seq_plain(&s->bud, used);
 }
 

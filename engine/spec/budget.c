@@ -303,54 +303,58 @@ static gamma_costs costs_for(const spec_pair *sp, int slot) {
  * proposer's controller and costs. The lookup first (when the method allows
  * it and it has a match: it costs nothing), else the draft model; the
  * EAGLE head's chains for method eagle. */
+/* The chain proposers in the order that wins ties: the lookup (nearly free),
+ * the EAGLE head, the draft model. */
+static const int chain_order[] = {SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_EAGLE, SPEC_DRAFTER_MODEL};
+
 static int pick_chain(spec_seq *s, int max_new, int batch) {
     spec_pair *sp = s->sp;
     budget_chain *ch = s->bud.chain;
     s->slot = -1;
     if (!s->prm.speculate) return 0;
-    int ctx = s->n_tokens - 1;
-    int g_ng = 0, g_dm = 0;
-    if (s->prm.method == SPEC_METHOD_EAGLE) {
-        drafter *d = sp->drafters[SPEC_DRAFTER_EAGLE];
-        if (!d || !s->ds[SPEC_DRAFTER_EAGLE] || drafter_available(d, s->ds[SPEC_DRAFTER_EAGLE], s->tokens, s->n_tokens, 1) <= 0)
-            return 0;
-        gamma_costs c = costs_for(sp, SPEC_DRAFTER_EAGLE);
-        int g = budget_chain_cap(s, budget_chain_next(&ch[SPEC_DRAFTER_EAGLE], &c, batch, ctx), max_new);
-        if (g > 0) s->slot = SPEC_DRAFTER_EAGLE;
-        return g;
-    }
-    gamma_costs c_ng = costs_for(sp, SPEC_DRAFTER_NGRAM), c_dm = costs_for(sp, SPEC_DRAFTER_MODEL);
-    if (s->ds[SPEC_DRAFTER_NGRAM] && spec_method_uses(&s->prm, SPEC_DRAFTER_NGRAM)) {
-        drafter *d = sp->drafters[SPEC_DRAFTER_NGRAM];
-        int avail = drafter_available(d, s->ds[SPEC_DRAFTER_NGRAM], s->tokens, s->n_tokens, GAMMA_MAX);
-        if (avail > 0) {
-            g_ng = budget_chain_next(&ch[SPEC_DRAFTER_NGRAM], &c_ng, batch, ctx);
-            if (g_ng > avail) g_ng = avail; /* a lookup proposes no more than the earlier text continues */
-            g_ng = budget_chain_cap(s, g_ng, max_new);
+    int ctx = s->n_tokens - 1, g[SPEC_PROPOSERS] = {0}, offered = 0;
+    gamma_costs c[SPEC_PROPOSERS];
+    bool is_auto = s->prm.method == SPEC_METHOD_AUTO;
+    for (size_t i = 0; i < sizeof(chain_order) / sizeof(chain_order[0]); i++) {
+        int slot = chain_order[i];
+        drafter *d = sp->drafters[slot];
+        if (!d || !s->ds[slot] || !spec_method_uses(&s->prm, slot)) continue;
+        /* past a matching lookup, the others only when auto weighs them all */
+        if (slot != SPEC_DRAFTER_NGRAM && g[SPEC_DRAFTER_NGRAM] > 0 && !is_auto) continue;
+        int avail = GAMMA_MAX;
+        if (slot != SPEC_DRAFTER_MODEL) {
+            avail = drafter_available(d, s->ds[slot], s->tokens, s->n_tokens, GAMMA_MAX);
+            if (avail <= 0) continue;
         }
+        c[slot] = costs_for(sp, slot);
+        int gs = budget_chain_next(&ch[slot], &c[slot], batch, ctx);
+        if (gs > avail) gs = avail; /* a lookup proposes no more than the earlier text continues */
+        g[slot] = budget_chain_cap(s, gs, max_new);
+        offered += g[slot] > 0;
     }
-    bool dm = s->ds[SPEC_DRAFTER_MODEL] && sp->drafters[SPEC_DRAFTER_MODEL] &&
-              spec_method_uses(&s->prm, SPEC_DRAFTER_MODEL);
-    if (dm && (g_ng == 0 || s->prm.method == SPEC_METHOD_AUTO))
-        g_dm = budget_chain_cap(s, budget_chain_next(&ch[SPEC_DRAFTER_MODEL], &c_dm, batch, ctx), max_new);
-    if (g_ng > 0 && g_dm > 0 && s->prm.gp.adaptive) {
-        /* auto with both on offer, adaptive γ: the one the cost model expects
-         * more tokens per millisecond from, at each proposer's own rolling α
-         * (the prior before it has data); the lookup's near-zero cost wins
-         * ties. Timing enters here, so a fixed-γ sequence keeps the rule that
-         * depends on its tokens alone (lookup when it matches): its sampled
-         * output stays the same in any batch. */
-        double a_ng = budget_chain_alpha(&ch[SPEC_DRAFTER_NGRAM]), a_dm = budget_chain_alpha(&ch[SPEC_DRAFTER_MODEL]);
-        double r_ng = gamma_rate_batch(&c_ng, a_ng < 0 ? BUDGET_PRIOR_ALPHA : a_ng, g_ng, batch, ctx);
-        double r_dm = gamma_rate_batch(&c_dm, a_dm < 0 ? BUDGET_PRIOR_ALPHA : a_dm, g_dm, batch, ctx);
-        if (r_dm > r_ng) g_ng = 0;
+    int pick = -1;
+    if (offered > 1 && s->prm.gp.adaptive) {
+        /* auto with several on offer, adaptive γ: the one the cost model
+         * expects more tokens per millisecond from, at each proposer's own
+         * rolling α (the prior before it has data); ties to the earlier in
+         * chain_order. Timing enters here, so a fixed-γ sequence keeps the
+         * rule that depends on its tokens alone (the first in chain_order
+         * that proposes): its sampled output stays the same in any batch. */
+        double best = -1;
+        for (size_t i = 0; i < sizeof(chain_order) / sizeof(chain_order[0]); i++) {
+            int slot = chain_order[i];
+            if (g[slot] <= 0) continue;
+            double a = budget_chain_alpha(&ch[slot]);
+            double r = gamma_rate_batch(&c[slot], a < 0 ? BUDGET_PRIOR_ALPHA : a, g[slot], batch, ctx);
+            if (r > best) best = r, pick = slot;
+        }
+    } else {
+        for (size_t i = 0; i < sizeof(chain_order) / sizeof(chain_order[0]) && pick < 0; i++)
+            if (g[chain_order[i]] > 0) pick = chain_order[i];
     }
-    if (g_ng > 0) {
-        s->slot = SPEC_DRAFTER_NGRAM;
-        return g_ng;
-    }
-    if (g_dm > 0) s->slot = SPEC_DRAFTER_MODEL;
-    return g_dm;
+    if (pick < 0) return 0;
+    s->slot = pick;
+    return g[pick];
 }
 
 /* A tree for this step, when the sequence takes one: the heads' shape (method

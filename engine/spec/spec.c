@@ -155,7 +155,7 @@ bool spec_method_uses(const spec_seq_params *p, int slot) {
     if (slot == SPEC_DRAFTER_MEDUSA)
         return (m == SPEC_METHOD_MEDUSA || m == SPEC_METHOD_AUTO) && !p->logprobs && !p->coupled &&
                !sampler_has_penalties(&p->sc);
-    if (slot == SPEC_DRAFTER_EAGLE) return m == SPEC_METHOD_EAGLE; /* only when asked for (not yet in auto) */
+    if (slot == SPEC_DRAFTER_EAGLE) return m == SPEC_METHOD_EAGLE || m == SPEC_METHOD_AUTO;
     if (m == SPEC_METHOD_MEDUSA || m == SPEC_METHOD_EAGLE) return false;
     if (m == SPEC_METHOD_AUTO) return true;
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);

@@ -283,12 +283,13 @@ void spec_tree_finish(spec_tree_ctx *tc, spec_seq **S, int i0, int n, float *log
 #define PROPOSE_MAX 64
 
 /* The proposers a method asks, in the order it asks them (AUTO: the lookup
- * first, it is nearly free); returns how many. */
+ * first, it is nearly free, then the EAGLE head when one is loaded, then the
+ * draft model); returns how many. */
 static int method_slots(spec_method m, int *out) {
     switch (m) {
     case SPEC_METHOD_DRAFT: out[0] = SPEC_DRAFTER_MODEL; return 1;
     case SPEC_METHOD_NGRAM: out[0] = SPEC_DRAFTER_NGRAM; return 1;
-    case SPEC_METHOD_AUTO: out[0] = SPEC_DRAFTER_NGRAM, out[1] = SPEC_DRAFTER_MODEL; return 2;
+    case SPEC_METHOD_AUTO: out[0] = SPEC_DRAFTER_NGRAM, out[1] = SPEC_DRAFTER_EAGLE, out[2] = SPEC_DRAFTER_MODEL; return 3;
     case SPEC_METHOD_MEDUSA: out[0] = SPEC_DRAFTER_MEDUSA; return 1;
     case SPEC_METHOD_EAGLE: out[0] = SPEC_DRAFTER_EAGLE; return 1;
     default: return 0;
@@ -306,7 +307,7 @@ static const int call_order[SPEC_DRAFTERS] = {SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_M
 int spec_tree_propose(spec_pair *sp, spec_seq **S, int n, const tree_shape *sh, const spec_method *how, spec_tree *t,
                       int *slot, double *draft_ms, char *err, size_t errlen) {
     if (n > PROPOSE_MAX) return util_fail(err, errlen, "tree batch of %d (limit %d)", n, PROPOSE_MAX);
-    int order[PROPOSE_MAX][2], n_ord[PROPOSE_MAX];
+    int order[PROPOSE_MAX][3], n_ord[PROPOSE_MAX];
     bool done[PROPOSE_MAX];
     for (int i = 0; i < n; i++) {
         t[i] = (spec_tree){0};

@@ -124,8 +124,8 @@ static void conform(engine *e, const conf_proposer *p, const char *how) {
         uint64_t sum = 0;
         for (int k = 0; k < SPEC_PROPOSERS; k++) {
             sum += st->by[k].verify_steps;
-            bool allowed = q->slot >= 0 ? k == q->slot
-                                        : k != SPEC_PROPOSER_EAGLE && (k != SPEC_PROPOSER_MEDUSA || q->medusa_ok);
+            /* auto may take any loaded proposer (the EAGLE head too), Medusa where its row allows */
+            bool allowed = q->slot >= 0 ? k == q->slot : (k != SPEC_PROPOSER_MEDUSA || q->medusa_ok);
             if (!allowed && st->by[k].verify_steps) miscounted++;
             if (k == q->slot) own += st->by[k].verify_steps;
         }

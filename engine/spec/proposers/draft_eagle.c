@@ -206,7 +206,7 @@ static int ea_propose(drafter *d, drafter_prop *P, int n, char *err, size_t errl
     for (int i = 0; i < n; i++) {
         drafter_prop *p = &P[i];
         p->n_nodes = 0;
-        if (p->budget <= 0 || !ea_available(d, p->ds, p->tokens, p->n_tokens)) continue;
+        if (p->budget <= 0 || !p->ds || !ea_available(d, p->ds, p->tokens, p->n_tokens)) continue;
         dsv[m] = p->ds, tkv[m] = p->tokens, ntv[m] = p->n_tokens;
         e->row_of[m++] = i;
     }
@@ -309,7 +309,7 @@ static int ea_propose_tree(drafter *d, drafter_tree_prop *P, int n, char *err, s
         if (p->budget == 0 || !p->ds) continue; /* no tree for this one */
         if (p->budget < 0 || p->budget > DRAFTER_MAX_NODES || p->depth < 1 || p->topk < 1)
             return util_fail(err, errlen, "tree shape budget %d depth %d topk %d", p->budget, p->depth, p->topk);
-        if (!ea_available(d, p->ds, p->s->tokens, p->s->n_tokens)) continue; /* features not whole: none */
+        if (!p->ds || !ea_available(d, p->ds, p->s->tokens, p->s->n_tokens)) continue; /* no state, or features not whole: none */
         tree_grow_start(&g[i], &p->tree, e->tq + (size_t)i * N * V, p->s, &(tree_shape){p->budget, p->depth, p->topk},
                         e->max_ctx);
         if (!g[i].nf) continue;

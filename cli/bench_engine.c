@@ -99,7 +99,7 @@ static double pct(double *v, int n, double p) {
 
 /* How one phase's requests speculate. */
 typedef struct {
-    char name[16];
+    char name[24];
     bool spec;
     engine_tree tree;
     tree_shape sh;              /* fixed trees: the request's bounds */
@@ -218,7 +218,8 @@ static void be_usage(FILE *f) {
             "               16/5/3 nodes/levels/children), B/D/K (any fixed tree), auto (the shape\n"
             "               controller), mixed (even streams the draft model's γ=4 chains, odd ones Medusa trees\n"
             "               with --medusa, else fixed 8/4/2 draft trees: proposers side by side in one\n"
-            "               batch); R rounds, the configurations' order rotated each round;\n"
+            "               batch); eagle:SHAPE and draft:SHAPE (SHAPE auto, 4, 8, 16 or B/D/K) take that\n"
+            "               tree shape with one proposer only; R rounds, the configurations' order rotated each round;\n"
             "               medians and ranges of tokens/s and of the per-round ratio to plain\n"
             "  --grammar G  every stream constrained by G (json: the JSON grammar; else a GBNF file),\n"
             "               plain decoding included: constrained speculation against constrained plain\n");
@@ -247,6 +248,16 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
             return -1;
         }
         be_cfg c = {"", true, ENGINE_TREE_FIXED, {0, 0, 0}, -1, false};
+        const char *full = t;
+        /* METHOD:SHAPE, a tree shape (auto, 4, 8, 16, B/D/K) of one proposer's */
+        if (!strncmp(t, "eagle:", 6)) c.method = SPEC_METHOD_EAGLE, t += 6;
+        else if (!strncmp(t, "draft:", 6)) c.method = SPEC_METHOD_DRAFT, t += 6;
+        if (c.method >= 0 && (!strcmp(t, "plain") || !strcmp(t, "chain") || !strcmp(t, "draft") || !strcmp(t, "medusa") ||
+                              !strcmp(t, "eagle") || !strcmp(t, "mixed"))) {
+            fprintf(stderr, "specd bench: --trees: '%s': a METHOD: prefix takes a tree shape (auto, 4, 8, 16, B/D/K)\n",
+                    full);
+            return -1;
+        }
         if (!strcmp(t, "plain")) c.spec = false, c.tree = ENGINE_TREE_OFF; /* an A/A control: the noise floor */
         else if (!strcmp(t, "chain")) c.tree = ENGINE_TREE_OFF;
         else if (!strcmp(t, "draft")) c.tree = ENGINE_TREE_OFF, c.method = SPEC_METHOD_DRAFT;
@@ -263,8 +274,11 @@ static int be_parse_trees(const char *list, be_cfg *cfgs, int *n) {
             fprintf(stderr, "specd bench: --trees: '%s' is not plain, chain, draft, medusa, eagle, auto, mixed, 4, 8, 16 or BUDGET/DEPTH/TOPK\n", t);
             return -1;
         }
-        if (c.tree == ENGINE_TREE_FIXED) snprintf(c.name, sizeof(c.name), "%d/%d/%d", c.sh.budget, c.sh.depth, c.sh.topk);
-        else snprintf(c.name, sizeof(c.name), "%s", t);
+        if (c.tree == ENGINE_TREE_FIXED && t == full)
+            snprintf(c.name, sizeof(c.name), "%d/%d/%d", c.sh.budget, c.sh.depth, c.sh.topk);
+        else if (c.tree == ENGINE_TREE_FIXED)
+            snprintf(c.name, sizeof(c.name), "%.*s%d/%d/%d", (int)(t - full), full, c.sh.budget, c.sh.depth, c.sh.topk);
+        else snprintf(c.name, sizeof(c.name), "%s", full);
         cfgs[(*n)++] = c;
     }
     return 0;

@@ -184,6 +184,42 @@ static bool arch_f32(const gguf_file *f, const char *arch, const char *key, floa
     return gguf_get_f32(f, k, out);
 }
 
+/* eagle3: its own output vocabulary (the draft's), one decoder layer; what a
+ * llama.cpp-converted head leaves out (token_embd, output) from the lender,
+ * what specd cannot compute refused (model.h). */
+static int eagle3_hparams(model *m, const gguf_tensor *te, char *err, size_t n) {
+    const gguf_file *f = m->gguf;
+    model_hparams *hp = &m->hp;
+    const gguf_tensor *to = gguf_find_tensor(f, "output.weight");
+    if ((!te || !to) && !m->lender)
+        return util_fail(err, n, "this eagle3 head has no '%s' of its own (llama.cpp's converter leaves it out when "
+                          "the head shares its target's): it loads only beside its target", te ? "output.weight"
+                                                                                               : "token_embd.weight");
+    if ((!te || !to) && m->lender->hp.dim != hp->dim)
+        return util_fail(err, n, "this eagle3 head (hidden size %d) would use its target's %s, but the target's "
+                          "hidden size is %d", hp->dim, te ? "output head" : "token embedding", m->lender->hp.dim);
+    if (!te) hp->n_vocab_in = m->lender->hp.n_vocab_in;
+    if (to) {
+        if (to->ne[1] == 0 || to->ne[1] > (1u << 24)) return util_fail(err, n, "implausible draft vocabulary size");
+        hp->n_vocab = (int)to->ne[1];
+    } else {
+        hp->n_vocab = m->lender->hp.n_vocab;
+    }
+    if (hp->n_layer != 1) return util_fail(err, n, "an eagle3 head has one decoder layer, not %d", hp->n_layer);
+    bool nbr = false;
+    if (gguf_get_bool(f, "eagle3.norm_before_residual", &nbr) && nbr)
+        return util_fail(err, n, "this eagle3 head sets eagle3.norm_before_residual (its residual starts from the "
+                          "normed feature), which specd does not compute");
+    if (gguf_find_tensor(f, "fc_norm.weight"))
+        return util_fail(err, n, "this eagle3 head normalises each target layer before fc (fc_norm.weight), which "
+                          "specd does not compute");
+    uint32_t th;
+    if (gguf_get_u32(f, "eagle3.target_hidden_size", &th) && (int)th != hp->dim)
+        return util_fail(err, n, "this eagle3 head reads target features of width %u, not its own hidden size %d "
+                          "(specd's heads need the two equal)", th, hp->dim);
+    return 0;
+}
+
 /* Reads hyperparameters and checks they are mutually consistent. */
 static int load_hparams(model *m, char *err, size_t n) {
     const gguf_file *f = m->gguf;
@@ -223,16 +259,12 @@ static int load_hparams(model *m, char *err, size_t n) {
     if (!arch_f32(f, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
     if (!(hp->eps > 0) || !(hp->rope_base > 0)) return util_fail(err, n, "rms epsilon or rope base is not positive");
     const gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
-    if (!te) return util_fail(err, n, "missing tensor 'token_embd.weight'");
-    if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return util_fail(err, n, "implausible vocabulary size");
-    hp->n_vocab = hp->n_vocab_in = (int)te->ne[1];
-    if (hp->eagle3) { /* its own output vocabulary (the draft's); one decoder layer */
-        const gguf_tensor *to = gguf_find_tensor(f, "output.weight");
-        if (!to) return util_fail(err, n, "an eagle3 head needs its own 'output.weight'");
-        if (to->ne[1] == 0 || to->ne[1] > (1u << 24)) return util_fail(err, n, "implausible draft vocabulary size");
-        hp->n_vocab = (int)to->ne[1];
-        if (hp->n_layer != 1) return util_fail(err, n, "an eagle3 head has one decoder layer, not %d", hp->n_layer);
+    if (!te && !hp->eagle3) return util_fail(err, n, "missing tensor 'token_embd.weight'");
+    if (te) {
+        if (te->ne[1] == 0 || te->ne[1] > (1u << 24)) return util_fail(err, n, "implausible vocabulary size");
+        hp->n_vocab = hp->n_vocab_in = (int)te->ne[1];
     }
+    if (hp->eagle3 && eagle3_hparams(m, te, err, n)) return -1;
     /* qwen2 and qwen3 rotate NeoX-style (pairs i, i + n_rot/2); llama and mistral adjacent pairs */
     bool qwen = !strcmp(a, "qwen2") || !strcmp(a, "qwen3");
     hp->rope_neox = qwen;
@@ -310,10 +342,19 @@ static int load_eagle3(model *m, engine_status *st, char *err, size_t n) {
     model_shard *sh = &m->shards[0];
     uint64_t D = (uint64_t)hp->dim, QD = (uint64_t)hp->n_head * hp->head_dim;
     uint64_t KVD = (uint64_t)hp->n_kv_head * hp->head_dim, F = (uint64_t)hp->ff;
-    if (get_mat(m, 0, f, "token_embd.weight", D, (uint64_t)hp->n_vocab_in, SPLIT_NONE, &sh->tok_embd, false, st, err, n) ||
-        get_vec(m, 0, f, "output_norm.weight", D, SPLIT_NONE, &sh->out_norm, st, err, n) ||
-        get_mat(m, 0, f, "output.weight", D, (uint64_t)hp->n_vocab, SPLIT_NONE, &sh->output, false, st, err, n))
+    /* what the file leaves out is the lender's (eagle3_hparams checked it is there), never released here */
+    const model_shard *ls = m->lender ? &m->lender->shards[0] : NULL;
+    if (!gguf_find_tensor(f, "token_embd.weight")) sh->tok_embd = ls->tok_embd;
+    else if (get_mat(m, 0, f, "token_embd.weight", D, (uint64_t)hp->n_vocab_in, SPLIT_NONE, &sh->tok_embd, false, st,
+                     err, n))
         return -1;
+    if (!gguf_find_tensor(f, "output.weight")) sh->output = ls->output;
+    else if (get_mat(m, 0, f, "output.weight", D, (uint64_t)hp->n_vocab, SPLIT_NONE, &sh->output, false, st, err, n))
+        return -1;
+    if (get_vec(m, 0, f, "output_norm.weight", D, SPLIT_NONE, &sh->out_norm, st, err, n)) return -1;
+    /* specd writes the feature's norm as blk.0.hidden_norm, llama.cpp as blk.0.attn_norm_2 */
+    const char *hn = gguf_find_tensor(f, "blk.0.hidden_norm.weight") || !gguf_find_tensor(f, "blk.0.attn_norm_2.weight")
+                         ? "blk.0.hidden_norm.weight" : "blk.0.attn_norm_2.weight";
     for (int j = 0; j < MODEL_EAGLE3_PARTS; j++)
         if (get_mat_part(m, f, "fc.weight", MODEL_EAGLE3_PARTS * D, D, j, MODEL_EAGLE3_PARTS, &sh->fc[j], st, err, n))
             return -1;
@@ -323,7 +364,7 @@ static int load_eagle3(model *m, engine_status *st, char *err, size_t n) {
     if (!(sh->layers = calloc(1, sizeof(model_layer)))) return util_fail_st(st, ENGINE_ERR_OOM, err, n, "out of memory: layer table");
     model_layer *L = &sh->layers[0];
     if (get_vec(m, 0, f, "blk.0.attn_norm.weight", D, SPLIT_NONE, &L->attn_norm, st, err, n) ||
-        get_vec(m, 0, f, "blk.0.hidden_norm.weight", D, SPLIT_NONE, &L->hidden_norm, st, err, n) ||
+        get_vec(m, 0, f, hn, D, SPLIT_NONE, &L->hidden_norm, st, err, n) ||
         get_mat_part(m, f, "blk.0.attn_q.weight", 2 * D, QD, 0, 2, &L->wq, st, err, n) ||
         get_mat_part(m, f, "blk.0.attn_q.weight", 2 * D, QD, 1, 2, &L->wq_h, st, err, n) ||
         get_mat_part(m, f, "blk.0.attn_k.weight", 2 * D, KVD, 0, 2, &L->wk, st, err, n) ||
@@ -464,8 +505,27 @@ model *model_load(const char *path, backend *be, const model_params *mp, engine_
     return model_load_tp(path, &be, 1, NULL, mp, st, err, errlen);
 }
 
+static model *load_model(const char *path, backend *const *bes, int n_shards, comm *c, const model *lender,
+                         const model_params *mp, engine_status *st, char *err, size_t errlen);
+
 model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp,
                      engine_status *st, char *err, size_t errlen) {
+    return load_model(path, bes, n_shards, c, NULL, mp, st, err, errlen);
+}
+
+model *model_load_eagle3(const char *path, const model *target, const model_params *mp, engine_status *st,
+                         char *err, size_t errlen) {
+    model *m = load_model(path, &target->be, 1, NULL, target, mp, st, err, errlen);
+    if (m && !m->hp.eagle3) {
+        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "%s is a %s model, not an eagle3 head", path, m->arch);
+        model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static model *load_model(const char *path, backend *const *bes, int n_shards, comm *c, const model *lender,
+                         const model_params *mp, engine_status *st, char *err, size_t errlen) {
     if (n_shards < 1 || (n_shards > 1 && (!c || c->n_ranks != n_shards))) {
         util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
                      "%s: tensor parallelism over %d shards needs a communicator of %d ranks (got %d)", path,
@@ -489,6 +549,7 @@ model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *
         return NULL;
     }
     m->n_shards = n_shards;
+    m->lender = lender;
     m->comm = n_shards > 1 ? c : NULL;
     for (int r = 0; r < n_shards; r++) m->shards[r].be = m->bes[r] = bes[r];
     m->be = bes[0];

@@ -58,7 +58,16 @@ typedef struct {
  * eagle3.* keys as llama.*, block_count 1; token_embd.weight (D, V_in),
  * fc.weight (3D, D), blk.0.{attn_norm, hidden_norm, attn_q, attn_k, attn_v,
  * attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down}.weight,
- * output_norm.weight, output.weight (D, n_vocab). One shard only. */
+ * output_norm.weight, output.weight (D, n_vocab). One shard only.
+ *
+ * llama.cpp's layout (its converter, conversion/llama.py, and loader,
+ * src/models/eagle3.cpp) loads too: the hidden norm named
+ * blk.0.attn_norm_2.weight, eagle3.extract_layers (see draft_eagle.h), d2t
+ * as I64, and token_embd.weight and/or output.weight left out when the head
+ * shares its target's: such a head loads only through model_load_eagle3,
+ * which lends it the target's. Refused with the reason: a head that needs
+ * eagle3.norm_before_residual (the residual starting from the normed feature)
+ * or per-layer feature norms (fc_norm.weight). */
 #define MODEL_EAGLE3_PARTS 3
 
 typedef struct {
@@ -145,6 +154,8 @@ typedef struct model {
     int tap_layer[MODEL_MAX_TAPS];
     float *tap_be[MODEL_MAX_TAPS]; /* (MB, D) each, on shard 0's backend */
     int n_in_last;            /* input rows of the last successful forward (the taps' rows) */
+    const struct model *lender; /* eagle3: the target whose token embedding / output head the head
+                                 * uses where its file has none (model_load_eagle3); not owned */
 } model;
 
 /* Loads PATH. Returns NULL with a clear reason in err (unsupported architecture
@@ -164,6 +175,14 @@ model *model_load(const char *path, backend *be, const model_params *mp, engine_
 model *model_load_tp(const char *path, backend *const *bes, int n_shards, comm *c, const model_params *mp,
                      engine_status *st, char *err, size_t errlen);
 void model_free(model *m); /* accepts NULL */
+/* Loads the eagle3 head at PATH on target's backend, as model_load does, with
+ * target lending it its token embedding and/or output head (shard 0's) when
+ * the file has none (llama.cpp's converter leaves them out of heads that
+ * share the target's); a head with its own uses its own. Refused: a head of
+ * another hidden size than the target's when it borrows, a file that is not
+ * an eagle3 head. target must outlive the head. */
+model *model_load_eagle3(const char *path, const model *target, const model_params *mp, engine_status *st,
+                         char *err, size_t errlen);
 
 /* A KV pool shaped for this model with n_blocks blocks of block_size (sharded
  * like the model: shard r's kv heads in backend r's memory). NULL with err and

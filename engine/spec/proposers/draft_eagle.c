@@ -414,6 +414,78 @@ int draft_eagle_layers(const drafter *d, int *layers) {
     return EAGLE_LAYERS;
 }
 
+/* The target layers: eagle3.target_layers (specd's) or eagle3.extract_layers
+ * (llama.cpp's, i32: its target graph taps the residual entering each listed
+ * layer too, so the numbers mean the same), else the reference code's 2, L/2,
+ * L - 3. specd's own key is clamped into 0..L as before; llama.cpp's must be
+ * three layers of this target. */
+static int ea_target_layers(eagle *e, int L, const char *path, engine_status *st, char *err, size_t errlen) {
+    const gguf_file *f = e->m->gguf;
+    const gguf_kv *tl = gguf_get_arr(f, "eagle3.target_layers", GGUF_TYPE_UINT32);
+    bool lcpp = false;
+    if (!tl && gguf_find(f, "eagle3.extract_layers")) {
+        lcpp = true;
+        tl = gguf_get_arr(f, "eagle3.extract_layers", GGUF_TYPE_INT32);
+        if (!tl) tl = gguf_get_arr(f, "eagle3.extract_layers", GGUF_TYPE_UINT32);
+        if (!tl || tl->arr_n != EAGLE_LAYERS)
+            return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: eagle3.extract_layers must be %d "
+                                "integers (specd's heads fuse three target layers)", path, EAGLE_LAYERS), -1;
+    }
+    int def[EAGLE_LAYERS] = {2, L / 2, L - 3};
+    for (int j = 0; j < EAGLE_LAYERS; j++) {
+        int32_t v = def[j];
+        if (tl && tl->arr_n == EAGLE_LAYERS) memcpy(&v, (const uint8_t *)tl->arr_data + 4 * (size_t)j, 4); /* unaligned */
+        if (lcpp && (v < 0 || v > L))
+            return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s refused: it reads target layer %d "
+                                "(eagle3.extract_layers); the loaded target has %d layers", path, (int)v, L), -1;
+        e->layers[j] = v < 0 ? 0 : v > L ? L : (int)v;
+    }
+    return 0;
+}
+
+/* d2t, the target id of each draft id: specd's "d2t" (I32) and llama.cpp's
+ * (I64) hold the ids themselves; "d2t.weight" (as some llama.cpp forks write
+ * it, the checkpoint's table kept raw) holds offsets, id = draft id + d2t.
+ * Absent: the identity, when the vocabularies are the same. */
+static int ea_d2t(eagle *e, const char *path, engine_status *st, char *err, size_t errlen) {
+    const gguf_tensor *t = gguf_find_tensor(e->m->gguf, "d2t");
+    bool offsets = !t && (t = gguf_find_tensor(e->m->gguf, "d2t.weight")) != NULL;
+    if (!(e->d2t = malloc(sizeof(int32_t) * (size_t)e->Vd)))
+        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: eagle proposer scratch"), -1;
+    if (!t) {
+        if (e->Vd != e->V)
+            return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: a draft vocabulary of %d < %d "
+                                "needs d2t", path, e->Vd, e->V), -1;
+        for (int i = 0; i < e->Vd; i++) e->d2t[i] = i;
+        return 0;
+    }
+    if ((t->type != GGML_TYPE_I32 && t->type != GGML_TYPE_I64) || t->ne[0] != (uint64_t)e->Vd || t->ne[1] != 1)
+        return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: d2t must be %d int32 or int64", path,
+                            e->Vd), -1;
+    uint8_t *seen = calloc((size_t)e->V, 1);
+    if (!seen) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: eagle proposer scratch"), -1;
+    for (int i = 0; i < e->Vd; i++) {
+        int64_t v;
+        if (t->type == GGML_TYPE_I64) {
+            memcpy(&v, (const uint8_t *)t->data + 8 * (size_t)i, 8);
+        } else {
+            int32_t v32;
+            memcpy(&v32, (const uint8_t *)t->data + 4 * (size_t)i, 4);
+            v = v32;
+        }
+        if (offsets) v += i;
+        if (v < 0 || v >= e->V || seen[v]) {
+            free(seen);
+            return util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: d2t[%d] %s", path, i,
+                                v < 0 || v >= e->V ? "is outside the vocabulary" : "repeats a target id"), -1;
+        }
+        seen[v] = 1;
+        e->d2t[i] = (int32_t)v;
+    }
+    free(seen);
+    return 0;
+}
+
 drafter *draft_eagle_load(spec_pair *sp, const char *path, int blocks, engine_status *st, char *err, size_t errlen) {
     eagle *e = calloc(1, sizeof(*e));
     if (!e) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: eagle proposer"), NULL;
@@ -423,7 +495,7 @@ drafter *draft_eagle_load(spec_pair *sp, const char *path, int blocks, engine_st
     char sub[512];
     model_params mp = {.max_batch = 512, .max_ctx = sp->max_ctx + GAMMA_MAX + 2};
     const model_hparams *th = &sp->target->hp;
-    if (!(e->m = model_load(path, sp->target->be, &mp, st, err, errlen))) goto fail_quiet;
+    if (!(e->m = model_load_eagle3(path, sp->target, &mp, st, err, errlen))) goto fail_quiet;
     const model_hparams *hp = &e->m->hp;
     e->D = hp->dim, e->Vd = hp->n_vocab;
     if (!hp->eagle3) {
@@ -445,35 +517,7 @@ drafter *draft_eagle_load(spec_pair *sp, const char *path, int blocks, engine_st
             goto fail_quiet;
         }
     }
-    /* the target layers: the file's, else the reference code's 2, L/2, L-3 */
-    const gguf_kv *tl = gguf_get_arr(e->m->gguf, "eagle3.target_layers", GGUF_TYPE_UINT32);
-    int L = th->n_layer, def[EAGLE_LAYERS] = {2, L / 2, L - 3};
-    for (int j = 0; j < EAGLE_LAYERS; j++) {
-        uint32_t v = (uint32_t)def[j];
-        if (tl && tl->arr_n == EAGLE_LAYERS) memcpy(&v, (const uint8_t *)tl->arr_data + 4 * (size_t)j, 4); /* unaligned */
-        int l = (int)v;
-        e->layers[j] = l < 0 ? 0 : l > L ? L : l;
-    }
-    if (!(e->d2t = malloc(sizeof(int32_t) * (size_t)e->Vd))) goto oom;
-    const gguf_tensor *t = gguf_find_tensor(e->m->gguf, "d2t");
-    if (t) {
-        if (t->type != GGML_TYPE_I32 || t->ne[0] != (uint64_t)e->Vd) {
-            util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: d2t must be %d int32", path, e->Vd);
-            goto fail_quiet;
-        }
-        memcpy(e->d2t, t->data, sizeof(int32_t) * (size_t)e->Vd);
-        for (int i = 0; i < e->Vd; i++)
-            if (e->d2t[i] < 0 || e->d2t[i] >= e->V) {
-                util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: d2t[%d] is outside the vocabulary", path, i);
-                goto fail_quiet;
-            }
-    } else if (e->Vd == e->V) {
-        for (int i = 0; i < e->Vd; i++) e->d2t[i] = i;
-    } else {
-        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "eagle head %s: a draft vocabulary of %d < %d needs d2t", path,
-                     e->Vd, e->V);
-        goto fail_quiet;
-    }
+    if (ea_target_layers(e, th->n_layer, path, st, err, errlen) || ea_d2t(e, path, st, err, errlen)) goto fail_quiet;
     int one = hp->n_layer;
     if (model_set_taps(e->m, &one, 1) != 0) goto oom;
     if (blocks <= 0) blocks = sp->max_seqs * ((mp.max_ctx + 15) / 16 + 1);

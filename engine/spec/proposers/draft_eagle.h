@@ -51,7 +51,11 @@
  * blocks (0: as the target's), and checks it against the target: its hidden
  * size, its embedding's vocabulary, the tokenizer when the head carries one
  * (a converted head does), the target layers it reads (eagle3.target_layers,
- * default 2, L/2 and L − 3 of the target's L, as the reference code). NULL
+ * or llama.cpp's eagle3.extract_layers, which must be layers of this target;
+ * default 2, L/2 and L − 3 of the target's L, as the reference code). Heads
+ * in llama.cpp's layout load too (model.h): d2t as I64 target ids, or as
+ * offsets under "d2t.weight"; without their own token embedding or output
+ * head they use the target's. NULL
  * with err and *st (ENGINE_ERR_INVALID for a head of another target or a bad
  * file, ENGINE_ERR_OOM) on failure. Install it with spec_pair_set_drafter(sp,
  * SPEC_DRAFTER_EAGLE, d): the pair then owns it and taps the target. */

@@ -130,9 +130,13 @@ static float f16_f32(uint16_t h) {
     return f;
 }
 
-/* Adds the matrix `src` (expected ne0 x ne1; ne1 0: a vector) under `dst`. */
-static int put(gguf_writer *w, const safet *s, const char *src, const char *dst, uint64_t ne0, uint64_t ne1, char *err,
-               size_t n) {
+/* Adds the matrix `src` (expected ne0 x ne1; ne1 0: a vector) under `dst`.
+ * heads > 0: the rows are a q or k projection of that many heads in Hugging
+ * Face's RoPE convention (rotate-half: dims i and i + hd/2 pair up), and
+ * are reordered within each head for specd's adjacent pairs (2i, 2i + 1):
+ * new row 2i = row i, new row 2i + 1 = row hd/2 + i. */
+static int put(gguf_writer *w, const safet *s, const char *src, const char *dst, uint64_t ne0, uint64_t ne1, int heads,
+               char *err, size_t n) {
     char dt[8];
     uint64_t ne[2];
     int nd;
@@ -156,6 +160,19 @@ static int put(gguf_writer *w, const safet *s, const char *src, const char *dst,
         return gguf_writer_add_tensor_take(w, dst, GGML_TYPE_F32, 1, e1, v) ? 0 : fail(err, n, "tensor '%s' refused", dst);
     }
     uint64_t e2[2] = {ne0, ne1};
+    if (heads > 0 && ne1) {
+        uint64_t hd = ne1 / (uint64_t)heads;
+        size_t rb = (size_t)ne0 * (t == GGML_TYPE_F32 ? 4 : 2);
+        if (hd * (uint64_t)heads != ne1 || hd % 2) return fail(err, n, "tensor '%s': %llu rows are not %d heads of an even size", src, (unsigned long long)ne1, heads);
+        uint8_t *q = malloc(rb * ne1);
+        if (!q) return fail(err, n, "out of memory");
+        for (uint64_t h = 0; h < (uint64_t)heads; h++)
+            for (uint64_t i = 0; i < hd / 2; i++) {
+                memcpy(q + (h * hd + 2 * i) * rb, p + (h * hd + i) * rb, rb);
+                memcpy(q + (h * hd + 2 * i + 1) * rb, p + (h * hd + hd / 2 + i) * rb, rb);
+            }
+        return gguf_writer_add_tensor_take(w, dst, t, 2, e2, q) ? 0 : fail(err, n, "tensor '%s' refused", dst);
+    }
     return gguf_writer_add_tensor(w, dst, t, ne1 ? 2 : 1, e2, p) ? 0 : fail(err, n, "tensor '%s' refused", dst);
 }
 
@@ -250,28 +267,28 @@ static int convert(const char *cfg_path, const char *st_path, const char *target
         }
     }
     uint64_t QD = (uint64_t)H * hd, KVD = (uint64_t)KV * hd;
-    struct { const char *src; const char *dst; uint64_t ne0, ne1; bool layer; } map[] = {
-        {"fc.weight", "fc.weight", 3 * (uint64_t)D, (uint64_t)D, false},
-        {"input_layernorm.weight", "blk.0.attn_norm.weight", (uint64_t)D, 0, true},
-        {"hidden_norm.weight", "blk.0.hidden_norm.weight", (uint64_t)D, 0, true},
-        {"self_attn.q_proj.weight", "blk.0.attn_q.weight", 2 * (uint64_t)D, QD, true},
-        {"self_attn.k_proj.weight", "blk.0.attn_k.weight", 2 * (uint64_t)D, KVD, true},
-        {"self_attn.v_proj.weight", "blk.0.attn_v.weight", 2 * (uint64_t)D, KVD, true},
-        {"self_attn.o_proj.weight", "blk.0.attn_output.weight", QD, (uint64_t)D, true},
-        {"post_attention_layernorm.weight", "blk.0.ffn_norm.weight", (uint64_t)D, 0, true},
-        {"mlp.gate_proj.weight", "blk.0.ffn_gate.weight", (uint64_t)D, (uint64_t)F, true},
-        {"mlp.up_proj.weight", "blk.0.ffn_up.weight", (uint64_t)D, (uint64_t)F, true},
-        {"mlp.down_proj.weight", "blk.0.ffn_down.weight", (uint64_t)F, (uint64_t)D, true},
-        {"norm.weight", "output_norm.weight", (uint64_t)D, 0, false},
-        {"lm_head.weight", "output.weight", (uint64_t)D, (uint64_t)Vd, false},
+    struct { const char *src; const char *dst; uint64_t ne0, ne1; bool layer; int heads; } map[] = {
+        {"fc.weight", "fc.weight", 3 * (uint64_t)D, (uint64_t)D, false, 0},
+        {"input_layernorm.weight", "blk.0.attn_norm.weight", (uint64_t)D, 0, true, 0},
+        {"hidden_norm.weight", "blk.0.hidden_norm.weight", (uint64_t)D, 0, true, 0},
+        {"self_attn.q_proj.weight", "blk.0.attn_q.weight", 2 * (uint64_t)D, QD, true, H},
+        {"self_attn.k_proj.weight", "blk.0.attn_k.weight", 2 * (uint64_t)D, KVD, true, KV},
+        {"self_attn.v_proj.weight", "blk.0.attn_v.weight", 2 * (uint64_t)D, KVD, true, 0},
+        {"self_attn.o_proj.weight", "blk.0.attn_output.weight", QD, (uint64_t)D, true, 0},
+        {"post_attention_layernorm.weight", "blk.0.ffn_norm.weight", (uint64_t)D, 0, true, 0},
+        {"mlp.gate_proj.weight", "blk.0.ffn_gate.weight", (uint64_t)D, (uint64_t)F, true, 0},
+        {"mlp.up_proj.weight", "blk.0.ffn_up.weight", (uint64_t)D, (uint64_t)F, true, 0},
+        {"mlp.down_proj.weight", "blk.0.ffn_down.weight", (uint64_t)F, (uint64_t)D, true, 0},
+        {"norm.weight", "output_norm.weight", (uint64_t)D, 0, false, 0},
+        {"lm_head.weight", "output.weight", (uint64_t)D, (uint64_t)Vd, false, 0},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
         snprintf(nm, sizeof nm, "%s%s", map[i].layer ? pre : "", map[i].src);
-        if (put(w, &s, nm, map[i].dst, map[i].ne0, map[i].ne1, err, n)) goto out;
+        if (put(w, &s, nm, map[i].dst, map[i].ne0, map[i].ne1, map[i].heads, err, n)) goto out;
     }
     /* the embedding: the head's own when it has one, else the target's */
     if (json_object_get(s.hdr, "embed_tokens.weight")) {
-        if (put(w, &s, "embed_tokens.weight", "token_embd.weight", (uint64_t)D, (uint64_t)V, err, n)) goto out;
+        if (put(w, &s, "embed_tokens.weight", "token_embd.weight", (uint64_t)D, (uint64_t)V, 0, err, n)) goto out;
     } else if (!gguf_writer_add_tensor(w, "token_embd.weight", te->type, 2, (const uint64_t[]){te->ne[0], te->ne[1]}, te->data)) {
         fail(err, n, "token_embd.weight refused");
         goto out;

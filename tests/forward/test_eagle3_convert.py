@@ -118,7 +118,9 @@ def main():
             if r.returncode:
                 continue
             lg = a[:(T1 + T2) * VD].reshape(-1, VD)
-            rl, _ = Eagle3Ref.from_weights(w, D, H, KV).run_two(tok, T1, ft, fo)
+            ref = Eagle3Ref.from_weights(w, D, H, KV)
+            ref.neox = True  # the checkpoint's own convention: rotate-half RoPE on its unpermuted q/k rows
+            rl, _ = ref.run_two(tok, T1, ft, fo)
             e = fwdutil.rel_err_rows(lg, rl).max()
             ck.check(e < 1e-4, "%s: logits over the draft vocabulary vs the checkpoint's forward: %.2e" % (dtype, e))
         # refusals, each with its reason

@@ -101,29 +101,27 @@ static train_cfg default_shape(const model *m, double bytes, int bpp) {
 }
 
 int cmd_distill_draft(int argc, char **argv) {
-    const char *target = NULL, *out = NULL, *corpora[16], *ckpt = NULL, *compare = NULL;
-    int n_corpora = 0, threads = 1, plen = 32, gen = 96, topk = 32, gbatch = 64, epochs = 4, max_prompts = 4000;
-    int tprompts = -1, dim = 0, layers = 0, heads = 0, kvh = 0, hd = 0, ff = 0, wtype = -1;
+    const char *target = NULL, *out = NULL, *ckpt = NULL, *compare = NULL;
+    int threads = 1, epochs = 4, dim = 0, layers = 0, heads = 0, kvh = 0, hd = 0, ff = 0, wtype = -1;
     bool tied = false, quiet = false, resume = false;
-    float gen_temp = 0.8f, prompt_temp = 1.0f, holdout = 0.05f, eval_temp = 0.8f, ratio = 0.1f;
+    float holdout = 0.05f, eval_temp = 0.8f, ratio = 0.1f;
+    train_data_args da = {.max_prompts = 4000, .tprompts = -1, .plen = 32, .gen = 96, .gbatch = 64, .topk = 32,
+                          .gen_temp = 0.8f, .prompt_temp = 1.0f};
     long warmup = -1, ckpt_every = 0;
     train_opts o;
     train_opts_init(&o);
     o.opt.lr = 2e-3f, o.opt.steps = 0, o.ce_w = 0.0f, o.kl_w = 1.0f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int dr = train_data_arg("distill-draft", argc, argv, &i, &da);
+        if (dr < 0) return 2;
+        if (dr > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "-m")) target = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-o")) out = arg_str(argc, argv, &i);
-        else if (!strcmp(a, "--corpus")) {
-            if (n_corpora == 16) {
-                fprintf(stderr, "specd distill-draft: at most 16 --corpus files\n");
-                return 2;
-            }
-            corpora[n_corpora++] = arg_str(argc, argv, &i);
-        } else if (!strcmp(a, "--dim")) dim = (int)arg_long(argc, argv, &i, 2, 65536);
+        else if (!strcmp(a, "--dim")) dim = (int)arg_long(argc, argv, &i, 2, 65536);
         else if (!strcmp(a, "--layers")) layers = (int)arg_long(argc, argv, &i, 1, 256);
         else if (!strcmp(a, "--heads")) heads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--kv-heads")) kvh = (int)arg_long(argc, argv, &i, 1, 1024);
@@ -138,15 +136,7 @@ int cmd_distill_draft(int argc, char **argv) {
                 fprintf(stderr, "specd distill-draft: --type must be f32 or f16 (got '%s')\n", tn);
                 return 2;
             }
-        } else if (!strcmp(a, "--prompts")) max_prompts = (int)arg_long(argc, argv, &i, 0, 100000000);
-        else if (!strcmp(a, "--target-prompts")) tprompts = (int)arg_long(argc, argv, &i, 0, 100000000);
-        else if (!strcmp(a, "--prompt-len")) plen = (int)arg_long(argc, argv, &i, 2, 4096);
-        else if (!strcmp(a, "--gen-len")) gen = (int)arg_long(argc, argv, &i, 1, 4096);
-        else if (!strcmp(a, "--gen-temp")) gen_temp = (float)arg_double(argc, argv, &i, 0, 4);
-        else if (!strcmp(a, "--prompt-temp")) prompt_temp = (float)arg_double(argc, argv, &i, 0, 4);
-        else if (!strcmp(a, "--topk")) topk = (int)arg_long(argc, argv, &i, 1, 1024);
-        else if (!strcmp(a, "--gen-batch")) gbatch = (int)arg_long(argc, argv, &i, 1, 4096);
-        else if (!strcmp(a, "--holdout")) holdout = (float)arg_double(argc, argv, &i, 0.001, 0.5);
+        } else if (!strcmp(a, "--holdout")) holdout = (float)arg_double(argc, argv, &i, 0.001, 0.5);
         else if (!strcmp(a, "--steps")) o.opt.steps = arg_long(argc, argv, &i, 1, 100000000);
         else if (!strcmp(a, "--epochs")) epochs = (int)arg_long(argc, argv, &i, 1, 100000);
         else if (!strcmp(a, "--batch")) o.batch = (int)arg_long(argc, argv, &i, 1, 65536);
@@ -174,11 +164,11 @@ int cmd_distill_draft(int argc, char **argv) {
         fprintf(stderr, "specd distill-draft: --resume needs --ckpt FILE\n");
         return 2;
     }
-    if (tprompts < 0) tprompts = n_corpora ? 0 : 1000;
+    if (da.tprompts < 0) da.tprompts = da.n_corpora ? 0 : 1000;
     char err[1024];
     double t_start = now_ms();
     backend *be = backend_cpu_create(threads);
-    model_params mp = {.max_batch = gbatch > 512 ? gbatch : 512, .max_ctx = plen + gen + 8};
+    model_params mp = {.max_batch = da.gbatch > 512 ? da.gbatch : 512, .max_ctx = da.plen + da.gen + 8};
     engine_status est;
     model *m = model_load(target, be, &mp, &est, err, sizeof err);
     if (!m) {
@@ -197,7 +187,7 @@ int cmd_distill_draft(int argc, char **argv) {
         fprintf(stderr, "specd distill-draft: %s: %s\n", target, err);
         goto done;
     }
-    if (topk > V) topk = V;
+    if (da.topk > V) da.topk = V;
     /* the draft's shape */
     bool half_target = m->layers[0].wq.file_type == GGML_TYPE_F16 || m->layers[0].wq.file_type == GGML_TYPE_BF16;
     if (wtype < 0) wtype = half_target ? GGML_TYPE_F16 : GGML_TYPE_F32;
@@ -212,14 +202,14 @@ int cmd_distill_draft(int argc, char **argv) {
     if (ff) cfg.F = ff;
     else if (dim) cfg.F = (cfg.D * 8 / 3 + 31) / 32 * 32;
     cfg.tied = tied;
-    if (cfg.ctx < plen + gen) cfg.ctx = plen + gen;
+    if (cfg.ctx < da.plen + da.gen) cfg.ctx = da.plen + da.gen;
     if (train_cfg_check(&cfg, err, sizeof err)) {
         fprintf(stderr, "specd distill-draft: %s\n", err);
         goto done;
     }
     /* prompts: corpus lines' starts, then prompts the target writes */
     uint64_t rs = o.seed ^ 0xd157111ull;
-    if (train_prompts_build(&tp, tok, corpora, n_corpora, max_prompts, plen, false, tprompts, &rs, err, sizeof err) != 0) {
+    if (train_prompts_build(&tp, tok, da.corpora, da.n_corpora, da.max_prompts, da.plen, false, da.tprompts, &rs, err, sizeof err) != 0) {
         fprintf(stderr, "specd distill-draft: %s\n", err);
         goto done;
     }
@@ -229,14 +219,14 @@ int cmd_distill_draft(int argc, char **argv) {
         goto done;
     }
     /* the target's continuations with its top-k at every position */
-    d = train_data_create(plen + gen - 1, topk, np);
+    d = train_data_create(da.plen + da.gen - 1, da.topk, np);
     if (!d) goto oom;
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, &old);
-    for (int i = 0; i < tp.n && !stop_flag; i += 4 * gbatch) {
-        int g = np - i < 4 * gbatch ? np - i : 4 * gbatch;
-        if (train_distill_add(d, m, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, gen, gen_temp,
-                              prompt_temp, gbatch, &rs, err, sizeof err) < 0) {
+    for (int i = 0; i < tp.n && !stop_flag; i += 4 * da.gbatch) {
+        int g = np - i < 4 * da.gbatch ? np - i : 4 * da.gbatch;
+        if (train_distill_add(d, m, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, da.gen, da.gen_temp,
+                              da.prompt_temp, da.gbatch, &rs, err, sizeof err) < 0) {
             fprintf(stderr, "specd distill-draft: %s\n", err);
             goto done;
         }

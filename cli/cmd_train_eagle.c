@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --gen-len N        tokens the target continues each prompt by (160)\n"
             "  --gen-temp T       temperature of the continuations (0: greedy, what greedy verification accepts)\n"
             "  --gen-batch B      continuations generated in lockstep (64)\n"
-            "  --top-k K          the target's top-k kept per position for the KL loss (32)\n"
+            "  --topk K           the target's top-k kept per position for the KL loss (32)\n"
             "head:\n"
             "  --layers A,B,C     target layers whose inputs are tapped (default 2, L/2, L-3 of L, as the reference)\n"
             "  --ff F             the head's feed-forward width (default: the target's)\n"
@@ -82,34 +82,23 @@ static void print_eval(const char *what, const eagle_eval *e, int J) {
 }
 
 int cmd_train_eagle(int argc, char **argv) {
-    const char *target = NULL, *out = NULL, *corpora[16];
-    int n_corpora = 0, threads = 1, plen = 32, gen = 160, topk = 32, gbatch = 64, max_prompts = 4000, tprompts = -1;
-    int ff = 0, wtype = -1, layers[EAGLE_PARTS] = {-1, -1, -1};
+    const char *target = NULL, *out = NULL;
+    int threads = 1, ff = 0, wtype = -1, layers[EAGLE_PARTS] = {-1, -1, -1};
     bool quiet = false;
-    float gen_temp = 0.0f, prompt_temp = 1.0f;
+    train_data_args da = {.max_prompts = 4000, .tprompts = -1, .plen = 32, .gen = 160, .gbatch = 64, .topk = 32,
+                          .gen_temp = 0.0f, .prompt_temp = 1.0f};
     eagle_train_opts o;
     eagle_train_opts_init(&o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        int dr = train_data_arg("train-eagle", argc, argv, &i, &da);
+        if (dr < 0) return 2;
+        if (dr > 0) continue;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "-m")) target = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-o")) out = arg_str(argc, argv, &i);
-        else if (!strcmp(a, "--corpus")) {
-            if (n_corpora == 16) {
-                fprintf(stderr, "specd train-eagle: at most 16 --corpus files\n");
-                return 2;
-            }
-            corpora[n_corpora++] = arg_str(argc, argv, &i);
-        } else if (!strcmp(a, "--prompts")) max_prompts = (int)arg_long(argc, argv, &i, 0, 10000000);
-        else if (!strcmp(a, "--target-prompts")) tprompts = (int)arg_long(argc, argv, &i, 0, 10000000);
-        else if (!strcmp(a, "--prompt-len")) plen = (int)arg_long(argc, argv, &i, 4, 4096);
-        else if (!strcmp(a, "--prompt-temp")) prompt_temp = (float)arg_double(argc, argv, &i, 0, 4);
-        else if (!strcmp(a, "--gen-len")) gen = (int)arg_long(argc, argv, &i, 4, 4096);
-        else if (!strcmp(a, "--gen-temp")) gen_temp = (float)arg_double(argc, argv, &i, 0, 4);
-        else if (!strcmp(a, "--gen-batch")) gbatch = (int)arg_long(argc, argv, &i, 1, 512);
-        else if (!strcmp(a, "--top-k")) topk = (int)arg_long(argc, argv, &i, 1, 64);
         else if (!strcmp(a, "--layers")) {
             const char *v = arg_str(argc, argv, &i);
             if (sscanf(v, "%d,%d,%d", &layers[0], &layers[1], &layers[2]) != 3) {
@@ -149,12 +138,12 @@ int cmd_train_eagle(int argc, char **argv) {
         fprintf(stderr, "specd train-eagle: --kl-weight and --ce-weight are both 0: nothing to learn\n");
         return 2;
     }
-    if (tprompts < 0) tprompts = n_corpora ? 0 : 1000;
+    if (da.tprompts < 0) da.tprompts = da.n_corpora ? 0 : 1000;
     o.threads = threads;
     char err[1024];
     double t_start = now_ms();
     backend *be = backend_cpu_create(threads);
-    model_params mp = {.max_batch = gbatch > 512 ? gbatch : 512, .max_ctx = plen + gen + 8};
+    model_params mp = {.max_batch = da.gbatch > 512 ? da.gbatch : 512, .max_ctx = da.plen + da.gen + 8};
     engine_status est;
     model *m = model_load(target, be, &mp, &est, err, sizeof err);
     if (!m) {
@@ -179,7 +168,7 @@ int cmd_train_eagle(int argc, char **argv) {
     if (layers[0] < 0) { /* the reference's choice: the inputs of layers 2, L/2 and L-3 */
         layers[0] = 2 < L ? 2 : L - 1, layers[1] = L / 2, layers[2] = L - 3 > 0 ? L - 3 : 0;
     }
-    if (topk > m->hp.n_vocab) topk = m->hp.n_vocab;
+    if (da.topk > m->hp.n_vocab) da.topk = m->hp.n_vocab;
     if (wtype < 0) {
         int ft = m->layers[0].wq.file_type;
         wtype = ft == GGML_TYPE_F32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
@@ -201,7 +190,7 @@ int cmd_train_eagle(int argc, char **argv) {
     }
     /* prompts, then the target's continuations with its features and top-k */
     uint64_t rs = o.seed ^ 0xea61e5ull;
-    if (train_prompts_build(&tp, tok, corpora, n_corpora, max_prompts, plen, true, tprompts, &rs, err, sizeof err) != 0) {
+    if (train_prompts_build(&tp, tok, da.corpora, da.n_corpora, da.max_prompts, da.plen, true, da.tprompts, &rs, err, sizeof err) != 0) {
         fprintf(stderr, "specd train-eagle: %s\n", err);
         goto done;
     }
@@ -209,18 +198,18 @@ int cmd_train_eagle(int argc, char **argv) {
         fprintf(stderr, "specd train-eagle: %d prompts are too few (give --corpus or --target-prompts)\n", tp.n);
         goto done;
     }
-    d = eagle_data_create(m->hp.dim, topk, plen + gen, tp.n);
+    d = eagle_data_create(m->hp.dim, da.topk, da.plen + da.gen, tp.n);
     if (!d) {
         fprintf(stderr, "specd train-eagle: out of memory for %d sequences of features (%.1f GiB; lower --prompts or "
-                "--gen-len)\n", tp.n, (double)tp.n * (plen + gen) * EAGLE_PARTS * m->hp.dim * 2 / 1073741824.0);
+                "--gen-len)\n", tp.n, (double)tp.n * (da.plen + da.gen) * EAGLE_PARTS * m->hp.dim * 2 / 1073741824.0);
         goto done;
     }
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, &old);
-    for (int i = 0; i < tp.n && !stop_flag; i += 4 * gbatch) {
-        int g = tp.n - i < 4 * gbatch ? tp.n - i : 4 * gbatch;
-        if (eagle_distill_add(d, m, layers, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, gen,
-                              gen_temp, prompt_temp, gbatch, &rs, err, sizeof err) < 0) {
+    for (int i = 0; i < tp.n && !stop_flag; i += 4 * da.gbatch) {
+        int g = tp.n - i < 4 * da.gbatch ? tp.n - i : 4 * da.gbatch;
+        if (eagle_distill_add(d, m, layers, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, da.gen,
+                              da.gen_temp, da.prompt_temp, da.gbatch, &rs, err, sizeof err) < 0) {
             fprintf(stderr, "specd train-eagle: %s\n", err);
             goto done;
         }

@@ -5,6 +5,7 @@
 #include "engine/util.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -106,4 +107,24 @@ void train_prompts_free(train_prompts *tp) {
     for (int i = 0; i < tp->n; i++) free(tp->p[i]);
     free(tp->p), free(tp->len), free(tp->warm);
     memset(tp, 0, sizeof(*tp));
+}
+
+int train_data_arg(const char *cmd, int argc, char **argv, int *i, train_data_args *a) {
+    const char *o = argv[*i];
+    if (!strcmp(o, "--corpus")) {
+        if (a->n_corpora == 16) {
+            fprintf(stderr, "specd %s: at most 16 --corpus files\n", cmd);
+            return -1;
+        }
+        a->corpora[a->n_corpora++] = arg_str(argc, argv, i);
+    } else if (!strcmp(o, "--prompts")) a->max_prompts = (int)arg_long(argc, argv, i, 0, 100000000);
+    else if (!strcmp(o, "--target-prompts")) a->tprompts = (int)arg_long(argc, argv, i, 0, 100000000);
+    else if (!strcmp(o, "--prompt-len")) a->plen = (int)arg_long(argc, argv, i, 2, 4096);
+    else if (!strcmp(o, "--prompt-temp")) a->prompt_temp = (float)arg_double(argc, argv, i, 0, 4);
+    else if (!strcmp(o, "--gen-len")) a->gen = (int)arg_long(argc, argv, i, 1, 4096);
+    else if (!strcmp(o, "--gen-temp")) a->gen_temp = (float)arg_double(argc, argv, i, 0, 4);
+    else if (!strcmp(o, "--gen-batch")) a->gbatch = (int)arg_long(argc, argv, i, 1, 4096);
+    else if (!strcmp(o, "--topk")) a->topk = (int)arg_long(argc, argv, i, 1, 1024);
+    else return 0;
+    return 1;
 }

@@ -31,4 +31,20 @@ int train_prompts_build(train_prompts *tp, const tokenizer *tok, const char *con
                         int plen, bool sentences, int tprompts, uint64_t *rs, char *err, size_t errlen);
 void train_prompts_free(train_prompts *tp);
 
+/* The distilling trainers' data options, each command setting its own
+ * defaults first: --corpus FILE (up to 16), --prompts N, --target-prompts
+ * N, --prompt-len P, --prompt-temp T, --gen-len G, --gen-temp T,
+ * --gen-batch B, --topk K. */
+typedef struct {
+    const char *corpora[16];
+    int n_corpora;
+    int max_prompts, tprompts, plen, gen, gbatch, topk;
+    float gen_temp, prompt_temp;
+} train_data_args;
+
+/* argv[*i] when it is one of those options: takes it and its value (*i
+ * moves past it) and returns 1; 0 when it is not one of them; -1 (reported
+ * as cmd's error) for a 17th corpus. */
+int train_data_arg(const char *cmd, int argc, char **argv, int *i, train_data_args *a);
+
 #endif

@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "head:\n"
             "  --layers A,B,C     target layers whose inputs are tapped (default 2, L/2, L-3 of L, as the reference)\n"
             "  --ff F             the head's feed-forward width (default: the target's)\n"
+            "  --shared-output    use the target's output head, frozen, instead of training its own (the file\n"
+            "                     leaves it out and the loader lends the target's: far smaller for a large vocabulary)\n"
             "  --type T           f16 or f32 matrices in the file (default: f16 for a 16-bit target, else f32)\n"
             "training:\n"
             "  --ttt J            training-time-test steps: the head drafts J tokens from its own features (4)\n"
@@ -84,7 +86,7 @@ static void print_eval(const char *what, const eagle_eval *e, int J) {
 int cmd_train_eagle(int argc, char **argv) {
     const char *target = NULL, *out = NULL;
     int threads = 1, ff = 0, wtype = -1, layers[EAGLE_PARTS] = {-1, -1, -1};
-    bool quiet = false;
+    bool quiet = false, shared = false;
     train_data_args da = {.max_prompts = 4000, .tprompts = -1, .plen = 32, .gen = 160, .gbatch = 64, .topk = 32,
                           .gen_temp = 0.0f, .prompt_temp = 1.0f};
     eagle_train_opts o;
@@ -106,6 +108,7 @@ int cmd_train_eagle(int argc, char **argv) {
                 return 2;
             }
         } else if (!strcmp(a, "--ff")) ff = (int)arg_long(argc, argv, &i, 1, 1 << 20);
+        else if (!strcmp(a, "--shared-output")) shared = true;
         else if (!strcmp(a, "--type")) {
             const char *tn = arg_str(argc, argv, &i);
             wtype = ggml_type_from_name(tn);
@@ -173,7 +176,7 @@ int cmd_train_eagle(int argc, char **argv) {
         int ft = m->layers[0].wq.file_type;
         wtype = ft == GGML_TYPE_F32 ? GGML_TYPE_F32 : GGML_TYPE_F16;
     }
-    h = eagle_head_create(m, layers, ff, o.seed, err, sizeof err);
+    h = eagle_head_create(m, layers, ff, shared, o.seed, err, sizeof err);
     if (!h) {
         fprintf(stderr, "specd train-eagle: %s\n", err);
         goto done;
@@ -182,11 +185,14 @@ int cmd_train_eagle(int argc, char **argv) {
         double bpp = wtype == GGML_TYPE_F16 ? 2 : 4, bytes = 0;
         for (int i = 0; i < h->n_tensors; i++)
             bytes += (double)h->t[i].rows * h->t[i].cols * (h->t[i].matrix ? bpp : 4);
-        bytes += (double)ggml_row_size((ggml_type)m->shards[0].tok_embd.file_type, (uint64_t)h->D) * h->V;
-        printf("head: target layers %d,%d,%d of %d; one layer of %d/%d heads of %d, ff %d; %.2fM trained parameters; "
-               "%.2f MiB %s = %.1f%% of the target's %.2f MiB (the embedding is the target's)\n",
-               layers[0], layers[1], layers[2], L, h->H, h->Hkv, h->E, h->F, h->n_params / 1e6, bytes / 1048576.0,
-               ggml_type_name((ggml_type)wtype), 100 * bytes / (double)m->weight_bytes, m->weight_bytes / 1048576.0);
+        double emb = (double)ggml_row_size((ggml_type)m->shards[0].tok_embd.file_type, (uint64_t)h->D) * h->V;
+        printf("head: target layers %d,%d,%d of %d; one layer of %d/%d heads of %d, ff %d, %s output head; %.2fM trained "
+               "parameters; %.2f MiB %s = %.1f%% of the target's %.2f MiB (%.1f%% with the copy of its embedding the "
+               "file carries)\n",
+               layers[0], layers[1], layers[2], L, h->H, h->Hkv, h->E, h->F, shared ? "the target's" : "its own",
+               h->n_params / 1e6, (bytes + emb) / 1048576.0, ggml_type_name((ggml_type)wtype),
+               100 * bytes / (double)m->weight_bytes, m->weight_bytes / 1048576.0,
+               100 * (bytes + emb) / (double)m->weight_bytes);
     }
     /* prompts, then the target's continuations with its features and top-k */
     uint64_t rs = o.seed ^ 0xea61e5ull;

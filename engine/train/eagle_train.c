@@ -89,7 +89,7 @@ static void add_tensor(eagle_head *h, const char *name, int rows, int cols, bool
     h->n_params += (size_t)rows * (size_t)cols;
 }
 
-void eagle_head_view(const eagle_head *h, float *base, eagle_view *v) {
+void eagle_head_view(const eagle_head *h, float *base, eagle_view *v, bool grad) {
     const train_tensor *t = h->t;
     v->fc = base + t[T_FC].off;
     v->layer = (train_layer_w){.attn_norm = base + t[T_ATTN_NORM].off,
@@ -103,7 +103,7 @@ void eagle_head_view(const eagle_head *h, float *base, eagle_view *v) {
                                .w_down = base + t[T_DOWN].off,
                                .hidden_norm = base + t[T_HIDDEN_NORM].off};
     v->out_norm = base + t[T_OUT_NORM].off;
-    v->output = base + t[T_OUT].off;
+    v->output = !h->out_shared ? base + t[T_OUT].off : grad ? NULL : h->out_shared; /* the target's: frozen */
 }
 
 static train_layer_shape head_shape(const eagle_head *h, int J) {
@@ -117,7 +117,8 @@ static float gauss(uint64_t *rs, float sd) {
     return (float)(sd * sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
 }
 
-eagle_head *eagle_head_alloc(int V, int D, int H, int Hkv, int E, int F, float eps, float rope_base, uint64_t seed) {
+eagle_head *eagle_head_alloc(int V, int D, int H, int Hkv, int E, int F, float eps, float rope_base, bool shared_output,
+                             uint64_t seed) {
     if (V < 1 || D < 1 || H < 1 || Hkv < 1 || H % Hkv || E < 2 || E % 2 || E > 256 || F < 1) return NULL;
     eagle_head *h = calloc(1, sizeof(*h));
     if (!h) return NULL;
@@ -136,11 +137,12 @@ eagle_head *eagle_head_alloc(int V, int D, int H, int Hkv, int E, int F, float e
     add_tensor(h, "blk.0.ffn_up.weight", F, D, true);
     add_tensor(h, "blk.0.ffn_down.weight", D, F, true);
     add_tensor(h, "output_norm.weight", 1, D, false);
-    add_tensor(h, "output.weight", V, D, true);
+    if (!shared_output) add_tensor(h, "output.weight", V, D, true);
     for (int i = 0; i < E / 2; i++) h->inv_freq[i] = (float)pow(rope_base, -2.0 * i / E);
     h->params = malloc(sizeof(float) * h->n_params);
     h->embd = calloc((size_t)V * D, sizeof(float));
-    if (!h->params || !h->embd) {
+    if (shared_output) h->out_shared = malloc(sizeof(float) * (size_t)V * D);
+    if (!h->params || !h->embd || (shared_output && !h->out_shared)) {
         eagle_head_destroy(h);
         return NULL;
     }
@@ -151,13 +153,16 @@ eagle_head *eagle_head_alloc(int V, int D, int H, int Hkv, int E, int F, float e
         size_t n = (size_t)tt->rows * tt->cols;
         for (size_t i = 0; i < n; i++) p[i] = tt->matrix ? gauss(&rs, sd) : 1.0f;
     }
+    if (shared_output)
+        for (size_t i = 0; i < (size_t)V * D; i++) h->out_shared[i] = gauss(&rs, 0.02f);
     eagle_view v;
-    eagle_head_view(h, h->params, &v);
+    eagle_head_view(h, h->params, &v, false);
     for (int r = 0; r < D; r++) v.fc[(size_t)r * EAGLE_PARTS * D + (size_t)(EAGLE_PARTS - 1) * D + r] += 1.0f;
     return h;
 }
 
-eagle_head *eagle_head_create(model *m, const int *layers, int ff, uint64_t seed, char *err, size_t errlen) {
+eagle_head *eagle_head_create(model *m, const int *layers, int ff, bool shared_output, uint64_t seed, char *err,
+                              size_t errlen) {
     const model_hparams *hp = &m->hp;
     if (hp->eagle3 || m->n_shards != 1)
         return util_fail(err, errlen, "an EAGLE head trains on a whole (unsharded) target model"), NULL;
@@ -167,7 +172,7 @@ eagle_head *eagle_head_create(model *m, const int *layers, int ff, uint64_t seed
     if (!m->be->host_memory) return util_fail(err, errlen, "training runs on a CPU target"), NULL;
     int D = hp->dim, V = hp->n_vocab;
     eagle_head *h = eagle_head_alloc(V, D, hp->n_head, hp->n_kv_head, hp->head_dim, ff > 0 ? ff : hp->ff, hp->eps,
-                                     hp->rope_base, seed);
+                                     hp->rope_base, shared_output, seed);
     if (!h) return util_fail(err, errlen, "out of memory, or a target shape a head cannot take (head dim %d)",
                              hp->head_dim), NULL;
     h->ctx = hp->n_ctx_train;
@@ -180,8 +185,8 @@ eagle_head *eagle_head_create(model *m, const int *layers, int ff, uint64_t seed
         return NULL;
     }
     eagle_view v;
-    eagle_head_view(h, h->params, &v);
-    memcpy(v.output, O, sizeof(float) * (size_t)V * D);
+    eagle_head_view(h, h->params, &v, false);
+    memcpy(v.output, O, sizeof(float) * (size_t)V * D); /* its own copy to train, or the target's (shared) */
     memcpy(v.out_norm, m->shards[0].out_norm, sizeof(float) * (size_t)D);
     memcpy(h->embd, Emb, sizeof(float) * (size_t)V * D);
     free(O), free(Emb);
@@ -190,7 +195,7 @@ eagle_head *eagle_head_create(model *m, const int *layers, int ff, uint64_t seed
 
 void eagle_head_destroy(eagle_head *h) {
     if (!h) return;
-    free(h->params), free(h->embd);
+    free(h->params), free(h->embd), free(h->out_shared);
     free(h);
 }
 
@@ -315,7 +320,7 @@ void eagle_forward(train_ctx *c, eagle_work *w, const eagle_head *h, const eagle
     int S = b->S, T = w->T, J = b->J, M = S * T, D = h->D, V = h->V;
     size_t MD = (size_t)M * D;
     eagle_view v;
-    eagle_head_view(h, h->params, &v);
+    eagle_head_view(h, h->params, &v, false);
     top_linear(c, w->x0, b->feat, v.fc, M, EAGLE_PARTS * D, D);
     for (int j = 0; j < J; j++) {
         int32_t *pos = w->pos + (size_t)j * M;
@@ -361,8 +366,8 @@ double eagle_forward_backward(train_ctx *c, eagle_work *w, const eagle_head *h, 
         loss += tl_rows(z, w->dz, M, V, b->lab[j], b->K, b->kid[j], b->kz[j], b->wt[j], b->ce_w, b->kl_w, NULL, NULL);
     }
     eagle_view v, g;
-    eagle_head_view(h, h->params, &v);
-    eagle_head_view(h, grad, &g);
+    eagle_head_view(h, h->params, &v, false);
+    eagle_head_view(h, grad, &g, true);
     for (int j = 0; j < J; j++) {
         memset(w->dk[j], 0, sizeof(float) * (size_t)M * KD);
         memset(w->dv[j], 0, sizeof(float) * (size_t)M * KD);

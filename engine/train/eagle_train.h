@@ -21,8 +21,11 @@
  *
  * Parameters trained: fc, the layer (its norms and matrices, hidden_norm),
  * the output norm and the output head (over the target's whole vocabulary;
- * no reduced draft vocabulary), the last two starting as the target's. The
- * token embedding is the target's, frozen.
+ * no reduced draft vocabulary), the last two starting as the target's — or,
+ * with a shared output, the target's own output head, frozen and not
+ * written to the file (the loader lends the target's: a head of an 8B
+ * target then stays under 4 % of its bytes). The token embedding is the
+ * target's, frozen.
  *
  * Threading: one caller thread; eagle_train and eagle_evaluate fan out over
  * their own threads. */
@@ -89,6 +92,7 @@ typedef struct {
     train_tensor t[EAGLE_MAX_TENSORS]; /* GGUF names; fc, the layer, output_norm, output */
     float inv_freq[128];
     float *embd;                 /* (V, D) the target's token embedding, owned, frozen */
+    float *out_shared;           /* (V, D) the target's output head, owned, frozen; NULL: the head trains its own */
 } eagle_head;
 
 /* Views of a buffer laid out like the parameters. */
@@ -96,23 +100,26 @@ typedef struct {
     float *fc;                   /* (D, 3D) */
     train_layer_w layer;         /* wq wk wv (N, 2D) */
     float *out_norm;             /* (D) */
-    float *output;               /* (V, D) */
+    float *output;               /* (V, D); a shared output: the target's (NULL in a gradient's view) */
 } eagle_view;
 
 /* A head for target m reading its layers[3], of feed-forward width ff (0:
- * the target's): the layer's matrices seeded
+ * the target's), its own output head or the target's (shared_output): the layer's matrices seeded
  * N(0, 0.02^2) (wo and w_down scaled by 1/sqrt(2)), norms 1, fc the identity
  * on the last (highest) layer's third plus noise, the output norm and head
  * copied from the target's. The target's shape must be llama's (its head
  * count and head dim are the head's). NULL with err. */
-eagle_head *eagle_head_create(model *m, const int *layers, int ff, uint64_t seed, char *err, size_t errlen);
+eagle_head *eagle_head_create(model *m, const int *layers, int ff, bool shared_output, uint64_t seed, char *err,
+                              size_t errlen);
 /* The same without a target: a head of this shape with the same seeded
- * layer and fc, output matrix and norms seeded too, and a zeroed embedding
+ * layer and fc, output matrix (own or shared) and norms seeded too, and a zeroed embedding
  * (V, D) for the caller to fill (tests). NULL on a bad shape or out of
  * memory. */
-eagle_head *eagle_head_alloc(int V, int D, int H, int Hkv, int E, int F, float eps, float rope_base, uint64_t seed);
+eagle_head *eagle_head_alloc(int V, int D, int H, int Hkv, int E, int F, float eps, float rope_base, bool shared_output,
+                             uint64_t seed);
 void eagle_head_destroy(eagle_head *h); /* accepts NULL */
-void eagle_head_view(const eagle_head *h, float *base, eagle_view *v);
+/* grad: base is a gradient (a shared output head has none: NULL). */
+void eagle_head_view(const eagle_head *h, float *base, eagle_view *v, bool grad);
 /* The head as an eagle3 GGUF at path (model.h's layout): matrices in type
  * (F32 or F16), norms F32, the target's token embedding tensor and
  * tokenizer copied from its file, eagle3.target_layers. Returns 0 or -1. */

@@ -55,7 +55,7 @@ int main(void) {
     }
     tokenizer *tok = tok_create(m->gguf, err, sizeof err);
     int layers[3] = {1, 2, 4}, D = m->hp.dim, V = m->hp.n_vocab;
-    eagle_head *h = eagle_head_create(m, layers, 0, 7, err, sizeof err);
+    eagle_head *h = eagle_head_create(m, layers, 0, false, 7, err, sizeof err);
     if (!h || !tok) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -164,6 +164,38 @@ int main(void) {
     check(e1 < 1e-4, "step 1: training logits = the head drafting its 2nd token", e1);
     unlink(hp);
 
+    /* a head that shares the target's output head: written without it, loaded beside its target */
+    {
+        eagle_head *hs = eagle_head_create(m, layers, 0, true, 7, err, sizeof err);
+        check(hs != NULL && hs->n_tensors == h->n_tensors - 1, "a shared-output head has no output tensor of its own",
+              hs ? hs->n_tensors : -1);
+        memcpy(hs->params, h->params, sizeof(float) * hs->n_params); /* the same weights but the output */
+        const float *zs[2];
+        eagle_forward(c, w, hs, &b, zs);
+        char sp[] = "/tmp/specd-eagle-shared-XXXXXX";
+        int sfd = mkstemp(sp);
+        close(sfd);
+        int ss = eagle_head_save(hs, m, sp, GGML_TYPE_F32, "test", err, sizeof err);
+        model *alone = model_load(sp, be, &hmp, &st, err, sizeof err);
+        check(ss == 0 && alone == NULL, "written without output.weight (refused without its target)", ss);
+        model_free(alone);
+        model *sm = model_load_eagle3(sp, m, &hmp, &st, err, sizeof err);
+        check(sm != NULL, "loads beside its target", sm != NULL);
+        if (sm) {
+            kv_pool *sp2 = model_kv_pool(sm, 16, 32, &st, err, sizeof err);
+            kv_seq *skv = kv_seq_create(sp2, 256);
+            model_seq q0 = {.kv = skv, .n = rows0, .tokens = d->tok + 1, .feat = feat, .feat_fc = true, .all_logits = true};
+            int qrc = model_forward(sm, sp2, &q0, 1, lg, err, sizeof err);
+            double es = qrc ? 1 : max_rel(lg, zs[0], (size_t)rows0 * V);
+            check(es < 1e-4, "step 0 with the target's output head: training = served", es);
+            kv_seq_destroy(sp2, skv);
+            kv_pool_destroy(sp2);
+            model_free(sm);
+        }
+        unlink(sp);
+        eagle_head_destroy(hs);
+    }
+
     /* a short run: held-out top-1 of the first draft far above the unigram baseline */
     eagle_data *dd = eagle_data_create(D, 16, 100, 400);
     int32_t bos = tok_bos(tok);
@@ -174,7 +206,7 @@ int main(void) {
     grs = 5;
     eagle_distill_add(dd, m, layers, tok, (const int32_t *const *)bp, bl, bw, NT, 64, 0.0f, 1.0f, 64, &grs, err,
                       sizeof err);
-    eagle_head *h2 = eagle_head_create(m, layers, 0, 3, err, sizeof err);
+    eagle_head *h2 = eagle_head_create(m, layers, 0, false, 3, err, sizeof err);
     eagle_train_opts o;
     eagle_train_opts_init(&o);
     o.J = 3, o.epochs = 3, o.batch = 4, o.threads = 2, o.holdout = 0.1f, o.opt.lr = 3e-3f;

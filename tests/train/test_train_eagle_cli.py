@@ -8,6 +8,8 @@
   tree, with a real share of its drafts accepted; `--method auto` with the
   head loaded takes it (its steps counted under "eagle") and still equals
   plain;
+- a head trained with --shared-output (the target's output head, frozen,
+  left out of the file) is smaller, learns, and serves losslessly;
 - Ctrl-C during training still writes a measured head that loads;
 - truncated and byte-flipped copies of the head are refused at load with an
   error, never a crash.
@@ -100,6 +102,19 @@ def main():
         print(f"held-out prompts: chains of 3 accepted {accepted}/{drafted} = {alpha:.2f}; trees and auto equal plain")
         if alpha < 0.25:
             fail(f"the trained head's drafts are accepted only {alpha:.2f} of the time on held-out prompts")
+
+        # a head that shares the target's output head: smaller file, still serves losslessly
+        head3 = os.path.join(tmp, "head3.gguf")
+        p = run(["train-eagle", "-m", target, "-o", head3, "--corpus", corpus, "--prompts", "300", "--gen-len", "48",
+                 "--epochs", "2", "--ttt", "2", "--lr", "3e-3", "--shared-output", "-t", "2"])
+        s3 = summary(p.stdout)
+        if s3["acc0"] < 2 * s3["unigram"] or os.path.getsize(head3) >= os.path.getsize(head):
+            fail(f"shared output head: top-1 {s3['acc0']:.3f} (unigram {s3['unigram']:.3f}), "
+                 f"{os.path.getsize(head3)} bytes against {os.path.getsize(head)}", p.stdout)
+        pr = prompts[0]
+        if gen(target, pr, ["--eagle", head3, "--method", "eagle"])["tokens"] != gen(target, pr, ["--no-spec"])["tokens"]:
+            fail("the shared-output head's greedy output differs from plain")
+        print(f"shared output head: top-1 {s3['acc0']:.3f}, {os.path.getsize(head3)} bytes, greedy = plain")
 
         # Ctrl-C during training: a measured head is still written
         head2 = os.path.join(tmp, "head2.gguf")

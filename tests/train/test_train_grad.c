@@ -417,8 +417,13 @@ static double eagle_ref(const eagle_head *h, const double *p, const eagle_batch 
         g[1024], u[1024], t[512], z[1024];
     const double *fc = p + h->t[0].off, *an = p + h->t[1].off, *hn = p + h->t[2].off, *wq = p + h->t[3].off,
                  *wk = p + h->t[4].off, *wv = p + h->t[5].off, *wo = p + h->t[6].off, *fn = p + h->t[7].off,
-                 *wg = p + h->t[8].off, *wu = p + h->t[9].off, *wd = p + h->t[10].off, *on = p + h->t[11].off,
-                 *out = p + h->t[12].off;
+                 *wg = p + h->t[8].off, *wu = p + h->t[9].off, *wd = p + h->t[10].off, *on = p + h->t[11].off;
+    static double shared[4096];
+    const double *out = p + h->t[12 % h->n_tensors].off;
+    if (h->out_shared) { /* the target's output head: not a parameter */
+        for (int i = 0; i < h->V * h->D; i++) shared[i] = h->out_shared[i];
+        out = shared;
+    }
     double featd[3 * 512];
     for (int i = 0; i < M * 3 * D; i++) featd[i] = b->feat[i];
     r_linear(x, featd, fc, M, 3 * D, D);
@@ -465,9 +470,9 @@ static double eagle_ref(const eagle_head *h, const double *p, const eagle_batch 
     return L;
 }
 
-static double eagle_check(train_ctx *c) {
+static double eagle_check(train_ctx *c, bool shared_output) {
     enum { V = 11, D = 8 };
-    eagle_head *h = eagle_head_alloc(V, D, 4, 2, 4, 12, 1e-5f, 100.0f, 5);
+    eagle_head *h = eagle_head_alloc(V, D, 4, 2, 4, 12, 1e-5f, 100.0f, shared_output, 5);
     if (!h) {
         fprintf(stderr, "eagle_head_alloc failed\n");
         exit(1);
@@ -538,7 +543,8 @@ int main(void) {
     }
     expect("model, untied output", model_check(c, false), 1);
     expect("model, tied output", model_check(c, true), 1);
-    expect("EAGLE-3 head, 3 training-time-test steps", eagle_check(c), 1);
+    expect("EAGLE-3 head, 3 training-time-test steps", eagle_check(c, false), 1);
+    expect("EAGLE-3 head, the target's output head shared", eagle_check(c, true), 1);
     /* broken variants: the op they break and the whole model must fail */
     static const struct {
         train_fault f;
@@ -559,7 +565,7 @@ int main(void) {
             expect(what, model_check(c, false), 0);
         }
         snprintf(what, sizeof what, "BROKEN %s: eagle head", br[i].name);
-        expect(what, eagle_check(c), 0);
+        expect(what, eagle_check(c, false), 0);
         train_fault_inject = TRAIN_FAULT_NONE;
     }
     train_ctx_destroy(c);

@@ -20,7 +20,8 @@
  *     (token, the previous row's own feature)): a tree row with the wrong
  *     parent feature, position or mask fails here; after every proposal the
  *     head's cache is back at its committed rows; a one-child tree proposes
- *     exactly the chain's drafts (T = 0); greedy trees (8/4/2, 16/5/3) equal
+ *     exactly the chain's drafts (T = 0), and an 8/4/2 tree uses its 8
+ *     nodes and reaches depth 4; greedy trees (8/4/2, 16/5/3) equal
  *     plain decoding on 12 prompts alone and by 4, counted under the head
  *     as tree steps with no cache reset; and the first token of a sampled
  *     tree step (8 nodes, 4 wide, 2 deep) follows the target's law by χ² at
@@ -154,7 +155,7 @@ static void tree_is_chain(spec_pair *sp, spec_tree_ctx *tc, const su_prompt *pro
     char err[512];
     drafter *d = sp->drafters[SPEC_DRAFTER_EAGLE];
     float *q = malloc(sizeof(float) * GAMMA_MAX * (size_t)sp->n_vocab);
-    int same = 0, cmp = 0;
+    int same = 0, cmp = 0, contained = 0, branched = 0;
     for (int i = 0; i < np && i < 6; i++) {
         spec_seq_params prm = su_params(0.0f, 1, 5, false);
         prm.method = SPEC_METHOD_EAGLE;
@@ -165,6 +166,23 @@ static void tree_is_chain(spec_pair *sp, spec_tree_ctx *tc, const su_prompt *pro
             CHECKF(d->i->propose(d, &p, 1, err, sizeof err) == 0, "chain: %s", err);
             /* the chain's rows back; tokens[0, n) are accepted (the features of n - 2 stay) */
             d->i->commit(d, p.ds, s->tokens, s->n_tokens);
+            /* a branching tree reaches its depth: the budget keeps room for every level (an 8/4/2 tree
+             * that spent it on level 1 and 2 siblings would stop at depth 3, short of a 4-node chain) */
+            {
+                tree_shape sb = {8, 4, 2};
+                spec_method hb = SPEC_METHOD_EAGLE;
+                spec_tree tb;
+                int sl;
+                double ms2;
+                CHECKF(spec_tree_propose(sp, &s, 1, &sb, &hb, &tb, &sl, &ms2, err, sizeof err) == 0, "tree: %s", err);
+                int deepest = 0, dep[DRAFTER_MAX_NODES] = {0};
+                for (int c = 0; c < tb.n_nodes; c++) {
+                    dep[c] = tb.nodes[c].parent < 0 ? 1 : dep[tb.nodes[c].parent] + 1;
+                    deepest = dep[c] > deepest ? dep[c] : deepest;
+                }
+                contained += deepest == 4 && tb.n_nodes == 8;
+                branched++;
+            }
             tree_shape sh = {5, 5, 1};
             spec_method how = SPEC_METHOD_EAGLE;
             spec_tree t;
@@ -183,6 +201,9 @@ static void tree_is_chain(spec_pair *sp, spec_tree_ctx *tc, const su_prompt *pro
     free(q);
     CHECKF(cmp >= 20 && same == cmp, "one-child trees: %d of %d equal the chain's drafts", same, cmp);
     fprintf(stderr, "one-child trees: %d of %d proposals equal the chain's drafts\n", same, cmp);
+    CHECKF(branched >= 20 && contained == branched, "8/4/2 trees: %d of %d have 8 nodes and reach depth 4",
+           contained, branched);
+    fprintf(stderr, "8/4/2 trees: %d of %d have 8 nodes and reach depth 4\n", contained, branched);
 }
 
 /* Greedy tree steps equal plain decoding. */

@@ -84,8 +84,11 @@ static int top_k(const float *q, int V, int k, int32_t *idx, float *val) {
 /* One level for one sequence: children for the frontier nodes (fr[0..nf),
  * -1 = the root) whose distributions are fq rows 0..nf. Budget goes to the
  * candidates (frontier node f, rank j) by score[f] · (j-th largest q_f), a
- * function of the distributions only; then the children are the top ranks
- * (greedy) or drawn without replacement (sampled). */
+ * function of the distributions only, keeping one node of room for each
+ * level still to come (else a shallow level's unlikely siblings would take
+ * the budget and the tree would stop short of its depth: an 8/4/2 tree
+ * would be 2 + 4 + 2 nodes deep 3, below a 4-node chain); then the children
+ * are the top ranks (greedy) or drawn without replacement (sampled). */
 static int grow(spec_seq *s, spec_tree *t, float *qout, const float *fq, const int *fr, int nf, double *score,
                 const tree_shape *sh, int level, size_t V) {
     int32_t idx[TR][TOPK_MAX];
@@ -93,7 +96,8 @@ static int grow(spec_seq *s, spec_tree *t, float *qout, const float *fq, const i
     int nt[TR], take[TR] = {0}, at[TR] = {0};
     int k = sh->topk < TOPK_MAX ? sh->topk : TOPK_MAX;
     for (int f = 0; f < nf; f++) nt[f] = top_k(fq + (size_t)f * V, (int)V, k, idx[f], val[f]);
-    int room = sh->budget - t->n_nodes;
+    int room = sh->budget - t->n_nodes, later = sh->depth - level;
+    if (later > 0 && room > 1) room = room - later >= 1 ? room - later : 1; /* the levels to come keep a node each */
     for (int picks = 0; picks < room; picks++) {
         int best = -1;
         double bv = 0;

@@ -86,7 +86,7 @@ int64_t train_distill_run(model *m, const tokenizer *tok, const int32_t *const *
     int cap = max_np + gen, bs = 16;
     if (n_taps > 0 && model_set_taps(m, layers, n_taps) != 0)
         return util_fail(err, errlen, "the target cannot tap those %d layers", n_taps);
-    if (mb > 512) mb = 512; /* keep_taps' row list */
+    if (n_taps > 0 && mb > 512) mb = 512; /* keep_taps' row list (taps only: a plain run keeps its batch) */
     engine_status st;
     kv_pool *pool = model_kv_pool(m, bs, batch * ((cap + bs - 1) / bs + 1), &st, err, errlen);
     gseq *sq = calloc((size_t)batch, sizeof(gseq));

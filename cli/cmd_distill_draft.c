@@ -167,26 +167,16 @@ int cmd_distill_draft(int argc, char **argv) {
     if (da.tprompts < 0) da.tprompts = da.n_corpora ? 0 : 1000;
     char err[1024];
     double t_start = now_ms();
-    backend *be = backend_cpu_create(threads);
-    model_params mp = {.max_batch = da.gbatch > 512 ? da.gbatch : 512, .max_ctx = da.plen + da.gen + 8};
-    engine_status est;
-    model *m = model_load(target, be, &mp, &est, err, sizeof err);
-    if (!m) {
-        cli_load_failed("distill-draft", est, err, "lower --gen-batch, or use a smaller model");
-        backend_destroy(be);
-        return 1;
-    }
-    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    backend *be;
+    tokenizer *tok;
+    model *m = train_target_load("distill-draft", target, threads, &da, &be, &tok);
+    if (!m) return 1;
     int rc = 1, V = m->hp.n_vocab;
     train_data *d = NULL;
     train_model *dm = NULL;
     train_state st = {0};
     train_prompts tp = {0};
     struct sigaction sa = {0}, old;
-    if (!tok) {
-        fprintf(stderr, "specd distill-draft: %s: %s\n", target, err);
-        goto done;
-    }
     if (da.topk > V) da.topk = V;
     /* the draft's shape */
     bool half_target = m->layers[0].wq.file_type == GGML_TYPE_F16 || m->layers[0].wq.file_type == GGML_TYPE_BF16;

@@ -145,25 +145,15 @@ int cmd_train_eagle(int argc, char **argv) {
     o.threads = threads;
     char err[1024];
     double t_start = now_ms();
-    backend *be = backend_cpu_create(threads);
-    model_params mp = {.max_batch = da.gbatch > 512 ? da.gbatch : 512, .max_ctx = da.plen + da.gen + 8};
-    engine_status est;
-    model *m = model_load(target, be, &mp, &est, err, sizeof err);
-    if (!m) {
-        cli_load_failed("train-eagle", est, err, "lower --gen-batch, or use a smaller model");
-        backend_destroy(be);
-        return 1;
-    }
-    tokenizer *tok = tok_create(m->gguf, err, sizeof err);
+    backend *be;
+    tokenizer *tok;
+    model *m = train_target_load("train-eagle", target, threads, &da, &be, &tok);
+    if (!m) return 1;
     int rc = 1, L = m->hp.n_layer;
     eagle_data *d = NULL;
     eagle_head *h = NULL;
     train_prompts tp = {0};
     struct sigaction sa = {0}, old;
-    if (!tok) {
-        fprintf(stderr, "specd train-eagle: %s: %s\n", target, err);
-        goto done;
-    }
     if (m->hp.eagle3) {
         fprintf(stderr, "specd train-eagle: %s is an EAGLE-3 head, not a target model\n", target);
         goto done;

@@ -128,3 +128,24 @@ int train_data_arg(const char *cmd, int argc, char **argv, int *i, train_data_ar
     else return 0;
     return 1;
 }
+
+model *train_target_load(const char *cmd, const char *path, int threads, const train_data_args *da, backend **be,
+                         tokenizer **tok) {
+    char err[1024];
+    *be = backend_cpu_create(threads);
+    model_params mp = {.max_batch = da->gbatch > 512 ? da->gbatch : 512, .max_ctx = da->plen + da->gen + 8};
+    engine_status est;
+    model *m = model_load(path, *be, &mp, &est, err, sizeof err);
+    if (!m) {
+        cli_load_failed(cmd, est, err, "lower --gen-batch, or use a smaller model");
+        backend_destroy(*be);
+        return NULL;
+    }
+    if (!(*tok = tok_create(m->gguf, err, sizeof err))) {
+        fprintf(stderr, "specd %s: %s: %s\n", cmd, path, err);
+        model_free(m);
+        backend_destroy(*be);
+        return NULL;
+    }
+    return m;
+}

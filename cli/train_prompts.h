@@ -1,5 +1,6 @@
 /* train_prompts.h — prompts for the trainers that distill from a target
- * (distill-draft, train-eagle): the starts of a corpus's lines — or of
+ * (distill-draft, train-eagle), with their shared data options and target
+ * loading: the starts of a corpus's lines — or of
  * every sentence in them — each 4 to plen tokens (the length drawn per
  * prompt), then prompts the target writes
  * itself from BOS (a warm-up of plen - 1 tokens its generation writes in
@@ -10,6 +11,7 @@
 #ifndef SPECD_CLI_TRAIN_PROMPTS_H
 #define SPECD_CLI_TRAIN_PROMPTS_H
 
+#include "engine/model/model.h"
 #include "engine/tokenizer/tokenizer.h"
 
 #include <stdbool.h>
@@ -46,5 +48,12 @@ typedef struct {
  * moves past it) and returns 1; 0 when it is not one of them; -1 (reported
  * as cmd's error) for a 17th corpus. */
 int train_data_arg(const char *cmd, int argc, char **argv, int *i, train_data_args *a);
+
+/* The target a distilling trainer continues prompts with: loaded on a new
+ * CPU backend of `threads` (*be), sized for da's prompts, continuations and
+ * lockstep batch, with its tokenizer (*tok). NULL when either fails to
+ * load: reported as cmd's error, nothing left to free. */
+model *train_target_load(const char *cmd, const char *path, int threads, const train_data_args *da, backend **be,
+                         tokenizer **tok);
 
 #endif

@@ -82,9 +82,9 @@ CLI_TOOLS = {
                                 "specd distill-draft: the training library's distillation"),
     "cli/cmd_train_eagle.c": ({"engine/model/", "engine/tokenizer/", "engine/train/", "engine/util.h", "kernels/ggml_type.h"},
                               "specd train-eagle: the training library's EAGLE-3 head trainer"),
-    "cli/train_prompts.c": ({"engine/tokenizer/", "engine/util.h"},
-                            "the distilling trainers' prompts (distill-draft, train-eagle): corpus text tokenized"),
-    "cli/train_prompts.h": ({"engine/tokenizer/"}, "its contract: prompts for the tokenizer of a target"),
+    "cli/train_prompts.c": ({"engine/model/", "engine/tokenizer/", "engine/util.h"},
+                            "the distilling trainers' shared front (distill-draft, train-eagle): corpus prompts, data options, the target"),
+    "cli/train_prompts.h": ({"engine/model/", "engine/tokenizer/"}, "its contract: prompts and the target they are for"),
     "cli/cmd_convert.c": ({"engine/gguf/"},
                           "specd convert-eagle3: reads a published head and writes the GGUF side file, a tool of the "
                           "GGUF library"),

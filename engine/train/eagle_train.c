@@ -4,6 +4,7 @@
 #include "engine/train/eagle_train.h"
 #include "engine/spec/proposers/medusa.h" /* the target's embedding and output matrix as floats */
 #include "engine/train/train_distill.h"
+#include "engine/train/train_gguf.h"
 #include "engine/train/train_loss.h"
 #include "engine/util.h"
 
@@ -236,27 +237,7 @@ int eagle_head_save(const eagle_head *h, const model *target, const char *path, 
     if (!gguf_writer_add_tensor(w, "token_embd.weight", te->type, 2, (const uint64_t[]){te->ne[0], te->ne[1]},
                                 te->data))
         rc = util_fail(err, errlen, "cannot add token_embd.weight");
-    uint16_t *hb = NULL;
-    for (int i = 0; i < h->n_tensors && !rc; i++) {
-        const train_tensor *t = &h->t[i];
-        uint64_t ne[2] = {(uint64_t)t->cols, (uint64_t)t->rows};
-        const float *p = h->params + t->off;
-        size_t cnt = (size_t)t->rows * t->cols;
-        bool half = type == GGML_TYPE_F16 && t->matrix;
-        if (half) {
-            uint16_t *nh = realloc(hb, sizeof(uint16_t) * cnt);
-            if (!nh) {
-                rc = util_fail(err, errlen, "out of memory");
-                break;
-            }
-            hb = nh;
-            for (size_t j = 0; j < cnt; j++) hb[j] = f32_to_fp16(p[j]);
-        }
-        if (!gguf_writer_add_tensor(w, t->name, half ? GGML_TYPE_F16 : GGML_TYPE_F32, t->rows == 1 ? 1 : 2, ne,
-                                    half ? (const void *)hb : (const void *)p))
-            rc = util_fail(err, errlen, "cannot add tensor %s", t->name);
-    }
-    free(hb);
+    if (!rc) rc = train_gguf_add_tensors(w, h->t, h->n_tensors, h->params, type, err, errlen);
     if (!rc) rc = gguf_writer_write(w, path, err, errlen);
     gguf_writer_destroy(w);
     return rc;
@@ -559,10 +540,7 @@ int eagle_evaluate(const eagle_head *h, const eagle_data *d, int64_t from, int64
 }
 
 /* held-out share of step-0 teacher choices equal to the most frequent one in training */
-static double unigram(const eagle_data *d, int64_t n_train) {
-    int V = 0;
-    for (int64_t i = 0; i < d->n; i++)
-        for (int t = 0; t < d->len[i]; t++) V = d->kid[((size_t)i * d->T + t) * d->K] + 1 > V ? d->kid[((size_t)i * d->T + t) * d->K] + 1 : V;
+static double unigram(const eagle_data *d, int64_t n_train, int V) {
     int64_t *cnt = calloc((size_t)V + 1, sizeof(int64_t));
     if (!cnt) return 0;
     for (int64_t i = 0; i < n_train; i++)
@@ -596,7 +574,7 @@ int eagle_train(eagle_head *h, const eagle_data *d, const eagle_train_opts *o, e
     opt.warmup = (int64_t)(o->warmup * (double)steps);
     if (eagle_evaluate(h, d, n_train, d->n, o->J, o->step_decay, o->threads, &res->before) != 0)
         return util_fail(err, errlen, "out of memory: evaluation");
-    res->unigram_acc = unigram(d, n_train);
+    res->unigram_acc = unigram(d, n_train, h->V);
     worker *ws = calloc((size_t)W, sizeof(worker));
     int64_t *perm = malloc(sizeof(int64_t) * (size_t)n_train);
     float *mom = calloc(h->n_params, sizeof(float)), *vel = calloc(h->n_params, sizeof(float));

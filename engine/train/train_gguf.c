@@ -38,6 +38,32 @@ static void copy_tokenizer(gguf_writer *w, const gguf_file *src) {
     free(pre);
 }
 
+int train_gguf_add_tensors(gguf_writer *w, const train_tensor *t, int n, const float *params, ggml_type type,
+                           char *err, size_t errlen) {
+    int rc = 0;
+    uint16_t *h = NULL;
+    for (int i = 0; i < n && !rc; i++) {
+        uint64_t ne[2] = {(uint64_t)t[i].cols, (uint64_t)t[i].rows};
+        const float *p = params + t[i].off;
+        size_t cnt = (size_t)t[i].rows * t[i].cols;
+        bool half = type == GGML_TYPE_F16 && t[i].matrix;
+        if (half) {
+            uint16_t *nh = realloc(h, sizeof(uint16_t) * cnt);
+            if (!nh) {
+                rc = util_fail(err, errlen, "out of memory");
+                break;
+            }
+            h = nh;
+            for (size_t j = 0; j < cnt; j++) h[j] = f32_to_fp16(p[j]);
+        }
+        if (!gguf_writer_add_tensor(w, t[i].name, half ? GGML_TYPE_F16 : GGML_TYPE_F32, t[i].rows == 1 ? 1 : 2, ne,
+                                    half ? (const void *)h : (const void *)p))
+            rc = util_fail(err, errlen, "cannot add tensor %s", t[i].name);
+    }
+    free(h);
+    return rc;
+}
+
 int train_gguf_save(const train_model *m, const char *path, const gguf_file *tok_src, ggml_type type,
                     const char *name, const char *description, char *err, size_t errlen) {
     if (type != GGML_TYPE_F32 && type != GGML_TYPE_F16) return util_fail(err, errlen, "matrices must be F32 or F16");
@@ -60,28 +86,7 @@ int train_gguf_save(const train_model *m, const char *path, const gguf_file *tok
     gguf_writer_set_f32(w, "llama.rope.freq_base", c->rope_base);
     gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)c->V);
     if (tok_src) copy_tokenizer(w, tok_src);
-    int rc = 0;
-    uint16_t *h = NULL;
-    for (int i = 0; i < m->n_tensors && !rc; i++) {
-        const train_tensor *t = &m->t[i];
-        uint64_t ne[2] = {(uint64_t)t->cols, (uint64_t)t->rows};
-        const float *p = m->params + t->off;
-        size_t cnt = (size_t)t->rows * t->cols;
-        bool half = type == GGML_TYPE_F16 && t->matrix;
-        if (half) {
-            uint16_t *nh = realloc(h, sizeof(uint16_t) * cnt);
-            if (!nh) {
-                rc = util_fail(err, errlen, "out of memory");
-                break;
-            }
-            h = nh;
-            for (size_t j = 0; j < cnt; j++) h[j] = f32_to_fp16(p[j]);
-        }
-        if (!gguf_writer_add_tensor(w, t->name, half ? GGML_TYPE_F16 : GGML_TYPE_F32, t->rows == 1 ? 1 : 2, ne,
-                                    half ? (const void *)h : (const void *)p))
-            rc = util_fail(err, errlen, "cannot add tensor %s", t->name);
-    }
-    free(h);
+    int rc = train_gguf_add_tensors(w, m->t, m->n_tensors, m->params, type, err, errlen);
     if (!rc) rc = gguf_writer_write(w, path, err, errlen);
     gguf_writer_destroy(w);
     return rc;

@@ -16,6 +16,12 @@
 int train_gguf_save(const train_model *m, const char *path, const gguf_file *tok_src, ggml_type type,
                     const char *name, const char *description, char *err, size_t errlen);
 
+/* Adds n tensors of a parameter table (train_model's, or an EAGLE head's)
+ * laid out in params to w under their names: matrices in type (F32 or F16),
+ * norms F32, GGUF dims (cols, rows). Returns 0, or -1 with err. */
+int train_gguf_add_tensors(gguf_writer *w, const train_tensor *t, int n, const float *params, ggml_type type,
+                           char *err, size_t errlen);
+
 /* Reads a llama GGUF with F32/F16 tensors into a new train_model (to train
  * on from it). NULL with err when the file is not such a model. */
 train_model *train_gguf_load(const char *path, char *err, size_t errlen);

@@ -1,7 +1,10 @@
 /* eagle3_dump.c — runs an EAGLE-3 head (model.h's eagle3 layout) on rows
  * given by a file and writes what it computed, for test_eagle3_ref.py to
  * compare with its float64 reference:
- *   eagle3_dump HEAD.gguf IN.bin OUT.bin
+ *   eagle3_dump [--target TARGET.gguf] HEAD.gguf IN.bin OUT.bin
+ * (--target: the head loads beside its target, model_load_eagle3, so a head
+ * in llama.cpp's layout without its own token embedding or output head runs
+ * on the target's)
  * IN: int32 T1, T2, then T1 + T2 int32 tokens, T1 x 3D float32 target
  * features (three layers per row), T2 x D float32 own features. The head
  * takes the first T1 rows fused by fc in one call, then the T2 rows as its
@@ -23,11 +26,15 @@ static int die(const char *what, const char *err) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) return die("usage", "eagle3_dump HEAD.gguf IN.bin OUT.bin");
+    const char *target = NULL;
+    if (argc == 6 && !strcmp(argv[1], "--target")) target = argv[2], argc -= 2, argv += 2;
+    if (argc != 4) return die("usage", "eagle3_dump [--target TARGET.gguf] HEAD.gguf IN.bin OUT.bin");
     char err[512];
     backend *be = backend_create(BACKEND_CPU, 0, 2, err, sizeof err);
     if (!be) return die("backend", err);
-    model *m = model_load(argv[1], be, NULL, NULL, err, sizeof err);
+    model *t = target ? model_load(target, be, NULL, NULL, err, sizeof err) : NULL;
+    if (target && !t) return die("target", err);
+    model *m = t ? model_load_eagle3(argv[1], t, NULL, NULL, err, sizeof err) : model_load(argv[1], be, NULL, NULL, err, sizeof err);
     if (!m) return die("load", err);
     int D = m->hp.dim, V = m->hp.n_vocab, last = m->hp.n_layer;
     FILE *f = fopen(argv[2], "rb");
@@ -70,7 +77,8 @@ int main(int argc, char **argv) {
         return die("output", argv[3]);
     kv_seq_destroy(pool, kv), kv_seq_destroy(pool, kv2);
     kv_pool_destroy(pool);
-    model_free(m);
+    model_free(m); /* the head before the target whose weights it may borrow */
+    model_free(t);
     backend_destroy(be);
     free(tok), free(ft), free(fo), free(lg), free(hid), free(lg2);
     if (!same) return die("batch", "the fused rows differ when batched beside another sequence");

@@ -6,7 +6,7 @@
 # q/k rows permuted for llama's adjacent-pair RoPE, d2t as I64 absolute target ids, and no
 # token_embd.weight when the checkpoint has no embed_tokens (the target's is used). Written here with
 # numpy from the same kind of checkpoint test_eagle3_convert.py writes, then:
-#   1. run beside stories260K (eagle3_pair_dump) against the checkpoint's own float64 forward with
+#   1. run beside stories260K (eagle3_dump --target) against the checkpoint's own float64 forward with
 #      Hugging Face RoPE (rotate-half on the unpermuted q/k): the permutation is honoured;
 #   2. a specd-layout head (convert-eagle3) rewritten into llama.cpp's layout computes the same logits
 #      bit for bit, with and without its own token_embd;
@@ -159,12 +159,12 @@ def pair_dump(pd, target, head, tok, ft, fo, tmp):
     with open(inp, "wb") as f:
         f.write(np.array([len(ft), len(fo)], np.int32).tobytes() + np.asarray(tok, np.int32).tobytes() +
                 np.asarray(ft, np.float32).tobytes() + np.asarray(fo, np.float32).tobytes())
-    cp = subprocess.run([pd, target, head, inp, out], capture_output=True, text=True, timeout=60)
+    cp = subprocess.run([pd, "--target", target, head, inp, out], capture_output=True, text=True, timeout=60)
     return cp, (np.fromfile(out, dtype="<f4").astype(np.float64) if cp.returncode == 0 else None)
 
 
 def main():
-    dump, pd = sys.argv[1], sys.argv[2]
+    dump = pd = sys.argv[1]  # eagle3_dump, alone or --target (beside the target)
     ck = fwdutil.Checker("fwd_eagle3_llamacpp")
     target = fwdutil.model_path("stories260K.gguf")
     tg = gguf_reader.read(target)

@@ -140,6 +140,33 @@ static void expect(const char *what, double err, int want_pass) {
     if (pass != want_pass) failures++;
 }
 
+/* num (n) = central differences, step 1e-5, of loss(ctx, p) at p (n, restored after) */
+static void central_diff(double *num, double *p, size_t n, double (*loss)(const void *ctx, const double *p),
+                         const void *ctx) {
+    for (size_t i = 0; i < n; i++) {
+        double h = 1e-5, keep = p[i];
+        p[i] = keep + h;
+        double lp = loss(ctx, p);
+        p[i] = keep - h;
+        double lm = loss(ctx, p);
+        p[i] = keep;
+        num[i] = (lp - lm) / (2 * h);
+    }
+}
+
+/* the worst rel_err over a parameter table's tensors (a small tensor's error is not drowned by a big
+ * one); a failing tensor is named when no fault is injected */
+static double tensor_err(const train_tensor *t, int n, const float *grad, const double *num, const char *what) {
+    double e = 0;
+    for (int i = 0; i < n; i++) {
+        size_t o = t[i].off, cnt = (size_t)t[i].rows * t[i].cols;
+        double et = rel_err(grad + o, num + o, cnt);
+        if (et >= TOL && train_fault_inject == TRAIN_FAULT_NONE) printf("  %s tensor %s err %.2e\n", what, t[i].name, et);
+        e = et > e ? et : e;
+    }
+    return e;
+}
+
 /* ---- per-op checks: loss = sum R * op(x) ------------------------------------------------------- */
 
 enum { OP_RMS, OP_ROPE, OP_ATTN, OP_SWIGLU, OP_LINEAR, OP_EMBED, OP_XENT, OP_KL, OP_STEPS, N_OPS };
@@ -349,6 +376,15 @@ static double model_ref(const train_model *m, const double *p, const train_batch
     return L;
 }
 
+struct model_case {
+    const train_model *m;
+    const train_batch *b;
+};
+static double model_loss(const void *ctx, const double *p) {
+    const struct model_case *mc = ctx;
+    return model_ref(mc->m, p, mc->b);
+}
+
 static double model_check(train_ctx *c, bool tied) {
     train_cfg cfg = {.V = 11, .D = 8, .L = 2, .H = 4, .Hkv = 2, .E = 4, .F = 12, .ctx = 16, .eps = 1e-5f,
                      .rope_base = 100.0f, .tied = tied};
@@ -384,21 +420,9 @@ static double model_check(train_ctx *c, bool tied) {
         printf("loss: library %.8f vs float64 %.8f\n", lib, ref);
         failures++;
     }
-    for (size_t i = 0; i < m->n_params; i++) {
-        double h = 1e-5, keep = pd[i];
-        pd[i] = keep + h;
-        double lp = model_ref(m, pd, &b);
-        pd[i] = keep - h;
-        double lm = model_ref(m, pd, &b);
-        pd[i] = keep;
-        num[i] = (lp - lm) / (2 * h);
-    }
-    double e = 0;
-    for (int t = 0; t < m->n_tensors; t++) { /* per tensor: a small tensor's error is not drowned by a big one */
-        size_t o = m->t[t].off, n = (size_t)m->t[t].rows * m->t[t].cols;
-        double et = rel_err(grad + o, num + o, n);
-        e = et > e ? et : e;
-    }
+    struct model_case mc = {m, &b};
+    central_diff(num, pd, m->n_params, model_loss, &mc);
+    double e = tensor_err(m->t, m->n_tensors, grad, num, "model");
     train_work_destroy(w);
     free(grad), free(pd), free(num);
     train_model_destroy(m);
@@ -470,6 +494,15 @@ static double eagle_ref(const eagle_head *h, const double *p, const eagle_batch 
     return L;
 }
 
+struct eagle_case {
+    const eagle_head *h;
+    const eagle_batch *b;
+};
+static double eagle_loss(const void *ctx, const double *p) {
+    const struct eagle_case *ec = ctx;
+    return eagle_ref(ec->h, p, ec->b);
+}
+
 static double eagle_check(train_ctx *c, bool shared_output) {
     enum { V = 11, D = 8 };
     eagle_head *h = eagle_head_alloc(V, D, 4, 2, 4, 12, 1e-5f, 100.0f, shared_output, 5);
@@ -512,22 +545,9 @@ static double eagle_check(train_ctx *c, bool shared_output) {
         printf("eagle loss: library %.8f vs float64 %.8f\n", lib, ref);
         failures++;
     }
-    for (size_t i = 0; i < h->n_params; i++) {
-        double hh = 1e-5, keep = pd[i];
-        pd[i] = keep + hh;
-        double lp = eagle_ref(h, pd, &b);
-        pd[i] = keep - hh;
-        double lm = eagle_ref(h, pd, &b);
-        pd[i] = keep;
-        num[i] = (lp - lm) / (2 * hh);
-    }
-    double e = 0;
-    for (int t = 0; t < h->n_tensors; t++) {
-        size_t o = h->t[t].off, n = (size_t)h->t[t].rows * h->t[t].cols;
-        double et = rel_err(grad + o, num + o, n);
-        if (et >= TOL && train_fault_inject == TRAIN_FAULT_NONE) printf("  eagle tensor %s err %.2e\n", h->t[t].name, et);
-        e = et > e ? et : e;
-    }
+    struct eagle_case ec = {h, &b};
+    central_diff(num, pd, h->n_params, eagle_loss, &ec);
+    double e = tensor_err(h->t, h->n_tensors, grad, num, "eagle");
     eagle_work_destroy(w);
     free(grad), free(pd), free(num);
     eagle_head_destroy(h);

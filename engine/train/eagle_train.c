@@ -210,12 +210,7 @@ int eagle_head_save(const eagle_head *h, const model *target, const char *path, 
     gguf_writer_set_str(w, "general.name", "eagle3 head (specd train-eagle)");
     if (desc) gguf_writer_set_str(w, "general.description", desc);
     gguf_writer_set_u32(w, "general.file_type", type == GGML_TYPE_F16 ? 1 : 0);
-    /* the target's tokenizer, so the loader checks the head against its target */
-    char arch_prefix[48] = "";
-    if (gguf_get_cstr(target->gguf, "general.architecture", arch_prefix, sizeof(arch_prefix) - 1))
-        strcat(arch_prefix, ".");
-    const char *skip[] = {"general.", arch_prefix[0] ? arch_prefix : "llama.", "split.", NULL};
-    gguf_writer_copy_kv(w, target->gguf, skip);
+    train_gguf_copy_tokenizer(w, target->gguf); /* so the loader checks the head against its target */
 #define U32(k, v) gguf_writer_set_u32(w, "eagle3." k, (uint32_t)(v))
     U32("context_length", h->ctx);
     U32("embedding_length", h->D);

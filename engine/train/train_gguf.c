@@ -11,7 +11,7 @@
 /* Copies the tokenizer.* keys of src with their exact types: copy_kv copies
  * the complement of a prefix list, so the list is every other first
  * component of src's keys. */
-static void copy_tokenizer(gguf_writer *w, const gguf_file *src) {
+void train_gguf_copy_tokenizer(gguf_writer *w, const gguf_file *src) {
     char (*pre)[64] = calloc(src->n_kv + 1, 64);
     const char **skip = calloc(src->n_kv + 2, sizeof(char *));
     if (!pre || !skip) {
@@ -85,7 +85,7 @@ int train_gguf_save(const train_model *m, const char *path, const gguf_file *tok
     gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", c->eps);
     gguf_writer_set_f32(w, "llama.rope.freq_base", c->rope_base);
     gguf_writer_set_u32(w, "llama.vocab_size", (uint32_t)c->V);
-    if (tok_src) copy_tokenizer(w, tok_src);
+    if (tok_src) train_gguf_copy_tokenizer(w, tok_src);
     int rc = train_gguf_add_tensors(w, m->t, m->n_tensors, m->params, type, err, errlen);
     if (!rc) rc = gguf_writer_write(w, path, err, errlen);
     gguf_writer_destroy(w);

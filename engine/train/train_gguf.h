@@ -16,6 +16,10 @@
 int train_gguf_save(const train_model *m, const char *path, const gguf_file *tok_src, ggml_type type,
                     const char *name, const char *description, char *err, size_t errlen);
 
+/* Copies every "tokenizer.*" key of src to w with its exact type (so the
+ * tokenizer hash is src's). */
+void train_gguf_copy_tokenizer(gguf_writer *w, const gguf_file *src);
+
 /* Adds n tensors of a parameter table (train_model's, or an EAGLE head's)
  * laid out in params to w under their names: matrices in type (F32 or F16),
  * norms F32, GGUF dims (cols, rows). Returns 0, or -1 with err. */

@@ -42,7 +42,9 @@ size_t mm_row_bytes(int wtype, int K) {
     case SPECD_TYPE_Q8_0_R8: /* per row, on average: the same bytes, regrouped */
         return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q8_0);
     case GGML_TYPE_Q4_0: return K % 32 ? 0 : (size_t)(K / 32) * sizeof(blk_q4_0);
-    case GGML_TYPE_Q4_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q4_k);
+    case GGML_TYPE_Q4_K:
+    case SPECD_TYPE_Q4_K_R8: /* per row, on average (the repacked form adds 32 bytes per 8 super-blocks) */
+        return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q4_k);
     case GGML_TYPE_Q5_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q5_k);
     case GGML_TYPE_Q6_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q6_k);
     default: return 0;
@@ -515,6 +517,10 @@ void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *x
              int M, int K, int n0, int n1) {
     if (wtype == SPECD_TYPE_Q8_0_R8) {
         mmq_rows_r8(lvl, y, ldy, xq, w, M, K, n0, n1);
+        return;
+    }
+    if (wtype == SPECD_TYPE_Q4_K_R8) {
+        mmq_rows_rk(lvl, y, ldy, xq, w, M, K, n0, n1);
         return;
     }
     if (mm_q8_path(wtype)) {

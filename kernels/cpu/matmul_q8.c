@@ -39,7 +39,8 @@
 #endif
 
 int mm_q8_path(int wtype) {
-    return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q4_K ||
+    return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == SPECD_TYPE_Q4_K_R8 ||
+           wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q4_K ||
            wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K;
 }
 
@@ -430,6 +431,115 @@ static void r8_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t 
     R8_ROWS_BODY(QG_R8_TILE_NG)
 }
 
+/* ---- Q4_K x8 (see quant.h) -------------------------------------------- */
+
+size_t mm_rk_bytes(int N, int K) { return (size_t)(N + 7) / 8 * (size_t)(K / 256) * RK_BLOCK_BYTES; }
+
+void mm_rk_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1) {
+    size_t rb = (size_t)(K / 256) * sizeof(blk_q4_k), gb = (size_t)(K / 256) * RK_BLOCK_BYTES;
+    for (int g = g0; g < g1; g++) {
+        uint8_t *gd = dst + (size_t)g * gb;
+        int nv = N - 8 * g < 8 ? N - 8 * g : 8; /* rows past N stay zero (d, dmin and mins 0) */
+        if (nv < 8) memset(gd, 0, gb);
+        for (int s = 0; s < K / 256; s++) {
+            uint8_t *blk = gd + (size_t)s * RK_BLOCK_BYTES;
+            for (int r = 0; r < nv; r++) {
+                const blk_q4_k *q = (const blk_q4_k *)(src + (size_t)(8 * g + r) * rb) + s;
+                uint16_t dm;
+                memcpy(blk + 2 * r, &q->d, 2);
+                memcpy(&dm, &q->dmin, 2);
+                dm ^= 0x8000; /* -dmin */
+                memcpy(blk + 16 + 2 * r, &dm, 2);
+                uint8_t sc[8], mn[8];
+                kq_unpack(q->scales, sc, mn);
+                for (int j = 0; j < 8; j++) blk[32 + 8 * j + r] = sc[j], blk[96 + 8 * j + r] = mn[j];
+                for (int p = 0; p < 4; p++)
+                    for (int i = 0; i < 8; i++) memcpy(blk + 160 + 256 * p + 32 * i + 4 * r, q->qs + 32 * p + 4 * i, 4);
+            }
+        }
+    }
+}
+
+void mm_rk_repack(uint8_t *dst, const uint8_t *src, int N, int K) { mm_rk_repack_groups(dst, src, N, K, 0, (N + 7) / 8); }
+
+/* weight c of sub-block j of row r in a repacked super-block */
+static inline int rk_q(const uint8_t *blk, int r, int j, int c) {
+    return (blk[160 + 256 * (j / 2) + 32 * (c / 4) + 4 * r + c % 4] >> (4 * (j & 1))) & 0xF;
+}
+
+void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K) {
+    const uint8_t *g = w + (size_t)(n / 8) * (size_t)(K / 256) * RK_BLOCK_BYTES;
+    int r = n % 8;
+    for (int s = 0; s < K / 256; s++) {
+        const uint8_t *blk = g + (size_t)s * RK_BLOCK_BYTES;
+        uint16_t hd, hm;
+        memcpy(&hd, blk + 2 * r, 2);
+        memcpy(&hm, blk + 16 + 2 * r, 2);
+        float d = fp16_to_f32(hd), dmin = fp16_to_f32(hm ^ 0x8000); /* as ggml_dequantize_row computes it */
+        for (int j = 0; j < 8; j++) {
+            float ds = d * (float)blk[32 + 8 * j + r], dm = dmin * (float)blk[96 + 8 * j + r];
+            for (int c = 0; c < 32; c++) out[256 * s + 32 * j + c] = ds * (float)rk_q(blk, r, j, c) - dm;
+        }
+    }
+}
+
+/* mr input rows x one group of 8 weight rows: the sums and float steps of
+ * qg_tile for Q4_K (mins at each super-block, then per sub-block the two
+ * halves' sums into lo and hi), so the results are bit-identical to it. */
+QG void qg_rk_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t xs, int K, const uint8_t *g) {
+    float lo[MQ_MR][8], hi[MQ_MR][8];
+    memset(lo, 0, sizeof(lo));
+    memset(hi, 0, sizeof(hi));
+    for (int s = 0; s < K / 256; s++) {
+        const uint8_t *blk = g + (size_t)s * RK_BLOCK_BYTES;
+        float ks[8][8], mv[8][8]; /* [row][sub-block] */
+        for (int r = 0; r < 8; r++) {
+            uint16_t hd, hm;
+            memcpy(&hd, blk + 2 * r, 2);
+            memcpy(&hm, blk + 16 + 2 * r, 2);
+            float d = fp16_to_f32(hd), ndmin = fp16_to_f32(hm);
+            for (int j = 0; j < 8; j++) ks[r][j] = d * (float)blk[32 + 8 * j + r], mv[r][j] = ndmin * (float)blk[96 + 8 * j + r];
+        }
+        for (int m = 0; m < mr; m++) {
+            const float *bs = qx_bsum(xq + m * xs, K) + 8 * s;
+            for (int r = 0; r < 8; r++) {
+                float t[8];
+                for (int j = 0; j < 8; j++) t[j] = mv[r][j] * bs[j];
+                lo[m][r] += (t[0] + t[1]) + (t[2] + t[3]);
+                hi[m][r] += (t[4] + t[5]) + (t[6] + t[7]);
+            }
+        }
+        for (int j = 0; j < 8; j++)
+            for (int m = 0; m < mr; m++) {
+                const uint8_t *xr = xq + m * xs;
+                const int8_t *qx = (const int8_t *)xr + 256 * s + 32 * j;
+                float dx = qx_scale(xr, K)[8 * s + j];
+                for (int r = 0; r < 8; r++) {
+                    int a = 0, b = 0;
+                    for (int c = 0; c < 16; c++) a += qx[c] * rk_q(blk, r, j, c), b += qx[c + 16] * rk_q(blk, r, j, c + 16);
+                    lo[m][r] += (float)a * (ks[r][j] * dx);
+                    hi[m][r] += (float)b * (ks[r][j] * dx);
+                }
+            }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nv; r++) y[(size_t)m * ldy + r] = lo[m][r] + hi[m][r];
+}
+
+#define RK_ROWS_BODY(TILE)                                                                         \
+    size_t xs = mm_qx_row_bytes(K), gb = (size_t)(K / 256) * RK_BLOCK_BYTES;                       \
+    int ngr = (n1 - n0 + 7) / 8;                                                                   \
+    R8_ROWS_NG(TILE, 2);
+
+#define QG_RK_TILE_NG(mr, ng, y, ldy, xq, xs, K, g, nvl, stride)                                   \
+    for (int q_ = 0; q_ < (ng); q_++)                                                              \
+        qg_rk_tile(mr, (y) + (size_t)8 * (stride) * q_, ldy, q_ == (ng) - 1 ? (nvl) : 8, xq, xs, K,  \
+                   (g) + (size_t)(stride) * q_ * gb)
+
+static void rk_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
+    RK_ROWS_BODY(QG_RK_TILE_NG)
+}
+
 /* Instantiates a tile for constant (mr, nr) (quant.h) and wtype so loops
  * unroll and the accumulators stay in registers. */
 #define MQ_DISPATCH(FN, TILE, ATTR)                                                                \
@@ -578,6 +688,16 @@ void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uin
 #endif
     (void)lvl;
     r8_rows_generic(y, ldy, xq, w, M, K, n0, n1);
+}
+
+void mmq_rows_rk(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
+                 int n1) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { rk_rows_vnni(y, ldy, xq, w, M, K, n0, n1); return; }
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { rk_rows_avx2(y, ldy, xq, w, M, K, n0, n1); return; }
+#endif
+    (void)lvl;
+    rk_rows_generic(y, ldy, xq, w, M, K, n0, n1);
 }
 
 void mmq_rows(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M, int K,

@@ -282,6 +282,119 @@ static QT_NOINLINE_TARGET void QT_(r8_rows)(float *y, int ldy, const uint8_t *xq
     R8_ROWS_BODY(QT_(qt_r8_tile))
 }
 
+/* ---- Q4_K x8 (quant.h) ----
+ * One super-block of a group: the mins first (acc_lo += (t0+t1)+(t2+t3),
+ * acc_hi += (t4+t5)+(t6+t7), t_j = (-dmin m_j) bsum_j), then per sub-block j
+ * the exact integer sums of its halves (4 runs of 4 columns each, one 32-byte
+ * load feeding 8 rows) and acc_lo/hi = fma(float(sum), (d sc_j) dx_j, acc):
+ * the steps of qt_tile per row, so the results are bit-identical to the file
+ * layout's. AVX2 adds the 4 runs' vpmaddubsw products in int16 before one
+ * vpmaddwd (|sum| <= 4 * 2 * 15 * 127 = 15240: exact). */
+
+/* sum over 4 runs of the dot of weights wv[i] (u8, 0..15) with the 4 bytes
+ * of x at xb + 4 i broadcast, one int32 per lane */
+static inline QT_TARGET __m256i QT_(qt_rk_dot4)(const __m256i *wv, const uint8_t *xb) {
+    int32_t q4[4];
+    memcpy(q4, xb, 16);
+#if QT_VNNI
+    __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv[0], _mm256_set1_epi32(q4[0]));
+    s = _mm256_dpbusd_epi32(s, wv[1], _mm256_set1_epi32(q4[1]));
+    s = _mm256_dpbusd_epi32(s, wv[2], _mm256_set1_epi32(q4[2]));
+    return _mm256_dpbusd_epi32(s, wv[3], _mm256_set1_epi32(q4[3]));
+#else
+    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], _mm256_set1_epi32(q4[0])),
+                                 _mm256_maddubs_epi16(wv[1], _mm256_set1_epi32(q4[1])));
+    p = _mm256_add_epi16(p, _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], _mm256_set1_epi32(q4[2])),
+                                             _mm256_maddubs_epi16(wv[3], _mm256_set1_epi32(q4[3]))));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+
+static inline QT_TARGET __m256 QT_(qt_rk_u8ps)(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* mr input rows x ng (1, 2) groups `stride` groups apart */
+static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
+                                             const uint8_t *g, int nvl, int stride) {
+    const size_t gb = (size_t)(K / 256) * RK_BLOCK_BYTES;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const uint8_t *gs[2];
+    for (int q = 0; q < ng; q++) gs[q] = g + (size_t)stride * q * gb;
+    __m256 lo[2][MQ_MR], hi[2][MQ_MR];
+    for (int q = 0; q < ng; q++)
+        for (int m = 0; m < mr; m++) lo[q][m] = hi[q][m] = _mm256_setzero_ps();
+    for (int sb = 0; sb < K / 256; sb++) {
+        const uint8_t *blk[2];
+        __m256 d[2];
+        for (int q = 0; q < ng; q++) {
+            blk[q] = gs[q] + (size_t)sb * RK_BLOCK_BYTES;
+            if (R8_PREFETCH)
+                for (int l = 0; l < RK_BLOCK_BYTES; l += 64) _mm_prefetch((const char *)blk[q] + R8_PREFETCH + l, _MM_HINT_T1);
+            d[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[q]));
+            __m256 nd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk[q] + 16)));
+            __m256 mv[8];
+            for (int j = 0; j < 8; j++) mv[j] = _mm256_mul_ps(nd, QT_(qt_rk_u8ps)(blk[q] + 96 + 8 * j));
+            for (int m = 0; m < mr; m++) {
+                const float *bs = qx_bsum(xq + m * xs, K) + 8 * sb;
+                __m256 t[8];
+                for (int j = 0; j < 8; j++) {
+                    t[j] = _mm256_mul_ps(mv[j], _mm256_broadcast_ss(bs + j));
+                    __asm__("" : "+x"(t[j])); /* rounded products: no fused multiply-add (-ffp-contract) */
+                }
+                lo[q][m] = _mm256_add_ps(lo[q][m], _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3])));
+                hi[q][m] = _mm256_add_ps(hi[q][m], _mm256_add_ps(_mm256_add_ps(t[4], t[5]), _mm256_add_ps(t[6], t[7])));
+            }
+        }
+        for (int p = 0; p < 4; p++) {
+            __m256 S[2][2];
+            for (int q = 0; q < ng; q++)
+                for (int e = 0; e < 2; e++) S[q][e] = _mm256_mul_ps(d[q], QT_(qt_rk_u8ps)(blk[q] + 32 + 8 * (2 * p + e)));
+            for (int h = 0; h < 2; h++) {
+                __m256i wr[2][4];
+                for (int q = 0; q < ng; q++)
+                    for (int i = 0; i < 4; i++)
+                        wr[q][i] = _mm256_loadu_si256((const __m256i *)(blk[q] + 160 + 256 * p + 32 * (4 * h + i)));
+                for (int e = 0; e < 2; e++) {
+                    int j = 2 * p + e;
+                    __m256i wv[2][4];
+                    for (int q = 0; q < ng; q++)
+                        for (int i = 0; i < 4; i++)
+                            wv[q][i] = _mm256_and_si256(e ? _mm256_srli_epi16(wr[q][i], 4) : wr[q][i], m4);
+                    for (int m = 0; m < mr; m++) {
+                        const uint8_t *xr = xq + m * xs;
+                        __m256 dx = _mm256_broadcast_ss(qx_scale(xr, K) + 8 * sb + j);
+                        for (int q = 0; q < ng; q++) {
+                            __m256 f = _mm256_cvtepi32_ps(QT_(qt_rk_dot4)(wv[q], xr + 256 * sb + 32 * j + 16 * h));
+                            if (h) hi[q][m] = _mm256_fmadd_ps(f, _mm256_mul_ps(S[q][e], dx), hi[q][m]);
+                            else lo[q][m] = _mm256_fmadd_ps(f, _mm256_mul_ps(S[q][e], dx), lo[q][m]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (int q = 0; q < ng; q++) {
+        float *yq = y + (size_t)8 * stride * q;
+        int nq = q == ng - 1 ? nvl : 8;
+        for (int m = 0; m < mr; m++) {
+            __m256 o = _mm256_add_ps(lo[q][m], hi[q][m]);
+            if (nq == 8) {
+                _mm256_storeu_ps(yq + (size_t)m * ldy, o);
+            } else {
+                float t[8];
+                _mm256_storeu_ps(t, o);
+                for (int r = 0; r < nq; r++) yq[(size_t)m * ldy + r] = t[r];
+            }
+        }
+    }
+}
+
+static QT_NOINLINE_TARGET void QT_(rk_rows)(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K,
+                                            int n0, int n1) {
+    RK_ROWS_BODY(QT_(qt_rk_tile))
+}
+
 MQ_DISPATCH(QT_(qt_tile_mn), QT_(qt_tile), QT_TARGET)
 MQ_TYPED(QT_(qt_tile_any), QT_(qt_tile_mn), QT_TARGET)
 

@@ -55,6 +55,36 @@ void mm_r8_dequant_row(float *out, const uint8_t *w, int n, int K);
 void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
                  int n1);
 
+/* Q4_K repacked for the x86 kernels ("Q4_K x8", made by the backend's weight()
+ * hook at the AVX2 and AVX-512 levels): rows in groups of 8 (the last group
+ * padded with zero rows), a group's 256-column super-blocks one after another,
+ * each RK_BLOCK_BYTES bytes:
+ *   0    d[8]        the 8 rows' fp16 d
+ *   16   ndmin[8]    the 8 rows' fp16 -dmin (negated: exact)
+ *   32   sc[8][8]    sub-block j's 6-bit scale of row r at 32 + 8 j + r
+ *   96   mn[8][8]    the mins, the same way
+ *   160  qs          pair p (sub-blocks 2p, 2p+1) run i (columns 4i..4i+3 of
+ *                    both) at 160 + 256 p + 32 i: row r's 4 bytes at 4 r, each
+ *                    byte the file's qs[32 p + 4 i + t] (sub-block 2p in the low
+ *                    nibble, 2p+1 in the high one)
+ * so one 32-byte load and a mask (or a shift) feed one dot product that
+ * advances all 8 rows by 4 columns of a sub-block (no horizontal adds), and
+ * the scales are read as bytes. The kernel does the same integer sums and
+ * float steps as the file layout's tiles at the same level, so the results
+ * are bit-identical. Type id SPECD_TYPE_Q4_K_R8, never in a file. */
+#define RK_BLOCK_BYTES 1184
+
+/* Bytes of the repacked form of an N x K Q4_K matrix (K a multiple of 256). */
+size_t mm_rk_bytes(int N, int K);
+/* Repacks groups [g0, g1) of 8 rows of an N x K Q4_K matrix (src, row after row) into dst. */
+void mm_rk_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1);
+void mm_rk_repack(uint8_t *dst, const uint8_t *src, int N, int K);
+/* Dequantizes row n of a repacked matrix into out (K): the values ggml's Q4_K dequantizer gives. */
+void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K);
+/* Rows [n0, n1) of y (n0 a multiple of 8; rows past n1 are not written). */
+void mmq_rows_rk(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
+                 int n1);
+
 /* Calls TILE(wtype, mr, nr, ...) with mr (1..5, the row tiles of matmul.c and
  * matmul_q8.c) and nr (4: a tile of 4 strided weight rows; else 1: a leftover
  * row) as constants, so each tile is instantiated with its loops unrolled and

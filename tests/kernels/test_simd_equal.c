@@ -8,9 +8,12 @@
  *   - per level, M rows in one call equal M one-row calls bit for bit (a
  *     verification pass sees decoding's logits), including the widths where
  *     a level's row tile (3 on AVX2, 5 on AVX-512) leaves a partial tile;
+ *   - Q4_K repacked 8 rows at a time (the x86 levels' weight() layout) gives
+ *     the file layout's values bit for bit at each level, alone and split;
  *   - per level through the threaded backend (SPECD_SIMD forces the level;
- *     Q8_0 goes through the repacking weight() hook, 16+ rows through the
- *     prefill path) against the level's single-thread kernel, bit for bit.
+ *     Q8_0, and Q4_K at the x86 levels, go through the repacking weight()
+ *     hook, 16+ rows through the prefill path) against the level's
+ *     single-thread kernel, bit for bit.
  * The comparison is checked to have teeth: one flipped weight bit in one row
  * must be reported. Uses the kernels library only, so it also runs in the
  * aarch64 cross build under qemu. */
@@ -135,6 +138,33 @@ int main(void) {
                                simd_name(lv[l]), ggml_type_name(types[t]), M, K, N);
                     }
                 }
+                /* Q4_K repacked 8 rows at a time (quant.h): bit-identical to the
+                 * file layout at each level, and its rows alone equal its M-row call */
+                if (types[t] == GGML_TYPE_Q4_K) {
+                    uint8_t *rk = malloc(mm_rk_bytes(N, K));
+                    mm_rk_repack(rk, c.w, N, K);
+                    for (int l = 0; l < nl; l++) {
+                        memset(y, 0xff, sizeof(float) * M * N);
+                        mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 0, N);
+                        CHECKF(!memcmp(y, yv[l], sizeof(float) * M * N), "%s q4_K x8 M %d K %d N %d differs from q4_K",
+                               simd_name(lv[l]), M, K, N);
+                        int bad = -1;
+                        for (int m = 0; m < M && bad < 0; m++) {
+                            mm_rows(lv[l], y1, N, NULL, c.xq + mm_qx_row_bytes(K) * m, rk, SPECD_TYPE_Q4_K_R8, 1, K, 0, N);
+                            if (memcmp(y1, yv[l] + (size_t)m * N, sizeof(float) * N)) bad = m;
+                        }
+                        CHECKF(bad < 0, "%s q4_K x8 M %d K %d N %d: row %d differs from the row alone", simd_name(lv[l]),
+                               M, K, N, bad);
+                        if (N > 8) { /* a split at 8 (whole groups) gives the same values */
+                            memset(y, 0xff, sizeof(float) * M * N);
+                            mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 0, 8);
+                            mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 8, N);
+                            CHECKF(!memcmp(y, yv[l], sizeof(float) * M * N), "%s q4_K x8 M %d K %d N %d: split at 8 differs",
+                                   simd_name(lv[l]), M, K, N);
+                        }
+                    }
+                    free(rk);
+                }
                 /* the integer-dot types: AVX2 and AVX-512 agree bit for bit */
                 if (mm_q8_path(types[t]))
                     for (int l = 1; l + 1 < nl; l++)
@@ -164,6 +194,13 @@ int main(void) {
             case_run(&c, lv[l], y);
             CHECKF(case_err(&c, y, ref) > 1.0, "%s %s: a changed weight went unnoticed", simd_name(lv[l]),
                    ggml_type_name(types[t]));
+            if (types[t] == GGML_TYPE_Q4_K) { /* and in the repacked layout */
+                uint8_t *rk = malloc(mm_rk_bytes(N, K));
+                mm_rk_repack(rk, c.w, N, K);
+                mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 0, N);
+                CHECKF(case_err(&c, y, ref) > 1.0, "%s q4_K x8: a changed weight went unnoticed", simd_name(lv[l]));
+                free(rk);
+            }
         }
         free(ref), free(y);
         case_free(&c);
@@ -186,11 +223,19 @@ int main(void) {
                     mm_r8_repack(r8, c.w, N, K);
                     mmq_rows_r8(lv[l], ref, N, c.xq, r8, M, K, 0, N);
                     free(r8);
+                } else if (types[t] == GGML_TYPE_Q4_K && lv[l] != SIMD_GENERIC && lv[l] != SIMD_NEON) {
+                    uint8_t *rk = malloc(mm_rk_bytes(N, K)); /* x86 SIMD levels repack Q4_K */
+                    mm_rk_repack(rk, c.w, N, K);
+                    mmq_rows_rk(lv[l], ref, N, c.xq, rk, M, K, 0, N);
+                    free(rk);
                 } else {
                     case_run(&c, lv[l], ref);
                 }
                 int wt = types[t];
                 const void *bw = be->i->weight(be, c.w, &wt, N, K);
+                if (types[t] == GGML_TYPE_Q4_K)
+                    CHECKF((wt == SPECD_TYPE_Q4_K_R8) == (lv[l] == SIMD_AVX2 || lv[l] == SIMD_AVX512),
+                           "%s: the backend's weight() gave q4_K as type %#x", simd_name(lv[l]), wt);
                 be->i->matmul(be, y, c.x, bw, wt, M, K, N);
                 CHECKF(!memcmp(y, ref, sizeof(float) * M * N), "%s %s M %d: the 3-thread backend differs from the kernel",
                        simd_name(lv[l]), ggml_type_name(types[t]), M);

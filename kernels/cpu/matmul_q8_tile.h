@@ -314,9 +314,107 @@ static inline QT_TARGET __m256 QT_(qt_rk_u8ps)(const uint8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
+#if QT_VNNI
+/* two groups in one 512-bit register (group 0 in lanes 0-7, group 1 in
+ * 8-15), as qt_r8_tile2: the same sums and float steps per lane as
+ * qt_rk_tile, half the instructions (the x bytes go in as vpdpbusd's
+ * broadcast memory operand) */
+static inline QT_TARGET __m512 QT_(qt_rk_u8ps2)(const uint8_t *p0, const uint8_t *p1) {
+    __m128i b = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)p0), _mm_loadl_epi64((const __m128i *)p1));
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(b));
+}
+static inline QT_TARGET __m512 QT_(qt_rk_h2ps2)(const uint8_t *p0, const uint8_t *p1) {
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p0)),
+                                                   _mm_loadu_si128((const __m128i *)p1), 1));
+}
+static inline QT_TARGET void QT_(qt_rk_tile2)(int mr, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
+                                              const uint8_t *g, int nvl, int stride) {
+    const size_t gb = (size_t)(K / 256) * RK_BLOCK_BYTES;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 lo[MQ_MR], hi[MQ_MR];
+    for (int m = 0; m < mr; m++) lo[m] = hi[m] = _mm512_setzero_ps();
+    for (int sb = 0; sb < K / 256; sb++) {
+        const uint8_t *b0 = g + (size_t)sb * RK_BLOCK_BYTES, *b1 = b0 + (size_t)stride * gb;
+        if (R8_PREFETCH)
+            for (int l = 0; l < RK_BLOCK_BYTES; l += 64) {
+                _mm_prefetch((const char *)b0 + R8_PREFETCH + l, _MM_HINT_T1);
+                _mm_prefetch((const char *)b1 + R8_PREFETCH + l, _MM_HINT_T1);
+            }
+        __m512 d = QT_(qt_rk_h2ps2)(b0, b1), nd = QT_(qt_rk_h2ps2)(b0 + 16, b1 + 16);
+        __m512 mv[8];
+        for (int j = 0; j < 8; j++) mv[j] = _mm512_mul_ps(nd, QT_(qt_rk_u8ps2)(b0 + 96 + 8 * j, b1 + 96 + 8 * j));
+        for (int m = 0; m < mr; m++) {
+            const float *bs = qx_bsum(xq + m * xs, K) + 8 * sb;
+            __m512 t[8];
+            for (int j = 0; j < 8; j++) {
+                t[j] = _mm512_mul_ps(mv[j], _mm512_set1_ps(bs[j]));
+                __asm__("" : "+v"(t[j])); /* rounded products: no fused multiply-add (-ffp-contract) */
+            }
+            lo[m] = _mm512_add_ps(lo[m], _mm512_add_ps(_mm512_add_ps(t[0], t[1]), _mm512_add_ps(t[2], t[3])));
+            hi[m] = _mm512_add_ps(hi[m], _mm512_add_ps(_mm512_add_ps(t[4], t[5]), _mm512_add_ps(t[6], t[7])));
+        }
+        for (int p = 0; p < 4; p++) {
+            __m512 S[2];
+            for (int e = 0; e < 2; e++) S[e] = _mm512_mul_ps(d, QT_(qt_rk_u8ps2)(b0 + 32 + 8 * (2 * p + e), b1 + 32 + 8 * (2 * p + e)));
+            for (int h = 0; h < 2; h++) {
+                __m512i wr[4];
+                for (int i = 0; i < 4; i++) {
+                    size_t o = 160 + 256 * p + 32 * (4 * h + i);
+                    wr[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + o))),
+                                               _mm256_loadu_si256((const __m256i *)(b1 + o)), 1);
+                }
+                for (int e = 0; e < 2; e++) {
+                    int j = 2 * p + e;
+                    __m512i wv[4];
+                    for (int i = 0; i < 4; i++) wv[i] = _mm512_and_si512(e ? _mm512_srli_epi16(wr[i], 4) : wr[i], m4);
+                    for (int m = 0; m < mr; m++) {
+                        const uint8_t *xr = xq + m * xs;
+                        int32_t q4[4];
+                        memcpy(q4, xr + 256 * sb + 32 * j + 16 * h, 16);
+                        __m512i sm = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], _mm512_set1_epi32(q4[0]));
+                        sm = _mm512_dpbusd_epi32(sm, wv[1], _mm512_set1_epi32(q4[1]));
+                        sm = _mm512_dpbusd_epi32(sm, wv[2], _mm512_set1_epi32(q4[2]));
+                        sm = _mm512_dpbusd_epi32(sm, wv[3], _mm512_set1_epi32(q4[3]));
+                        __m512 f = _mm512_cvtepi32_ps(sm), sd = _mm512_mul_ps(S[e], _mm512_set1_ps(qx_scale(xr, K)[8 * sb + j]));
+                        if (h) hi[m] = _mm512_fmadd_ps(f, sd, hi[m]);
+                        else lo[m] = _mm512_fmadd_ps(f, sd, lo[m]);
+                    }
+                }
+            }
+        }
+    }
+    float *y1 = y + (size_t)8 * stride;
+    for (int m = 0; m < mr; m++) {
+        __m512 o = _mm512_add_ps(lo[m], hi[m]);
+        _mm256_storeu_ps(y + (size_t)m * ldy, _mm512_castps512_ps256(o));
+        __m256 o1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(o), 1));
+        if (nvl == 8) {
+            _mm256_storeu_ps(y1 + (size_t)m * ldy, o1);
+        } else {
+            float t[8];
+            _mm256_storeu_ps(t, o1);
+            for (int r = 0; r < nvl; r++) y1[(size_t)m * ldy + r] = t[r];
+        }
+    }
+}
+#endif
+
 /* mr input rows x ng (1, 2) groups `stride` groups apart */
 static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
                                              const uint8_t *g, int nvl, int stride) {
+#if QT_VNNI
+    if (ng == 2) {
+        QT_(qt_rk_tile2)(mr, y, ldy, xq, xs, K, g, nvl, stride);
+        return;
+    }
+#else
+    if (ng == 2 && mr > 2) { /* 4 accumulators per input row: 2 groups of 5 rows would not fit 16 registers */
+        QT_(qt_rk_tile)(mr, 1, y, ldy, xq, xs, K, g, 8, stride);
+        QT_(qt_rk_tile)(mr, 1, y + (size_t)8 * stride, ldy, xq, xs, K, g + (size_t)stride * (K / 256) * RK_BLOCK_BYTES,
+                        nvl, stride);
+        return;
+    }
+#endif
     const size_t gb = (size_t)(K / 256) * RK_BLOCK_BYTES;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const uint8_t *gs[2];

@@ -142,6 +142,11 @@ static int set_prefix_cache(const field_value *v, const gw_limits *lim, gw_field
     t->req->no_prefix_cache = !v->b; /* false: neither reuse cached blocks nor leave this prompt's */
     return 0;
 }
+static int set_learn(const field_value *v, const gw_limits *lim, gw_field_target *t, gw_field_error *err) {
+    (void)lim, (void)err;
+    t->req->no_learn = !v->b; /* false: its tokens and features never enter the learning ring */
+    return 0;
+}
 static int set_mode(const field_value *v, const gw_limits *lim, gw_field_target *t, gw_field_error *err) {
     if (v->i == SPEC_MODE_DRAFT && !lim->has_draft)
         return fail(err, GW_ERR_NO_DRAFT, "speculation.mode",
@@ -221,6 +226,7 @@ static const field_row rows[] = {
     {.group = TOP, .key = "seed", .path = "seed", .kind = F_INT, .lo = LLONG_MIN, .hi = LLONG_MAX, .note = "",
      .set = set_seed},
     {.group = TOP, .key = "prefix_cache", .path = "prefix_cache", .kind = F_BOOL, .set = set_prefix_cache},
+    {.group = TOP, .key = "learn", .path = "learn", .kind = F_BOOL, .set = set_learn},
     {.group = OPENAI, .key = "n", .path = "n", .kind = F_INT, .bounds = choices_bounds, .set = set_choices},
     {.group = SPEC, .key = "mode", .path = "speculation.mode", .kind = F_NAME, .name = mode_parse,
      .range = "one of auto, draft, off", .set = set_mode},

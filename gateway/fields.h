@@ -1,6 +1,6 @@
 /* fields.h — the request fields both client protocols share, parsed by ONE
  * table (fields.c): the sampling fields (max_tokens, temperature, top_p,
- * min_p, top_k, seed), prefix_cache, the speculation object (mode, method,
+ * min_p, top_k, seed), prefix_cache, learn, the speculation object (mode, method,
  * verify, gamma, adaptive) and OpenAI's n. The WebSocket parser (protocol.c)
  * and the OpenAI parser (openai_request.c) both call gw_fields_parse, so a field has
  * one name, one type, one range and one error message in both. A new field is one row in
@@ -64,7 +64,7 @@ typedef enum { GW_FIELDS_TOP = 1, GW_FIELDS_SPECULATION = 2, GW_FIELDS_OPENAI = 
 
 /* Where parsed values go. */
 typedef struct {
-    engine_request *req; /* sc, max_tokens, seed, no_prefix_cache, mode, method(_set), verify, gamma, adaptive(_set) */
+    engine_request *req; /* sc, max_tokens, seed, no_prefix_cache, no_learn, mode, method(_set), verify, gamma, adaptive(_set) */
     bool seed_set;       /* a seed was given */
     int n;               /* GW_FIELDS_OPENAI: choices asked for (1 when absent) */
 } gw_field_target;

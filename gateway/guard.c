@@ -162,8 +162,9 @@ int gw_refuse_cross_site(gw_server *s, struct lws *wsi, const char *uri) {
         return gw_refuse_now(wsi, 403, "origin_not_allowed",
                           "a request from a page of another site is refused (see server.cors_origins)", NULL, NULL);
     }
-    /* admin endpoints take no body and need the admin's bearer token, which a
-     * cross-site page cannot send without a preflight */
+    /* admin endpoints need the admin's bearer token, which a cross-site page
+     * cannot send without a preflight; they take no body but /admin/learn's
+     * small JSON object (at most GW_LEARN_BODY_MAX bytes, http.c) */
     if (listed || !strncmp(uri, "/admin/", 7)) return 0;
     char ct[128] = "";
     lws_hdr_copy(wsi, ct, sizeof ct, WSI_TOKEN_HTTP_CONTENT_TYPE);

@@ -3,6 +3,7 @@
  * the web root (no path escapes it). Runs on the event loop thread only. */
 #include "gateway/gw.h"
 #include "gateway/endpoints.h"
+#include "gateway/learn_api.h"
 #include "gateway/metrics.h"
 #include "gateway/openai_request.h"
 #include "gateway/openai_response.h"
@@ -448,6 +449,10 @@ static int route(gw_server *s, gw_conn *c) {
             if (!admin_authorized(s, c)) return c->headers_sent ? 0 : -1;
             return 3;
         }
+        if (!strcmp(u, "/admin/learn")) { /* a small JSON body follows (learn_api.h) */
+            if (!admin_authorized(s, c)) return c->headers_sent ? 0 : -1;
+            return 7;
+        }
         return respond_json(c, 404, oa_simple_error(404, "not_found", "no such endpoint"));
     }
     if (!strcmp(u, "/healthz")) {
@@ -459,7 +464,9 @@ static int route(gw_server *s, gw_conn *c) {
         engine_get_stats(s->eng, &es);
         gw_counters gc = {.connections_open = (uint64_t)s->pool.n_conns, .connections_total = s->connections,
                           .requests_total = s->requests, .slow_disconnects = s->slow_disconnects};
-        char *text = metrics_render(&es, &gc);
+        engine_learn_stats ls;
+        engine_get_learn_stats(s->eng, &ls);
+        char *text = metrics_render(&es, &gc, &ls);
         if (!text) return respond(c, 500, "text/plain", "error\n", 6);
         int rc = respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", text, strlen(text));
         free(text);
@@ -547,7 +554,7 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             json_decref(o);
             return respond_json(c, rc == 0 ? 200 : 422, body) < 0 ? -1 : 0;
         }
-        if (r == 1 || r == 2 || r == 4 || r == 5 || r == 6) {
+        if (r == 1 || r == 2 || r == 4 || r == 5 || r == 6 || r == 7) {
             c->status = r; /* which API: the body follows */
             return 0;
         }
@@ -556,9 +563,9 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
         return 0;
     }
     case LWS_CALLBACK_HTTP_BODY:
-        if (c->status != 1 && c->status != 2 && c->status != 4 && c->status != 5 && c->status != 6) return 0; /* already answered: drop the body */
+        if (c->status < 1 || c->status > 7 || c->status == 3) return 0; /* already answered: drop the body */
         if (!len) return 0; /* a POST with Content-Length: 0 gets one empty call (in == NULL) */
-        if (c->rx_len + len > (size_t)s->cfg.max_message_bytes) {
+        if (c->rx_len + len > (c->status == 7 ? (size_t)GW_LEARN_BODY_MAX : (size_t)s->cfg.max_message_bytes)) {
             c->rx_too_big = true;
             return 0;
         }
@@ -597,6 +604,11 @@ int gw_cb_http(struct lws *wsi, enum lws_callback_reasons reason, void *user, vo
             c->rx_cap = 1;
         }
         if (c->headers_sent) return 0; /* already answered (admin) */
+        if (c->status == 7) { /* POST /admin/learn (the token was checked at the headers) */
+            int st = 200;
+            char *b = gw_learn_admin(s->eng, c->body, c->rx_len, &st);
+            return respond_json(c, st, b) < 0 ? -1 : 0;
+        }
         if (c->status == 4 || c->status == 5 || c->status == 6) {
             int st = 200;
             char *b = c->status == 4 ? gw_ep_tokenize(s, c->body, c->rx_len, &st)

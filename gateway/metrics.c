@@ -179,7 +179,41 @@ static void histogram(tbuf *b, const char *name, const char *help, metrics_hist 
     tb_printf(b, "%s_count %llu\n", name, (unsigned long long)cum);
 }
 
-char *metrics_render(const engine_stats *es, const gw_counters *gc) {
+/* Learning from traffic (issue 37): only while it is on, as the draft's KV
+ * samples only with a draft. */
+static void learn_families(tbuf *b, const engine_learn_stats *ls) {
+    counter(b, "specd:learn_swaps_total", "Learned heads swapped in between engine steps.", ls->swaps);
+    counter(b, "specd:learn_rejected_total",
+            "Candidate heads the trainer refused (not ahead of the live head by speculation.learn_margin).",
+            ls->rejected);
+    counter(b, "specd:learn_rollbacks_total", "Rollbacks to the previous head (POST /admin/learn).", ls->rollbacks);
+    counter(b, "specd:learn_train_positions_total", "Positions (rows) the trainer trained on since start.",
+            (uint64_t)ls->train_positions);
+    counter(b, "specd:learn_ring_pushed_total", "Finished requests recorded into the learning ring.", ls->ring_pushed);
+    counter(b, "specd:learn_ring_dropped_total", "Requests dropped from the learning ring, oldest first, to stay under its cap.",
+            ls->ring_dropped);
+    counter(b, "specd:learn_opted_out_total",
+            "Finished requests kept out of the learning ring (\"learn\": false or a policy rule's learn: false).",
+            ls->opted_out);
+    gauge(b, "specd:learn_head_version", "Version of the live head: 0 at start, +1 at every swap and rollback.",
+          ls->head_version);
+    gauge(b, "specd:learn_paused", "1 while learning is paused (POST /admin/learn or speculation.learn: false).",
+          ls->paused ? 1 : 0);
+    gauge(b, "specd:learn_ring_bytes", "Memory the learning ring holds.", (double)ls->ring_bytes);
+    gauge(b, "specd:learn_ring_cap_bytes", "The learning ring's cap (speculation.learn_ring_mb).", (double)ls->ring_cap);
+    gauge(b, "specd:learn_ring_samples", "Requests in the learning ring.", ls->ring_samples);
+    gauge(b, "specd:learn_ring_positions", "Token positions in the learning ring.", (double)ls->ring_positions);
+    gauge(b, "specd:learn_train_positions_per_second", "The trainer's rows per second over its last round.",
+          ls->train_pos_per_s);
+    gauge(b, "specd:learn_train_cpu_share", "The trainer's busy time over wall time in its last round.",
+          ls->train_cpu_share);
+    gauge(b, "specd:learn_live_accept",
+          "Simulated acceptance (accepted drafts per target pass) of the live head on the last round's held-out slice.",
+          ls->live_accept);
+    gauge(b, "specd:learn_candidate_accept", "The same of the last round's candidate.", ls->cand_accept);
+}
+
+char *metrics_render(const engine_stats *es, const gw_counters *gc, const engine_learn_stats *ls) {
     tbuf b = {malloc(8192), 0, 8192, false};
     if (!b.s) return NULL;
     b.s[0] = '\0';
@@ -303,6 +337,8 @@ char *metrics_render(const engine_stats *es, const gw_counters *gc) {
         family(&b, "specd:prefix_cache_cow_blocks_total", "counter", "Shared KV blocks copied before a write, per model pool.");
         for (int k = 0; k < np; k++) tb_printf(&b, "specd:prefix_cache_cow_blocks_total{model=\"%s\"} %llu\n", pm[k], (unsigned long long)es->prefix_cow[k]);
     }
+
+    if (ls && ls->enabled) learn_families(&b, ls);
 
     histogram(&b, "specd:time_to_first_token_seconds", "Time from request arrival to its first token.", &g.ttft);
     histogram(&b, "specd:time_per_output_token_seconds", "Mean time per output token after the first, per request.",

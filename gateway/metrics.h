@@ -76,8 +76,13 @@ void metrics_count_finished(engine_finish reason);
  *   specd:kv_blocks_used, specd:kv_blocks_free {model="target"|"draft"} gauges
  *   specd:time_to_first_token_seconds, specd:time_per_output_token_seconds histograms
  *   specd:connections_open (gauge), specd:connections_total,
- *   specd:slow_disconnects_total, specd:errors_total{code} counters */
-char *metrics_render(const engine_stats *es, const gw_counters *gc);
+ *   specd:slow_disconnects_total, specd:errors_total{code} counters
+ * and, from ls when learning from traffic is on (NULL or off: omitted):
+ *   specd:learn_swaps_total, _rejected_total, _rollbacks_total, _train_positions_total,
+ *   _ring_pushed_total, _ring_dropped_total, _opted_out_total     counters
+ *   specd:learn_head_version, _paused, _ring_bytes, _ring_cap_bytes, _ring_samples, _ring_positions,
+ *   _train_positions_per_second, _train_cpu_share, _live_accept, _candidate_accept  gauges */
+char *metrics_render(const engine_stats *es, const gw_counters *gc, const engine_learn_stats *ls);
 
 /* ---- glue used by the gateway's event loop (also declared in gw.h) ---------------- */
 

@@ -4,6 +4,7 @@
  * touching its hot path) and queues it on every monitor connection; a client
  * that does not keep up simply misses snapshots. */
 #include "gateway/gw.h"
+#include "gateway/learn_api.h"
 
 
 #include <jansson.h>
@@ -176,6 +177,11 @@ static char *snapshot_json(gw_server *s) {
     json_object_set_new(tr, "branched_steps", json_integer((json_int_t)es.st.tree_steps));
     json_object_set_new(tr, "nodes", json_integer((json_int_t)es.st.tree_nodes));
     json_object_set_new(o, "tree", tr);
+    /* learning from traffic: the page marks each head swap (head_version changes) on its acceptance chart */
+    engine_learn_stats ls;
+    engine_get_learn_stats(s->eng, &ls);
+    json_t *learn = gw_learn_json(&ls, false);
+    if (learn) json_object_set_new(o, "learn", learn);
     json_t *pol = json_object();
     json_object_set_new(pol, "version", json_integer(s->policy_version));
     json_object_set_new(pol, "last_reload_ok", json_boolean(s->policy_reload_ok));

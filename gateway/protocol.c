@@ -36,7 +36,7 @@ static const char *const role_names[] = {"system", "user", "assistant"};
 static const char *const generate_fields[] = {"type",  "id",    "prompt", "messages",    "max_tokens",
                                               "temperature", "top_p", "top_k", "min_p", "seed",
                                               "stop",  "speculation", "content_type", "grammar",
-                                              "response_format", "prefix_cache", "logprobs", "top_logprobs",
+                                              "response_format", "prefix_cache", "learn", "logprobs", "top_logprobs",
                                               /* penalty_fields.c (gw_penalty_keys) */
                                               "presence_penalty", "frequency_penalty", "repetition_penalty",
                                               "repeat_penalty", "repeat_last_n", "logit_bias"};

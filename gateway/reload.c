@@ -3,6 +3,7 @@
  * end in gw_reload, which builds and validates a new snapshot and swaps it in
  * atomically (or keeps the old one and reports why). Also /api/stats. */
 #include "gateway/gw.h"
+#include "gateway/learn_api.h"
 
 
 #include <errno.h>
@@ -283,6 +284,10 @@ char *gw_stats_json(gw_server *s, bool admin) {
         json_object_set_new(pol, "last_reload_message", json_string(s->policy_reload_msg));
     }
     json_object_set_new(o, "policy", pol);
+    engine_learn_stats ls; /* learning from traffic (issue 37); enabled: false when off */
+    engine_get_learn_stats(s->eng, &ls);
+    json_t *learn = gw_learn_json(&ls, admin);
+    if (learn) json_object_set_new(o, "learn", learn);
     if (s->cfg.telemetry) {
         tel_counters tc;
         telemetry_counters(s->cfg.telemetry, &tc);

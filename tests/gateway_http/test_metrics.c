@@ -265,7 +265,7 @@ int main(void) {
     metrics_count_error("we\"ird");
     metrics_count_error(NULL);
 
-    char *t = metrics_render(&es, &gc);
+    char *t = metrics_render(&es, &gc, NULL);
     CHECK(t != NULL);
     parse_expo(t, &E);
     CHECKF(E.why[0] == '\0', "%s\n%s", E.why, t);
@@ -337,7 +337,7 @@ int main(void) {
     gw_metrics_error("invalid_json");
     es.tokens += 5, es.requests_done++;
     gc.requests_total++;
-    t = metrics_render(&es, &gc);
+    t = metrics_render(&es, &gc, NULL);
     parse_expo(t, &E2);
     CHECKF(E2.why[0] == '\0', "%s", E2.why);
     CHECK(val(&E2, "specd:time_to_first_token_seconds_count", "") == 4);
@@ -351,15 +351,40 @@ int main(void) {
 
     /* no draft: no draft samples; no engine: still valid text */
     es.draft_id[0] = '\0';
-    t = metrics_render(&es, NULL);
+    t = metrics_render(&es, NULL, NULL);
     parse_expo(t, &E);
     CHECKF(E.why[0] == '\0', "%s", E.why);
     CHECK(isnan(val(&E, "specd:kv_blocks_used", "model=\"draft\"")) && val(&E, "specd:requests_total", "") == 0);
     free(t);
-    t = metrics_render(NULL, NULL);
+    t = metrics_render(NULL, NULL, NULL);
     parse_expo(t, &E);
     CHECKF(E.why[0] == '\0', "%s", E.why);
     CHECK(find_fam(&E, "specd:num_requests_running") == NULL && find_fam(&E, "specd:time_to_first_token_seconds"));
+    free(t);
+
+    /* learning from traffic (issue 37): its families only while it is on, each with its value */
+    engine_learn_stats ls = {0};
+    t = metrics_render(&es, NULL, &ls);
+    parse_expo(t, &E);
+    CHECKF(E.why[0] == '\0', "%s", E.why);
+    CHECK(find_fam(&E, "specd:learn_swaps_total") == NULL && find_fam(&E, "specd:learn_head_version") == NULL);
+    free(t);
+    ls.enabled = true, ls.swaps = 3, ls.rejected = 5, ls.rollbacks = 1, ls.train_positions = 123456;
+    ls.ring_pushed = 40, ls.ring_dropped = 7, ls.opted_out = 2, ls.head_version = 4, ls.ring_bytes = 1 << 20;
+    ls.ring_cap = 256u << 20, ls.ring_samples = 33, ls.ring_positions = 4096, ls.train_pos_per_s = 812.5;
+    ls.train_cpu_share = 0.25, ls.live_accept = 1.75;
+    t = metrics_render(&es, NULL, &ls);
+    parse_expo(t, &E);
+    CHECKF(E.why[0] == '\0', "%s", E.why);
+    CHECK(val(&E, "specd:learn_swaps_total", "") == 3 && val(&E, "specd:learn_rejected_total", "") == 5);
+    CHECK(val(&E, "specd:learn_rollbacks_total", "") == 1 && val(&E, "specd:learn_train_positions_total", "") == 123456);
+    CHECK(val(&E, "specd:learn_ring_pushed_total", "") == 40 && val(&E, "specd:learn_ring_dropped_total", "") == 7);
+    CHECK(val(&E, "specd:learn_opted_out_total", "") == 2 && val(&E, "specd:learn_head_version", "") == 4);
+    CHECK(val(&E, "specd:learn_ring_bytes", "") == 1 << 20 && val(&E, "specd:learn_ring_positions", "") == 4096);
+    CHECK(val(&E, "specd:learn_train_positions_per_second", "") == 812.5);
+    CHECK(val(&E, "specd:learn_train_cpu_share", "") == 0.25 && val(&E, "specd:learn_live_accept", "") == 1.75);
+    CHECK(!strcmp(find_fam(&E, "specd:learn_swaps_total")->type, "counter") &&
+          !strcmp(find_fam(&E, "specd:learn_ring_bytes")->type, "gauge"));
     free(t);
 
     /* concurrent observers: nothing lost */
@@ -367,7 +392,7 @@ int main(void) {
     pthread_t th[4];
     for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, observer, NULL);
     for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-    t = metrics_render(NULL, NULL);
+    t = metrics_render(NULL, NULL, NULL);
     parse_expo(t, &E);
     CHECKF(E.why[0] == '\0', "%s", E.why);
     CHECK(val(&E, "specd:time_to_first_token_seconds_count", "") == 40000);

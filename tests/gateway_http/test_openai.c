@@ -642,6 +642,7 @@ static void test_shared_fields(void) {
         "\"prefix_cache\":false", "\"speculation\":{\"mode\":\"fast\"}", "\"speculation\":{\"gamma\":9}",
         "\"speculation\":{\"gamma\":4,\"adaptive\":false}", "\"speculation\":{\"method\":\"ngram\"}",
         "\"speculation\":{\"verify\":\"x\"}", "\"speculation\":{\"verify\":\"coupled\"}",
+        "\"learn\":false", "\"learn\":true", "\"learn\":\"no\"", "\"learn\":0",
     };
     /* n is an OpenAI field: the WebSocket protocol refuses it as unknown */
     gw_limits L0 = lim();
@@ -664,7 +665,8 @@ static void test_shared_fields(void) {
             CHECKF(m.req.sc.temperature == r.req.sc.temperature && m.req.sc.top_p == r.req.sc.top_p &&
                        m.req.sc.min_p == r.req.sc.min_p && m.req.sc.top_k == r.req.sc.top_k &&
                        m.req.seed == r.req.seed && m.seed_set == r.seed_set && m.req.max_tokens == r.req.max_tokens &&
-                       m.req.no_prefix_cache == r.req.no_prefix_cache && m.req.mode == r.req.mode &&
+                       m.req.no_prefix_cache == r.req.no_prefix_cache && m.req.no_learn == r.req.no_learn &&
+                       m.req.mode == r.req.mode &&
                        m.req.gamma == r.req.gamma && m.req.adaptive == r.req.adaptive &&
                        m.req.method == r.req.method && m.req.verify == r.req.verify,
                    "%s: parsed differently", cases[i]);
@@ -676,6 +678,29 @@ static void test_shared_fields(void) {
         if (rw == 0) gw_msg_free(&m);
         if (ro == 0) oa_request_free(&r);
     }
+    /* issue 37: "learn": false opts the request out of the learning ring; absent or true leaves it in */
+    static const char *const learn_cases[3][2] = {{"", "0"}, {",\"learn\":true", "0"}, {",\"learn\":false", "1"}};
+    for (int i = 0; i < 3; i++) {
+        char ws[256], oa[256];
+        snprintf(ws, sizeof ws, "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\"%s}", learn_cases[i][0]);
+        snprintf(oa, sizeof oa, "{\"prompt\":\"p\"%s}", learn_cases[i][0]);
+        gw_msg m;
+        gw_error we;
+        oa_request r;
+        oa_error oe;
+        bool want = learn_cases[i][1][0] == '1';
+        CHECK(gw_parse(ws, strlen(ws), &L, &m, &we) == 0);
+        CHECKF(m.req.no_learn == want, "ws %s: no_learn %d", learn_cases[i][0], m.req.no_learn);
+        gw_msg_free(&m);
+        CHECK(oa_parse(false, oa, strlen(oa), &L, &r, &oe) == 0);
+        CHECKF(r.req.no_learn == want, "openai %s: no_learn %d", learn_cases[i][0], r.req.no_learn);
+        oa_request_free(&r);
+    }
+    const char *bad = "{\"type\":\"generate\",\"id\":1,\"prompt\":\"p\",\"learn\":\"no\"}";
+    gw_msg mb;
+    gw_error wb;
+    CHECK(gw_parse(bad, strlen(bad), &L, &mb, &wb) == -1 && !strcmp(wb.code, "wrong_type") &&
+          strstr(wb.message, "'learn'"));
 }
 
 int main(void) {

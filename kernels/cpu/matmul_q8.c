@@ -39,7 +39,7 @@
 #endif
 
 int mm_q8_path(int wtype) {
-    return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == SPECD_TYPE_Q4_K_R8 ||
+    return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == SPECD_TYPE_Q4_K_R8 || wtype == SPECD_TYPE_Q6_K_R8 ||
            wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q4_K ||
            wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K;
 }
@@ -540,6 +540,101 @@ static void rk_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t 
     RK_ROWS_BODY(QG_RK_TILE_NG)
 }
 
+/* ---- Q6_K x8 (see quant.h) -------------------------------------------- */
+
+size_t mm_q6x_bytes(int N, int K) { return (size_t)(N + 7) / 8 * (size_t)(K / 256) * Q6X_BLOCK_BYTES; }
+
+void mm_q6x_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1) {
+    size_t rb = (size_t)(K / 256) * sizeof(blk_q6_k), gb = (size_t)(K / 256) * Q6X_BLOCK_BYTES;
+    for (int g = g0; g < g1; g++) {
+        uint8_t *gd = dst + (size_t)g * gb;
+        int nv = N - 8 * g < 8 ? N - 8 * g : 8; /* rows past N stay zero (d 0) */
+        if (nv < 8) memset(gd, 0, gb);
+        for (int s = 0; s < K / 256; s++) {
+            uint8_t *blk = gd + (size_t)s * Q6X_BLOCK_BYTES;
+            for (int r = 0; r < nv; r++) {
+                const blk_q6_k *q = (const blk_q6_k *)(src + (size_t)(8 * g + r) * rb) + s;
+                memcpy(blk + 2 * r, &q->d, 2);
+                for (int u = 0; u < 16; u++) blk[16 + 8 * u + r] = (uint8_t)q->scales[u];
+                for (int c = 0; c < 4; c++)
+                    for (int i = 0; i < 8; i++) memcpy(blk + 144 + 256 * c + 32 * i + 4 * r, q->ql + 32 * c + 4 * i, 4);
+                for (int h = 0; h < 2; h++)
+                    for (int i = 0; i < 8; i++) memcpy(blk + 1168 + 256 * h + 32 * i + 4 * r, q->qh + 32 * h + 4 * i, 4);
+            }
+        }
+    }
+}
+
+void mm_q6x_repack(uint8_t *dst, const uint8_t *src, int N, int K) { mm_q6x_repack_groups(dst, src, N, K, 0, (N + 7) / 8); }
+
+/* weight c (0..31) of sub-block j of row r, + 32 (0..63) */
+static inline int q6x_q(const uint8_t *blk, int r, int j, int c) {
+    int h = j / 4, s = j % 4, o = 32 * (c / 4) + 4 * r + c % 4;
+    int lo = (blk[144 + 256 * (2 * h + (s & 1)) + o] >> (4 * (s >> 1))) & 0xF;
+    return lo | (((blk[1168 + 256 * h + o] >> (2 * s)) & 3) << 4);
+}
+
+void mm_q6x_dequant_row(float *out, const uint8_t *w, int n, int K) {
+    const uint8_t *g = w + (size_t)(n / 8) * (size_t)(K / 256) * Q6X_BLOCK_BYTES;
+    int r = n % 8;
+    for (int s = 0; s < K / 256; s++) {
+        const uint8_t *blk = g + (size_t)s * Q6X_BLOCK_BYTES;
+        uint16_t hd;
+        memcpy(&hd, blk + 2 * r, 2);
+        float d = fp16_to_f32(hd);
+        for (int j = 0; j < 8; j++)
+            for (int c = 0; c < 32; c++) /* as ggml_dequantize_row computes it */
+                out[256 * s + 32 * j + c] = d * (float)(int8_t)blk[16 + 8 * (2 * j + c / 16) + r] * (float)(q6x_q(blk, r, j, c) - 32);
+    }
+}
+
+/* mr input rows x one group of 8 weight rows: qg_tile's sums and float
+ * steps for Q6_K, so the results are bit-identical to it. */
+QG void qg_q6x_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t xs, int K, const uint8_t *g) {
+    float lo[MQ_MR][8], hi[MQ_MR][8];
+    memset(lo, 0, sizeof(lo));
+    memset(hi, 0, sizeof(hi));
+    for (int s = 0; s < K / 256; s++) {
+        const uint8_t *blk = g + (size_t)s * Q6X_BLOCK_BYTES;
+        float d[8];
+        for (int r = 0; r < 8; r++) {
+            uint16_t hd;
+            memcpy(&hd, blk + 2 * r, 2);
+            d[r] = fp16_to_f32(hd);
+        }
+        for (int j = 0; j < 8; j++)
+            for (int m = 0; m < mr; m++) {
+                const uint8_t *xr = xq + m * xs;
+                const int8_t *qx = (const int8_t *)xr + 256 * s + 32 * j;
+                float dx = qx_scale(xr, K)[8 * s + j];
+                for (int r = 0; r < 8; r++) {
+                    int a = 0, b = 0;
+                    for (int c = 0; c < 16; c++)
+                        a += qx[c] * (q6x_q(blk, r, j, c) - 32), b += qx[c + 16] * (q6x_q(blk, r, j, c + 16) - 32);
+                    float sl = d[r] * (float)(int8_t)blk[16 + 8 * (2 * j) + r], sh = d[r] * (float)(int8_t)blk[16 + 8 * (2 * j + 1) + r];
+                    lo[m][r] += (float)a * (sl * dx);
+                    hi[m][r] += (float)b * (sh * dx);
+                }
+            }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < nv; r++) y[(size_t)m * ldy + r] = lo[m][r] + hi[m][r];
+}
+
+#define Q6X_ROWS_BODY(TILE)                                                                        \
+    size_t xs = mm_qx_row_bytes(K), gb = (size_t)(K / 256) * Q6X_BLOCK_BYTES;                      \
+    int ngr = (n1 - n0 + 7) / 8;                                                                   \
+    R8_ROWS_NG(TILE, 2);
+
+#define QG_Q6X_TILE_NG(mr, ng, y, ldy, xq, xs, K, g, nvl, stride)                                  \
+    for (int q_ = 0; q_ < (ng); q_++)                                                              \
+        qg_q6x_tile(mr, (y) + (size_t)8 * (stride) * q_, ldy, q_ == (ng) - 1 ? (nvl) : 8, xq, xs, K, \
+                    (g) + (size_t)(stride) * q_ * gb)
+
+static void q6x_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
+    Q6X_ROWS_BODY(QG_Q6X_TILE_NG)
+}
+
 /* Instantiates a tile for constant (mr, nr) (quant.h) and wtype so loops
  * unroll and the accumulators stay in registers. */
 #define MQ_DISPATCH(FN, TILE, ATTR)                                                                \
@@ -698,6 +793,16 @@ void mmq_rows_rk(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uin
 #endif
     (void)lvl;
     rk_rows_generic(y, ldy, xq, w, M, K, n0, n1);
+}
+
+void mmq_rows_q6x(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
+                  int n1) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { q6x_rows_vnni(y, ldy, xq, w, M, K, n0, n1); return; }
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { q6x_rows_avx2(y, ldy, xq, w, M, K, n0, n1); return; }
+#endif
+    (void)lvl;
+    q6x_rows_generic(y, ldy, xq, w, M, K, n0, n1);
 }
 
 void mmq_rows(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M, int K,

@@ -493,6 +493,164 @@ static QT_NOINLINE_TARGET void QT_(rk_rows)(float *y, int ldy, const uint8_t *xq
     RK_ROWS_BODY(QT_(qt_rk_tile))
 }
 
+/* ---- Q6_K x8 (quant.h) ----
+ * Per sub-block j and half: the 4 runs' weights + 32 (0..63) from a ql run
+ * (nibble) and a qh run (2 bits), the dot products started at -32 times the
+ * half's x sum (exact: the sum of q * qx, as qt_tile's shift), then
+ * acc = fma(float(sum), (d sc_u) dx_j, acc): qt_tile's steps per row.
+ * AVX2 adds two vpmaddubsw products in int16 (|.| <= 2 * 2 * 63 * 127 =
+ * 32004: exact) before each vpmaddwd. */
+static inline QT_TARGET __m256i QT_(qt_q6x_w)(const uint8_t *blk, int j, int i) {
+    int h = j / 4, s = j % 4;
+    __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 144 + 256 * (2 * h + (s & 1)) + 32 * i));
+    __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 1168 + 256 * h + 32 * i));
+    l = _mm256_and_si256(s >> 1 ? _mm256_srli_epi16(l, 4) : l, _mm256_set1_epi8(0x0F));
+    q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
+    return _mm256_or_si256(l, _mm256_slli_epi16(q, 4));
+}
+
+static inline QT_TARGET __m256i QT_(qt_q6x_dot4)(__m256i init, const __m256i *wv, const uint8_t *xb) {
+    int32_t q4[4];
+    memcpy(q4, xb, 16);
+#if QT_VNNI
+    __m256i s = _mm256_dpbusd_epi32(init, wv[0], _mm256_set1_epi32(q4[0]));
+    s = _mm256_dpbusd_epi32(s, wv[1], _mm256_set1_epi32(q4[1]));
+    s = _mm256_dpbusd_epi32(s, wv[2], _mm256_set1_epi32(q4[2]));
+    return _mm256_dpbusd_epi32(s, wv[3], _mm256_set1_epi32(q4[3]));
+#else
+    const __m256i one = _mm256_set1_epi16(1);
+    __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[0], _mm256_set1_epi32(q4[0])),
+                                   _mm256_maddubs_epi16(wv[1], _mm256_set1_epi32(q4[1])));
+    __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2], _mm256_set1_epi32(q4[2])),
+                                   _mm256_maddubs_epi16(wv[3], _mm256_set1_epi32(q4[3])));
+    return _mm256_add_epi32(init, _mm256_add_epi32(_mm256_madd_epi16(p01, one), _mm256_madd_epi16(p23, one)));
+#endif
+}
+
+#if QT_VNNI
+static inline QT_TARGET void QT_(qt_q6x_tile2)(int mr, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
+                                               const uint8_t *g, int nvl, int stride) {
+    const size_t gb = (size_t)(K / 256) * Q6X_BLOCK_BYTES;
+    __m512 lo[MQ_MR], hi[MQ_MR];
+    for (int m = 0; m < mr; m++) lo[m] = hi[m] = _mm512_setzero_ps();
+    for (int sb = 0; sb < K / 256; sb++) {
+        const uint8_t *b0 = g + (size_t)sb * Q6X_BLOCK_BYTES, *b1 = b0 + (size_t)stride * gb;
+        if (R8_PREFETCH)
+            for (int l = 0; l < Q6X_BLOCK_BYTES; l += 64) {
+                _mm_prefetch((const char *)b0 + R8_PREFETCH + l, _MM_HINT_T1);
+                _mm_prefetch((const char *)b1 + R8_PREFETCH + l, _MM_HINT_T1);
+            }
+        __m512 d = QT_(qt_rk_h2ps2)(b0, b1);
+        for (int j = 0; j < 8; j++)
+            for (int hh = 0; hh < 2; hh++) {
+                int u = 2 * j + hh;
+                __m128i sc8 = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(b0 + 16 + 8 * u)),
+                                                 _mm_loadl_epi64((const __m128i *)(b1 + 16 + 8 * u)));
+                __m512 S = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)));
+                __m512i wv[4];
+                for (int i = 0; i < 4; i++)
+                    wv[i] = _mm512_inserti64x4(_mm512_castsi256_si512(QT_(qt_q6x_w)(b0, j, 4 * hh + i)),
+                                               QT_(qt_q6x_w)(b1, j, 4 * hh + i), 1);
+                for (int m = 0; m < mr; m++) {
+                    const uint8_t *xr = xq + m * xs;
+                    int32_t q4[4];
+                    memcpy(q4, xr + 256 * sb + 32 * j + 16 * hh, 16);
+                    __m512i sm = _mm512_set1_epi32(-32 * qx_halves(xr, K)[8 * (8 * sb + j) + 4 * hh]);
+                    for (int i = 0; i < 4; i++) sm = _mm512_dpbusd_epi32(sm, wv[i], _mm512_set1_epi32(q4[i]));
+                    __m512 f = _mm512_cvtepi32_ps(sm), sd = _mm512_mul_ps(S, _mm512_set1_ps(qx_scale(xr, K)[8 * sb + j]));
+                    if (hh) hi[m] = _mm512_fmadd_ps(f, sd, hi[m]);
+                    else lo[m] = _mm512_fmadd_ps(f, sd, lo[m]);
+                }
+            }
+    }
+    float *y1 = y + (size_t)8 * stride;
+    for (int m = 0; m < mr; m++) {
+        __m512 o = _mm512_add_ps(lo[m], hi[m]);
+        _mm256_storeu_ps(y + (size_t)m * ldy, _mm512_castps512_ps256(o));
+        __m256 o1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(o), 1));
+        if (nvl == 8) {
+            _mm256_storeu_ps(y1 + (size_t)m * ldy, o1);
+        } else {
+            float t[8];
+            _mm256_storeu_ps(t, o1);
+            for (int r = 0; r < nvl; r++) y1[(size_t)m * ldy + r] = t[r];
+        }
+    }
+}
+#endif
+
+static inline QT_TARGET void QT_(qt_q6x_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
+                                              const uint8_t *g, int nvl, int stride) {
+#if QT_VNNI
+    if (ng == 2) {
+        QT_(qt_q6x_tile2)(mr, y, ldy, xq, xs, K, g, nvl, stride);
+        return;
+    }
+#else
+    if (ng == 2 && mr > 2) { /* as qt_rk_tile */
+        QT_(qt_q6x_tile)(mr, 1, y, ldy, xq, xs, K, g, 8, stride);
+        QT_(qt_q6x_tile)(mr, 1, y + (size_t)8 * stride, ldy, xq, xs, K,
+                         g + (size_t)stride * (K / 256) * Q6X_BLOCK_BYTES, nvl, stride);
+        return;
+    }
+#endif
+    const size_t gb = (size_t)(K / 256) * Q6X_BLOCK_BYTES;
+    const uint8_t *gs[2];
+    for (int q = 0; q < ng; q++) gs[q] = g + (size_t)stride * q * gb;
+    __m256 lo[2][MQ_MR], hi[2][MQ_MR];
+    for (int q = 0; q < ng; q++)
+        for (int m = 0; m < mr; m++) lo[q][m] = hi[q][m] = _mm256_setzero_ps();
+    for (int sb = 0; sb < K / 256; sb++) {
+        const uint8_t *blk[2];
+        __m256 d[2];
+        for (int q = 0; q < ng; q++) {
+            blk[q] = gs[q] + (size_t)sb * Q6X_BLOCK_BYTES;
+            if (R8_PREFETCH)
+                for (int l = 0; l < Q6X_BLOCK_BYTES; l += 64) _mm_prefetch((const char *)blk[q] + R8_PREFETCH + l, _MM_HINT_T1);
+            d[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[q]));
+        }
+        for (int j = 0; j < 8; j++)
+            for (int hh = 0; hh < 2; hh++) {
+                int u = 2 * j + hh;
+                __m256 S[2];
+                __m256i wv[2][4];
+                for (int q = 0; q < ng; q++) {
+                    S[q] = _mm256_mul_ps(d[q], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk[q] + 16 + 8 * u)))));
+                    for (int i = 0; i < 4; i++) wv[q][i] = QT_(qt_q6x_w)(blk[q], j, 4 * hh + i);
+                }
+                for (int m = 0; m < mr; m++) {
+                    const uint8_t *xr = xq + m * xs;
+                    __m256i init = _mm256_set1_epi32(-32 * qx_halves(xr, K)[8 * (8 * sb + j) + 4 * hh]);
+                    __m256 dx = _mm256_broadcast_ss(qx_scale(xr, K) + 8 * sb + j);
+                    for (int q = 0; q < ng; q++) {
+                        __m256 f = _mm256_cvtepi32_ps(QT_(qt_q6x_dot4)(init, wv[q], xr + 256 * sb + 32 * j + 16 * hh));
+                        if (hh) hi[q][m] = _mm256_fmadd_ps(f, _mm256_mul_ps(S[q], dx), hi[q][m]);
+                        else lo[q][m] = _mm256_fmadd_ps(f, _mm256_mul_ps(S[q], dx), lo[q][m]);
+                    }
+                }
+            }
+    }
+    for (int q = 0; q < ng; q++) {
+        float *yq = y + (size_t)8 * stride * q;
+        int nq = q == ng - 1 ? nvl : 8;
+        for (int m = 0; m < mr; m++) {
+            __m256 o = _mm256_add_ps(lo[q][m], hi[q][m]);
+            if (nq == 8) {
+                _mm256_storeu_ps(yq + (size_t)m * ldy, o);
+            } else {
+                float t[8];
+                _mm256_storeu_ps(t, o);
+                for (int r = 0; r < nq; r++) yq[(size_t)m * ldy + r] = t[r];
+            }
+        }
+    }
+}
+
+static QT_NOINLINE_TARGET void QT_(q6x_rows)(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K,
+                                             int n0, int n1) {
+    Q6X_ROWS_BODY(QT_(qt_q6x_tile))
+}
+
 MQ_DISPATCH(QT_(qt_tile_mn), QT_(qt_tile), QT_TARGET)
 MQ_TYPED(QT_(qt_tile_any), QT_(qt_tile_mn), QT_TARGET)
 

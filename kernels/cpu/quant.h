@@ -85,6 +85,26 @@ void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K);
 void mmq_rows_rk(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
                  int n1);
 
+/* Q6_K repacked the same way ("Q6_K x8", SPECD_TYPE_Q6_K_R8), each group's
+ * super-block Q6X_BLOCK_BYTES bytes (as many as the file's 8 blocks):
+ *   0     d[8]        the 8 rows' fp16 d
+ *   16    sc[16][8]   16-weight group u's int8 scale of row r at 16 + 8 u + r
+ *   144   ql          file byte run c (ql[32 c ..], c 0..3) run i at
+ *                     144 + 256 c + 32 i: row r's ql[32 c + 4 i + t] at 4 r + t
+ *   1168  qh          half h (qh[32 h ..]) run i at 1168 + 256 h + 32 i, the same
+ * Sub-block j = 4 h + s (the file's order) takes its low 4 bits from ql byte
+ * run c = 2 h + (s & 1) (high nibble when s >= 2) and bits 4-5 from qh half h
+ * at bit 2 s. The kernel does the file layout's sums (weights + 32, less 32
+ * times the x half sums) and float steps: bit-identical results. */
+#define Q6X_BLOCK_BYTES 1680
+
+size_t mm_q6x_bytes(int N, int K);
+void mm_q6x_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1);
+void mm_q6x_repack(uint8_t *dst, const uint8_t *src, int N, int K);
+void mm_q6x_dequant_row(float *out, const uint8_t *w, int n, int K);
+void mmq_rows_q6x(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
+                  int n1);
+
 /* Calls TILE(wtype, mr, nr, ...) with mr (1..5, the row tiles of matmul.c and
  * matmul_q8.c) and nr (4: a tile of 4 strided weight rows; else 1: a leftover
  * row) as constants, so each tile is instantiated with its loops unrolled and

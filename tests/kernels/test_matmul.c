@@ -2,8 +2,8 @@
  * double-precision reference over dequantized weights (and, for the integer-dot
  * types, activations rounded as that path rounds them, written out here), for
  * all weight types, M from 1 to 13 (tile edges), K with and without a tail, N
- * not a multiple of the 4-row tile; Q8_0 and Q4_K repacked 8 rows at a time
- * against the file layout; the activation quantizer's bytes on every path; the threaded
+ * not a multiple of the 4-row tile; Q8_0, Q4_K and Q6_K repacked 8 rows at a
+ * time against the file layout; the activation quantizer's bytes on every path; the threaded
  * backend op against the single-thread kernel; and rows of a batch against the
  * same rows alone. */
 #include "kernels/backend.h"
@@ -248,51 +248,55 @@ int main(void) {
             }
     }
 
-    /* Q4_K repacked 8 rows at a time (the CPU backend's weight() layout at the
-     * x86 SIMD levels): the backend's threaded repack gives mm_rk_repack's
-     * bytes, its rows dequantize to the file rows' values, and the kernels
-     * give the file layout's results bit for bit (N not a multiple of 8) */
-    {
+    /* Q4_K and Q6_K repacked 8 rows at a time (the CPU backend's weight()
+     * layouts at the x86 SIMD levels): the backend's threaded repack gives the
+     * repack's bytes, their rows dequantize to the file rows' values, and the
+     * kernels give the file layout's results bit for bit (N not a multiple of 8) */
+    for (int kt = 0; kt < 2; kt++) {
+        const int ft = kt ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K, xt = kt ? SPECD_TYPE_Q6_K_R8 : SPECD_TYPE_Q4_K_R8;
         const int Ns[] = {8, 13, 300}, Ks[] = {256, 768};
         for (int ni = 0; ni < 3; ni++)
             for (int ki = 0; ki < 2; ki++) {
                 int N = Ns[ni], K = Ks[ki], Mmax = 6;
-                size_t rb = mm_row_bytes(GGML_TYPE_Q4_K, K);
-                uint8_t *w = malloc(rb * N), *rk = malloc(mm_rk_bytes(N, K)), *xq = malloc(mm_qx_row_bytes(K) * Mmax);
+                size_t rb = mm_row_bytes(ft, K), xb = kt ? mm_q6x_bytes(N, K) : mm_rk_bytes(N, K);
+                uint8_t *w = malloc(rb * N), *rk = malloc(xb), *xq = malloc(mm_qx_row_bytes(K) * Mmax);
                 float *wf = malloc(sizeof(float) * K * 2), *x = malloc(sizeof(float) * Mmax * K);
                 float *ya = malloc(sizeof(float) * Mmax * N), *yb = malloc(sizeof(float) * Mmax * N);
                 for (int n = 0; n < N; n++) {
                     for (int k = 0; k < K; k++) wf[k] = frand();
-                    ggml_quantize_row(w + rb * n, GGML_TYPE_Q4_K, wf, K);
+                    ggml_quantize_row(w + rb * n, ft, wf, K);
                 }
-                mm_rk_repack(rk, w, N, K);
-                setenv("SPECD_SIMD", "avx2", 1); /* a level that repacks Q4_K, where the CPU has one */
+                if (kt) mm_q6x_repack(rk, w, N, K);
+                else mm_rk_repack(rk, w, N, K);
+                setenv("SPECD_SIMD", "avx2", 1); /* a level that repacks them, where the CPU has one */
                 backend *bx = backend_cpu_create(3);
-                int t = GGML_TYPE_Q4_K;
+                int t = ft;
                 const void *bw = bx->i->weight(bx, w, &t, N, K);
-                if (t == SPECD_TYPE_Q4_K_R8)
-                    CHECKF(!memcmp(bw, rk, mm_rk_bytes(N, K)), "backend weight() repack of q4_K %d x %d differs", N, K);
+                if (t == xt)
+                    CHECKF(!memcmp(bw, rk, xb), "backend weight() repack of %s %d x %d differs", ggml_type_name(ft), N, K);
                 else
                     CHECKF(bw == w && strcmp(backend_cpu_simd(), "avx2") && strcmp(backend_cpu_simd(), "avx512"),
-                           "q4_K not repacked at %s", backend_cpu_simd());
+                           "%s not repacked at %s", ggml_type_name(ft), backend_cpu_simd());
                 bx->i->weight_release(bx, w, bw);
                 backend_destroy(bx);
                 unsetenv("SPECD_SIMD");
                 for (int n = 0; n < N; n += 3) {
-                    mm_dequant_row(wf, w + rb * n, GGML_TYPE_Q4_K, K);
-                    mm_rk_dequant_row(wf + K, rk, n, K);
-                    CHECKF(!memcmp(wf, wf + K, sizeof(float) * K), "q4_K x8 row %d of %d dequantizes differently", n, N);
+                    mm_dequant_row(wf, w + rb * n, ft, K);
+                    if (kt) mm_q6x_dequant_row(wf + K, rk, n, K);
+                    else mm_rk_dequant_row(wf + K, rk, n, K);
+                    CHECKF(!memcmp(wf, wf + K, sizeof(float) * K), "%s x8 row %d of %d dequantizes differently",
+                           ggml_type_name(ft), n, N);
                 }
                 for (int i = 0; i < Mmax * K; i++) x[i] = frand();
                 for (int li = 0; li < n_lvls; li++) {
                     simd_level lvl = lvls[li];
                     mm_quantize_x(lvl, xq, x, Mmax, K);
                     for (int M = 1; M <= Mmax; M++) {
-                        mm_rows(lvl, ya, N, x, xq, w, GGML_TYPE_Q4_K, M, K, 0, N);
+                        mm_rows(lvl, ya, N, x, xq, w, ft, M, K, 0, N);
                         memset(yb, 0xff, sizeof(float) * M * N);
-                        mmq_rows_rk(lvl, yb, N, xq, rk, M, K, 0, N);
-                        CHECKF(!memcmp(ya, yb, sizeof(float) * M * N), "%s: q4_K x8 M %d K %d N %d differs from q4_K",
-                               simd_name(lvl), M, K, N);
+                        mm_rows(lvl, yb, N, x, xq, rk, xt, M, K, 0, N);
+                        CHECKF(!memcmp(ya, yb, sizeof(float) * M * N), "%s: %s x8 M %d K %d N %d differs from the file layout",
+                               simd_name(lvl), ggml_type_name(ft), M, K, N);
                     }
                 }
                 free(w), free(rk), free(xq), free(wf), free(x), free(ya), free(yb);

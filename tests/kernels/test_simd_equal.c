@@ -8,10 +8,11 @@
  *   - per level, M rows in one call equal M one-row calls bit for bit (a
  *     verification pass sees decoding's logits), including the widths where
  *     a level's row tile (3 on AVX2, 5 on AVX-512) leaves a partial tile;
- *   - Q4_K repacked 8 rows at a time (the x86 levels' weight() layout) gives
- *     the file layout's values bit for bit at each level, alone and split;
+ *   - Q4_K and Q6_K repacked 8 rows at a time (the x86 levels' weight()
+ *     layouts) give the file layout's values bit for bit at each level, alone
+ *     and split;
  *   - per level through the threaded backend (SPECD_SIMD forces the level;
- *     Q8_0, and Q4_K at the x86 levels, go through the repacking weight()
+ *     Q8_0, and Q4_K/Q6_K at the x86 levels, go through the repacking weight()
  *     hook, 16+ rows through the prefill path) against the level's
  *     single-thread kernel, bit for bit.
  * The comparison is checked to have teeth: one flipped weight bit in one row
@@ -84,6 +85,16 @@ static double case_err(const mm_case *c, const float *a, const float *b) {
     return worst;
 }
 
+/* The K-quants the x86 levels repack 8 rows at a time (quant.h): the
+ * repacked type (0: none), its bytes, the repack. */
+static int kx_type(int t) { return t == GGML_TYPE_Q4_K ? SPECD_TYPE_Q4_K_R8 : t == GGML_TYPE_Q6_K ? SPECD_TYPE_Q6_K_R8 : 0; }
+static uint8_t *kx_repack(int t, const uint8_t *w, int N, int K) {
+    uint8_t *p = malloc(t == GGML_TYPE_Q4_K ? mm_rk_bytes(N, K) : mm_q6x_bytes(N, K));
+    if (t == GGML_TYPE_Q4_K) mm_rk_repack(p, w, N, K);
+    else mm_q6x_repack(p, w, N, K);
+    return p;
+}
+
 int main(void) {
     simd_level lv[SIMD_LEVELS_MAX];
     int nl = simd_available(lv);
@@ -138,29 +149,29 @@ int main(void) {
                                simd_name(lv[l]), ggml_type_name(types[t]), M, K, N);
                     }
                 }
-                /* Q4_K repacked 8 rows at a time (quant.h): bit-identical to the
-                 * file layout at each level, and its rows alone equal its M-row call */
-                if (types[t] == GGML_TYPE_Q4_K) {
-                    uint8_t *rk = malloc(mm_rk_bytes(N, K));
-                    mm_rk_repack(rk, c.w, N, K);
+                /* Q4_K and Q6_K repacked 8 rows at a time (quant.h): bit-identical
+                 * to the file layout at each level, and rows alone equal the M-row call */
+                if (kx_type(types[t])) {
+                    int xt = kx_type(types[t]);
+                    uint8_t *rk = kx_repack(types[t], c.w, N, K);
                     for (int l = 0; l < nl; l++) {
                         memset(y, 0xff, sizeof(float) * M * N);
-                        mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 0, N);
-                        CHECKF(!memcmp(y, yv[l], sizeof(float) * M * N), "%s q4_K x8 M %d K %d N %d differs from q4_K",
-                               simd_name(lv[l]), M, K, N);
+                        mm_rows(lv[l], y, N, c.x, c.xq, rk, xt, M, K, 0, N);
+                        CHECKF(!memcmp(y, yv[l], sizeof(float) * M * N), "%s %s x8 M %d K %d N %d differs from the file layout",
+                               simd_name(lv[l]), ggml_type_name(types[t]), M, K, N);
                         int bad = -1;
                         for (int m = 0; m < M && bad < 0; m++) {
-                            mm_rows(lv[l], y1, N, NULL, c.xq + mm_qx_row_bytes(K) * m, rk, SPECD_TYPE_Q4_K_R8, 1, K, 0, N);
+                            mm_rows(lv[l], y1, N, NULL, c.xq + mm_qx_row_bytes(K) * m, rk, xt, 1, K, 0, N);
                             if (memcmp(y1, yv[l] + (size_t)m * N, sizeof(float) * N)) bad = m;
                         }
-                        CHECKF(bad < 0, "%s q4_K x8 M %d K %d N %d: row %d differs from the row alone", simd_name(lv[l]),
-                               M, K, N, bad);
+                        CHECKF(bad < 0, "%s %s x8 M %d K %d N %d: row %d differs from the row alone", simd_name(lv[l]),
+                               ggml_type_name(types[t]), M, K, N, bad);
                         if (N > 8) { /* a split at 8 (whole groups) gives the same values */
                             memset(y, 0xff, sizeof(float) * M * N);
-                            mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 0, 8);
-                            mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 8, N);
-                            CHECKF(!memcmp(y, yv[l], sizeof(float) * M * N), "%s q4_K x8 M %d K %d N %d: split at 8 differs",
-                                   simd_name(lv[l]), M, K, N);
+                            mm_rows(lv[l], y, N, c.x, c.xq, rk, xt, M, K, 0, 8);
+                            mm_rows(lv[l], y, N, c.x, c.xq, rk, xt, M, K, 8, N);
+                            CHECKF(!memcmp(y, yv[l], sizeof(float) * M * N), "%s %s x8 M %d K %d N %d: split at 8 differs",
+                                   simd_name(lv[l]), ggml_type_name(types[t]), M, K, N);
                         }
                     }
                     free(rk);
@@ -194,11 +205,11 @@ int main(void) {
             case_run(&c, lv[l], y);
             CHECKF(case_err(&c, y, ref) > 1.0, "%s %s: a changed weight went unnoticed", simd_name(lv[l]),
                    ggml_type_name(types[t]));
-            if (types[t] == GGML_TYPE_Q4_K) { /* and in the repacked layout */
-                uint8_t *rk = malloc(mm_rk_bytes(N, K));
-                mm_rk_repack(rk, c.w, N, K);
-                mm_rows(lv[l], y, N, c.x, c.xq, rk, SPECD_TYPE_Q4_K_R8, M, K, 0, N);
-                CHECKF(case_err(&c, y, ref) > 1.0, "%s q4_K x8: a changed weight went unnoticed", simd_name(lv[l]));
+            if (kx_type(types[t])) { /* and in the repacked layout */
+                uint8_t *rk = kx_repack(types[t], c.w, N, K);
+                mm_rows(lv[l], y, N, c.x, c.xq, rk, kx_type(types[t]), M, K, 0, N);
+                CHECKF(case_err(&c, y, ref) > 1.0, "%s %s x8: a changed weight went unnoticed", simd_name(lv[l]),
+                       ggml_type_name(types[t]));
                 free(rk);
             }
         }
@@ -223,19 +234,18 @@ int main(void) {
                     mm_r8_repack(r8, c.w, N, K);
                     mmq_rows_r8(lv[l], ref, N, c.xq, r8, M, K, 0, N);
                     free(r8);
-                } else if (types[t] == GGML_TYPE_Q4_K && lv[l] != SIMD_GENERIC && lv[l] != SIMD_NEON) {
-                    uint8_t *rk = malloc(mm_rk_bytes(N, K)); /* x86 SIMD levels repack Q4_K */
-                    mm_rk_repack(rk, c.w, N, K);
-                    mmq_rows_rk(lv[l], ref, N, c.xq, rk, M, K, 0, N);
+                } else if (kx_type(types[t]) && lv[l] != SIMD_GENERIC && lv[l] != SIMD_NEON) {
+                    uint8_t *rk = kx_repack(types[t], c.w, N, K); /* x86 SIMD levels repack Q4_K and Q6_K */
+                    mm_rows(lv[l], ref, N, c.x, c.xq, rk, kx_type(types[t]), M, K, 0, N);
                     free(rk);
                 } else {
                     case_run(&c, lv[l], ref);
                 }
                 int wt = types[t];
                 const void *bw = be->i->weight(be, c.w, &wt, N, K);
-                if (types[t] == GGML_TYPE_Q4_K)
-                    CHECKF((wt == SPECD_TYPE_Q4_K_R8) == (lv[l] == SIMD_AVX2 || lv[l] == SIMD_AVX512),
-                           "%s: the backend's weight() gave q4_K as type %#x", simd_name(lv[l]), wt);
+                if (kx_type(types[t]))
+                    CHECKF((wt == kx_type(types[t])) == (lv[l] == SIMD_AVX2 || lv[l] == SIMD_AVX512),
+                           "%s: the backend's weight() gave %s as type %#x", simd_name(lv[l]), ggml_type_name(types[t]), wt);
                 be->i->matmul(be, y, c.x, bw, wt, M, K, N);
                 CHECKF(!memcmp(y, ref, sizeof(float) * M * N), "%s %s M %d: the 3-thread backend differs from the kernel",
                        simd_name(lv[l]), ggml_type_name(types[t]), M);

@@ -22,6 +22,15 @@ const css = (name) => getComputedStyle(document.documentElement).getPropertyValu
 // Column arrays in uPlot's layout: x (unix seconds) then one array per value.
 const series = {
   x: [], tps: [], alpha: [], meanAcc: [], prop: [], ttft50: [], ttft99: [], tpot50: [], tpot99: [],
+  eagleAcc: [], liveAcc: [], // learning from traffic: the EAGLE head's served acceptance, its held-out figure
+};
+// head swaps seen in the feed (learn.head_version changed): {t, version}, drawn as markers on the learning chart
+const swaps = [];
+let swapsSeen = 0;
+let lastHeadVersion = null;
+const eagleRate = (s) => {
+  const e = (s?.proposal?.by_method || []).find((x) => x && x.method === 'eagle');
+  return e ? num(e.accept_rate) : null;
 };
 const fmtNum = (v) => fmtMs(v).replace(' ms', '');
 const num = (v) => (v === null || v === undefined || !Number.isFinite(Number(v)) ? null : Number(v));
@@ -36,7 +45,10 @@ function pushPoint(t, s) {
   series.ttft99.push(s ? num(s.ttft_ms?.p99) : null);
   series.tpot50.push(s ? num(s.tpot_ms?.p50) : null);
   series.tpot99.push(s ? num(s.tpot_ms?.p99) : null);
+  series.eagleAcc.push(s ? eagleRate(s) : null);
+  series.liveAcc.push(s && s.learn?.enabled && s.learn.rounds > 0 ? num(s.learn.live_accept) : null);
   while (series.x.length && series.x[0] < t - WINDOW_S) for (const k in series) series[k].shift();
+  while (swaps.length && swaps[0].t < t - WINDOW_S) swaps.shift();
 }
 
 /* ---- charts --------------------------------------------------------------- */
@@ -50,8 +62,9 @@ function makeChart(boxId, opts, data) {
   if (!uPlot) return null;
   const box = $(boxId);
   // for tests and curious users: the x axis's tick labels as drawn (uPlot draws them on a canvas)
-  const hooks = { draw: [(u) => { box.dataset.xlabels = JSON.stringify(u.axes[0]._values || []); }] };
-  const u = new uPlot({ width: Math.max(200, box.clientWidth), height: 180, legend: { live: false }, hooks, ...opts },
+  const hooks = { draw: [(u) => { box.dataset.xlabels = JSON.stringify(u.axes[0]._values || []); },
+    ...(opts.hooks?.draw || [])] };
+  const u = new uPlot({ width: Math.max(200, box.clientWidth), height: 180, legend: { live: false }, ...opts, hooks },
     data, box);
   new ResizeObserver(() => u.setSize({ width: Math.max(200, box.clientWidth), height: 180 })).observe(box);
   charts.push(u);
@@ -100,11 +113,43 @@ const chartHist = makeChart('chart-hist', {
   axes: [{ ...axisStyle(), incrs: [1], values: (u, vals) => vals.map((v) => String(v)) }, axisStyle()],
 }, [[0], [0]]);
 
+// a dashed vertical line with its version at each head swap inside the chart's time range
+function drawSwaps(u) {
+  const { ctx, bbox } = u;
+  ctx.save();
+  ctx.strokeStyle = css('--s2');
+  ctx.fillStyle = css('--s2');
+  ctx.lineWidth = 1.5 * devicePixelRatio;
+  ctx.setLineDash([5 * devicePixelRatio, 4 * devicePixelRatio]);
+  ctx.font = `${11 * devicePixelRatio}px sans-serif`;
+  for (const sw of swaps) {
+    const x = Math.round(u.valToPos(sw.t, 'x', true));
+    if (x < bbox.left || x > bbox.left + bbox.width) continue;
+    ctx.beginPath();
+    ctx.moveTo(x, bbox.top);
+    ctx.lineTo(x, bbox.top + bbox.height);
+    ctx.stroke();
+    ctx.fillText(`v${sw.version}`, x + 3 * devicePixelRatio, bbox.top + 12 * devicePixelRatio);
+  }
+  ctx.restore();
+}
+
+const chartLearn = makeChart('chart-learn', {
+  series: [{ value: (u, v) => fmtClock(v) },
+    line('α (all proposers)', css('--s1'), { scale: 'a', value: (u, v) => fmt(v, 2) }),
+    line('EAGLE head acceptance', css('--s3'), { scale: 'a', value: (u, v) => fmt(v, 2) }),
+    line('held-out accepted / pass', css('--s4'), { scale: 'm', dash: [4, 3], value: (u, v) => fmt(v, 2) })],
+  axes: [timeAxis(), { ...axisStyle(), scale: 'a' }, { ...axisStyle(), scale: 'm', side: 1, grid: { show: false } }],
+  scales: { x: timeScale, a: { range: [0, 1] }, m: { range: (u, min, max) => [0, Math.max(1, Math.ceil(max))] } },
+  hooks: { draw: [drawSwaps] },
+}, [series.x, series.alpha, series.eagleAcc, series.liveAcc]);
+
 function redrawCharts() {
   const data = [series.x, series.tps];
   if (chartTps) chartTps.setData(data);
   if (chartAlpha) chartAlpha.setData([series.x, series.alpha, series.meanAcc, series.prop]);
   if (chartLat) chartLat.setData([series.x, series.ttft50, series.ttft99, series.tpot50, series.tpot99]);
+  if (chartLearn && !$('learn-panel').hidden) chartLearn.setData([series.x, series.alpha, series.eagleAcc, series.liveAcc]);
   // for tests and curious users: how many snapshot points the time charts hold
   $('chart-tps').dataset.points = String(series.tps.filter((v) => v !== null).length);
 }
@@ -224,11 +269,43 @@ function showProposal(p) {
   setText('v-share', shares.length ? shares.map((x) => `${x.label} ${x.pct}`).join(' · ') : 'no target passes lately');
 }
 
+// learning from traffic (snapshot.learn; the panel is hidden while learning is off)
+const MIB = 1024 * 1024;
+function showLearn(t, l) {
+  const panel = $('learn-panel');
+  const on = !!(l && l.enabled);
+  if (panel.hidden === on) panel.hidden = !on;
+  if (!on) return;
+  const v = Number(l.head_version);
+  if (lastHeadVersion !== null && v !== lastHeadVersion) {
+    swaps.push({ t, version: v });
+    swapsSeen++;
+  }
+  lastHeadVersion = v;
+  $('chart-learn').dataset.swaps = String(swapsSeen);
+  setText('l-head', l.has_head ? `v${v}` : 'none');
+  setText('l-state', `${l.state || '—'} · ${l.swaps} swaps, ${l.rejected} rejected, ${l.rollbacks} rollbacks`);
+  const r = l.ring || {};
+  const meter = $('l-ring');
+  meter.max = Math.max(1, Number(r.cap) || 0);
+  meter.value = Number(r.bytes) || 0;
+  setText('l-ring-sub', `${fmt((Number(r.bytes) || 0) / MIB, 1)} of ${fmt((Number(r.cap) || 0) / MIB, 0)} MiB · ${r.samples ?? 0} requests, `
+    + `${r.positions ?? 0} positions · ${l.opted_out ?? 0} opted out`);
+  setText('l-rate', l.rounds > 0 ? fmt(l.train_pos_per_s, 0) : '—');
+  setText('l-cpu', `CPU share ${l.rounds > 0 ? `${fmt(100 * l.train_cpu_share, 0)}%` : '—'} · ${l.rounds} rounds, `
+    + `${l.train_positions} positions`);
+  setText('l-accept', l.rounds > 0 ? fmt(l.live_accept, 2) : '—');
+  setText('l-cand', l.rounds > 0 ? `last candidate ${fmt(l.cand_accept, 2)} on ${l.eval_rows} held-out positions` : 'no round yet');
+  setText('l-msg', l.message || '');
+}
+
 let snapshots = 0;
 function onSnapshot(s) {
   if (!s || s.type !== 'snapshot') return;
   snapshots++;
-  pushPoint(Date.now() / 1000, s);
+  const now = Date.now() / 1000;
+  pushPoint(now, s);
+  showLearn(now, s.learn);
   lastTps = num(s.tokens_per_s);
   setText('v-tps', fmt(s.tokens_per_s, 1));
   setText('v-alpha', fmt(s.alpha, 2));
@@ -283,6 +360,7 @@ const sock = new ReconnectingSocket(wsUrl('/v1/monitor'), 'specd.monitor.v1', {
       redrawCharts();
       showSequences([]);
       lastTps = null;
+      lastHeadVersion = null; // a restarted server starts again at version 0: not a swap
       setText('v-tps', '—');
       showCost();
     }

@@ -8,7 +8,8 @@
 // HH:MM:SS, the 12 tiles fill whole rows at four widths (no lone tile), the
 // chart library comes from /vendor/uplot/; a failed policy reload raises the
 // warning and a good one clears it; after the server is killed and restarted on the same port the page shows
-// "disconnected" and then reconnects by itself.
+// "disconnected" and then reconnects by itself; the restarted server learns from traffic (--learn): the learning
+// panel appears, the ring fills and the learning chart marks the head swap.
 import fs from 'node:fs';
 import path from 'node:path';
 import {
@@ -17,6 +18,8 @@ import {
 
 const GOOD = 'speculation:\n  gamma_default: 4\n';
 const BAD = 'speculation:\n  gamma_max: 99\n'; // out of range (1..16): the reload must fail
+// the restarted server learns: a first round after 16 positions, short, and any gain is swapped in
+const LEARN = GOOD + '  learn_min_positions: 16\n  learn_steps: 120\n  learn_margin: 0\n';
 
 const text = (page, sel) => page.locator(sel).textContent();
 const snapshots = (page) => page.evaluate(() => Number(document.body.dataset.snapshots || 0));
@@ -70,6 +73,8 @@ async function run() {
   check(/^v\d+$/.test(await text(page, '#policy-version')), `banner policy: ${await text(page, '#policy-version')}`);
   check(await page.locator('#policy-warning').isHidden(), 'policy warning shown after a good start');
   check((await page.locator('#seq-body tr.empty').count()) === 1, 'sequence table is not empty while idle');
+  check(first.learn && first.learn.enabled === false && await page.locator('#learn-panel').isHidden(),
+    `learning panel with learning off: ${JSON.stringify(first.learn)}`);
   check(first.tree && first.tree.mode === 'off' && first.tree.tree_steps === 0, `snapshot tree: ${JSON.stringify(first.tree)}`);
   check((await text(page, '#v-tree')) === 'off', `tree tile with trees off: ${await text(page, '#v-tree')}`);
 
@@ -170,13 +175,36 @@ async function run() {
   check(/disconnected/.test(await text(page, '#conn')), `pill while down: ${await text(page, '#conn')}`);
   check((await page.locator('#seq-body tr[data-id]').count()) === 0, 'stale sequences stay while disconnected');
   await sleep(1500); // a few retries fail meanwhile
-  srv = await startSpecd({ port, config: GOOD, dir: srv.dir });
+  srv = await startSpecd({ port, config: LEARN, dir: srv.dir, extra: ['--learn', '--learn-dir', path.join(srv.dir, 'heads')] });
   const before = await snapshots(page);
   await waitFor(async () => (await page.locator('#conn').getAttribute('data-state')) === 'open' && (await snapshots(page)) > before + 2,
     15000, 'the page did not reconnect after the restart');
   // only the expected failed WebSocket attempts while the server was down
   const others = page.problems.filter((p) => !/WebSocket connection to .*\/v1\/monitor.* failed/.test(p));
   check(others.length === 0, `page problems after the restart: ${others.join('; ')}`);
+
+  // learning from traffic: the panel, the ring's fill, the trainer, a marker at the head swap
+  await waitFor(() => page.locator('#learn-panel').isVisible(), 5000, 'no learning panel on a --learn server');
+  check((await text(page, '#l-head')) === 'none', `learned head before any traffic: ${await text(page, '#l-head')}`);
+  const lws = await connectWs(WebSocket, `ws://127.0.0.1:${port}/v1/stream`, 'specd.v1');
+  let done = 0;
+  lws.on('message', (d) => { if (JSON.parse(String(d)).type === 'done') done++; });
+  const prompts = ['Once upon a time', 'The little dog', 'Tim and Sue went', 'One day a bird', 'The sun was'];
+  for (let i = 0; i < 16; i++) {
+    lws.send(JSON.stringify({ type: 'generate', id: `l${i}`, prompt: prompts[i % prompts.length], max_tokens: 40,
+      temperature: 0.8, seed: i }));
+  }
+  await waitFor(() => done >= 16, 60000, `learning traffic: ${done} of 16 requests done`);
+  await waitFor(async () => /^[1-9]\d* requests?/.test((await text(page, '#l-ring-sub')).split(' · ')[1] || ''), 5000,
+    `the ring's fill does not show the requests: ${await text(page, '#l-ring-sub')}`);
+  check(Number(await page.locator('#l-ring').evaluate((m) => m.value)) > 0, 'the ring meter is empty');
+  await waitFor(async () => Number(await page.locator('#chart-learn').getAttribute('data-swaps')) >= 1, 90000,
+    `no head swap marked: ${await text(page, '#l-state')} / ${await text(page, '#l-msg')}`);
+  check(/^v[1-9]/.test(await text(page, '#l-head')) && Number(await text(page, '#l-rate')) > 0
+    && /CPU share \d+%/.test(await text(page, '#l-cpu')),
+  `learning tiles after a swap: ${await text(page, '#l-head')} / ${await text(page, '#l-rate')} / ${await text(page, '#l-cpu')}`);
+  await page.locator('#learn-panel').screenshot({ path: artifactPath('web-monitor-learn.png') });
+  lws.terminate();
   const rc = await srv.stop('SIGTERM');
   check(rc.code === 0, `specd serve exited ${JSON.stringify(rc)}\n${srv.log()}`);
 }

@@ -8,6 +8,7 @@
 #include "cli/logfmt.h"
 #include "cli/util.h"
 #include "engine/engine.h"
+#include "engine/train/learner.h"
 #include "gateway/server.h"
 #include "policy/config.h"
 
@@ -43,6 +44,10 @@ static void serve_usage(FILE *f) {
             "  --api-key KEY  every API request needs \"Authorization: Bearer KEY\" (repeatable; also\n"
             "                 server.api_keys / api_key_file); --api-key-file FILE: one key per line\n"
             "  --tls-cert/--tls-key  HTTPS and WSS on the port (server.tls_cert / tls_key; re-read on SIGHUP)\n"
+            "  --learn        learn the EAGLE head from the traffic while serving (speculation.learn):\n"
+            "                 a background trainer fine-tunes --eagle's head, or trains one from nothing,\n"
+            "                 and swaps a candidate in only when it beats the live head on held-out traffic;\n"
+            "                 heads go to --learn-dir DIR (speculation.learn_dir, ./specd-learn)\n"
             "  SIGHUP reloads the config; SIGINT/SIGTERM drain running requests and exit 0.\n",
             pol_config_system_path());
 }
@@ -53,7 +58,8 @@ int cmd_serve(int argc, char **argv) {
     const char *eagle = NULL;
     static char mpath[1024], epath[1024];
     const char *hf = NULL, *hf_draft = NULL;
-    bool log_json = false;
+    bool log_json = false, learn = false;
+    const char *learn_dir = NULL;
     int port = -1, threads = -1, max_running = -1, ctx = -1;
     const char *key_file = NULL, *tls_cert = NULL, *tls_key = NULL;
     static char key_extra[2048];
@@ -67,6 +73,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--draft")) draft = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--medusa")) medusa = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--eagle")) eagle = arg_str(argc, argv, &i);
+        else if (!strcmp(a, "--learn")) learn = true;
+        else if (!strcmp(a, "--learn-dir")) learn_dir = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--chat-template")) chat_template = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--hf-draft") || !strcmp(a, "-hfd")) hf_draft = arg_str(argc, argv, &i);
@@ -197,6 +205,15 @@ int cmd_serve(int argc, char **argv) {
     ec.draft_path = dpath[0] ? dpath : NULL;
     ec.medusa_path = mpath[0] ? mpath : NULL;
     ec.eagle_path = epath[0] ? epath : NULL;
+    if (learn) ec.learn.enabled = true;
+    static char ldir[1024];
+    snprintf(ldir, sizeof(ldir), "%s", learn_dir ? learn_dir : pc->speculation.learn_dir);
+    if (ec.learn.enabled && mkdir(ldir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "specd serve: cannot create the learning directory %s: %s (--learn-dir, speculation.learn_dir)\n",
+                ldir, strerror(errno));
+        pol_config_free(pc);
+        return 2;
+    }
     ec.chat_template = chat_template ? chat_template : pc->models.chat_template[0] ? pc->models.chat_template : NULL;
     if (!gamma_params_validate(&ec.gamma, err, sizeof(err))) {
         fprintf(stderr, "specd serve: config: speculation: %s\n", err);
@@ -242,8 +259,24 @@ int cmd_serve(int argc, char **argv) {
                             "that may not be the model's; pass --chat-template FILE|NAME (models.chat_template)\n",
                     engine_chat_source(e));
     }
+    learner *lr = NULL;
+    if (ec.learn.enabled) {
+        learner_config lc;
+        learner_config_init(&lc);
+        lc.e = e, lc.policy = &store, lc.dir = ldir;
+        if (!(lr = learner_start(&lc, false, err, sizeof(err)))) {
+            fprintf(stderr, "specd serve: %s\n", err);
+            engine_destroy(e);
+            telemetry_close(tel);
+            pol_store_destroy(&store);
+            return 1;
+        }
+        fprintf(stderr, "specd: learning from traffic: heads in %s, ring %zu MiB%s%s\n", ldir, ec.learn.ring_bytes >> 20,
+                ec.learn.spill_path ? ", spilled to " : " (memory only)", ec.learn.spill_path ? ec.learn.spill_path : "");
+    }
     int rc = gw_run(e, &gc, err, sizeof(err));
     if (rc != 0) fprintf(stderr, "specd serve: %s\n", err);
+    learner_stop(lr); /* before the engine it reads */
     engine_destroy(e);
     telemetry_close(tel); /* after the engine: every session-end row is queued, then flushed */
     pol_store_destroy(&store);

@@ -66,6 +66,9 @@ static void verify_usage(FILE *f) {
             "  --eagle H    an EAGLE-3 head (specd convert-eagle3) drafts the chains (q from the head,\n"
             "               the target's features), or with --tree the trees (siblings drawn without\n"
             "               replacement); no --draft needed\n"
+            "  --swap-eagle H2  a second head: the two trade places after every speculative step, as\n"
+            "               serve --learn swaps a learned head in mid-request (state rebuilt from the\n"
+            "               sequence's recorded features); chains only\n"
             "  --broken     testing only: use a deliberately wrong residual (|p-q| instead of\n"
             "               max(0, p-q)) to prove the harness detects a lossy algorithm\n"
             "  exit status: 0 distributions agree, 1 they differ, 2 usage or setup error, or nothing to\n"
@@ -98,6 +101,20 @@ typedef struct {
     draft_medusa *dm;           /* --medusa: the heads' proposer (then trees come from it) */
     medusa_seq *ms;
 } verify_tree;
+
+/* --swap-eagle: the head in the pair's EAGLE slot and *other trade places
+ * between two steps of s, as serve --learn swaps a learned head in: s drops
+ * its state of the old head and adopts the new one from its recorded
+ * features. */
+static void swap_heads(spec_pair *sp, spec_seq *s, drafter **other) {
+    spec_seq_drop_drafter(s, SPEC_DRAFTER_EAGLE);
+    drafter *cur = spec_pair_set_drafter(sp, SPEC_DRAFTER_EAGLE, *other);
+    *other = cur;
+    if (s->prm.speculate && spec_method_uses(&s->prm, SPEC_DRAFTER_EAGLE)) spec_seq_adopt_drafter(s, SPEC_DRAFTER_EAGLE);
+}
+
+static drafter *g_swap;     /* --swap-eagle's other head (NULL: no swaps) */
+static uint64_t g_swaps;
 
 static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const spec_seq_params *base, uint64_t seed,
                     uint32_t stream, int n, int K, const verify_tree *vt, verify_set *vs, char *err, size_t errlen) {
@@ -134,6 +151,7 @@ static int draw_set(spec_pair *sp, const int32_t *prompt, int n_prompt, const sp
                 spec_seq_free(s);
                 return -1;
             }
+            if (g_swap && prm.speculate) swap_heads(sp, s, &g_swap), g_swaps++;
         }
         if (done && got < K) vs->stopped++;
         spec_stats_add(&vs->st, &s->st);
@@ -162,7 +180,7 @@ int cmd_verify(int argc, char **argv) {
     const char *medusa_path = NULL;
     medusa_heads *mh = NULL;
     bool coupled = false; /* --verify coupled */
-    const char *model_path = NULL, *draft_path = NULL, *prompt = "", *eagle_path = NULL;
+    const char *model_path = NULL, *draft_path = NULL, *prompt = "", *eagle_path = NULL, *swap_path = NULL;
     int n_samples = 5000, K = 8, threads = 1, gamma_fixed = 0, method = SPEC_METHOD_DRAFT, ngram_min = 0,
         ngram_max = 0;
     bool adaptive = false, broken = false, quiet = false;
@@ -219,6 +237,7 @@ int cmd_verify(int argc, char **argv) {
         else if (!strcmp(a, "--quiet")) quiet = true;
         else if (!strcmp(a, "--medusa")) medusa_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--eagle")) eagle_path = arg_str(argc, argv, &i), method = SPEC_METHOD_EAGLE;
+        else if (!strcmp(a, "--swap-eagle")) swap_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "--tree")) {
             const char *v = arg_str(argc, argv, &i);
             if (sscanf(v, "%d/%d/%d", &tree.sh.budget, &tree.sh.depth, &tree.sh.topk) != 3 || tree.sh.budget < 1 ||
@@ -233,6 +252,10 @@ int cmd_verify(int argc, char **argv) {
         else return cli_unknown_option("verify", a, verify_usage);
     }
     char err[1024] = "";
+    if (swap_path && !eagle_path) {
+        fprintf(stderr, "specd verify: --swap-eagle needs --eagle (the two heads trade places)\n");
+        return 2;
+    }
     if (!model_path || (!draft_path && method != SPEC_METHOD_NGRAM && !medusa_path && !eagle_path)) {
         fprintf(stderr, "specd verify: both -m TARGET and --draft DRAFT are required (the draft is optional with "
                         "--method ngram or --medusa)\n");
@@ -281,6 +304,14 @@ int cmd_verify(int argc, char **argv) {
             goto done;
         }
         spec_pair_set_drafter(sp, SPEC_DRAFTER_EAGLE, ea);
+        if (swap_path && tree.sh.budget) {
+            fprintf(stderr, "specd verify: --swap-eagle swaps heads between chain steps: no --tree\n");
+            goto done;
+        }
+        if (swap_path && !(g_swap = draft_eagle_load(sp, swap_path, 0, &est, err, sizeof(err)))) {
+            fprintf(stderr, "specd verify: --swap-eagle: %s\n", err);
+            goto done;
+        }
         if (medusa_path) {
             fprintf(stderr, "specd verify: --eagle and --medusa are two proposers: give one\n");
             goto done;
@@ -386,6 +417,7 @@ int cmd_verify(int argc, char **argv) {
         goto done;
     }
     prm.speculate = true;
+    prm.record = g_swap != NULL; /* the features a swapped-in head adopts */
     prm.coupled = coupled;
     /* lookups propose whenever the text repeats, however often they miss: the
      * low-acceptance fallback would leave the point-mass rule mostly untested */
@@ -461,6 +493,7 @@ int cmd_verify(int argc, char **argv) {
         printf("  tree: %llu of the verify passes branched, %.2f nodes verified per pass\n",
                (unsigned long long)st->tree_steps,
                st->verify_steps ? (double)st->tree_nodes / (double)st->verify_steps : 0.0);
+    if (g_swap) printf("  heads swapped %llu times (--swap-eagle)\n", (unsigned long long)g_swaps);
     printf("  per-position acceptance:");
     for (int i = 0; i < GAMMA_MAX && st->pos_reached[i]; i++)
         printf(" %d:%.3f", i + 1, (double)st->pos_accepted[i] / (double)st->pos_reached[i]);
@@ -479,6 +512,7 @@ int cmd_verify(int argc, char **argv) {
                        failed, K);
     rc = failed ? 1 : 0;
 done:
+    drafter_destroy(g_swap); /* before the pair: it borrows the target's tables */
     medusa_seq_destroy(tree.ms);
     draft_medusa_destroy(tree.dm);
     medusa_heads_destroy(mh);

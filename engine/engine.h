@@ -462,6 +462,21 @@ typedef struct {
     size_t cache_bytes;            /* the compiled-grammar cache (256 MiB) */
 } engine_grammar_limits;
 
+/* Learning from traffic (issue 37; `specd serve --learn`, speculation.learn).
+ * With `enabled` every sequence keeps the target's features at three layers
+ * (the EAGLE head's, else 2, L/2 and L - 3) of every position it feeds —
+ * prefix reuse is off for them — and a request that finishes, unless it
+ * opted out (engine_request.no_learn, a policy rule's learn: false), leaves
+ * its tokens and those features in the learning ring (engine/learn/ring.h):
+ * nothing else, and only until newer requests push it out of ring_bytes. A
+ * trainer (engine/train/learner.h) reads the ring and offers heads, which
+ * the engine swaps in between steps (engine_learn_offer). */
+typedef struct {
+    bool enabled;
+    size_t ring_bytes;             /* the ring's cap (256 MiB) */
+    const char *spill_path;        /* the ring's SQLite mirror (NULL: memory only) */
+} engine_learn_config;
+
 /* Where the models run (engine_config.backend): the values of
  * kernels/backend.h's backend_kind. */
 typedef enum { ENGINE_BACKEND_AUTO = 0, ENGINE_BACKEND_CPU = 1, ENGINE_BACKEND_CUDA = 2 } engine_backend;
@@ -507,6 +522,7 @@ typedef struct {
     int tree;                      /* engine_tree: OFF (or DEFAULT), AUTO, FIXED */
     int tree_budget, tree_depth, tree_topk; /* bounds of tree shapes (0: 16, 5, 3) */
     engine_grammar_limits grammar; /* constrained requests: compile limits and the cache's size */
+    engine_learn_config learn;     /* learning from traffic (below; off by default) */
 } engine_config;
 
 engine_config engine_config_default(void);
@@ -571,6 +587,7 @@ typedef struct {
      * most the engine's */
     engine_tree tree;
     int tree_budget, tree_depth, tree_topk;
+    bool no_learn;                 /* "learn": false — never enters the learning ring */
     uint64_t client;               /* who asked (the gateway: its connection); > 0 groups requests under
                                     * the max_per_client bound; 0 = a client of its own */
     engine_notify_fn notify;
@@ -725,6 +742,66 @@ typedef struct {
 } engine_info;
 
 void engine_get_info(const engine *e, engine_info *out);
+
+/* ---- learning from traffic (engine/sched/learn.c; issue 37) ---------------
+ * The trainer's side and the admin's. Any thread. */
+typedef struct {
+    bool enabled;                  /* engine_config.learn.enabled */
+    bool paused;                   /* engine_learn_control "pause" (or speculation.learn.enabled: false) */
+    int head_version;              /* 0: the head loaded at start (or none); +1 at every swap and rollback */
+    bool has_head;                 /* an EAGLE head is live */
+    char head_path[512];           /* its file ("" none) */
+    int ring_samples;
+    int64_t ring_positions;
+    uint64_t ring_bytes, ring_cap, ring_pushed, ring_dropped;
+    uint64_t opted_out;            /* finished requests kept out of the ring (no_learn, a policy rule) */
+    uint64_t swaps, rejected, rollbacks; /* heads swapped in; candidates the trainer refused; rollbacks */
+    /* the trainer's figures (engine_learn_report) */
+    int64_t train_positions;       /* rows trained since start */
+    double train_pos_per_s;        /* over its last round */
+    double train_cpu_share;        /* its busy time / wall time over its last round */
+    int rounds;
+    double live_accept, cand_accept; /* the last round's held-out simulated acceptance (mean accepted
+                                      * drafts per target pass) of the live head and the candidate */
+    int64_t eval_rows;             /* held-out positions of that comparison */
+    char state[24];                /* "off", "waiting", "training", "paused", "idle" */
+    char message[200];             /* the last round's outcome, for people */
+} engine_learn_stats;
+
+void engine_get_learn_stats(engine *e, engine_learn_stats *out);
+
+/* The trainer's report after each round (it sets the fields from
+ * train_positions on; rejected counts a candidate refused). */
+void engine_learn_report(engine *e, const engine_learn_stats *t, bool rejected);
+
+/* A snapshot of the learning ring (ring.h's samples, oldest first; release
+ * with engine_learn_release). Returns how many, -1 when learning is off. */
+struct learn_sample;
+int engine_learn_snapshot(engine *e, struct learn_sample ***out);
+void engine_learn_release(struct learn_sample **s, int n);
+/* Writes the ring's new samples to its spill file (the trainer calls it;
+ * engine_destroy does not). */
+int engine_learn_spill(engine *e);
+/* The target layers whose features the ring holds (3), the target model and
+ * its identity (for the trainer; immutable, read-only use). */
+int engine_learn_layers(engine *e, int *layers);
+struct model *engine_learn_target(engine *e);
+const char *engine_learn_target_id(engine *e);
+
+/* Offers the EAGLE head at path: loaded and checked on the caller's thread
+ * (as models.eagle is: a head for another target is refused with the
+ * reason), then swapped in by the engine thread between steps — running
+ * sequences switch at a step boundary, their head state rebuilt from the
+ * features of their committed tokens. The replaced head is kept for a
+ * rollback. Returns 0, or -1 with err (nothing changes). */
+int engine_learn_offer(engine *e, const char *path, char *err, size_t errlen);
+
+/* The admin's operations (POST /admin/learn): "pause", "resume", "save"
+ * (copies the live head's file to arg), "rollback" (the head before the last
+ * swap comes back, between steps). Returns 0 with a message for people in
+ * msg, or -1 with the reason (learning off, no head, nothing to roll back
+ * to, an unknown op, the copy failed). */
+int engine_learn_control(engine *e, const char *op, const char *arg, char *msg, size_t n);
 
 /* ---- the loaded pair's text (engine_api.c) ------------------------------
  * The tokenizer and the chat template of the loaded pair, for callers of the

@@ -110,6 +110,14 @@ static const keydef spec_keys[] = {
     KI(pol_speculation, tree_budget, 1, POL_TREE_NODES, true),
     KI(pol_speculation, tree_depth, 1, POL_TREE_NODES, true),
     KI(pol_speculation, tree_topk, 1, 8, true),
+    KB(pol_speculation, learn, false),
+    KI(pol_speculation, learn_ring_mb, 1, 1 << 20, false),
+    KS(pol_speculation, learn_spill, true),
+    KS(pol_speculation, learn_dir, true),
+    KF(pol_speculation, learn_share, 0.05, 1, false),
+    KF(pol_speculation, learn_margin, 0, 16, false),
+    KI(pol_speculation, learn_min_positions, 16, 1 << 30, false),
+    KI(pol_speculation, learn_steps, 1, 1 << 20, false),
 };
 const keydef pol_rule_keys[] = {
     KS(pol_rule, model, false),
@@ -119,6 +127,7 @@ const keydef pol_rule_keys[] = {
     KI(pol_rule, gamma_default, 1, POL_GAMMA_LIMIT, false),
     KF(pol_rule, alpha_threshold, 0, 1, false),
     KE(pol_rule, method, method_names, false),
+    KB(pol_rule, learn, false),
 };
 static const keydef telemetry_keys[] = {
     KB(pol_telemetry, enabled, true),
@@ -174,10 +183,12 @@ void pol_cfg_defaults(pol_config *c) {
                                        .fallback_steps = 10, .probe_interval = 32, .padding_cap = 1.5,
                                        .method = POL_METHOD_AUTO, .ngram_min = 2, .ngram_max = 5,
                                        .draft_mem_warn_pct = 20, .tree = POL_TREE_OFF, .tree_budget = 16,
-                                       .tree_depth = 5, .tree_topk = 3};
+                                       .tree_depth = 5, .tree_topk = 3, .learn_ring_mb = 256, .learn_share = 0.25,
+                                       .learn_margin = 0.05, .learn_min_positions = 4096, .learn_steps = 200};
     c->telemetry = (pol_telemetry){.enabled = true, .sample_rate = 1.0, .retention_rows = 1000000,
                                    .retention_days = 7, .queue_size = 65536};
     snprintf(c->telemetry.path, sizeof(c->telemetry.path), "specd-telemetry.db");
+    snprintf(c->speculation.learn_dir, sizeof(c->speculation.learn_dir), "specd-learn");
     c->grammar = (pol_grammar){.max_bytes = 1 << 20, .max_rules = 65536, .max_elements = 1 << 20, .max_enum = 20000,
                                .compile_ms = 10000, .matcher_mb = 256, .cache_mb = 256};
 }

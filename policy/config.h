@@ -113,6 +113,17 @@ typedef struct {
     pol_tree tree;                         /* off: chains only; auto: the shape controller picks chain or tree
                                             * per step; fixed: every step a tree of the bounds below */
     int tree_budget, tree_depth, tree_topk; /* tree bounds: nodes (16, 1..16), levels (5), children per node (3, 1..8) */
+    /* learning from traffic (issue 37; `specd serve --learn`): learn turns it on at start; later, false pauses
+     * recording and training (hot); the rest are hot but learn_spill */
+    bool learn;                            /* false */
+    int learn_ring_mb;                     /* the ring's cap (256) */
+    char learn_spill[1024];                /* the ring's SQLite mirror; "" = memory only (restart) */
+    char learn_dir[1024];                  /* where learned heads are written ("specd-learn"; restart) */
+    double learn_share;                    /* the trainer's share of the CPU's cores, 0.05..1 (0.25) */
+    double learn_margin;                   /* a candidate must beat the live head's held-out mean accepted length by
+                                            * this much (0.05) */
+    int learn_min_positions;               /* ring positions before the first round (4096) */
+    int learn_steps;                       /* optimizer steps per round (200) */
 } pol_speculation;
 
 /* One γ rule (the brief's gamma_policy row). Fields the file leaves out are
@@ -124,6 +135,7 @@ typedef struct {
     int gamma_min, gamma_max, gamma_default;
     double alpha_threshold;                /* rolling α below this → fall back to plain decoding */
     pol_spec_method method;                /* the proposer for this content (speculation.method when left out) */
+    bool learn;                            /* false: its requests never enter the learning ring (true) */
     int line;                              /* where it was defined (0 = the built-in default rule) */
 } pol_rule;
 

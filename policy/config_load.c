@@ -366,6 +366,7 @@ static int parse_rules(ctx *x, pol_config *c, const yaml_node_t *policy) {
         r->gamma_default = sp->gamma_default;
         r->alpha_threshold = sp->fallback_alpha;
         r->method = sp->method;
+        r->learn = true;
         r->line = (int)rn->start_mark.line + 1;
         if (parse_map(x, rn, pol_rule_keys, pol_n_rule_keys, r, where, marks)) return -1;
         const yaml_node_t *nmodel = marks[key_index(pol_rule_keys, pol_n_rule_keys, "model")];
@@ -518,7 +519,7 @@ static int load_doc(ctx *x, pol_config *c, const pol_env *env) {
         return -1;
     c->default_rule = (pol_rule){.gamma_min = sp->gamma_min, .gamma_max = sp->gamma_max,
                                  .gamma_default = sp->gamma_default, .alpha_threshold = sp->fallback_alpha,
-                                 .method = sp->method};
+                                 .method = sp->method, .learn = true};
     if (sp->ngram_min > sp->ngram_max)
         return fail(x, sm[key_index(sd->keys, sd->n, "ngram_min")] ? sm[key_index(sd->keys, sd->n, "ngram_min")]
                                                                    : snode[3] ? snode[3] : root,

@@ -81,6 +81,9 @@ CLI_TOOLS = {
     "cli/cmd_distill_draft.c": ({"engine/model/", "engine/tokenizer/", "engine/train/", "engine/util.h"},
                                 "specd distill-draft: the training library's distillation"),
     "cli/cmd_train_eagle.c": ({"engine/model/", "engine/tokenizer/", "engine/train/", "engine/util.h", "kernels/ggml_type.h"},
+    "cli/cmd_serve.c": ({"engine/train/learner.h"},
+                        "specd serve --learn starts the background trainer of the training library (which only "
+                        "the CLI links; it talks to the engine through engine.h)"),
                               "specd train-eagle: the training library's EAGLE-3 head trainer"),
     "cli/train_prompts.c": ({"engine/model/", "engine/tokenizer/", "engine/util.h"},
                             "the distilling trainers' shared front (distill-draft, train-eagle): corpus prompts, data options, the target"),
@@ -132,8 +135,9 @@ ENGINE_ALLOWED = {
     "engine/spec": _SPEC,
     "engine/spec/proposers": _PROP,
     "engine/telemetry": _PROP,
-    "engine/train": _PROP | {"engine/spec/proposers"},
-    "engine/sched": _PROP | {"engine/spec/proposers", "engine/telemetry", "engine/chat", "engine"},
+    "engine/learn": set(),
+    "engine/train": _PROP | {"engine/spec/proposers", "engine/learn"},
+    "engine/sched": _PROP | {"engine/spec/proposers", "engine/telemetry", "engine/chat", "engine", "engine/learn"},
     "engine": _PROP | {"engine/spec/proposers", "engine/telemetry", "engine/chat", "engine/sched"},
 }
 ENGINE_LEAVES = {"engine/engine.h", "engine/util.h", "engine/errkind.h"}
@@ -312,6 +316,10 @@ def main():
         top = rel.split("/")[0]
         if top in ("gateway", "cli") and callee.startswith("engine/") and name not in public and \
                 not (top == "cli" and rel in CLI_TOOLS):  # a tool calls what its internal headers declare
+        # the training library's background trainer (learner.c) is a caller of the engine like the CLI: it may
+        # call what engine/engine.h declares, wherever that is defined
+        if fa == "engine/train" and name in public:
+            continue
             bad.append(f"{rel}:{line}: {top}/ calls {name} of {callee}, which engine/engine.h does not declare "
                        "(the engine's callers use its public API only)")
         fa, fb = engine_folder(rel), engine_folder(callee)

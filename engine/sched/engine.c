@@ -127,7 +127,8 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
                                          "are loaded");
         method = SPEC_METHOD_AUTO;
     }
-    if (method == SPEC_METHOD_EAGLE && !e->sp->drafters[SPEC_DRAFTER_EAGLE]) {
+    /* learning from traffic: a head may arrive any time (plain steps until then) */
+    if (method == SPEC_METHOD_EAGLE && !e->sp->drafters[SPEC_DRAFTER_EAGLE] && !e->learn.ring) {
         if (rq->method_set)
             return sub_fail(ENGINE_ERR_INVALID, err, errlen, "speculation method 'eagle' needs an EAGLE-3 head (models.eagle), "
                             "and none is loaded");
@@ -255,6 +256,8 @@ engine_status engine_submit(engine *e, const engine_request *rq, uint64_t *id, c
     }
     r->adaptive = gp.adaptive;
     r->prm.no_prefix = rq->no_prefix_cache;
+    r->prm.record = e->learn.ring != NULL; /* every sequence, for a swapped-in head; no_learn keeps it out of the ring */
+    r->no_learn = rq->no_learn;
     r->prm.logprobs = rq->logprobs;
     r->prm.top_logprobs = rq->top_logprobs < 0 ? 0 : rq->top_logprobs > SPEC_TOP_LOGPROBS ? SPEC_TOP_LOGPROBS : rq->top_logprobs;
     if (resolve_tree(e, rq, r, err, errlen) != 0) {
@@ -450,6 +453,7 @@ static int engine_backends(engine *e, char *err, size_t errlen) {
  * whose draft model it is registered with; the pair, which owns the heads'
  * and the EAGLE head's proposers, before the heads). */
 static void create_unwind(engine *e) {
+    learn_free(e);
     spec_tree_destroy(e->tc);
     draft_tree_destroy(e->dt);
     spec_pair_free(e->sp);
@@ -545,6 +549,11 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
             return NULL;
         }
         spec_pair_set_drafter(e->sp, SPEC_DRAFTER_EAGLE, ea);
+    }
+    if (learn_init(e, err, errlen) != 0) {
+        engine_status_set(st, ENGINE_ERR_INVALID);
+        create_unwind(e);
+        return NULL;
     }
     if (c->tree != ENGINE_TREE_OFF) {
         budget_set_trees(&e->bud, e->sp, c->tree, (tree_shape){c->tree_budget, c->tree_depth, c->tree_topk});
@@ -653,6 +662,7 @@ void engine_destroy(engine *e) {
     draft_tree_destroy(e->dt);
     constrain_cache_destroy(e->gc);
     chat_tmpl_free(e->chat);
+    learn_free(e);                 /* heads kept for rollback: before the target they borrow from */
     spec_pair_free(e->sp);         /* the heads' proposer with it (its slot) */
     medusa_heads_destroy(e->mh);
     engine_backends_free(e);

@@ -40,6 +40,9 @@ void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
     ec->tree_budget = ps->tree_budget;
     ec->tree_depth = ps->tree_depth > ps->tree_budget ? ps->tree_budget : ps->tree_depth;
     ec->tree_topk = ps->tree_topk;
+    ec->learn.enabled = ps->learn;
+    ec->learn.ring_bytes = (size_t)ps->learn_ring_mb << 20;
+    ec->learn.spill_path = ps->learn_spill[0] ? ps->learn_spill : NULL;
     const pol_grammar *pg = &pc->grammar;
     ec->grammar = (engine_grammar_limits){.max_bytes = (size_t)pg->max_bytes, .max_rules = pg->max_rules,
                                           .max_elements = (size_t)pg->max_elements, .compile_ms = pg->compile_ms,

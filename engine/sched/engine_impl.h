@@ -17,6 +17,7 @@
 #include "engine/spec/proposers/draft_medusa.h" /* the heads' loading, shape and curve (engine.c) */
 #include "engine/spec/budget.h"
 #include "engine/spec/proposers/draft_tree.h"
+#include "engine/sched/learn.h"
 #include "engine/sched/plan.h"
 #include "engine/sched/stop.h"
 #include "engine/util.h"
@@ -60,6 +61,7 @@ typedef struct req {
     void *user;
     uint64_t client;              /* the fair-share group (0: none) */
     bool cancel;                  /* requested by a client */
+    bool no_learn;                /* kept out of the learning ring (the request's "learn": false, a policy rule) */
     bool paused;                  /* admitted, waiting for its reader: holds KV but no running slot */
     uint64_t pause_seq;           /* when it paused (resume order) */
     bool final_pushed;            /* finished/error is in the ring: nothing more */
@@ -180,6 +182,7 @@ struct engine {
     int policy_version;
     struct { char type[32]; double alpha; uint64_t n; } ct[16];
     int n_ct;            /* running requests' statistics, refreshed each step */
+    learn_state learn;            /* learning from traffic (learn.h) */
     double pad_sum;
     spec_stats st;
 };

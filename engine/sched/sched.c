@@ -42,6 +42,7 @@ static void finish_as(engine *e, req *r, engine_finish why, engine_status status
     ENG_HOLDS_MU(e);
     if (r->final_pushed) return;
     spec_stats st = r->seq ? r->seq->st : (spec_stats){0};
+    learn_on_finish(e, r);
     spec_seq_free(r->seq);
     r->seq = NULL;
     constrain_release(e->gc, r->gm);
@@ -177,9 +178,15 @@ static void ct_observe(engine *e, const char *type, const spec_stats *st) {
  * content type's recent acceptance favours. Engine thread. */
 static void apply_policy(engine *e, req *r, const pol_config *pc, bool starting) {
     ENG_ON_THREAD(e);
-    if (!r->prm.speculate) return;
+    if (!r->prm.speculate) {
+        const pol_rule *rule = pol_config_rule(pc, e->cfg.model_name ? e->cfg.model_name : "*",
+                                               r->content_type[0] ? r->content_type : "chat");
+        if (!rule->learn) r->no_learn = true;
+        return;
+    }
     const pol_rule *rule = pol_config_rule(pc, e->cfg.model_name ? e->cfg.model_name : "*",
                                            r->content_type[0] ? r->content_type : "chat");
+    if (!rule->learn) r->no_learn = true; /* the rule keeps this content out of the learning ring */
     if (starting && !r->method_set) { /* the rule's proposer, for the whole request */
         int m = spec_method_parse(pol_method_name(rule->method));
         /* the heads serve sequences without logprobs, coupled noise or
@@ -355,6 +362,11 @@ static void sched_policy(engine *e) {
         const pol_config *pc = pol_store_acquire(e->cfg.policy);
         if (pc->version != e->policy_version) {
             for (int i = 0; i < e->n_active; i++) apply_policy(e, e->active[i], pc, false);
+            /* a reload that turns speculation.learn from true to false pauses learning; a server the
+             * flag started learning is not paused by a file that never said true */
+            if (e->policy_version == 0) e->learn.policy_start = pc->speculation.learn;
+            e->learn.policy_off = e->learn.policy_start && !pc->speculation.learn;
+            if (e->learn.ring) learn_ring_set_cap(e->learn.ring, (size_t)pc->speculation.learn_ring_mb << 20);
             e->policy_version = pc->version;
         }
         pol_store_release(e->cfg.policy, pc);
@@ -515,6 +527,7 @@ static void emit_one(engine *e, req *r, int path, const spec_step_info *si, int 
         if (e->cfg.telemetry) {
             tel_step row;
             tel_step_from_info(&row, r->session, ++r->step_num, si);
+            row.head_version = e->learn.st.head_version;
             telemetry_step(e->cfg.telemetry, &row);
         }
     }
@@ -584,6 +597,7 @@ void *engine_main(void *arg) {
         e->costs_pub = e->sp->costs;
         sched_reap(e);
         if (e->quit) break;
+        learn_apply(e);
         sched_policy(e);
         sched_admit(e, sched_slots(e), w->err, sizeof(w->err));
         if (!sched_pick(e, w)) {

@@ -4,6 +4,7 @@
 #include "engine/spec/spec.h"
 #include "engine/util.h"
 #include "kernels/check.h"
+#include "kernels/half.h"
 
 #include "engine/spec/proposers/draft_model.h"
 #include "engine/grammar/grammar.h"
@@ -27,6 +28,7 @@ void spec_seq_free(spec_seq *s) {
     free(s->tokens);
     free(s->q);
     free(s->pen);
+    free(s->rf);
     free(s);
 }
 
@@ -161,28 +163,90 @@ bool spec_method_uses(const spec_seq_params *p, int slot) {
     return slot == (m == SPEC_METHOD_NGRAM ? SPEC_DRAFTER_NGRAM : SPEC_DRAFTER_MODEL);
 }
 
+/* Learning: appends features of positions [pos0, pos0 + n) (rows of n_feat
+ * layers, F32) to s's record; positions from pos0 on replace older ones. */
+static void record_features(spec_seq *s, const float *feat, int pos0, int n) {
+    size_t F = (size_t)s->sp->n_feat * (size_t)s->sp->target->hp.dim;
+    if (s->rf_gap) return;
+    if (pos0 > s->rf_n) { /* a position without features: the record stops */
+        s->rf_gap = true;
+        return;
+    }
+    if (pos0 + n > s->rf_cap) {
+        int cap = s->rf_cap ? s->rf_cap : 256;
+        while (cap < pos0 + n) cap *= 2;
+        uint16_t *p = realloc(s->rf, sizeof(uint16_t) * (size_t)cap * F);
+        if (!p) {
+            s->rf_gap = true;
+            return;
+        }
+        s->rf = p, s->rf_cap = cap;
+    }
+    uint16_t *o = s->rf + (size_t)pos0 * F;
+    for (size_t i = 0; i < (size_t)n * F; i++) o[i] = f32_to_fp16(feat[i]);
+    s->rf_n = pos0 + n;
+}
+
+static bool reads_features(const spec_seq *s) {
+    if (!s->sp->n_feat) return false;
+    if (s->prm.record) return true;
+    for (int i = 0; i < SPEC_DRAFTERS; i++)
+        if (s->ds[i] && s->sp->drafters[i]->i->observe_features) return true;
+    return false;
+}
+
 void spec_seq_observe_features(spec_seq *s, const int *rows, int n, int pos0) {
     spec_pair *sp = s->sp;
-    if (!sp->n_feat || n <= 0) return;
-    for (int i = 0; i < SPEC_DRAFTERS; i++) {
-        drafter *d = sp->drafters[i];
-        if (!s->ds[i] || !d->i->observe_features) continue;
-        size_t D = (size_t)sp->target->hp.dim, k = (size_t)sp->n_feat;
-        for (int at = 0; at < n; at += sp->feat_rows) { /* in pieces of the scratch's rows */
-            int m = n - at < sp->feat_rows ? n - at : sp->feat_rows;
-            bool ok = true;
-            for (size_t t = 0; t < k && ok; t++) {
-                ok = model_tap_rows(sp->target, (int)t, sp->hidden_rows, rows + at, m) == 0;
-                for (int j = 0; ok && j < m; j++)
-                    memcpy(sp->feat + ((size_t)j * k + t) * D, sp->hidden_rows + (size_t)j * D, D * sizeof(float));
-            }
-            if (!ok) { /* cannot happen for rows of the last forward: the proposer starts over */
-                d->i->commit(d, s->ds[i], s->tokens, 0);
-                break;
-            }
-            d->i->observe_features(d, s->ds[i], sp->feat, pos0 + at, m);
+    if (!reads_features(s) || n <= 0) return;
+    size_t D = (size_t)sp->target->hp.dim, k = (size_t)sp->n_feat;
+    for (int at = 0; at < n; at += sp->feat_rows) { /* in pieces of the scratch's rows */
+        int m = n - at < sp->feat_rows ? n - at : sp->feat_rows;
+        bool ok = true;
+        for (size_t t = 0; t < k && ok; t++) {
+            ok = model_tap_rows(sp->target, (int)t, sp->hidden_rows, rows + at, m) == 0;
+            for (int j = 0; ok && j < m; j++)
+                memcpy(sp->feat + ((size_t)j * k + t) * D, sp->hidden_rows + (size_t)j * D, D * sizeof(float));
+        }
+        if (!ok) { /* cannot happen for rows of the last forward: the proposers start over, the record stops */
+            for (int i = 0; i < SPEC_DRAFTERS; i++)
+                if (s->ds[i] && sp->drafters[i]->i->observe_features)
+                    sp->drafters[i]->i->commit(sp->drafters[i], s->ds[i], s->tokens, 0);
+            s->rf_gap = true;
+            return;
+        }
+        if (s->prm.record) record_features(s, sp->feat, pos0 + at, m);
+        for (int i = 0; i < SPEC_DRAFTERS; i++) {
+            drafter *d = sp->drafters[i];
+            if (s->ds[i] && d->i->observe_features) d->i->observe_features(d, s->ds[i], sp->feat, pos0 + at, m);
         }
     }
+}
+
+void spec_seq_drop_drafter(spec_seq *s, int slot) {
+    drafter *d = s->sp->drafters[slot];
+    if (s->ds[slot]) d->i->seq_destroy(d, s->ds[slot]);
+    s->ds[slot] = NULL;
+}
+
+int spec_seq_adopt_drafter(spec_seq *s, int slot) {
+    spec_pair *sp = s->sp;
+    drafter *d = sp->drafters[slot];
+    SPECD_CHECK(!s->ds[slot] && d);
+    if (!(s->ds[slot] = d->i->seq_create(d, s->cap))) return -1;
+    if (!d->i->observe_features) return 0;
+    /* the record, in pieces of the scratch's rows; a missing record leaves a gap (nothing proposed) */
+    size_t F = (size_t)sp->n_feat * (size_t)sp->target->hp.dim;
+    int have = s->prm.record && !s->rf_gap ? s->rf_n : 0, need = s->n_tokens - 1;
+    if (have < need) {
+        d->i->observe_features(d, s->ds[slot], sp->feat, need, 0); /* position need > 0 without the ones before */
+        return 0;
+    }
+    for (int a = 0; a < need; a += sp->feat_rows) {
+        int m = need - a < sp->feat_rows ? need - a : sp->feat_rows;
+        for (size_t i = 0; i < (size_t)m * F; i++) sp->feat[i] = fp16_to_f32(s->rf[(size_t)a * F + i]);
+        d->i->observe_features(d, s->ds[slot], sp->feat, a, m);
+    }
+    return 0;
 }
 
 void spec_seq_observe_hidden(spec_seq *s, int row) {
@@ -299,7 +363,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
     s->slot = -1;
     bool any = false;
     for (int i = 0; i < SPEC_DRAFTERS; i++) any |= sp->drafters[i] && spec_method_uses(&s->prm, i);
-    if (!any) s->prm.speculate = false;
+    if (!any && !s->prm.record) s->prm.speculate = false; /* recording: a learned head may be swapped in later */
     if (s->prm.speculate && !gamma_params_validate(&s->prm.gp, err, errlen)) goto fail;
     budget_seq_init(&s->bud, &s->prm.gp, p->speculate);
     s->cap = max_ctx + GAMMA_MAX + 2;
@@ -333,8 +397,7 @@ spec_seq *spec_seq_create(spec_pair *sp, const int32_t *prompt, int n_prompt, co
         }
     }
     s->prefix = sp->prefix_cache && !p->no_prefix;
-    for (int i = 0; i < SPEC_DRAFTERS; i++) /* a features reader needs every position's features: no reused blocks */
-        if (s->ds[i] && sp->drafters[i]->i->observe_features) s->prefix = false;
+    if (reads_features(s)) s->prefix = false; /* a features reader needs every position's features: no reused blocks */
     if (s->prefix) prefix_attach(s, prompt, n_prompt);
     memcpy(s->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     s->n_tokens = s->n_prompt = n_prompt;
@@ -355,8 +418,7 @@ int spec_seq_prefill(spec_seq *s, int max_tokens, char *err, size_t errlen) {
     if (max_tokens > 0 && to - from > max_tokens) to = from + max_tokens;
     double t0 = clock_now_ms();
     /* a features reader gets each forward's rows: pieces of at most the scratch's rows */
-    bool feats = false;
-    for (int i = 0; i < SPEC_DRAFTERS; i++) feats |= s->ds[i] && sp->drafters[i]->i->observe_features && sp->n_feat;
+    bool feats = reads_features(s);
     int piece = feats ? sp->feat_rows : to - from;
     for (int a = from; a < to; a += piece) {
         int b = to - a > piece ? a + piece : to;

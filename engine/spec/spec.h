@@ -96,6 +96,7 @@ typedef struct spec_pair {
      * feat_rows rows of n_feat layers, one layer's rows, and 0 .. feat_rows-1 */
     int n_feat, feat_rows;
     float *feat, *hidden_rows;
+    int learn_layers[MODEL_MAX_TAPS], n_learn; /* spec_pair_set_learn_taps: taps without a features reader */
     int *iota;
     model_seq *ms;              /* (max_seqs) */
     int *gam;                   /* (max_seqs) */
@@ -110,6 +111,12 @@ typedef struct spec_pair {
 bool spec_pair_has_draft(const spec_pair *sp);
 model *spec_pair_draft_model(const spec_pair *sp);
 kv_pool *spec_pair_draft_pool(const spec_pair *sp);
+
+/* Learning (issue 37): the target layers tapped for sequences that record
+ * (spec_seq_params.record) when no features-reading proposer is installed
+ * (one that is sets them: its own layers); n 0 turns them off. Returns 0, or
+ * -1 when out of memory. Between steps only. */
+int spec_pair_set_learn_taps(spec_pair *sp, const int *layers, int n);
 
 /* Installs d in a drafter slot and returns what was there (the caller owns
  * it now; the pair owns d). Sequences created before must be freed before
@@ -157,6 +164,9 @@ typedef struct {
                                  * drafts before the row (sc's penalties; the draft's q sees them) */
     bool logprobs;              /* fill spec_seq.lp for every appended token */
     int top_logprobs;           /* alternatives per token in lp (0..SPEC_TOP_LOGPROBS) */
+    bool record;                /* learning (issue 37): keep the target's tapped features of every position
+                                 * (spec_seq.rf) for the learning ring and for a swapped-in proposer's catch-up;
+                                 * needs the pair's taps (spec_pair_set_learn_taps) */
 } spec_seq_params;
 
 typedef struct spec_seq {
@@ -183,6 +193,12 @@ typedef struct spec_seq {
     int32_t *pen;               /* (cap) sampler_penalize's window scratch when sc has penalties, else NULL. Penalties
                                  * depend on the history, so draft row j and verify row j both see the accepted
                                  * tokens and drafts [0, j); sequences with them take the chain path */
+    /* prm.record: the target's tapped features of positions [0, rf_n) (F16, sp->n_feat x dim each, layer by
+     * layer), kept as committed tokens are fed; rf_gap: a position's never came (a cache reset), nothing
+     * recorded from then on */
+    uint16_t *rf;
+    int rf_n, rf_cap;
+    bool rf_gap;
 } spec_seq;
 
 /* Creates a sequence and prefills the prompt into the target (the draft
@@ -294,6 +310,18 @@ void spec_seq_observe_hidden(spec_seq *s, int row);
  * proposer whose state s holds (drafter_i observe_features). The prefill,
  * chain and tree steps call it with the rows of the tokens they committed. */
 void spec_seq_observe_features(spec_seq *s, const int *rows, int n, int pos0);
+
+/* Learning: a proposer installed after s started (a swapped-in head) gets
+ * s's state: seq_create in slot, then the recorded features of every
+ * position (spec_seq.rf), so its next proposal catches up from the committed
+ * tokens. Without a whole record the state starts with a gap and proposes
+ * nothing (plain steps, still lossless). Returns 0, or -1 out of memory (the
+ * slot stays empty). */
+int spec_seq_adopt_drafter(spec_seq *s, int slot);
+/* Frees s's state of the proposer in slot (before that proposer leaves the
+ * slot: a head swap drops every sequence's state, installs the new head,
+ * then each sequence adopts it). */
+void spec_seq_drop_drafter(spec_seq *s, int slot);
 
 /* The grammar's token budget (grammar.h) when the token at absolute position
  * pos is drawn: what is left of prm.grammar_budget (at least 1), -1 without

@@ -96,6 +96,10 @@ static int pair_taps(spec_pair *sp) {
     int layers[MODEL_MAX_TAPS], k = 0;
     for (int i = 0; i < SPEC_DRAFTERS && !k; i++)
         if (sp->drafters[i] && sp->drafters[i]->i->feature_layers) k = sp->drafters[i]->i->feature_layers(sp->drafters[i], layers);
+    if (!k && sp->n_learn) { /* learning without a features reader: the learner's layers */
+        k = sp->n_learn;
+        memcpy(layers, sp->learn_layers, sizeof(int) * (size_t)k);
+    }
     if (model_set_taps(sp->target, layers, k) != 0) return -1;
     if (!k) return 0;
     size_t R = (size_t)sp->target->mp.max_batch, D = (size_t)sp->target->hp.dim;
@@ -109,6 +113,13 @@ static int pair_taps(spec_pair *sp) {
     for (size_t r = 0; r < R; r++) sp->iota[r] = (int)r;
     sp->feat_rows = (int)R, sp->n_feat = k;
     return 0;
+}
+
+int spec_pair_set_learn_taps(spec_pair *sp, const int *layers, int n) {
+    SPECD_CHECK(n >= 0 && n <= MODEL_MAX_TAPS);
+    if (n) memcpy(sp->learn_layers, layers, sizeof(int) * (size_t)n);
+    sp->n_learn = n;
+    return pair_taps(sp);
 }
 
 drafter *spec_pair_set_drafter(spec_pair *sp, int slot, drafter *d) {

@@ -15,7 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TEL_SCHEMA_VERSION 4 /* 2: speculation_steps.method; 3: .shape; 4: .nodes_verified, gamma_used = depth */
+#define TEL_SCHEMA_VERSION 5 /* 2: speculation_steps.method; 3: .shape; 4: .nodes_verified, gamma_used = depth;
+                              * 5: .head_version */
 #define TEL_FLUSH_MS 50           /* the writer commits at least this often when rows are waiting */
 #define TEL_RETENTION_MS 1000     /* retention pass period */
 #define TEL_RETENTION_BATCH 2000  /* rows per retention DELETE (short write locks) */
@@ -275,7 +276,8 @@ static const char *k_schema =
     "  recorded_at       INTEGER NOT NULL,              -- unix ms\n"
     "  method            TEXT NOT NULL DEFAULT 'plain', -- proposer: draft|ngram|medusa, plain for a plain step\n"
     "  shape             TEXT NOT NULL DEFAULT 'chain', -- chain, or tree (n_accepted = the accepted path's length)\n"
-    "  nodes_verified    INTEGER NOT NULL DEFAULT 0     -- drafts verified: a chain's gamma, a tree's nodes\n"
+    "  nodes_verified    INTEGER NOT NULL DEFAULT 0,    -- drafts verified: a chain's gamma, a tree's nodes\n"
+    "  head_version      INTEGER NOT NULL DEFAULT 0     -- the EAGLE head's version (serve --learn swaps)\n"
     ");\n"
     "CREATE INDEX IF NOT EXISTS speculation_steps_session ON speculation_steps(session_id, step_num);\n"
     "CREATE INDEX IF NOT EXISTS speculation_steps_recorded ON speculation_steps(recorded_at);\n"
@@ -340,6 +342,7 @@ static int write_step(telemetry *t, const tel_step *s) {
     sqlite3_bind_text(st, 10, s->method[0] ? s->method : "plain", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 11, s->tree ? "tree" : "chain", -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 12, s->nodes);
+    sqlite3_bind_int(st, 13, s->head_version);
     return run_stmt(t, st);
 }
 
@@ -626,7 +629,10 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
             rc = sqlite3_exec(t->db, "ALTER TABLE speculation_steps ADD COLUMN nodes_verified INTEGER NOT NULL "
                                      "DEFAULT 0; UPDATE speculation_steps SET nodes_verified = gamma_used",
                               NULL, NULL, NULL);
-        if (rc == SQLITE_OK) rc = sqlite3_exec(t->db, "PRAGMA user_version=4; COMMIT", NULL, NULL, NULL);
+        if (rc == SQLITE_OK && user_version >= 1 && user_version <= 4) /* ... nor head_version */
+            rc = sqlite3_exec(t->db, "ALTER TABLE speculation_steps ADD COLUMN head_version INTEGER NOT NULL DEFAULT 0",
+                              NULL, NULL, NULL);
+        if (rc == SQLITE_OK) rc = sqlite3_exec(t->db, "PRAGMA user_version=5; COMMIT", NULL, NULL, NULL);
         if (rc != SQLITE_OK) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
     }
     if (rc == SQLITE_OK) {
@@ -657,8 +663,8 @@ telemetry *telemetry_open(const telemetry_config *cfg, char *err, size_t errlen)
          " spec_mode=excluded.spec_mode"},
         {&t->st_step,
          "INSERT INTO speculation_steps(session_id, step_num, gamma_used, n_accepted, n_rejected, draft_latency_ms,"
-         " target_latency_ms, effective_tpot_ms, recorded_at, method, shape, nodes_verified)"
-         " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)"},
+         " target_latency_ms, effective_tpot_ms, recorded_at, method, shape, nodes_verified, head_version)"
+         " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)"},
         {&t->st_end,
          "INSERT INTO speculation_sessions(session_id, request_id, created_at, prompt_token_count, model_version,"
          " ended_at, generated_tokens, current_gamma, rolling_accept_sum, rolling_accept_n, total_accepted,"

@@ -63,6 +63,8 @@ typedef struct {
     int64_t recorded_ms;        /* unix ms; 0 = now */
     char method[8];             /* the proposer: "draft", "ngram", "medusa"; "plain" for a plain step */
     bool tree;                  /* a tree step (shape 'tree'): n_accepted the accepted path's length */
+    int head_version;           /* learning from traffic: the EAGLE head's version live at this step (0: the one
+                                 * loaded at start, or none) */
 } tel_step;
 
 typedef struct {

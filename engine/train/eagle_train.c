@@ -8,6 +8,7 @@
 #include "engine/train/train_loss.h"
 #include "engine/util.h"
 
+#include "kernels/check.h"
 #include "kernels/clock.h"
 #include "kernels/ggml_type.h"
 #include "kernels/half.h"
@@ -43,7 +44,9 @@ void eagle_data_destroy(eagle_data *d) {
     free(d);
 }
 
-int eagle_data_add(eagle_data *d, const int32_t *tok, int n, const float *feat, const int32_t *kid, const float *kz) {
+/* One sequence in, its features F32 (feat) or F16 (feat16). */
+static int data_add(eagle_data *d, const int32_t *tok, int n, const float *feat, const uint16_t *feat16,
+                    const int32_t *kid, const float *kz) {
     if (d->n >= d->cap) return 0;
     if (n < 2) return 1; /* nothing to learn from; dropped */
     if (n > d->T) n = d->T;
@@ -51,13 +54,35 @@ int eagle_data_add(eagle_data *d, const int32_t *tok, int n, const float *feat, 
     d->len[d->n] = n;
     memcpy(d->tok + o, tok, sizeof(int32_t) * (size_t)n);
     /* the last token was never fed: no features, no top-k there */
-    for (size_t i = 0; i < (size_t)(n - 1) * F; i++) d->feat[o * F + i] = f32_to_fp16(feat[i]);
+    if (feat16) memcpy(d->feat + o * F, feat16, sizeof(uint16_t) * (size_t)(n - 1) * F);
+    else
+        for (size_t i = 0; i < (size_t)(n - 1) * F; i++) d->feat[o * F + i] = f32_to_fp16(feat[i]);
     memset(d->feat + (o + (size_t)n - 1) * F, 0, sizeof(uint16_t) * F);
     memcpy(d->kid + o * K, kid, sizeof(int32_t) * (size_t)(n - 1) * K);
     memcpy(d->kz + o * K, kz, sizeof(float) * (size_t)(n - 1) * K);
     for (size_t k = 0; k < K; k++) d->kid[(o + (size_t)n - 1) * K + k] = -1, d->kz[(o + (size_t)n - 1) * K + k] = 0;
     d->n++;
     return 1;
+}
+
+int eagle_data_add(eagle_data *d, const int32_t *tok, int n, const float *feat, const int32_t *kid, const float *kz) {
+    return data_add(d, tok, n, feat, NULL, kid, kz);
+}
+
+int eagle_data_add_f16(eagle_data *d, const int32_t *tok, int n, const uint16_t *feat) {
+    SPECD_CHECK(d->K == 1);
+    if (n > d->T) n = d->T;
+    if (n < 2) return 1;
+    int32_t *kid = malloc(sizeof(int32_t) * (size_t)n); /* the teacher: all mass on the token that followed */
+    float *kz = calloc((size_t)n, sizeof(float));
+    if (!kid || !kz) {
+        free(kid), free(kz);
+        return 0;
+    }
+    for (int p = 0; p + 1 < n; p++) kid[p] = tok[p + 1];
+    int rc = data_add(d, tok, n, NULL, feat, kid, kz);
+    free(kid), free(kz);
+    return rc;
 }
 
 int64_t eagle_data_positions(const eagle_data *d, int64_t from, int64_t to) {
@@ -192,6 +217,78 @@ eagle_head *eagle_head_create(model *m, const int *layers, int ff, bool shared_o
     memcpy(h->embd, Emb, sizeof(float) * (size_t)V * D);
     free(O), free(Emb);
     return h;
+}
+
+eagle_head *eagle_head_load(model *m, const char *path, char *err, size_t errlen) {
+    engine_status st;
+    gguf_file *f = gguf_open(path, &st, err, errlen);
+    if (!f) return NULL;
+    eagle_head *h = NULL;
+    uint32_t D = 0, F = 0, V = 0;
+    const gguf_kv *tl = gguf_get_arr(f, "eagle3.target_layers", GGUF_TYPE_UINT32);
+    gguf_str arch;
+    if (!gguf_get_str(f, "general.architecture", &arch) || !gguf_str_eq(arch, "eagle3") ||
+        !gguf_get_u32(f, "eagle3.embedding_length", &D) || !gguf_get_u32(f, "eagle3.feed_forward_length", &F) ||
+        !gguf_get_u32(f, "eagle3.vocab_size", &V) || !tl || tl->arr_n != EAGLE_PARTS) {
+        util_fail(err, errlen, "%s is not an EAGLE head specd wrote (eagle3 with target_layers)", path);
+        goto done;
+    }
+    if (gguf_find_tensor(f, "d2t") || gguf_find_tensor(f, "d2t.weight") || (int)V != m->hp.n_vocab ||
+        (int)D != m->hp.dim) {
+        util_fail(err, errlen, "%s: a head of %u tokens and width %u (a reduced draft vocabulary?) cannot be "
+                  "fine-tuned for this target (%d tokens, width %d)", path, V, D, m->hp.n_vocab, m->hp.dim);
+        goto done;
+    }
+    int layers[EAGLE_PARTS];
+    for (int i = 0; i < EAGLE_PARTS; i++) {
+        uint32_t x;
+        memcpy(&x, (const uint8_t *)tl->arr_data + 4 * i, 4);
+        layers[i] = (int)x;
+    }
+    bool shared = !gguf_find_tensor(f, "output.weight");
+    if (!(h = eagle_head_create(m, layers, (int)F, shared, 1, err, errlen))) goto done;
+    for (int t = 0; t < h->n_tensors; t++) {
+        const train_tensor *tt = &h->t[t];
+        const gguf_tensor *g = gguf_find_tensor(f, tt->name);
+        size_t n = (size_t)tt->rows * tt->cols;
+        if (!g || g->ne[0] * g->ne[1] * g->ne[2] * g->ne[3] != n || (g->type != GGML_TYPE_F32 && g->type != GGML_TYPE_F16)) {
+            util_fail(err, errlen, "%s: tensor %s is missing, of another shape, or not F32/F16", path, tt->name);
+            eagle_head_destroy(h);
+            h = NULL;
+            goto done;
+        }
+        float *p = h->params + tt->off;
+        if (g->type == GGML_TYPE_F32) memcpy(p, g->data, sizeof(float) * n);
+        else
+            for (size_t i = 0; i < n; i++) {
+                uint16_t x;
+                memcpy(&x, (const uint8_t *)g->data + 2 * i, 2);
+                p[i] = fp16_to_f32(x);
+            }
+    }
+    uint32_t ctx;
+    if (gguf_get_u32(f, "eagle3.context_length", &ctx)) h->ctx = (int)ctx;
+done:
+    gguf_close(f);
+    return h;
+}
+
+eagle_head *eagle_head_clone(const eagle_head *h) {
+    eagle_head *c = malloc(sizeof(*c));
+    if (!c) return NULL;
+    *c = *h;
+    size_t VD = (size_t)h->V * h->D;
+    c->params = malloc(sizeof(float) * h->n_params);
+    c->embd = malloc(sizeof(float) * VD);
+    c->out_shared = h->out_shared ? malloc(sizeof(float) * VD) : NULL;
+    if (!c->params || !c->embd || (h->out_shared && !c->out_shared)) {
+        eagle_head_destroy(c);
+        return NULL;
+    }
+    memcpy(c->params, h->params, sizeof(float) * h->n_params);
+    memcpy(c->embd, h->embd, sizeof(float) * VD);
+    if (h->out_shared) memcpy(c->out_shared, h->out_shared, sizeof(float) * VD);
+    return c;
 }
 
 void eagle_head_destroy(eagle_head *h) {

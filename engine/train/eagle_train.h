@@ -66,6 +66,11 @@ void eagle_data_destroy(eagle_data *d); /* accepts NULL */
  * never fed: its row is stored empty). Returns 1 (a sequence of fewer than
  * 2 tokens is dropped), or 0 when full. */
 int eagle_data_add(eagle_data *d, const int32_t *tok, int n, const float *feat, const int32_t *kid, const float *kz);
+/* The same for data without the target's top-k (d->K must be 1: the
+ * teacher puts all its mass on the token that followed, so the KL term is
+ * its cross-entropy), features already F16 (n - 1, 3D): the learning
+ * ring's. */
+int eagle_data_add_f16(eagle_data *d, const int32_t *tok, int n, const uint16_t *feat);
 /* Positions that train a step-0 row (sum over sequences of len - 2). */
 int64_t eagle_data_positions(const eagle_data *d, int64_t from, int64_t to);
 
@@ -120,6 +125,15 @@ eagle_head *eagle_head_alloc(int V, int D, int H, int Hkv, int E, int F, float e
 void eagle_head_destroy(eagle_head *h); /* accepts NULL */
 /* grad: base is a gradient (a shared output head has none: NULL). */
 void eagle_head_view(const eagle_head *h, float *base, eagle_view *v, bool grad);
+/* A head written by eagle_head_save (its matrices F32 or F16, the whole
+ * vocabulary, own or shared output) for target m, read back to train on
+ * (learning from traffic fine-tunes the live head). NULL with err for a
+ * file it cannot take: another target's, a reduced draft vocabulary (a
+ * converted checkpoint's d2t), quantized matrices, a bad shape. */
+eagle_head *eagle_head_load(model *m, const char *path, char *err, size_t errlen);
+/* A copy of h (parameters, frozen tables); NULL when out of memory. */
+eagle_head *eagle_head_clone(const eagle_head *h);
+
 /* The head as an eagle3 GGUF at path (model.h's layout): matrices in type
  * (F32 or F16), norms F32, the target's token embedding tensor and
  * tokenizer copied from its file, eagle3.target_layers. Returns 0 or -1. */

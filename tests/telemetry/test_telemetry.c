@@ -526,15 +526,18 @@ static void test_migrate(void) {
                            .draft_ms = 1, .target_ms = 2};
     tel_step st;
     tel_step_from_info(&st, "new", 1, &info);
+    st.head_version = 3;
     CHECK(telemetry_step(t, &st));
     telemetry_close(t);
+    CHECK(q_int(path, "SELECT head_version FROM speculation_steps WHERE session_id = 'old'") == 0);
+    CHECK(q_int(path, "SELECT head_version FROM speculation_steps WHERE session_id = 'new'") == 3);
     CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE session_id = 'old' AND shape = 'chain'") == 1);
     CHECK(q_int(path, "SELECT count(*) FROM speculation_steps WHERE session_id = 'new' AND shape = 'tree'") == 1);
     CHECK(q_int(path, "SELECT nodes_verified FROM speculation_steps WHERE session_id = 'old'") == 4);
     CHECK(q_int(path, "SELECT gamma_used FROM speculation_steps WHERE session_id = 'new'") == 3);
     CHECK(q_int(path, "SELECT nodes_verified FROM speculation_steps WHERE session_id = 'new'") == 8);
     CHECK(q_int(path, "SELECT n_rejected FROM speculation_steps WHERE session_id = 'new'") == 6);
-    CHECK(q_int(path, "PRAGMA user_version") == 4);
+    CHECK(q_int(path, "PRAGMA user_version") == 5);
 }
 
 int main(int argc, char **argv) {

@@ -145,14 +145,18 @@ def case_tree(method, temp_args):
     expect_broken_fails(base, 8, 1e-6)
 
 
-def case_eagle(temp_args, tree=None):
+def case_eagle(temp_args, tree=None, swap=False):
     """An EAGLE-3 head as the proposer (--eagle HEAD; random weights written
     by specd mkmodel --arch eagle3, so its q is far from the target's p and
     most drafts are rejected): the chain rule with the head's q rows passes,
     and the broken residual, which every rejection samples from, fails.
     With tree (--tree B/D/K): the head's dynamic trees (siblings drawn
     without replacement, their q rows renormalised) pass, and the variant
-    that skips the residual update between siblings fails."""
+    that skips the residual update between siblings fails. With swap
+    (--swap-eagle, issue 37): a second head trades places with the first
+    after every step, each sequence adopting the new head from its recorded
+    features as serve --learn's swaps do; the chain rule still passes and
+    the broken residual still fails."""
     t, _ = real_pair()
     with tempfile.TemporaryDirectory() as tmp:
         head = os.path.join(tmp, "head.gguf")
@@ -160,9 +164,20 @@ def case_eagle(temp_args, tree=None):
                             "--kv-heads", "4", "--ff", "172", "--vocab", "512", "--seed", "3"],
                            capture_output=True, text=True)
         check(r.returncode == 0, "mkmodel --arch eagle3 failed: " + r.stderr[-1500:])
-        base = ["-m", t, "--eagle", head, "--quiet", "--samples", "5000", "--positions", "8", "-p", "The",
+        other = []
+        if swap:
+            head2 = os.path.join(tmp, "head2.gguf")
+            r = subprocess.run([SPECD, "mkmodel", "-o", head2, "--arch", "eagle3", "--dim", "64", "--heads", "8",
+                                "--kv-heads", "4", "--ff", "172", "--vocab", "512", "--seed", "4"],
+                               capture_output=True, text=True)
+            check(r.returncode == 0, "mkmodel --arch eagle3 failed: " + r.stderr[-1500:])
+            other = ["--swap-eagle", head2]
+        base = ["-m", t, "--eagle", head, *other, "--quiet", "--samples", "5000", "--positions", "8", "-p", "The",
                 "--seed", "9", *(["--tree", tree] if tree else []), *temp_args]
         out, rows = expect_pass(base, 8)
+        if swap:
+            m = re.search(r"heads swapped (\d+) times", out)
+            check(m and int(m[1]) > 10000, "the heads were not swapped during the run", out)
         m = re.search(r"eagle: (\d+) verify passes, drafted (\d+), accepted (\d+)", out)
         check(m and int(m[1]) > 1000 and int(m[3]) > 100, "the head's drafts were not exercised", out)
         if tree:
@@ -325,6 +340,7 @@ if __name__ == "__main__":
         "eagle_t1": lambda: case_eagle(["--temp", "1.0"]),
         "eagle_t07": lambda: case_eagle(["--temp", "0.7", "--top-p", "0.9"]),
         "eagle_tree_t1": lambda: case_eagle(["--temp", "1.0"], tree="8/3/3"),
+        "eagle_swap_t1": lambda: case_eagle(["--temp", "1.0"], swap=True),
         "eagle_tree_t07": lambda: case_eagle(["--temp", "0.7", "--top-p", "0.9"], tree="16/2/8"),
     }
     cases[sys.argv[1]]()

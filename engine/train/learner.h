@@ -1,0 +1,71 @@
+/* learner.h — the background trainer of `specd serve --learn` (issue 37):
+ * it fine-tunes the live EAGLE head on the learning ring (engine.h's
+ * engine_learn_*: served requests' tokens and the target's features), or
+ * trains one from nothing when the server has none, and offers a candidate
+ * to the engine only when it beats the live head on a held-out slice of
+ * recent traffic.
+ *
+ * A round: the ring's samples, cut into windows of `window` tokens, become
+ * training data whose newest tenth is held out; the candidate (a copy of the
+ * live head, or a new head whose output is the target's) trains `steps`
+ * optimizer steps with the training-time test (eagle_train.h); the held-out
+ * figure is simulated acceptance — the greedy acceptance rule run on the
+ * stored target tokens: the mean number of drafts a J-step greedy chain gets
+ * accepted per target pass (eagle_eval.accept_len), no target pass needed.
+ * The live head's figure is measured on the same rows (0 without a head).
+ * Only a candidate ahead by the margin is written (head-v<N>.gguf in dir,
+ * through a temporary file and a rename) and offered (engine_learn_offer);
+ * any other is dropped and counted as rejected. A failed or worse candidate
+ * never touches the live head.
+ *
+ * Cost: the thread runs at the lowest priority (nice 19) with
+ * round(share x cpus) worker threads (at least 1) and sleeps after each
+ * optimizer step so that its busy time stays within share x cpus cores;
+ * while requests wait for admission it does not train at all.
+ *
+ * Threading: one thread of its own (learner_start); learner_round runs a
+ * round on the caller's thread instead (tests, with no thread started). */
+#ifndef SPECD_LEARNER_H
+#define SPECD_LEARNER_H
+
+#include "engine/engine.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    engine *e;                   /* started with engine_config.learn.enabled */
+    pol_store *policy;           /* speculation.learn_* (hot); NULL: the fields below */
+    const char *dir;             /* where heads are written (must exist) */
+    int cpus;                    /* the host's cores (0: sysconf) */
+    double share;                /* of the cores (0.25) */
+    double margin;               /* accepted drafts per pass a candidate must gain (0.05) */
+    int min_positions;           /* ring positions before the first round (4096) */
+    int steps;                   /* optimizer steps per round (200) */
+    int window;                  /* tokens per training sequence (128) */
+    int J;                       /* training-time-test steps (3) */
+    int batch;                   /* sequences per optimizer step (4) */
+    float lr;                    /* peak learning rate (3e-4 from nothing; fine-tuning 1e-4) */
+    float holdout;               /* newest share of the windows held out (0.1) */
+    uint64_t seed;
+    bool worse;                  /* tests only: the candidate's weights are scrambled after training (it must be
+                                  * refused) */
+} learner_config;
+
+void learner_config_init(learner_config *c);
+
+typedef struct learner learner;
+
+/* Starts the thread (manual: none; call learner_round). A live head that
+ * cannot be fine-tuned (a converted checkpoint's reduced vocabulary,
+ * quantized matrices) leaves the learner idle with the reason in the
+ * engine's learning stats. NULL with err (out of memory, no thread). */
+learner *learner_start(const learner_config *c, bool manual, char *err, size_t errlen);
+/* Stops after the current optimizer step and joins (accepts NULL). */
+void learner_stop(learner *l);
+/* One round now. Returns 1 when a candidate was offered, 0 when none was
+ * (waiting for data, paused, refused: msg says which), -1 on an error. */
+int learner_round(learner *l, char *msg, size_t n);
+
+#endif

@@ -8,6 +8,7 @@
 #include "cli/util.h"
 #include "engine/train/medusa_distill.h"
 #include "engine/train/medusa_train.h"
+#include "engine/spec/proposers/pair_load.h"
 #include "engine/spec/spec.h"
 #include "engine/util.h"
 

@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 #include "engine/sample/rng.h"
+#include "engine/spec/proposers/pair_load.h"
 #include "engine/spec/spec.h"
 #include "engine/spec/stattest.h"
 

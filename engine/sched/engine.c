@@ -4,6 +4,7 @@
  * engine and its locking rules in engine_impl.h. */
 #include "engine/sched/engine_impl.h"
 #include "engine/sched/compile.h"
+#include "engine/spec/proposers/pair_load.h" /* the pair with the draft model and the lookup */
 
 #include "engine/chat/chat.h"
 #include "engine/sample/rng.h"

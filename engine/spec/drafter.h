@@ -2,9 +2,13 @@
  * table of functions (kernels/backend.h style) that every proposer fills —
  * the draft model (draft_model.c), prompt-lookup n-grams (draft_ngram.c) and
  * Medusa heads (draft_medusa.c); a feature-level head (EAGLE) is one more
- * table. The step (spec.c chains, spec_tree.c trees), acceptance, KV commit
- * and the controllers talk only to this table; proposers never call the
- * verify or the acceptance rule themselves.
+ * table. The step (spec.c chains, spec_tree.c trees), acceptance, KV commit,
+ * the pair (spec_pair.c: sizing, prefix caching, memory share) and the
+ * controllers talk only to this table; proposers never call the verify or
+ * the acceptance rule themselves. Each proposer is built by its own
+ * constructor in proposers/ (draft_model_load, draft_ngram_create,
+ * draft_medusa_create, draft_eagle_load; pair_load.c and engine.c call
+ * them) and installed with spec_pair_set_drafter.
  *
  * A proposal is a tree of nodes (token, parent); a chain is parent = i − 1
  * with node 0's parent −1 (the sequence's last accepted token). Each node
@@ -30,13 +34,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define DRAFTER_INTERFACE_VERSION 2
+#define DRAFTER_INTERFACE_VERSION 3
 #define DRAFTER_MAX_NODES GAMMA_MAX
 
 typedef struct drafter drafter;
 typedef struct drafter_seq drafter_seq; /* per sequence, defined by each drafter */
 struct spec_seq;                        /* spec.h: a sequence (tokens, sampler config, grammar state) */
 struct spec_step_info;                  /* spec.h: what a step of it produced */
+struct model;                           /* model.h: a model a proposer runs */
+struct kv_pool;                         /* kv.h: a paged KV cache */
+struct kv_seq;                          /* kv.h: one sequence's part of it */
 
 typedef struct {
     int32_t token;
@@ -155,12 +162,44 @@ typedef struct drafter_i {
     /* Optional: offers the state's final full blocks of tokens[0, n) (the
      * sequence's accepted tokens) to its prefix cache. */
     void (*prefix_publish)(drafter *d, drafter_seq *ds, const int32_t *tokens, int n);
+    /* ---- a proposer that runs a model of its own (version 3) ----
+     * All optional (NULL: the proposer runs no model the pair accounts for).
+     * The pair reads them of the proposer in its draft slot (spec.h,
+     * SPEC_DRAFTER_MODEL): that model is the pair's second model, and its
+     * pool the second pool admission reserves. Nothing else in spec/ knows
+     * which proposer it is. */
+    /* The model it runs (borrowed; the same pointer for the drafter's life).
+     * The pair takes from it: its identity (spec_model_identity: draft_id in
+     * reports, and the seed of its pool's prefix-cache chains); its context
+     * (mp.max_ctx), which caps the pair's sequences and so sizes both pools;
+     * its weight bytes, which with kv_pool's bytes make the draft's memory
+     * share (draft_mem_pct, the load's report and its warning). */
+    struct model *(*model)(drafter *d);
+    /* Called once by spec_pair_ready, after the target's KV pool exists:
+     * allocate what the proposer could not before the pair was sized — its
+     * KV pool of `blocks` blocks of block_size (the target pool's shape) and
+     * scratch for batched calls of up to max_seqs sequences. Returns 0, or -1
+     * with err and *st: ENGINE_ERR_OOM drops the proposer (the pair frees
+     * it, warns and decodes without it: draft_oom), any other status fails
+     * the pair's load with err. */
+    int (*reserve)(drafter *d, int block_size, int blocks, int max_seqs, engine_status *st, char *err,
+                   size_t errlen);
+    /* Its KV pool (borrowed; NULL before reserve). Admission reserves its
+     * blocks in lockstep with the target's, engine stats count its free and
+     * cached blocks, and with prefix caching on its full prompt blocks are
+     * shared by hash (kv_pool_set_prefix, seeded by the model's identity). */
+    struct kv_pool *(*kv_pool)(drafter *d);
+    /* The sequence's cache in that pool (borrowed; NULL for none): admission
+     * counts the blocks it holds and its pending copies on write. */
+    struct kv_seq *(*seq_kv)(drafter *d, drafter_seq *ds);
 } drafter_i;
 
 /* Every drafter struct starts with this. */
 struct drafter {
     const drafter_i *i;
     int n_vocab;
+    const char *source;      /* optional: where it came from (its file), named in the pair's messages; owned by
+                              * the drafter, NULL: none */
 };
 
 /* Calls through the table (NULL-safe for optional entries). */

@@ -6,7 +6,6 @@
 #include "kernels/check.h"
 #include "kernels/half.h"
 
-#include "engine/spec/proposers/draft_model.h"
 #include "engine/grammar/grammar.h"
 #include "engine/sample/gumbel.h"
 #include "engine/sample/rng.h"
@@ -342,7 +341,9 @@ void spec_prefix_probe(const spec_pair *sp, const int32_t *prompt, int n_prompt,
 void spec_seq_blocks(const spec_seq *s, int held[2], int cow[2]) {
     held[0] = s->tkv->n_blocks;
     cow[0] = kv_seq_cow_pending(s->sp->tpool, s->tkv);
-    const kv_seq *dk = draft_model_kv(s->ds[SPEC_DRAFTER_MODEL]);
+    drafter *d = s->sp->drafters[SPEC_DRAFTER_MODEL]; /* the draft slot's cache, through its table */
+    drafter_seq *ds = s->ds[SPEC_DRAFTER_MODEL];
+    const kv_seq *dk = d && d->i->seq_kv && ds ? d->i->seq_kv(d, ds) : NULL;
     const kv_pool *dp = spec_pair_draft_pool(s->sp);
     held[1] = dk ? dk->n_blocks : 0;
     cow[1] = dk && dp ? kv_seq_cow_pending(dp, dk) : 0;

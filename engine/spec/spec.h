@@ -62,7 +62,7 @@ typedef struct {
     int max_seqs;               /* most sequences in one batched step (32) */
     int max_gamma;              /* largest γ any sequence may use (8, at most GAMMA_MAX) */
     /* tensor parallelism of the target: tensor_parallel > 1 splits it over
-     * target_shards[0..tensor_parallel) (shard 0 is the `be` of spec_pair_load,
+     * target_shards[0..tensor_parallel) (shard 0 is the `be` of spec_pair_open,
      * where the draft lives too) summed by tp_comm (not owned) */
     int tensor_parallel;
     backend *const *target_shards;
@@ -107,7 +107,8 @@ typedef struct spec_pair {
     int ngram_min, ngram_max;   /* the n-gram lookup lengths in use (spec_pair_params, defaults applied) */
 } spec_pair;
 
-/* The draft model's pieces (NULL without one), for reports and tests. */
+/* The draft slot's pieces through its table (drafter_i model, kv_pool; NULL
+ * without a draft or hooks), for admission, reports and tests. */
 bool spec_pair_has_draft(const spec_pair *sp);
 model *spec_pair_draft_model(const spec_pair *sp);
 kv_pool *spec_pair_draft_pool(const spec_pair *sp);
@@ -124,18 +125,39 @@ int spec_pair_set_learn_taps(spec_pair *sp, const int *layers, int n);
  * faults and put the original back). */
 drafter *spec_pair_set_drafter(spec_pair *sp, int slot, drafter *d);
 
-/* Loads the pair. draft_path may be NULL. A draft that does not fit in memory
- * (its weights, scratch or KV pool: the brief's "draft model OOM on GPU") is
- * dropped with a warning on `log` and draft_oom set: the pair decodes plainly,
- * as if no draft were given. Refuses a draft whose tokenizer
- * differs from the target's, naming the first differing token. Prints the
- * draft memory share to `log` (NULL: quiet) with a warning above the limit.
- * Returns NULL with err filled and the kind in *st (errkind.h; st may be
- * NULL): ENGINE_ERR_OOM when the target, its KV pool or the step scratch do
- * not fit, ENGINE_ERR_INVALID for a bad file or a refused draft; ENGINE_OK on
- * success (a dropped draft included). be must outlive the pair. */
-spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be,
-                          const spec_pair_params *pp, FILE *log, engine_status *st, char *err, size_t errlen);
+/* A pair is built in three moves (pair_load.h's spec_pair_load does them
+ * for the draft model and the lookup; engine.c adds Medusa and EAGLE after):
+ *
+ * spec_pair_open loads the target and its tokenizer: a pair without pools or
+ * proposers yet. Returns NULL with err and *st (errkind.h; st may be NULL):
+ * ENGINE_ERR_OOM when the target does not fit, ENGINE_ERR_INVALID for a bad
+ * file. be must outlive the pair.
+ *
+ * Then the proposers' own constructors (proposers/) build them against
+ * sp->tok, sp->n_vocab and the target's context, and spec_pair_set_drafter
+ * installs them.
+ *
+ * spec_pair_ready sizes the pair for what is installed, through the table
+ * only (drafter.h): the draft slot's model (drafter_i model) names the draft
+ * (draft_id) and caps the context; the target's KV pool; each proposer's
+ * reserve — one that runs out of memory there (the brief's "draft model OOM
+ * on GPU") is dropped with a warning on `log` and draft_oom set, and the pair
+ * decodes as if it had never been given; prefix caching in the target's pool
+ * and the draft slot's (drafter_i kv_pool); the step scratch; and the draft
+ * slot's memory share (draft_mem_pct), printed to `log` (NULL: quiet) with a
+ * warning above pp's limit. Returns 0 (a dropped proposer included), or -1
+ * with err and *st (ENGINE_ERR_OOM: the target's pool or the scratch did not
+ * fit; a proposer's reserve failing otherwise: its status); then free the
+ * pair. Called once. */
+spec_pair *spec_pair_open(const char *target_path, backend *be, const spec_pair_params *pp, engine_status *st,
+                          char *err, size_t errlen);
+int spec_pair_ready(spec_pair *sp, const spec_pair_params *pp, FILE *log, engine_status *st, char *err,
+                    size_t errlen);
+/* A proposer that did not fit in memory (its constructor said
+ * ENGINE_ERR_OOM, or its reserve did): sets draft_oom and warns on log
+ * ("specd: WARNING: <what> <source> does not fit in memory; decoding without
+ * speculation (<why>)"). */
+void spec_pair_dropped(spec_pair *sp, const char *what, const char *source, const char *why, FILE *log);
 void spec_pair_free(spec_pair *sp); /* accepts NULL */
 
 /* Measures the cost model (draft 1-position call, target 1- and 5-position

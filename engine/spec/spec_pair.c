@@ -1,11 +1,12 @@
-/* spec_pair.c — the draft/target pair (see spec.h): statistics, model
- * identity, loading with the pairing checks, calibration. */
+/* spec_pair.c — the target and its proposers (see spec.h): statistics, model
+ * identity, opening the target and sizing the pair for the proposers
+ * installed in it (through their table: drafter.h), calibration. The
+ * proposers are built by their own modules (proposers/; pair_load.c for the
+ * draft model and the lookup). */
 #include "engine/spec/spec.h"
 #include "engine/util.h"
 #include "kernels/check.h"
 
-#include "engine/spec/proposers/draft_model.h"
-#include "engine/spec/proposers/draft_ngram.h"
 #include "engine/errkind.h"
 
 #include <stdarg.h>
@@ -84,8 +85,14 @@ int spec_pair_reserve_rows(spec_pair *sp, int rows) {
 }
 
 bool spec_pair_has_draft(const spec_pair *sp) { return sp->drafters[SPEC_DRAFTER_MODEL] != NULL; }
-model *spec_pair_draft_model(const spec_pair *sp) { return draft_model_model(sp->drafters[SPEC_DRAFTER_MODEL]); }
-kv_pool *spec_pair_draft_pool(const spec_pair *sp) { return draft_model_pool(sp->drafters[SPEC_DRAFTER_MODEL]); }
+model *spec_pair_draft_model(const spec_pair *sp) {
+    drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+    return d && d->i->model ? d->i->model(d) : NULL;
+}
+kv_pool *spec_pair_draft_pool(const spec_pair *sp) {
+    drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+    return d && d->i->kv_pool ? d->i->kv_pool(d) : NULL;
+}
 
 /* The target's layer taps for the first features-reading proposer (none:
  * off) and the scratch that carries them. Returns 0, or -1 when out of
@@ -152,20 +159,16 @@ void spec_pair_free(spec_pair *sp) {
     free(sp);
 }
 
-/* The brief's "draft model OOM": keep serving with plain decoding. why is the
- * message of a load that failed with ENGINE_ERR_OOM. */
-static void draft_dropped(spec_pair *sp, const char *draft_path, const char *why, FILE *log) {
+void spec_pair_dropped(spec_pair *sp, const char *what, const char *source, const char *why, FILE *log) {
     sp->draft_oom = true;
     if (log)
-        fprintf(log, "specd: WARNING: draft %s does not fit in memory; decoding without speculation (%s)\n",
-                draft_path, why);
+        fprintf(log, "specd: WARNING: %s %s does not fit in memory; decoding without speculation (%s)\n", what,
+                source ? source : "(unnamed)", why);
 }
 
-spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backend *be, const spec_pair_params *pp,
-                          FILE *log, engine_status *st, char *err, size_t errlen) {
+spec_pair *spec_pair_open(const char *target_path, backend *be, const spec_pair_params *pp, engine_status *st,
+                          char *err, size_t errlen) {
     spec_pair_params prm = pp ? *pp : (spec_pair_params){0};
-    if (prm.block_size <= 0) prm.block_size = 16;
-    if (prm.draft_mem_warn_pct <= 0) prm.draft_mem_warn_pct = 20.0f;
     char sub[640];
     spec_pair *sp = calloc(1, sizeof(*sp));
     if (!sp) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory"), NULL;
@@ -173,64 +176,71 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     if (prm.tensor_parallel > 1) {
         if (!prm.target_shards || prm.target_shards[0] != be) {
             util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "tensor parallelism: shard 0 must be the pair's backend");
-            goto fail_quiet;
+            goto fail;
         }
         sp->target = model_load_tp(target_path, prm.target_shards, prm.tensor_parallel, prm.tp_comm, &mp, st, err,
                                    errlen);
     } else {
         sp->target = model_load(target_path, be, &mp, st, err, errlen);
     }
-    if (!sp->target) goto fail_quiet;
+    if (!sp->target) goto fail;
     if (!(sp->tok = tok_create(sp->target->gguf, sub, sizeof(sub)))) {
         util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "%s: %s", target_path, sub);
-        goto fail_quiet;
+        goto fail;
     }
     sp->n_vocab = sp->target->hp.n_vocab;
     if (tok_n_vocab(sp->tok) != sp->n_vocab) {
         util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "%s: tokenizer has %d tokens but the model's vocabulary is %d",
                      target_path, tok_n_vocab(sp->tok), sp->n_vocab);
-        goto fail_quiet;
+        goto fail;
     }
+    sp->max_ctx = sp->target->mp.max_ctx;
+    engine_status_set(st, ENGINE_OK);
+    return sp;
+fail:
+    spec_pair_free(sp);
+    return NULL;
+}
+
+int spec_pair_ready(spec_pair *sp, const spec_pair_params *pp, FILE *log, engine_status *st, char *err,
+                    size_t errlen) {
+    spec_pair_params prm = pp ? *pp : (spec_pair_params){0};
+    if (prm.block_size <= 0) prm.block_size = 16;
+    if (prm.draft_mem_warn_pct <= 0) prm.draft_mem_warn_pct = 20.0f;
+    /* the draft slot's model names the draft and caps the context of both pools */
     int max_ctx = sp->target->mp.max_ctx;
-    drafter *dm = NULL;
-    engine_status dst = ENGINE_OK; /* the draft's loads */
-    if (draft_path) {
-        if (!(dm = draft_model_load(draft_path, be, max_ctx, sp->tok, sp->n_vocab, &dst, err, errlen))) {
-            if (dst != ENGINE_ERR_OOM) goto fail_refused;
-            draft_dropped(sp, draft_path, err, log);
-        } else {
-            sp->drafters[SPEC_DRAFTER_MODEL] = dm;
-            spec_model_identity(draft_model_model(dm), sp->tok, &sp->draft_id);
-            if (draft_model_model(dm)->mp.max_ctx < max_ctx) max_ctx = draft_model_model(dm)->mp.max_ctx;
-        }
+    const model *dmod = spec_pair_draft_model(sp);
+    if (dmod) {
+        spec_model_identity(dmod, sp->tok, &sp->draft_id);
+        if (dmod->mp.max_ctx < max_ctx) max_ctx = dmod->mp.max_ctx;
     }
     spec_model_identity(sp->target, sp->tok, &sp->target_id);
     /* one full-context sequence, the γ+1 verify overhang, and calibration */
     sp->max_ctx = max_ctx;
     int blocks = prm.kv_blocks > 0 ? prm.kv_blocks : (max_ctx + GAMMA_MAX + 2) / prm.block_size + 4;
-    if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, st, err, errlen))) goto fail_quiet;
+    if (!(sp->tpool = model_kv_pool(sp->target, prm.block_size, blocks, st, err, errlen))) return -1;
     sp->max_seqs = prm.max_seqs > 0 ? prm.max_seqs : 32;
-    if (dm && draft_model_reserve(dm, prm.block_size, blocks, sp->max_seqs, &dst, err, errlen) != 0) {
-        if (dst != ENGINE_ERR_OOM) goto fail_refused;
-        draft_dropped(sp, draft_path, err, log);
-        drafter_destroy(dm);
-        dm = sp->drafters[SPEC_DRAFTER_MODEL] = NULL;
-        memset(&sp->draft_id, 0, sizeof(sp->draft_id));
+    for (int i = 0; i < SPEC_DRAFTERS; i++) { /* the proposers' pools come after the target's */
+        drafter *d = sp->drafters[i];
+        engine_status dst = ENGINE_OK;
+        if (!d || !d->i->reserve || d->i->reserve(d, prm.block_size, blocks, sp->max_seqs, &dst, err, errlen) == 0)
+            continue;
+        if (dst != ENGINE_ERR_OOM) { /* the proposer's own failure, not a shortage */
+            engine_status_set(st, dst);
+            return -1;
+        }
+        spec_pair_dropped(sp, d->i->name, d->source, err, log);
+        drafter_destroy(spec_pair_set_drafter(sp, i, NULL));
+        if (i == SPEC_DRAFTER_MODEL) memset(&sp->draft_id, 0, sizeof(sp->draft_id));
     }
+    kv_pool *dpool = spec_pair_draft_pool(sp);
     if (prm.prefix_cache) { /* each pool's chains start from its own model's identity */
         sp->prefix_cache = true;
         kv_pool_set_prefix(sp->tpool, true, sp->target_id.header_hash ^ sp->target_id.tokenizer_hash,
                            prm.prefix_max_idle);
-        if (spec_pair_draft_pool(sp))
-            kv_pool_set_prefix(spec_pair_draft_pool(sp), true, sp->draft_id.header_hash ^ sp->draft_id.tokenizer_hash,
+        if (dpool)
+            kv_pool_set_prefix(dpool, true, sp->draft_id.header_hash ^ sp->draft_id.tokenizer_hash,
                                prm.prefix_max_idle);
-    }
-    sp->ngram_min = prm.ngram_min ? prm.ngram_min : 2;
-    sp->ngram_max = prm.ngram_max ? prm.ngram_max : 5;
-    if (!(sp->drafters[SPEC_DRAFTER_NGRAM] = draft_ngram_create(sp->n_vocab, prm.ngram_min, prm.ngram_max))) {
-        util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "n-gram drafter: lengths %d..%d outside 1..%d (or out of "
-                     "memory)", prm.ngram_min, prm.ngram_max, NGRAM_MAX_N);
-        goto fail_quiet;
     }
     size_t V = (size_t)sp->n_vocab;
     sp->smp = sampler_create(sp->n_vocab);
@@ -246,30 +256,24 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     sp->gam = malloc(sizeof(int) * (size_t)sp->max_seqs);
     sp->props = malloc(sizeof(drafter_prop) * (size_t)sp->max_seqs);
     sp->prop_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
-    if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->hidden || !sp->ms || !sp->gam || !sp->props || !sp->prop_of) {
-        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: the pair's step scratch (%zu rows)", rows);
-        goto fail_quiet;
-    }
-    if (dm) {
-        model *d = draft_model_model(dm);
+    if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->hidden || !sp->ms || !sp->gam || !sp->props || !sp->prop_of)
+        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: the pair's step scratch (%zu rows)", rows);
+    if ((dmod = spec_pair_draft_model(sp))) { /* the draft's memory share, from its model and pool */
+        const drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
+        double dkv = dpool ? (double)kv_pool_bytes(dpool) : 0.0;
         double tmem = (double)sp->target->weight_bytes + (double)kv_pool_bytes(sp->tpool);
-        double dmem = (double)d->weight_bytes + (double)kv_pool_bytes(draft_model_pool(dm));
+        double dmem = (double)dmod->weight_bytes + dkv;
         sp->draft_mem_pct = 100.0 * dmem / tmem;
         if (log) {
-            fprintf(log, "specd: draft %s: %.1f MB weights + %.1f MB KV = %.1f%% of the target's %.1f MB%s\n",
-                    draft_path, d->weight_bytes / 1e6, kv_pool_bytes(draft_model_pool(dm)) / 1e6, sp->draft_mem_pct,
-                    tmem / 1e6,
+            fprintf(log, "specd: %s %s: %.1f MB weights + %.1f MB KV = %.1f%% of the target's %.1f MB%s\n",
+                    d->i->name, d->source ? d->source : "(unnamed)", dmod->weight_bytes / 1e6, dkv / 1e6,
+                    sp->draft_mem_pct, tmem / 1e6,
                     sp->draft_mem_pct > prm.draft_mem_warn_pct ? " — WARNING: above the limit; speculation pays "
                                                                  "best with a much smaller draft" : "");
         }
     }
     engine_status_set(st, ENGINE_OK);
-    return sp;
-fail_refused: /* the draft's own failure, not a shortage */
-    engine_status_set(st, dst);
-fail_quiet:
-    spec_pair_free(sp);
-    return NULL;
+    return 0;
 }
 
 /* The draft figures of the cost model come from the drafter in slot `slot`. */

@@ -6,6 +6,7 @@
 #define SPECD_TEST_SPEC_UTIL_H
 
 #include "engine/spec/proposers/draft_model.h"
+#include "engine/spec/proposers/pair_load.h"
 #include "cli/mkmodel.h"
 #include "engine/spec/spec.h"
 #include "tests/spec/test_drafter.h"

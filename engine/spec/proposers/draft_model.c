@@ -26,6 +26,7 @@ typedef struct {
     int *row_of;                /* (max_seqs) */
     gamma_costs c;              /* only draft_ms and draft_ms_per_row are used */
     draft_tree *trees;          /* tree scratch (draft_tree_create registers it; NULL: no trees) */
+    char *path;                 /* the file (base.source) */
 } draft_model;
 
 struct drafter_seq {
@@ -42,6 +43,7 @@ static void dm_destroy(drafter *d) {
     free(dm->logits);
     free(dm->ms);
     free(dm->row_of);
+    free(dm->path);
     free(dm);
 }
 
@@ -187,6 +189,30 @@ static int dm_propose_tree(drafter *d, drafter_tree_prop *props, int n, char *er
     return 0;
 }
 
+/* The pool and scratch, once the pair is sized (drafter_i reserve). */
+static int dm_reserve(drafter *d, int block_size, int blocks, int max_seqs, engine_status *st, char *err,
+                      size_t errlen) {
+    draft_model *dm = (draft_model *)d;
+    if (!(dm->pool = model_kv_pool(dm->m, block_size, blocks, st, err, errlen))) return -1;
+    dm->max_seqs = max_seqs;
+    size_t rows = (size_t)(max_seqs > DM_CAL_ROWS ? max_seqs : DM_CAL_ROWS);
+    dm->smp = sampler_create(d->n_vocab);
+    dm->logits = malloc(sizeof(float) * (size_t)d->n_vocab * rows);
+    dm->ms = malloc(sizeof(model_seq) * (size_t)max_seqs);
+    dm->row_of = malloc(sizeof(int) * (size_t)max_seqs);
+    if (!dm->smp || !dm->logits || !dm->ms || !dm->row_of)
+        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: draft scratch of %zu rows", rows);
+    engine_status_set(st, ENGINE_OK);
+    return 0;
+}
+
+static model *dm_model(drafter *d) { return ((draft_model *)d)->m; }
+static kv_pool *dm_kv_pool(drafter *d) { return ((draft_model *)d)->pool; }
+static kv_seq *dm_seq_kv(drafter *d, drafter_seq *ds) {
+    (void)d;
+    return ds ? ds->kv : NULL;
+}
+
 static const drafter_i draft_model_i = {
     .version = DRAFTER_INTERFACE_VERSION,
     .name = "draft",
@@ -204,6 +230,10 @@ static const drafter_i draft_model_i = {
     .prefix_attach = dm_prefix_attach,
     .prefix_publish = dm_prefix_publish,
     .propose_tree = dm_propose_tree,
+    .model = dm_model,
+    .reserve = dm_reserve,
+    .kv_pool = dm_kv_pool,
+    .seq_kv = dm_seq_kv,
 };
 
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
@@ -213,6 +243,11 @@ drafter *draft_model_load(const char *path, backend *be, int max_ctx, const toke
     if (!dm) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: draft drafter"), NULL;
     dm->base.i = &draft_model_i;
     dm->base.n_vocab = n_vocab;
+    if (!(dm->path = strdup(path))) {
+        util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: draft drafter");
+        goto fail;
+    }
+    dm->base.source = dm->path;
     model_params mp = {.max_batch = 512, .max_ctx = max_ctx};
     if (!(dm->m = model_load(path, be, &mp, st, err, errlen))) goto fail;
     tokenizer *dt = tok_create(dm->m->gguf, sub, sizeof(sub));
@@ -237,22 +272,6 @@ drafter *draft_model_load(const char *path, backend *be, int max_ctx, const toke
 fail:
     dm_destroy(&dm->base);
     return NULL;
-}
-
-int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, engine_status *st, char *err,
-                        size_t errlen) {
-    draft_model *dm = (draft_model *)d;
-    if (!(dm->pool = model_kv_pool(dm->m, block_size, blocks, st, err, errlen))) return -1;
-    dm->max_seqs = max_seqs;
-    size_t rows = (size_t)(max_seqs > DM_CAL_ROWS ? max_seqs : DM_CAL_ROWS);
-    dm->smp = sampler_create(d->n_vocab);
-    dm->logits = malloc(sizeof(float) * (size_t)d->n_vocab * rows);
-    dm->ms = malloc(sizeof(model_seq) * (size_t)max_seqs);
-    dm->row_of = malloc(sizeof(int) * (size_t)max_seqs);
-    if (!dm->smp || !dm->logits || !dm->ms || !dm->row_of)
-        return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: draft scratch of %zu rows", rows);
-    engine_status_set(st, ENGINE_OK);
-    return 0;
 }
 
 model *draft_model_model(drafter *d) { return d && d->i == &draft_model_i ? ((draft_model *)d)->m : NULL; }

@@ -22,18 +22,19 @@
  * target's tokenizer and vocabulary (a mismatch refuses the pair: NULL, err
  * names the first difference, *st = ENGINE_ERR_INVALID). A draft whose
  * weights do not fit returns NULL with *st = ENGINE_ERR_OOM (errkind.h): the
- * caller decodes without it. st may be NULL; ENGINE_OK on success. */
+ * caller decodes without it. st may be NULL; ENGINE_OK on success. Install
+ * it in the pair's draft slot (spec_pair_set_drafter(sp, SPEC_DRAFTER_MODEL,
+ * d)) before spec_pair_ready: the pair reads its model and pool through the
+ * table (drafter.h's model, kv_pool, seq_kv) and calls its reserve, which
+ * allocates the KV pool (the target pool's shape) and the scratch for
+ * batches of the pair's max_seqs; the drafter is not used before. Its
+ * source is path. (pair_load.h's spec_pair_load does all this.) */
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
                           engine_status *st, char *err, size_t errlen);
-/* Allocates the KV pool (blocks of block_size) and the scratch for batches of
- * up to max_seqs sequences. Returns 0, or -1 with err and *st (ENGINE_ERR_OOM
- * when it did not fit). Must succeed before the drafter is used. */
-int draft_model_reserve(drafter *d, int block_size, int blocks, int max_seqs, engine_status *st, char *err,
-                        size_t errlen);
 
-/* The pieces, for reports (memory share, identity, free blocks) and tests
- * (cache contents). Borrowed: owned by the drafter. NULL for NULL or a
- * drafter that is not a draft model. */
+/* The pieces, for the draft tree (draft_tree.c) and tests (cache
+ * contents); the pair reads them through the table. Borrowed: owned by the
+ * drafter. NULL for NULL or a drafter that is not a draft model. */
 model *draft_model_model(drafter *d);
 kv_pool *draft_model_pool(drafter *d);
 kv_seq *draft_model_kv(drafter_seq *ds);

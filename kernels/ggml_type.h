@@ -37,6 +37,7 @@ typedef enum {
  * backend's weight() hook repacks a matrix into (see kernels/cpu/quant.h). */
 #define SPECD_TYPE_Q8_0_R8 0x1008 /* Q8_0 repacked in groups of 8 rows (CPU) */
 #define SPECD_TYPE_Q4_K_R8 0x100C /* Q4_K repacked in groups of 8 rows (CPU, x86 SIMD levels) */
+#define SPECD_TYPE_Q5_K_R8 0x100D /* Q5_K repacked in groups of 8 rows (CPU, x86 SIMD levels) */
 #define SPECD_TYPE_Q6_K_R8 0x100E /* Q6_K repacked in groups of 8 rows (CPU, x86 SIMD levels) */
 
 /* Type facts. Unknown types give 0 (ggml_type_name: NULL). Names are ggml's

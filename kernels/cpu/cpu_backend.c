@@ -208,7 +208,8 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
         int per = M == 1 ? 2 : M <= 8 ? 4 : 8;
         int chunk = N[i] / (c->n_threads * per);
         chunk = chunk < 4 ? 4 : (chunk + 3) / 4 * 4;
-        if (wtype[i] == SPECD_TYPE_Q8_0_R8 || wtype[i] == SPECD_TYPE_Q4_K_R8 || wtype[i] == SPECD_TYPE_Q6_K_R8)
+        if (wtype[i] == SPECD_TYPE_Q8_0_R8 || wtype[i] == SPECD_TYPE_Q4_K_R8 || wtype[i] == SPECD_TYPE_Q5_K_R8 ||
+            wtype[i] == SPECD_TYPE_Q6_K_R8)
             chunk = (chunk + 7) / 8 * 8; /* whole 8-row groups */
         j.mat[i] = (mm_mat){y[i], w[i], wtype[i], N[i], chunk, tasks};
         tasks += (N[i] + chunk - 1) / chunk;
@@ -264,7 +265,8 @@ static void cpu_get_rows(backend *be, float *y, const void *table, int type, con
     size_t rb = mm_row_bytes(type, D);
     for (int m = 0; m < M; m++) {
         if (type == SPECD_TYPE_Q8_0_R8) mm_r8_dequant_row(y + (size_t)m * D, table, ids[m], D);
-        else if (type == SPECD_TYPE_Q4_K_R8) mm_rk_dequant_row(y + (size_t)m * D, table, ids[m], D);
+        else if (type == SPECD_TYPE_Q4_K_R8 || type == SPECD_TYPE_Q5_K_R8)
+            mm_rk_dequant_row(y + (size_t)m * D, table, ids[m], D, type == SPECD_TYPE_Q5_K_R8);
         else if (type == SPECD_TYPE_Q6_K_R8) mm_q6x_dequant_row(y + (size_t)m * D, table, ids[m], D);
         else mm_dequant_row(y + (size_t)m * D, (const uint8_t *)table + rb * ids[m], type, D);
     }
@@ -398,8 +400,8 @@ static void cpu_release(backend *be, void *ptr) {
 }
 /* Weights are used in place in the GGUF mapping, except Q8_0 matrices, which
  * are repacked into the Q8_0 x8 layout (quant.h) that the integer-dot kernels
- * stream 8 rows at a time, and Q4_K and Q6_K matrices at the x86 SIMD levels,
- * repacked into the Q4_K x8 and Q6_K x8 layouts (quant.h; the portable and
+ * stream 8 rows at a time, and Q4_K, Q5_K and Q6_K matrices at the x86 SIMD
+ * levels, repacked into the K-quant x8 layouts (quant.h; the portable and
  * NEON paths keep the file layout); SPECD_REPACK=0 keeps them in place (the
  * kernels read both layouts and give the same results). The copy is not
  * counted against backend_cpu_limit_memory (weights never were). */
@@ -412,7 +414,8 @@ typedef struct {
 static void repack_task(void *arg, int task, int thread) {
     repack_job *j = arg;
     int ng = (j->N + 7) / 8, g0 = task * j->per, g1 = g0 + j->per < ng ? g0 + j->per : ng;
-    if (j->type == GGML_TYPE_Q4_K) mm_rk_repack_groups(j->dst, j->src, j->N, j->K, g0, g1);
+    if (j->type == GGML_TYPE_Q4_K || j->type == GGML_TYPE_Q5_K)
+        mm_rk_repack_groups(j->dst, j->src, j->N, j->K, g0, g1, j->type == GGML_TYPE_Q5_K);
     else if (j->type == GGML_TYPE_Q6_K) mm_q6x_repack_groups(j->dst, j->src, j->N, j->K, g0, g1);
     else mm_r8_repack_groups(j->dst, j->src, j->N, j->K, g0, g1);
 }
@@ -420,11 +423,13 @@ static void repack_task(void *arg, int task, int thread) {
 static const void *cpu_weight(backend *be, const void *host, int *type, int64_t rows, int64_t cols) {
     const char *env = getenv("SPECD_REPACK");
     simd_level lvl = ctx_of(be)->simd;
-    int kq = (*type == GGML_TYPE_Q4_K || *type == GGML_TYPE_Q6_K) && (lvl == SIMD_AVX2 || lvl == SIMD_AVX512);
+    int kq = (*type == GGML_TYPE_Q4_K || *type == GGML_TYPE_Q5_K || *type == GGML_TYPE_Q6_K) &&
+             (lvl == SIMD_AVX2 || lvl == SIMD_AVX512);
     if ((*type != GGML_TYPE_Q8_0 && !kq) || cols % (kq ? 256 : 32) || rows < 8 || rows > INT32_MAX ||
         cols > INT32_MAX || (env && !strcmp(env, "0")))
         return host;
-    size_t bytes = *type == GGML_TYPE_Q4_K   ? mm_rk_bytes((int)rows, (int)cols)
+    size_t bytes = *type == GGML_TYPE_Q4_K || *type == GGML_TYPE_Q5_K
+                       ? mm_rk_bytes((int)rows, (int)cols, *type == GGML_TYPE_Q5_K)
                    : *type == GGML_TYPE_Q6_K ? mm_q6x_bytes((int)rows, (int)cols)
                                              : mm_r8_bytes((int)rows, (int)cols);
     uint8_t *p = warena_alloc(ctx_of(be)->wa, bytes);
@@ -432,7 +437,10 @@ static const void *cpu_weight(backend *be, const void *host, int *type, int64_t 
     /* on all threads: an 8B model's Q8_0 matrices are 8.5 GB to rewrite */
     repack_job j = {p, host, (int)rows, (int)cols, 16, *type};
     tp_run(ctx_of(be)->tp, (int)(((rows + 7) / 8 + j.per - 1) / j.per), repack_task, &j);
-    *type = *type == GGML_TYPE_Q4_K ? SPECD_TYPE_Q4_K_R8 : *type == GGML_TYPE_Q6_K ? SPECD_TYPE_Q6_K_R8 : SPECD_TYPE_Q8_0_R8;
+    *type = *type == GGML_TYPE_Q4_K   ? SPECD_TYPE_Q4_K_R8
+            : *type == GGML_TYPE_Q5_K ? SPECD_TYPE_Q5_K_R8
+            : *type == GGML_TYPE_Q6_K ? SPECD_TYPE_Q6_K_R8
+                                      : SPECD_TYPE_Q8_0_R8;
     return p;
 }
 static void cpu_weight_release(backend *be, const void *host, const void *w) {

@@ -45,7 +45,9 @@ size_t mm_row_bytes(int wtype, int K) {
     case GGML_TYPE_Q4_K:
     case SPECD_TYPE_Q4_K_R8: /* per row, on average (the repacked form adds 32 bytes per 8 super-blocks) */
         return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q4_k);
-    case GGML_TYPE_Q5_K: return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q5_k);
+    case GGML_TYPE_Q5_K:
+    case SPECD_TYPE_Q5_K_R8: /* per row, on average */
+        return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q5_k);
     case GGML_TYPE_Q6_K:
     case SPECD_TYPE_Q6_K_R8: /* the same bytes, regrouped */
         return K % 256 ? 0 : (size_t)(K / 256) * sizeof(blk_q6_k);
@@ -521,8 +523,8 @@ void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *x
         mmq_rows_r8(lvl, y, ldy, xq, w, M, K, n0, n1);
         return;
     }
-    if (wtype == SPECD_TYPE_Q4_K_R8) {
-        mmq_rows_rk(lvl, y, ldy, xq, w, M, K, n0, n1);
+    if (wtype == SPECD_TYPE_Q4_K_R8 || wtype == SPECD_TYPE_Q5_K_R8) {
+        mmq_rows_rk(lvl, y, ldy, xq, w, M, K, n0, n1, wtype == SPECD_TYPE_Q5_K_R8);
         return;
     }
     if (wtype == SPECD_TYPE_Q6_K_R8) {

@@ -14,7 +14,7 @@
 #include "kernels/cpu/simd.h"
 
 /* Computes rows [n0, n1) of y (M, ldy) = x (M, K) . W^T for one thread.
- * n0 and n1 are multiples of 4 except n1 == N (of 8 for Q8_0, Q4_K and Q6_K
+ * n0 and n1 are multiples of 4 except n1 == N (of 8 for Q8_0 and the K-quants
  * repacked by the CPU backend's weight(), SPECD_TYPE_*_R8 in quant.h). For the integer-dot types (mm_q8_path) the kernel reads
  * xq, the rows of x quantized by mm_quantize_x, and not x. */
 void mm_rows(simd_level lvl, float *y, int ldy, const float *x, const uint8_t *xq, const uint8_t *w, int wtype,

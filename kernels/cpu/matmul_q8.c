@@ -39,7 +39,8 @@
 #endif
 
 int mm_q8_path(int wtype) {
-    return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == SPECD_TYPE_Q4_K_R8 || wtype == SPECD_TYPE_Q6_K_R8 ||
+    return wtype == GGML_TYPE_Q8_0 || wtype == SPECD_TYPE_Q8_0_R8 || wtype == SPECD_TYPE_Q4_K_R8 ||
+           wtype == SPECD_TYPE_Q5_K_R8 || wtype == SPECD_TYPE_Q6_K_R8 ||
            wtype == GGML_TYPE_Q4_0 || wtype == GGML_TYPE_Q4_K ||
            wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K;
 }
@@ -431,54 +432,59 @@ static void r8_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t 
     R8_ROWS_BODY(QG_R8_TILE_NG)
 }
 
-/* ---- Q4_K x8 (see quant.h) -------------------------------------------- */
+/* ---- Q4_K x8 and Q5_K x8 (see quant.h) -------------------------------- */
 
-size_t mm_rk_bytes(int N, int K) { return (size_t)(N + 7) / 8 * (size_t)(K / 256) * RK_BLOCK_BYTES; }
+#define RK_BB(q5) ((q5) ? RK5_BLOCK_BYTES : RK_BLOCK_BYTES)
 
-void mm_rk_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1) {
-    size_t rb = (size_t)(K / 256) * sizeof(blk_q4_k), gb = (size_t)(K / 256) * RK_BLOCK_BYTES;
+size_t mm_rk_bytes(int N, int K, int q5) { return (size_t)(N + 7) / 8 * (size_t)(K / 256) * RK_BB(q5); }
+
+void mm_rk_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1, int q5) {
+    size_t rb = (size_t)(K / 256) * (q5 ? sizeof(blk_q5_k) : sizeof(blk_q4_k)), gb = (size_t)(K / 256) * RK_BB(q5);
     for (int g = g0; g < g1; g++) {
         uint8_t *gd = dst + (size_t)g * gb;
         int nv = N - 8 * g < 8 ? N - 8 * g : 8; /* rows past N stay zero (d, dmin and mins 0) */
         if (nv < 8) memset(gd, 0, gb);
         for (int s = 0; s < K / 256; s++) {
-            uint8_t *blk = gd + (size_t)s * RK_BLOCK_BYTES;
+            uint8_t *blk = gd + (size_t)s * RK_BB(q5);
             for (int r = 0; r < nv; r++) {
-                const blk_q4_k *q = (const blk_q4_k *)(src + (size_t)(8 * g + r) * rb) + s;
-                uint16_t dm;
-                memcpy(blk + 2 * r, &q->d, 2);
-                memcpy(&dm, &q->dmin, 2);
-                dm ^= 0x8000; /* -dmin */
+                kq_view q = kq_at(src + (size_t)(8 * g + r) * rb, q5, s);
+                uint16_t dm = q.dmin ^ 0x8000; /* -dmin */
+                memcpy(blk + 2 * r, &q.d, 2);
                 memcpy(blk + 16 + 2 * r, &dm, 2);
                 uint8_t sc[8], mn[8];
-                kq_unpack(q->scales, sc, mn);
+                kq_unpack(q.scales, sc, mn);
                 for (int j = 0; j < 8; j++) blk[32 + 8 * j + r] = sc[j], blk[96 + 8 * j + r] = mn[j];
                 for (int p = 0; p < 4; p++)
-                    for (int i = 0; i < 8; i++) memcpy(blk + 160 + 256 * p + 32 * i + 4 * r, q->qs + 32 * p + 4 * i, 4);
+                    for (int i = 0; i < 8; i++) memcpy(blk + 160 + 256 * p + 32 * i + 4 * r, q.qs + 32 * p + 4 * i, 4);
+                if (q5)
+                    for (int i = 0; i < 8; i++) memcpy(blk + RK_BLOCK_BYTES + 32 * i + 4 * r, q.qh + 4 * i, 4);
             }
         }
     }
 }
 
-void mm_rk_repack(uint8_t *dst, const uint8_t *src, int N, int K) { mm_rk_repack_groups(dst, src, N, K, 0, (N + 7) / 8); }
-
-/* weight c of sub-block j of row r in a repacked super-block */
-static inline int rk_q(const uint8_t *blk, int r, int j, int c) {
-    return (blk[160 + 256 * (j / 2) + 32 * (c / 4) + 4 * r + c % 4] >> (4 * (j & 1))) & 0xF;
+void mm_rk_repack(uint8_t *dst, const uint8_t *src, int N, int K, int q5) {
+    mm_rk_repack_groups(dst, src, N, K, 0, (N + 7) / 8, q5);
 }
 
-void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K) {
-    const uint8_t *g = w + (size_t)(n / 8) * (size_t)(K / 256) * RK_BLOCK_BYTES;
+/* weight c of sub-block j of row r in a repacked super-block */
+static inline int rk_q(const uint8_t *blk, int r, int j, int c, int q5) {
+    int o = 32 * (c / 4) + 4 * r + c % 4, q = (blk[160 + 256 * (j / 2) + o] >> (4 * (j & 1))) & 0xF;
+    return q5 ? q | ((blk[RK_BLOCK_BYTES + o] >> j) & 1) << 4 : q;
+}
+
+void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K, int q5) {
+    const uint8_t *g = w + (size_t)(n / 8) * (size_t)(K / 256) * RK_BB(q5);
     int r = n % 8;
     for (int s = 0; s < K / 256; s++) {
-        const uint8_t *blk = g + (size_t)s * RK_BLOCK_BYTES;
+        const uint8_t *blk = g + (size_t)s * RK_BB(q5);
         uint16_t hd, hm;
         memcpy(&hd, blk + 2 * r, 2);
         memcpy(&hm, blk + 16 + 2 * r, 2);
         float d = fp16_to_f32(hd), dmin = fp16_to_f32(hm ^ 0x8000); /* as ggml_dequantize_row computes it */
         for (int j = 0; j < 8; j++) {
             float ds = d * (float)blk[32 + 8 * j + r], dm = dmin * (float)blk[96 + 8 * j + r];
-            for (int c = 0; c < 32; c++) out[256 * s + 32 * j + c] = ds * (float)rk_q(blk, r, j, c) - dm;
+            for (int c = 0; c < 32; c++) out[256 * s + 32 * j + c] = ds * (float)rk_q(blk, r, j, c, q5) - dm;
         }
     }
 }
@@ -486,12 +492,12 @@ void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K) {
 /* mr input rows x one group of 8 weight rows: the sums and float steps of
  * qg_tile for Q4_K (mins at each super-block, then per sub-block the two
  * halves' sums into lo and hi), so the results are bit-identical to it. */
-QG void qg_rk_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t xs, int K, const uint8_t *g) {
+QG void qg_rk_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t xs, int K, const uint8_t *g, int q5) {
     float lo[MQ_MR][8], hi[MQ_MR][8];
     memset(lo, 0, sizeof(lo));
     memset(hi, 0, sizeof(hi));
     for (int s = 0; s < K / 256; s++) {
-        const uint8_t *blk = g + (size_t)s * RK_BLOCK_BYTES;
+        const uint8_t *blk = g + (size_t)s * RK_BB(q5);
         float ks[8][8], mv[8][8]; /* [row][sub-block] */
         for (int r = 0; r < 8; r++) {
             uint16_t hd, hm;
@@ -516,7 +522,7 @@ QG void qg_rk_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t 
                 float dx = qx_scale(xr, K)[8 * s + j];
                 for (int r = 0; r < 8; r++) {
                     int a = 0, b = 0;
-                    for (int c = 0; c < 16; c++) a += qx[c] * rk_q(blk, r, j, c), b += qx[c + 16] * rk_q(blk, r, j, c + 16);
+                    for (int c = 0; c < 16; c++) a += qx[c] * rk_q(blk, r, j, c, q5), b += qx[c + 16] * rk_q(blk, r, j, c + 16, q5);
                     lo[m][r] += (float)a * (ks[r][j] * dx);
                     hi[m][r] += (float)b * (ks[r][j] * dx);
                 }
@@ -527,16 +533,17 @@ QG void qg_rk_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t 
 }
 
 #define RK_ROWS_BODY(TILE)                                                                         \
-    size_t xs = mm_qx_row_bytes(K), gb = (size_t)(K / 256) * RK_BLOCK_BYTES;                       \
+    size_t xs = mm_qx_row_bytes(K), gb = (size_t)(K / 256) * RK_BB(q5);                            \
     int ngr = (n1 - n0 + 7) / 8;                                                                   \
     R8_ROWS_NG(TILE, 2);
 
 #define QG_RK_TILE_NG(mr, ng, y, ldy, xq, xs, K, g, nvl, stride)                                   \
     for (int q_ = 0; q_ < (ng); q_++)                                                              \
         qg_rk_tile(mr, (y) + (size_t)8 * (stride) * q_, ldy, q_ == (ng) - 1 ? (nvl) : 8, xq, xs, K,  \
-                   (g) + (size_t)(stride) * q_ * gb)
+                   (g) + (size_t)(stride) * q_ * gb, q5)
 
-static void rk_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
+static void rk_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1,
+                            int q5) {
     RK_ROWS_BODY(QG_RK_TILE_NG)
 }
 
@@ -786,13 +793,21 @@ void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uin
 }
 
 void mmq_rows_rk(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
-                 int n1) {
+                 int n1, int q5) {
 #if defined(__x86_64__)
-    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { rk_rows_vnni(y, ldy, xq, w, M, K, n0, n1); return; }
-    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { rk_rows_avx2(y, ldy, xq, w, M, K, n0, n1); return; }
+    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) {
+        if (q5) rk5_rows_vnni(y, ldy, xq, w, M, K, n0, n1);
+        else rk_rows_vnni(y, ldy, xq, w, M, K, n0, n1);
+        return;
+    }
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) {
+        if (q5) rk5_rows_avx2(y, ldy, xq, w, M, K, n0, n1);
+        else rk_rows_avx2(y, ldy, xq, w, M, K, n0, n1);
+        return;
+    }
 #endif
     (void)lvl;
-    rk_rows_generic(y, ldy, xq, w, M, K, n0, n1);
+    rk_rows_generic(y, ldy, xq, w, M, K, n0, n1, q5);
 }
 
 void mmq_rows_q6x(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,

@@ -282,14 +282,15 @@ static QT_NOINLINE_TARGET void QT_(r8_rows)(float *y, int ldy, const uint8_t *xq
     R8_ROWS_BODY(QT_(qt_r8_tile))
 }
 
-/* ---- Q4_K x8 (quant.h) ----
+/* ---- Q4_K x8 and Q5_K x8 (quant.h) ----
  * One super-block of a group: the mins first (acc_lo += (t0+t1)+(t2+t3),
  * acc_hi += (t4+t5)+(t6+t7), t_j = (-dmin m_j) bsum_j), then per sub-block j
  * the exact integer sums of its halves (4 runs of 4 columns each, one 32-byte
  * load feeding 8 rows) and acc_lo/hi = fma(float(sum), (d sc_j) dx_j, acc):
  * the steps of qt_tile per row, so the results are bit-identical to the file
- * layout's. AVX2 adds the 4 runs' vpmaddubsw products in int16 before one
- * vpmaddwd (|sum| <= 4 * 2 * 15 * 127 = 15240: exact). */
+ * layout's. Q5_K ORs bit j of a qh run (quant.h) in as bit 4. AVX2 adds the
+ * 4 runs' vpmaddubsw products in int16 before one vpmaddwd (|sum| <= 4 * 2 *
+ * 31 * 127 = 31496: exact). */
 
 /* sum over 4 runs of the dot of weights wv[i] (u8, 0..15) with the 4 bytes
  * of x at xb + 4 i broadcast, one int32 per lane */
@@ -328,15 +329,16 @@ static inline QT_TARGET __m512 QT_(qt_rk_h2ps2)(const uint8_t *p0, const uint8_t
                                                    _mm_loadu_si128((const __m128i *)p1), 1));
 }
 static inline QT_TARGET void QT_(qt_rk_tile2)(int mr, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
-                                              const uint8_t *g, int nvl, int stride) {
-    const size_t gb = (size_t)(K / 256) * RK_BLOCK_BYTES;
+                                              const uint8_t *g, int nvl, int stride, int q5) {
+    const int bb = RK_BB(q5);
+    const size_t gb = (size_t)(K / 256) * bb;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 lo[MQ_MR], hi[MQ_MR];
     for (int m = 0; m < mr; m++) lo[m] = hi[m] = _mm512_setzero_ps();
     for (int sb = 0; sb < K / 256; sb++) {
-        const uint8_t *b0 = g + (size_t)sb * RK_BLOCK_BYTES, *b1 = b0 + (size_t)stride * gb;
+        const uint8_t *b0 = g + (size_t)sb * bb, *b1 = b0 + (size_t)stride * gb;
         if (R8_PREFETCH)
-            for (int l = 0; l < RK_BLOCK_BYTES; l += 64) {
+            for (int l = 0; l < bb; l += 64) {
                 _mm_prefetch((const char *)b0 + R8_PREFETCH + l, _MM_HINT_T1);
                 _mm_prefetch((const char *)b1 + R8_PREFETCH + l, _MM_HINT_T1);
             }
@@ -363,10 +365,21 @@ static inline QT_TARGET void QT_(qt_rk_tile2)(int mr, float *y, int ldy, const u
                     wr[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + o))),
                                                _mm256_loadu_si256((const __m256i *)(b1 + o)), 1);
                 }
+                __m512i qh[4];
+                if (q5)
+                    for (int i = 0; i < 4; i++) {
+                        size_t o = RK_BLOCK_BYTES + 32 * (4 * h + i);
+                        qh[i] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + o))),
+                                                   _mm256_loadu_si256((const __m256i *)(b1 + o)), 1);
+                    }
                 for (int e = 0; e < 2; e++) {
                     int j = 2 * p + e;
                     __m512i wv[4];
                     for (int i = 0; i < 4; i++) wv[i] = _mm512_and_si512(e ? _mm512_srli_epi16(wr[i], 4) : wr[i], m4);
+                    if (q5) /* bit j of the qh byte as bit 4 */
+                        for (int i = 0; i < 4; i++)
+                            wv[i] = _mm512_or_si512(wv[i], _mm512_slli_epi16(_mm512_and_si512(_mm512_srl_epi16(qh[i], _mm_cvtsi32_si128(j)),
+                                                                                              _mm512_set1_epi8(1)), 4));
                     for (int m = 0; m < mr; m++) {
                         const uint8_t *xr = xq + m * xs;
                         int32_t q4[4];
@@ -401,21 +414,22 @@ static inline QT_TARGET void QT_(qt_rk_tile2)(int mr, float *y, int ldy, const u
 
 /* mr input rows x ng (1, 2) groups `stride` groups apart */
 static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
-                                             const uint8_t *g, int nvl, int stride) {
+                                             const uint8_t *g, int nvl, int stride, int q5) {
 #if QT_VNNI
     if (ng == 2) {
-        QT_(qt_rk_tile2)(mr, y, ldy, xq, xs, K, g, nvl, stride);
+        QT_(qt_rk_tile2)(mr, y, ldy, xq, xs, K, g, nvl, stride, q5);
         return;
     }
 #else
     if (ng == 2 && mr > 2) { /* 4 accumulators per input row: 2 groups of 5 rows would not fit 16 registers */
-        QT_(qt_rk_tile)(mr, 1, y, ldy, xq, xs, K, g, 8, stride);
-        QT_(qt_rk_tile)(mr, 1, y + (size_t)8 * stride, ldy, xq, xs, K, g + (size_t)stride * (K / 256) * RK_BLOCK_BYTES,
-                        nvl, stride);
+        QT_(qt_rk_tile)(mr, 1, y, ldy, xq, xs, K, g, 8, stride, q5);
+        QT_(qt_rk_tile)(mr, 1, y + (size_t)8 * stride, ldy, xq, xs, K, g + (size_t)stride * (K / 256) * RK_BB(q5),
+                        nvl, stride, q5);
         return;
     }
 #endif
-    const size_t gb = (size_t)(K / 256) * RK_BLOCK_BYTES;
+    const int bb = RK_BB(q5);
+    const size_t gb = (size_t)(K / 256) * bb;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     const uint8_t *gs[2];
     for (int q = 0; q < ng; q++) gs[q] = g + (size_t)stride * q * gb;
@@ -426,9 +440,9 @@ static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, 
         const uint8_t *blk[2];
         __m256 d[2];
         for (int q = 0; q < ng; q++) {
-            blk[q] = gs[q] + (size_t)sb * RK_BLOCK_BYTES;
+            blk[q] = gs[q] + (size_t)sb * bb;
             if (R8_PREFETCH)
-                for (int l = 0; l < RK_BLOCK_BYTES; l += 64) _mm_prefetch((const char *)blk[q] + R8_PREFETCH + l, _MM_HINT_T1);
+                for (int l = 0; l < bb; l += 64) _mm_prefetch((const char *)blk[q] + R8_PREFETCH + l, _MM_HINT_T1);
             d[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[q]));
             __m256 nd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk[q] + 16)));
             __m256 mv[8];
@@ -457,8 +471,13 @@ static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, 
                     int j = 2 * p + e;
                     __m256i wv[2][4];
                     for (int q = 0; q < ng; q++)
-                        for (int i = 0; i < 4; i++)
+                        for (int i = 0; i < 4; i++) {
                             wv[q][i] = _mm256_and_si256(e ? _mm256_srli_epi16(wr[q][i], 4) : wr[q][i], m4);
+                            if (q5) { /* bit j of the qh byte as bit 4 */
+                                __m256i qh = _mm256_loadu_si256((const __m256i *)(blk[q] + RK_BLOCK_BYTES + 32 * (4 * h + i)));
+                                wv[q][i] = _mm256_or_si256(wv[q][i], _mm256_slli_epi16(_mm256_and_si256(QT_(qt_srl16)(qh, j), _mm256_set1_epi8(1)), 4));
+                            }
+                        }
                     for (int m = 0; m < mr; m++) {
                         const uint8_t *xr = xq + m * xs;
                         __m256 dx = _mm256_broadcast_ss(qx_scale(xr, K) + 8 * sb + j);
@@ -488,10 +507,20 @@ static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, 
     }
 }
 
+#define QT_RK4_TILE(...) QT_(qt_rk_tile)(__VA_ARGS__, 0)
+#define QT_RK5_TILE(...) QT_(qt_rk_tile)(__VA_ARGS__, 1)
 static QT_NOINLINE_TARGET void QT_(rk_rows)(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K,
                                             int n0, int n1) {
-    RK_ROWS_BODY(QT_(qt_rk_tile))
+    const int q5 = 0;
+    RK_ROWS_BODY(QT_RK4_TILE)
 }
+static QT_NOINLINE_TARGET void QT_(rk5_rows)(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K,
+                                             int n0, int n1) {
+    const int q5 = 1;
+    RK_ROWS_BODY(QT_RK5_TILE)
+}
+#undef QT_RK4_TILE
+#undef QT_RK5_TILE
 
 /* ---- Q6_K x8 (quant.h) ----
  * Per sub-block j and half: the 4 runs' weights + 32 (0..63) from a ql run

@@ -69,21 +69,26 @@ void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uin
  *                    nibble, 2p+1 in the high one)
  * so one 32-byte load and a mask (or a shift) feed one dot product that
  * advances all 8 rows by 4 columns of a sub-block (no horizontal adds), and
- * the scales are read as bytes. The kernel does the same integer sums and
- * float steps as the file layout's tiles at the same level, so the results
- * are bit-identical. Type id SPECD_TYPE_Q4_K_R8, never in a file. */
+ * the scales are read as bytes. Q5_K x8 (SPECD_TYPE_Q5_K_R8) is the same
+ * with the file's qh bytes after them, in the same runs:
+ *   1184 qh          run i at 1184 + 32 i: row r's qh[4 i + t] at 4 r + t (bit j:
+ *                    bit 4 of column 4 i + t of sub-block j)
+ * The kernel does the same integer sums and float steps as the file layout's
+ * tiles at the same level, so the results are bit-identical. Type ids
+ * SPECD_TYPE_Q4_K_R8 and SPECD_TYPE_Q5_K_R8, never in a file. */
 #define RK_BLOCK_BYTES 1184
+#define RK5_BLOCK_BYTES 1440
 
-/* Bytes of the repacked form of an N x K Q4_K matrix (K a multiple of 256). */
-size_t mm_rk_bytes(int N, int K);
-/* Repacks groups [g0, g1) of 8 rows of an N x K Q4_K matrix (src, row after row) into dst. */
-void mm_rk_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1);
-void mm_rk_repack(uint8_t *dst, const uint8_t *src, int N, int K);
-/* Dequantizes row n of a repacked matrix into out (K): the values ggml's Q4_K dequantizer gives. */
-void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K);
+/* Bytes of the repacked form of an N x K Q4_K (q5: Q5_K) matrix (K a multiple of 256). */
+size_t mm_rk_bytes(int N, int K, int q5);
+/* Repacks groups [g0, g1) of 8 rows of an N x K Q4_K (q5: Q5_K) matrix (src, row after row) into dst. */
+void mm_rk_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1, int q5);
+void mm_rk_repack(uint8_t *dst, const uint8_t *src, int N, int K, int q5);
+/* Dequantizes row n of a repacked matrix into out (K): the values ggml's dequantizer gives. */
+void mm_rk_dequant_row(float *out, const uint8_t *w, int n, int K, int q5);
 /* Rows [n0, n1) of y (n0 a multiple of 8; rows past n1 are not written). */
 void mmq_rows_rk(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
-                 int n1);
+                 int n1, int q5);
 
 /* Q6_K repacked the same way ("Q6_K x8", SPECD_TYPE_Q6_K_R8), each group's
  * super-block Q6X_BLOCK_BYTES bytes (as many as the file's 8 blocks):

@@ -2,7 +2,7 @@
  * double-precision reference over dequantized weights (and, for the integer-dot
  * types, activations rounded as that path rounds them, written out here), for
  * all weight types, M from 1 to 13 (tile edges), K with and without a tail, N
- * not a multiple of the 4-row tile; Q8_0, Q4_K and Q6_K repacked 8 rows at a
+ * not a multiple of the 4-row tile; Q8_0 and the K-quants repacked 8 rows at a
  * time against the file layout; the activation quantizer's bytes on every path; the threaded
  * backend op against the single-thread kernel; and rows of a batch against the
  * same rows alone. */
@@ -248,17 +248,18 @@ int main(void) {
             }
     }
 
-    /* Q4_K and Q6_K repacked 8 rows at a time (the CPU backend's weight()
+    /* Q4_K, Q5_K and Q6_K repacked 8 rows at a time (the CPU backend's weight()
      * layouts at the x86 SIMD levels): the backend's threaded repack gives the
      * repack's bytes, their rows dequantize to the file rows' values, and the
      * kernels give the file layout's results bit for bit (N not a multiple of 8) */
-    for (int kt = 0; kt < 2; kt++) {
-        const int ft = kt ? GGML_TYPE_Q6_K : GGML_TYPE_Q4_K, xt = kt ? SPECD_TYPE_Q6_K_R8 : SPECD_TYPE_Q4_K_R8;
+    for (int kt = 0; kt < 3; kt++) { /* Q4_K, Q6_K, Q5_K */
+        const int ft = (int[]){GGML_TYPE_Q4_K, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K}[kt];
+        const int xt = (int[]){SPECD_TYPE_Q4_K_R8, SPECD_TYPE_Q6_K_R8, SPECD_TYPE_Q5_K_R8}[kt], q5 = kt == 2;
         const int Ns[] = {8, 13, 300}, Ks[] = {256, 768};
         for (int ni = 0; ni < 3; ni++)
             for (int ki = 0; ki < 2; ki++) {
                 int N = Ns[ni], K = Ks[ki], Mmax = 6;
-                size_t rb = mm_row_bytes(ft, K), xb = kt ? mm_q6x_bytes(N, K) : mm_rk_bytes(N, K);
+                size_t rb = mm_row_bytes(ft, K), xb = kt == 1 ? mm_q6x_bytes(N, K) : mm_rk_bytes(N, K, q5);
                 uint8_t *w = malloc(rb * N), *rk = malloc(xb), *xq = malloc(mm_qx_row_bytes(K) * Mmax);
                 float *wf = malloc(sizeof(float) * K * 2), *x = malloc(sizeof(float) * Mmax * K);
                 float *ya = malloc(sizeof(float) * Mmax * N), *yb = malloc(sizeof(float) * Mmax * N);
@@ -266,8 +267,8 @@ int main(void) {
                     for (int k = 0; k < K; k++) wf[k] = frand();
                     ggml_quantize_row(w + rb * n, ft, wf, K);
                 }
-                if (kt) mm_q6x_repack(rk, w, N, K);
-                else mm_rk_repack(rk, w, N, K);
+                if (kt == 1) mm_q6x_repack(rk, w, N, K);
+                else mm_rk_repack(rk, w, N, K, q5);
                 setenv("SPECD_SIMD", "avx2", 1); /* a level that repacks them, where the CPU has one */
                 backend *bx = backend_cpu_create(3);
                 int t = ft;
@@ -282,8 +283,8 @@ int main(void) {
                 unsetenv("SPECD_SIMD");
                 for (int n = 0; n < N; n += 3) {
                     mm_dequant_row(wf, w + rb * n, ft, K);
-                    if (kt) mm_q6x_dequant_row(wf + K, rk, n, K);
-                    else mm_rk_dequant_row(wf + K, rk, n, K);
+                    if (kt == 1) mm_q6x_dequant_row(wf + K, rk, n, K);
+                    else mm_rk_dequant_row(wf + K, rk, n, K, q5);
                     CHECKF(!memcmp(wf, wf + K, sizeof(float) * K), "%s x8 row %d of %d dequantizes differently",
                            ggml_type_name(ft), n, N);
                 }

@@ -8,11 +8,11 @@
  *   - per level, M rows in one call equal M one-row calls bit for bit (a
  *     verification pass sees decoding's logits), including the widths where
  *     a level's row tile (3 on AVX2, 5 on AVX-512) leaves a partial tile;
- *   - Q4_K and Q6_K repacked 8 rows at a time (the x86 levels' weight()
+ *   - Q4_K, Q5_K and Q6_K repacked 8 rows at a time (the x86 levels' weight()
  *     layouts) give the file layout's values bit for bit at each level, alone
  *     and split;
  *   - per level through the threaded backend (SPECD_SIMD forces the level;
- *     Q8_0, and Q4_K/Q6_K at the x86 levels, go through the repacking weight()
+ *     Q8_0, and the K-quants at the x86 levels, go through the repacking weight()
  *     hook, 16+ rows through the prefill path) against the level's
  *     single-thread kernel, bit for bit.
  * The comparison is checked to have teeth: one flipped weight bit in one row
@@ -87,11 +87,15 @@ static double case_err(const mm_case *c, const float *a, const float *b) {
 
 /* The K-quants the x86 levels repack 8 rows at a time (quant.h): the
  * repacked type (0: none), its bytes, the repack. */
-static int kx_type(int t) { return t == GGML_TYPE_Q4_K ? SPECD_TYPE_Q4_K_R8 : t == GGML_TYPE_Q6_K ? SPECD_TYPE_Q6_K_R8 : 0; }
+static int kx_type(int t) {
+    return t == GGML_TYPE_Q4_K ? SPECD_TYPE_Q4_K_R8 : t == GGML_TYPE_Q5_K ? SPECD_TYPE_Q5_K_R8
+         : t == GGML_TYPE_Q6_K ? SPECD_TYPE_Q6_K_R8 : 0;
+}
 static uint8_t *kx_repack(int t, const uint8_t *w, int N, int K) {
-    uint8_t *p = malloc(t == GGML_TYPE_Q4_K ? mm_rk_bytes(N, K) : mm_q6x_bytes(N, K));
-    if (t == GGML_TYPE_Q4_K) mm_rk_repack(p, w, N, K);
-    else mm_q6x_repack(p, w, N, K);
+    int q5 = t == GGML_TYPE_Q5_K;
+    uint8_t *p = malloc(t == GGML_TYPE_Q6_K ? mm_q6x_bytes(N, K) : mm_rk_bytes(N, K, q5));
+    if (t == GGML_TYPE_Q6_K) mm_q6x_repack(p, w, N, K);
+    else mm_rk_repack(p, w, N, K, q5);
     return p;
 }
 
@@ -149,7 +153,7 @@ int main(void) {
                                simd_name(lv[l]), ggml_type_name(types[t]), M, K, N);
                     }
                 }
-                /* Q4_K and Q6_K repacked 8 rows at a time (quant.h): bit-identical
+                /* the K-quants repacked 8 rows at a time (quant.h): bit-identical
                  * to the file layout at each level, and rows alone equal the M-row call */
                 if (kx_type(types[t])) {
                     int xt = kx_type(types[t]);
@@ -235,7 +239,7 @@ int main(void) {
                     mmq_rows_r8(lv[l], ref, N, c.xq, r8, M, K, 0, N);
                     free(r8);
                 } else if (kx_type(types[t]) && lv[l] != SIMD_GENERIC && lv[l] != SIMD_NEON) {
-                    uint8_t *rk = kx_repack(types[t], c.w, N, K); /* x86 SIMD levels repack Q4_K and Q6_K */
+                    uint8_t *rk = kx_repack(types[t], c.w, N, K); /* x86 SIMD levels repack the K-quants */
                     mm_rows(lv[l], ref, N, c.x, c.xq, rk, kx_type(types[t]), M, K, 0, N);
                     free(rk);
                 } else {

@@ -26,6 +26,7 @@ struct learner {
     bool started;
     volatile sig_atomic_t stop;
     eagle_head *live;            /* the live head's parameters (NULL: none, or one it cannot train) */
+    eagle_head *trainee;         /* what it trains, round after round (a copy of the live head, or a new one) */
     bool live_foreign;           /* a head is live that cannot be fine-tuned: stay idle */
     int version;                 /* files written */
     engine_learn_stats rep;      /* what it reports (engine_learn_report) */
@@ -154,13 +155,13 @@ int learner_round(learner *l, char *msg, size_t n) {
     int layers[3];
     engine_learn_layers(e, layers);
     char err[256] = "";
-    eagle_head *cand = l->live ? eagle_head_clone(l->live)
-                               : eagle_head_create(target, layers, 0, true, l->c.seed + (uint64_t)l->rep.rounds, err,
-                                                   sizeof(err));
+    if (!l->trainee) /* training starts from the live head (or from nothing) and goes on round after round */
+        l->trainee = l->live ? eagle_head_clone(l->live)
+                             : eagle_head_create(target, layers, 0, true, l->c.seed, err, sizeof(err));
+    eagle_head *cand = l->trainee;
     int D = cand ? cand->D : 0;
     eagle_data *d = cand ? ring_data(l, D, l->c.window) : NULL;
     if (!cand || !d || d->n < 4) {
-        eagle_head_destroy(cand);
         eagle_data_destroy(d);
         report(l, "waiting", false, "%s", !cand ? err : "too few sequences in the ring to hold some out");
         return snprintf(msg, n, "%s", l->rep.message), cand ? 0 : -1;
@@ -174,7 +175,7 @@ int learner_round(learner *l, char *msg, size_t n) {
     eagle_train_opts_init(&o);
     o.J = l->c.J, o.batch = l->c.batch, o.steps = steps, o.holdout = l->c.holdout, o.threads = l->threads;
     o.seed = l->c.seed + (uint64_t)l->rep.rounds;
-    o.opt.lr = l->c.lr > 0 ? l->c.lr : l->live ? 1e-4f : 3e-4f;
+    o.opt.lr = l->c.lr > 0 ? l->c.lr : l->live ? 3e-4f : 1e-3f;
     o.progress_every = 1, o.progress = yield_step, o.progress_ctx = l, o.stop = &l->stop;
     report(l, "training", false, "round %d: %lld windows, %lld steps", l->rep.rounds + 1, (long long)d->n,
            (long long)steps);
@@ -193,30 +194,37 @@ int learner_round(learner *l, char *msg, size_t n) {
     l->rep.train_positions += (int64_t)res.positions;
     l->rep.train_pos_per_s = wall > 0 ? res.positions / (wall / 1000) : 0;
     l->rep.train_cpu_share = wall > 0 ? l->busy_ms * l->threads / wall / cpus : 0;
-    double live_acc = l->live ? res.before.accept_len : 0.0;
+    /* the live head on the same held-out rows (the trainee started from it, or from nothing: 0) */
+    eagle_eval live_ev = {0};
+    if (rc == 0 && l->live) rc = eagle_evaluate(l->live, d, res.n_train, d->n, o.J, o.step_decay, o.threads, &live_ev);
+    double live_acc = l->live ? live_ev.accept_len : 0.0;
     l->rep.live_accept = live_acc, l->rep.cand_accept = res.after.accept_len, l->rep.eval_rows = res.after.rows;
     eagle_data_destroy(d);
     if (rc != 0 || l->stop) {
-        eagle_head_destroy(cand);
         report(l, "idle", false, "round %d %s%s", l->rep.rounds, rc ? "failed: " : "stopped", rc ? err : "");
         return snprintf(msg, n, "%s", l->rep.message), rc ? -1 : 0;
     }
     if (!(res.after.accept_len >= live_acc + margin)) {
-        eagle_head_destroy(cand);
-        report(l, "idle", true, "round %d: candidate refused: %.3f accepted drafts per pass against the live "
-               "head's %.3f on %lld held-out rows (margin %.2f)", l->rep.rounds, res.after.accept_len, live_acc,
-               (long long)res.after.rows, margin);
+        /* not ahead by the margin: not offered; a trainee behind the live head by the margin is dropped (the
+         * next round starts again from the live head), else it trains on */
+        bool drop = l->live && res.after.accept_len < live_acc - margin;
+        if (drop) eagle_head_destroy(l->trainee), l->trainee = NULL;
+        report(l, "idle", true, "round %d: candidate %s: %.3f accepted drafts per pass against the live head's %.3f "
+               "on %lld held-out rows (margin %.2f)", l->rep.rounds, drop ? "dropped, behind" : "not ahead, trains on",
+               res.after.accept_len, live_acc, (long long)res.after.rows, margin);
         return snprintf(msg, n, "%s", l->rep.message), 0;
     }
     char path[1100];
-    if (write_head(l, cand, path, sizeof(path), err, sizeof(err)) != 0 ||
+    eagle_head *copy = eagle_head_clone(cand);
+    if (!copy) rc = util_fail(err, sizeof(err), "out of memory");
+    if (rc != 0 || write_head(l, cand, path, sizeof(path), err, sizeof(err)) != 0 ||
         engine_learn_offer(e, path, err, sizeof(err)) != 0) {
-        eagle_head_destroy(cand);
+        eagle_head_destroy(copy);
         report(l, "idle", true, "round %d: candidate dropped: %s", l->rep.rounds, err);
         return snprintf(msg, n, "%s", l->rep.message), -1;
     }
     eagle_head_destroy(l->live);
-    l->live = cand;
+    l->live = copy; /* the trainee trains on from it */
     report(l, "idle", false, "round %d: swapped in %s: %.3f accepted drafts per pass against %.3f on %lld held-out "
            "rows", l->rep.rounds, path, res.after.accept_len, live_acc, (long long)res.after.rows);
     return snprintf(msg, n, "%s", l->rep.message), 1;
@@ -266,5 +274,6 @@ void learner_stop(learner *l) {
     l->stop = 1;
     if (l->started) pthread_join(l->th, NULL);
     eagle_head_destroy(l->live);
+    eagle_head_destroy(l->trainee);
     free(l);
 }

@@ -6,17 +6,19 @@
  * recent traffic.
  *
  * A round: the ring's samples, cut into windows of `window` tokens, become
- * training data whose newest tenth is held out; the candidate (a copy of the
- * live head, or a new head whose output is the target's) trains `steps`
- * optimizer steps with the training-time test (eagle_train.h); the held-out
- * figure is simulated acceptance — the greedy acceptance rule run on the
- * stored target tokens: the mean number of drafts a J-step greedy chain gets
- * accepted per target pass (eagle_eval.accept_len), no target pass needed.
- * The live head's figure is measured on the same rows (0 without a head).
- * Only a candidate ahead by the margin is written (head-v<N>.gguf in dir,
- * through a temporary file and a rename) and offered (engine_learn_offer);
- * any other is dropped and counted as rejected. A failed or worse candidate
- * never touches the live head.
+ * training data whose newest tenth is held out; the trainee (a copy of the
+ * live head, or a new head whose output is the target's, kept from round to
+ * round) trains `steps` more optimizer steps with the training-time test
+ * (eagle_train.h); the held-out figure is simulated acceptance — the greedy
+ * acceptance rule run on the stored target tokens: the mean number of drafts
+ * a J-step greedy chain gets accepted per target pass (eagle_eval.accept_len),
+ * no target pass needed — of the trainee and of the live head on the same
+ * rows (0 without a head). Only a trainee ahead by the margin is written
+ * (head-v<N>.gguf in dir, through a temporary file and a rename) and offered
+ * (engine_learn_offer); it is then the live head and trains on. Otherwise it
+ * is counted as refused and not offered; one behind the live head by the
+ * margin is dropped (the next round starts again from the live head), else
+ * it trains on. A failed or worse candidate never touches the live head.
  *
  * Cost: the thread runs at the lowest priority (nice 19) with
  * round(share x cpus) worker threads (at least 1) and sleeps after each
@@ -46,11 +48,11 @@ typedef struct {
     int window;                  /* tokens per training sequence (128) */
     int J;                       /* training-time-test steps (3) */
     int batch;                   /* sequences per optimizer step (4) */
-    float lr;                    /* peak learning rate (3e-4 from nothing; fine-tuning 1e-4) */
+    float lr;                    /* peak learning rate (0: 1e-3 from nothing, 3e-4 fine-tuning) */
     float holdout;               /* newest share of the windows held out (0.1) */
     uint64_t seed;
-    bool worse;                  /* tests only: the candidate's weights are scrambled after training (it must be
-                                  * refused) */
+    bool worse;                  /* tests only: the trainee's weights are scrambled after training (it must be
+                                  * refused and dropped) */
 } learner_config;
 
 void learner_config_init(learner_config *c);

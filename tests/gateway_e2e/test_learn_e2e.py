@@ -8,9 +8,11 @@
 #       rule's learn: false, keep requests out of the ring (ring.pushed stays,
 #       opted_out grows), other requests enter it; a wrongly typed learn is a
 #       clear wrong_type error and the server keeps serving;
-#   (c) the ring's spill file survives kill -9: after the trainer spilled, the
-#       server is killed mid-traffic, a new one on the same file starts with
-#       the ring loaded, and SQLite's integrity check says ok;
+#   (c) the ring's spill file survives kill -9: a 1 MiB ring (so the oldest
+#       are dropped, from the file too) under two streams of requests; once
+#       the trainer has spilled some of them the server is killed mid-traffic,
+#       a new one on the same file starts with that window loaded, and SQLite's
+#       integrity check says ok;
 #   (d) /metrics has the specd:learn_* families (and a server without
 #       learning has none), agreeing with /api/stats.
 import asyncio
@@ -34,7 +36,7 @@ AUTH = {"Authorization": "Bearer " + TOKEN}
 
 def config(spill):
     return ("server:\n  admin_token: \"%s\"\n"
-            "speculation:\n  learn_min_positions: 16\n  learn_steps: 20\n  learn_spill: %s\n"
+            "speculation:\n  learn_min_positions: 16\n  learn_steps: 5\n  learn_ring_mb: 1\n  learn_spill: %s\n"
             "policy:\n  rules:\n    - model: \"*\"\n      content_type: private\n      learn: false\n" % (TOKEN, spill))
 
 
@@ -89,16 +91,17 @@ def killable(srv):
         srv._cleanup()
 
 
-def spilled_samples(spill):
-    """Rows in the spill file's samples table (read-only; the server may be writing)."""
+def spilled(spill):
+    """(rows, newest sample id) of the spill file's samples table (read-only; the server may be writing)."""
     try:
         c = sqlite3.connect("file:%s?mode=ro" % spill, uri=True, timeout=5)
         try:
-            return c.execute("SELECT count(*) FROM samples").fetchone()[0]
+            n, newest = c.execute("SELECT count(*), max(id) FROM samples").fetchone()
+            return n, newest or 0
         finally:
             c.close()
     except sqlite3.Error:
-        return 0
+        return 0, 0
 
 
 def integrity(spill, ro):
@@ -236,7 +239,7 @@ def part_monitor(srv):
 
 
 def traffic(srv, n, stop):
-    """n requests one after another (errors ignored: the server may be killed under them)."""
+    """Up to n requests one after another until stop is set (errors end it: the server may be killed under them)."""
     for i in range(n):
         if stop.is_set():
             return
@@ -267,29 +270,40 @@ def run():
             pushed = learn_stats(srv)["ring"]["pushed"]
             # (c) the trainer spills about once a second: wait until the file holds the ring
             deadline = time.monotonic() + 20
-            while spilled_samples(spill) < pushed and time.monotonic() < deadline:
+            while spilled(spill)[1] < pushed and time.monotonic() < deadline:
                 time.sleep(0.2)
-            on_disk = spilled_samples(spill)
-            check(on_disk >= pushed > 0, "the spill file holds %d samples of %d after 20 s" % (on_disk, pushed))
+            on_disk0, newest0 = spilled(spill)
+            check(newest0 >= pushed > 0 and on_disk0 > 0,
+                  "the spill file holds samples up to %d of %d after 20 s" % (newest0, pushed))
+            # then traffic; once the trainer has spilled some of it, kill -9 at once, requests still in flight
             stop = threading.Event()
-            th = threading.Thread(target=traffic, args=(srv, 50, stop))
-            th.start()
-            time.sleep(1.5)  # requests in flight and finishing, the trainer spilling
+            ths = [threading.Thread(target=traffic, args=(srv, 10000, stop)) for _ in range(2)]
+            for th in ths:
+                th.start()
+            deadline = time.monotonic() + 40
+            while spilled(spill)[1] <= newest0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            on_disk, newest = spilled(spill)
+            busy = all(th.is_alive() for th in ths)
             srv.kill()  # SIGKILL
             stop.set()
-            th.join(15)
+            for th in ths:
+                th.join(15)
+            check(newest > newest0, "no spill during 40 s of traffic (newest sample on disk: %d)" % newest)
+            check(busy, "the traffic ended before the kill")
         check(integrity(spill, ro=True) == [("ok",)], "the spill file after kill -9: %r" % integrity(spill, True))
         with Server(config=config(spill), extra=extra) as again:
             ls = learn_stats(again)
-            check(ls["enabled"] and ls["ring"]["samples"] >= on_disk and ls["ring"]["positions"] > 0,
+            check(ls["enabled"] and ls["ring"]["samples"] >= on_disk > 0 and ls["ring"]["positions"] > 0
+                  and ls["ring"]["bytes"] <= ls["ring"]["cap"] == 1 << 20,
                   "after kill -9 the restarted server's ring: %r (the file had %d samples before)"
                   % (ls["ring"], on_disk))
             complete(again)  # and it serves and records
             ls2 = wait_counted(again, ls, 1)
             check(ls2["ring"]["pushed"] == 1, "the restarted server did not record: %r" % ls2["ring"])
         check(integrity(spill, ro=False) == [("ok",)], "the spill file after the restart: %r" % integrity(spill, False))
-        print("crash safety: %d samples spilled, kill -9 mid-traffic, restart loaded %d, integrity ok"
-              % (on_disk, ls["ring"]["samples"]))
+        print("crash safety: %d then %d samples spilled, kill -9 mid-traffic, restart loaded %d, integrity ok"
+              % (on_disk0, on_disk, ls["ring"]["samples"]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

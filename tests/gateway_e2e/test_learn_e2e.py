@@ -27,7 +27,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from specd_e2e import (COMP, CHAT, Fail, Server, check, main, oa_body, parse_prometheus, recv_json,  # noqa: E402
+from specd_e2e import (COMP, CHAT, Fail, Server, check, main, oa_body, recv_json,  # noqa: E402
                        run_one, ws_connect, need_websockets, metric_value)
 
 TOKEN = "learn-admin-secret"

@@ -1,6 +1,6 @@
 /* quant.h — what the CPU kernels share about the quantized weight types
  * (private to kernels/cpu): views into Q4_K/Q5_K blocks, the repacked Q8_0 x8
- * layout, the tile dispatch. The file layouts themselves live in
+ * and K-quant x8 layouts, the tile dispatch. The file layouts themselves live in
  * kernels/ggml_type.h. */
 #ifndef SPECD_CPU_QUANT_H
 #define SPECD_CPU_QUANT_H

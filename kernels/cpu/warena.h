@@ -1,5 +1,5 @@
-/* warena.h — memory for the weights the CPU backend lays out itself (Q8_0
- * repacked 8 rows at a time): 2 MiB-aligned chunks advised for transparent
+/* warena.h — memory for the weights the CPU backend lays out itself (Q8_0,
+ * and on x86 the K-quants, repacked 8 rows at a time): 2 MiB-aligned chunks advised for transparent
  * huge pages. A decode step streams every weight once; on 4 KiB pages each
  * page is a TLB miss and a point where the hardware prefetchers stop, and
  * per-matrix malloc blocks (mmap'd by glibc above 128 KiB) get 4 KiB pages.

@@ -2,13 +2,17 @@
  * samples bounded by bytes, and its SQLite mirror. */
 #include "engine/learn/ring.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
+#include <unistd.h>
 
 struct learn_ring {
     pthread_mutex_t mu;
@@ -18,6 +22,7 @@ struct learn_ring {
     uint64_t next_id;
     learn_ring_stats st;
     sqlite3 *db;                /* spill file (NULL: none) */
+    int lock_fd;                /* PATH.lock, flock'ed while open: one server per spill file (-1: none) */
     pthread_mutex_t io;         /* one spill at a time */
 };
 
@@ -163,8 +168,21 @@ learn_ring *learn_ring_create(size_t cap, int width, const char *spill_path, con
     }
     pthread_mutex_init(&r->mu, NULL);
     pthread_mutex_init(&r->io, NULL);
-    r->width = width, r->st.cap = cap, r->next_id = 1;
+    r->width = width, r->st.cap = cap, r->next_id = 1, r->lock_fd = -1;
     if (spill_path && spill_path[0]) {
+        /* two servers on one file would overwrite each other's samples (ids from 1 in each): refused */
+        char lp[1100];
+        snprintf(lp, sizeof(lp), "%s.lock", spill_path);
+        r->lock_fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+        if (r->lock_fd < 0 || flock(r->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            int en = errno;
+            snprintf(err, errlen, "learning spill file %s: %s", spill_path,
+                     r->lock_fd >= 0 && en == EWOULDBLOCK ? "in use by another running specd (give each its own "
+                                                           "speculation.learn_spill)"
+                                                         : strerror(en));
+            learn_ring_destroy(r);
+            return NULL;
+        }
         if (sqlite3_open(spill_path, &r->db) != SQLITE_OK) {
             snprintf(err, errlen, "cannot open the learning spill file %s: %s", spill_path,
                      r->db ? sqlite3_errmsg(r->db) : "out of memory");
@@ -185,6 +203,7 @@ void learn_ring_destroy(learn_ring *r) {
     for (int i = 0; i < r->n; i++) sample_unref(r->s[i]);
     free(r->s);
     if (r->db) sqlite3_close(r->db);
+    if (r->lock_fd >= 0) close(r->lock_fd); /* the flock goes with it */
     pthread_mutex_destroy(&r->mu);
     pthread_mutex_destroy(&r->io);
     free(r);

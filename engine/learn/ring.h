@@ -17,7 +17,9 @@
  * created on an existing file loads its samples back (newest kept within the
  * cap). A file written for another target (its identity string differs) is
  * emptied with a message. A process killed at any point leaves the file at
- * its last committed transaction (SQLite's journal).
+ * its last committed transaction (SQLite's journal). One process per spill
+ * file: PATH.lock is flock'ed while the ring is open, and a second ring on
+ * the same file is refused.
  *
  * Threading: every function may be called from any thread (one mutex);
  * learn_ring_spill does its I/O outside that lock. */

@@ -21,10 +21,11 @@ int learn_init(engine *e, char *err, size_t errlen) {
         snprintf(L->path, sizeof(L->path), "%s", e->cfg.eagle_path ? e->cfg.eagle_path : "");
     } else { /* the reference's: the inputs of layers 2, L/2 and L - 3 */
         L->layers[0] = nl > 2 ? 2 : 0, L->layers[1] = nl / 2, L->layers[2] = nl > 3 ? nl - 3 : nl - 1;
-        if (spec_pair_set_learn_taps(sp, L->layers, 3) != 0) {
-            util_fail(err, errlen, "out of memory for the learning taps");
-            return -1;
-        }
+    }
+    /* the taps stay on with no head in the slot too (before the first head, after a rollback to none) */
+    if (spec_pair_set_learn_taps(sp, L->layers, 3) != 0) {
+        util_fail(err, errlen, "out of memory for the learning taps");
+        return -1;
     }
     snprintf(L->target_id, sizeof(L->target_id), "%s", sp->target_id.id);
     int width = 3 * sp->target->hp.dim;
@@ -64,12 +65,13 @@ static void swap_head(engine *e, drafter *d) {
     for (int i = 0; i < e->n_active; i++)
         if (e->active[i]->seq) spec_seq_drop_drafter(e->active[i]->seq, SPEC_DRAFTER_EAGLE);
     spec_pair_set_drafter(sp, SPEC_DRAFTER_EAGLE, d);
-    for (int i = 0; i < e->n_active; i++) {
+    for (int i = 0; d && i < e->n_active; i++) {
         spec_seq *s = e->active[i]->seq;
         if (s && s->prm.speculate && spec_method_uses(&s->prm, SPEC_DRAFTER_EAGLE))
             spec_seq_adopt_drafter(s, SPEC_DRAFTER_EAGLE); /* out of memory: plain steps for it */
     }
     e->learn.prev = old;
+    e->learn.has_prev = true;
 }
 
 void learn_apply(engine *e) {
@@ -85,8 +87,8 @@ void learn_apply(engine *e) {
         L->st.head_version++, L->st.swaps++;
     } else if (L->rollback) {
         L->rollback = false;
-        if (!L->prev) return;
-        drafter *back = L->prev;
+        if (!L->has_prev) return;
+        drafter *back = L->prev; /* NULL: back to no head */
         L->prev = NULL;
         swap_head(e, back); /* the current head becomes prev: a second rollback undoes the first */
         char t[sizeof(L->path)];
@@ -206,7 +208,7 @@ int engine_learn_control(engine *e, const char *op, const char *arg, char *msg, 
         L->paused = false;
         snprintf(msg, n, "learning resumed");
     } else if (!strcmp(op, "rollback")) {
-        if (!L->prev) rc = -1, snprintf(msg, n, "nothing to roll back to: no head was swapped in since the last rollback");
+        if (!L->has_prev) rc = -1, snprintf(msg, n, "nothing to roll back to: no head was swapped in yet");
         else {
             L->rollback = true;
             pthread_cond_signal(&e->cv);

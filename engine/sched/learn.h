@@ -33,6 +33,7 @@ typedef struct {
     char next_path[512];
     bool rollback;                 /* asked (under mu) */
     struct drafter *prev;          /* the head the last swap replaced (engine thread; under mu) */
+    bool has_prev;                 /* a swap happened: prev (NULL: no head) is what a rollback brings back */
     char prev_path[512], path[512];/* their files (under mu) */
     bool paused;                   /* admin pause (under mu) */
     bool policy_off;               /* speculation.learn turned off by a reload (under mu) */

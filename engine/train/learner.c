@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,7 +29,10 @@ struct learner {
     eagle_head *live;            /* the live head's parameters (NULL: none, or one it cannot train) */
     eagle_head *trainee;         /* what it trains, round after round (a copy of the live head, or a new one) */
     bool live_foreign;           /* a head is live that cannot be fine-tuned: stay idle */
-    int version;                 /* files written */
+    int version;                 /* files written (head-v<N>.gguf: the highest N in dir at start, then + 1 each) */
+    int seen_version;            /* the engine's head version the trainer last knew of (a rollback or another
+                                  * offer moves it: the trainer then starts again from what is live) */
+    double last_spill;
     engine_learn_stats rep;      /* what it reports (engine_learn_report) */
     /* the round in progress: the duty cycle */
     double share, t_mark, busy_ms, wall0;
@@ -78,6 +82,7 @@ static void yield_step(void *ctx, const eagle_progress *p) {
     l->busy_ms += busy;
     double duty = l->share / l->threads;
     if (duty < 1) sleep_ms(busy * (1 / duty - 1));
+    if (now - l->last_spill > 5000) engine_learn_spill(l->c.e), l->last_spill = now; /* a long round spills too */
     for (int i = 0; !l->stop && i < 1000; i++) { /* at most 10 s per step, then it trains a step again */
         engine_stats es;
         engine_learn_stats ls;
@@ -140,12 +145,23 @@ int learner_round(learner *l, char *msg, size_t n) {
     engine_learn_stats ls;
     engine_get_learn_stats(e, &ls);
     if (!ls.enabled) return snprintf(msg, n, "learning is off"), 0;
+    engine_learn_spill(e), l->last_spill = clock_now_ms(); /* whatever happens next, what was served is on disk */
+    if (ls.head_version != l->seen_version) { /* a rollback, or a head offered by someone else: start from it */
+        char why[128] = "";
+        eagle_head_destroy(l->live), eagle_head_destroy(l->trainee);
+        l->live = l->trainee = NULL;
+        l->live_foreign = false;
+        if (ls.has_head && !(l->live = eagle_head_load(engine_learn_target(e), ls.head_path, why, sizeof(why)))) {
+            l->live_foreign = true;
+            report(l, "idle", false, "the live head cannot be fine-tuned, learning is idle: %s", why);
+        }
+        l->seen_version = ls.head_version;
+    }
     if (l->live_foreign) return snprintf(msg, n, "%s", l->rep.message), 0;
     if (ls.paused) {
         report(l, "paused", false, "paused");
         return snprintf(msg, n, "paused"), 0;
     }
-    engine_learn_spill(e);
     if (ls.ring_positions < min_pos) {
         report(l, "waiting", false, "waiting for traffic: %lld of %d positions in the ring",
                (long long)ls.ring_positions, min_pos);
@@ -204,7 +220,7 @@ int learner_round(learner *l, char *msg, size_t n) {
         report(l, "idle", false, "round %d %s%s", l->rep.rounds, rc ? "failed: " : "stopped", rc ? err : "");
         return snprintf(msg, n, "%s", l->rep.message), rc ? -1 : 0;
     }
-    if (!(res.after.accept_len >= live_acc + margin)) {
+    if (!(res.after.accept_len > live_acc + margin)) { /* it must beat the live head by more than the margin */
         /* not ahead by the margin: not offered; a trainee behind the live head by the margin is dropped (the
          * next round starts again from the live head), else it trains on */
         bool drop = l->live && res.after.accept_len < live_acc - margin;
@@ -225,6 +241,12 @@ int learner_round(learner *l, char *msg, size_t n) {
     }
     eagle_head_destroy(l->live);
     l->live = copy; /* the trainee trains on from it */
+    for (int i = 0; i < 500; i++) { /* the engine swaps it in at its next step boundary */
+        engine_get_learn_stats(e, &ls);
+        if (ls.head_version != l->seen_version) break;
+        sleep_ms(10);
+    }
+    l->seen_version = ls.head_version;
     report(l, "idle", false, "round %d: swapped in %s: %.3f accepted drafts per pass against %.3f on %lld held-out "
            "rows", l->rep.rounds, path, res.after.accept_len, live_acc, (long long)res.after.rows);
     return snprintf(msg, n, "%s", l->rep.message), 1;
@@ -246,8 +268,16 @@ learner *learner_start(const learner_config *c, bool manual, char *err, size_t e
     learner *l = calloc(1, sizeof(*l));
     if (!l) return util_fail(err, errlen, "out of memory"), NULL;
     l->c = *c;
+    DIR *dir = opendir(c->dir); /* heads of earlier runs stay: numbering goes on after the highest */
+    for (struct dirent *de; dir && (de = readdir(dir));) {
+        int v;
+        char tail[8];
+        if (sscanf(de->d_name, "head-v%d.gguf%7s", &v, tail) == 1 && v > l->version) l->version = v;
+    }
+    if (dir) closedir(dir);
     engine_learn_stats ls;
     engine_get_learn_stats(c->e, &ls);
+    l->seen_version = ls.head_version;
     if (ls.has_head) { /* fine-tune the head the server started with (or a learned one after a restart) */
         char why[128];
         if (!ls.head_path[0] || !(l->live = eagle_head_load(engine_learn_target(c->e), ls.head_path, why, sizeof(why)))) {

@@ -210,6 +210,11 @@ int main(void) {
     CHECKF(rc == 1, "a head trained from nothing is swapped in: %s", msg);
     CHECKF(wait_version(e, 1) && lstats(e).has_head && lstats(e).swaps == 1, "head version 1 live");
     learner_stop(l);
+    /* a rollback from the first learned head goes back to no head, and a second one undoes it */
+    CHECKF(engine_learn_control(e, "rollback", NULL, msg, sizeof msg) == 0, "%s", msg);
+    CHECKF(wait_version(e, 2) && !lstats(e).has_head, "rolled back to no head");
+    CHECKF(engine_learn_control(e, "rollback", NULL, msg, sizeof msg) == 0, "%s", msg);
+    CHECKF(wait_version(e, 3) && lstats(e).has_head && lstats(e).rollbacks == 2, "the rollback undone");
 
     /* a deliberately worse candidate is refused */
     lc.worse = true;
@@ -217,7 +222,7 @@ int main(void) {
     rc = learner_round(l, msg, sizeof msg);
     printf("worse: %s\n", msg);
     ls = lstats(e);
-    CHECKF(rc == 0 && ls.rejected == 1 && ls.head_version == 1 && ls.cand_accept < ls.live_accept,
+    CHECKF(rc == 0 && ls.rejected == 1 && ls.head_version == 3 && ls.cand_accept < ls.live_accept,
            "a worse candidate is refused (cand %.3f live %.3f)", ls.cand_accept, ls.live_accept);
     learner_stop(l);
 

@@ -30,6 +30,8 @@ typedef struct {
     model_seq *ms;              /* (max_seqs) */
     int *row_of, *last;         /* (max_seqs) the sequence of each call row; its last input row */
     gamma_costs c;              /* draft_ms and draft_ms_per_row */
+    double prefill_ms;          /* this proposal's long catch-ups (a prompt's rows, a swapped-in head's):
+                                 * a one-time cost per sequence, kept out of the per-node estimate */
     /* trees (ea_propose_tree); TB = min(max_seqs * DRAFTER_MAX_NODES, the head's batch) rows a level call holds */
     int max_ctx, tb;            /* the pair's context; TB */
     float *tq;                  /* (max_seqs, DRAFTER_MAX_NODES, V) q rows of the proposed nodes */
@@ -167,13 +169,16 @@ static int ea_catch_up(eagle *e, drafter_seq *const *ds, const int32_t *const *t
     for (int r = 0; r < m; r++) {
         drafter_seq *s = ds[r];
         int c = nt[r] - 1 - s->hc; /* rows to feed: positions hc .. n-2 */
-        /* a long catch-up (a prompt) goes alone in pieces, all but its last row */
-        while (c > 1 && (c > MB || rows + c > MB)) {
+        /* a long catch-up (a prompt, more rows than a step commits) goes alone in pieces, all but its last
+         * row, timed apart: it is the head's prefill, paid once, not a cost of each draft */
+        while (c > 1 && (c > MB || rows + c > MB || c > GAMMA_MAX + 2)) {
             int k = c - 1 < MB ? c - 1 : MB;
+            double t0 = clock_now_ms();
             model_seq one = {.kv = s->kv, .n = k, .tokens = tk[r] + s->hc + 1, .feat = s->pend, .feat_fc = true};
             if (model_forward(e->m, e->pool, &one, 1, e->logits, err, errlen) != 0) return -1;
             s->hc += k, s->np -= k, c -= k;
             memmove(s->pend, s->pend + (size_t)k * F, sizeof(float) * (size_t)s->np * F);
+            e->prefill_ms += clock_now_ms() - t0;
         }
         e->ms[r] = (model_seq){.kv = s->kv, .n = c, .tokens = tk[r] + s->hc + 1, .feat = s->pend, .feat_fc = true};
         rows += c;
@@ -211,6 +216,7 @@ static int ea_propose(drafter *d, drafter_prop *P, int n, char *err, size_t errl
         e->row_of[m++] = i;
     }
     if (!m) return 0;
+    e->prefill_ms = 0;
     if (ea_catch_up(e, dsv, tkv, ntv, m, err, errlen) != 0) goto fail;
     for (int r = 0; r < m; r++) {
         drafter_prop *p = &P[e->row_of[r]];
@@ -319,6 +325,7 @@ static int ea_propose_tree(drafter *d, drafter_tree_prop *P, int n, char *err, s
     }
     if (!m) return 0;
     double t0 = clock_now_ms();
+    e->prefill_ms = 0;
     if (ea_catch_up(e, dsv, tkv, ntv, m, err, errlen) != 0) goto fail;
     for (int r = 0; r < m; r++) { /* level 1: the root's children */
         int i = who[r];
@@ -358,7 +365,8 @@ static int ea_propose_tree(drafter *d, drafter_tree_prop *P, int n, char *err, s
         }
         if (k && ea_level(e, P, g, grp, k, level, err, errlen) != 0) goto fail;
     }
-    double ms = clock_now_ms() - t0;
+    double ms = clock_now_ms() - t0 - e->prefill_ms; /* the trees' own cost (a prompt's catch-up apart) */
+    if (ms < 0) ms = 0;
     int nodes = 0;
     for (int r = 0; r < m; r++) nodes += P[who[r]].tree.n_nodes;
     for (int r = 0; r < m; r++) {
@@ -383,7 +391,10 @@ static void ea_cost(drafter *d, double *node_ms, double *per_row_ms) {
 
 static void ea_observe(drafter *d, int nodes, int rows, double ms) {
     (void)rows;
-    if (nodes > 0) gamma_costs_observe_draft(&((eagle *)d)->c, ms / nodes);
+    eagle *e = (eagle *)d;
+    ms -= e->prefill_ms; /* a prompt's catch-up is the head's prefill: it would make every draft look dear */
+    e->prefill_ms = 0;
+    if (nodes > 0 && ms > 0) gamma_costs_observe_draft(&e->c, ms / nodes);
 }
 
 static int ea_feature_layers(drafter *d, int *layers) {

@@ -123,7 +123,7 @@ typedef struct {
     double learn_margin;                   /* a candidate must beat the live head's held-out mean accepted length by
                                             * this much (0.05) */
     int learn_min_positions;               /* ring positions before the first round (4096) */
-    int learn_steps;                       /* optimizer steps per round (200) */
+    int learn_steps;                       /* optimizer steps per round (50) */
 } pol_speculation;
 
 /* One γ rule (the brief's gamma_policy row). Fields the file leaves out are

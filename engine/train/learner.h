@@ -20,9 +20,12 @@
  * margin is dropped (the next round starts again from the live head), else
  * it trains on. A failed or worse candidate never touches the live head.
  *
- * Cost: the thread runs at the lowest priority (nice 19) with
- * round(share x cpus) worker threads (at least 1) and sleeps after each
- * optimizer step so that its busy time stays within share x cpus cores;
+ * Cost: the thread runs at the server's priority (at nice 19 a steady load
+ * starved it: about 4 % of a core at two streams on two cores, no round
+ * finished in 13 minutes) with
+ * round(share x cpus) worker threads (at least 1); while requests run it
+ * sleeps after each optimizer step so that its busy time stays within
+ * share x cpus cores, on an idle server it trains without sleeping, and
  * while requests wait for admission it does not train at all.
  *
  * Threading: one thread of its own (learner_start); learner_round runs a
@@ -44,7 +47,7 @@ typedef struct {
     double share;                /* of the cores (0.25) */
     double margin;               /* accepted drafts per pass a candidate must gain (0.05) */
     int min_positions;           /* ring positions before the first round (4096) */
-    int steps;                   /* optimizer steps per round (200) */
+    int steps;                   /* optimizer steps per round (50) */
     int window;                  /* tokens per training sequence (128) */
     int J;                       /* training-time-test steps (3) */
     int batch;                   /* sequences per optimizer step (4) */

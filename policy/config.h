@@ -120,8 +120,8 @@ typedef struct {
     char learn_spill[1024];                /* the ring's SQLite mirror; "" = memory only (restart) */
     char learn_dir[1024];                  /* where learned heads are written ("specd-learn"; restart) */
     double learn_share;                    /* the trainer's share of the CPU's cores, 0.05..1 (0.25) */
-    double learn_margin;                   /* a candidate must beat the live head's held-out mean accepted length by
-                                            * this much (0.05) */
+    double learn_margin;                   /* a candidate must beat the live head's held-out mean accepted length
+                                            * by more than this (0.05) */
     int learn_min_positions;               /* ring positions before the first round (4096) */
     int learn_steps;                       /* optimizer steps per round (50) */
 } pol_speculation;

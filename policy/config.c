@@ -160,6 +160,11 @@ const secdef pol_sections[] = {
     {"grammar", grammar_keys, NKEYS(grammar_keys), offsetof(pol_config, grammar)},
 };
 _Static_assert(NKEYS(pol_sections) == POL_N_SECTIONS, "POL_N_SECTIONS (config_internal.h) counts the sections");
+/* the loader's per-section tables (names, value marks) hold MAXKEYS keys */
+_Static_assert(NKEYS(server_keys) <= MAXKEYS && NKEYS(models_keys) <= MAXKEYS && NKEYS(engine_keys) <= MAXKEYS &&
+                   NKEYS(spec_keys) <= MAXKEYS && NKEYS(pol_rule_keys) <= MAXKEYS && NKEYS(telemetry_keys) <= MAXKEYS &&
+                   NKEYS(grammar_keys) <= MAXKEYS,
+               "a config section has more keys than MAXKEYS (config_internal.h): raise it");
 
 void pol_cfg_defaults(pol_config *c) {
     memset(c, 0, sizeof(*c));

@@ -40,7 +40,7 @@ typedef struct {
     size_t off; /* section offset in pol_config */
 } secdef;
 
-#define MAXKEYS 24
+#define MAXKEYS 40
 
 /* The sections in file order, and policy.rules[]'s keys (config.c). */
 #define POL_N_SECTIONS 7

@@ -37,7 +37,7 @@ typedef struct {
     char prev_path[512], path[512];/* their files (under mu) */
     bool paused;                   /* admin pause (under mu) */
     bool policy_off;               /* speculation.learn turned off by a reload (under mu) */
-    bool policy_start;             /* speculation.learn in the first snapshot (engine thread) */
+    bool policy_seen_true;         /* some snapshot said speculation.learn: true (engine thread) */
     engine_learn_stats st;         /* counters and the trainer's report (under mu) */
 } learn_state;
 

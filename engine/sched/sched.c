@@ -362,10 +362,10 @@ static void sched_policy(engine *e) {
         const pol_config *pc = pol_store_acquire(e->cfg.policy);
         if (pc->version != e->policy_version) {
             for (int i = 0; i < e->n_active; i++) apply_policy(e, e->active[i], pc, false);
-            /* a reload that turns speculation.learn from true to false pauses learning; a server the
-             * flag started learning is not paused by a file that never said true */
-            if (e->policy_version == 0) e->learn.policy_start = pc->speculation.learn;
-            e->learn.policy_off = e->learn.policy_start && !pc->speculation.learn;
+            /* a reload that turns speculation.learn from true to false pauses learning, true resumes it; a
+             * server the flag started learning is not paused by a file that never said true */
+            if (pc->speculation.learn) e->learn.policy_seen_true = true;
+            e->learn.policy_off = e->learn.policy_seen_true && !pc->speculation.learn;
             if (e->learn.ring) learn_ring_set_cap(e->learn.ring, (size_t)pc->speculation.learn_ring_mb << 20);
             e->policy_version = pc->version;
         }

@@ -70,6 +70,7 @@ static void swap_head(engine *e, drafter *d) {
         if (s && s->prm.speculate && spec_method_uses(&s->prm, SPEC_DRAFTER_EAGLE))
             spec_seq_adopt_drafter(s, SPEC_DRAFTER_EAGLE); /* out of memory: plain steps for it */
     }
+    budget_pool_reset(&e->bud, SPEC_DRAFTER_EAGLE); /* the old head's α says nothing of this one */
     e->learn.prev = old;
     e->learn.has_prev = true;
 }

@@ -66,6 +66,10 @@ static bool plain_wins(const budget_chain *g, const gamma_costs *c, double a, in
 }
 
 int budget_chain_next(budget_chain *g, const gamma_costs *c, int batch, int ctx) {
+    return budget_chain_next_prior(g, c, batch, ctx, BUDGET_PRIOR_ALPHA);
+}
+
+int budget_chain_next_prior(budget_chain *g, const gamma_costs *c, int batch, int ctx, double prior) {
     CTL_OWNED(g);
     if (g->plain_left > 0) return 0;
     bool may_skip = g->prm.adaptive && batch > 1 && g->prm.fallback_alpha > 0;
@@ -73,9 +77,10 @@ int budget_chain_next(budget_chain *g, const gamma_costs *c, int batch, int ctx)
     if (!g->prm.adaptive || g->steps < g->prm.warmup) {
         g->gamma = g->prm.adaptive ? g->prm.gamma_default : g->gamma;
         /* warm-up at a big batch: with no α of its own yet, the sequence asks
-         * the cost model at the prior; drafting starts once it pays (or the
-         * batch shrinks), and its first verify steps then fill the window */
-        if (may_skip && plain_wins(g, c, BUDGET_PRIOR_ALPHA, batch, ctx, &best)) return 0;
+         * the cost model at the prior (the engine's pooled α); drafting
+         * starts once it pays (or the batch shrinks), and its first verify
+         * steps then fill the window. A probe (prior < 0) drafts. */
+        if (may_skip && prior >= 0 && plain_wins(g, c, prior, batch, ctx, &best)) return 0;
         return g->gamma;
     }
     double a = budget_chain_alpha(g);
@@ -146,6 +151,16 @@ void budget_seq_plain(budget_seq *bs, const bool used[SPEC_PROPOSERS]) {
         if (used[i]) budget_chain_observe_plain(&bs->chain[i]);
 }
 
+void budget_seq_restart(budget_seq *bs, int slot) {
+    SPECD_CHECK(slot >= 0 && slot < SPEC_PROPOSERS);
+    budget_chain *g = &bs->chain[slot];
+    CTL_OWNED(g);
+    window_reset(g);
+    g->plain_left = 0;
+    g->probing = false;
+    g->gamma = g->prm.adaptive ? g->prm.gamma_default : g->gamma;
+}
+
 void budget_seq_failed(budget_seq *bs, int slot) {
     SPECD_CHECK(slot >= 0 && slot < SPEC_PROPOSERS);
     budget_chain_fail(&bs->chain[slot]);
@@ -201,6 +216,38 @@ int budget_history_cap(int gamma, const budget_history *h) {
     int p95 = budget_history_p95(h);
     if (p95 < 0) return gamma;
     return gamma < p95 + 1 ? gamma : p95 + 1; /* p95 >= 0, so the result is >= 1 */
+}
+
+/* ---- the pooled α --------------------------------------------------------------- */
+
+double budget_pool_alpha(const budget_pool *p) {
+    if (p->trials < BUDGET_POOL_MIN || p->idle >= BUDGET_POOL_STALE) return -1.0;
+    return p->acc / p->trials;
+}
+
+void budget_pool_observe(budget_pool *p, int gamma, int accepted) {
+    SPECD_CHECK(gamma > 0 && accepted >= 0 && accepted <= gamma);
+    p->acc = p->acc * BUDGET_POOL_DECAY + accepted;
+    p->trials = p->trials * BUDGET_POOL_DECAY + accepted + (accepted < gamma);
+    p->idle = 0;
+}
+
+void budget_pool_reset(budget *b, int slot) {
+    SPECD_CHECK(slot >= 0 && slot < SPEC_PROPOSERS);
+    memset(&b->pool[slot], 0, sizeof(b->pool[slot]));
+}
+
+/* The warm-up prior for a sequence of the engine on proposer slot: the pooled
+ * α; when the pool knows nothing, a probe for the first sequence that asks
+ * this step (-1), the fixed prior for the others. */
+static double warmup_prior(budget *b, int slot) {
+    if (!b) return BUDGET_PRIOR_ALPHA;
+    budget_pool *p = &b->pool[slot];
+    double a = budget_pool_alpha(p);
+    if (a >= 0) return a;
+    if (p->probe_taken) return BUDGET_PRIOR_ALPHA;
+    p->probe_taken = true;
+    return -1.0;
 }
 
 /* ---- the engine's controller: set-up ------------------------------------------ */
@@ -281,6 +328,10 @@ void budget_step_begin(budget *b, int batch, bool heads_auto) {
     memset(b->arm_tok, 0, sizeof(b->arm_tok));
     memset(b->arm_ms, 0, sizeof(b->arm_ms));
     b->shared = b->tree != ENGINE_TREE_OFF ? tree_ctl_pick(&b->prior, batch) : 0;
+    for (int i = 0; i < SPEC_PROPOSERS; i++) {
+        b->pool[i].probe_taken = false;
+        if (b->pool[i].idle < BUDGET_POOL_STALE) b->pool[i].idle++;
+    }
 }
 
 int budget_chain_cap(const spec_seq *s, int g, int max_new) {
@@ -307,7 +358,7 @@ static gamma_costs costs_for(const spec_pair *sp, int slot) {
  * the EAGLE head, the draft model. */
 static const int chain_order[] = {SPEC_DRAFTER_NGRAM, SPEC_DRAFTER_EAGLE, SPEC_DRAFTER_MODEL};
 
-static int pick_chain(spec_seq *s, int max_new, int batch) {
+static int pick_chain(budget *b, spec_seq *s, int max_new, int batch) {
     spec_pair *sp = s->sp;
     budget_chain *ch = s->bud.chain;
     s->slot = -1;
@@ -327,7 +378,11 @@ static int pick_chain(spec_seq *s, int max_new, int batch) {
             if (avail <= 0) continue;
         }
         c[slot] = costs_for(sp, slot);
-        int gs = budget_chain_next(&ch[slot], &c[slot], batch, ctx);
+        /* the warm-up prior only matters to an adaptive sequence in a batch:
+         * ask for it (and maybe take the step's probe) only then */
+        bool warm = ch[slot].prm.adaptive && batch > 1 && ch[slot].steps < ch[slot].prm.warmup;
+        double prior = warm ? warmup_prior(b, slot) : BUDGET_PRIOR_ALPHA;
+        int gs = budget_chain_next_prior(&ch[slot], &c[slot], batch, ctx, prior);
         if (gs > avail) gs = avail; /* a lookup proposes no more than the earlier text continues */
         g[slot] = budget_chain_cap(s, gs, max_new);
         offered += g[slot] > 0;
@@ -345,6 +400,7 @@ static int pick_chain(spec_seq *s, int max_new, int batch) {
             int slot = chain_order[i];
             if (g[slot] <= 0) continue;
             double a = budget_chain_alpha(&ch[slot]);
+            if (a < 0) a = b ? budget_pool_alpha(&b->pool[slot]) : -1;
             double r = gamma_rate_batch(&c[slot], a < 0 ? BUDGET_PRIOR_ALPHA : a, g[slot], batch, ctx);
             if (r > best) best = r, pick = slot;
         }
@@ -385,7 +441,7 @@ budget_choice budget_pick(budget *b, spec_seq *s, int max_new, int batch, bool h
     if (max_new < 1) max_new = 1;
     if (b) pick_tree(b, s, batch, heads_auto, &c);
     if (c.shape.budget > 0) return s->bud.last = c;
-    c.gamma = pick_chain(s, max_new, batch);
+    c.gamma = pick_chain(b, s, max_new, batch);
     /* the outlier cap, adaptive chains only: a fixed γ is the user's */
     if (b && s->bud.chain[SPEC_DRAFTER_MODEL].prm.adaptive) c.gamma = budget_history_cap(c.gamma, &b->hist);
     c.slot = s->slot;
@@ -415,7 +471,10 @@ void budget_observe(budget *b, spec_seq *s, int path, int n_new, int nodes, int 
         b->arm_ms[arm] += ms;
     }
     if (path == 2 && heads_auto) spec_seq_note_other_step(s); /* the chains' fallback clocks run on */
-    if (path == 0 && nodes > 0) budget_history_add(&b->hist, accepted);
+    if (path == 0 && nodes > 0) {
+        budget_history_add(&b->hist, accepted);
+        if (c->slot >= 0) budget_pool_observe(&b->pool[c->slot], nodes, accepted);
+    }
 }
 
 int budget_step_end(budget *b, int batch) {

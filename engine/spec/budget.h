@@ -90,6 +90,10 @@ void budget_chain_set_params(budget_chain *g, const gamma_params *p);
  * gamma_min is then a floor. */
 #define BUDGET_PRIOR_ALPHA 0.7
 int budget_chain_next(budget_chain *g, const gamma_costs *c, int batch, int ctx);
+/* budget_chain_next with the warm-up's acceptance given: prior in [0, 1] is
+ * what the sequence plans with before it has an α of its own (the engine's
+ * pooled α, budget_pool); prior < 0 (a probe) drafts whatever the batch. */
+int budget_chain_next_prior(budget_chain *g, const gamma_costs *c, int batch, int ctx, double prior);
 /* Records a verify step that drafted gamma tokens and accepted `accepted`. */
 void budget_chain_observe(budget_chain *g, int gamma, int accepted);
 /* Records a plain step (counts down to the next probe). */
@@ -140,6 +144,9 @@ void budget_seq_verified(budget_seq *bs, int slot, int gamma, int accepted);
  * used[] (a plain step, or another proposer's tree): their fallback clocks
  * run on. */
 void budget_seq_plain(budget_seq *bs, const bool used[SPEC_PROPOSERS]);
+/* A new proposer in slot (a learned head swapped in): its chains start over,
+ * in warm-up, out of any fallback; the counters stay. */
+void budget_seq_restart(budget_seq *bs, int slot);
 /* A proposer failed to propose: plain steps for one probe interval. */
 void budget_seq_failed(budget_seq *bs, int slot);
 /* Fallbacks and probes over every proposer's chains. */
@@ -168,6 +175,29 @@ int budget_history_p95(const budget_history *h);
  * 0 stays 0. Applied only to adaptive sequences. */
 int budget_history_cap(int gamma, const budget_history *h);
 
+/* One proposer's chains, engine-wide: every sequence's verify steps pooled
+ * (decayed sums of the geometric run's trials), so a sequence that joins a
+ * batch plans its warm-up with what the others measured instead of the fixed
+ * prior. Without the pool a sequence in a batch would draft only if the prior
+ * promised a gain, never measure α, and stay plain for its whole request
+ * (measured: an EAGLE head with α 0.8 never ran at concurrency 2). When the
+ * pool knows nothing (fewer than BUDGET_POOL_MIN trials) or has had no step
+ * for BUDGET_POOL_STALE engine steps (everyone went plain on it), one warm-up
+ * sequence per step probes: it drafts, whatever the batch, and its steps
+ * refill the pool. */
+#define BUDGET_POOL_MIN 8
+#define BUDGET_POOL_DECAY 0.98 /* per observed step: about the last 50 steps */
+#define BUDGET_POOL_STALE 256  /* engine steps without an observation */
+typedef struct {
+    double acc, trials; /* decayed: accepted drafts; accepted + rejections */
+    long idle;          /* engine steps since the last observation */
+    bool probe_taken;   /* this step's probe was handed out */
+} budget_pool;
+/* The pool's α, or -1 when it knows nothing (or is stale): probe. */
+double budget_pool_alpha(const budget_pool *p);
+/* Adds one verify step (gamma drafted, accepted). */
+void budget_pool_observe(budget_pool *p, int gamma, int accepted);
+
 typedef struct budget {
     double t_rows[COST_CURVE_ROWS + 1]; /* the measured verify cost curve, rows 1.. (t_rows[1] 0: none) */
     int tree;                           /* the engine's tree mode (ENGINE_TREE_OFF: no trees) */
@@ -181,6 +211,7 @@ typedef struct budget {
     double arm_ms[PATH_ARMS];           /* ... and their shares of its time */
     int shared;                         /* this step's entry of `prior` */
     budget_history hist;                /* the adaptive chains' outlier cap */
+    budget_pool pool[SPEC_PROPOSERS];   /* each proposer's chains' α over every sequence */
     bool cheap_curve;                   /* tests: a flat cost curve was forced (budget_force_curve) */
 } budget;
 
@@ -195,6 +226,9 @@ void budget_measure(budget *b, struct spec_pair *sp);
  * engine-wide shape controller starts from the curve (measured now when
  * there is none). */
 void budget_set_trees(budget *b, struct spec_pair *sp, int mode, tree_shape bounds);
+/* Forgets proposer slot's pooled α (its proposer was replaced: a learned
+ * head swapped in or rolled back). */
+void budget_pool_reset(budget *b, int slot);
 /* Medusa heads loaded with this shape (their per-step node budget is
  * budget_heads_nodes, from the heads' own evidence). */
 void budget_set_heads(budget *b, tree_shape shape);

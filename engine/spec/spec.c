@@ -232,6 +232,7 @@ int spec_seq_adopt_drafter(spec_seq *s, int slot) {
     drafter *d = sp->drafters[slot];
     SPECD_CHECK(!s->ds[slot] && d);
     if (!(s->ds[slot] = d->i->seq_create(d, s->cap))) return -1;
+    budget_seq_restart(&s->bud, slot); /* the old proposer's α says nothing of this one */
     if (!d->i->observe_features) return 0;
     /* the record, in pieces of the scratch's rows; a missing record leaves a gap (nothing proposed) */
     size_t F = (size_t)sp->n_feat * (size_t)sp->target->hp.dim;

@@ -139,6 +139,46 @@ int main(void) {
     CHECKF(fabs(budget_chain_alpha(&gm) - 0.8) < 1e-9, "alpha %g", budget_chain_alpha(&gm));
     CHECKF(budget_chain_next(&gm, &cm, 8, 100) == 0, "batch 8 drafts on a gain inside the margin");
     CHECKF(budget_chain_next(&gm, &cm, 1, 100) >= 2, "alone, the sequence does not draft");
+    {
+        /* warm-up in a batch: the fixed prior (0.7) keeps a new sequence
+         * plain where its proposer's pooled α (0.95) says drafting pays, and
+         * with no α of its own it would stay plain for good; the pool's α or
+         * a probe (prior < 0) let it draft */
+        double r0 = gamma_rate_batch(&cm, 0.95, 0, 8, 100), rb = 0;
+        for (int k = gp.gamma_min; k <= gp.gamma_max; k++) {
+            double r = gamma_rate_batch(&cm, 0.95, k, 8, 100);
+            if (r > rb) rb = r;
+        }
+        CHECKF(rb > 1.2 * r0, "alpha 0.95 promises only %.3fx at batch 8 (the test lost its teeth)", rb / r0);
+        budget_chain wu;
+        budget_chain_init(&wu, &gp);
+        CHECKF(budget_chain_next(&wu, &cm, 8, 100) == 0, "warm-up at the fixed prior drafts at batch 8");
+        CHECKF(budget_chain_next_prior(&wu, &cm, 8, 100, BUDGET_PRIOR_ALPHA) == 0, "prior 0.7 drafts at batch 8");
+        CHECKF(budget_chain_next_prior(&wu, &cm, 8, 100, 0.95) > 0, "pooled alpha 0.95 does not draft");
+        CHECKF(budget_chain_next_prior(&wu, &cm, 8, 100, -1.0) > 0, "a probe does not draft");
+        budget_chain_observe(&wu, 5, 4); /* one step of its own: still warm-up, still the prior's call */
+        CHECKF(budget_chain_next_prior(&wu, &cm, 8, 100, 0.95) > 0, "warm-up ignores the pooled alpha");
+        budget_pool pl = {0};
+        CHECKF(budget_pool_alpha(&pl) < 0, "an empty pool answers %g", budget_pool_alpha(&pl));
+        budget_pool_observe(&pl, 5, 4);
+        CHECKF(budget_pool_alpha(&pl) < 0, "5 trials are trusted");
+        budget_pool_observe(&pl, 5, 4);
+        CHECKF(fabs(budget_pool_alpha(&pl) - 0.8) < 1e-9, "pool alpha %g, want 0.8", budget_pool_alpha(&pl));
+        for (int i = 0; i < 200; i++) budget_pool_observe(&pl, 4, 4);
+        CHECKF(budget_pool_alpha(&pl) > 0.95, "the pool does not decay: %g", budget_pool_alpha(&pl));
+        budget b;
+        budget_init(&b);
+        b.pool[SPEC_PROPOSER_EAGLE] = pl;
+        for (int i = 0; i < BUDGET_POOL_STALE - 1; i++) budget_step_begin(&b, 2, false);
+        CHECKF(budget_pool_alpha(&b.pool[SPEC_PROPOSER_EAGLE]) > 0.95, "stale too early");
+        budget_step_begin(&b, 2, false);
+        CHECKF(budget_pool_alpha(&b.pool[SPEC_PROPOSER_EAGLE]) < 0, "a pool with no step in %d steps still answers",
+               BUDGET_POOL_STALE);
+        budget_pool_observe(&b.pool[SPEC_PROPOSER_EAGLE], 4, 4);
+        CHECKF(budget_pool_alpha(&b.pool[SPEC_PROPOSER_EAGLE]) > 0.95, "an observation does not refresh a stale pool");
+        budget_pool_reset(&b, SPEC_PROPOSER_EAGLE);
+        CHECKF(budget_pool_alpha(&b.pool[SPEC_PROPOSER_EAGLE]) < 0, "a reset pool still answers");
+    }
 
     /* a measured step curve, shaped like the F16 widen target's on this CPU:
      * t(rows)/t(1) = 1.0 up to 8 rows, 1.6 at 12, 2.5 at 16, 3.4 at 24, 4.3 at 32 */

@@ -664,17 +664,21 @@ int eagle_train(eagle_head *h, const eagle_data *d, const eagle_train_opts *o, e
     train_optim opt = o->opt;
     opt.steps = steps;
     opt.warmup = (int64_t)(o->warmup * (double)steps);
-    if (eagle_evaluate(h, d, n_train, d->n, o->J, o->step_decay, o->threads, &res->before) != 0)
+    if (!o->skip_before && eagle_evaluate(h, d, n_train, d->n, o->J, o->step_decay, o->threads, &res->before) != 0)
         return util_fail(err, errlen, "out of memory: evaluation");
     res->unigram_acc = unigram(d, n_train, h->V);
     worker *ws = calloc((size_t)W, sizeof(worker));
     int64_t *perm = malloc(sizeof(int64_t) * (size_t)n_train);
-    float *mom = calloc(h->n_params, sizeof(float)), *vel = calloc(h->n_params, sizeof(float));
+    eagle_optim_state *st = o->state;
+    float *mom = st ? st->mom : calloc(h->n_params, sizeof(float));
+    float *vel = st ? st->vel : calloc(h->n_params, sizeof(float));
+    int64_t g0 = st ? st->step : 0;
     int rc = ws && perm && mom && vel ? 0 : -1;
     for (int t = 0; t < W && !rc; t++) rc = worker_init(&ws[t], h, d, S, o->J, o->step_decay, true);
     if (rc) {
         for (int t = 0; ws && t < W; t++) worker_free(&ws[t]);
-        free(ws), free(perm), free(mom), free(vel);
+        free(ws), free(perm);
+        if (!st) free(mom), free(vel);
         return util_fail(err, errlen, "out of memory: %d workers of %d x %d rows x %d steps", W, S, d->T, o->J);
     }
     int64_t cur_epoch = -1;
@@ -708,7 +712,8 @@ int eagle_train(eagle_head *h, const eagle_data *d, const eagle_train_opts *o, e
                 for (size_t i = 0; i < h->n_params; i++) ws[0].grad[i] += ws[t].grad[i];
         }
         train_clip(ws[0].grad, h->n_params, opt.clip);
-        train_adamw_tensors(h->t, h->n_tensors, h->params, mom, vel, ws[0].grad, step, train_lr(&opt, step), &opt);
+        train_adamw_tensors(h->t, h->n_tensors, h->params, mom, vel, ws[0].grad, g0 + step, train_lr(&opt, step),
+                            &opt);
         res->steps++, res->positions += cnt;
         wloss += loss, wpos += cnt, wsteps++;
         if (o->progress && o->progress_every > 0 && ((step + 1) % o->progress_every == 0 || step + 1 == steps)) {
@@ -724,7 +729,9 @@ int eagle_train(eagle_head *h, const eagle_data *d, const eagle_train_opts *o, e
     }
     res->seconds = (clock_now_ms() - t0) / 1e3;
     for (int t = 0; t < W; t++) worker_free(&ws[t]);
-    free(ws), free(perm), free(mom), free(vel);
+    free(ws), free(perm);
+    if (st) st->step += res->steps;
+    else free(mom), free(vel);
     if (eagle_evaluate(h, d, n_train, d->n, o->J, o->step_decay, o->threads, &res->after) != 0)
         return util_fail(err, errlen, "out of memory: evaluation");
     return 0;

@@ -177,6 +177,14 @@ double eagle_forward_backward(train_ctx *c, eagle_work *w, const eagle_head *h, 
 
 struct eagle_progress;
 
+/* AdamW's state kept by a caller that trains one head in many calls (the
+ * learner's rounds): the moments (n_params each, zeroed for a new head) and
+ * the optimizer steps taken so far. */
+typedef struct {
+    float *mom, *vel;
+    int64_t step;
+} eagle_optim_state;
+
 typedef struct {
     int J;                       /* training-time-test steps (4) */
     float step_decay;            /* step j's weight step_decay^j (0.8) */
@@ -193,6 +201,10 @@ typedef struct {
     void (*progress)(void *ctx, const struct eagle_progress *p);
     void *progress_ctx;
     volatile sig_atomic_t *stop; /* set: stop after the current step */
+    eagle_optim_state *state;    /* NULL: fresh moments; else the moments and step count go on from state
+                                  * (and are left there); the rate is warm-up then cosine over this call's
+                                  * steps either way (a round of the learner ends annealed, as it is scored) */
+    bool skip_before;            /* do not measure the held-out figures before training (res->before 0) */
 } eagle_train_opts;
 
 typedef struct eagle_progress {

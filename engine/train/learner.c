@@ -26,6 +26,7 @@ struct learner {
     volatile sig_atomic_t stop;
     eagle_head *live;            /* the live head's parameters (NULL: none, or one it cannot train) */
     eagle_head *trainee;         /* what it trains, round after round (a copy of the live head, or a new one) */
+    eagle_optim_state ost;       /* the trainee's AdamW moments and steps, kept from round to round */
     bool live_foreign;           /* a head is live that cannot be fine-tuned: stay idle */
     int version;                 /* files written (head-v<N>.gguf: the highest N in dir at start, then + 1 each) */
     int seen_version;            /* the engine's head version the trainer last knew of (a rollback or another
@@ -36,6 +37,21 @@ struct learner {
     double share, t_mark, busy_ms, wall0;
     int threads;
 };
+
+/* The trainee becomes h (NULL: none), with fresh optimizer state. Returns
+ * -1 when out of memory (no trainee then). */
+static int trainee_set(learner *l, eagle_head *h) {
+    eagle_head_destroy(l->trainee);
+    free(l->ost.mom), free(l->ost.vel);
+    memset(&l->ost, 0, sizeof(l->ost));
+    l->trainee = h;
+    if (!h) return 0;
+    l->ost.mom = calloc(h->n_params, sizeof(float));
+    l->ost.vel = calloc(h->n_params, sizeof(float));
+    if (l->ost.mom && l->ost.vel) return 0;
+    trainee_set(l, NULL);
+    return -1;
+}
 
 void learner_config_init(learner_config *c) {
     memset(c, 0, sizeof(*c));
@@ -148,8 +164,8 @@ int learner_round(learner *l, char *msg, size_t n) {
     engine_learn_spill(e), l->last_spill = clock_now_ms(); /* whatever happens next, what was served is on disk */
     if (ls.head_version != l->seen_version) { /* a rollback, or a head offered by someone else: start from it */
         char why[128] = "";
-        eagle_head_destroy(l->live), eagle_head_destroy(l->trainee);
-        l->live = l->trainee = NULL;
+        eagle_head_destroy(l->live), trainee_set(l, NULL);
+        l->live = NULL;
         l->live_foreign = false;
         if (ls.has_head && !(l->live = eagle_head_load(engine_learn_target(e), ls.head_path, why, sizeof(why)))) {
             l->live_foreign = true;
@@ -171,9 +187,11 @@ int learner_round(learner *l, char *msg, size_t n) {
     int layers[3];
     engine_learn_layers(e, layers);
     char err[256] = "";
-    if (!l->trainee) /* training starts from the live head (or from nothing) and goes on round after round */
-        l->trainee = l->live ? eagle_head_clone(l->live)
-                             : eagle_head_create(target, layers, 0, true, l->c.seed, err, sizeof(err));
+    if (!l->trainee) { /* training starts from the live head (or from nothing) and goes on round after round */
+        eagle_head *h = l->live ? eagle_head_clone(l->live)
+                                : eagle_head_create(target, layers, 0, true, l->c.seed, err, sizeof(err));
+        if (h && trainee_set(l, h) != 0) snprintf(err, sizeof(err), "out of memory");
+    }
     eagle_head *cand = l->trainee;
     int D = cand ? cand->D : 0;
     eagle_data *d = cand ? ring_data(l, D, l->c.window) : NULL;
@@ -189,7 +207,13 @@ int learner_round(learner *l, char *msg, size_t n) {
     l->share = share * cpus;
     eagle_train_opts o;
     eagle_train_opts_init(&o);
-    o.J = l->c.J, o.batch = l->c.batch, o.steps = steps, o.holdout = l->c.holdout, o.threads = l->threads;
+    /* the newest tenth held out, but no more than LEARNER_EVAL_MAX windows: the held-out figures are
+     * measured twice a round (trainee, live head) between the duty cycle's sleeps, so their cost is kept
+     * small next to the steps' */
+    double hold = l->c.holdout;
+    if (hold * (double)d->n > LEARNER_EVAL_MAX) hold = LEARNER_EVAL_MAX / (double)d->n;
+    o.J = l->c.J, o.batch = l->c.batch, o.steps = steps, o.holdout = (float)hold, o.threads = l->threads;
+    o.state = &l->ost, o.skip_before = true;
     o.seed = l->c.seed + (uint64_t)l->rep.rounds;
     o.opt.lr = l->c.lr > 0 ? l->c.lr : l->live ? 3e-4f : 1e-3f;
     o.progress_every = 1, o.progress = yield_step, o.progress_ctx = l, o.stop = &l->stop;
@@ -224,7 +248,7 @@ int learner_round(learner *l, char *msg, size_t n) {
         /* not ahead by the margin: not offered; a trainee behind the live head by the margin is dropped (the
          * next round starts again from the live head), else it trains on */
         bool drop = l->live && res.after.accept_len < live_acc - margin;
-        if (drop) eagle_head_destroy(l->trainee), l->trainee = NULL;
+        if (drop) trainee_set(l, NULL);
         report(l, "idle", true, "round %d: candidate %s: %.3f accepted drafts per pass against the live head's %.3f "
                "on %lld held-out rows (margin %.2f)", l->rep.rounds, drop ? "dropped, behind" : "not ahead, trains on",
                res.after.accept_len, live_acc, (long long)res.after.rows, margin);
@@ -305,6 +329,6 @@ void learner_stop(learner *l) {
     l->stop = 1;
     if (l->started) pthread_join(l->th, NULL);
     eagle_head_destroy(l->live);
-    eagle_head_destroy(l->trainee);
+    trainee_set(l, NULL);
     free(l);
 }

@@ -9,7 +9,8 @@
  * training data whose newest tenth is held out; the trainee (a copy of the
  * live head, or a new head whose output is the target's, kept from round to
  * round) trains `steps` more optimizer steps with the training-time test
- * (eagle_train.h); the held-out figure is simulated acceptance — the greedy
+ * (eagle_train.h; its AdamW moments go on from round to round, the rate
+ * warms up and anneals within each round); the held-out figure is simulated acceptance — the greedy
  * acceptance rule run on the stored target tokens: the mean number of drafts
  * a J-step greedy chain gets accepted per target pass (eagle_eval.accept_len),
  * no target pass needed — of the trainee and of the live head on the same
@@ -38,6 +39,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* Held-out windows scored per round, at most (the newest). */
+#define LEARNER_EVAL_MAX 64
 
 typedef struct {
     engine *e;                   /* started with engine_config.learn.enabled */

@@ -108,10 +108,7 @@ typedef struct {
  * its state of the old head and adopts the new one from its recorded
  * features. */
 static void swap_heads(spec_pair *sp, spec_seq *s, drafter **other) {
-    spec_seq_drop_drafter(s, SPEC_DRAFTER_EAGLE);
-    drafter *cur = spec_pair_set_drafter(sp, SPEC_DRAFTER_EAGLE, *other);
-    *other = cur;
-    if (s->prm.speculate && spec_method_uses(&s->prm, SPEC_DRAFTER_EAGLE)) spec_seq_adopt_drafter(s, SPEC_DRAFTER_EAGLE);
+    *other = spec_pair_swap_drafter(sp, &s, 1, SPEC_DRAFTER_EAGLE, *other);
 }
 
 static drafter *g_swap;     /* --swap-eagle's other head (NULL: no swaps) */

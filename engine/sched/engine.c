@@ -588,6 +588,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     int R = c->max_running;
     e->slots = calloc((size_t)e->n_slots, sizeof(req *));
     e->active = calloc((size_t)e->n_slots, sizeof(req *));
+    e->aseq = calloc((size_t)e->n_slots, sizeof(spec_seq *));
     e->bseq = calloc((size_t)R, sizeof(spec_seq *));
     e->mseq = calloc((size_t)R, sizeof(spec_seq *));
     e->mmax = calloc((size_t)R, sizeof(int));
@@ -615,7 +616,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
     e->tdms = calloc((size_t)R, sizeof(double));
     e->vms = calloc((size_t)R, sizeof(model_seq));
     e->vunit = calloc((size_t)R, sizeof(*e->vunit));
-    if (!e->slots || !e->active || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
+    if (!e->slots || !e->active || !e->aseq || !e->bseq || !e->mseq || !e->mmax || !e->bmax || !e->bgam || !e->order || !e->gam_all || !e->binfo ||
         !e->bins || !e->treq || !e->tseq || !e->tsh || !e->thow || !e->tmax || !e->tinfo ||
         !vok || !e->ttree || !e->tslot || !e->tdms || !e->vms || !e->vunit) {
         engine_destroy(e);
@@ -654,7 +655,7 @@ void engine_destroy(engine *e) {
         pthread_cond_destroy(&e->cv);
     }
     for (int i = 0; e->slots && i < e->n_slots; i++) req_free(e->slots[i]);
-    free(e->slots), free(e->active), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
+    free(e->slots), free(e->active), free(e->aseq), free(e->bseq), free(e->bmax), free(e->bgam), free(e->order), free(e->gam_all);
     free(e->binfo), free(e->bins), free(e->mseq), free(e->mmax);
     free(e->treq), free(e->tseq), free(e->tsh), free(e->thow), free(e->tmax), free(e->tinfo);
     for (int p = 0; p < SCHED_PATHS; p++) free(e->vshare[p]), free(e->vbatch[p]), free(e->vrows[p]);

@@ -129,6 +129,7 @@ struct engine {
     req *wait_head, *wait_tail;
     int n_waiting;
     req **active;                 /* (n_slots) admitted: prefilling, running or paused; engine thread */
+    spec_seq **aseq;              /* (n_slots) scratch: the active requests' sequences (a head swap) */
     int n_active;
     uint64_t pause_ctr;
     int reserved_blocks;          /* per pool */

@@ -60,16 +60,8 @@ void learn_on_finish(engine *e, req *r) {
 /* Frees every running sequence's state of the head in the EAGLE slot,
  * installs d there and lets the sequences that may use it adopt it. */
 static void swap_head(engine *e, drafter *d) {
-    spec_pair *sp = e->sp;
-    drafter *old = sp->drafters[SPEC_DRAFTER_EAGLE];
-    for (int i = 0; i < e->n_active; i++)
-        if (e->active[i]->seq) spec_seq_drop_drafter(e->active[i]->seq, SPEC_DRAFTER_EAGLE);
-    spec_pair_set_drafter(sp, SPEC_DRAFTER_EAGLE, d);
-    for (int i = 0; d && i < e->n_active; i++) {
-        spec_seq *s = e->active[i]->seq;
-        if (s && s->prm.speculate && spec_method_uses(&s->prm, SPEC_DRAFTER_EAGLE))
-            spec_seq_adopt_drafter(s, SPEC_DRAFTER_EAGLE); /* out of memory: plain steps for it */
-    }
+    for (int i = 0; i < e->n_active; i++) e->aseq[i] = e->active[i]->seq;
+    drafter *old = spec_pair_swap_drafter(e->sp, e->aseq, e->n_active, SPEC_DRAFTER_EAGLE, d);
     budget_pool_reset(&e->bud, SPEC_DRAFTER_EAGLE); /* the old head's α says nothing of this one */
     e->learn.prev = old;
     e->learn.has_prev = true;

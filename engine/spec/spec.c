@@ -227,6 +227,17 @@ void spec_seq_drop_drafter(spec_seq *s, int slot) {
     s->ds[slot] = NULL;
 }
 
+drafter *spec_pair_swap_drafter(spec_pair *sp, spec_seq *const *seqs, int n, int slot, drafter *d) {
+    for (int i = 0; i < n; i++)
+        if (seqs[i]) spec_seq_drop_drafter(seqs[i], slot);
+    drafter *old = spec_pair_set_drafter(sp, slot, d);
+    for (int i = 0; d && i < n; i++) {
+        spec_seq *s = seqs[i];
+        if (s && s->prm.speculate && spec_method_uses(&s->prm, slot)) spec_seq_adopt_drafter(s, slot);
+    }
+    return old;
+}
+
 int spec_seq_adopt_drafter(spec_seq *s, int slot) {
     spec_pair *sp = s->sp;
     drafter *d = sp->drafters[slot];

@@ -344,6 +344,11 @@ int spec_seq_adopt_drafter(spec_seq *s, int slot);
  * slot: a head swap drops every sequence's state, installs the new head,
  * then each sequence adopts it). */
 void spec_seq_drop_drafter(spec_seq *s, int slot);
+/* A proposer swapped live: every one of the n running sequences drops its
+ * state of slot's proposer, d takes the slot (NULL: none), and each sequence
+ * that may use it adopts it (out of memory: plain steps for that one).
+ * Returns the proposer that left the slot (the caller's to keep or free). */
+drafter *spec_pair_swap_drafter(spec_pair *sp, spec_seq *const *seqs, int n, int slot, drafter *d);
 
 /* The grammar's token budget (grammar.h) when the token at absolute position
  * pos is drawn: what is left of prm.grammar_budget (at least 1), -1 without

@@ -238,6 +238,10 @@ int learner_round(learner *l, char *msg, size_t n) {
     eagle_eval live_ev = {0};
     if (rc == 0 && l->live) rc = eagle_evaluate(l->live, d, res.n_train, d->n, o.J, o.step_decay, o.threads, &live_ev);
     double live_acc = l->live ? live_ev.accept_len : 0.0;
+    yield_step(l, NULL); /* the scoring since the last step (the trainee's and the live head's) keeps the share too */
+    wall = clock_now_ms() - l->wall0;
+    l->rep.train_pos_per_s = wall > 0 ? res.positions / (wall / 1000) : 0;
+    l->rep.train_cpu_share = wall > 0 ? l->busy_ms * l->threads / wall / cpus : 0;
     l->rep.live_accept = live_acc, l->rep.cand_accept = res.after.accept_len, l->rep.eval_rows = res.after.rows;
     eagle_data_destroy(d);
     if (rc != 0 || l->stop) {

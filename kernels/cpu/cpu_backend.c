@@ -401,8 +401,8 @@ static void cpu_release(backend *be, void *ptr) {
 /* Weights are used in place in the GGUF mapping, except Q8_0 matrices, which
  * are repacked into the Q8_0 x8 layout (quant.h) that the integer-dot kernels
  * stream 8 rows at a time, and Q4_K, Q5_K and Q6_K matrices at the x86 SIMD
- * levels, repacked into the K-quant x8 layouts (quant.h; the portable and
- * NEON paths keep the file layout); SPECD_REPACK=0 keeps them in place (the
+ * levels and NEON, repacked into the K-quant x8 layouts (quant.h; the portable
+ * path keeps the file layout); SPECD_REPACK=0 keeps them in place (the
  * kernels read both layouts and give the same results). The copy is not
  * counted against backend_cpu_limit_memory (weights never were). */
 typedef struct {
@@ -424,7 +424,7 @@ static const void *cpu_weight(backend *be, const void *host, int *type, int64_t 
     const char *env = getenv("SPECD_REPACK");
     simd_level lvl = ctx_of(be)->simd;
     int kq = (*type == GGML_TYPE_Q4_K || *type == GGML_TYPE_Q5_K || *type == GGML_TYPE_Q6_K) &&
-             (lvl == SIMD_AVX2 || lvl == SIMD_AVX512);
+             (lvl == SIMD_AVX2 || lvl == SIMD_AVX512 || lvl == SIMD_NEON);
     if ((*type != GGML_TYPE_Q8_0 && !kq) || cols % (kq ? 256 : 32) || rows < 8 || rows > INT32_MAX ||
         cols > INT32_MAX || (env && !strcmp(env, "0")))
         return host;

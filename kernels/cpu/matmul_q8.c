@@ -438,28 +438,31 @@ static void r8_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t 
 
 size_t mm_rk_bytes(int N, int K, int q5) { return (size_t)(N + 7) / 8 * (size_t)(K / 256) * RK_BB(q5); }
 
+/* Super-block s of nv (<= 8) rows, row r at src + r rb, into blk (rows past
+ * nv zero: d, dmin and mins 0). */
+static void rk_pack_sb(uint8_t *blk, const uint8_t *src, size_t rb, int nv, int s, int q5) {
+    if (nv < 8) memset(blk, 0, RK_BB(q5));
+    for (int r = 0; r < nv; r++) {
+        kq_view q = kq_at(src + (size_t)r * rb, q5, s);
+        uint16_t dm = q.dmin ^ 0x8000; /* -dmin */
+        memcpy(blk + 2 * r, &q.d, 2);
+        memcpy(blk + 16 + 2 * r, &dm, 2);
+        uint8_t sc[8], mn[8];
+        kq_unpack(q.scales, sc, mn);
+        for (int j = 0; j < 8; j++) blk[32 + 8 * j + r] = sc[j], blk[96 + 8 * j + r] = mn[j];
+        for (int p = 0; p < 4; p++)
+            for (int i = 0; i < 8; i++) memcpy(blk + 160 + 256 * p + 32 * i + 4 * r, q.qs + 32 * p + 4 * i, 4);
+        if (q5)
+            for (int i = 0; i < 8; i++) memcpy(blk + RK_BLOCK_BYTES + 32 * i + 4 * r, q.qh + 4 * i, 4);
+    }
+}
+
 void mm_rk_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1, int q5) {
     size_t rb = (size_t)(K / 256) * (q5 ? sizeof(blk_q5_k) : sizeof(blk_q4_k)), gb = (size_t)(K / 256) * RK_BB(q5);
     for (int g = g0; g < g1; g++) {
-        uint8_t *gd = dst + (size_t)g * gb;
-        int nv = N - 8 * g < 8 ? N - 8 * g : 8; /* rows past N stay zero (d, dmin and mins 0) */
-        if (nv < 8) memset(gd, 0, gb);
-        for (int s = 0; s < K / 256; s++) {
-            uint8_t *blk = gd + (size_t)s * RK_BB(q5);
-            for (int r = 0; r < nv; r++) {
-                kq_view q = kq_at(src + (size_t)(8 * g + r) * rb, q5, s);
-                uint16_t dm = q.dmin ^ 0x8000; /* -dmin */
-                memcpy(blk + 2 * r, &q.d, 2);
-                memcpy(blk + 16 + 2 * r, &dm, 2);
-                uint8_t sc[8], mn[8];
-                kq_unpack(q.scales, sc, mn);
-                for (int j = 0; j < 8; j++) blk[32 + 8 * j + r] = sc[j], blk[96 + 8 * j + r] = mn[j];
-                for (int p = 0; p < 4; p++)
-                    for (int i = 0; i < 8; i++) memcpy(blk + 160 + 256 * p + 32 * i + 4 * r, q.qs + 32 * p + 4 * i, 4);
-                if (q5)
-                    for (int i = 0; i < 8; i++) memcpy(blk + RK_BLOCK_BYTES + 32 * i + 4 * r, q.qh + 4 * i, 4);
-            }
-        }
+        int nv = N - 8 * g < 8 ? N - 8 * g : 8;
+        for (int s = 0; s < K / 256; s++)
+            rk_pack_sb(dst + (size_t)g * gb + (size_t)s * RK_BB(q5), src + (size_t)(8 * g) * rb, rb, nv, s, q5);
     }
 }
 
@@ -551,24 +554,27 @@ static void rk_rows_generic(float *y, int ldy, const uint8_t *xq, const uint8_t 
 
 size_t mm_q6x_bytes(int N, int K) { return (size_t)(N + 7) / 8 * (size_t)(K / 256) * Q6X_BLOCK_BYTES; }
 
+/* Super-block s of nv (<= 8) rows, row r at src + r rb, into blk (rows past
+ * nv zero: d 0). */
+static void q6x_pack_sb(uint8_t *blk, const uint8_t *src, size_t rb, int nv, int s) {
+    if (nv < 8) memset(blk, 0, Q6X_BLOCK_BYTES);
+    for (int r = 0; r < nv; r++) {
+        const blk_q6_k *q = (const blk_q6_k *)(src + (size_t)r * rb) + s;
+        memcpy(blk + 2 * r, &q->d, 2);
+        for (int u = 0; u < 16; u++) blk[16 + 8 * u + r] = (uint8_t)q->scales[u];
+        for (int c = 0; c < 4; c++)
+            for (int i = 0; i < 8; i++) memcpy(blk + 144 + 256 * c + 32 * i + 4 * r, q->ql + 32 * c + 4 * i, 4);
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < 8; i++) memcpy(blk + 1168 + 256 * h + 32 * i + 4 * r, q->qh + 32 * h + 4 * i, 4);
+    }
+}
+
 void mm_q6x_repack_groups(uint8_t *dst, const uint8_t *src, int N, int K, int g0, int g1) {
     size_t rb = (size_t)(K / 256) * sizeof(blk_q6_k), gb = (size_t)(K / 256) * Q6X_BLOCK_BYTES;
     for (int g = g0; g < g1; g++) {
-        uint8_t *gd = dst + (size_t)g * gb;
-        int nv = N - 8 * g < 8 ? N - 8 * g : 8; /* rows past N stay zero (d 0) */
-        if (nv < 8) memset(gd, 0, gb);
-        for (int s = 0; s < K / 256; s++) {
-            uint8_t *blk = gd + (size_t)s * Q6X_BLOCK_BYTES;
-            for (int r = 0; r < nv; r++) {
-                const blk_q6_k *q = (const blk_q6_k *)(src + (size_t)(8 * g + r) * rb) + s;
-                memcpy(blk + 2 * r, &q->d, 2);
-                for (int u = 0; u < 16; u++) blk[16 + 8 * u + r] = (uint8_t)q->scales[u];
-                for (int c = 0; c < 4; c++)
-                    for (int i = 0; i < 8; i++) memcpy(blk + 144 + 256 * c + 32 * i + 4 * r, q->ql + 32 * c + 4 * i, 4);
-                for (int h = 0; h < 2; h++)
-                    for (int i = 0; i < 8; i++) memcpy(blk + 1168 + 256 * h + 32 * i + 4 * r, q->qh + 32 * h + 4 * i, 4);
-            }
-        }
+        int nv = N - 8 * g < 8 ? N - 8 * g : 8;
+        for (int s = 0; s < K / 256; s++)
+            q6x_pack_sb(dst + (size_t)g * gb + (size_t)s * Q6X_BLOCK_BYTES, src + (size_t)(8 * g) * rb, rb, nv, s);
     }
 }
 
@@ -777,6 +783,211 @@ static inline __attribute__((always_inline)) void nq_r8_tile(int mr, float *y, i
 static void r8_rows_neon(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
     R8_ROWS_BODY(NQ_R8_TILE_NG)
 }
+
+/* ---- Q4_K, Q5_K, Q6_K x8 on NEON ----
+ * One super-block of one group of 8 rows for mr input rows, as qg_rk_tile and
+ * qg_q6x_tile compute it: per half sub-block the exact integer sum (int8
+ * products, the 4 runs' products summed in int16: |.| <= 4 * 31 * 127 for
+ * Q4_K/Q5_K, 4 * 32 * 127 for Q6_K's q - 32, then pairwise into int32), then
+ * acc = fma(float(sum), scale * dx, acc); Q4_K/Q5_K's mins as qg_rk_tile adds
+ * them. The file layouts go through the same code a super-block at a time
+ * (repacked into a stack block), so both layouts give the same bits. */
+#define NQ_BARRIER(v) __asm__("" : "+w"(v)) /* a rounded product: no fused multiply-add (-ffp-contract) */
+
+static inline __attribute__((always_inline)) float32x4_t nq_u8x4(const uint8_t *p, int half) {
+    uint16x8_t v = vmovl_u8(vld1_u8(p));
+    return vcvtq_f32_u32(half ? vmovl_high_u16(v) : vmovl_u16(vget_low_u16(v)));
+}
+
+/* the int32 sums of the 8 rows over 4 runs: w[i] the 32 weight bytes of run i
+ * (rows 0-3, 4-7), x the 16 activation bytes (4 per run) */
+static inline __attribute__((always_inline)) void nq_dot4(int32x4_t *r03, int32x4_t *r47, const int8x16_t w[4][2],
+                                                          const int8_t *x) {
+    int8x8_t xv[4];
+    for (int i = 0; i < 4; i++) {
+        int32_t q4;
+        memcpy(&q4, x + 4 * i, 4);
+        xv[i] = vreinterpret_s8_s32(vdup_n_s32(q4));
+    }
+    int16x8_t p[4];
+    for (int k = 0; k < 4; k++) { /* rows 2k, 2k+1 */
+        int8x8_t w0 = k & 1 ? vget_high_s8(w[0][k >> 1]) : vget_low_s8(w[0][k >> 1]);
+        p[k] = vmull_s8(w0, xv[0]);
+        for (int i = 1; i < 4; i++)
+            p[k] = vmlal_s8(p[k], k & 1 ? vget_high_s8(w[i][k >> 1]) : vget_low_s8(w[i][k >> 1]), xv[i]);
+    }
+    *r03 = vpaddq_s32(vpaddlq_s16(p[0]), vpaddlq_s16(p[1]));
+    *r47 = vpaddq_s32(vpaddlq_s16(p[2]), vpaddlq_s16(p[3]));
+}
+
+static inline __attribute__((always_inline)) void nq_rk_sb(int mr, float32x4_t lo[][2], float32x4_t hi[][2],
+                                                           const uint8_t *blk, const uint8_t *xq, size_t xs, int K,
+                                                           int sb, int q5) {
+    float16x8_t dh = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)blk));
+    float16x8_t nh = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)(blk + 16)));
+    float32x4_t d[2] = {vcvt_f32_f16(vget_low_f16(dh)), vcvt_high_f32_f16(dh)};
+    float32x4_t nd[2] = {vcvt_f32_f16(vget_low_f16(nh)), vcvt_high_f32_f16(nh)};
+    for (int m = 0; m < mr; m++) {
+        const float *bs = qx_bsum(xq + m * xs, K) + 8 * sb;
+        for (int c = 0; c < 2; c++) {
+            float32x4_t t[8];
+            for (int j = 0; j < 8; j++) {
+                t[j] = vmulq_f32(nd[c], nq_u8x4(blk + 96 + 8 * j, c));
+                NQ_BARRIER(t[j]);
+                t[j] = vmulq_n_f32(t[j], bs[j]);
+                NQ_BARRIER(t[j]);
+            }
+            lo[m][c] = vaddq_f32(lo[m][c], vaddq_f32(vaddq_f32(t[0], t[1]), vaddq_f32(t[2], t[3])));
+            hi[m][c] = vaddq_f32(hi[m][c], vaddq_f32(vaddq_f32(t[4], t[5]), vaddq_f32(t[6], t[7])));
+        }
+    }
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), b4 = vdupq_n_u8(0x10);
+    for (int j = 0; j < 8; j++) {
+        float32x4_t S[2];
+        for (int c = 0; c < 2; c++) {
+            S[c] = vmulq_f32(d[c], nq_u8x4(blk + 32 + 8 * j, c));
+            NQ_BARRIER(S[c]);
+        }
+        for (int h = 0; h < 2; h++) {
+            int8x16_t w[4][2];
+            for (int i = 0; i < 4; i++)
+                for (int c = 0; c < 2; c++) {
+                    size_t o = 32 * (4 * h + i) + 16 * c;
+                    uint8x16_t v = vld1q_u8(blk + 160 + 256 * (j / 2) + o);
+                    v = j & 1 ? vshrq_n_u8(v, 4) : vandq_u8(v, m4);
+                    if (q5) /* bit j of the qh byte as bit 4 */
+                        v = vorrq_u8(v, vandq_u8(vshlq_u8(vld1q_u8(blk + RK_BLOCK_BYTES + o), vdupq_n_s8((int8_t)(4 - j))), b4));
+                    w[i][c] = vreinterpretq_s8_u8(v);
+                }
+            for (int m = 0; m < mr; m++) {
+                const uint8_t *xr = xq + m * xs;
+                int32x4_t r[2];
+                nq_dot4(&r[0], &r[1], (const int8x16_t(*)[2])w, (const int8_t *)xr + 256 * sb + 32 * j + 16 * h);
+                float dx = qx_scale(xr, K)[8 * sb + j];
+                for (int c = 0; c < 2; c++) {
+                    float32x4_t sd = vmulq_n_f32(S[c], dx);
+                    NQ_BARRIER(sd);
+                    if (h) hi[m][c] = vfmaq_f32(hi[m][c], vcvtq_f32_s32(r[c]), sd);
+                    else lo[m][c] = vfmaq_f32(lo[m][c], vcvtq_f32_s32(r[c]), sd);
+                }
+            }
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void nq_q6x_sb(int mr, float32x4_t lo[][2], float32x4_t hi[][2],
+                                                            const uint8_t *blk, const uint8_t *xq, size_t xs, int K,
+                                                            int sb) {
+    float16x8_t dh = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)blk));
+    float32x4_t d[2] = {vcvt_f32_f16(vget_low_f16(dh)), vcvt_high_f32_f16(dh)};
+    const uint8x16_t m4 = vdupq_n_u8(0x0F), m30 = vdupq_n_u8(0x30);
+    const int8x16_t o32 = vdupq_n_s8(32);
+    for (int j = 0; j < 8; j++) {
+        int h = j / 4, s = j % 4;
+        for (int hh = 0; hh < 2; hh++) {
+            int u = 2 * j + hh;
+            int16x8_t sc = vmovl_s8(vld1_s8((const int8_t *)blk + 16 + 8 * u));
+            float32x4_t S[2] = {vmulq_f32(d[0], vcvtq_f32_s32(vmovl_s16(vget_low_s16(sc)))),
+                                vmulq_f32(d[1], vcvtq_f32_s32(vmovl_high_s16(sc)))};
+            NQ_BARRIER(S[0]);
+            NQ_BARRIER(S[1]);
+            int8x16_t w[4][2];
+            for (int i = 0; i < 4; i++)
+                for (int c = 0; c < 2; c++) {
+                    size_t o = 32 * (4 * hh + i) + 16 * c;
+                    uint8x16_t l = vld1q_u8(blk + 144 + 256 * (2 * h + (s & 1)) + o);
+                    uint8x16_t q = vld1q_u8(blk + 1168 + 256 * h + o);
+                    l = s >> 1 ? vshrq_n_u8(l, 4) : vandq_u8(l, m4);
+                    q = vandq_u8(vshlq_u8(q, vdupq_n_s8((int8_t)(4 - 2 * s))), m30);
+                    w[i][c] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(l, q)), o32);
+                }
+            for (int m = 0; m < mr; m++) {
+                const uint8_t *xr = xq + m * xs;
+                int32x4_t r[2];
+                nq_dot4(&r[0], &r[1], (const int8x16_t(*)[2])w, (const int8_t *)xr + 256 * sb + 32 * j + 16 * hh);
+                float dx = qx_scale(xr, K)[8 * sb + j];
+                for (int c = 0; c < 2; c++) {
+                    float32x4_t sd = vmulq_n_f32(S[c], dx);
+                    NQ_BARRIER(sd);
+                    if (hh) hi[m][c] = vfmaq_f32(hi[m][c], vcvtq_f32_s32(r[c]), sd);
+                    else lo[m][c] = vfmaq_f32(lo[m][c], vcvtq_f32_s32(r[c]), sd);
+                }
+            }
+        }
+    }
+}
+
+/* y rows [0, nv) of the mr input rows from lo + hi */
+static inline __attribute__((always_inline)) void nq_k_store(int mr, float *y, int ldy, int nv, float32x4_t lo[][2],
+                                                             float32x4_t hi[][2]) {
+    for (int m = 0; m < mr; m++) {
+        float o[8];
+        vst1q_f32(o, vaddq_f32(lo[m][0], hi[m][0]));
+        vst1q_f32(o + 4, vaddq_f32(lo[m][1], hi[m][1]));
+        for (int r = 0; r < nv; r++) y[(size_t)m * ldy + r] = o[r];
+    }
+}
+
+/* mr input rows x one x8 group (type: 4 Q4_K, 5 Q5_K, 6 Q6_K) */
+static inline __attribute__((always_inline)) void nq_kx_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq,
+                                                             size_t xs, int K, const uint8_t *g, int kt) {
+    float32x4_t lo[MQ_MR][2], hi[MQ_MR][2];
+    for (int m = 0; m < mr; m++) lo[m][0] = lo[m][1] = hi[m][0] = hi[m][1] = vdupq_n_f32(0.0f);
+    size_t bb = kt == 6 ? Q6X_BLOCK_BYTES : RK_BB(kt == 5);
+    for (int sb = 0; sb < K / 256; sb++) {
+        if (kt == 6) nq_q6x_sb(mr, lo, hi, g + (size_t)sb * bb, xq, xs, K, sb);
+        else nq_rk_sb(mr, lo, hi, g + (size_t)sb * bb, xq, xs, K, sb, kt == 5);
+    }
+    nq_k_store(mr, y, ldy, nv, lo, hi);
+}
+
+#define NQ_KX_TILE_NG(mr, ng, y, ldy, xq, xs, K, g, nvl, stride)                                   \
+    for (int q_ = 0; q_ < (ng); q_++)                                                              \
+        nq_kx_tile(mr, (y) + (size_t)8 * (stride) * q_, ldy, q_ == (ng) - 1 ? (nvl) : 8, xq, xs, K,  \
+                   (g) + (size_t)(stride) * q_ * gb, kt)
+
+static void rk_rows_neon(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1,
+                         int q5) {
+    const int kt = q5 ? 5 : 4;
+    RK_ROWS_BODY(NQ_KX_TILE_NG)
+}
+
+static void q6x_rows_neon(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0, int n1) {
+    const int kt = 6;
+    Q6X_ROWS_BODY(NQ_KX_TILE_NG)
+}
+
+/* The file layouts: 8 rows at a time from n0, each super-block repacked into
+ * a stack block and run through the x8 code above. */
+static void nq_kfile_tile(int mr, float *y, int ldy, int nv, const uint8_t *xq, size_t xs, int K, const uint8_t *w,
+                          size_t rb, int kt) {
+    _Alignas(64) uint8_t blk[Q6X_BLOCK_BYTES];
+    float32x4_t lo[MQ_MR][2], hi[MQ_MR][2];
+    for (int m = 0; m < mr; m++) lo[m][0] = lo[m][1] = hi[m][0] = hi[m][1] = vdupq_n_f32(0.0f);
+    for (int sb = 0; sb < K / 256; sb++) {
+        if (kt == 6) {
+            q6x_pack_sb(blk, w, rb, nv, sb);
+            nq_q6x_sb(mr, lo, hi, blk, xq, xs, K, sb);
+        } else {
+            rk_pack_sb(blk, w, rb, nv, sb, kt == 5);
+            nq_rk_sb(mr, lo, hi, blk, xq, xs, K, sb, kt == 5);
+        }
+    }
+    nq_k_store(mr, y, ldy, nv, lo, hi);
+}
+
+static void nq_kfile_rows(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M, int K, int n0,
+                          int n1) {
+    int kt = wtype == GGML_TYPE_Q6_K ? 6 : wtype == GGML_TYPE_Q5_K ? 5 : 4;
+    size_t rb = mm_row_bytes(wtype, K), xs = mm_qx_row_bytes(K);
+    for (int n = n0; n < n1; n += 8) {
+        int nv = n1 - n < 8 ? n1 - n : 8;
+        for (int m = 0; m < M; m += MQ_MR) {
+            int mr = M - m < MQ_MR ? M - m : MQ_MR;
+            nq_kfile_tile(mr, y + (size_t)m * ldy + n, ldy, nv, xq + (size_t)m * xs, xs, K, w + (size_t)n * rb, rb, kt);
+        }
+    }
+}
 #endif
 
 void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
@@ -806,6 +1017,9 @@ void mmq_rows_rk(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uin
         return;
     }
 #endif
+#if defined(__aarch64__)
+    if (lvl == SIMD_NEON) { rk_rows_neon(y, ldy, xq, w, M, K, n0, n1, q5); return; }
+#endif
     (void)lvl;
     rk_rows_generic(y, ldy, xq, w, M, K, n0, n1, q5);
 }
@@ -816,6 +1030,9 @@ void mmq_rows_q6x(simd_level lvl, float *y, int ldy, const uint8_t *xq, const ui
     if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { q6x_rows_vnni(y, ldy, xq, w, M, K, n0, n1); return; }
     if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { q6x_rows_avx2(y, ldy, xq, w, M, K, n0, n1); return; }
 #endif
+#if defined(__aarch64__)
+    if (lvl == SIMD_NEON) { q6x_rows_neon(y, ldy, xq, w, M, K, n0, n1); return; }
+#endif
     (void)lvl;
     q6x_rows_generic(y, ldy, xq, w, M, K, n0, n1);
 }
@@ -825,6 +1042,12 @@ void mmq_rows(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_
 #if defined(__x86_64__)
     if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { mmq_rows_vnni(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
     if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { mmq_rows_avx2(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
+#endif
+#if defined(__aarch64__)
+    if (lvl == SIMD_NEON && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K)) {
+        nq_kfile_rows(y, ldy, xq, w, wtype, M, K, n0, n1);
+        return;
+    }
 #endif
     (void)lvl;
     mmq_rows_generic(y, ldy, xq, w, wtype, M, K, n0, n1);

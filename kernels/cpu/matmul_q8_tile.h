@@ -412,6 +412,99 @@ static inline QT_TARGET void QT_(qt_rk_tile2)(int mr, float *y, int ldy, const u
 }
 #endif
 
+#if !QT_VNNI
+/* One input row (decode) x ng (1, 2) groups on AVX2: qt_rk_tile's integer
+ * sums and float steps in the same order per accumulator, so bit-identical.
+ * At M = 1 AVX2 is bound by vector instructions (the 1-layer set that stays in
+ * L3 ran at 33-35 GB/s against 59 on AVX-512), so this form spends fewer: a
+ * run's weights unpacked once for both sub-blocks of the pair and fed straight
+ * to vpmaddubsw (no arrays for the compiler to keep in registers or spill),
+ * the 4 runs of a half summed in int16 (|.| <= 4 * 2 * 31 * 127 = 31496:
+ * exact) before one vpmaddwd, (d sc_j) dx_j once per sub-block, the prefetch
+ * loop unrolled. Q5_K moves bit j of the qh byte to bit 4 with one immediate
+ * shift and a mask (a 16-bit shift by at most 4 moves no bit the mask keeps
+ * across a byte). */
+static inline QT_TARGET __m256i QT_(qt_rk_hbit)(__m256i qh, int j) {
+    __m256i t = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(t, _mm256_set1_epi8(0x10));
+}
+static inline QT_TARGET void QT_(qt_rk_tile1)(int ng, float *y, const uint8_t *xq, int K, const uint8_t *g, int nvl,
+                                              int stride, int q5) {
+    const int bb = RK_BB(q5);
+    const size_t gb = (size_t)(K / 256) * bb;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi16(1);
+    const float *dxs = qx_scale(xq, K), *bss = qx_bsum(xq, K);
+    __m256 lo[2], hi[2];
+    for (int q = 0; q < ng; q++) lo[q] = hi[q] = _mm256_setzero_ps();
+    for (int sb = 0; sb < K / 256; sb++) {
+        const uint8_t *blk[2];
+        __m256 d[2];
+        for (int q = 0; q < ng; q++) {
+            blk[q] = g + (size_t)stride * q * gb + (size_t)sb * bb;
+            /* every line, into L1 here: alternated at M = 1 on the 12-layer set,
+             * 35.1-35.4 GB/s against 32.7-33.6 into L2 (T1) and 32.1-32.3 with
+             * no software prefetch */
+            if (R8_PREFETCH)
+#pragma GCC unroll 32
+                for (int l = 0; l < bb; l += 64) _mm_prefetch((const char *)blk[q] + R8_PREFETCH + l, _MM_HINT_T0);
+            d[q] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk[q]));
+            __m256 nd = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk[q] + 16)));
+            __m256 t[8];
+            for (int j = 0; j < 8; j++) {
+                t[j] = _mm256_mul_ps(_mm256_mul_ps(nd, QT_(qt_rk_u8ps)(blk[q] + 96 + 8 * j)), _mm256_broadcast_ss(bss + 8 * sb + j));
+                __asm__("" : "+x"(t[j])); /* rounded products: no fused multiply-add (-ffp-contract) */
+            }
+            lo[q] = _mm256_add_ps(lo[q], _mm256_add_ps(_mm256_add_ps(t[0], t[1]), _mm256_add_ps(t[2], t[3])));
+            hi[q] = _mm256_add_ps(hi[q], _mm256_add_ps(_mm256_add_ps(t[4], t[5]), _mm256_add_ps(t[6], t[7])));
+        }
+        const uint8_t *xb = xq + 256 * sb;
+        for (int p = 0; p < 4; p++)
+            for (int q = 0; q < ng; q++) {
+                const uint8_t *b = blk[q];
+                __m256 sd0 = _mm256_mul_ps(_mm256_mul_ps(d[q], QT_(qt_rk_u8ps)(b + 32 + 8 * (2 * p))),
+                                           _mm256_broadcast_ss(dxs + 8 * sb + 2 * p));
+                __m256 sd1 = _mm256_mul_ps(_mm256_mul_ps(d[q], QT_(qt_rk_u8ps)(b + 32 + 8 * (2 * p + 1))),
+                                           _mm256_broadcast_ss(dxs + 8 * sb + 2 * p + 1));
+                for (int h = 0; h < 2; h++) {
+                    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+                    for (int i = 0; i < 4; i++) {
+                        __m256i w = _mm256_loadu_si256((const __m256i *)(b + 160 + 256 * p + 32 * (4 * h + i)));
+                        __m256i w0 = _mm256_and_si256(w, m4), w1 = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+                        if (q5) {
+                            __m256i qh = _mm256_loadu_si256((const __m256i *)(b + RK_BLOCK_BYTES + 32 * (4 * h + i)));
+                            w0 = _mm256_or_si256(w0, QT_(qt_rk_hbit)(qh, 2 * p));
+                            w1 = _mm256_or_si256(w1, QT_(qt_rk_hbit)(qh, 2 * p + 1));
+                        }
+                        int32_t x0, x1;
+                        memcpy(&x0, xb + 32 * (2 * p) + 16 * h + 4 * i, 4);
+                        memcpy(&x1, xb + 32 * (2 * p + 1) + 16 * h + 4 * i, 4);
+                        __m256i m0 = _mm256_maddubs_epi16(w0, _mm256_set1_epi32(x0));
+                        __m256i m1 = _mm256_maddubs_epi16(w1, _mm256_set1_epi32(x1));
+                        s0 = i ? _mm256_add_epi16(s0, m0) : m0;
+                        s1 = i ? _mm256_add_epi16(s1, m1) : m1;
+                    }
+                    __m256 f0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(s0, one));
+                    __m256 f1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(s1, one));
+                    if (h) hi[q] = _mm256_fmadd_ps(f1, sd1, _mm256_fmadd_ps(f0, sd0, hi[q]));
+                    else lo[q] = _mm256_fmadd_ps(f1, sd1, _mm256_fmadd_ps(f0, sd0, lo[q]));
+                }
+            }
+    }
+    for (int q = 0; q < ng; q++) {
+        float *yq = y + (size_t)8 * stride * q;
+        int nq = q == ng - 1 ? nvl : 8;
+        __m256 o = _mm256_add_ps(lo[q], hi[q]);
+        if (nq == 8) {
+            _mm256_storeu_ps(yq, o);
+        } else {
+            float t[8];
+            _mm256_storeu_ps(t, o);
+            for (int r = 0; r < nq; r++) yq[r] = t[r];
+        }
+    }
+}
+#endif
+
 /* mr input rows x ng (1, 2) groups `stride` groups apart */
 static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
                                              const uint8_t *g, int nvl, int stride, int q5) {
@@ -421,6 +514,10 @@ static inline QT_TARGET void QT_(qt_rk_tile)(int mr, int ng, float *y, int ldy, 
         return;
     }
 #else
+    if (mr == 1) {
+        QT_(qt_rk_tile1)(ng, y, xq, K, g, nvl, stride, q5);
+        return;
+    }
     if (ng == 2 && mr > 2) { /* 4 accumulators per input row: 2 groups of 5 rows would not fit 16 registers */
         QT_(qt_rk_tile)(mr, 1, y, ldy, xq, xs, K, g, 8, stride, q5);
         QT_(qt_rk_tile)(mr, 1, y + (size_t)8 * stride, ldy, xq, xs, K, g + (size_t)stride * (K / 256) * RK_BB(q5),
@@ -534,8 +631,10 @@ static inline QT_TARGET __m256i QT_(qt_q6x_w)(const uint8_t *blk, int j, int i) 
     __m256i l = _mm256_loadu_si256((const __m256i *)(blk + 144 + 256 * (2 * h + (s & 1)) + 32 * i));
     __m256i q = _mm256_loadu_si256((const __m256i *)(blk + 1168 + 256 * h + 32 * i));
     l = _mm256_and_si256(s >> 1 ? _mm256_srli_epi16(l, 4) : l, _mm256_set1_epi8(0x0F));
-    q = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * s)), _mm256_set1_epi8(3));
-    return _mm256_or_si256(l, _mm256_slli_epi16(q, 4));
+    /* bits 2s, 2s+1 of the qh byte to bits 4, 5: one immediate 16-bit shift
+     * (by at most 4: the bits the mask keeps come from the same byte) */
+    q = s == 0 ? _mm256_slli_epi16(q, 4) : s == 1 ? _mm256_slli_epi16(q, 2) : s == 3 ? _mm256_srli_epi16(q, 2) : q;
+    return _mm256_or_si256(l, _mm256_and_si256(q, _mm256_set1_epi8(0x30)));
 }
 
 static inline QT_TARGET __m256i QT_(qt_q6x_dot4)(__m256i init, const __m256i *wv, const uint8_t *xb) {
@@ -557,6 +656,20 @@ static inline QT_TARGET __m256i QT_(qt_q6x_dot4)(__m256i init, const __m256i *wv
 }
 
 #if QT_VNNI
+/* qt_q6x_w for two groups at once, unpacked in 512-bit registers (the same
+ * bytes; vpternlogd ORs the masked high bits in) */
+static inline QT_TARGET __m512i QT_(qt_q6x_load2)(const uint8_t *b0, const uint8_t *b1, size_t o) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + o))),
+                              _mm256_loadu_si256((const __m256i *)(b1 + o)), 1);
+}
+static inline QT_TARGET __m512i QT_(qt_q6x_w2)(const uint8_t *b0, const uint8_t *b1, int j, int i) {
+    int h = j / 4, s = j % 4;
+    __m512i l = QT_(qt_q6x_load2)(b0, b1, 144 + 256 * (2 * h + (s & 1)) + 32 * i);
+    __m512i q = QT_(qt_q6x_load2)(b0, b1, 1168 + 256 * h + 32 * i);
+    l = _mm512_and_si512(s >> 1 ? _mm512_srli_epi16(l, 4) : l, _mm512_set1_epi8(0x0F));
+    q = s == 0 ? _mm512_slli_epi16(q, 4) : s == 1 ? _mm512_slli_epi16(q, 2) : s == 3 ? _mm512_srli_epi16(q, 2) : q;
+    return _mm512_ternarylogic_epi32(l, q, _mm512_set1_epi8(0x30), 0xF8); /* l | (q & 0x30) */
+}
 static inline QT_TARGET void QT_(qt_q6x_tile2)(int mr, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
                                                const uint8_t *g, int nvl, int stride) {
     const size_t gb = (size_t)(K / 256) * Q6X_BLOCK_BYTES;
@@ -577,9 +690,7 @@ static inline QT_TARGET void QT_(qt_q6x_tile2)(int mr, float *y, int ldy, const 
                                                  _mm_loadl_epi64((const __m128i *)(b1 + 16 + 8 * u)));
                 __m512 S = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc8)));
                 __m512i wv[4];
-                for (int i = 0; i < 4; i++)
-                    wv[i] = _mm512_inserti64x4(_mm512_castsi256_si512(QT_(qt_q6x_w)(b0, j, 4 * hh + i)),
-                                               QT_(qt_q6x_w)(b1, j, 4 * hh + i), 1);
+                for (int i = 0; i < 4; i++) wv[i] = QT_(qt_q6x_w2)(b0, b1, j, 4 * hh + i);
                 for (int m = 0; m < mr; m++) {
                     const uint8_t *xr = xq + m * xs;
                     int32_t q4[4];

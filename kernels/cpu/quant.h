@@ -55,8 +55,8 @@ void mm_r8_dequant_row(float *out, const uint8_t *w, int n, int K);
 void mmq_rows_r8(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K, int n0,
                  int n1);
 
-/* Q4_K repacked for the x86 kernels ("Q4_K x8", made by the backend's weight()
- * hook at the AVX2 and AVX-512 levels): rows in groups of 8 (the last group
+/* Q4_K repacked for the SIMD kernels ("Q4_K x8", made by the backend's weight()
+ * hook at the AVX2, AVX-512 and NEON levels): rows in groups of 8 (the last group
  * padded with zero rows), a group's 256-column super-blocks one after another,
  * each RK_BLOCK_BYTES bytes:
  *   0    d[8]        the 8 rows' fp16 d

@@ -8,11 +8,11 @@
  *   - per level, M rows in one call equal M one-row calls bit for bit (a
  *     verification pass sees decoding's logits), including the widths where
  *     a level's row tile (3 on AVX2, 5 on AVX-512) leaves a partial tile;
- *   - Q4_K, Q5_K and Q6_K repacked 8 rows at a time (the x86 levels' weight()
+ *   - Q4_K, Q5_K and Q6_K repacked 8 rows at a time (the x86 and NEON levels' weight()
  *     layouts) give the file layout's values bit for bit at each level, alone
  *     and split;
  *   - per level through the threaded backend (SPECD_SIMD forces the level;
- *     Q8_0, and the K-quants at the x86 levels, go through the repacking weight()
+ *     Q8_0, and the K-quants at the SIMD levels, go through the repacking weight()
  *     hook, 16+ rows through the prefill path) against the level's
  *     single-thread kernel, bit for bit.
  * The comparison is checked to have teeth: one flipped weight bit in one row
@@ -85,7 +85,7 @@ static double case_err(const mm_case *c, const float *a, const float *b) {
     return worst;
 }
 
-/* The K-quants the x86 levels repack 8 rows at a time (quant.h): the
+/* The K-quants the SIMD levels repack 8 rows at a time (quant.h): the
  * repacked type (0: none), its bytes, the repack. */
 static int kx_type(int t) {
     return t == GGML_TYPE_Q4_K ? SPECD_TYPE_Q4_K_R8 : t == GGML_TYPE_Q5_K ? SPECD_TYPE_Q5_K_R8
@@ -238,8 +238,8 @@ int main(void) {
                     mm_r8_repack(r8, c.w, N, K);
                     mmq_rows_r8(lv[l], ref, N, c.xq, r8, M, K, 0, N);
                     free(r8);
-                } else if (kx_type(types[t]) && lv[l] != SIMD_GENERIC && lv[l] != SIMD_NEON) {
-                    uint8_t *rk = kx_repack(types[t], c.w, N, K); /* x86 SIMD levels repack the K-quants */
+                } else if (kx_type(types[t]) && lv[l] != SIMD_GENERIC) {
+                    uint8_t *rk = kx_repack(types[t], c.w, N, K); /* the SIMD levels repack the K-quants */
                     mm_rows(lv[l], ref, N, c.x, c.xq, rk, kx_type(types[t]), M, K, 0, N);
                     free(rk);
                 } else {
@@ -248,7 +248,7 @@ int main(void) {
                 int wt = types[t];
                 const void *bw = be->i->weight(be, c.w, &wt, N, K);
                 if (kx_type(types[t]))
-                    CHECKF((wt == kx_type(types[t])) == (lv[l] == SIMD_AVX2 || lv[l] == SIMD_AVX512),
+                    CHECKF((wt == kx_type(types[t])) == (lv[l] != SIMD_GENERIC),
                            "%s: the backend's weight() gave %s as type %#x", simd_name(lv[l]), ggml_type_name(types[t]), wt);
                 be->i->matmul(be, y, c.x, bw, wt, M, K, N);
                 CHECKF(!memcmp(y, ref, sizeof(float) * M * N), "%s %s M %d: the 3-thread backend differs from the kernel",

@@ -183,6 +183,7 @@ int bench_kernels(int argc, char **argv) {
         }
         for (int l = 0; l < nl; l++) {
             setenv("SPECD_SIMD", simd_name(lv[l]), 1);
+            setenv("SPECD_TP_ADAPT", "0", 0); /* the kernels on every thread asked for, busy host or not */
             backend *be = backend_cpu_create(threads);
             double best[8];
             int rc = bk_run(be, &md, types[t], Ms, nm, reps, best);

@@ -75,6 +75,11 @@ static void cpu_destroy(backend *be) {
     free(be);
 }
 
+/* Ops of at least this many multiply-adds (about a millisecond on one core)
+ * use every thread even while the pool's contention guard runs jobs on the
+ * caller alone (threadpool.h: tp_run_wide). */
+#define TP_WIDE_WORK 1e8
+
 /* Calls of fewer rows than this round x on every thread (see cpu_matmul_n_run). */
 #define XQ_OWN_ROWS 16
 
@@ -240,7 +245,8 @@ static void cpu_matmul_n_run(backend *be, int n, float *const *y, const float *x
             mm_rows(c->simd, y[i], N[i], x, c->xq, w[i], wtype[i], M, K, 0, N[i]);
         return;
     }
-    tp_run(c->tp, tasks, mm_task, &j);
+    if (work >= TP_WIDE_WORK) tp_run_wide(c->tp, tasks, mm_task, &j);
+    else tp_run(c->tp, tasks, mm_task, &j);
 }
 
 static void cpu_matmul_n(backend *be, int n, float *const *y, const float *x, const void *const *w,
@@ -490,7 +496,10 @@ static void cpu_attention_run(backend *be, float *out, const float *q, const kv_
         for (int t = 0; t < n_tasks; t++) attn_task(&j, t, 0);
         return;
     }
-    tp_run(c->tp, n_tasks, attn_task, &j);
+    double rows = 0; /* new rows x keys x features: at most the op's multiply-adds per pass */
+    for (int s = 0; s < n_seqs; s++) rows += seqs[s].n_new;
+    if (rows * max_ctx * H * E >= TP_WIDE_WORK) tp_run_wide(c->tp, n_tasks, attn_task, &j);
+    else tp_run(c->tp, n_tasks, attn_task, &j);
 }
 
 static void cpu_attention(backend *be, float *out, const float *q, const kv_layer_view *kv, const attn_seq *seqs,
@@ -552,6 +561,7 @@ backend *backend_cpu_create(int n_threads) {
     c->wa = wa;
     c->simd = simd_detect();
     c->tp = tp_create(n_threads);
+    tp_set_adaptive(c->tp, 1); /* decode must not fall below 1 thread when other processes take cores */
     be->i = &cpu_iface;
     be->ctx = c;
     be->n_threads = n_threads;

@@ -19,7 +19,13 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sched.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+#include "kernels/clock.h"
 
 #define TP_SPIN 20000
 #define DOOR_CLOSED (1ull << 31)
@@ -28,8 +34,21 @@
 typedef struct {
     threadpool *tp;
     int id;
+    _Atomic int tid; /* the kernel's thread id, for its schedstat (0 until started) */
     pthread_t th;
 } tp_worker;
+
+/* The contention guard (tp_set_adaptive). Under contention the pool loses in
+ * two ways: a worker descheduled in the middle of a task holds up the join for
+ * the rest of another process's time slice (milliseconds, against an op of
+ * tens of microseconds at decode), and a worker spinning for the next job
+ * while the caller waits for a CPU takes a core the caller could have had.
+ * With one core busy elsewhere, a 2-thread Q8_0 decode ran at 0.4-0.8x of
+ * 1 thread; alone on the caller it runs as 1 thread does. */
+#define TP_WINDOW_MS 20.0    /* how long a measurement lasts */
+#define TP_DELAY_FRAC 0.10   /* run_delay / (threads x wall) that counts as contention */
+#define TP_SOLO_MIN_MS 200.0 /* solo this long after the first contended window */
+#define TP_SOLO_MAX_MS 3200.0 /* ... doubling while contention lasts, up to this */
 
 struct threadpool {
     int n_threads;
@@ -44,7 +63,70 @@ struct threadpool {
     int n_tasks;
     tp_fn fn;
     void *ctx;
+    /* contention guard: caller-only state */
+    int adapt, solo;
+    double win_t0, solo_until, backoff_ms; /* clock_now_ms() */
+    unsigned long long win_delay;          /* run_delay (ns) of the pool's threads at win_t0 */
+    unsigned calls;
 };
+
+/* Nanoseconds thread tid (0: the calling thread) has waited for a CPU since it
+ * started; -1 if unknown. */
+static long long tp_run_delay(int tid) {
+    char path[64], buf[128];
+    if (tid) snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
+    else snprintf(path, sizeof(path), "/proc/thread-self/schedstat");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return -1;
+    buf[n] = 0;
+    unsigned long long on_cpu, delay;
+    if (sscanf(buf, "%llu %llu", &on_cpu, &delay) != 2) return -1;
+    return (long long)delay;
+}
+
+/* The pool's total run_delay: the caller's and every started worker's. */
+static long long tp_pool_delay(threadpool *tp) {
+    long long sum = tp_run_delay(0);
+    if (sum < 0) return -1;
+    for (int i = 0; i < tp->n_threads - 1; i++) {
+        int tid = atomic_load_explicit(&tp->workers[i].tid, memory_order_relaxed);
+        long long d = tid ? tp_run_delay(tid) : 0;
+        if (d < 0) return -1;
+        sum += d;
+    }
+    return sum;
+}
+
+/* Called by tp_run before each job: closes a measurement window when one is
+ * due and decides whether the coming jobs run solo. */
+static void tp_adapt(threadpool *tp) {
+    if ((++tp->calls & 7) != 0) return; /* the clock every 8th job is enough */
+    double now = clock_now_ms();
+    if (tp->solo) {
+        if (now < tp->solo_until) return;
+        tp->solo = 0; /* try the pool again for one window */
+        long long d = tp_pool_delay(tp);
+        if (d < 0) { tp->adapt = 0; return; }
+        tp->win_t0 = now, tp->win_delay = (unsigned long long)d;
+        return;
+    }
+    double dt = now - tp->win_t0;
+    if (dt < TP_WINDOW_MS) return;
+    long long d = tp_pool_delay(tp);
+    if (d < 0) { tp->adapt = 0; return; }
+    double frac = (double)((unsigned long long)d - tp->win_delay) * 1e-6 / (dt * tp->n_threads);
+    tp->win_t0 = now, tp->win_delay = (unsigned long long)d;
+    if (frac > TP_DELAY_FRAC) {
+        tp->solo = 1;
+        tp->solo_until = now + tp->backoff_ms;
+        tp->backoff_ms = tp->backoff_ms * 2 < TP_SOLO_MAX_MS ? tp->backoff_ms * 2 : TP_SOLO_MAX_MS;
+    } else {
+        tp->backoff_ms = TP_SOLO_MIN_MS;
+    }
+}
 
 static void tp_do_tasks(threadpool *tp, int thread) {
     for (;;) {
@@ -58,6 +140,7 @@ static void *tp_main(void *arg) {
     tp_worker *w = arg;
     threadpool *tp = w->tp;
     unsigned seen = 0;
+    atomic_store_explicit(&w->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
     for (;;) {
         unsigned g;
         int spins = 0;
@@ -132,9 +215,27 @@ void tp_destroy(threadpool *tp) {
 
 int tp_threads(const threadpool *tp) { return tp->n_threads; }
 
-void tp_run(threadpool *tp, int n_tasks, tp_fn fn, void *ctx) {
+int tp_set_adaptive(threadpool *tp, int on) {
+    const char *env = getenv("SPECD_TP_ADAPT");
+    if (env && !strcmp(env, "0")) on = 0;
+    tp->solo = 0;
+    tp->adapt = 0;
+    if (!on || tp->n_threads == 1) return 0;
+    long long d = tp_pool_delay(tp);
+    if (d < 0) return 0; /* no schedstat: never solo */
+    tp->adapt = 1;
+    tp->win_t0 = clock_now_ms();
+    tp->win_delay = (unsigned long long)d;
+    tp->backoff_ms = TP_SOLO_MIN_MS;
+    return 1;
+}
+
+int tp_solo(const threadpool *tp) { return tp->solo; }
+
+static void tp_run_any(threadpool *tp, int n_tasks, tp_fn fn, void *ctx, int wide) {
     if (n_tasks <= 0) return;
-    if (tp->n_threads == 1 || n_tasks == 1) {
+    if (tp->adapt) tp_adapt(tp);
+    if (tp->n_threads == 1 || n_tasks == 1 || (tp->solo && !wide)) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
@@ -167,3 +268,7 @@ void tp_run(threadpool *tp, int n_tasks, tp_fn fn, void *ctx) {
         d = atomic_load_explicit(&tp->door, memory_order_acquire);
     }
 }
+
+void tp_run(threadpool *tp, int n_tasks, tp_fn fn, void *ctx) { tp_run_any(tp, n_tasks, fn, ctx, 0); }
+
+void tp_run_wide(threadpool *tp, int n_tasks, tp_fn fn, void *ctx) { tp_run_any(tp, n_tasks, fn, ctx, 1); }

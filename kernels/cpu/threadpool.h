@@ -14,6 +14,25 @@ threadpool *tp_create(int n_threads); /* aborts on failure */
 void tp_destroy(threadpool *tp);      /* accepts NULL */
 int tp_threads(const threadpool *tp);
 
+/* Turns on (1) or off (0, the default) the contention guard: every TP_WINDOW
+ * of tp_run calls' wall time the caller reads how long the pool's threads
+ * waited for a CPU (Linux schedstat run_delay); past a tenth of their time,
+ * the host has fewer free cores than the pool has threads, and tp_run runs
+ * every job on the calling thread alone for a while (then tries the pool
+ * again, backing off while the contention lasts). A task's result must not
+ * depend on its thread (it never does in the kernels), so only the speed
+ * changes. SPECD_TP_ADAPT=0 in the environment keeps it off. Call it while no
+ * tp_run is in progress. Returns whether the guard is on (off where
+ * schedstat cannot be read). */
+int tp_set_adaptive(threadpool *tp, int on);
+/* tp_run for a long job (a millisecond or more of work, a prefill's matmul):
+ * it uses the whole pool even while the guard has it solo, because there a
+ * descheduled worker's delay is small next to the help it gives (a 512-token
+ * F16 prefill with one core busy elsewhere ran 1.26x longer solo). */
+void tp_run_wide(threadpool *tp, int n_tasks, tp_fn fn, void *ctx);
+/* Whether the guard has the pool on the calling thread alone now (1) or not. */
+int tp_solo(const threadpool *tp);
+
 /* Runs all tasks and returns when every one has finished. Tasks are handed out
  * dynamically (an atomic counter), so uneven tasks balance. Only one thread may
  * call tp_run on a pool at a time. */

@@ -162,6 +162,47 @@ static int test_attention(simd_level lvl) {
     return n;
 }
 
+/* A causal prefill (many new rows: the AVX-512 path scores them in tiles of
+ * rows) gives every row the bits of that row alone in a one-row call at its
+ * position (decode), with and without a window, for tile remainders too. */
+static int prefill_case(simd_level lvl, int E, int n_past, int n_new, int window) {
+    const int H = 4, Hkv = 2, kv_dim = Hkv * E;
+    int n_keys = n_past + n_new, n_blk = (n_keys + BS - 1) / BS;
+    size_t stride = (size_t)BS * kv_dim;
+    float *kp = malloc(sizeof(float) * stride * n_blk), *vp = malloc(sizeof(float) * stride * n_blk);
+    int32_t *blocks = malloc(sizeof(int32_t) * (size_t)n_blk);
+    for (int b = 0; b < n_blk; b++) blocks[b] = n_blk - 1 - b; /* reversed */
+    for (size_t x = 0; x < stride * n_blk; x++) kp[x] = frand(), vp[x] = frand();
+    kv_layer_view kv = {.k = kp, .v = vp, .block_stride = stride, .block_size = BS, .head_dim = E};
+    size_t qn = (size_t)(ROW0 + n_new) * H * E;
+    float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn), *one = malloc(sizeof(float) * qn);
+    float *scores = malloc(sizeof(float) * (size_t)n_keys);
+    for (size_t x = 0; x < qn; x++) q[x] = 3.0f * frand(), out[x] = one[x] = 0.0f;
+    attn_seq s = {.row0 = ROW0, .n_new = n_new, .n_past = n_past, .blocks = blocks, .window = window};
+    for (int h = 0; h < H; h++) ops_attention_head(lvl, out, q, &kv, &s, h, H, Hkv, E, scores);
+    int bad = 0;
+    for (int i = 0; i < n_new; i++) {
+        attn_seq s1 = {.row0 = ROW0 + i, .n_new = 1, .n_past = n_past + i, .blocks = blocks, .window = window};
+        for (int h = 0; h < H; h++) ops_attention_head(lvl, one, q, &kv, &s1, h, H, Hkv, E, scores);
+        size_t off = (size_t)(ROW0 + i) * H * E;
+        bad += memcmp(out + off, one + off, sizeof(float) * H * E) != 0;
+    }
+    CHECKF(bad == 0, "%s E %d n_past %d n_new %d window %d: %d prefill rows differ from the same row alone",
+           simd_name(lvl), E, n_past, n_new, window, bad);
+    free(kp), free(vp), free(blocks), free(q), free(out), free(one), free(scores);
+    return 1;
+}
+
+static int test_prefill(simd_level lvl) {
+    const int Es[] = {64, 80, 128}, pasts[] = {0, 21}, news[] = {8, 13, 45}, windows[] = {0, 10};
+    int n = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 2; b++)
+            for (int c = 0; c < 3; c++)
+                for (int w = 0; w < 2; w++) n += prefill_case(lvl, Es[a], pasts[b], news[c], windows[w]);
+    return n;
+}
+
 /* ---- silu_mul ----------------------------------------------------------- */
 
 enum { SM = 5, SF = 1031 }; /* F odd: rows start at every alignment, tails of every length */
@@ -271,6 +312,7 @@ int main(void) {
     int cases = 0;
     for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
         cases = test_attention((simd_level)lvl);
+        cases += test_prefill((simd_level)lvl);
         test_silu((simd_level)lvl);
     }
     fprintf(stderr, "best SIMD path here: %s; %d attention cases per path checked\n", simd_name(best), cases);

@@ -59,6 +59,21 @@ int main(void) {
         CHECKF(helped > 0, "%d threads: no job had a worker's help", threads[k]);
         tp_destroy(tp);
     }
+    /* the contention guard (tp_set_adaptive): with the busy threads above it
+     * runs jobs on the caller alone for stretches, and tp_run_wide uses the
+     * pool through them; every task still runs exactly once */
+    threadpool *tp = tp_create(2);
+    int on = tp_set_adaptive(tp, 1), bad = 0, solo = 0;
+    for (unsigned j = 0; j < 20000; j++) {
+        job_ctx c = {.n = 1 + (int)(j * 7 % MAXT), .job = j};
+        if (j % 3 == 0) tp_run_wide(tp, c.n, task, &c);
+        else tp_run(tp, c.n, task, &c);
+        for (int t = 0; t < MAXT; t++) bad += atomic_load(&c.hits[t]) != (t < c.n);
+        solo += tp_solo(tp);
+    }
+    CHECKF(bad == 0, "adaptive pool: %d tasks ran other than once", bad);
+    fprintf(stderr, "contention guard %s: %d of 20000 jobs while solo\n", on ? "on" : "unavailable", solo);
+    tp_destroy(tp);
     atomic_store(&stop, 1);
     for (int i = 0; i < 2; i++) pthread_join(comp[i], NULL);
     TEST_DONE();

@@ -561,7 +561,10 @@ backend *backend_cpu_create(int n_threads) {
     c->wa = wa;
     c->simd = simd_detect();
     c->tp = tp_create(n_threads);
-    tp_set_adaptive(c->tp, 1); /* decode must not fall below 1 thread when other processes take cores */
+    /* the contention guard only when asked for (SPECD_TP_ADAPT=1): on a quiet host it mistook ordinary wake-up
+     * latency for contention and made a 2-thread Q8_0 decode 1.15-1.18x slower (farm-bench, 8 and 10 pairs) */
+    const char *adapt = getenv("SPECD_TP_ADAPT");
+    tp_set_adaptive(c->tp, adapt && !strcmp(adapt, "1"));
     be->i = &cpu_iface;
     be->ctx = c;
     be->n_threads = n_threads;

@@ -21,7 +21,8 @@ int tp_threads(const threadpool *tp);
  * every job on the calling thread alone for a while (then tries the pool
  * again, backing off while the contention lasts). A task's result must not
  * depend on its thread (it never does in the kernels), so only the speed
- * changes. SPECD_TP_ADAPT=0 in the environment keeps it off. Call it while no
+ * changes. SPECD_TP_ADAPT=0 in the environment keeps it off (the CPU backend
+ * turns it on only with SPECD_TP_ADAPT=1: its threshold is not yet tuned). Call it while no
  * tp_run is in progress. Returns whether the guard is on (off where
  * schedstat cannot be read). */
 int tp_set_adaptive(threadpool *tp, int on);

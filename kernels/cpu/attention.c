@@ -193,6 +193,33 @@ A512_ALWAYS void att_prefetch(const kv_layer_view *kv, const attn_seq *s, int kv
     if (pe < n_keys) att_prefetch_run(kv->k, kv, s, kvh, pe, pe + B < n_keys ? pe + B : n_keys);
 }
 
+/* Row i's scores against the nk (<= 16) keys from position g0 (kg: key g0's
+ * vector) into out[g0..g0+nk), the keys it may not see -inf; returns them for
+ * the running max. att_row512 and att_tile512 share it, so a tile's row has
+ * the bits of the row alone. */
+A512_ALWAYS __m512 att_scores16(float *out, const __m512 *qv, const float *kg, int nk, const attn_seq *s, int i,
+                                int g0, int lo, int plain, int E, const int NE, __mmask16 tail, __m512 scale,
+                                __m512 ninf) {
+#define LDE(p, e) ((e) == NE - 1 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
+    __m512 a[16];
+    for (int t = 0; t < 16; t++) {
+        const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E;
+        a[t] = _mm512_mul_ps(qv[0], LDE(kr, 0));
+        for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], LDE(kr, e), a[t]);
+    }
+#undef LDE
+    __m512 d = _mm512_mul_ps(v_hsum16(a), scale);
+    __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1), vis = live;
+    if (!(plain && g0 + nk <= s->n_past)) {
+        vis = 0;
+        for (int t = 0; t < nk; t++)
+            if ((plain && g0 + t < s->n_past) || att_visible(s, i, g0 + t, lo)) vis |= (__mmask16)(1u << t);
+    }
+    d = _mm512_mask_mov_ps(ninf, vis, d);
+    _mm512_mask_storeu_ps(out + g0, live, d);
+    return d;
+}
+
 /* One row i against one head's keys and values: NE = ceil(E / 16) vectors per
  * key, the last one masked to E % 16 lanes when E is not a multiple of 16.
  * NE is a constant in the common instantiations below, so q and the output
@@ -217,22 +244,8 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
         if (pf) att_prefetch(kv, s, kvh, p0, pe, n_keys);
         for (int g0 = p0; g0 < pe; g0 += 16) {
             int nk = pe - g0 < 16 ? pe - g0 : 16;
-            __m512 a[16];
             const float *kg = kb + (size_t)(g0 - p0) * E;
-            for (int t = 0; t < 16; t++) {
-                const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E;
-                a[t] = _mm512_mul_ps(qv[0], LDE(kr, 0));
-                for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], LDE(kr, e), a[t]);
-            }
-            __m512 d = _mm512_mul_ps(v_hsum16(a), scale);
-            __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1), vis = live;
-            if (!(plain && g0 + nk <= s->n_past)) {
-                vis = 0;
-                for (int t = 0; t < nk; t++)
-                    if ((plain && g0 + t < s->n_past) || att_visible(s, i, g0 + t, lo)) vis |= (__mmask16)(1u << t);
-            }
-            d = _mm512_mask_mov_ps(ninf, vis, d);
-            _mm512_mask_storeu_ps(scores + g0, live, d);
+            __m512 d = att_scores16(scores, qv, kg, nk, s, i, g0, lo, plain, E, NE, tail, scale, ninf);
             mxv = _mm512_max_ps(mxv, d);
         }
     }
@@ -316,22 +329,9 @@ A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv
                 int pe = p0 + B < nk_r[r] ? p0 + B : nk_r[r];
                 int nk = pe - g0 < 16 ? pe - g0 : 16;
                 const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
-                __m512 qv[16], a[16];
+                __m512 qv[16];
                 for (int e = 0; e < NE; e++) qv[e] = LDE(qi, e);
-                for (int t = 0; t < 16; t++) {
-                    const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E;
-                    a[t] = _mm512_mul_ps(qv[0], LDE(kr, 0));
-                    for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], LDE(kr, e), a[t]);
-                }
-                __m512 d = _mm512_mul_ps(v_hsum16(a), scale);
-                __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1), vis = live;
-                if (!(plain && g0 + nk <= s->n_past)) {
-                    vis = 0;
-                    for (int t = 0; t < nk; t++)
-                        if ((plain && g0 + t < s->n_past) || att_visible(s, i, g0 + t, lo)) vis |= (__mmask16)(1u << t);
-                }
-                d = _mm512_mask_mov_ps(ninf, vis, d);
-                _mm512_mask_storeu_ps(sc[r] + g0, live, d);
+                __m512 d = att_scores16(sc[r], qv, kg, nk, s, i, g0, lo, plain, E, NE, tail, scale, ninf);
                 mxv[r] = _mm512_max_ps(mxv[r], d);
             }
         }

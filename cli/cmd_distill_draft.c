@@ -215,7 +215,8 @@ int cmd_distill_draft(int argc, char **argv) {
     sigaction(SIGINT, &sa, &old);
     for (int i = 0; i < tp.n && !stop_flag; i += 4 * da.gbatch) {
         int g = np - i < 4 * da.gbatch ? np - i : 4 * da.gbatch;
-        if (train_distill_add(d, m, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, da.gen, da.gen_temp,
+        if (train_distill_add(d, m, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, da.gen,
+                              train_gen_temp(&da, i / (4 * da.gbatch)),
                               da.prompt_temp, da.gbatch, &rs, err, sizeof err) < 0) {
             fprintf(stderr, "specd distill-draft: %s\n", err);
             goto done;

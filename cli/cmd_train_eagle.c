@@ -38,7 +38,8 @@ static void usage(FILE *f) {
             "  --prompt-len N     longest prompt, and a target prompt's length (32)\n"
             "  --prompt-temp T    temperature of target-written prompts (1.0)\n"
             "  --gen-len N        tokens the target continues each prompt by (160)\n"
-            "  --gen-temp T       temperature of the continuations (0: greedy, what greedy verification accepts)\n"
+            "  --gen-temp T[,T..] temperature of the continuations (0: greedy, what greedy verification accepts;\n"
+            "                     a list such as 0,0.8 takes turns per chunk of prompts, for sampled traffic too)\n"
             "  --gen-batch B      continuations generated in lockstep (64)\n"
             "  --topk K           the target's top-k kept per position for the KL loss (32)\n"
             "head:\n"
@@ -205,7 +206,8 @@ int cmd_train_eagle(int argc, char **argv) {
     for (int i = 0; i < tp.n && !stop_flag; i += 4 * da.gbatch) {
         int g = tp.n - i < 4 * da.gbatch ? tp.n - i : 4 * da.gbatch;
         if (eagle_distill_add(d, m, layers, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, da.gen,
-                              da.gen_temp, da.prompt_temp, da.gbatch, &rs, err, sizeof err) < 0) {
+                              train_gen_temp(&da, i / (4 * da.gbatch)), da.prompt_temp, da.gbatch, &rs, err,
+                              sizeof err) < 0) {
             fprintf(stderr, "specd train-eagle: %s\n", err);
             goto done;
         }
@@ -214,8 +216,12 @@ int cmd_train_eagle(int argc, char **argv) {
                     eagle_data_positions(d, 0, d->n) / ((now_ms() - t_start) / 1e3));
     }
     double t_gen = (now_ms() - t_start) / 1e3;
-    fprintf(stderr, "%starget outputs: %lld sequences, %lld positions, in %.1f s\n", quiet || !isatty(2) ? "" : "\r",
-            (long long)d->n, (long long)eagle_data_positions(d, 0, d->n), t_gen);
+    char temps[96] = "";
+    for (int k = 0, n = 0; k < (da.n_gen_temps ? da.n_gen_temps : 1) && n < (int)sizeof temps; k++)
+        n += snprintf(temps + n, sizeof temps - (size_t)n, "%s%g", k ? "/" : "", train_gen_temp(&da, k));
+    fprintf(stderr, "%starget outputs: %lld sequences, %lld positions, at temperature %s%s, in %.1f s\n",
+            quiet || !isatty(2) ? "" : "\r", (long long)d->n, (long long)eagle_data_positions(d, 0, d->n), temps,
+            da.n_gen_temps ? " by turns" : "", t_gen);
     stop_flag = 0; /* a Ctrl-C during generation ends it; training still runs on what there is */
 
     prog_ctx pc = {quiet, isatty(2) == 1};

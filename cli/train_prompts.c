@@ -122,11 +122,32 @@ int train_data_arg(const char *cmd, int argc, char **argv, int *i, train_data_ar
     else if (!strcmp(o, "--prompt-len")) a->plen = (int)arg_long(argc, argv, i, 2, 4096);
     else if (!strcmp(o, "--prompt-temp")) a->prompt_temp = (float)arg_double(argc, argv, i, 0, 4);
     else if (!strcmp(o, "--gen-len")) a->gen = (int)arg_long(argc, argv, i, 1, 4096);
-    else if (!strcmp(o, "--gen-temp")) a->gen_temp = (float)arg_double(argc, argv, i, 0, 4);
+    else if (!strcmp(o, "--gen-temp")) {
+        const char *v = arg_str(argc, argv, i), *q = v;
+        a->n_gen_temps = 0;
+        for (;;) {
+            char *end;
+            double t = strtod(q, &end);
+            if (end == q || t < 0 || t > 4 || a->n_gen_temps == 8 || (*end && *end != ',')) {
+                fprintf(stderr, "specd %s: --gen-temp %s: give up to 8 temperatures in [0, 4], comma-separated\n", cmd,
+                        v);
+                return -1;
+            }
+            a->gen_temps[a->n_gen_temps++] = (float)t;
+            if (!*end) break;
+            q = end + 1;
+        }
+        a->gen_temp = a->gen_temps[0];
+        if (a->n_gen_temps == 1) a->n_gen_temps = 0;
+    }
     else if (!strcmp(o, "--gen-batch")) a->gbatch = (int)arg_long(argc, argv, i, 1, 4096);
     else if (!strcmp(o, "--topk")) a->topk = (int)arg_long(argc, argv, i, 1, 1024);
     else return 0;
     return 1;
+}
+
+float train_gen_temp(const train_data_args *a, int chunk) {
+    return a->n_gen_temps > 0 ? a->gen_temps[chunk % a->n_gen_temps] : a->gen_temp;
 }
 
 model *train_target_load(const char *cmd, const char *path, int threads, const train_data_args *da, backend **be,

@@ -35,14 +35,21 @@ void train_prompts_free(train_prompts *tp);
 
 /* The distilling trainers' data options, each command setting its own
  * defaults first: --corpus FILE (up to 16), --prompts N, --target-prompts
- * N, --prompt-len P, --prompt-temp T, --gen-len G, --gen-temp T,
- * --gen-batch B, --topk K. */
+ * N, --prompt-len P, --prompt-temp T, --gen-len G, --gen-temp T[,T...],
+ * --gen-batch B, --topk K. A list of continuation temperatures (at most 8)
+ * takes them in turn, one per chunk of prompts the target continues
+ * (train_gen_temp): data for a head that serves greedy and sampled requests. */
 typedef struct {
     const char *corpora[16];
     int n_corpora;
     int max_prompts, tprompts, plen, gen, gbatch, topk;
     float gen_temp, prompt_temp;
+    float gen_temps[8];         /* --gen-temp's list; n_gen_temps 0: gen_temp alone */
+    int n_gen_temps;
 } train_data_args;
+
+/* The continuation temperature of the chunk-th chunk of prompts. */
+float train_gen_temp(const train_data_args *a, int chunk);
 
 /* argv[*i] when it is one of those options: takes it and its value (*i
  * moves past it) and returns 1; 0 when it is not one of them; -1 (reported

@@ -167,6 +167,12 @@ void backend_cpu_limit_memory(backend *be, size_t bytes);
  * (for tests of the portable fallback); an unsupported request falls back. */
 const char *backend_cpu_simd(void);
 
+/* Lends n CPU cores (0: none) from the calling thread to work it runs outside
+ * the backends (the server's background trainer): until it lends 0, the CPU
+ * backends' short ops leave that many cores free (tp_lend in
+ * kernels/cpu/threadpool.h). A later call replaces the earlier lend. */
+void backend_cpu_lend(int n);
+
 /* Per-op wall time of the CPU backend: while on, every op is timed (a clock
  * read on each side, well under a microsecond). The report prints
  * "op calls total_ms mean_us share" rows, with the weight bytes matmul read

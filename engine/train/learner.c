@@ -5,6 +5,7 @@
 #include "engine/train/eagle_train.h"
 #include "engine/util.h"
 
+#include "kernels/backend.h"
 #include "kernels/clock.h"
 
 #include <errno.h>
@@ -96,6 +97,7 @@ static void yield_step(void *ctx, const eagle_progress *p) {
     double now = clock_now_ms(), busy = now - l->t_mark;
     l->busy_ms += busy;
     double duty = l->share / l->threads;
+    backend_cpu_lend(0); /* the decode threads have every core while the trainer sleeps or waits */
     engine_stats es;
     engine_get_stats(l->c.e, &es);
     if (duty < 1 && es.running + es.prefilling > 0) sleep_ms(busy * (1 / duty - 1));
@@ -107,6 +109,7 @@ static void yield_step(void *ctx, const eagle_progress *p) {
         if (es.waiting == 0 && !ls.paused) break;
         sleep_ms(10);
     }
+    backend_cpu_lend(l->threads);
     l->t_mark = clock_now_ms();
 }
 
@@ -221,6 +224,7 @@ int learner_round(learner *l, char *msg, size_t n) {
            (long long)steps);
     eagle_train_result res;
     l->busy_ms = 0, l->t_mark = l->wall0 = clock_now_ms();
+    backend_cpu_lend(l->threads); /* while a step computes, the decode pool leaves the trainer its cores */
     int rc = eagle_train(cand, d, &o, &res, err, sizeof(err));
     double wall = clock_now_ms() - l->wall0;
     if (rc == 0 && l->c.worse) { /* tests: a candidate that must lose */
@@ -239,6 +243,7 @@ int learner_round(learner *l, char *msg, size_t n) {
     if (rc == 0 && l->live) rc = eagle_evaluate(l->live, d, res.n_train, d->n, o.J, o.step_decay, o.threads, &live_ev);
     double live_acc = l->live ? live_ev.accept_len : 0.0;
     yield_step(l, NULL); /* the scoring since the last step (the trainee's and the live head's) keeps the share too */
+    backend_cpu_lend(0);
     wall = clock_now_ms() - l->wall0;
     l->rep.train_pos_per_s = wall > 0 ? res.positions / (wall / 1000) : 0;
     l->rep.train_cpu_share = wall > 0 ? l->busy_ms * l->threads / wall / cpus : 0;

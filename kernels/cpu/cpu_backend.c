@@ -578,6 +578,8 @@ size_t backend_cpu_memory_used(backend *be) { return ctx_of(be)->mem_used; }
 
 const char *backend_cpu_simd(void) { return simd_name(simd_detect()); }
 
+void backend_cpu_lend(int n) { tp_lend(n); }
+
 void backend_cpu_profile(backend *be, int on) {
     cpu_ctx *c = ctx_of(be);
     c->prof = on != 0;

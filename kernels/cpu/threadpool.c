@@ -50,8 +50,16 @@ typedef struct {
 #define TP_SOLO_MIN_MS 200.0 /* solo this long after the first contended window */
 #define TP_SOLO_MAX_MS 3200.0 /* ... doubling while contention lasts, up to this */
 
+/* Cores lent to other work of this process (tp_lend): the sum over lending
+ * threads, and the calling thread's own part of it. */
+static _Atomic int tp_lent;
+static _Thread_local int tp_lent_here;
+
 struct threadpool {
-    int n_threads;
+    int n_threads, n_cpus;          /* n_cpus: online CPUs at tp_create */
+    _Atomic int active;             /* threads that may enter the current job (ids below it) */
+    int lend_sleepers;              /* workers left out by a lend, waiting on lend_cv (under mu) */
+    pthread_cond_t lend_cv;
     tp_worker *workers;             /* (n_threads - 1) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -172,6 +180,17 @@ static void *tp_main(void *arg) {
         while ((unsigned)(d >> 32) == g && !(d & DOOR_CLOSED))
             if ((in = atomic_compare_exchange_weak(&tp->door, &d, d + 1))) break;
         if (!in) continue; /* done without us, or a later job already: wait for the next */
+        if (w->id >= atomic_load_explicit(&tp->active, memory_order_relaxed)) {
+            /* left out while cores are lent (tp_lend): leave the job and sleep until
+             * the pool is widened again rather than spin on a lent core */
+            atomic_fetch_sub_explicit(&tp->door, 1, memory_order_release);
+            pthread_mutex_lock(&tp->mu);
+            tp->lend_sleepers++;
+            while (w->id >= atomic_load(&tp->active) && !atomic_load(&tp->quit)) pthread_cond_wait(&tp->lend_cv, &tp->mu);
+            tp->lend_sleepers--;
+            pthread_mutex_unlock(&tp->mu);
+            continue;
+        }
         tp_do_tasks(tp, w->id);
         atomic_fetch_sub_explicit(&tp->door, 1, memory_order_release);
     }
@@ -182,8 +201,12 @@ threadpool *tp_create(int n_threads) {
     threadpool *tp = calloc(1, sizeof(*tp));
     if (!tp) { fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__); abort(); }
     tp->n_threads = n_threads;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    tp->n_cpus = nc > 0 ? (int)nc : n_threads;
+    atomic_init(&tp->active, n_threads);
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cv, NULL);
+    pthread_cond_init(&tp->lend_cv, NULL);
     if (n_threads > 1) {
         tp->workers = calloc((size_t)n_threads - 1, sizeof(tp_worker));
         if (!tp->workers) { fprintf(stderr, "%s:%d: out of memory\n", __FILE__, __LINE__); abort(); }
@@ -205,10 +228,12 @@ void tp_destroy(threadpool *tp) {
     atomic_store(&tp->quit, 1);
     atomic_fetch_add(&tp->gen, 1);
     pthread_cond_broadcast(&tp->cv);
+    pthread_cond_broadcast(&tp->lend_cv);
     pthread_mutex_unlock(&tp->mu);
     for (int i = 0; i < tp->n_threads - 1; i++) pthread_join(tp->workers[i].th, NULL);
     pthread_mutex_destroy(&tp->mu);
     pthread_cond_destroy(&tp->cv);
+    pthread_cond_destroy(&tp->lend_cv);
     free(tp->workers);
     free(tp);
 }
@@ -232,14 +257,39 @@ int tp_set_adaptive(threadpool *tp, int on) {
 
 int tp_solo(const threadpool *tp) { return tp->solo; }
 
+void tp_lend(int n) {
+    if (n < 0) n = 0;
+    atomic_fetch_add(&tp_lent, n - tp_lent_here);
+    tp_lent_here = n;
+}
+
+int tp_lent_cores(void) { return atomic_load_explicit(&tp_lent, memory_order_relaxed); }
+
+/* How many of the pool's threads a short job may use now: all but those
+ * whose cores other threads of this process have lent themselves (never
+ * fewer than the caller). */
+static int tp_active(threadpool *tp) {
+    int lent = atomic_load_explicit(&tp_lent, memory_order_relaxed) - tp_lent_here;
+    if (lent <= 0) return tp->n_threads;
+    int free = tp->n_cpus - lent;
+    return free < 1 ? 1 : free < tp->n_threads ? free : tp->n_threads;
+}
+
 static void tp_run_any(threadpool *tp, int n_tasks, tp_fn fn, void *ctx, int wide) {
     if (n_tasks <= 0) return;
     if (tp->adapt) tp_adapt(tp);
-    if (tp->n_threads == 1 || n_tasks == 1 || (tp->solo && !wide)) {
+    int active = wide ? tp->n_threads : tp_active(tp);
+    if (tp->n_threads == 1 || n_tasks == 1 || active == 1 || (tp->solo && !wide)) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }
     /* nobody is inside the previous job (its door closed empty) */
+    if (active != atomic_load_explicit(&tp->active, memory_order_relaxed)) {
+        pthread_mutex_lock(&tp->mu); /* the left-out workers read it under mu */
+        atomic_store(&tp->active, active);
+        if (tp->lend_sleepers) pthread_cond_broadcast(&tp->lend_cv);
+        pthread_mutex_unlock(&tp->mu);
+    }
     tp->n_tasks = n_tasks;
     tp->fn = fn;
     tp->ctx = ctx;

@@ -34,6 +34,17 @@ void tp_run_wide(threadpool *tp, int n_tasks, tp_fn fn, void *ctx);
 /* Whether the guard has the pool on the calling thread alone now (1) or not. */
 int tp_solo(const threadpool *tp);
 
+/* Lends n cores (0: none) from the calling thread to work of its own that
+ * runs outside every pool (the server's background trainer): until it lends
+ * 0 again, short jobs that other threads run on any pool use at most the
+ * online CPUs less the cores lent (at least their caller; tp_run_wide jobs
+ * keep every thread). A left-out worker sleeps rather than spins, so the
+ * lender's threads get their cores without a pool's join waiting on a
+ * descheduled worker at every op. A later call replaces the thread's
+ * earlier lend. Only the speed changes, never a result. */
+void tp_lend(int n);
+int tp_lent_cores(void); /* the cores lent now, over all threads */
+
 /* Runs all tasks and returns when every one has finished. Tasks are handed out
  * dynamically (an atomic counter), so uneven tasks balance. Only one thread may
  * call tp_run on a pool at a time. */

@@ -9,7 +9,9 @@
   head loaded takes it (its steps counted under "eagle") and still equals
   plain;
 - a head trained with --shared-output (the target's output head, frozen,
-  left out of the file) is smaller, learns, and serves losslessly;
+  left out of the file) is smaller, learns, and serves losslessly; its data
+  alternates greedy and T = 0.8 continuations (--gen-temp 0,0.8), and a bad
+  temperature list is refused;
 - Ctrl-C during training still writes a measured head that loads;
 - truncated and byte-flipped copies of the head are refused at load with an
   error, never a crash.
@@ -106,8 +108,14 @@ def main():
         # a head that shares the target's output head: smaller file, still serves losslessly
         head3 = os.path.join(tmp, "head3.gguf")
         p = run(["train-eagle", "-m", target, "-o", head3, "--corpus", corpus, "--prompts", "300", "--gen-len", "48",
-                 "--epochs", "2", "--ttt", "2", "--lr", "3e-3", "--shared-output", "-t", "2"])
+                 "--epochs", "2", "--ttt", "2", "--lr", "3e-3", "--shared-output", "-t", "2", "--gen-temp", "0,0.8"])
         s3 = summary(p.stdout)
+        if "at temperature 0/0.8 by turns" not in p.stderr:
+            fail("--gen-temp 0,0.8: the continuations' temperatures are not reported", p.stderr)
+        for bad in ("0,x", "0,9", "0,,1", "1,2,3,4,5,6,7,8,9"):
+            b = run(["train-eagle", "-m", target, "-o", head3 + ".bad", "--gen-temp", bad], expect_ok=False)
+            if b.returncode == 0 or "--gen-temp" not in b.stderr or os.path.exists(head3 + ".bad"):
+                fail(f"--gen-temp {bad}: not refused with a message", b.stderr)
         if s3["acc0"] < 2 * s3["unigram"] or os.path.getsize(head3) >= os.path.getsize(head):
             fail(f"shared output head: top-1 {s3['acc0']:.3f} (unigram {s3['unigram']:.3f}), "
                  f"{os.path.getsize(head3)} bytes against {os.path.getsize(head)}", p.stdout)

@@ -26,12 +26,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    stop_flag = 1;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: specd distill-draft -m TARGET.gguf -o DRAFT.gguf [--corpus FILE ...] [options]\n"
@@ -176,7 +170,7 @@ int cmd_distill_draft(int argc, char **argv) {
     train_model *dm = NULL;
     train_state st = {0};
     train_prompts tp = {0};
-    struct sigaction sa = {0}, old;
+    struct sigaction old = CLI_SIGINT_NONE;
     if (da.topk > V) da.topk = V;
     /* the draft's shape */
     bool half_target = m->layers[0].wq.file_type == GGML_TYPE_F16 || m->layers[0].wq.file_type == GGML_TYPE_BF16;
@@ -211,9 +205,8 @@ int cmd_distill_draft(int argc, char **argv) {
     /* the target's continuations with its top-k at every position */
     d = train_data_create(da.plen + da.gen - 1, da.topk, np);
     if (!d) goto oom;
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
-    for (int i = 0; i < tp.n && !stop_flag; i += 4 * da.gbatch) {
+    cli_catch_sigint(&old);
+    for (int i = 0; i < tp.n && !cli_interrupted; i += 4 * da.gbatch) {
         int g = np - i < 4 * da.gbatch ? np - i : 4 * da.gbatch;
         if (train_distill_add(d, m, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, da.gen,
                               train_gen_temp(&da, i / (4 * da.gbatch)),
@@ -274,7 +267,7 @@ int cmd_distill_draft(int argc, char **argv) {
     o.opt.warmup = warmup >= 0 ? warmup : o.opt.steps / 20;
     o.threads = threads;
     o.ckpt_path = ckpt, o.ckpt_every = ckpt_every;
-    o.stop = &stop_flag;
+    o.stop = &cli_interrupted;
     prog_ctx pc = {quiet, isatty(2) == 1, 0};
     pc.peak = train_matmul_peak(1, 256, 256, 256, 300) * threads;
     o.progress = progress, o.progress_ctx = &pc;
@@ -341,7 +334,7 @@ int cmd_distill_draft(int argc, char **argv) {
 oom:
     fprintf(stderr, "specd distill-draft: out of memory\n");
 done:
-    if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
+    cli_restore_sigint(&old);
     train_prompts_free(&tp);
     train_state_free(&st);
     train_model_destroy(dm);

@@ -23,12 +23,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    stop_flag = 1;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: specd train -o MODEL.gguf --corpus FILE [--corpus FILE ...] (--tokenizer SRC.gguf | --vocab N) [options]\n"
@@ -198,7 +192,7 @@ int cmd_train(int argc, char **argv) {
     train_state st = {0};
     train_data *d = NULL;
     int32_t *toks = NULL;
-    struct sigaction sa = {0}, old;
+    struct sigaction old = CLI_SIGINT_NONE;
     gguf_file *tg = gguf_open(tokp, NULL, err, sizeof err);
     tokenizer *tok = tg ? tok_create(tg, err, sizeof err) : NULL;
     if (!tok) {
@@ -279,12 +273,11 @@ int cmd_train(int argc, char **argv) {
     if (!resume && train_evaluate(m, d, n_train, d->n, threads, 1.0f, &e0) != 0) goto oom;
     if (o.opt.steps <= 0) o.opt.steps = (n_train * epochs + o.batch - 1) / o.batch;
     o.opt.warmup = warmup >= 0 ? warmup : o.opt.steps / 20;
-    o.threads = threads, o.ckpt_path = ckpt, o.ckpt_every = ckpt_every, o.stop = &stop_flag;
+    o.threads = threads, o.ckpt_path = ckpt, o.ckpt_every = ckpt_every, o.stop = &cli_interrupted;
     o.ce_w = 1.0f, o.kl_w = 0.0f;
     prog_ctx pc = {quiet, isatty(2) == 1, train_matmul_peak(1, 256, 256, 256, 300) * threads};
     o.progress = progress, o.progress_ctx = &pc, o.progress_every = pc.tty ? 5 : 100;
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
+    cli_catch_sigint(&old);
     train_result res;
     if (train_run(m, &st, d, n_train, &o, &res, err, sizeof err) != 0) {
         fprintf(stderr, "%sspecd train: %s\n", pc.tty && !quiet ? "\n" : "", err);
@@ -312,7 +305,7 @@ int cmd_train(int argc, char **argv) {
 oom:
     fprintf(stderr, "specd train: out of memory\n");
 done:
-    if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
+    cli_restore_sigint(&old);
     free(toks);
     train_data_destroy(d);
     train_state_free(&st);

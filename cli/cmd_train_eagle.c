@@ -20,12 +20,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    stop_flag = 1;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: specd train-eagle -m TARGET.gguf -o HEAD.gguf [--corpus FILE ...] [options]\n"
@@ -154,7 +148,7 @@ int cmd_train_eagle(int argc, char **argv) {
     eagle_data *d = NULL;
     eagle_head *h = NULL;
     train_prompts tp = {0};
-    struct sigaction sa = {0}, old;
+    struct sigaction old = CLI_SIGINT_NONE;
     if (m->hp.eagle3) {
         fprintf(stderr, "specd train-eagle: %s is an EAGLE-3 head, not a target model\n", target);
         goto done;
@@ -201,9 +195,8 @@ int cmd_train_eagle(int argc, char **argv) {
                 "--gen-len)\n", tp.n, (double)tp.n * (da.plen + da.gen) * EAGLE_PARTS * m->hp.dim * 2 / 1073741824.0);
         goto done;
     }
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
-    for (int i = 0; i < tp.n && !stop_flag; i += 4 * da.gbatch) {
+    cli_catch_sigint(&old);
+    for (int i = 0; i < tp.n && !cli_interrupted; i += 4 * da.gbatch) {
         int g = tp.n - i < 4 * da.gbatch ? tp.n - i : 4 * da.gbatch;
         if (eagle_distill_add(d, m, layers, tok, (const int32_t *const *)tp.p + i, tp.len + i, tp.warm + i, g, da.gen,
                               train_gen_temp(&da, i / (4 * da.gbatch)), da.prompt_temp, da.gbatch, &rs, err,
@@ -222,12 +215,12 @@ int cmd_train_eagle(int argc, char **argv) {
     fprintf(stderr, "%starget outputs: %lld sequences, %lld positions, at temperature %s%s, in %.1f s\n",
             quiet || !isatty(2) ? "" : "\r", (long long)d->n, (long long)eagle_data_positions(d, 0, d->n), temps,
             da.n_gen_temps ? " by turns" : "", t_gen);
-    stop_flag = 0; /* a Ctrl-C during generation ends it; training still runs on what there is */
+    cli_interrupted = 0; /* a Ctrl-C during generation ends it; training still runs on what there is */
 
     prog_ctx pc = {quiet, isatty(2) == 1};
     o.progress = progress, o.progress_ctx = &pc;
     o.progress_every = pc.tty ? 2 : 50;
-    o.stop = &stop_flag;
+    o.stop = &cli_interrupted;
     eagle_train_result res;
     if (eagle_train(h, d, &o, &res, err, sizeof err) != 0) {
         fprintf(stderr, "%sspecd train-eagle: %s\n", pc.tty && !quiet ? "\n" : "", err);
@@ -257,7 +250,7 @@ int cmd_train_eagle(int argc, char **argv) {
     printf("wrote %s\n", out);
     rc = 0;
 done:
-    if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
+    cli_restore_sigint(&old);
     train_prompts_free(&tp);
     eagle_data_destroy(d);
     eagle_head_destroy(h);

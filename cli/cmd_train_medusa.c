@@ -19,12 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop_flag;
-static void on_sigint(int sig) {
-    (void)sig;
-    stop_flag = 1;
-}
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: specd train-medusa -m TARGET.gguf -o HEADS.gguf --corpus FILE [--corpus FILE ...] [options]\n"
@@ -192,7 +186,7 @@ int cmd_train_medusa(int argc, char **argv) {
     }
     o.threads = threads;
     char err[1024];
-    struct sigaction sa = {0}, old; /* installed once the model is loaded */
+    struct sigaction old = CLI_SIGINT_NONE; /* installed once the model is loaded */
     double t_start = now_ms();
     backend *be = backend_cpu_create(threads);
     spec_pair_params pp = {.max_ctx = chunk + gen_len + 16 > 4096 ? 4096 : chunk + gen_len + 16, .max_seqs = 1};
@@ -223,13 +217,12 @@ int cmd_train_medusa(int argc, char **argv) {
 
     /* Ctrl-C from here on: the pass stops where it is, training stops after
      * its current step, and what there is gets measured and written */
-    sa.sa_handler = on_sigint;
-    sigaction(SIGINT, &sa, &old);
+    cli_catch_sigint(&old);
     /* the hidden-state pass */
     uint64_t rs = o.seed ^ 0x5eedull;
     int64_t n_text = 0;
     int n_docs = 0;
-    for (int c = 0; c < n_corpora && d->n < d->cap && !stop_flag; c++) {
+    for (int c = 0; c < n_corpora && d->n < d->cap && !cli_interrupted; c++) {
         size_t len;
         char *text = read_file(corpora[c], &len);
         if (!text) {
@@ -238,7 +231,7 @@ int cmd_train_medusa(int argc, char **argv) {
         }
         const char *p = text, *ds;
         size_t dl;
-        while (d->n < d->cap && !stop_flag && next_doc(&p, text + len, &ds, &dl)) {
+        while (d->n < d->cap && !cli_interrupted && next_doc(&p, text + len, &ds, &dl)) {
             /* long documents go in pieces of the chunk length */
             int n = tok_encode(sp->tok, ds, dl, true, false, toks, cap * 2);
             if (n < 0) n = cap * 2;
@@ -274,7 +267,7 @@ int cmd_train_medusa(int argc, char **argv) {
     /* --target-prompts: prompts the target samples from BOS, written in the
      * same pass as their continuations (a warm-up of --prompt-len - 1 tokens
      * at --prompt-temp), shuffled in with the corpus prompts */
-    if (distill && tprompts > 0 && !stop_flag) {
+    if (distill && tprompts > 0 && !cli_interrupted) {
         int32_t bos = tok_bos(sp->tok);
         if (bos < 0) {
             fprintf(stderr, "specd train-medusa: --target-prompts needs a vocabulary with a BOS token\n");
@@ -302,7 +295,7 @@ int cmd_train_medusa(int argc, char **argv) {
         pl.p[j] = tp, pl.len[j] = tl, pl.warm[j] = tw;
     }
     /* the continuations, a few batches at a time so progress shows */
-    for (int i = 0; i < pl.n && d->n < d->cap && !stop_flag; i += 4 * dbatch) {
+    for (int i = 0; i < pl.n && d->n < d->cap && !cli_interrupted; i += 4 * dbatch) {
         int g = pl.n - i < 4 * dbatch ? pl.n - i : 4 * dbatch;
         int64_t before = d->n;
         if (medusa_distill_add(d, m, sp->tok, (const int32_t *const *)pl.p + i, pl.len + i, pl.warm + i, g, gen_len,
@@ -325,7 +318,7 @@ int cmd_train_medusa(int argc, char **argv) {
     o.progress = progress;
     o.progress_ctx = &pc;
     o.progress_every = pc.tty ? 10 : 200; /* a log gets a line now and then, a terminal a live bar */
-    o.stop = &stop_flag;
+    o.stop = &cli_interrupted;
     medusa_train_result res;
     int trc = medusa_train(mh, O, E, d, &o, &res, err, sizeof(err));
     if (!quiet && pc.tty) fprintf(stderr, "\n");
@@ -368,7 +361,7 @@ int cmd_train_medusa(int argc, char **argv) {
            res.loss1, mh->acc[0][0], res.unigram_acc, (long long)res.steps, res.interrupted);
     rc = 0;
 done:
-    if (sa.sa_handler) sigaction(SIGINT, &old, NULL);
+    cli_restore_sigint(&old);
     for (int i = 0; i < pl.n; i++) free(pl.p[i]);
     free(pl.p);
     free(pl.len);

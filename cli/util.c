@@ -253,3 +253,20 @@ int cli_unknown_option(const char *cmd, const char *arg, void (*usage)(FILE *)) 
     free(text);
     return 2;
 }
+
+volatile sig_atomic_t cli_interrupted;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    cli_interrupted = 1;
+}
+
+void cli_catch_sigint(struct sigaction *old) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, old);
+}
+
+void cli_restore_sigint(const struct sigaction *old) {
+    if (old->sa_handler != SIG_ERR) sigaction(SIGINT, old, NULL);
+}

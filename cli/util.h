@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,6 +73,15 @@ char *read_file(const char *path, size_t *len);
  * on stderr: "specd CMD: err", and when st says memory ran out
  * (ENGINE_ERR_OOM) a second line with what to lower (oom_hint, one of the
  * CLI_OOM_HINT_* below). The decision is the status's, never the message's. */
+/* Ctrl-C for the training commands: cli_catch_sigint makes SIGINT set
+ * cli_interrupted (which a trainer polls through its `stop` pointer) and
+ * keeps the old action in *old; cli_restore_sigint puts it back, and does
+ * nothing for an *old still at CLI_SIGINT_NONE (never caught). */
+#define CLI_SIGINT_NONE {.sa_handler = SIG_ERR}
+extern volatile sig_atomic_t cli_interrupted;
+void cli_catch_sigint(struct sigaction *old);
+void cli_restore_sigint(const struct sigaction *old);
+
 void cli_load_failed(const char *cmd, engine_status st, const char *err, const char *oom_hint);
 #define CLI_OOM_HINT_CONFIG                                                                                          \
     "lower engine.kv_blocks, engine.max_running or engine.max_ctx (config.yaml), drop the draft, or use a smaller " \

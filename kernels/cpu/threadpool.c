@@ -21,9 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sched.h>
-#include <fcntl.h>
 #include <unistd.h>
-#include <sys/syscall.h>
 
 #include "kernels/clock.h"
 
@@ -34,7 +32,6 @@
 typedef struct {
     threadpool *tp;
     int id;
-    _Atomic int tid; /* the kernel's thread id, for its schedstat (0 until started) */
     pthread_t th;
 } tp_worker;
 
@@ -44,9 +41,15 @@ typedef struct {
  * tens of microseconds at decode), and a worker spinning for the next job
  * while the caller waits for a CPU takes a core the caller could have had.
  * With one core busy elsewhere, a 2-thread Q8_0 decode ran at 0.4-0.8x of
- * 1 thread; alone on the caller it runs as 1 thread does. */
+ * 1 thread; alone on the caller it runs as 1 thread does. The guard measures
+ * the first loss directly: the time the caller spends at joins waiting for
+ * workers still inside. On a quiet host that is a task's imbalance, a few
+ * microseconds; with a worker descheduled it is a time slice. (An earlier
+ * guard read the threads' schedstat run_delay, and ordinary wake-up latency
+ * on a quiet host passed its threshold: a 2-thread decode ran 1.15-1.18x
+ * slower with it.) */
 #define TP_WINDOW_MS 20.0    /* how long a measurement lasts */
-#define TP_DELAY_FRAC 0.10   /* run_delay / (threads x wall) that counts as contention */
+#define TP_WAIT_FRAC 0.25    /* join wait / wall in a window that counts as contention */
 #define TP_SOLO_MIN_MS 200.0 /* solo this long after the first contended window */
 #define TP_SOLO_MAX_MS 3200.0 /* ... doubling while contention lasts, up to this */
 
@@ -74,39 +77,9 @@ struct threadpool {
     /* contention guard: caller-only state */
     int adapt, solo;
     double win_t0, solo_until, backoff_ms; /* clock_now_ms() */
-    unsigned long long win_delay;          /* run_delay (ns) of the pool's threads at win_t0 */
+    double win_wait;                       /* ms waited at joins since win_t0 */
     unsigned calls;
 };
-
-/* Nanoseconds thread tid (0: the calling thread) has waited for a CPU since it
- * started; -1 if unknown. */
-static long long tp_run_delay(int tid) {
-    char path[64], buf[128];
-    if (tid) snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
-    else snprintf(path, sizeof(path), "/proc/thread-self/schedstat");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    unsigned long long on_cpu, delay;
-    if (sscanf(buf, "%llu %llu", &on_cpu, &delay) != 2) return -1;
-    return (long long)delay;
-}
-
-/* The pool's total run_delay: the caller's and every started worker's. */
-static long long tp_pool_delay(threadpool *tp) {
-    long long sum = tp_run_delay(0);
-    if (sum < 0) return -1;
-    for (int i = 0; i < tp->n_threads - 1; i++) {
-        int tid = atomic_load_explicit(&tp->workers[i].tid, memory_order_relaxed);
-        long long d = tid ? tp_run_delay(tid) : 0;
-        if (d < 0) return -1;
-        sum += d;
-    }
-    return sum;
-}
 
 /* Called by tp_run before each job: closes a measurement window when one is
  * due and decides whether the coming jobs run solo. */
@@ -116,18 +89,14 @@ static void tp_adapt(threadpool *tp) {
     if (tp->solo) {
         if (now < tp->solo_until) return;
         tp->solo = 0; /* try the pool again for one window */
-        long long d = tp_pool_delay(tp);
-        if (d < 0) { tp->adapt = 0; return; }
-        tp->win_t0 = now, tp->win_delay = (unsigned long long)d;
+        tp->win_t0 = now, tp->win_wait = 0;
         return;
     }
     double dt = now - tp->win_t0;
     if (dt < TP_WINDOW_MS) return;
-    long long d = tp_pool_delay(tp);
-    if (d < 0) { tp->adapt = 0; return; }
-    double frac = (double)((unsigned long long)d - tp->win_delay) * 1e-6 / (dt * tp->n_threads);
-    tp->win_t0 = now, tp->win_delay = (unsigned long long)d;
-    if (frac > TP_DELAY_FRAC) {
+    double frac = tp->win_wait / dt;
+    tp->win_t0 = now, tp->win_wait = 0;
+    if (frac > TP_WAIT_FRAC) {
         tp->solo = 1;
         tp->solo_until = now + tp->backoff_ms;
         tp->backoff_ms = tp->backoff_ms * 2 < TP_SOLO_MAX_MS ? tp->backoff_ms * 2 : TP_SOLO_MAX_MS;
@@ -148,7 +117,6 @@ static void *tp_main(void *arg) {
     tp_worker *w = arg;
     threadpool *tp = w->tp;
     unsigned seen = 0;
-    atomic_store_explicit(&w->tid, (int)syscall(SYS_gettid), memory_order_relaxed);
     for (;;) {
         unsigned g;
         int spins = 0;
@@ -244,15 +212,10 @@ int tp_set_adaptive(threadpool *tp, int on) {
     const char *env = getenv("SPECD_TP_ADAPT");
     if (env && !strcmp(env, "0")) on = 0;
     tp->solo = 0;
-    tp->adapt = 0;
-    if (!on || tp->n_threads == 1) return 0;
-    long long d = tp_pool_delay(tp);
-    if (d < 0) return 0; /* no schedstat: never solo */
-    tp->adapt = 1;
-    tp->win_t0 = clock_now_ms();
-    tp->win_delay = (unsigned long long)d;
+    tp->adapt = on && tp->n_threads > 1;
+    tp->win_t0 = clock_now_ms(), tp->win_wait = 0;
     tp->backoff_ms = TP_SOLO_MIN_MS;
-    return 1;
+    return tp->adapt;
 }
 
 int tp_solo(const threadpool *tp) { return tp->solo; }
@@ -307,6 +270,7 @@ static void tp_run_any(threadpool *tp, int n_tasks, tp_fn fn, void *ctx, int wid
      * inside to finish theirs; if they are not running (more threads than
      * free cores), give the CPU away instead of burning our time slice */
     unsigned long long d = atomic_fetch_or(&tp->door, DOOR_CLOSED) | DOOR_CLOSED;
+    double t_wait = tp->adapt && (d & DOOR_INSIDE) ? clock_now_ms() : 0;
     for (int spins = 0; d & DOOR_INSIDE; spins++) {
         if (spins < TP_SPIN) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -317,6 +281,7 @@ static void tp_run_any(threadpool *tp, int n_tasks, tp_fn fn, void *ctx, int wid
         }
         d = atomic_load_explicit(&tp->door, memory_order_acquire);
     }
+    if (t_wait > 0) tp->win_wait += clock_now_ms() - t_wait;
 }
 
 void tp_run(threadpool *tp, int n_tasks, tp_fn fn, void *ctx) { tp_run_any(tp, n_tasks, fn, ctx, 0); }

@@ -14,17 +14,17 @@ threadpool *tp_create(int n_threads); /* aborts on failure */
 void tp_destroy(threadpool *tp);      /* accepts NULL */
 int tp_threads(const threadpool *tp);
 
-/* Turns on (1) or off (0, the default) the contention guard: every TP_WINDOW
- * of tp_run calls' wall time the caller reads how long the pool's threads
- * waited for a CPU (Linux schedstat run_delay); past a tenth of their time,
- * the host has fewer free cores than the pool has threads, and tp_run runs
- * every job on the calling thread alone for a while (then tries the pool
- * again, backing off while the contention lasts). A task's result must not
- * depend on its thread (it never does in the kernels), so only the speed
- * changes. SPECD_TP_ADAPT=0 in the environment keeps it off (the CPU backend
- * turns it on only with SPECD_TP_ADAPT=1: its threshold is not yet tuned). Call it while no
- * tp_run is in progress. Returns whether the guard is on (off where
- * schedstat cannot be read). */
+/* Turns on (1) or off (0, the default) the contention guard: the caller
+ * times how long it waits at each job's join for workers still inside (a
+ * worker descheduled mid-task by another process); when that passes a
+ * quarter of the wall time of a TP_WINDOW of tp_run calls, the host has fewer
+ * free cores than the pool has threads, and tp_run runs every job on the
+ * calling thread alone for a while (then tries the pool again, backing off
+ * while the contention lasts). A task's result must not depend on its thread
+ * (it never does in the kernels), so only the speed changes.
+ * SPECD_TP_ADAPT=0 in the environment keeps it off (the CPU backend's
+ * default is in cpu_backend.c). Call it while no tp_run is in progress.
+ * Returns whether the guard is on. */
 int tp_set_adaptive(threadpool *tp, int on);
 /* tp_run for a long job (a millisecond or more of work, a prefill's matmul):
  * it uses the whole pool even while the guard has it solo, because there a

@@ -188,7 +188,7 @@ void pol_cfg_defaults(pol_config *c) {
                                        .fallback_steps = 10, .probe_interval = 32, .padding_cap = 1.5,
                                        .method = POL_METHOD_AUTO, .ngram_min = 2, .ngram_max = 5,
                                        .draft_mem_warn_pct = 20, .tree = POL_TREE_OFF, .tree_budget = 16,
-                                       .tree_depth = 5, .tree_topk = 3, .learn_ring_mb = 256, .learn_share = 0.25,
+                                       .tree_depth = 5, .tree_topk = 3, .learn_ring_mb = 256, .learn_share = 0.1,
                                        .learn_margin = 0.05, .learn_min_positions = 4096, .learn_steps = 50};
     c->telemetry = (pol_telemetry){.enabled = true, .sample_rate = 1.0, .retention_rows = 1000000,
                                    .retention_days = 7, .queue_size = 65536};

@@ -56,7 +56,7 @@ static int trainee_set(learner *l, eagle_head *h) {
 
 void learner_config_init(learner_config *c) {
     memset(c, 0, sizeof(*c));
-    c->share = 0.25, c->margin = 0.05, c->min_positions = 4096, c->steps = 50;
+    c->share = 0.1, c->margin = 0.05, c->min_positions = 4096, c->steps = 50;
     c->window = 128, c->J = 3, c->batch = 4, c->holdout = 0.1f, c->seed = 1;
 }
 

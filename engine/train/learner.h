@@ -27,7 +27,10 @@
  * round(share x cpus) worker threads (at least 1); while requests run it
  * sleeps after each optimizer step so that its busy time stays within
  * share x cpus cores, on an idle server it trains without sleeping, and
- * while requests wait for admission it does not train at all.
+ * while requests wait for admission it does not train at all. While a step
+ * computes, it lends its cores (backend_cpu_lend): the engine's short ops
+ * then run on the cores left instead of waiting at every op's join for a
+ * decode thread that shares a core with the trainer.
  *
  * Threading: one thread of its own (learner_start); learner_round runs a
  * round on the caller's thread instead (tests, with no thread started). */
@@ -48,7 +51,7 @@ typedef struct {
     pol_store *policy;           /* speculation.learn_* (hot); NULL: the fields below */
     const char *dir;             /* where heads are written (must exist) */
     int cpus;                    /* the host's cores (0: sysconf) */
-    double share;                /* of the cores (0.25) */
+    double share;                /* of the cores (0.1) */
     double margin;               /* accepted drafts per pass a candidate must gain (0.05) */
     int min_positions;           /* ring positions before the first round (4096) */
     int steps;                   /* optimizer steps per round (50) */

@@ -561,10 +561,10 @@ backend *backend_cpu_create(int n_threads) {
     c->wa = wa;
     c->simd = simd_detect();
     c->tp = tp_create(n_threads);
-    /* the contention guard only when asked for (SPECD_TP_ADAPT=1): on a quiet host it mistook ordinary wake-up
-     * latency for contention and made a 2-thread Q8_0 decode 1.15-1.18x slower (farm-bench, 8 and 10 pairs) */
-    const char *adapt = getenv("SPECD_TP_ADAPT");
-    tp_set_adaptive(c->tp, adapt && !strcmp(adapt, "1"));
+    /* the contention guard (SPECD_TP_ADAPT=0 turns it off): with one core busy elsewhere a 2-thread Q8_0 decode
+     * of 1024 tokens ran 1.08x as fast as 1 thread with it and 0.81x (256 tokens) without; on a quiet host it
+     * cost nothing measurable (farm-bench, 6 pairs: 0.95x the wall time, 0.89-1.09) */
+    tp_set_adaptive(c->tp, 1);
     be->i = &cpu_iface;
     be->ctx = c;
     be->n_threads = n_threads;

@@ -200,7 +200,7 @@ A512_ALWAYS void att_prefetch(const kv_layer_view *kv, const attn_seq *s, int kv
 A512_ALWAYS __m512 att_scores16(float *out, const __m512 *qv, const float *kg, int nk, const attn_seq *s, int i,
                                 int g0, int lo, int plain, int E, const int NE, __mmask16 tail, __m512 scale,
                                 __m512 ninf) {
-#define LDE(p, e) ((e) == NE - 1 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
+#define LDE(p, e) ((e) == NE - 1 && E % 16 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
     __m512 a[16];
     for (int t = 0; t < 16; t++) {
         const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E;
@@ -210,7 +210,9 @@ A512_ALWAYS __m512 att_scores16(float *out, const __m512 *qv, const float *kg, i
 #undef LDE
     __m512 d = _mm512_mul_ps(v_hsum16(a), scale);
     __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1), vis = live;
-    if (!(plain && g0 + nk <= s->n_past)) {
+    /* the caller's nk stops at row i's last key (att_n_keys): causal rows
+     * without a window see every live key, cached or new */
+    if (!(plain && (g0 + nk <= s->n_past || !s->mask))) {
         vis = 0;
         for (int t = 0; t < nk; t++)
             if ((plain && g0 + t < s->n_past) || att_visible(s, i, g0 + t, lo)) vis |= (__mmask16)(1u << t);
@@ -235,7 +237,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
     int plain = s->window <= 0 || lo <= 0;
     __m512 qv[16];
     const __mmask16 tail = (__mmask16)(E % 16 ? (1u << (E % 16)) - 1 : 0xFFFF);
-#define LDE(p, e) ((e) == NE - 1 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
+#define LDE(p, e) ((e) == NE - 1 && E % 16 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
     for (int e = 0; e < NE; e++) qv[e] = LDE(qi, e);
     __m512 mxv = ninf;
     for (int p0 = 0; p0 < n_keys; p0 += B) {
@@ -307,7 +309,7 @@ A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv
     const int B = kv->block_size;
     const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)E)), ninf = _mm512_set1_ps(-INFINITY);
     const __mmask16 tail = (__mmask16)(E % 16 ? (1u << (E % 16)) - 1 : 0xFFFF);
-#define LDE(p, e) ((e) == NE - 1 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
+#define LDE(p, e) ((e) == NE - 1 && E % 16 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
     int nk_r[ATT_TR], lo_r[ATT_TR], plain_r[ATT_TR], nmax = 0;
     __m512 mxv[ATT_TR];
     float inv_r[ATT_TR];
@@ -400,7 +402,10 @@ static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view
         float *sc[ATT_TR] = {scores};
         for (int r = 1; r < ATT_TR; r++) sc[r] = sc_more[r - 1];
         for (; i + ATT_TR <= s->n_new; i += ATT_TR) {
-            if (NE == 4) att_tile512(out, q, kv, s, i, h, H, kvh, E, 4, sc);
+            /* E a constant where it fills its vectors: plain loads, no masks */
+            if (E == 64) att_tile512(out, q, kv, s, i, h, H, kvh, 64, 4, sc);
+            else if (E == 128) att_tile512(out, q, kv, s, i, h, H, kvh, 128, 8, sc);
+            else if (NE == 4) att_tile512(out, q, kv, s, i, h, H, kvh, E, 4, sc);
             else att_tile512(out, q, kv, s, i, h, H, kvh, E, 8, sc);
         }
     }
@@ -408,8 +413,14 @@ static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
         switch (NE) { /* constant NE for the common head dims (64, 128) */
-        case 4: att_row512(oi, qi, kv, s, i, kvh, E, 4, scores, i == 0); break;
-        case 8: att_row512(oi, qi, kv, s, i, kvh, E, 8, scores, i == 0); break;
+        case 4:
+            if (E == 64) att_row512(oi, qi, kv, s, i, kvh, 64, 4, scores, i == 0);
+            else att_row512(oi, qi, kv, s, i, kvh, E, 4, scores, i == 0);
+            break;
+        case 8:
+            if (E == 128) att_row512(oi, qi, kv, s, i, kvh, 128, 8, scores, i == 0);
+            else att_row512(oi, qi, kv, s, i, kvh, E, 8, scores, i == 0);
+            break;
         default: att_row512(oi, qi, kv, s, i, kvh, E, NE, scores, i == 0); break;
         }
     }

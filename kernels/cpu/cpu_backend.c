@@ -10,6 +10,7 @@
 #include "kernels/ggml_type.h"
 #include "kernels/cpu/threadpool.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,12 +373,37 @@ static void cpu_silu_mul(backend *be, float *g, const float *u, int M, int F) {
     PROF_END(P_SILU_MUL)
 }
 
+typedef struct {
+    const kv_layer_view *kv;
+    const float *k, *v;
+    const attn_seq *seqs;
+    int n_seqs, kv_dim, n_tasks;
+} kvw_job;
+
+/* Slice `task` of every sequence's new rows: rows land in disjoint cache
+ * positions, so any split writes the same cache. */
+static void kvw_task(void *arg, int task, int thread) {
+    const kvw_job *j = arg;
+    for (int s = 0; s < j->n_seqs; s++) {
+        const attn_seq *sq = &j->seqs[s];
+        int r0 = (int)((long)sq->n_new * task / j->n_tasks), r1 = (int)((long)sq->n_new * (task + 1) / j->n_tasks);
+        if (r1 > r0)
+            ops_kv_write(j->kv, sq->blocks, sq->n_past + r0, j->k + (size_t)(sq->row0 + r0) * j->kv_dim,
+                         j->v + (size_t)(sq->row0 + r0) * j->kv_dim, r1 - r0, j->kv_dim);
+    }
+}
+
 static void cpu_kv_write(backend *be, const kv_layer_view *kv, const float *k, const float *v, const attn_seq *seqs,
                          int n_seqs, int kv_dim) {
     PROF_BEGIN(be)
-    for (int s = 0; s < n_seqs; s++)
-        ops_kv_write(kv, seqs[s].blocks, seqs[s].n_past, k + (size_t)seqs[s].row0 * kv_dim,
-                     v + (size_t)seqs[s].row0 * kv_dim, seqs[s].n_new, kv_dim);
+    cpu_ctx *c = ctx_of(be);
+    size_t rows = 0;
+    for (int s = 0; s < n_seqs; s++) rows += (size_t)seqs[s].n_new;
+    /* a prefill's copies on every thread (rows_run's rule: small ones stay here) */
+    int n = c->n_threads > 1 && rows * (size_t)kv_dim >= ROWS_SPLIT_MIN ? c->n_threads : 1;
+    kvw_job j = {kv, k, v, seqs, n_seqs, kv_dim, n};
+    if (n > 1) tp_run(c->tp, n, kvw_task, &j);
+    else kvw_task(&j, 0, 0);
     PROF_END(P_KV_WRITE)
 }
 
@@ -460,26 +486,49 @@ static void cpu_copy(backend *be, void *dst, const void *src, size_t bytes) {
 static int cpu_begin(backend *be, uint64_t graph_key) { return 0; }
 static void cpu_end(backend *be) {}
 
+/* A lone causal sequence of many new rows (a prefill) also splits its rows
+ * into ATT_RUNS runs of about equal work (row i scores n_past + i + 1 keys),
+ * so the threads get enough tasks to balance: a 512-row prompt of a
+ * 6-KV-head model was 6 tasks of a third of the op each on 2 threads. A row's
+ * bits do not depend on its run (attention.c: a row alone and in a tile agree). */
+#define ATT_RUNS 4
+#define ATT_RUN_MIN_ROWS 64
 typedef struct {
     cpu_ctx *c;
     float *out;
     const float *q;
     const kv_layer_view *kv;
     const attn_seq *seqs;
-    int H, Hkv, E, per;
+    int H, Hkv, E, per, runs; /* runs: of every sequence's rows (1 or ATT_RUNS) */
 } attn_job;
 
-/* A task is `per` consecutive heads of one sequence. When there are enough
- * tasks, it is a whole GQA group: the heads sharing a KV head run back to back
- * on one thread, so that KV head's keys and values come from DRAM once and
- * from cache for the group's other heads. */
+/* The first row of run j of n of causal sequence s (s->n_new for j = n), on
+ * the 4-row tile: r * n_past + r (r + 1) / 2 = j / n of the sequence's work. */
+static int attn_run_row(const attn_seq *s, int j, int n) {
+    if (j <= 0) return 0;
+    if (j >= n) return s->n_new;
+    double b = 2.0 * s->n_past + 1, total = (double)s->n_new * s->n_past + 0.5 * s->n_new * (s->n_new + 1.0);
+    double r = (-b + sqrt(b * b + 8.0 * total * j / n)) / 2.0;
+    int ri = ((int)(r + 0.5) + 2) / 4 * 4;
+    return ri < 0 ? 0 : ri > s->n_new ? s->n_new : ri;
+}
+
+/* A task is `per` consecutive heads of one run of one sequence's rows. When
+ * there are enough tasks, it is a whole GQA group: the heads sharing a KV head
+ * run back to back on one thread, so that KV head's keys and values come from
+ * DRAM once and from cache for the group's other heads. */
 static void attn_task(void *arg, int task, int thread) {
     attn_job *j = arg;
     int groups = j->H / j->per;
-    int s = task / groups, h0 = task % groups * j->per;
+    int s = task / (groups * j->runs), run = task / groups % j->runs, h0 = task % groups * j->per;
+    attn_seq sub = j->seqs[s];
+    if (j->runs > 1) { /* rows [r0, r1): causal, so they sit n_past + r0 positions in */
+        int r0 = attn_run_row(&sub, run, j->runs), r1 = attn_run_row(&sub, run + 1, j->runs);
+        if (r1 <= r0) return;
+        sub.row0 += r0, sub.n_new = r1 - r0, sub.n_past += r0;
+    }
     for (int h = h0; h < h0 + j->per; h++)
-        ops_attention_head(j->c->simd, j->out, j->q, j->kv, &j->seqs[s], h, j->H, j->Hkv, j->E,
-                           j->c->scratch[thread]);
+        ops_attention_head(j->c->simd, j->out, j->q, j->kv, &sub, h, j->H, j->Hkv, j->E, j->c->scratch[thread]);
 }
 
 static void cpu_attention_run(backend *be, float *out, const float *q, const kv_layer_view *kv, const attn_seq *seqs,
@@ -490,8 +539,9 @@ static void cpu_attention_run(backend *be, float *out, const float *q, const kv_
         if (seqs[s].n_past + seqs[s].n_new > max_ctx) max_ctx = seqs[s].n_past + seqs[s].n_new;
     cpu_need(be, max_ctx);
     int per = n_seqs * Hkv >= 2 * c->n_threads ? H / Hkv : 1;
-    attn_job j = {c, out, q, kv, seqs, H, Hkv, E, per};
-    int n_tasks = n_seqs * (H / per);
+    int runs = n_seqs == 1 && !seqs[0].mask && seqs[0].n_new >= ATT_RUN_MIN_ROWS && c->n_threads > 1 ? ATT_RUNS : 1;
+    attn_job j = {c, out, q, kv, seqs, H, Hkv, E, per, runs};
+    int n_tasks = n_seqs * (H / per) * runs;
     if ((double)max_ctx * H * E * n_seqs < 16384.0) {
         for (int t = 0; t < n_tasks; t++) attn_task(&j, t, 0);
         return;

@@ -2,7 +2,9 @@
  * weight type and SIMD level, against this host's measured rooflines, so a
  * kernel change can be measured without a model. For every (type, level):
  *   M = 1 (decode): every matmul of a 12-layer, dim-768, ff-2048 model (the
- *          widened bench model's shapes; weights far larger than the caches)
+ *          widened bench model's shapes; weights far larger than the caches;
+ *          --layers N takes fewer, for a quick smoke run: then the weights
+ *          may sit in the caches and the figures are not the decode's)
  *          through the CPU backend with its threads, as weight bytes read per
  *          second and as a share of the measured memory read bandwidth;
  *   M = 8, 16, 64 (verification, prefill): the same matmuls as GFLOP/s
@@ -23,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BK_LAYERS 12
+#define BK_LAYERS 12 /* the most, and the default */
 #define BK_MAT (BK_LAYERS * 7)
 
 static const int bk_shapes[7][2] = {{768, 768}, {768, 768}, {768, 768}, {768, 768}, /* q k v o: N, K */
@@ -36,13 +38,15 @@ static void bk_fill(uint8_t *p, size_t n, uint32_t seed) {
 
 typedef struct {
     uint8_t *host[BK_MAT];
+    int n; /* matmuls: 7 per layer */
     size_t bytes; /* weight bytes of one pass */
     double flops1; /* 2 N K summed over the matmuls: flops of one pass per input row */
 } bk_model;
 
-static int bk_model_make(bk_model *m, int type) {
+static int bk_model_make(bk_model *m, int type, int layers) {
     memset(m, 0, sizeof(*m));
-    for (int i = 0; i < BK_MAT; i++) {
+    m->n = layers * 7;
+    for (int i = 0; i < m->n; i++) {
         const int *s = bk_shapes[i % 7];
         size_t n = mm_row_bytes(type, s[1]) * (size_t)s[0];
         if (!(m->host[i] = malloc(n))) return -1;
@@ -54,7 +58,7 @@ static int bk_model_make(bk_model *m, int type) {
 }
 
 static void bk_model_free(bk_model *m) {
-    for (int i = 0; i < BK_MAT; i++) free(m->host[i]);
+    for (int i = 0; i < m->n; i++) free(m->host[i]);
 }
 
 /* Best of reps: seconds for every matmul of the model at each of the nm row
@@ -69,7 +73,7 @@ static int bk_run(backend *be, const bk_model *md, int type, const int *Ms, int 
         return -1;
     }
     for (int i = 0; i < 2048 * Mmax; i++) x[i] = 0.01f * (float)(i % 13) - 0.06f;
-    for (int i = 0; i < BK_MAT; i++) {
+    for (int i = 0; i < md->n; i++) {
         wt[i] = type;
         w[i] = be->i->weight(be, md->host[i], &wt[i], bk_shapes[i % 7][0], bk_shapes[i % 7][1]);
     }
@@ -78,26 +82,26 @@ static int bk_run(backend *be, const bk_model *md, int type, const int *Ms, int 
         best[mi] = -1;
         for (int r = 0; r < reps; r++) {
             double t0 = now_ms();
-            for (int i = 0; i < BK_MAT; i++)
+            for (int i = 0; i < md->n; i++)
                 be->i->matmul(be, y, x, w[i], wt[i], Ms[mi], bk_shapes[i % 7][1], bk_shapes[i % 7][0]);
             double dt = (now_ms() - t0) / 1e3;
             if (best[mi] < 0 || dt < best[mi]) best[mi] = dt;
         }
     }
-    for (int i = 0; i < BK_MAT; i++) be->i->weight_release(be, md->host[i], w[i]);
+    for (int i = 0; i < md->n; i++) be->i->weight_release(be, md->host[i], w[i]);
     free(x), free(y);
     return 0;
 }
 
 static void bk_usage_to(FILE *f) {
     fprintf(f, "usage: specd bench --kernels [-t THREADS (2)] [-r REPS (5)] [--type T[,T...]] "
-                    "[--simd L[,L...]] [--rows M[,M...] (1,8,16,64)]\n"
+                    "[--simd L[,L...]] [--rows M[,M...] (1,8,16,64)] [--layers N (12)]\n"
                     "  types: f32 f16 bf16 q8_0 q4_0 q4_K q5_K q6_K (default all); levels: those this CPU runs\n");
 }
 
 
 int bench_kernels(int argc, char **argv) {
-    int threads = 2, reps = 5;
+    int threads = 2, reps = 5, layers = BK_LAYERS;
     int types[8] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                     GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K};
     int nt = 8, Ms[8] = {1, 8, 16, 64}, nm = 4;
@@ -109,6 +113,8 @@ int bench_kernels(int argc, char **argv) {
             threads = (int)arg_long(argc, argv, &i, 1, 1024);
         } else if (!strcmp(argv[i], "-r") || !strcmp(argv[i], "--reps")) {
             reps = (int)arg_long(argc, argv, &i, 1, 1000);
+        } else if (!strcmp(argv[i], "--layers")) {
+            layers = (int)arg_long(argc, argv, &i, 1, BK_LAYERS);
         } else if ((!strcmp(argv[i], "--type") || !strcmp(argv[i], "--simd") || !strcmp(argv[i], "--rows")) &&
                    i + 1 < argc) {
             const char *opt = argv[i];
@@ -159,8 +165,8 @@ int bench_kernels(int argc, char **argv) {
     double bw = probe ? membw_measure(probe, 8, 1) : 0;
     membw_destroy(probe);
     double peak[SIMD_LEVELS_MAX];
-    printf("CPU matmul kernels, %d threads: 12 layers of dim 768 / ff 2048 weights (q k v o gate up down), best of %d\n",
-           threads, reps);
+    printf("CPU matmul kernels, %d threads: %d layers of dim 768 / ff 2048 weights (q k v o gate up down), best of %d\n",
+           threads, layers, reps);
     printf("measured memory read bandwidth %.1f GB/s; FMA peak (GFLOP/s):", bw);
     for (int l = 0; l < nl; l++) {
         peak[l] = fmapeak_measure(lv[l], threads, 5);
@@ -176,7 +182,7 @@ int bench_kernels(int argc, char **argv) {
     printf("\n");
     for (int t = 0; t < nt; t++) {
         bk_model md;
-        if (bk_model_make(&md, types[t]) != 0) {
+        if (bk_model_make(&md, types[t], layers) != 0) {
             bk_model_free(&md);
             fprintf(stderr, "specd bench --kernels: out of memory\n");
             return 1;

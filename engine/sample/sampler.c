@@ -204,21 +204,42 @@ static rank_cut radix_cut(sampler *s, const int32_t *ids, int n, const float *ma
     for (int lv = 0; lv < RADIX_LEVELS; lv++) {
         const int sh = radix_shift[lv];
         const uint32_t mk = radix_mask[lv];
-        const int nb = (int)mk + 1;
+        /* only the digits present: [lo, hi]. The buckets outside are empty, and
+         * skipping them adds nothing to above (the same sums, bit for bit); with
+         * a small vocabulary (or a bucket of a few tokens) clearing and walking
+         * all 2048 cost more than the tokens themselves */
+        uint32_t lo = mk, hi = 0;
+        for (int j = 0; j < ncur; j++) {
+            uint32_t dg = (key[cur ? cur[j] : j] >> sh) & mk;
+            lo = dg < lo ? dg : lo;
+            hi = dg > hi ? dg : hi;
+        }
+        if (ncur == 0) return KEEP_ALL;
+        const size_t span = hi - lo + 1;
         if (mass) {
-            memset(h, 0, (size_t)nb * sizeof h[0]);
+            memset(h + lo, 0, span * sizeof h[0]);
             if (cur) for (int j = 0; j < ncur; j++) h[(key[cur[j]] >> sh) & mk] += mass[cur[j]];
             else     for (int j = 0; j < ncur; j++) h[(key[j] >> sh) & mk] += mass[j];
         } else {
-            memset(cnt, 0, (size_t)nb * sizeof cnt[0]);
+            memset(cnt + lo, 0, span * sizeof cnt[0]);
             if (cur) for (int j = 0; j < ncur; j++) cnt[(key[cur[j]] >> sh) & mk]++;
             else     for (int j = 0; j < ncur; j++) cnt[(key[j] >> sh) & mk]++;
-            for (int d = 0; d < nb; d++) h[d] = cnt[d];
+            for (uint32_t d = lo; d <= hi; d++) h[d] = cnt[d];
         }
-        int d = nb - 1;
-        for (; d >= 0; d--) {
-            if (above + h[d] >= target) break;
-            above += h[d];
+        /* the walk down visits the occupied buckets only (an empty one adds 0) */
+        uint64_t occ[RADIX_BUCKETS / 64];
+        memset(occ + lo / 64, 0, (hi / 64 - lo / 64 + 1) * sizeof occ[0]);
+        for (int j = 0; j < ncur; j++) {
+            uint32_t dg = (key[cur ? cur[j] : j] >> sh) & mk;
+            occ[dg / 64] |= 1ull << (dg % 64);
+        }
+        int d = -1;
+        for (int wi = (int)(hi / 64); wi >= (int)(lo / 64) && d < 0; wi--) {
+            for (uint64_t bits = occ[wi]; bits; bits &= ~(1ull << (63 - __builtin_clzll(bits)))) {
+                int b = wi * 64 + 63 - __builtin_clzll(bits);
+                if (above + h[b] >= target) { d = b; break; }
+                above += h[b];
+            }
         }
         if (d < 0) return KEEP_ALL;
         int m = 0; /* gather the boundary bucket, keeping id order (in place once cur == tmp) */

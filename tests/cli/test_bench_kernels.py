@@ -1,6 +1,6 @@
 """test_bench_kernels.py — `specd bench --kernels` runs every CPU matmul kernel
 through the backend and prints one row per weight type and row count with
-positive, finite figures (a smoke test of the tool kernel work is measured
+positive, finite figures (one layer of weights: a smoke run, 5 s instead of 30) (a smoke test of the tool kernel work is measured
 with; speed itself is never asserted). Bad arguments get the usage and exit 2.
 
 Env: SPECD (binary). Exit 77 = skipped.
@@ -18,7 +18,7 @@ def main():
     if not SPECD:
         print("SKIP: SPECD not set")
         return 77
-    p = subprocess.run([SPECD, "bench", "--kernels", "-r", "1", "-t", "2", "--rows", "1,8,16,64"], capture_output=True, text=True,
+    p = subprocess.run([SPECD, "bench", "--kernels", "-r", "1", "-t", "2", "--layers", "1", "--rows", "1,8,16,64"], capture_output=True, text=True,
                        timeout=300)
     if p.returncode != 0:
         raise SystemExit(f"FAIL: exit {p.returncode}\n{p.stderr}")
@@ -40,6 +40,9 @@ def main():
     p = subprocess.run([SPECD, "bench", "--kernels", "--bogus"], capture_output=True, text=True, timeout=60)
     if p.returncode != 2 or "unknown option '--bogus'" not in p.stderr:
         raise SystemExit(f"FAIL: bad argument: exit {p.returncode}, stderr {p.stderr!r}")
+    p = subprocess.run([SPECD, "bench", "--kernels", "--layers", "13"], capture_output=True, text=True, timeout=60)
+    if p.returncode != 2 or "--layers" not in p.stderr:
+        raise SystemExit(f"FAIL: --layers 13: exit {p.returncode}, stderr {p.stderr!r}")
     p = subprocess.run([SPECD, "bench", "--kernels", "--help"], capture_output=True, text=True, timeout=60)
     if p.returncode != 0 or "usage: specd bench --kernels" not in p.stdout:
         raise SystemExit(f"FAIL: --help: exit {p.returncode}")

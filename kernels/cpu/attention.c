@@ -412,7 +412,9 @@ static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view
     for (; i < s->n_new; i++) {
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
-        switch (NE) { /* constant NE for the common head dims (64, 128) */
+        switch (NE) { /* constant NE for the common head dims (64, 128) and the small ones */
+        case 1: att_row512(oi, qi, kv, s, i, kvh, E, 1, scores, i == 0); break;
+        case 2: att_row512(oi, qi, kv, s, i, kvh, E, 2, scores, i == 0); break;
         case 4:
             if (E == 64) att_row512(oi, qi, kv, s, i, kvh, 64, 4, scores, i == 0);
             else att_row512(oi, qi, kv, s, i, kvh, E, 4, scores, i == 0);

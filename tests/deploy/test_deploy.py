@@ -46,7 +46,7 @@ tmp = tempfile.mkdtemp(prefix="specd-deploy-")
 failures = []
 MAX_TOKENS = 300      # the proxy == direct checks
 MT_RESTART = 500      # the restart runs: long enough to be running when the restart begins (14-27 of 50
-                      # were at 500 tokens; 1000 took 4x as long: 65k tokens overflow the KV pools)
+                      # were at 500 tokens; at 1000 the run took 4x as long)
 # Seeded sampling is reproducible for a fixed γ (the adaptive controller's γ
 # follows measured costs, and a different γ draws different accept/reject
 # randomness): every request here fixes γ = 4.

@@ -5,7 +5,9 @@
 # reported complete when it is not.
 #
 #  1. While the largest accepted grammar (a 32,000-rule chain, ~870 KB) and a
-#     20,000-value enum compile, /healthz answers within 200 ms every time and a
+#     20,000-value enum compile, /healthz answers within 500 ms every time (a
+#     compile on the loop would hold it for seconds: the chain takes 2.4 s; a
+#     loaded 2-core host under ASan measured 201 ms at worst) and a
 #     plain request on another connection finishes in well under the compile.
 #  2. A 50,000-value enum and a grammar over grammar.max_rules / compile_ms are
 #     refused with 400 invalid_grammar naming the key; the server keeps serving.
@@ -100,7 +102,7 @@ def responsiveness(srv):
     th.join()
     worst = max(x[0] for x in lat)
     check(all(x[1] == 200 for x in lat), "healthz statuses %r" % sorted(set(x[1] for x in lat)))
-    check(len(lat) >= 3 and worst < 0.2, "/healthz worst latency %.3f s over %d polls during the compiles" % (worst, len(lat)))
+    check(len(lat) >= 3 and worst < 0.5, "/healthz worst latency %.3f s over %d polls during the compiles" % (worst, len(lat)))
     for k in ("chain", "enum", "plain"):
         check(results[k][0] == 200, "%s answered %d %r" % (k, results[k][0], results[k][1][:300]))
     enum_text = json.loads(results["enum"][1])["choices"][0]["text"]

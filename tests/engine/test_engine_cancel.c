@@ -108,17 +108,24 @@ int main(void) {
                 engine_finish_name(b.fin.reason), b.n_tok);
     check_kv(e, "after a cancel while reading");
 
-    /* 3. at admission: three unread requests hold every running slot, a fourth
-     * waits in the queue and is cancelled there: one event, no `started` */
+    /* 3. at admission: three unread requests are admitted with reservations
+     * of 412 tokens each, a fourth of the same size does not fit what the
+     * pools have left (their default size is room for max_running full
+     * contexts) and waits in the queue, and is cancelled there: one event, no
+     * `started`. (Before, the fourth asked for 50 tokens and waited only while
+     * the holders still ran; they pause once their 8-event rings fill, which
+     * frees their running slots, so on a loaded host it was sometimes
+     * admitted first: with 300 ms between the holders and the fourth it
+     * always was, and with the 412-token reservations it never is.) */
     eu_out hold[3], q;
     for (int i = 0; i < 3; i++) {
-        r = greedy_request(&p, 200);
+        r = greedy_request(&p, 400);
         eu_out_init(&hold[i], eu_submit(e, &r, &w));
     }
     int three = 3, one = 1;
     CHECK(eu_wait_stats(e, pred_running, &three, 30000, &st));
     engine_stats st_hold = st;
-    r = greedy_request(&p, 50);
+    r = greedy_request(&p, 400);
     eu_out_init(&q, eu_submit(e, &r, &w));
     CHECK(eu_wait_stats(e, pred_waiting, &one, 30000, &st));
     CHECK(engine_cancel(e, q.id) == 0);

@@ -16,7 +16,8 @@
  * tile or the thread split. The x86 tiles keep the four rows' lo and hi
  * sums in one 8-lane vector (a horizontal-add tree of the four rows' dot
  * products), so the float work per block is one convert, multiply and FMA per
- * input row instead of one per input row and weight row. */
+ * input row instead of one per input row and weight row; Q4_0 transposes 8 or
+ * 16 rows' blocks instead (q40_rows in matmul_q8_tile.h), the same steps. */
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant.h"
 
@@ -36,6 +37,21 @@
  * model's matmuls: M=5 3.35 vs 3.54 ms median, M=1 2.72 vs 2.78; 16-32 KB
  * were 10-20% slower */
 #define R8_PREFETCH 4096
+#endif
+#ifndef Q40_PF
+/* Q4_0 (q40_rows): groups of rows ahead to prefetch. Single thread, 8-row
+ * groups at M = 1, alternated: K = 768: no prefetch 4.3-5.5 GB/s, 1 group
+ * 12-19, 2 groups 13-26 (best median), 3 and 4 lower; copying each group into
+ * L1 first was slower (10-15). K = 2048, 4096, 8192, 14336: 2 groups ahead
+ * 22-31 GB/s against 10-21 for each row prefetched 512-2048 bytes ahead, even
+ * where 2 groups overflow L1 (the lines stay in L2) */
+#define Q40_PF 2
+#endif
+#ifndef Q6X_M1_YMM
+/* Q6_K x8 on AVX-512 at M = 1: the 256-bit tile (two groups, one after the
+ * other) rather than qt_q6x_tile2; alternated on the 2-thread kernel bench,
+ * 14.9-27.8 GB/s against 11.5-15.2 for the 512-bit tile */
+#define Q6X_M1_YMM 1
 #endif
 
 int mm_q8_path(int wtype) {
@@ -1040,8 +1056,16 @@ void mmq_rows_q6x(simd_level lvl, float *y, int ldy, const uint8_t *xq, const ui
 void mmq_rows(simd_level lvl, float *y, int ldy, const uint8_t *xq, const uint8_t *w, int wtype, int M, int K,
               int n0, int n1) {
 #if defined(__x86_64__)
-    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) { mmq_rows_vnni(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
-    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { mmq_rows_avx2(y, ldy, xq, w, wtype, M, K, n0, n1); return; }
+    if (lvl == SIMD_AVX512 && __builtin_cpu_supports("avx512vnni")) {
+        if (wtype == GGML_TYPE_Q4_0) q40_rows_vnni(y, ldy, xq, w, M, K, n0, n1);
+        else mmq_rows_vnni(y, ldy, xq, w, wtype, M, K, n0, n1);
+        return;
+    }
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) {
+        if (wtype == GGML_TYPE_Q4_0) q40_rows_avx2(y, ldy, xq, w, M, K, n0, n1);
+        else mmq_rows_avx2(y, ldy, xq, w, wtype, M, K, n0, n1);
+        return;
+    }
 #endif
 #if defined(__aarch64__)
     if (lvl == SIMD_NEON && (wtype == GGML_TYPE_Q4_K || wtype == GGML_TYPE_Q5_K || wtype == GGML_TYPE_Q6_K)) {

@@ -722,7 +722,7 @@ static inline QT_TARGET void QT_(qt_q6x_tile2)(int mr, float *y, int ldy, const 
 static inline QT_TARGET void QT_(qt_q6x_tile)(int mr, int ng, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
                                               const uint8_t *g, int nvl, int stride) {
 #if QT_VNNI
-    if (ng == 2) {
+    if (ng == 2 && (mr > 1 || !Q6X_M1_YMM)) { /* M = 1: the 256-bit form below reads faster (Q6X_M1_YMM) */
         QT_(qt_q6x_tile2)(mr, y, ldy, xq, xs, K, g, nvl, stride);
         return;
     }
@@ -790,6 +790,210 @@ static QT_NOINLINE_TARGET void QT_(q6x_rows)(float *y, int ldy, const uint8_t *x
                                              int n0, int n1) {
     Q6X_ROWS_BODY(QT_(qt_q6x_tile))
 }
+
+/* ---- Q4_0, the file layout ----
+ * qt_tile spends most of its time per block on each row alone (unpacking 16
+ * bytes, a dot product with 8 partial lanes, a horizontal-add tree, the
+ * scales assembled from scalars): M = 1 ran at a third of the memory
+ * bandwidth. Here 8 (256-bit) or 16 (512-bit) consecutive rows go together
+ * and their blocks are transposed in registers (4 dwords of each row's 16
+ * bytes of nibbles, a 4x4 dword transpose in each 128-bit lane), so lane r
+ * holds row r: each dot product advances every row by 4 weights against 4
+ * broadcast activation bytes, the sum comes out whole per row (no horizontal
+ * adds), and the unpacking is shared by all the input rows. The integer sum
+ * is the block's exact sum of (q + 8) qx less 8 sum(qx), as qt_tile's, and the
+ * float steps are qt_tile's per row: acc = fma(float(s), d dx, acc), plus its
+ * zero upper half (fma(0, d dx, hi)) added at the end, so the results are
+ * bit-identical to it. AVX2 sums the 8 vpmaddubsw products in int16 before
+ * one vpmaddwd (|.| <= 8 * 2 * 15 * 127 = 30480: exact).
+ * Memory: the rows of a group are read 18 bytes at a time each, 8 or 16
+ * streams the hardware prefetchers do not follow (M = 1 fell to a third of
+ * the bandwidth without help), so the kernel prefetches the group Q40_PF
+ * groups ahead, which is one linear region (see Q40_PF). */
+static inline QT_TARGET __m256i QT_(q40_ld2)(const uint8_t *p, size_t rb) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
+                                   _mm_loadu_si128((const __m128i *)(p + 4 * rb)), 1);
+}
+
+/* the fp16 scales of 4 rows (row r at p + r rb) in one 64-bit word: scalar
+ * loads and shifts, which leave the vector units to the dot products (a
+ * vpgatherdd per block cost more than all the rest of the block) */
+static inline QT_TARGET uint64_t QT_(q40_h4)(const uint8_t *p, size_t rb) {
+    uint16_t h[4];
+    for (int r = 0; r < 4; r++) memcpy(&h[r], p + r * rb, 2);
+    return (uint64_t)h[0] | (uint64_t)h[1] << 16 | (uint64_t)h[2] << 32 | (uint64_t)h[3] << 48;
+}
+/* the 8 rows' scales of the block at p as half floats */
+static inline QT_TARGET __m128i QT_(q40_h8)(const uint8_t *p, size_t rb) {
+    return _mm_unpacklo_epi64(_mm_cvtsi64_si128((long long)QT_(q40_h4)(p, rb)),
+                              _mm_cvtsi64_si128((long long)QT_(q40_h4)(p + 4 * rb, rb)));
+}
+
+/* 4 activation bytes in every 32-bit lane, broadcast from memory (a load:
+ * through a general register it is two vector instructions) */
+static inline QT_TARGET __m256i QT_(q40_bc8)(const uint8_t *p) { return _mm256_broadcastd_epi32(_mm_loadu_si32(p)); }
+#if QT_VNNI
+static inline QT_TARGET __m512i QT_(q40_bc16)(const uint8_t *p) { return _mm512_broadcastd_epi32(_mm_loadu_si32(p)); }
+#endif
+
+/* one block of 8 rows (the block's first byte of row r at p + r rs) for mr
+ * input rows; xb: the block's index in x */
+static inline QT_TARGET void QT_(q40_step8)(int mr, __m256 *acc, __m256 *hi, const uint8_t *p, size_t rs,
+                                            const uint8_t *xq, size_t xs, int K, int xb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 d = _mm256_cvtph_ps(QT_(q40_h8)(p, rs));
+    __m256i z0 = QT_(q40_ld2)(p + 2, rs), z1 = QT_(q40_ld2)(p + 2 + rs, rs);
+    __m256i z2 = QT_(q40_ld2)(p + 2 + 2 * rs, rs), z3 = QT_(q40_ld2)(p + 2 + 3 * rs, rs);
+    __m256i t0 = _mm256_unpacklo_epi32(z0, z1), t1 = _mm256_unpackhi_epi32(z0, z1);
+    __m256i t2 = _mm256_unpacklo_epi32(z2, z3), t3 = _mm256_unpackhi_epi32(z2, z3);
+    __m256i T[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                    _mm256_unpackhi_epi64(t1, t3)};
+    __m256i L[4], H[4]; /* weights 4j..4j+3 and 16+4j.. of every row, + 8 */
+    for (int j = 0; j < 4; j++) L[j] = _mm256_and_si256(T[j], m4), H[j] = _mm256_and_si256(_mm256_srli_epi16(T[j], 4), m4);
+    for (int m = 0; m < mr; m++) {
+        const uint8_t *xr = xq + m * xs;
+        const uint8_t *xb4 = xr + 32 * xb;
+        __m256i init = _mm256_set1_epi32(qx_corr(xr, K)[xb] / 16); /* -8 sum(qx) */
+#if QT_VNNI
+        __m256i s0 = _mm256_dpbusd_epi32(init, L[0], QT_(q40_bc8)(xb4 + 0));
+        __m256i s1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), L[1], QT_(q40_bc8)(xb4 + 4));
+        s0 = _mm256_dpbusd_epi32(s0, L[2], QT_(q40_bc8)(xb4 + 8));
+        s1 = _mm256_dpbusd_epi32(s1, L[3], QT_(q40_bc8)(xb4 + 12));
+        s0 = _mm256_dpbusd_epi32(s0, H[0], QT_(q40_bc8)(xb4 + 16));
+        s1 = _mm256_dpbusd_epi32(s1, H[1], QT_(q40_bc8)(xb4 + 20));
+        s0 = _mm256_dpbusd_epi32(s0, H[2], QT_(q40_bc8)(xb4 + 24));
+        s1 = _mm256_dpbusd_epi32(s1, H[3], QT_(q40_bc8)(xb4 + 28));
+        __m256i s = _mm256_add_epi32(s0, s1);
+#else
+        __m256i p0 = _mm256_add_epi16(_mm256_maddubs_epi16(L[0], QT_(q40_bc8)(xb4 + 0)),
+                                      _mm256_maddubs_epi16(L[1], QT_(q40_bc8)(xb4 + 4)));
+        __m256i p1 = _mm256_add_epi16(_mm256_maddubs_epi16(L[2], QT_(q40_bc8)(xb4 + 8)),
+                                      _mm256_maddubs_epi16(L[3], QT_(q40_bc8)(xb4 + 12)));
+        __m256i p2 = _mm256_add_epi16(_mm256_maddubs_epi16(H[0], QT_(q40_bc8)(xb4 + 16)),
+                                      _mm256_maddubs_epi16(H[1], QT_(q40_bc8)(xb4 + 20)));
+        __m256i p3 = _mm256_add_epi16(_mm256_maddubs_epi16(H[2], QT_(q40_bc8)(xb4 + 24)),
+                                      _mm256_maddubs_epi16(H[3], QT_(q40_bc8)(xb4 + 28)));
+        __m256i s = _mm256_add_epi32(init, _mm256_madd_epi16(_mm256_add_epi16(_mm256_add_epi16(p0, p1),
+                                                                              _mm256_add_epi16(p2, p3)),
+                                                             _mm256_set1_epi16(1)));
+#endif
+        __m256 t = _mm256_mul_ps(d, _mm256_broadcast_ss(qx_scale(xr, K) + xb));
+        acc[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), t, acc[m]);
+        hi[m] = _mm256_fmadd_ps(_mm256_setzero_ps(), t, hi[m]);
+    }
+}
+
+/* mr input rows x 8 consecutive weight rows (row r at w + r rb) */
+static inline QT_TARGET void QT_(q40_tile8)(int mr, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
+                                            const uint8_t *w, size_t rb) {
+    __m256 acc[MQ_MR], hi[MQ_MR];
+    for (int m = 0; m < mr; m++) acc[m] = hi[m] = _mm256_setzero_ps();
+    for (int b = 0; b < K / 32; b++) {
+        if (Q40_PF)
+#pragma GCC unroll 8
+            for (int l = 0; l < 8 * 18; l += 64) _mm_prefetch((const char *)w + Q40_PF * 8 * rb + 8 * 18 * b + l, _MM_HINT_T0);
+        QT_(q40_step8)(mr, acc, hi, w + 18 * (size_t)b, rb, xq, xs, K, b);
+    }
+    for (int m = 0; m < mr; m++) _mm256_storeu_ps(y + (size_t)m * ldy, _mm256_add_ps(acc[m], hi[m]));
+}
+
+#if QT_VNNI
+static inline QT_TARGET __m512i QT_(q40_ld4)(const uint8_t *p, size_t rb) {
+    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 4 * rb)), 1);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 8 * rb)), 2);
+    return _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)(p + 12 * rb)), 3);
+}
+
+static inline QT_TARGET void QT_(q40_step16)(int mr, __m512 *acc, __m512 *hi, const uint8_t *p, size_t rs,
+                                             const uint8_t *xq, size_t xs, int K, int xb) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 d = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(QT_(q40_h8)(p, rs)), QT_(q40_h8)(p + 8 * rs, rs), 1));
+    __m512i z0 = QT_(q40_ld4)(p + 2, rs), z1 = QT_(q40_ld4)(p + 2 + rs, rs);
+    __m512i z2 = QT_(q40_ld4)(p + 2 + 2 * rs, rs), z3 = QT_(q40_ld4)(p + 2 + 3 * rs, rs);
+    __m512i t0 = _mm512_unpacklo_epi32(z0, z1), t1 = _mm512_unpackhi_epi32(z0, z1);
+    __m512i t2 = _mm512_unpacklo_epi32(z2, z3), t3 = _mm512_unpackhi_epi32(z2, z3);
+    __m512i T[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
+                    _mm512_unpackhi_epi64(t1, t3)};
+    __m512i L[4], H[4];
+    for (int j = 0; j < 4; j++) L[j] = _mm512_and_si512(T[j], m4), H[j] = _mm512_and_si512(_mm512_srli_epi16(T[j], 4), m4);
+    for (int m = 0; m < mr; m++) {
+        const uint8_t *xr = xq + m * xs;
+        const uint8_t *xb4 = xr + 32 * xb;
+        __m512i s0 = _mm512_dpbusd_epi32(_mm512_set1_epi32(qx_corr(xr, K)[xb] / 16), L[0], QT_(q40_bc16)(xb4 + 0));
+        __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), L[1], QT_(q40_bc16)(xb4 + 4));
+        s0 = _mm512_dpbusd_epi32(s0, L[2], QT_(q40_bc16)(xb4 + 8));
+        s1 = _mm512_dpbusd_epi32(s1, L[3], QT_(q40_bc16)(xb4 + 12));
+        s0 = _mm512_dpbusd_epi32(s0, H[0], QT_(q40_bc16)(xb4 + 16));
+        s1 = _mm512_dpbusd_epi32(s1, H[1], QT_(q40_bc16)(xb4 + 20));
+        s0 = _mm512_dpbusd_epi32(s0, H[2], QT_(q40_bc16)(xb4 + 24));
+        s1 = _mm512_dpbusd_epi32(s1, H[3], QT_(q40_bc16)(xb4 + 28));
+        __m512 t = _mm512_mul_ps(d, _mm512_set1_ps(qx_scale(xr, K)[xb]));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), t, acc[m]);
+        hi[m] = _mm512_fmadd_ps(_mm512_setzero_ps(), t, hi[m]);
+    }
+}
+
+/* mr input rows x 16 consecutive weight rows: q40_tile8 in 512-bit registers
+ * (at M = 1 the 8-row form reads faster: 16 streams and a prefetch twice as far
+ * ahead fill L1) */
+static inline QT_TARGET void QT_(q40_tile16)(int mr, float *y, int ldy, const uint8_t *xq, size_t xs, int K,
+                                             const uint8_t *w, size_t rb) {
+    __m512 acc[MQ_MR], hi[MQ_MR];
+    for (int m = 0; m < mr; m++) acc[m] = hi[m] = _mm512_setzero_ps();
+    for (int b = 0; b < K / 32; b++) {
+        if (Q40_PF)
+#pragma GCC unroll 8
+            for (int l = 0; l < 16 * 18; l += 64) _mm_prefetch((const char *)w + Q40_PF * 16 * rb + 16 * 18 * b + l, _MM_HINT_T0);
+        QT_(q40_step16)(mr, acc, hi, w + 18 * (size_t)b, rb, xq, xs, K, b);
+    }
+    for (int m = 0; m < mr; m++) _mm512_storeu_ps(y + (size_t)m * ldy, _mm512_add_ps(acc[m], hi[m]));
+}
+#endif
+
+/* TILE(mr, y, ldy, xq, xs, K, w, rb) with mr (1..5) a constant */
+#define Q40_TILE_M(TILE, mr, ...)                                                                  \
+    switch (mr) {                                                                                  \
+    case 1: TILE(1, __VA_ARGS__); break;                                                           \
+    case 2: TILE(2, __VA_ARGS__); break;                                                           \
+    case 3: TILE(3, __VA_ARGS__); break;                                                           \
+    case 4: TILE(4, __VA_ARGS__); break;                                                           \
+    default: TILE(5, __VA_ARGS__); break;                                                          \
+    }
+
+/* Rows [n0, n1) of a Q4_0 matrix: 16 (VNNI, M > 1) and 8 consecutive rows at
+ * a time, each group for every tile of up to MQ_MR input rows while it is in
+ * L1, then the last rows through qt_tile (the same float steps per row). */
+static QT_NOINLINE_TARGET void QT_(q40_rows)(float *y, int ldy, const uint8_t *xq, const uint8_t *w, int M, int K,
+                                             int n0, int n1) {
+    const int wtype = GGML_TYPE_Q4_0;
+    size_t rb = mm_row_bytes(wtype, K), xs = mm_qx_row_bytes(K);
+    int n = n0;
+    /* the first groups, which no group before them prefetched (a thread's
+     * task starts cold) */
+    size_t pre = (size_t)(n1 - n0 < Q40_PF * 8 ? n1 - n0 : Q40_PF * 8) * rb;
+    for (size_t o = 0; o < pre; o += 64) _mm_prefetch((const char *)w + (size_t)n0 * rb + o, _MM_HINT_T0);
+#if QT_VNNI
+    for (; n + 16 <= n1 && M > 1; n += 16)
+        for (int m = 0; m < M; m += MQ_MR)
+            Q40_TILE_M(QT_(q40_tile16), M - m < MQ_MR ? M - m : MQ_MR, y + (size_t)m * ldy + n, ldy,
+                       xq + (size_t)m * xs, xs, K, w + (size_t)n * rb, rb)
+#endif
+    for (; n + 8 <= n1; n += 8)
+        for (int m = 0; m < M; m += MQ_MR)
+            Q40_TILE_M(QT_(q40_tile8), M - m < MQ_MR ? M - m : MQ_MR, y + (size_t)m * ldy + n, ldy,
+                       xq + (size_t)m * xs, xs, K, w + (size_t)n * rb, rb)
+    for (; n < n1;) {
+        int nr = n1 - n >= 4 ? 4 : 1;
+        for (int m = 0; m < M; m += MQ_MR) {
+            int mr = M - m < MQ_MR ? M - m : MQ_MR;
+            MM_TILE_DISPATCH(QT_(qt_tile), y + (size_t)m * ldy + n, ldy, 1, xq + (size_t)m * xs, xs, K,
+                             w + (size_t)n * rb, rb)
+        }
+        n += nr;
+    }
+}
+#undef Q40_TILE_M
 
 MQ_DISPATCH(QT_(qt_tile_mn), QT_(qt_tile), QT_TARGET)
 MQ_TYPED(QT_(qt_tile_any), QT_(qt_tile_mn), QT_TARGET)

@@ -50,6 +50,9 @@ typedef struct {
  * slower with it.) */
 #define TP_WINDOW_MS 20.0    /* how long a measurement lasts */
 #define TP_WAIT_FRAC 0.25    /* join wait / wall in a window that counts as contention */
+#define TP_HOT_WINDOWS 2     /* contended windows in a row before going solo (1 right after solo):
+                              * on a quiet host one window in a few dozen passes 0.25 (a 256-token
+                              * Q8_0 decode: 1 of 23), and 200 ms solo cost such a run several % */
 #define TP_SOLO_MIN_MS 200.0 /* solo this long after the first contended window */
 #define TP_SOLO_MAX_MS 3200.0 /* ... doubling while contention lasts, up to this */
 
@@ -75,7 +78,7 @@ struct threadpool {
     tp_fn fn;
     void *ctx;
     /* contention guard: caller-only state */
-    int adapt, solo;
+    int adapt, solo, hot; /* hot: contended windows in a row */
     double win_t0, solo_until, backoff_ms; /* clock_now_ms() */
     double win_wait;                       /* ms waited at joins since win_t0 */
     unsigned calls;
@@ -89,6 +92,7 @@ static void tp_adapt(threadpool *tp) {
     if (tp->solo) {
         if (now < tp->solo_until) return;
         tp->solo = 0; /* try the pool again for one window */
+        tp->hot = TP_HOT_WINDOWS - 1; /* one contended window goes back */
         tp->win_t0 = now, tp->win_wait = 0;
         return;
     }
@@ -96,11 +100,13 @@ static void tp_adapt(threadpool *tp) {
     if (dt < TP_WINDOW_MS) return;
     double frac = tp->win_wait / dt;
     tp->win_t0 = now, tp->win_wait = 0;
-    if (frac > TP_WAIT_FRAC) {
+    if (frac > TP_WAIT_FRAC && ++tp->hot >= TP_HOT_WINDOWS) {
+        tp->hot = 0;
         tp->solo = 1;
         tp->solo_until = now + tp->backoff_ms;
         tp->backoff_ms = tp->backoff_ms * 2 < TP_SOLO_MAX_MS ? tp->backoff_ms * 2 : TP_SOLO_MAX_MS;
-    } else {
+    } else if (frac <= TP_WAIT_FRAC) {
+        tp->hot = 0;
         tp->backoff_ms = TP_SOLO_MIN_MS;
     }
 }
@@ -211,7 +217,7 @@ int tp_threads(const threadpool *tp) { return tp->n_threads; }
 int tp_set_adaptive(threadpool *tp, int on) {
     const char *env = getenv("SPECD_TP_ADAPT");
     if (env && !strcmp(env, "0")) on = 0;
-    tp->solo = 0;
+    tp->solo = 0, tp->hot = 0;
     tp->adapt = on && tp->n_threads > 1;
     tp->win_t0 = clock_now_ms(), tp->win_wait = 0;
     tp->backoff_ms = TP_SOLO_MIN_MS;

@@ -208,11 +208,13 @@ static rank_cut radix_cut(sampler *s, const int32_t *ids, int n, const float *ma
          * skipping them adds nothing to above (the same sums, bit for bit); with
          * a small vocabulary (or a bucket of a few tokens) clearing and walking
          * all 2048 cost more than the tokens themselves */
+        uint64_t occ[RADIX_BUCKETS / 64] = {0}; /* the digits present, for the walk down */
         uint32_t lo = mk, hi = 0;
         for (int j = 0; j < ncur; j++) {
             uint32_t dg = (key[cur ? cur[j] : j] >> sh) & mk;
             lo = dg < lo ? dg : lo;
             hi = dg > hi ? dg : hi;
+            occ[dg / 64] |= 1ull << (dg % 64);
         }
         if (ncur == 0) return KEEP_ALL;
         const size_t span = hi - lo + 1;
@@ -227,12 +229,6 @@ static rank_cut radix_cut(sampler *s, const int32_t *ids, int n, const float *ma
             for (uint32_t d = lo; d <= hi; d++) h[d] = cnt[d];
         }
         /* the walk down visits the occupied buckets only (an empty one adds 0) */
-        uint64_t occ[RADIX_BUCKETS / 64];
-        memset(occ + lo / 64, 0, (hi / 64 - lo / 64 + 1) * sizeof occ[0]);
-        for (int j = 0; j < ncur; j++) {
-            uint32_t dg = (key[cur ? cur[j] : j] >> sh) & mk;
-            occ[dg / 64] |= 1ull << (dg % 64);
-        }
         int d = -1;
         for (int wi = (int)(hi / 64); wi >= (int)(lo / 64) && d < 0; wi--) {
             for (uint64_t bits = occ[wi]; bits; bits &= ~(1ull << (63 - __builtin_clzll(bits)))) {

@@ -437,8 +437,9 @@ static void cpu_release(backend *be, void *ptr) {
  * repacked into the K-quant x8 layouts (quant.h; the portable path keeps the
  * file layout), every other matrix copied as it is. A decode streams every
  * weight once per token; from the file mapping's 4 KiB page-cache pages that
- * is a TLB miss per 4 KiB, and an F16 decode of the 12-layer bench model ran
- * 1.2x faster from the arena's huge pages (1 and 2 threads, alternated).
+ * is a TLB miss per 4 KiB; an F16 decode of the 12-layer bench model ran
+ * 1.08x faster from the arena's huge pages at 2 threads and no faster at 1
+ * (6 alternated pairs each).
  * SPECD_REPACK=0 keeps every matrix in place in the mapping (the kernels read
  * both layouts and give the same results). The copies are not counted
  * against backend_cpu_limit_memory (weights never were); the page cache the

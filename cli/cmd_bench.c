@@ -100,7 +100,7 @@ static void bench_profile(backend *be, bench_ctx *b, int ctx, int n, int gamma) 
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: specd bench -m MODEL.gguf | -hf REPO[:QUANT] [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
-               "                   [--backend cpu|cuda|auto (cpu)] [--device N]\n"
+               "                   [--backend cpu|cuda|auto (cpu)] [--device N] [--kv-type f32|f16 (f32)]\n"
                "       specd bench --kernels [-t THREADS] [-r REPS]   (CPU matmul kernels alone)\n"
                "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...   (engine streams, --help: all)\n"
                "       specd bench --multi-turn 8 -m TARGET [--draft DRAFT] [--turns 6] ...   (chat, prefix cache on/off)\n"
@@ -108,7 +108,8 @@ static void bench_usage(FILE *f) {
                "  -t, --threads N  CPU threads (default 2); -r, --reps N  repetitions per figure (default 5)\n"
                "  --gamma G   the verify call measured: G+1 positions against a 1-position decode (default 4)\n"
                "  --json      one JSON object instead of the table\n"
-               "  --backend B cpu (default), cuda or auto; --device N the GPU\n");
+               "  --backend B cpu (default), cuda or auto; --device N the GPU\n"
+               "  --kv-type T the KV cache's elements: f32 (default) or f16\n");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -119,13 +120,14 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--multi-turn")) return bench_chat(argc, argv);
     const char *model_path = NULL, *hf = NULL;
-    int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0;
+    int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0, kv_type = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
+        else if (!strcmp(a, "--kv-type")) kv_type = arg_kv_type(argc, argv, &i);
         else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) reps = (int)arg_long(argc, argv, &i, 1, 1000);
         else if (!strcmp(a, "--gamma")) gamma = (int)arg_long(argc, argv, &i, 1, 15);
         else if (!strcmp(a, "--json")) json = true;
@@ -159,7 +161,7 @@ int cmd_bench(int argc, char **argv) {
     bool gpu = !be->host_memory;
     char desc[128]; /* what runs the ops: the CPU's SIMD and threads, or the GPU */
     backend_describe(be, desc, sizeof(desc));
-    model_params mp = {.max_batch = 512, .max_ctx = 1024};
+    model_params mp = {.max_batch = 512, .max_ctx = 1024, .kv = kv_type ? KV_F16 : KV_F32};
     engine_status est;
     b.m = model_load(model_path, be, &mp, &est, b.err, sizeof(b.err));
     if (!b.m) {

@@ -29,6 +29,7 @@ static void generate_usage(FILE *f) {
             "                      [--backend auto|cpu|cuda] [--device N] [--tensor-parallel N] [--no-bos] [--json]\n"
             "                      [--compare-plain [--repeat N]] [--method auto|draft|ngram|off]\n"
             "                      [--tree off|auto|B/D/K] [--medusa HEADS.gguf] [--eagle HEAD.gguf] [--quiet]\n"
+            "                      [--kv-type f32|f16]\n"
             "  -c FILE      config file (default: config.yaml when present), validated as `specd serve` does:\n"
             "               models, engine and speculation settings (flags given here override them)\n"
             "  -m MODEL     target GGUF (llama family); overrides the config. With neither, the built-in\n"
@@ -55,6 +56,8 @@ static void generate_usage(FILE *f) {
             "               identically to draft and target\n"
             PENALTY_ARGS_USAGE
             "  --seed S     seed of the counter-based sampler (default 42)\n"
+            "  --kv-type T  the KV cache's elements: f32 or f16 (half the memory and attention's reads;\n"
+            "               default: the config's engine.kv_type, f32)\n"
             "  --backend B  auto (CUDA when built with it and a GPU is present; default), cpu or cuda;\n"
             "               --device N picks the GPU (default 0)\n"
             "  --tensor-parallel N  split the target over N backends (GPUs --device .. --device+N-1;\n"
@@ -203,7 +206,7 @@ int cmd_generate(int argc, char **argv) {
     int verify = -1; /* --verify: -1 = the config's speculation.verify, 0 rejection, 1 coupled */
     const char *model_path = NULL, *draft_path = NULL, *prompt = "", *config_path = NULL;
     const char *hf = NULL, *hf_draft = NULL;
-    int n_gen = 64, threads = 0, gamma_fixed = 0, backend_kind = -1, device = -1, tp = 0, repeat = 1, method = -1;
+    int n_gen = 64, threads = 0, kv_type = -1, gamma_fixed = 0, backend_kind = -1, device = -1, tp = 0, repeat = 1, method = -1;
     bool gamma_flags = false;
     bool json = false, bos = true, adaptive = false, no_spec = false, compare = false, quiet = false;
     uint64_t seed = 42;
@@ -273,6 +276,7 @@ int cmd_generate(int argc, char **argv) {
         else if ((pa = penalty_arg("generate", argc, argv, &i, &sc, bias)) != 0) { if (pa < 0) return 2; }
         else if (!strcmp(a, "--seed")) seed = arg_u64(argc, argv, &i);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
+        else if (!strcmp(a, "--kv-type")) kv_type = arg_kv_type(argc, argv, &i);
         else if (!strcmp(a, "--backend")) backend_kind = arg_backend(argc, argv, &i);
         else if (!strcmp(a, "--device")) device = (int)arg_long(argc, argv, &i, 0, 1023);
         else if (!strcmp(a, "--tensor-parallel")) tp = (int)arg_long(argc, argv, &i, 1, ENGINE_MAX_SHARDS);
@@ -345,6 +349,7 @@ int cmd_generate(int argc, char **argv) {
     ec.target_path = model_path;
     ec.draft_path = draft_path;
     if (threads > 0) ec.threads = threads;
+    if (kv_type >= 0) ec.kv_type = kv_type;
     if (backend_kind >= 0) ec.backend = backend_kind;
     if (device >= 0) ec.device = device;
     if (tp > 0) ec.tensor_parallel = tp;

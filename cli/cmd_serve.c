@@ -22,7 +22,8 @@ static void serve_usage(FILE *f) {
     fprintf(f,
             "usage: specd serve [-c config.yaml] [--host H] [--port P] [-m TARGET.gguf] [--draft DRAFT.gguf]\n"
             "                   [--medusa HEADS.gguf] [--eagle HEAD.gguf] [-hf REPO[:QUANT]] [--hf-draft REPO[:QUANT]]\n"
-            "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N] [--log-format text|json]\n"
+            "                   [--web-root DIR] [-t THREADS] [--max-running N] [--ctx N] [--kv-type f32|f16]\n"
+            "                   [--log-format text|json]\n"
             "                   [--api-key KEY]... [--api-key-file FILE] [--tls-cert CERT.pem --tls-key KEY.pem]\n"
             "  -c FILE        config file; without -c: $SPECD_CONFIG, else ./config.yaml, else\n"
             "                 %s, else the built-in defaults (the first line printed says which)\n"
@@ -40,6 +41,8 @@ static void serve_usage(FILE *f) {
             "                 installed with specd (meson install), found from the binary's own path\n"
             "  -t THREADS     CPU threads (engine.threads); --max-running N sequences in the batch\n"
             "                 (engine.max_running); --ctx N context per sequence (engine.max_ctx)\n"
+            "  --kv-type T    the KV cache's elements: f32 (default) or f16, half the memory and the bytes\n"
+            "                 attention reads (engine.kv_type)\n"
             "  --log-format json  every stderr line as a JSON object (ts, pid, msg)\n"
             "  --api-key KEY  every API request needs \"Authorization: Bearer KEY\" (repeatable; also\n"
             "                 server.api_keys / api_key_file); --api-key-file FILE: one key per line\n"
@@ -60,7 +63,7 @@ int cmd_serve(int argc, char **argv) {
     const char *hf = NULL, *hf_draft = NULL;
     bool log_json = false, learn = false;
     const char *learn_dir = NULL;
-    int port = -1, threads = -1, max_running = -1, ctx = -1;
+    int port = -1, threads = -1, max_running = -1, ctx = -1, kv_type = -1;
     const char *key_file = NULL, *tls_cert = NULL, *tls_key = NULL;
     static char key_extra[2048];
     size_t key_extra_len = 0;
@@ -103,6 +106,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--max-running")) max_running = (int)arg_long(argc, argv, &i, 1, 1024);
         else if (!strcmp(a, "--ctx")) ctx = (int)arg_long(argc, argv, &i, 16, 1 << 20);
+        else if (!strcmp(a, "--kv-type")) kv_type = arg_kv_type(argc, argv, &i);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { serve_usage(stdout); return 0; }
         else return cli_unknown_option("serve", a, serve_usage);
     }
@@ -192,6 +196,7 @@ int cmd_serve(int argc, char **argv) {
     if (threads > 0) ec.threads = threads;
     if (max_running > 0) ec.max_running = max_running;
     if (ctx > 0) ec.max_ctx = ctx;
+    if (kv_type >= 0) ec.kv_type = kv_type;
     if (!tpath[0]) {
         const char *t, *d;
         if (cmd_default_pair(&t, &d, err, sizeof(err)) != 0) {

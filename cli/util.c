@@ -150,6 +150,14 @@ char *read_all_stdin(size_t *len) {
     return buf;
 }
 
+int arg_kv_type(int argc, char **argv, int *i) {
+    const char *v = arg_str(argc, argv, i);
+    if (!strcmp(v, "f32")) return 0;
+    if (!strcmp(v, "f16")) return 1;
+    fprintf(stderr, "specd: bad value for %s: %s (f32 or f16)\n", argv[*i - 1], v);
+    exit(2);
+}
+
 int arg_backend(int argc, char **argv, int *i) {
     const char *v = arg_str(argc, argv, i);
     if (!strcmp(v, "auto")) return 0;

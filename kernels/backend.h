@@ -23,7 +23,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#define BACKEND_INTERFACE_VERSION 5 /* 3: KV blocks laid out (Hkv, B, E); 4: matmul_n; 5: describe */
+#define BACKEND_INTERFACE_VERSION 6 /* 3: KV blocks laid out (Hkv, B, E); 4: matmul_n; 5: describe; 6: F16 KV */
 #define BACKEND_MATMUL_N_MAX 4
 
 typedef struct backend backend;
@@ -48,12 +48,16 @@ typedef struct {
  * keys for a block are one contiguous run that attention streams (a (B, Hkv*E)
  * layout strides a head's rows by Hkv*E floats, which the prefetchers and the
  * L1 sets handle badly: 2.6x slower attention from DRAM on the CPU); same for v. */
+typedef enum { KV_F32 = 0, KV_F16 = 1 } kv_type;
 typedef struct {
-    float *k, *v;
-    size_t block_stride;     /* floats between consecutive blocks */
+    void *k, *v;             /* KV_F32: float; KV_F16: IEEE half (uint16_t), rounded to nearest even */
+    size_t block_stride;     /* elements between consecutive blocks */
     int block_size;          /* B */
     int head_dim;            /* E */
+    kv_type type;
 } kv_layer_view;
+/* Bytes of one KV element. */
+static inline size_t kv_type_size(kv_type t) { return t == KV_F16 ? 2 : 4; }
 
 typedef struct backend_i {
     int version;             /* BACKEND_INTERFACE_VERSION */

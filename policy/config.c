@@ -29,6 +29,7 @@ bool pol_config_from_env(const pol_config *c, const char *key) {
 /* ---- schema ----------------------------------------------------------------- */
 
 static const char *const backend_names[] = {"auto", "cpu", "cuda", NULL};
+static const char *const kv_type_names[] = {"f32", "f16", NULL};
 static const char *const mode_names[] = {"auto", "draft", "off", NULL};
 static const char *const method_names[] = {"auto", "draft", "ngram", "off", "medusa", "eagle", NULL};
 static const char *const verify_names[] = {"rejection", "coupled", NULL};
@@ -84,6 +85,7 @@ static const keydef engine_keys[] = {
     KI(pol_engine, max_ctx, 0, 1 << 20, true),
     KI(pol_engine, kv_blocks, 0, 1 << 24, true),
     KI(pol_engine, block_size, 1, 1024, true),
+    KE(pol_engine, kv_type, kv_type_names, true),
     KI(pol_engine, prefill_chunk, 1, 1 << 16, true),
     KI(pol_engine, max_running, 1, 1024, true),
     KB(pol_engine, prefix_cache, true),

@@ -22,6 +22,7 @@
 #define POL_MAX_DEVICES 16      /* most entries of engine.devices (and largest engine.tensor_parallel) */
 
 typedef enum { POL_BACKEND_AUTO = 0, POL_BACKEND_CPU, POL_BACKEND_CUDA } pol_backend;
+typedef enum { POL_KV_F32 = 0, POL_KV_F16 } pol_kv_type;
 /* Same order as the engine's spec_mode (auto, draft, off). */
 typedef enum { POL_SPEC_AUTO = 0, POL_SPEC_DRAFT, POL_SPEC_OFF } pol_spec_mode;
 /* The proposer (speculation.method, a rule's method): names as the engine's
@@ -90,6 +91,7 @@ typedef struct {
     int max_ctx;                           /* 0 = the models' context */
     int kv_blocks;                         /* per model pool; 0 = room for max_running full contexts */
     int block_size;                        /* 16 (power of two) */
+    pol_kv_type kv_type;                   /* f32: the KV cache's element type (f16: half the memory) */
     int prefill_chunk;                     /* 256 */
     int max_running;                       /* 32 */
     bool prefix_cache;                     /* true: share prompt KV blocks by hash in both pools */

@@ -19,8 +19,23 @@ kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int head_dim, i
 
 kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int head_dim,
                                 int block_size, int n_blocks, engine_status *st, char *err, size_t errlen) {
+    return kv_pool_create_typed(bes, n_shards, KV_F32, n_layer, kv_dim, head_dim, block_size, n_blocks, st, err,
+                                errlen);
+}
+
+int kv_type_parse(const char *name, kv_type *out) {
+    if (!strcmp(name, "f32")) *out = KV_F32;
+    else if (!strcmp(name, "f16")) *out = KV_F16;
+    else return -1;
+    return 0;
+}
+
+const char *kv_type_name(kv_type t) { return t == KV_F16 ? "f16" : "f32"; }
+
+kv_pool *kv_pool_create_typed(backend *const *bes, int n_shards, kv_type type, int n_layer, int kv_dim, int head_dim,
+                              int block_size, int n_blocks, engine_status *st, char *err, size_t errlen) {
     if (n_shards <= 0 || n_layer <= 0 || kv_dim <= 0 || head_dim <= 0 || kv_dim % head_dim || block_size <= 0 ||
-        n_blocks <= 0) {
+        n_blocks <= 0 || (type != KV_F32 && type != KV_F16)) {
         util_fail_st(st, ENGINE_ERR_INVALID, err, errlen,
                      "kv pool: bad shape (shards %d, layers %d, kv_dim %d, head_dim %d, block %d, blocks %d)",
                      n_shards, n_layer, kv_dim, head_dim, block_size, n_blocks);
@@ -35,7 +50,9 @@ kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, 
     p->block_size = block_size;
     p->n_blocks = n_blocks;
     p->block_stride = (size_t)n_layer * block_size * kv_dim;
-    size_t floats = p->block_stride * (size_t)n_blocks;
+    p->type = type;
+    p->esize = kv_type_size(type);
+    size_t elems = p->block_stride * (size_t)n_blocks;
     p->shards = calloc((size_t)n_shards, sizeof(kv_shard));
     if (!p->shards) goto oom;
     p->n_shards = n_shards;
@@ -45,8 +62,8 @@ kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, 
         sh->be = be;
         where = be ? be->i->name : "host";
         /* calloc: untouched pages stay virtual until first written */
-        sh->k = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
-        sh->v = be ? be->i->alloc(be, floats * sizeof(float)) : calloc(floats, sizeof(float));
+        sh->k = be ? be->i->alloc(be, elems * p->esize) : calloc(elems, p->esize);
+        sh->v = be ? be->i->alloc(be, elems * p->esize) : calloc(elems, p->esize);
         if (!sh->k || !sh->v) goto oom;
     }
     p->k = p->shards[0].k;
@@ -75,7 +92,7 @@ kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, 
 oom:
     util_fail_st(st, ENGINE_ERR_OOM, err, errlen,
                  "out of memory: kv pool of %d blocks of %d positions (%.1f MiB of %s memory%s)", n_blocks, block_size,
-                 2.0 * n_layer * block_size * (double)kv_dim * n_blocks * 4 / 1048576.0, where,
+                 2.0 * n_layer * block_size * (double)kv_dim * n_blocks * kv_type_size(type) / 1048576.0, where,
                  n_shards > 1 ? " per shard" : "");
     kv_pool_destroy(p);
     return NULL;
@@ -101,15 +118,16 @@ void kv_pool_destroy(kv_pool *p) {
 }
 
 size_t kv_pool_bytes(const kv_pool *p) {
-    return 2 * p->block_stride * (size_t)p->n_blocks * sizeof(float) * (size_t)p->n_shards;
+    return 2 * p->block_stride * (size_t)p->n_blocks * p->esize * (size_t)p->n_shards;
 }
 
 kv_layer_view kv_pool_layer(const kv_pool *p, int layer) { return kv_pool_layer_shard(p, 0, layer); }
 
 kv_layer_view kv_pool_layer_shard(const kv_pool *p, int shard, int layer) {
-    size_t off = (size_t)layer * p->block_size * p->kv_dim;
+    size_t off = (size_t)layer * p->block_size * p->kv_dim * p->esize;
     const kv_shard *sh = &p->shards[shard];
-    return (kv_layer_view){sh->k + off, sh->v + off, p->block_stride, p->block_size, p->head_dim};
+    return (kv_layer_view){(uint8_t *)sh->k + off, (uint8_t *)sh->v + off, p->block_stride, p->block_size,
+                           p->head_dim, p->type};
 }
 
 int kv_blocks_for(const kv_pool *p, int len) { return (len + p->block_size - 1) / p->block_size; }
@@ -238,16 +256,16 @@ int kv_pool_available(const kv_pool *p) { return p->n_free + p->n_idle; }
 
 /* Copies block src's storage (every shard, layer, K and V) to dst. */
 static void copy_block(kv_pool *p, int32_t dst, int32_t src) {
-    size_t off_d = (size_t)dst * p->block_stride, off_s = (size_t)src * p->block_stride;
-    size_t bytes = p->block_stride * sizeof(float);
+    size_t bytes = p->block_stride * p->esize, off_d = (size_t)dst * bytes, off_s = (size_t)src * bytes;
     for (int r = 0; r < p->n_shards; r++) {
         kv_shard *sh = &p->shards[r];
+        uint8_t *k = sh->k, *v = sh->v;
         if (sh->be) {
-            sh->be->i->copy(sh->be, sh->k + off_d, sh->k + off_s, bytes);
-            sh->be->i->copy(sh->be, sh->v + off_d, sh->v + off_s, bytes);
+            sh->be->i->copy(sh->be, k + off_d, k + off_s, bytes);
+            sh->be->i->copy(sh->be, v + off_d, v + off_s, bytes);
         } else {
-            memcpy(sh->k + off_d, sh->k + off_s, bytes);
-            memcpy(sh->v + off_d, sh->v + off_s, bytes);
+            memcpy(k + off_d, k + off_s, bytes);
+            memcpy(v + off_d, v + off_s, bytes);
         }
     }
 }
@@ -418,22 +436,23 @@ int kv_seq_move(kv_pool *p, kv_seq *s, const int *dst, const int *src, int n) {
         int32_t b = s->blocks[dst[j] / B];
         if (p->ref[b] != 1 || p->bhash[b] != 0) return -1;
     }
-    size_t bytes = (size_t)E * sizeof(float);
+    size_t es = p->esize, bytes = (size_t)E * es;
     for (int j = 0; j < n; j++) {
         size_t bd = (size_t)s->blocks[dst[j] / B] * p->block_stride, bs = (size_t)s->blocks[src[j] / B] * p->block_stride;
         int od = dst[j] % B, os = src[j] % B;
         for (int r = 0; r < p->n_shards; r++) {
             kv_shard *sh = &p->shards[r];
+            uint8_t *k = sh->k, *v = sh->v;
             for (int l = 0; l < p->n_layer; l++)
                 for (int h = 0; h < Hkv; h++) { /* a layer's block is (Hkv, B, E) */
                     size_t in = (size_t)l * B * p->kv_dim + (size_t)h * B * E;
-                    size_t d = bd + in + (size_t)od * E, o = bs + in + (size_t)os * E;
+                    size_t d = (bd + in + (size_t)od * E) * es, o = (bs + in + (size_t)os * E) * es;
                     if (sh->be) {
-                        sh->be->i->copy(sh->be, sh->k + d, sh->k + o, bytes);
-                        sh->be->i->copy(sh->be, sh->v + d, sh->v + o, bytes);
+                        sh->be->i->copy(sh->be, k + d, k + o, bytes);
+                        sh->be->i->copy(sh->be, v + d, v + o, bytes);
                     } else {
-                        memcpy(sh->k + d, sh->k + o, bytes);
-                        memcpy(sh->v + d, sh->v + o, bytes);
+                        memcpy(k + d, k + o, bytes);
+                        memcpy(v + d, v + o, bytes);
                     }
                 }
         }

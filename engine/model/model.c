@@ -570,6 +570,7 @@ static model *load_model(const char *path, backend *const *bes, int n_shards, co
     }
     if (load_rope(m, &kind, sub, sizeof(sub)) || load_tensors(m, &kind, sub, sizeof(sub))) goto fail;
     m->mp.max_batch = mp && mp->max_batch > 0 ? mp->max_batch : 512;
+    m->mp.kv = mp && mp->kv == KV_F16 ? KV_F16 : KV_F32;
     m->mp.max_ctx = mp && mp->max_ctx > 0 ? mp->max_ctx
                                           : (m->hp.n_ctx_train < MODEL_MAX_CTX_DEFAULT ? m->hp.n_ctx_train
                                                                                        : MODEL_MAX_CTX_DEFAULT);
@@ -610,8 +611,8 @@ void model_free(model *m) {
 }
 
 kv_pool *model_kv_pool(const model *m, int block_size, int n_blocks, engine_status *st, char *err, size_t errlen) {
-    return kv_pool_create_sharded(m->bes, m->n_shards, m->hp.n_layer, m->shards[0].n_kv_head * m->hp.head_dim,
-                                  m->hp.head_dim, block_size, n_blocks, st, err, errlen);
+    return kv_pool_create_typed(m->bes, m->n_shards, m->mp.kv, m->hp.n_layer, m->shards[0].n_kv_head * m->hp.head_dim,
+                                m->hp.head_dim, block_size, n_blocks, st, err, errlen);
 }
 
 /* Layer taps: the residual stream entering layer l (l = n_layer: the final

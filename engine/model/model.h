@@ -97,6 +97,7 @@ typedef struct {
 typedef struct {
     int max_batch;      /* most new positions in one forward call (default 512) */
     int max_ctx;        /* longest sequence (default: n_ctx_train, capped at 4096) */
+    kv_type kv;         /* element type of model_kv_pool's caches (KV_F32 when zeroed) */
 } model_params;
 
 /* One tensor-parallel shard (the whole model when unsharded): its backend, its

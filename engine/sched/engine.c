@@ -496,6 +496,7 @@ engine *engine_create(const engine_config *cfg, engine_status *st, char *err, si
         return NULL;
     }
     spec_pair_params pp = {.max_ctx = c->max_ctx, .kv_blocks = c->kv_blocks, .block_size = c->block_size,
+                           .kv_type = c->kv_type == KV_F16 ? KV_F16 : KV_F32,
                            .draft_mem_warn_pct = c->draft_mem_warn_pct, .max_seqs = c->max_running,
                            .max_gamma = c->gamma.gamma_max, .tensor_parallel = e->n_shards,
                            .target_shards = e->shards, .tp_comm = e->tp_comm,

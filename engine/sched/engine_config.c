@@ -24,6 +24,7 @@ void engine_config_from_policy(engine_config *ec, const pol_config *pc) {
     ec->max_ctx = pe->max_ctx;
     ec->kv_blocks = pe->kv_blocks;
     ec->block_size = pe->block_size;
+    ec->kv_type = pe->kv_type == POL_KV_F16 ? KV_F16 : KV_F32;
     ec->prefill_chunk = pe->prefill_chunk;
     ec->prefix_cache = pe->prefix_cache;
     ec->prefix_cache_blocks = pe->prefix_cache_blocks;

@@ -58,6 +58,7 @@ typedef struct {
     int max_ctx;                /* per sequence */
     int kv_blocks;              /* per model pool; 0 = enough for one max_ctx sequence */
     int block_size;             /* 16 */
+    kv_type kv_type;            /* KV_F32 (zeroed) or KV_F16: every model's cache (target, draft, EAGLE head) */
     float draft_mem_warn_pct;   /* warn when draft memory > this % of the target's (20) */
     int max_seqs;               /* most sequences in one batched step (32) */
     int max_gamma;              /* largest γ any sequence may use (8, at most GAMMA_MAX) */

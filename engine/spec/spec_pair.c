@@ -172,7 +172,7 @@ spec_pair *spec_pair_open(const char *target_path, backend *be, const spec_pair_
     char sub[640];
     spec_pair *sp = calloc(1, sizeof(*sp));
     if (!sp) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory"), NULL;
-    model_params mp = {.max_batch = 512, .max_ctx = prm.max_ctx};
+    model_params mp = {.max_batch = 512, .max_ctx = prm.max_ctx, .kv = prm.kv_type};
     if (prm.tensor_parallel > 1) {
         if (!prm.target_shards || prm.target_shards[0] != be) {
             util_fail_st(st, ENGINE_ERR_INVALID, err, errlen, "tensor parallelism: shard 0 must be the pair's backend");
@@ -258,6 +258,9 @@ int spec_pair_ready(spec_pair *sp, const spec_pair_params *pp, FILE *log, engine
     sp->prop_of = malloc(sizeof(int) * (size_t)sp->max_seqs);
     if (!sp->smp || !sp->p || !sp->logits || !sp->scratch || !sp->hidden || !sp->ms || !sp->gam || !sp->props || !sp->prop_of)
         return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: the pair's step scratch (%zu rows)", rows);
+    if (log)
+        fprintf(log, "specd: KV cache %s: %d blocks of %d positions, %.1f MB (target)\n", kv_type_name(sp->tpool->type),
+                sp->tpool->n_blocks, sp->tpool->block_size, (double)kv_pool_bytes(sp->tpool) / 1e6);
     if ((dmod = spec_pair_draft_model(sp))) { /* the draft's memory share, from its model and pool */
         const drafter *d = sp->drafters[SPEC_DRAFTER_MODEL];
         double dkv = dpool ? (double)kv_pool_bytes(dpool) : 0.0;

@@ -12,6 +12,7 @@
  * bits): keys are grouped by their cache position only (aligned to the block),
  * and a short last group gets zero weights. */
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/vmath.h"
 
 #include <math.h>
@@ -62,8 +63,19 @@ OPS_ALWAYS int att_visible(const attn_seq *s, int i, int p, int lo) {
     return 1;
 }
 
-OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
-                         int Hkv, int E, float *scores) {
+/* Head kvh's run of the first n positions of cache block blk (K or V at
+ * base) as floats: in place in an F32 cache; an F16 cache's halves converted
+ * into stage (B * E floats) on path lvl, exactly. */
+OPS_ALWAYS const float *att_run(simd_level lvl, const kv_layer_view *kv, const void *base, int32_t blk, int kvh, int n,
+                                float *stage) {
+    size_t off = (size_t)blk * kv->block_stride + (size_t)kvh * kv->block_size * kv->head_dim;
+    if (kv->type != KV_F16) return (const float *)base + off;
+    ops_f16_to_f32(lvl, stage, (const uint16_t *)base + off, n * kv->head_dim);
+    return stage;
+}
+
+OPS_ALWAYS void att_head(simd_level lvl, float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
+                         int H, int Hkv, int E, float *scores, float *stage) {
     int kvh = h / (H / Hkv);
     float scale = 1.0f / sqrtf((float)E);
     int B = kv->block_size;
@@ -76,8 +88,8 @@ OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, co
         int plain = s->window <= 0 || lo <= 0; /* every cached key is visible */
         float mx = -INFINITY;
         for (int p0 = 0; p0 < n_keys; p0 += B) {
-            const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
             int pe = p0 + B < n_keys ? p0 + B : n_keys;
+            const float *kb = att_run(lvl, kv, kv->k, s->blocks[p0 / B], kvh, pe - p0, stage);
             for (int p = p0; p < pe; p++) {
                 if (!(plain && p < s->n_past) && !att_visible(s, i, p, lo)) {
                     scores[p] = -INFINITY;
@@ -97,8 +109,8 @@ OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, co
         float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
         memset(oi, 0, (size_t)E * sizeof(float));
         for (int p0 = 0; p0 < n_keys; p0 += B) {
-            const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
             int pe = p0 + B < n_keys ? p0 + B : n_keys;
+            const float *vb = att_run(lvl, kv, kv->v, s->blocks[p0 / B], kvh, pe - p0, stage);
             /* four keys per pass over oi: one load and store of the output per
              * four values, not a load-FMA-store chain through memory per key.
              * Groups are aligned to the block and a short last group gets zero
@@ -121,21 +133,21 @@ OPS_ALWAYS void att_head(float *out, const float *q, const kv_layer_view *kv, co
 }
 
 static void att_head_generic(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
-                             int Hkv, int E, float *scores) {
-    att_head(out, q, kv, s, h, H, Hkv, E, scores);
+                             int Hkv, int E, float *scores, float *stage) {
+    att_head(SIMD_GENERIC, out, q, kv, s, h, H, Hkv, E, scores, stage);
 }
 
 
 #if defined(__x86_64__)
 __attribute__((target("avx2,fma"))) static void att_head_avx2(float *out, const float *q, const kv_layer_view *kv,
                                                               const attn_seq *s, int h, int H, int Hkv, int E,
-                                                              float *scores) {
-    att_head(out, q, kv, s, h, H, Hkv, E, scores);
+                                                              float *scores, float *stage) {
+    att_head(SIMD_AVX2, out, q, kv, s, h, H, Hkv, E, scores, stage);
 }
 
 /* ---- AVX-512 ------------------------------------------------------------ */
 
-#define A512 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma,prefer-vector-width=512")))
+#define A512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c,prefer-vector-width=512")))
 #define A512_ALWAYS static inline A512 __attribute__((always_inline))
 
 /* ops_expf (vmath.h) on 16 lanes, step for step. */
@@ -176,38 +188,53 @@ A512_ALWAYS __m512 v_hsum16(const __m512 *a) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(f01, f23, 0x88), _mm512_shuffle_f32x4(f01, f23, 0xDD));
 }
 
+/* Vector e (of NE) of an E-element cache row at p as floats: F16 a constant
+ * in every instantiation (an F16 cache's halves widen exactly in the load). */
+A512_ALWAYS __m512 att_lde(const void *p, int e, int E, const int NE, __mmask16 tail, const int F16) {
+    if (F16) {
+        const uint16_t *hp = (const uint16_t *)p + 16 * e;
+        return _mm512_cvtph_ps(e == NE - 1 && E % 16 ? _mm256_maskz_loadu_epi16(tail, hp)
+                                                     : _mm256_loadu_si256((const __m256i *)hp));
+    }
+    const float *fp = (const float *)p + 16 * e;
+    return e == NE - 1 && E % 16 ? _mm512_maskz_loadu_ps(tail, fp) : _mm512_loadu_ps(fp);
+}
+#define ATT_ES(F16) ((size_t)((F16) ? 2 : 4))
+/* Head kvh's run of cache block p0 / B (K or V at base). */
+#define ATT_RUN(base, kv, s, kvh, p0, F16)                                                                      \
+    ((const char *)(base) + ((size_t)(s)->blocks[(p0) / (kv)->block_size] * (kv)->block_stride +             \
+                             (size_t)(kvh) * (kv)->block_size * (kv)->head_dim) * ATT_ES(F16))
+
 /* The first row of a head finds the head's keys and values in DRAM (a decode
  * pass streams the whole model's weights between two visits to a layer), one
  * block-sized run at a time from scattered blocks, which the hardware
  * prefetchers do not follow. While it scores block p0, fetch the next
  * block's keys and this block's values into L2; later rows find them there. */
-A512_ALWAYS void att_prefetch_run(const float *base, const kv_layer_view *kv, const attn_seq *s, int kvh, int p0,
-                                  int pe) {
-    const int B = kv->block_size, E = kv->head_dim;
-    const char *r = (const char *)(base + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E);
-    for (size_t o = 0; o < (size_t)(pe - p0) * E * sizeof(float); o += 64) _mm_prefetch(r + o, _MM_HINT_T1);
+A512_ALWAYS void att_prefetch_run(const void *base, const kv_layer_view *kv, const attn_seq *s, int kvh, int p0,
+                                  int pe, const int F16) {
+    const char *r = ATT_RUN(base, kv, s, kvh, p0, F16);
+    for (size_t o = 0; o < (size_t)(pe - p0) * kv->head_dim * ATT_ES(F16); o += 64) _mm_prefetch(r + o, _MM_HINT_T1);
 }
-A512_ALWAYS void att_prefetch(const kv_layer_view *kv, const attn_seq *s, int kvh, int p0, int pe, int n_keys) {
+A512_ALWAYS void att_prefetch(const kv_layer_view *kv, const attn_seq *s, int kvh, int p0, int pe, int n_keys,
+                              const int F16) {
     const int B = kv->block_size;
-    att_prefetch_run(kv->v, kv, s, kvh, p0, pe);
-    if (pe < n_keys) att_prefetch_run(kv->k, kv, s, kvh, pe, pe + B < n_keys ? pe + B : n_keys);
+    att_prefetch_run(kv->v, kv, s, kvh, p0, pe, F16);
+    if (pe < n_keys) att_prefetch_run(kv->k, kv, s, kvh, pe, pe + B < n_keys ? pe + B : n_keys, F16);
 }
 
 /* Row i's scores against the nk (<= 16) keys from position g0 (kg: key g0's
  * vector) into out[g0..g0+nk), the keys it may not see -inf; returns them for
  * the running max. att_row512 and att_tile512 share it, so a tile's row has
  * the bits of the row alone. */
-A512_ALWAYS __m512 att_scores16(float *out, const __m512 *qv, const float *kg, int nk, const attn_seq *s, int i,
+A512_ALWAYS __m512 att_scores16(float *out, const __m512 *qv, const char *kg, int nk, const attn_seq *s, int i,
                                 int g0, int lo, int plain, int E, const int NE, __mmask16 tail, __m512 scale,
-                                __m512 ninf) {
-#define LDE(p, e) ((e) == NE - 1 && E % 16 ? _mm512_maskz_loadu_ps(tail, (p) + 16 * (e)) : _mm512_loadu_ps((p) + 16 * (e)))
+                                __m512 ninf, const int F16) {
     __m512 a[16];
     for (int t = 0; t < 16; t++) {
-        const float *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E;
-        a[t] = _mm512_mul_ps(qv[0], LDE(kr, 0));
-        for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], LDE(kr, e), a[t]);
+        const char *kr = kg + (size_t)(nk == 16 || t < nk ? t : 0) * E * ATT_ES(F16);
+        a[t] = _mm512_mul_ps(qv[0], att_lde(kr, 0, E, NE, tail, F16));
+        for (int e = 1; e < NE; e++) a[t] = _mm512_fmadd_ps(qv[e], att_lde(kr, e, E, NE, tail, F16), a[t]);
     }
-#undef LDE
     __m512 d = _mm512_mul_ps(v_hsum16(a), scale);
     __mmask16 live = (__mmask16)(nk == 16 ? 0xFFFF : (1u << nk) - 1), vis = live;
     /* the caller's nk stops at row i's last key (att_n_keys): causal rows
@@ -229,7 +256,7 @@ A512_ALWAYS __m512 att_scores16(float *out, const __m512 *qv, const float *kg, i
  * product in 16 lanes, then summed by v_hsum16; the softmax sums per lane (key
  * position mod 16) and then over lanes. */
 A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv, const attn_seq *s, int i, int kvh,
-                            int E, const int NE, float *scores, int pf) {
+                            int E, const int NE, float *scores, int pf, const int F16) {
     const int B = kv->block_size, n_keys = att_n_keys(s, i);
     const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)E)), ninf = _mm512_set1_ps(-INFINITY);
     int lo = 0;
@@ -241,13 +268,13 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
     for (int e = 0; e < NE; e++) qv[e] = LDE(qi, e);
     __m512 mxv = ninf;
     for (int p0 = 0; p0 < n_keys; p0 += B) {
-        const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
+        const char *kb = ATT_RUN(kv->k, kv, s, kvh, p0, F16);
         int pe = p0 + B < n_keys ? p0 + B : n_keys;
-        if (pf) att_prefetch(kv, s, kvh, p0, pe, n_keys);
+        if (pf) att_prefetch(kv, s, kvh, p0, pe, n_keys, F16);
         for (int g0 = p0; g0 < pe; g0 += 16) {
             int nk = pe - g0 < 16 ? pe - g0 : 16;
-            const float *kg = kb + (size_t)(g0 - p0) * E;
-            __m512 d = att_scores16(scores, qv, kg, nk, s, i, g0, lo, plain, E, NE, tail, scale, ninf);
+            const char *kg = kb + (size_t)(g0 - p0) * E * ATT_ES(F16);
+            __m512 d = att_scores16(scores, qv, kg, nk, s, i, g0, lo, plain, E, NE, tail, scale, ninf, F16);
             mxv = _mm512_max_ps(mxv, d);
         }
     }
@@ -270,7 +297,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
     for (int e = 0; e < NE; e++) o0[e] = o1[e] = _mm512_setzero_ps();
     const __m512 invv = _mm512_set1_ps(inv);
     for (int p0 = 0; p0 < n_keys; p0 += B) {
-        const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
+        const char *vb = ATT_RUN(kv->v, kv, s, kvh, p0, F16);
         int pe = p0 + B < n_keys ? p0 + B : n_keys;
         for (int g0 = p0; g0 < pe; g0 += 16) {
             int nk = pe - g0 < 16 ? pe - g0 : 16;
@@ -278,15 +305,15 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
             float w[16];
             _mm512_storeu_ps(w, _mm512_mul_ps(_mm512_maskz_loadu_ps(live, scores + g0), invv));
             for (int t = 0; t < nk; t += 2) {
-                const float *v0 = vb + (size_t)(g0 - p0 + t) * E;
+                const char *v0 = vb + (size_t)(g0 - p0 + t) * E * ATT_ES(F16);
                 if (w[t] != 0.0f) {
                     __m512 wb = _mm512_set1_ps(w[t]);
-                    for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, LDE(v0, e), o0[e]);
+                    for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, att_lde(v0, e, E, NE, tail, F16), o0[e]);
                 }
                 if (t + 1 < nk && w[t + 1] != 0.0f) {
                     __m512 wb = _mm512_set1_ps(w[t + 1]);
-                    for (int e = 0; e < NE; e++)
-                        o1[e] = _mm512_fmadd_ps(wb, LDE(v0 + E, e), o1[e]);
+                    const char *v1 = v0 + (size_t)E * ATT_ES(F16);
+                    for (int e = 0; e < NE; e++) o1[e] = _mm512_fmadd_ps(wb, att_lde(v1, e, E, NE, tail, F16), o1[e]);
                 }
             }
         }
@@ -305,7 +332,7 @@ A512_ALWAYS void att_row512(float *oi, const float *qi, const kv_layer_view *kv,
 #define ATT_TR 4
 #define ATT_TILE_KEYS 4096 /* keys a tile's rows keep on the stack */
 A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int i0, int h,
-                             int H, int kvh, int E, const int NE, float *const *sc) {
+                             int H, int kvh, int E, const int NE, float *const *sc, const int F16) {
     const int B = kv->block_size;
     const __m512 scale = _mm512_set1_ps(1.0f / sqrtf((float)E)), ninf = _mm512_set1_ps(-INFINITY);
     const __mmask16 tail = (__mmask16)(E % 16 ? (1u << (E % 16)) - 1 : 0xFFFF);
@@ -321,10 +348,10 @@ A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv
         mxv[r] = ninf;
     }
     for (int p0 = 0; p0 < nmax; p0 += B) {
-        const float *kb = kv->k + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
-        if (i0 == 0) att_prefetch(kv, s, kvh, p0, p0 + B < nmax ? p0 + B : nmax, nmax);
+        const char *kb = ATT_RUN(kv->k, kv, s, kvh, p0, F16);
+        if (i0 == 0) att_prefetch(kv, s, kvh, p0, p0 + B < nmax ? p0 + B : nmax, nmax, F16);
         for (int g0 = p0; g0 < p0 + B && g0 < nmax; g0 += 16) {
-            const float *kg = kb + (size_t)(g0 - p0) * E;
+            const char *kg = kb + (size_t)(g0 - p0) * E * ATT_ES(F16);
             for (int r = 0; r < ATT_TR; r++) {
                 if (g0 >= nk_r[r]) continue;
                 int i = i0 + r, lo = lo_r[r], plain = plain_r[r];
@@ -333,7 +360,7 @@ A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv
                 const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
                 __m512 qv[16];
                 for (int e = 0; e < NE; e++) qv[e] = LDE(qi, e);
-                __m512 d = att_scores16(sc[r], qv, kg, nk, s, i, g0, lo, plain, E, NE, tail, scale, ninf);
+                __m512 d = att_scores16(sc[r], qv, kg, nk, s, i, g0, lo, plain, E, NE, tail, scale, ninf, F16);
                 mxv[r] = _mm512_max_ps(mxv[r], d);
             }
         }
@@ -358,7 +385,7 @@ A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv
     for (int r = 0; r < ATT_TR; r++)
         for (int e = 0; e < NE; e++) acc0[r][e] = acc1[r][e] = _mm512_setzero_ps();
     for (int p0 = 0; p0 < nmax; p0 += B) {
-        const float *vb = kv->v + (size_t)s->blocks[p0 / B] * kv->block_stride + (size_t)kvh * B * E;
+        const char *vb = ATT_RUN(kv->v, kv, s, kvh, p0, F16);
         for (int g0 = p0; g0 < p0 + B && g0 < nmax; g0 += 16) {
             for (int r = 0; r < ATT_TR; r++) {
                 if (g0 >= nk_r[r]) continue;
@@ -370,14 +397,15 @@ A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv
                 __m512 o0[16], o1[16];
                 for (int e = 0; e < NE; e++) o0[e] = acc0[r][e], o1[e] = acc1[r][e];
                 for (int t = 0; t < nk; t += 2) {
-                    const float *v0 = vb + (size_t)(g0 - p0 + t) * E;
+                    const char *v0 = vb + (size_t)(g0 - p0 + t) * E * ATT_ES(F16);
                     if (w[t] != 0.0f) {
                         __m512 wb = _mm512_set1_ps(w[t]);
-                        for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, LDE(v0, e), o0[e]);
+                        for (int e = 0; e < NE; e++) o0[e] = _mm512_fmadd_ps(wb, att_lde(v0, e, E, NE, tail, F16), o0[e]);
                     }
                     if (t + 1 < nk && w[t + 1] != 0.0f) {
                         __m512 wb = _mm512_set1_ps(w[t + 1]);
-                        for (int e = 0; e < NE; e++) o1[e] = _mm512_fmadd_ps(wb, LDE(v0 + E, e), o1[e]);
+                        const char *v1 = v0 + (size_t)E * ATT_ES(F16);
+                        for (int e = 0; e < NE; e++) o1[e] = _mm512_fmadd_ps(wb, att_lde(v1, e, E, NE, tail, F16), o1[e]);
                     }
                 }
                 for (int e = 0; e < NE; e++) acc0[r][e] = o0[e], acc1[r][e] = o1[e];
@@ -393,8 +421,8 @@ A512_ALWAYS void att_tile512(float *out, const float *q, const kv_layer_view *kv
 #undef LDE
 }
 
-static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
-                                 int H, int Hkv, int E, float *scores) {
+A512_ALWAYS void att_rows512(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h, int H,
+                             int Hkv, int E, float *scores, const int F16) {
     int kvh = h / (H / Hkv), NE = (E + 15) / 16;
     int i = 0;
     if (s->n_new >= 2 * ATT_TR && s->n_past + s->n_new <= ATT_TILE_KEYS && (NE == 4 || NE == 8)) {
@@ -403,44 +431,55 @@ static A512 void att_rows512_any(float *out, const float *q, const kv_layer_view
         for (int r = 1; r < ATT_TR; r++) sc[r] = sc_more[r - 1];
         for (; i + ATT_TR <= s->n_new; i += ATT_TR) {
             /* E a constant where it fills its vectors: plain loads, no masks */
-            if (E == 64) att_tile512(out, q, kv, s, i, h, H, kvh, 64, 4, sc);
-            else if (E == 128) att_tile512(out, q, kv, s, i, h, H, kvh, 128, 8, sc);
-            else if (NE == 4) att_tile512(out, q, kv, s, i, h, H, kvh, E, 4, sc);
-            else att_tile512(out, q, kv, s, i, h, H, kvh, E, 8, sc);
+            if (E == 64) att_tile512(out, q, kv, s, i, h, H, kvh, 64, 4, sc, F16);
+            else if (E == 128) att_tile512(out, q, kv, s, i, h, H, kvh, 128, 8, sc, F16);
+            else if (NE == 4) att_tile512(out, q, kv, s, i, h, H, kvh, E, 4, sc, F16);
+            else att_tile512(out, q, kv, s, i, h, H, kvh, E, 8, sc, F16);
         }
     }
     for (; i < s->n_new; i++) {
         const float *qi = q + ((size_t)(s->row0 + i) * H + h) * E;
         float *oi = out + ((size_t)(s->row0 + i) * H + h) * E;
         switch (NE) { /* constant NE for the common head dims (64, 128) and the small ones */
-        case 1: att_row512(oi, qi, kv, s, i, kvh, E, 1, scores, i == 0); break;
-        case 2: att_row512(oi, qi, kv, s, i, kvh, E, 2, scores, i == 0); break;
+        case 1: att_row512(oi, qi, kv, s, i, kvh, E, 1, scores, i == 0, F16); break;
+        case 2: att_row512(oi, qi, kv, s, i, kvh, E, 2, scores, i == 0, F16); break;
         case 4:
-            if (E == 64) att_row512(oi, qi, kv, s, i, kvh, 64, 4, scores, i == 0);
-            else att_row512(oi, qi, kv, s, i, kvh, E, 4, scores, i == 0);
+            if (E == 64) att_row512(oi, qi, kv, s, i, kvh, 64, 4, scores, i == 0, F16);
+            else att_row512(oi, qi, kv, s, i, kvh, E, 4, scores, i == 0, F16);
             break;
         case 8:
-            if (E == 128) att_row512(oi, qi, kv, s, i, kvh, 128, 8, scores, i == 0);
-            else att_row512(oi, qi, kv, s, i, kvh, E, 8, scores, i == 0);
+            if (E == 128) att_row512(oi, qi, kv, s, i, kvh, 128, 8, scores, i == 0, F16);
+            else att_row512(oi, qi, kv, s, i, kvh, E, 8, scores, i == 0, F16);
             break;
-        default: att_row512(oi, qi, kv, s, i, kvh, E, NE, scores, i == 0); break;
+        default: att_row512(oi, qi, kv, s, i, kvh, E, NE, scores, i == 0, F16); break;
         }
     }
 }
 
-static A512 void att_head_avx512(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
+static A512 void att_rows512_f32(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
                                  int H, int Hkv, int E, float *scores) {
-    if (E <= 256) att_rows512_any(out, q, kv, s, h, H, Hkv, E, scores);
-    else att_head(out, q, kv, s, h, H, Hkv, E, scores);
+    att_rows512(out, q, kv, s, h, H, Hkv, E, scores, 0);
+}
+
+static A512 void att_rows512_f16(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
+                                 int H, int Hkv, int E, float *scores) {
+    att_rows512(out, q, kv, s, h, H, Hkv, E, scores, 1);
+}
+
+static A512 void att_head_avx512(float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
+                                 int H, int Hkv, int E, float *scores, float *stage) {
+    if (E > 256) att_head(SIMD_AVX512, out, q, kv, s, h, H, Hkv, E, scores, stage);
+    else if (kv->type == KV_F16) att_rows512_f16(out, q, kv, s, h, H, Hkv, E, scores);
+    else att_rows512_f32(out, q, kv, s, h, H, Hkv, E, scores);
 }
 #endif
 
 void ops_attention_head(simd_level lvl, float *out, const float *q, const kv_layer_view *kv, const attn_seq *s,
-                        int h, int H, int Hkv, int E, float *scores) {
+                        int h, int H, int Hkv, int E, float *scores, float *stage) {
 #if defined(__x86_64__)
-    if (lvl == SIMD_AVX512) { att_head_avx512(out, q, kv, s, h, H, Hkv, E, scores); return; }
-    if (lvl == SIMD_AVX2) { att_head_avx2(out, q, kv, s, h, H, Hkv, E, scores); return; }
+    if (lvl == SIMD_AVX512) { att_head_avx512(out, q, kv, s, h, H, Hkv, E, scores, stage); return; }
+    if (lvl == SIMD_AVX2) { att_head_avx2(out, q, kv, s, h, H, Hkv, E, scores, stage); return; }
 #endif
     (void)lvl;
-    att_head_generic(out, q, kv, s, h, H, Hkv, E, scores);
+    att_head_generic(out, q, kv, s, h, H, Hkv, E, scores, stage);
 }

@@ -8,8 +8,9 @@
 
 /* Attention of head h of one sequence for all its new rows, on SIMD path lvl:
  * out rows row0 .. row0+n_new-1 (head h's E floats of each), nothing else.
- * scores: scratch of at least n_past + s->n_new floats. */
+ * scores: scratch of at least n_past + s->n_new floats; stage: scratch of
+ * B * E floats, used for an F16 cache (kv->type), not overlapping scores. */
 void ops_attention_head(simd_level lvl, float *out, const float *q, const kv_layer_view *kv, const attn_seq *s, int h,
-                        int H, int Hkv, int E, float *scores);
+                        int H, int Hkv, int E, float *scores, float *stage);
 
 #endif

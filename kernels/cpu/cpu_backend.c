@@ -378,6 +378,7 @@ typedef struct {
     const float *k, *v;
     const attn_seq *seqs;
     int n_seqs, kv_dim, n_tasks;
+    simd_level simd;
 } kvw_job;
 
 /* Slice `task` of every sequence's new rows: rows land in disjoint cache
@@ -388,7 +389,7 @@ static void kvw_task(void *arg, int task, int thread) {
         const attn_seq *sq = &j->seqs[s];
         int r0 = (int)((long)sq->n_new * task / j->n_tasks), r1 = (int)((long)sq->n_new * (task + 1) / j->n_tasks);
         if (r1 > r0)
-            ops_kv_write(j->kv, sq->blocks, sq->n_past + r0, j->k + (size_t)(sq->row0 + r0) * j->kv_dim,
+            ops_kv_write(j->simd, j->kv, sq->blocks, sq->n_past + r0, j->k + (size_t)(sq->row0 + r0) * j->kv_dim,
                          j->v + (size_t)(sq->row0 + r0) * j->kv_dim, r1 - r0, j->kv_dim);
     }
 }
@@ -401,7 +402,7 @@ static void cpu_kv_write(backend *be, const kv_layer_view *kv, const float *k, c
     for (int s = 0; s < n_seqs; s++) rows += (size_t)seqs[s].n_new;
     /* a prefill's copies on every thread (rows_run's rule: small ones stay here) */
     int n = c->n_threads > 1 && rows * (size_t)kv_dim >= ROWS_SPLIT_MIN ? c->n_threads : 1;
-    kvw_job j = {kv, k, v, seqs, n_seqs, kv_dim, n};
+    kvw_job j = {kv, k, v, seqs, n_seqs, kv_dim, n, c->simd};
     if (n > 1) tp_run(c->tp, n, kvw_task, &j);
     else kvw_task(&j, 0, 0);
     PROF_END(P_KV_WRITE)
@@ -529,6 +530,7 @@ typedef struct {
     const kv_layer_view *kv;
     const attn_seq *seqs;
     int H, Hkv, E, per, runs; /* runs: of every sequence's rows (1 or ATT_RUNS) */
+    size_t stage_off;         /* a thread's F16 staging buffer: scratch + stage_off */
 } attn_job;
 
 /* The first row of run j of n of causal sequence s (s->n_new for j = n), on
@@ -557,7 +559,8 @@ static void attn_task(void *arg, int task, int thread) {
         sub.row0 += r0, sub.n_new = r1 - r0, sub.n_past += r0;
     }
     for (int h = h0; h < h0 + j->per; h++)
-        ops_attention_head(j->c->simd, j->out, j->q, j->kv, &sub, h, j->H, j->Hkv, j->E, j->c->scratch[thread]);
+        ops_attention_head(j->c->simd, j->out, j->q, j->kv, &sub, h, j->H, j->Hkv, j->E, j->c->scratch[thread],
+                           j->c->scratch[thread] + j->stage_off);
 }
 
 static void cpu_attention_run(backend *be, float *out, const float *q, const kv_layer_view *kv, const attn_seq *seqs,
@@ -566,10 +569,12 @@ static void cpu_attention_run(backend *be, float *out, const float *q, const kv_
     int max_ctx = 0;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].n_past + seqs[s].n_new > max_ctx) max_ctx = seqs[s].n_past + seqs[s].n_new;
-    cpu_need(be, max_ctx);
+    /* scores, then (F16 cache) one block's run of a head as floats */
+    size_t stage_off = ((size_t)max_ctx + 64 + 15) / 16 * 16;
+    cpu_need(be, kv->type == KV_F16 ? (int)(stage_off + (size_t)kv->block_size * E) : max_ctx);
     int per = n_seqs * Hkv >= 2 * c->n_threads ? H / Hkv : 1;
     int runs = n_seqs == 1 && !seqs[0].mask && seqs[0].n_new >= ATT_RUN_MIN_ROWS && c->n_threads > 1 ? ATT_RUNS : 1;
-    attn_job j = {c, out, q, kv, seqs, H, Hkv, E, per, runs};
+    attn_job j = {c, out, q, kv, seqs, H, Hkv, E, per, runs, stage_off};
     int n_tasks = n_seqs * (H / per) * runs;
     if ((double)max_ctx * H * E * n_seqs < 16384.0) {
         for (int t = 0; t < n_tasks; t++) attn_task(&j, t, 0);

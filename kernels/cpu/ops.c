@@ -3,10 +3,15 @@
  * per SIMD path (generic, avx2, avx512). */
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vmath.h"
+#include "kernels/half.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 
 /* Sum of squares in double, 8 lanes (the compiler vectorizes the lane loop)
@@ -115,15 +120,65 @@ void ops_silu_mul(simd_level lvl, float *g, const float *u, int M, int F) {
     silu_mul_generic(g, u, n);
 }
 
-void ops_kv_write(const kv_layer_view *kv, const int32_t *blocks, int start, const float *k, const float *v,
-                  int n, int kv_dim) {
+/* ---- IEEE half <-> float: the scalar rule (half.h) is the reference; F16C
+ * converts with the same round-to-nearest-even, so every path gives the same
+ * bits for every finite input ---------------------------------------------- */
+
+static void f32_to_f16_generic(uint16_t *d, const float *s, int n) {
+    for (int i = 0; i < n; i++) d[i] = f32_to_fp16(s[i]);
+}
+
+static void f16_to_f32_generic(float *d, const uint16_t *s, int n) {
+    for (int i = 0; i < n; i++) d[i] = fp16_to_f32(s[i]);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,f16c"))) static void f32_to_f16_f16c(uint16_t *d, const float *s, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    f32_to_f16_generic(d + i, s + i, n - i);
+}
+
+__attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(float *d, const uint16_t *s, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    f16_to_f32_generic(d + i, s + i, n - i);
+}
+#endif
+
+void ops_f32_to_f16(simd_level lvl, uint16_t *dst, const float *src, int n) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { f32_to_f16_f16c(dst, src, n); return; }
+#endif
+    (void)lvl;
+    f32_to_f16_generic(dst, src, n);
+}
+
+void ops_f16_to_f32(simd_level lvl, float *dst, const uint16_t *src, int n) {
+#if defined(__x86_64__)
+    if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { f16_to_f32_f16c(dst, src, n); return; }
+#endif
+    (void)lvl;
+    f16_to_f32_generic(dst, src, n);
+}
+
+void ops_kv_write(simd_level lvl, const kv_layer_view *kv, const int32_t *blocks, int start, const float *k,
+                  const float *v, int n, int kv_dim) {
     const int B = kv->block_size, E = kv->head_dim;
     for (int i = 0; i < n; i++) {
         int p = start + i;
         size_t at = (size_t)blocks[p / B] * kv->block_stride + (size_t)(p % B) * E;
         for (int h = 0; h < kv_dim / E; h++) { /* head h's run of the block: (B, E) at h * B * E */
-            memcpy(kv->k + at + (size_t)h * B * E, k + (size_t)i * kv_dim + (size_t)h * E, (size_t)E * 4);
-            memcpy(kv->v + at + (size_t)h * B * E, v + (size_t)i * kv_dim + (size_t)h * E, (size_t)E * 4);
+            size_t o = at + (size_t)h * B * E;
+            const float *kr = k + (size_t)i * kv_dim + (size_t)h * E, *vr = v + (size_t)i * kv_dim + (size_t)h * E;
+            if (kv->type == KV_F16) {
+                ops_f32_to_f16(lvl, (uint16_t *)kv->k + o, kr, E);
+                ops_f32_to_f16(lvl, (uint16_t *)kv->v + o, vr, E);
+            } else {
+                memcpy((float *)kv->k + o, kr, (size_t)E * 4);
+                memcpy((float *)kv->v + o, vr, (size_t)E * 4);
+            }
         }
     }
 }

@@ -16,7 +16,14 @@ void ops_add(float *x, const float *y, int M, int D);
  * 1 ulp (silu_mul within 3e-7 relative). Finite g gives a finite result: g below
  * -88 counts as -88 (silu there is under 1e-36 in magnitude). */
 void ops_silu_mul(simd_level lvl, float *g, const float *u, int M, int F);
-void ops_kv_write(const kv_layer_view *kv, const int32_t *blocks, int start, const float *k, const float *v,
-                  int n, int kv_dim);
+/* Rows of k, v (n, kv_dim) to cache positions start .. start+n-1, converted
+ * to the cache's element type. */
+void ops_kv_write(simd_level lvl, const kv_layer_view *kv, const int32_t *blocks, int start, const float *k,
+                  const float *v, int n, int kv_dim);
+/* n floats to IEEE halves, round to nearest even (F16C where lvl has it; the
+ * same bits as half.h's f32_to_fp16 for every input but NaN payloads), and
+ * back (exact). */
+void ops_f32_to_f16(simd_level lvl, uint16_t *dst, const float *src, int n);
+void ops_f16_to_f32(simd_level lvl, float *dst, const uint16_t *src, int n);
 
 #endif

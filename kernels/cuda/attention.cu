@@ -6,6 +6,7 @@
  * the per-sequence ancestor mask over new positions, plus the sliding window. */
 #include "kernels/cuda/ops.h"
 
+#include <cuda_fp16.h>
 #include <math.h>
 
 #define ATT_WARPS 8
@@ -19,8 +20,13 @@ __device__ static int attn_pos(const cu_seq *s, int i) {
     return s->n_past + (c > 0 ? c - 1 : 0);
 }
 
-__global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(float *out, const float *q, const float *kc,
-                                                                   const float *vc, size_t block_stride, int B,
+/* a cache element as float: F32 as is, F16 widened exactly */
+__device__ static inline float kv_ld(const float *p, size_t i) { return p[i]; }
+__device__ static inline float kv_ld(const __half *p, size_t i) { return __half2float(p[i]); }
+
+template <typename T>
+__global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(float *out, const float *q, const T *kc,
+                                                                   const T *vc, size_t block_stride, int B,
                                                                    const cu_seq *seqs, const int32_t *row_seq, int H,
                                                                    int Hkv, int E) {
     extern __shared__ float sm[]; /* (ATT_WARPS, E) accumulators, then max and sum per warp */
@@ -51,12 +57,12 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(float *out, c
         }
         /* block layout (Hkv, B, E): head kvh's run, then the position */
         size_t off = (size_t)s->blocks[p / B] * block_stride + ((size_t)kvh * B + p % B) * E;
-        const float *kp = kc + off, *vp = vc + off;
+        const T *kp = kc + off, *vp = vc + off;
         float d = 0.0f;
 #pragma unroll
         for (int t = 0; t < ATT_MAX_EPL; t++) {
             int e = lane + 32 * t;
-            if (t < epl && e < E) d = fmaf(qv[t], kp[e], d);
+            if (t < epl && e < E) d = fmaf(qv[t], kv_ld(kp, e), d);
         }
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) d += __shfl_xor_sync(0xffffffffu, d, o);
@@ -67,7 +73,7 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(float *out, c
 #pragma unroll
         for (int t = 0; t < ATT_MAX_EPL; t++) {
             int e = lane + 32 * t;
-            if (t < epl && e < E) acc[t] = acc[t] * corr + pw * vp[e];
+            if (t < epl && e < E) acc[t] = acc[t] * corr + pw * kv_ld(vp, e);
         }
         mx = nm;
     }
@@ -98,13 +104,17 @@ __global__ void __launch_bounds__(ATT_WARPS * 32) attention_kernel(float *out, c
     }
 }
 
-extern "C" void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc,
+extern "C" void cu_attention(cudaStream_t st, float *out, const float *q, const void *kc, const void *vc, int f16,
                              size_t block_stride, int block_size, const cu_seq *seqs, const int32_t *row_seq, int M,
                              int H, int Hkv, int E) {
     if (M <= 0) return;
     if (E > 32 * ATT_MAX_EPL) cu_die(__FILE__, __LINE__, "cu_attention", "head dim above 256");
     size_t smem = (size_t)ATT_WARPS * (E + 2) * sizeof(float);
-    attention_kernel<<<dim3(M, H), ATT_WARPS * 32, smem, st>>>(out, q, kc, vc, block_stride, block_size, seqs,
-                                                                row_seq, H, Hkv, E);
+    if (f16)
+        attention_kernel<__half><<<dim3(M, H), ATT_WARPS * 32, smem, st>>>(
+            out, q, (const __half *)kc, (const __half *)vc, block_stride, block_size, seqs, row_seq, H, Hkv, E);
+    else
+        attention_kernel<float><<<dim3(M, H), ATT_WARPS * 32, smem, st>>>(
+            out, q, (const float *)kc, (const float *)vc, block_stride, block_size, seqs, row_seq, H, Hkv, E);
     CU_CHECK_LAUNCH();
 }

@@ -582,7 +582,7 @@ static void cu_kv_write_op(backend *be, const kv_layer_view *kv, const float *k,
     staged_seqs ss = stage_seqs(c, seqs, n_seqs, kv->block_size);
     if (c->mode == 2) return;
     prof_start(c, OP_KV_WRITE);
-    cu_kv_write(c->st, kv->k, kv->v, kv->block_stride, kv->block_size, k, v, ss.seqs, ss.row_seq,
+    cu_kv_write(c->st, kv->k, kv->v, kv->type == KV_F16, kv->block_stride, kv->block_size, k, v, ss.seqs, ss.row_seq,
                 rows_of(seqs, n_seqs), kv_dim, kv->head_dim);
     prof_stop(c);
 }
@@ -593,7 +593,7 @@ static void cu_attention_op(backend *be, float *out, const float *q, const kv_la
     staged_seqs ss = stage_seqs(c, seqs, n_seqs, kv->block_size);
     if (c->mode == 2) return;
     prof_start(c, OP_ATTENTION);
-    cu_attention(c->st, out, q, kv->k, kv->v, kv->block_stride, kv->block_size, ss.seqs, ss.row_seq,
+    cu_attention(c->st, out, q, kv->k, kv->v, kv->type == KV_F16, kv->block_stride, kv->block_size, ss.seqs, ss.row_seq,
                  rows_of(seqs, n_seqs), H, Hkv, E);
     prof_stop(c);
 }

@@ -32,14 +32,16 @@ void cu_rope(cudaStream_t st, float *x, const int32_t *pos, const float *inv_fre
 void cu_add(cudaStream_t st, float *x, const float *y, int64_t n);
 /* silu_mul.cu */
 void cu_silu_mul(cudaStream_t st, float *g, const float *u, int64_t n);
-/* kv_write.cu: rows of k, v (M, kv_dim) to each sequence's cache positions
+/* kv_write.cu: rows of k, v (M, kv_dim) to each sequence's cache positions,
+ * as halves when f16
  * (blocks laid out (Hkv, B, E), see kv_layer_view); row_seq (M) maps a batch
  * row to its sequence. */
-void cu_kv_write(cudaStream_t st, float *kc, float *vc, size_t block_stride, int block_size, const float *k,
+void cu_kv_write(cudaStream_t st, void *kc, void *vc, int f16, size_t block_stride, int block_size, const float *k,
                  const float *v, const cu_seq *seqs, const int32_t *row_seq, int M, int kv_dim, int E);
-/* attention.cu */
-void cu_attention(cudaStream_t st, float *out, const float *q, const float *kc, const float *vc, size_t block_stride,
-                  int block_size, const cu_seq *seqs, const int32_t *row_seq, int M, int H, int Hkv, int E);
+/* attention.cu; kc, vc: float, or IEEE half when f16 (kv_layer_view.type) */
+void cu_attention(cudaStream_t st, float *out, const float *q, const void *kc, const void *vc, int f16,
+                  size_t block_stride, int block_size, const cu_seq *seqs, const int32_t *row_seq, int M, int H,
+                  int Hkv, int E);
 
 #ifdef __cplusplus
 }

@@ -207,12 +207,12 @@ static void test_elementwise(void) {
 
 /* n_seqs sequences with shuffled block tables, their histories written by
  * kv_write, then one batched attention call; causal, tree masks and windows. */
-static void attention_case(int n_seqs, const int *past, const int *nnew, bool tree, int window, int H, int Hkv,
-                           int E) {
+static void attention_case(kv_type type, int n_seqs, const int *past, const int *nnew, bool tree, int window, int H,
+                           int Hkv, int E) {
     int B = 16, n_blocks = 64, kvd = Hkv * E;
     char err[256];
-    kv_pool *pc = kv_pool_create_on(cpu, 1, kvd, E, B, n_blocks, NULL, err, sizeof(err));
-    kv_pool *pg = kv_pool_create_on(gpu, 1, kvd, E, B, n_blocks, NULL, err, sizeof(err));
+    kv_pool *pc = kv_pool_create_typed(&cpu, 1, type, 1, kvd, E, B, n_blocks, NULL, err, sizeof(err));
+    kv_pool *pg = kv_pool_create_typed(&gpu, 1, type, 1, kvd, E, B, n_blocks, NULL, err, sizeof(err));
     CHECK(pc && pg);
     int32_t perm[64];
     for (int i = 0; i < n_blocks; i++) perm[i] = i;
@@ -252,14 +252,24 @@ static void attention_case(int n_seqs, const int *past, const int *nnew, bool tr
     gpu->i->begin(gpu, 0);
     gpu->i->kv_write(gpu, &lg, dk, dv, hist, n_seqs, kvd);
     gpu->i->end(gpu);
+    { /* the caches themselves: the same elements (an F16 cache rounds to nearest even on both) */
+        size_t bytes = kv_pool_bytes(pc) / 2;
+        uint8_t *hk = malloc(bytes), *hv = malloc(bytes);
+        gpu->i->download(gpu, hk, pg->k, bytes);
+        gpu->i->download(gpu, hv, pg->v, bytes);
+        CHECKF(!memcmp(hk, pc->k, bytes) && !memcmp(hv, pc->v, bytes), "kv_write (%s cache) differs from the CPU's",
+               kv_type_name(type));
+        free(hk), free(hv);
+    }
     gpu->i->begin(gpu, 0);
     gpu->i->attention(gpu, dout, dq, &lg, seqs, n_seqs, H, Hkv, E);
     gpu->i->end(gpu);
     float *out = dev_fetch(dout, (size_t)M * H * E);
     double e = rel_err(out, ref, (size_t)M * H * E);
     note(S_ATTN, e);
-    CHECKF(e <= 1e-5, "attention %d seqs (first: past %d, new %d) %s window %d H %d Hkv %d E %d: relative error %.3g",
-           n_seqs, past[0], nnew[0], tree ? "tree" : "causal", window, H, Hkv, E, e);
+    CHECKF(e <= 1e-5,
+           "attention (%s cache) %d seqs (first: past %d, new %d) %s window %d H %d Hkv %d E %d: relative error %.3g",
+           kv_type_name(type), n_seqs, past[0], nnew[0], tree ? "tree" : "causal", window, H, Hkv, E, e);
     free(k), free(v), free(q), free(ref), free(out);
     gpu->i->release(gpu, dk), gpu->i->release(gpu, dv), gpu->i->release(gpu, dq), gpu->i->release(gpu, dout);
     kv_pool_destroy(pc);
@@ -271,10 +281,12 @@ static void test_attention(void) {
     int n = 0;
     for (int tree = 0; tree < 2; tree++)
         for (int w = 0; w <= 40; w += 40) {
-            attention_case(1, p1, n1, tree, w, 8, 2, 64), n++;
-            attention_case(3, p2, n2, tree, w, 8, 8, 128), n++;
-            attention_case(2, p3, n3, tree, w, 32, 8, 128), n++;
-            attention_case(2, p3, n3, tree, w, 4, 1, 256), n++;
+            for (int t = KV_F32; t <= KV_F16; t++) {
+                attention_case((kv_type)t, 1, p1, n1, tree, w, 8, 2, 64), n++;
+                attention_case((kv_type)t, 3, p2, n2, tree, w, 8, 8, 128), n++;
+                attention_case((kv_type)t, 2, p3, n3, tree, w, 32, 8, 128), n++;
+                attention_case((kv_type)t, 2, p3, n3, tree, w, 4, 1, 256), n++;
+            }
         }
     fprintf(stderr, "kv_write + attention: %d cases (causal/tree masks, windows, GQA, head dims 64..256); worst "
                     "relative error %.2g\n", n, worst[S_ATTN]);

@@ -2,12 +2,15 @@
  * CPU has, against double-precision references written here. Attention: head
  * dims 8/64/80/128, GQA and one-kv-head-per-head, paged KV behind a reversed,
  * gapped block table, n_past 0/5/100 with 1 or 5 new rows, causal, a tree
- * ancestor mask and sliding windows. silu_mul: random and extreme inputs, and
+ * ancestor mask and sliding windows; with an F32 and an F16 cache (the latter
+ * bit for bit an F32 cache of its rounded values). The F32 <-> F16
+ * conversions against half.h's scalar rule. silu_mul: random and extreme inputs, and
  * results independent of how the rows are split. Prints silu_mul's speed per
  * path (a figure, not asserted). */
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/half.h"
 #include "tests/testutil.h"
 
 #include <math.h>
@@ -22,6 +25,8 @@ static float frand(void) { /* uniform in [-1, 1) */
 }
 
 /* ---- attention ---------------------------------------------------------- */
+
+static const char *kv_type_name_t(kv_type t) { return t == KV_F16 ? "f16" : "f32"; }
 
 enum { BS = 16, ROW0 = 3, MAX_NEW = 5 };
 
@@ -81,28 +86,57 @@ static void ref_row(double *out, const float *qi, const float *kl, const float *
     free(w);
 }
 
-static void attention_case(simd_level lvl, int E, int H, int Hkv, int n_past, int n_new, const vis_kind *vk,
-                           int window) {
+/* A paged cache of `type` holding kl, vl ((n_keys, kv_dim) each) at the
+ * positions of `blocks`, every other element NaN (pool blocks, padding). */
+static kv_layer_view make_cache(kv_type type, const float *kl, const float *vl, int n_keys, int Hkv, int E,
+                                const int32_t *blocks, int pool, size_t stride) {
+    size_t es = kv_type_size(type), n = stride * pool;
+    uint8_t *kp = malloc(es * n), *vp = malloc(es * n);
+    for (size_t x = 0; x < n; x++) {
+        if (type == KV_F16) ((uint16_t *)kp)[x] = ((uint16_t *)vp)[x] = 0x7e00; /* NaN */
+        else ((float *)kp)[x] = ((float *)vp)[x] = NAN;
+    }
+    int kv_dim = Hkv * E;
+    for (int p = 0; p < n_keys; p++) /* block layout (Hkv, BS, E) */
+        for (int h = 0; h < Hkv; h++)
+            for (int e = 0; e < E; e++) {
+                size_t at = (size_t)blocks[p / BS] * stride + ((size_t)h * BS + p % BS) * E + e;
+                size_t from = (size_t)p * kv_dim + (size_t)h * E + e;
+                if (type == KV_F16) {
+                    ((uint16_t *)kp)[at] = f32_to_fp16(kl[from]);
+                    ((uint16_t *)vp)[at] = f32_to_fp16(vl[from]);
+                } else {
+                    ((float *)kp)[at] = kl[from];
+                    ((float *)vp)[at] = vl[from];
+                }
+            }
+    return (kv_layer_view){.k = kp, .v = vp, .block_stride = stride, .block_size = BS, .head_dim = E, .type = type};
+}
+
+/* Every value as an F16 cache holds it. */
+static void round_f16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = fp16_to_f32(f32_to_fp16(x[i]));
+}
+
+/* An F16 cache case also checks its output bit for bit against an F32 cache
+ * holding the same (rounded) values: the halves widen exactly, and the
+ * arithmetic after that must be the F32 path's. */
+static void attention_case(simd_level lvl, kv_type type, int E, int H, int Hkv, int n_past, int n_new,
+                           const vis_kind *vk, int window) {
     int n_keys = n_past + n_new, kv_dim = Hkv * E;
     int n_blk = (n_keys + BS - 1) / BS;
     /* block b of the sequence lives in pool block 2*(n_blk-1-b)+1: reversed, with
      * a NaN-filled block between any two, so reading a wrong block shows */
     int pool = 2 * n_blk + 1;
     size_t stride = (size_t)BS * kv_dim + 8; /* padding, also NaN */
-    float *kp = malloc(sizeof(float) * stride * pool), *vp = malloc(sizeof(float) * stride * pool);
-    for (size_t x = 0; x < stride * pool; x++) kp[x] = vp[x] = NAN;
     int32_t blocks[8];
     for (int b = 0; b < n_blk; b++) blocks[b] = 2 * (n_blk - 1 - b) + 1;
 
     float *kl = malloc(sizeof(float) * (size_t)n_keys * kv_dim), *vl = malloc(sizeof(float) * (size_t)n_keys * kv_dim);
     for (size_t x = 0; x < (size_t)n_keys * kv_dim; x++) kl[x] = frand(), vl[x] = frand();
-    for (int p = 0; p < n_keys; p++) /* block layout (Hkv, BS, E) */
-        for (int h = 0; h < Hkv; h++) {
-            size_t at = (size_t)blocks[p / BS] * stride + ((size_t)h * BS + p % BS) * E;
-            memcpy(kp + at, kl + (size_t)p * kv_dim + (size_t)h * E, sizeof(float) * E);
-            memcpy(vp + at, vl + (size_t)p * kv_dim + (size_t)h * E, sizeof(float) * E);
-        }
-    kv_layer_view kv = {.k = kp, .v = vp, .block_stride = stride, .block_size = BS, .head_dim = E};
+    if (type == KV_F16) round_f16(kl, (size_t)n_keys * kv_dim), round_f16(vl, (size_t)n_keys * kv_dim);
+    kv_layer_view kv = make_cache(type, kl, vl, n_keys, Hkv, E, blocks, pool, stride);
+    float *stage = malloc(sizeof(float) * BS * E);
 
     uint8_t mask[MAX_NEW * MAX_NEW];
     for (int i = 0; i < n_new; i++)
@@ -116,7 +150,17 @@ static void attention_case(simd_level lvl, int E, int H, int Hkv, int n_past, in
     float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn);
     for (size_t x = 0; x < qn; x++) q[x] = 3.0f * frand(), out[x] = 12345.0f;
     float *scores = malloc(sizeof(float) * (size_t)n_keys);
-    for (int h = 0; h < H; h++) ops_attention_head(lvl, out, q, &kv, &s, h, H, Hkv, E, scores);
+    for (int h = 0; h < H; h++) ops_attention_head(lvl, out, q, &kv, &s, h, H, Hkv, E, scores, stage);
+    if (type == KV_F16) {
+        kv_layer_view k32 = make_cache(KV_F32, kl, vl, n_keys, Hkv, E, blocks, pool, stride);
+        float *o32 = malloc(sizeof(float) * qn);
+        for (size_t x = 0; x < qn; x++) o32[x] = 12345.0f;
+        for (int h = 0; h < H; h++) ops_attention_head(lvl, o32, q, &k32, &s, h, H, Hkv, E, scores, stage);
+        CHECKF(memcmp(out, o32, sizeof(float) * qn) == 0,
+               "%s E %d H %d Hkv %d n_past %d n_new %d %s window %d: an F16 cache differs from an F32 cache of its "
+               "values", simd_name(lvl), E, H, Hkv, n_past, n_new, vk->name, window);
+        free(k32.k), free(k32.v), free(o32);
+    }
 
     double worst = 0, worst_mag = 0, *ref = malloc(sizeof(double) * E);
     int worst_h = 0, worst_i = 0;
@@ -133,18 +177,20 @@ static void attention_case(simd_level lvl, int E, int H, int Hkv, int n_past, in
             double rel = err / (mag + 1e-30);
             if (!(rel <= worst)) worst = rel, worst_mag = mag, worst_h = h, worst_i = i;
         }
-    CHECKF(worst <= 1e-5, "%s E %d H %d Hkv %d n_past %d n_new %d %s window %d: head %d row %d: error %g of max|ref| %g",
-           simd_name(lvl), E, H, Hkv, n_past, n_new, vk->name, window, worst_h, worst_i, worst, worst_mag);
+    CHECKF(worst <= 1e-5,
+           "%s %s cache E %d H %d Hkv %d n_past %d n_new %d %s window %d: head %d row %d: error %g of max|ref| %g",
+           simd_name(lvl), kv_type_name_t(type), E, H, Hkv, n_past, n_new, vk->name, window, worst_h, worst_i, worst,
+           worst_mag);
     int untouched = 1;
     for (int m = 0; m < M; m++)
         if (m < ROW0 || m >= ROW0 + n_new)
             for (size_t x = 0; x < (size_t)H * E; x++) untouched &= out[(size_t)m * H * E + x] == 12345.0f;
     CHECKF(untouched, "%s E %d H %d Hkv %d n_past %d n_new %d %s window %d: wrote outside the sequence's rows",
            simd_name(lvl), E, H, Hkv, n_past, n_new, vk->name, window);
-    free(kp), free(vp), free(kl), free(vl), free(q), free(out), free(scores), free(ref);
+    free(kv.k), free(kv.v), free(kl), free(vl), free(q), free(out), free(scores), free(ref), free(stage);
 }
 
-static int test_attention(simd_level lvl) {
+static int test_attention(simd_level lvl, kv_type type) {
     const int Es[] = {8, 64, 80, 128};
     const int heads[][2] = {{8, 2}, {4, 4}};
     const int pasts[] = {0, 5, 100};
@@ -157,7 +203,7 @@ static int test_attention(simd_level lvl) {
                 for (int c = 0; c < 2; c++)
                     for (int v = 0; v < 2; v++)
                         for (int w = 0; w < 3; w++, n++)
-                            attention_case(lvl, Es[a], heads[g][0], heads[g][1], pasts[b], news[c], &VIS[v],
+                            attention_case(lvl, type, Es[a], heads[g][0], heads[g][1], pasts[b], news[c], &VIS[v],
                                            windows[w]);
     return n;
 }
@@ -165,42 +211,90 @@ static int test_attention(simd_level lvl) {
 /* A causal prefill (many new rows: the AVX-512 path scores them in tiles of
  * rows) gives every row the bits of that row alone in a one-row call at its
  * position (decode), with and without a window, for tile remainders too. */
-static int prefill_case(simd_level lvl, int E, int n_past, int n_new, int window) {
+static int prefill_case(simd_level lvl, kv_type type, int E, int n_past, int n_new, int window) {
     const int H = 4, Hkv = 2, kv_dim = Hkv * E;
     int n_keys = n_past + n_new, n_blk = (n_keys + BS - 1) / BS;
     size_t stride = (size_t)BS * kv_dim;
-    float *kp = malloc(sizeof(float) * stride * n_blk), *vp = malloc(sizeof(float) * stride * n_blk);
     int32_t *blocks = malloc(sizeof(int32_t) * (size_t)n_blk);
     for (int b = 0; b < n_blk; b++) blocks[b] = n_blk - 1 - b; /* reversed */
-    for (size_t x = 0; x < stride * n_blk; x++) kp[x] = frand(), vp[x] = frand();
-    kv_layer_view kv = {.k = kp, .v = vp, .block_stride = stride, .block_size = BS, .head_dim = E};
+    float *kl = malloc(sizeof(float) * (size_t)n_keys * kv_dim), *vl = malloc(sizeof(float) * (size_t)n_keys * kv_dim);
+    for (size_t x = 0; x < (size_t)n_keys * kv_dim; x++) kl[x] = frand(), vl[x] = frand();
+    kv_layer_view kv = make_cache(type, kl, vl, n_keys, Hkv, E, blocks, n_blk, stride);
+    float *stage = malloc(sizeof(float) * BS * E);
     size_t qn = (size_t)(ROW0 + n_new) * H * E;
     float *q = malloc(sizeof(float) * qn), *out = malloc(sizeof(float) * qn), *one = malloc(sizeof(float) * qn);
     float *scores = malloc(sizeof(float) * (size_t)n_keys);
     for (size_t x = 0; x < qn; x++) q[x] = 3.0f * frand(), out[x] = one[x] = 0.0f;
     attn_seq s = {.row0 = ROW0, .n_new = n_new, .n_past = n_past, .blocks = blocks, .window = window};
-    for (int h = 0; h < H; h++) ops_attention_head(lvl, out, q, &kv, &s, h, H, Hkv, E, scores);
+    for (int h = 0; h < H; h++) ops_attention_head(lvl, out, q, &kv, &s, h, H, Hkv, E, scores, stage);
     int bad = 0;
     for (int i = 0; i < n_new; i++) {
         attn_seq s1 = {.row0 = ROW0 + i, .n_new = 1, .n_past = n_past + i, .blocks = blocks, .window = window};
-        for (int h = 0; h < H; h++) ops_attention_head(lvl, one, q, &kv, &s1, h, H, Hkv, E, scores);
+        for (int h = 0; h < H; h++) ops_attention_head(lvl, one, q, &kv, &s1, h, H, Hkv, E, scores, stage);
         size_t off = (size_t)(ROW0 + i) * H * E;
         bad += memcmp(out + off, one + off, sizeof(float) * H * E) != 0;
     }
-    CHECKF(bad == 0, "%s E %d n_past %d n_new %d window %d: %d prefill rows differ from the same row alone",
-           simd_name(lvl), E, n_past, n_new, window, bad);
-    free(kp), free(vp), free(blocks), free(q), free(out), free(one), free(scores);
+    CHECKF(bad == 0, "%s %s cache E %d n_past %d n_new %d window %d: %d prefill rows differ from the same row alone",
+           simd_name(lvl), kv_type_name_t(type), E, n_past, n_new, window, bad);
+    free(kv.k), free(kv.v), free(kl), free(vl), free(blocks), free(q), free(out), free(one), free(scores), free(stage);
     return 1;
 }
 
-static int test_prefill(simd_level lvl) {
+static int test_prefill(simd_level lvl, kv_type type) {
     const int Es[] = {64, 80, 128}, pasts[] = {0, 21}, news[] = {8, 13, 45}, windows[] = {0, 10};
     int n = 0;
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 2; b++)
             for (int c = 0; c < 3; c++)
-                for (int w = 0; w < 2; w++) n += prefill_case(lvl, Es[a], pasts[b], news[c], windows[w]);
+                for (int w = 0; w < 2; w++) n += prefill_case(lvl, type, Es[a], pasts[b], news[c], windows[w]);
     return n;
+}
+
+/* ---- F32 <-> F16 (the F16 cache's conversions) ------------------------------ */
+
+/* Every path rounds like half.h's scalar rule (nearest even) over normal and
+ * subnormal halves, exact ties, overflow to inf and both signs; widening is
+ * exact for every one of the 63,488 finite halves and the infinities. */
+static void test_f16_convert(simd_level lvl) {
+    enum { N = 70001 }; /* odd: the vector body and a tail */
+    float *x = malloc(sizeof(float) * N), *back = malloc(sizeof(float) * N);
+    uint16_t *h = malloc(sizeof(uint16_t) * N), *h16 = malloc(sizeof(uint16_t) * 65536);
+    float *w = malloc(sizeof(float) * 65536);
+    for (int i = 0; i < N; i++) {
+        float r = frand();
+        switch (i % 7) {
+        case 0: x[i] = r; break;
+        case 1: x[i] = r * 1e-6f; break;                             /* subnormal halves */
+        case 2: x[i] = r * 7e4f; break;                              /* near and past 65504 */
+        case 3: x[i] = fp16_to_f32((uint16_t)(i * 7919u % 0x7c00)) * (r < 0 ? -1.0f : 1.0f); break; /* exact */
+        case 4: { /* exactly halfway between two halves: ties to even */
+            uint16_t a = (uint16_t)(i * 104729u % 0x7bff);
+            x[i] = 0.5f * (fp16_to_f32(a) + fp16_to_f32((uint16_t)(a + 1)));
+            break;
+        }
+        case 5: x[i] = r * 3e-8f; break; /* below half the smallest subnormal, and around it */
+        default: x[i] = r * 1000.0f; break;
+        }
+    }
+    ops_f32_to_f16(lvl, h, x, N);
+    int bad = 0, first = -1;
+    for (int i = 0; i < N; i++)
+        if (h[i] != f32_to_fp16(x[i])) bad++, first = first < 0 ? i : first;
+    CHECKF(bad == 0, "%s f32 -> f16: %d of %d differ from the scalar rule (first: %.9g gave 0x%04x, want 0x%04x)",
+           simd_name(lvl), bad, N, first >= 0 ? x[first] : 0.0, first >= 0 ? h[first] : 0,
+           first >= 0 ? f32_to_fp16(x[first]) : 0);
+    int n = 0;
+    for (uint32_t u = 0; u < 65536; u++)
+        if ((u & 0x7c00) != 0x7c00 || (u & 0x3ff) == 0) h16[n++] = (uint16_t)u; /* finite and +-inf */
+    ops_f16_to_f32(lvl, w, h16, n);
+    bad = 0;
+    for (int i = 0; i < n; i++) bad += memcmp(&w[i], &(float){fp16_to_f32(h16[i])}, 4) != 0;
+    CHECKF(bad == 0, "%s f16 -> f32: %d of %d halves widen wrongly", simd_name(lvl), bad, n);
+    ops_f16_to_f32(lvl, back, h, N);
+    bad = 0;
+    for (int i = 0; i < N; i++) bad += fabsf(x[i]) <= 65504.0f && !(fabsf(back[i] - x[i]) <= fabsf(x[i]) * 0x1p-11f + 0x1p-25f);
+    CHECKF(bad == 0, "%s f16 round trip: %d of %d values off by more than half an ulp", simd_name(lvl), bad, N);
+    free(x), free(back), free(h), free(h16), free(w);
 }
 
 /* ---- silu_mul ----------------------------------------------------------- */
@@ -311,8 +405,12 @@ int main(void) {
     simd_level best = simd_detect();
     int cases = 0;
     for (int lvl = SIMD_GENERIC; lvl <= (int)best; lvl++) {
-        cases = test_attention((simd_level)lvl);
-        cases += test_prefill((simd_level)lvl);
+        cases = 0;
+        for (int t = KV_F32; t <= KV_F16; t++) {
+            cases += test_attention((simd_level)lvl, (kv_type)t);
+            cases += test_prefill((simd_level)lvl, (kv_type)t);
+        }
+        test_f16_convert((simd_level)lvl);
         test_silu((simd_level)lvl);
     }
     fprintf(stderr, "best SIMD path here: %s; %d attention cases per path checked\n", simd_name(best), cases);

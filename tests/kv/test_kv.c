@@ -70,16 +70,18 @@ static void test_accounting(void) {
 
 /* Fills block b's storage (all layers, K and V) with a value derived from tag. */
 static void fill_block(kv_pool *p, int b, float tag) {
+    float *k = p->k, *v = p->v;
     for (size_t i = 0; i < p->block_stride; i++) {
-        p->k[(size_t)b * p->block_stride + i] = tag + (float)i;
-        p->v[(size_t)b * p->block_stride + i] = -tag - (float)i;
+        k[(size_t)b * p->block_stride + i] = tag + (float)i;
+        v[(size_t)b * p->block_stride + i] = -tag - (float)i;
     }
 }
 
 static int same_block(const kv_pool *p, int a, int b) {
     size_t n = p->block_stride * sizeof(float);
-    return !memcmp(p->k + (size_t)a * p->block_stride, p->k + (size_t)b * p->block_stride, n) &&
-           !memcmp(p->v + (size_t)a * p->block_stride, p->v + (size_t)b * p->block_stride, n);
+    const float *k = p->k, *v = p->v;
+    return !memcmp(k + (size_t)a * p->block_stride, k + (size_t)b * p->block_stride, n) &&
+           !memcmp(v + (size_t)a * p->block_stride, v + (size_t)b * p->block_stride, n);
 }
 
 #define POOL_OK(p, s, n)                                                                                          \

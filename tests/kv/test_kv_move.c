@@ -1,12 +1,14 @@
 /* test_kv_move.c — tree compaction of the KV cache (kv_seq_move, issue 17):
  * random accepted paths of up to 16 nodes are moved in a pool of 3 layers x 3
- * kv heads whose every float encodes (position, layer, head, element, K/V),
+ * kv heads whose every element encodes (position, layer, head, element, K/V),
+ * in an F32 and in an F16 pool,
  * and the result must equal the reference (each destination holds its
  * source's rows, every other position is untouched, in K and V); moves that
  * break the contract (destination not before the source, past the length,
  * out of order) and moves into an indexed (shareable) block are refused with
  * nothing changed. */
 #include "engine/model/kv.h"
+#include "kernels/half.h"
 #include "tests/testutil.h"
 
 #include <stdint.h>
@@ -14,11 +16,17 @@
 
 enum { L = 3, HKV = 3, E = 4, D = HKV * E, B = 4, NB = 16, LEN = 30 };
 
-static float code(int pos, int l, int h, int e, int v) { return (float)(pos * 1000 + l * 100 + h * 10 + e) + (v ? 0.5f : 0); }
+/* (position, layer, head, element, K/V) as a value exact in F16 as in F32 */
+static float code(int pos, int l, int h, int e, int v) { return (float)(pos * 64 + l * 16 + h * 4 + e) * (v ? -1.0f : 1.0f); }
 
-static float *at(kv_pool *p, kv_seq *s, int pos, int l, int h, int v) {
-    size_t off = (size_t)s->blocks[pos / B] * p->block_stride + (size_t)l * B * D + ((size_t)h * B + pos % B) * E;
-    return (v ? p->v : p->k) + off;
+static size_t at(kv_pool *p, kv_seq *s, int pos, int l, int h) {
+    return (size_t)s->blocks[pos / B] * p->block_stride + (size_t)l * B * D + ((size_t)h * B + pos % B) * E;
+}
+
+static float get(kv_pool *p, kv_seq *s, int pos, int l, int h, int v, int e) {
+    size_t o = at(p, s, pos, l, h) + e;
+    void *base = v ? p->v : p->k;
+    return p->type == KV_F16 ? fp16_to_f32(((uint16_t *)base)[o]) : ((float *)base)[o];
 }
 
 static void fill(kv_pool *p, kv_seq *s) {
@@ -26,7 +34,12 @@ static void fill(kv_pool *p, kv_seq *s) {
         for (int l = 0; l < L; l++)
             for (int h = 0; h < HKV; h++)
                 for (int v = 0; v < 2; v++)
-                    for (int e = 0; e < E; e++) at(p, s, pos, l, h, v)[e] = code(pos, l, h, e, v);
+                    for (int e = 0; e < E; e++) {
+                        size_t o = at(p, s, pos, l, h) + e;
+                        void *base = v ? p->v : p->k;
+                        if (p->type == KV_F16) ((uint16_t *)base)[o] = f32_to_fp16(code(pos, l, h, e, v));
+                        else ((float *)base)[o] = code(pos, l, h, e, v);
+                    }
 }
 
 /* every position holds the rows of want[pos] */
@@ -36,14 +49,16 @@ static int mismatches(kv_pool *p, kv_seq *s, const int *want) {
         for (int l = 0; l < L; l++)
             for (int h = 0; h < HKV; h++)
                 for (int v = 0; v < 2; v++)
-                    for (int e = 0; e < E; e++) bad += at(p, s, pos, l, h, v)[e] != code(want[pos], l, h, e, v);
+                    for (int e = 0; e < E; e++) bad += get(p, s, pos, l, h, v, e) != code(want[pos], l, h, e, v);
     return bad;
 }
 
-int main(void) {
+static void test_type(kv_type type) {
     char err[256];
-    kv_pool *p = kv_pool_create(L, D, E, B, NB, NULL, err, sizeof(err));
+    backend *none = NULL;
+    kv_pool *p = kv_pool_create_typed(&none, 1, type, L, D, E, B, NB, NULL, err, sizeof(err));
     CHECK(p != NULL);
+    CHECK(kv_pool_bytes(p) == 2 * (size_t)NB * L * B * D * (type == KV_F16 ? 2 : 4));
     kv_seq *s = kv_seq_create(p, 64);
     CHECK(kv_seq_reserve(p, s, LEN) == 0);
     s->len = LEN;
@@ -61,7 +76,8 @@ int main(void) {
         for (int j = 0; j < n; j++) want[dst[j]] = src[j];
         CHECK(kv_seq_move(p, s, dst, src, n) == 0);
         int bad = mismatches(p, s, want);
-        CHECKF(bad == 0, "rep %d: %d floats differ from the reference after moving %d rows", rep, bad, n);
+        CHECKF(bad == 0, "%s rep %d: %d elements differ from the reference after moving %d rows", kv_type_name(type),
+               rep, bad, n);
         moved += n;
     }
     /* refusals leave the cache untouched */
@@ -88,9 +104,14 @@ int main(void) {
     CHECK(kv_seq_move(p, s, d6, s6, 1) == 0);
     ident[28] = 29;
     CHECK(mismatches(p, s, ident) == 0);
-    fprintf(stderr, "kv_seq_move: 500 random paths (%ld rows moved) equal the reference; bad moves and moves into "
-                    "indexed blocks refused\n", moved);
+    fprintf(stderr, "kv_seq_move, %s cache: 500 random paths (%ld rows moved) equal the reference; bad moves and "
+                    "moves into indexed blocks refused\n", kv_type_name(type), moved);
     kv_seq_destroy(p, s);
     kv_pool_destroy(p);
+}
+
+int main(void) {
+    test_type(KV_F32);
+    test_type(KV_F16);
     TEST_DONE();
 }

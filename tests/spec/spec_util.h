@@ -221,13 +221,14 @@ static inline double su_kv_diff(const kv_pool *p, const kv_seq *a, const kv_seq 
                 size_t in = ((size_t)l * B * D) + ((size_t)h * B + pos % B) * E;
                 size_t oa = (size_t)a->blocks[pos / B] * p->block_stride + in;
                 size_t ob = (size_t)b->blocks[pos / B] * p->block_stride + in;
+                const float *pk = p->k, *pv = p->v; /* an F32 pool */
                 for (int i = 0; i < E; i++) {
-                    double dk = fabs((double)p->k[oa + i] - p->k[ob + i]);
-                    double dv = fabs((double)p->v[oa + i] - p->v[ob + i]);
+                    double dk = fabs((double)pk[oa + i] - pk[ob + i]);
+                    double dv = fabs((double)pv[oa + i] - pv[ob + i]);
                     if (dk > md) md = dk;
                     if (dv > md) md = dv;
-                    if (fabs((double)p->k[ob + i]) > mb) mb = fabs((double)p->k[ob + i]);
-                    if (fabs((double)p->v[ob + i]) > mb) mb = fabs((double)p->v[ob + i]);
+                    if (fabs((double)pk[ob + i]) > mb) mb = fabs((double)pk[ob + i]);
+                    if (fabs((double)pv[ob + i]) > mb) mb = fabs((double)pv[ob + i]);
                 }
             }
     return mb > 0 ? md / mb : md;

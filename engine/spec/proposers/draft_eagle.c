@@ -504,7 +504,7 @@ drafter *draft_eagle_load(spec_pair *sp, const char *path, int blocks, engine_st
     e->base.n_vocab = e->V = sp->n_vocab;
     e->max_seqs = sp->max_seqs;
     char sub[512];
-    model_params mp = {.max_batch = 512, .max_ctx = sp->max_ctx + GAMMA_MAX + 2};
+    model_params mp = {.max_batch = 512, .max_ctx = sp->max_ctx + GAMMA_MAX + 2, .kv = sp->target->mp.kv};
     const model_hparams *th = &sp->target->hp;
     if (!(e->m = model_load_eagle3(path, sp->target, &mp, st, err, errlen))) goto fail_quiet;
     const model_hparams *hp = &e->m->hp;

@@ -236,7 +236,8 @@ static const drafter_i draft_model_i = {
     .seq_kv = dm_seq_kv,
 };
 
-drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
+drafter *draft_model_load(const char *path, backend *be, int max_ctx, kv_type kv, const tokenizer *target_tok,
+                          int n_vocab,
                           engine_status *st, char *err, size_t errlen) {
     char sub[640];
     draft_model *dm = calloc(1, sizeof(*dm));
@@ -248,7 +249,7 @@ drafter *draft_model_load(const char *path, backend *be, int max_ctx, const toke
         goto fail;
     }
     dm->base.source = dm->path;
-    model_params mp = {.max_batch = 512, .max_ctx = max_ctx};
+    model_params mp = {.max_batch = 512, .max_ctx = max_ctx, .kv = kv};
     if (!(dm->m = model_load(path, be, &mp, st, err, errlen))) goto fail;
     tokenizer *dt = tok_create(dm->m->gguf, sub, sizeof(sub));
     if (!dt) {

@@ -28,9 +28,10 @@
  * table (drafter.h's model, kv_pool, seq_kv) and calls its reserve, which
  * allocates the KV pool (the target pool's shape) and the scratch for
  * batches of the pair's max_seqs; the drafter is not used before. Its
- * source is path. (pair_load.h's spec_pair_load does all this.) */
-drafter *draft_model_load(const char *path, backend *be, int max_ctx, const tokenizer *target_tok, int n_vocab,
-                          engine_status *st, char *err, size_t errlen);
+ * source is path; kv: its cache's element type (the target's). (pair_load.h's
+ * spec_pair_load does all this.) */
+drafter *draft_model_load(const char *path, backend *be, int max_ctx, kv_type kv, const tokenizer *target_tok,
+                          int n_vocab, engine_status *st, char *err, size_t errlen);
 
 /* The pieces, for the draft tree (draft_tree.c) and tests (cache
  * contents); the pair reads them through the table. Borrowed: owned by the

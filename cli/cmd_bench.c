@@ -100,7 +100,7 @@ static void bench_profile(backend *be, bench_ctx *b, int ctx, int n, int gamma) 
 
 static void bench_usage(FILE *f) {
     fprintf(f, "usage: specd bench -m MODEL.gguf | -hf REPO[:QUANT] [-t THREADS (2)] [-r REPS (5)] [--gamma G (4)] [--json]\n"
-               "                   [--backend cpu|cuda|auto (cpu)] [--device N] [--kv-type f32|f16 (f32)]\n"
+               "                   [--backend cpu|cuda|auto (cpu)] [--device N] [--kv-type f32|f16 (f16)]\n"
                "       specd bench --kernels [-t THREADS] [-r REPS]   (CPU matmul kernels alone)\n"
                "       specd bench --concurrency 1,8,32 -m TARGET [--draft DRAFT] ...   (engine streams, --help: all)\n"
                "       specd bench --multi-turn 8 -m TARGET [--draft DRAFT] [--turns 6] ...   (chat, prefix cache on/off)\n"
@@ -109,7 +109,7 @@ static void bench_usage(FILE *f) {
                "  --gamma G   the verify call measured: G+1 positions against a 1-position decode (default 4)\n"
                "  --json      one JSON object instead of the table\n"
                "  --backend B cpu (default), cuda or auto; --device N the GPU\n"
-               "  --kv-type T the KV cache's elements: f32 (default) or f16\n");
+               "  --kv-type T the KV cache's elements: f16 (default, as serve) or f32\n");
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -120,7 +120,7 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--multi-turn")) return bench_chat(argc, argv);
     const char *model_path = NULL, *hf = NULL;
-    int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0, kv_type = 0;
+    int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0, kv_type = 1; /* f16, as serve */
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

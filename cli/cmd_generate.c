@@ -56,8 +56,8 @@ static void generate_usage(FILE *f) {
             "               identically to draft and target\n"
             PENALTY_ARGS_USAGE
             "  --seed S     seed of the counter-based sampler (default 42)\n"
-            "  --kv-type T  the KV cache's elements: f32 or f16 (half the memory and attention's reads;\n"
-            "               default: the config's engine.kv_type, f32)\n"
+            "  --kv-type T  the KV cache's elements: f16 (half the memory and attention's reads) or f32\n"
+            "               (default: the config's engine.kv_type, f16)\n"
             "  --backend B  auto (CUDA when built with it and a GPU is present; default), cpu or cuda;\n"
             "               --device N picks the GPU (default 0)\n"
             "  --tensor-parallel N  split the target over N backends (GPUs --device .. --device+N-1;\n"

@@ -498,7 +498,7 @@ typedef struct {
     int max_ctx;                   /* per sequence (0 = model's, capped) */
     int kv_blocks;                 /* per model pool (0 = room for max_running full contexts) */
     int block_size;                /* 16 */
-    int kv_type;                   /* KV_F32 (0) or KV_F16 (kernels/backend.h): the caches' element type */
+    int kv_type;                   /* KV_F16 (default) or KV_F32 (kernels/backend.h): the caches' element type */
     int max_running;               /* sequences stepped together (32); paused requests do not count */
     int max_per_client;            /* admitted requests one client may hold (0 = max_running / 2, at least 1) */
     int max_waiting;               /* queued requests before submit refuses (1024) */

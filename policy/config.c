@@ -183,7 +183,7 @@ void pol_cfg_defaults(pol_config *c) {
     s->grace_ms = 10000;
     snprintf(s->auth_exempt, sizeof(s->auth_exempt), "/healthz,/health,/metrics");
     c->engine = (pol_engine){.backend = POL_BACKEND_AUTO, .tensor_parallel = 1, .devices = {.n = 1, .v = {0}},
-                             .block_size = 16, .prefill_chunk = 256, .max_running = 32,
+                             .block_size = 16, .kv_type = POL_KV_F16, .prefill_chunk = 256, .max_running = 32,
                              .prefix_cache = true};
     c->speculation = (pol_speculation){.mode = POL_SPEC_AUTO, .gamma_min = 2, .gamma_max = 8, .gamma_default = 4,
                                        .adaptive = true, .window = 20, .warmup = 5, .fallback_alpha = 0.4,

@@ -91,7 +91,7 @@ typedef struct {
     int max_ctx;                           /* 0 = the models' context */
     int kv_blocks;                         /* per model pool; 0 = room for max_running full contexts */
     int block_size;                        /* 16 (power of two) */
-    pol_kv_type kv_type;                   /* f32: the KV cache's element type (f16: half the memory) */
+    pol_kv_type kv_type;                   /* f16: the KV cache's element type (f32: twice the memory) */
     int prefill_chunk;                     /* 256 */
     int max_running;                       /* 32 */
     bool prefix_cache;                     /* true: share prompt KV blocks by hash in both pools */

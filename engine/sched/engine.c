@@ -23,7 +23,7 @@ engine_config engine_config_default(void) {
     return (engine_config){.backend = BACKEND_CPU, .ragged = true, .block_size = 16, .max_running = 32, .max_waiting = 1024, .prefill_chunk = 256,
                            .ring_events = 64, .padding_cap = 1.5f, .gamma = gamma_params_default(),
                            .draft_mem_warn_pct = 20.0f, .calibrate = true, .method = SPEC_METHOD_AUTO,
-                           .prefix_cache = true};
+                           .prefix_cache = true, .kv_type = KV_F16};
 }
 
 const char *engine_finish_name(engine_finish f) {

@@ -6,8 +6,8 @@
 # OpenAI endpoint and the WebSocket; with the policy rule choosing the method
 # (the path that crashed: `serve --medusa` died with SIGSEGV on its first
 # request because the rule's method dropped the Medusa state an auto request
-# still followed); with the prefix cache off; and with an F16 KV cache. Runs
-# under the ASan build too.
+# still followed); with the prefix cache off; with the F16 KV cache (the
+# default) and an F32 one. Runs under the ASan build too.
 import asyncio
 import json
 import os
@@ -69,7 +69,7 @@ async def ws_batch(srv, jobs):
         return text
 
 
-def serve_and_check(heads, config, label, kv_type="f32"):
+def serve_and_check(heads, config, label, kv_type="f16"):
     with Server(config=config, extra=["--medusa", heads], max_running=16) as srv:
         check("KV cache %s:" % kv_type in srv.stderr_tail(100000), "%s: the server does not say its KV cache is %s"
               % (label, kv_type))
@@ -100,9 +100,10 @@ def run():
     with tempfile.TemporaryDirectory() as tmp:
         heads = train_heads(tmp)
         serve_and_check(heads, TREES, "trees auto")
-        # an F16 KV cache (engine.kv_type): every proposer, trees (their compaction moves halves), the
-        # prefix cache (shared blocks copied on write) and mixed batches against its own plain decoding
-        serve_and_check(heads, "engine:\n  kv_type: f16\n" + TREES, "f16 KV cache, trees auto", "f16")
+        # an F32 KV cache (engine.kv_type; F16 is the default): every proposer, trees (their compaction
+        # moves the cache's elements), the prefix cache (shared blocks copied on write) and mixed batches
+        # against its own plain decoding
+        serve_and_check(heads, "engine:\n  kv_type: f32\n" + TREES, "f32 KV cache, trees auto", "f32")
         # the policy rule picks the method (auto, medusa, draft) with the prefix cache off
         for m in ("auto", "medusa", "draft"):
             cfg = ("engine:\n  prefix_cache: false\n" + TREES + "  method: %s\n" % m)

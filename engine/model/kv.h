@@ -3,7 +3,7 @@
  * is a length update plus handing whole blocks back — never a memset, never an
  * allocation after create.
  *
- * Tensor parallelism: a sharded pool keeps, for shard r, kv_dim floats per
+ * Tensor parallelism: a sharded pool keeps, for shard r, kv_dim elements per
  * position (its kv heads only) in shard r's backend memory, under ONE set of
  * block tables and ONE free stack shared by all shards: a block number means
  * the same positions on every shard, and rollback stays a pointer update.
@@ -21,6 +21,10 @@
  * idle count exceeds max_idle): then the least recently used idle block is
  * evicted. Every block is in exactly one state: free (on the free stack),
  * idle (ref 0, indexed, on the LRU list) or held (ref > 0).
+ *
+ * Elements: F32, or F16 (kv_pool_create_typed; half the memory, rounded to
+ * nearest even by the backend's kv_write). Copies move elements of the
+ * pool's size; nothing here converts.
  *
  * Threading: a pool and its sequences belong to the engine thread. */
 #ifndef SPECD_KV_H
@@ -91,7 +95,7 @@ kv_pool *kv_pool_create(int n_layer, int kv_dim, int head_dim, int block_size, i
 /* The same with the storage in backend memory (be must outlive the pool). */
 kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int head_dim, int block_size, int n_blocks,
                            engine_status *st, char *err, size_t errlen);
-/* A pool of n_shards shards: shard r's storage (kv_dim floats per position,
+/* A pool of n_shards shards: shard r's storage (kv_dim elements per position,
  * one shard's width) comes from bes[r], which must outlive the pool. */
 kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int head_dim,
                                 int block_size, int n_blocks, engine_status *st, char *err, size_t errlen);

@@ -479,6 +479,8 @@ void ops_attention_head(simd_level lvl, float *out, const float *q, const kv_lay
 #if defined(__x86_64__)
     if (lvl == SIMD_AVX512) { att_head_avx512(out, q, kv, s, h, H, Hkv, E, scores, stage); return; }
     if (lvl == SIMD_AVX2) { att_head_avx2(out, q, kv, s, h, H, Hkv, E, scores, stage); return; }
+#elif defined(__aarch64__)
+    if (lvl == SIMD_NEON) { att_head(SIMD_NEON, out, q, kv, s, h, H, Hkv, E, scores, stage); return; } /* NEON widening */
 #endif
     (void)lvl;
     att_head_generic(out, q, kv, s, h, H, Hkv, E, scores, stage);

@@ -11,6 +11,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
 #endif
 
 
@@ -147,9 +149,27 @@ __attribute__((target("avx2,f16c"))) static void f16_to_f32_f16c(float *d, const
 }
 #endif
 
+#if defined(__aarch64__)
+/* Advanced SIMD's conversions round to nearest even (FPCR's default mode,
+ * FZ16 off: subnormal halves kept), as the scalar rule does */
+static void f32_to_f16_neon(uint16_t *d, const float *s, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(d + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(s + i))));
+    f32_to_f16_generic(d + i, s + i, n - i);
+}
+
+static void f16_to_f32_neon(float *d, const uint16_t *s, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(d + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(s + i))));
+    f16_to_f32_generic(d + i, s + i, n - i);
+}
+#endif
+
 void ops_f32_to_f16(simd_level lvl, uint16_t *dst, const float *src, int n) {
 #if defined(__x86_64__)
     if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { f32_to_f16_f16c(dst, src, n); return; }
+#elif defined(__aarch64__)
+    if (lvl == SIMD_NEON) { f32_to_f16_neon(dst, src, n); return; }
 #endif
     (void)lvl;
     f32_to_f16_generic(dst, src, n);
@@ -158,6 +178,8 @@ void ops_f32_to_f16(simd_level lvl, uint16_t *dst, const float *src, int n) {
 void ops_f16_to_f32(simd_level lvl, float *dst, const uint16_t *src, int n) {
 #if defined(__x86_64__)
     if (lvl == SIMD_AVX2 || lvl == SIMD_AVX512) { f16_to_f32_f16c(dst, src, n); return; }
+#elif defined(__aarch64__)
+    if (lvl == SIMD_NEON) { f16_to_f32_neon(dst, src, n); return; }
 #endif
     (void)lvl;
     f16_to_f32_generic(dst, src, n);

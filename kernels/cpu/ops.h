@@ -20,7 +20,7 @@ void ops_silu_mul(simd_level lvl, float *g, const float *u, int M, int F);
  * to the cache's element type. */
 void ops_kv_write(simd_level lvl, const kv_layer_view *kv, const int32_t *blocks, int start, const float *k,
                   const float *v, int n, int kv_dim);
-/* n floats to IEEE halves, round to nearest even (F16C where lvl has it; the
+/* n floats to IEEE halves, round to nearest even (F16C or NEON where lvl has it; the
  * same bits as half.h's f32_to_fp16 for every input but NaN payloads), and
  * back (exact). */
 void ops_f32_to_f16(simd_level lvl, uint16_t *dst, const float *src, int n);

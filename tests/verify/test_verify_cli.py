@@ -84,6 +84,12 @@ def expect_broken_fails(args, K, max_p):
 # keep 5000: their broken variants are weaker (p 1e-10 and 8e-6 at 5000), or
 # (n-gram at T = 1) fail at too few positions with 3000 (3 of 8; 4 needed).
 SAMPLES = "3000"
+# The n-gram proposer alone and its trees run 10000: at 5000 their broken
+# variants failed at exactly the 4 of 8 positions the check needs (min p
+# 2.1e-50 and 1.7e-57), one position from a failing test on a host whose sums
+# differ; at 10000 they fail at 5 and 6 of 8 (min p 1e-112, 1.7e-115). About
+# 8 s a case more.
+SAMPLES_NGRAM = "10000"
 # Trees keep 5000: at 3000 and at 4000 the n-gram and EAGLE 16/2/8 trees'
 # broken variants failed at exactly the 4 of 8 positions the check needs (p
 # 5.5e-31 and 5.2e-12 at 3000), too close for a host whose float sums differ.
@@ -118,7 +124,7 @@ def case_method(method, temp_args):
     t, d = real_pair()
     draft = ["--draft", d] if method == "auto" else []
     base = ["-m", t, *draft, "--quiet", "--method", method, "--ngram-min", "1",
-            "--samples", SAMPLES if method == "auto" else "5000",
+            "--samples", SAMPLES if method == "auto" else SAMPLES_NGRAM if temp_args == ["--temp", "1.0"] else "5000",
             "--positions", "8", "-p", REPEAT_PROMPT, "--seed", "1", *temp_args]
     out, _ = expect_pass(base, 8)
     m = re.search(r"ngram: (\d+) verify passes, drafted (\d+), accepted (\d+)", out)
@@ -150,7 +156,8 @@ def case_tree(method, temp_args):
     t, d = real_pair()
     prompt = REPEAT_PROMPT if method == "ngram" else "The"
     extra = ["--ngram-min", "1"] if method == "ngram" else []
-    base = pair_args(t, d, ["--samples", SAMPLES_TREE, "--positions", "8", "-p", prompt, "--seed", "5", "--method", method,
+    samples = SAMPLES_NGRAM if method == "ngram" and temp_args == ["--temp", "1.0"] else SAMPLES_TREE
+    base = pair_args(t, d, ["--samples", samples, "--positions", "8", "-p", prompt, "--seed", "5", "--method", method,
                             "--tree", "8/3/3", *extra, *temp_args])
     out, rows = expect_pass(base, 8)
     m = re.search(r"tree: (\d+) of the verify passes branched, ([0-9.]+) nodes verified per pass", out)

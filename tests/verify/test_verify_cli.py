@@ -81,8 +81,9 @@ def expect_broken_fails(args, K, max_p):
 # failed at p between 1e-19 and 1e-300 against thresholds of 1e-6 to 1e-20,
 # and the statistic grows with the samples, so 3000 keeps every one far past
 # its threshold (the test prints the figure). Coupled, Medusa and n-gram alone
-# keep 5000: their broken variants are weaker (p 1e-10 and 8e-6 at 5000), or
-# (n-gram at T = 1) fail at too few positions with 3000 (3 of 8; 4 needed).
+# at T 0.7 keep 5000: their broken variants are weaker (p 1e-10 and 8e-6 at
+# 5000), or (n-gram at T = 1) fail at too few positions with 3000 (3 of 8; 4
+# needed).
 SAMPLES = "3000"
 # The n-gram proposer alone and its trees run 10000: at 5000 their broken
 # variants failed at exactly the 4 of 8 positions the check needs (min p
@@ -90,7 +91,7 @@ SAMPLES = "3000"
 # differ; at 10000 they fail at 5 and 6 of 8 (min p 1e-112, 1.7e-115). About
 # 8 s a case more.
 SAMPLES_NGRAM = "10000"
-# Trees keep 5000: at 3000 and at 4000 the n-gram and EAGLE 16/2/8 trees'
+# Other trees keep 5000: at 3000 and at 4000 the n-gram and EAGLE 16/2/8 trees'
 # broken variants failed at exactly the 4 of 8 positions the check needs (p
 # 5.5e-31 and 5.2e-12 at 3000), too close for a host whose float sums differ.
 SAMPLES_TREE = "5000"

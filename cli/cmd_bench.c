@@ -120,14 +120,14 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--multi-turn")) return bench_chat(argc, argv);
     const char *model_path = NULL, *hf = NULL;
-    int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0, kv_type = 1; /* f16, as serve */
+    int threads = 2, reps = 5, gamma = 4, kind = BACKEND_CPU, device = 0, kvt = KV_F16; /* as serve */
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-hf") || !strcmp(a, "--hf")) hf = arg_str(argc, argv, &i);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = (int)arg_long(argc, argv, &i, 1, 1024);
-        else if (!strcmp(a, "--kv-type")) kv_type = arg_kv_type(argc, argv, &i);
+        else if (!strcmp(a, "--kv-type")) kvt = arg_kv_type(argc, argv, &i);
         else if (!strcmp(a, "-r") || !strcmp(a, "--reps")) reps = (int)arg_long(argc, argv, &i, 1, 1000);
         else if (!strcmp(a, "--gamma")) gamma = (int)arg_long(argc, argv, &i, 1, 15);
         else if (!strcmp(a, "--json")) json = true;
@@ -161,7 +161,7 @@ int cmd_bench(int argc, char **argv) {
     bool gpu = !be->host_memory;
     char desc[128]; /* what runs the ops: the CPU's SIMD and threads, or the GPU */
     backend_describe(be, desc, sizeof(desc));
-    model_params mp = {.max_batch = 512, .max_ctx = 1024, .kv = kv_type ? KV_F16 : KV_F32};
+    model_params mp = {.max_batch = 512, .max_ctx = 1024, .kv = (kv_type)kvt};
     engine_status est;
     b.m = model_load(model_path, be, &mp, &est, b.err, sizeof(b.err));
     if (!b.m) {

@@ -56,8 +56,9 @@ typedef struct {
     int head_dim;            /* E */
     kv_type type;
 } kv_layer_view;
-/* Bytes of one KV element. */
+/* Bytes of one KV element, and the type's name ("f32", "f16"). */
 static inline size_t kv_type_size(kv_type t) { return t == KV_F16 ? 2 : 4; }
+static inline const char *kv_type_name(kv_type t) { return t == KV_F16 ? "f16" : "f32"; }
 
 typedef struct backend_i {
     int version;             /* BACKEND_INTERFACE_VERSION */

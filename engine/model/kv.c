@@ -23,15 +23,6 @@ kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, 
                                 errlen);
 }
 
-int kv_type_parse(const char *name, kv_type *out) {
-    if (!strcmp(name, "f32")) *out = KV_F32;
-    else if (!strcmp(name, "f16")) *out = KV_F16;
-    else return -1;
-    return 0;
-}
-
-const char *kv_type_name(kv_type t) { return t == KV_F16 ? "f16" : "f32"; }
-
 kv_pool *kv_pool_create_typed(backend *const *bes, int n_shards, kv_type type, int n_layer, int kv_dim, int head_dim,
                               int block_size, int n_blocks, engine_status *st, char *err, size_t errlen) {
     if (n_shards <= 0 || n_layer <= 0 || kv_dim <= 0 || head_dim <= 0 || kv_dim % head_dim || block_size <= 0 ||
@@ -51,8 +42,7 @@ kv_pool *kv_pool_create_typed(backend *const *bes, int n_shards, kv_type type, i
     p->n_blocks = n_blocks;
     p->block_stride = (size_t)n_layer * block_size * kv_dim;
     p->type = type;
-    p->esize = kv_type_size(type);
-    size_t elems = p->block_stride * (size_t)n_blocks;
+    size_t elems = p->block_stride * (size_t)n_blocks, es = kv_type_size(type);
     p->shards = calloc((size_t)n_shards, sizeof(kv_shard));
     if (!p->shards) goto oom;
     p->n_shards = n_shards;
@@ -62,8 +52,8 @@ kv_pool *kv_pool_create_typed(backend *const *bes, int n_shards, kv_type type, i
         sh->be = be;
         where = be ? be->i->name : "host";
         /* calloc: untouched pages stay virtual until first written */
-        sh->k = be ? be->i->alloc(be, elems * p->esize) : calloc(elems, p->esize);
-        sh->v = be ? be->i->alloc(be, elems * p->esize) : calloc(elems, p->esize);
+        sh->k = be ? be->i->alloc(be, elems * es) : calloc(elems, es);
+        sh->v = be ? be->i->alloc(be, elems * es) : calloc(elems, es);
         if (!sh->k || !sh->v) goto oom;
     }
     p->k = p->shards[0].k;
@@ -118,13 +108,13 @@ void kv_pool_destroy(kv_pool *p) {
 }
 
 size_t kv_pool_bytes(const kv_pool *p) {
-    return 2 * p->block_stride * (size_t)p->n_blocks * p->esize * (size_t)p->n_shards;
+    return 2 * p->block_stride * (size_t)p->n_blocks * kv_type_size(p->type) * (size_t)p->n_shards;
 }
 
 kv_layer_view kv_pool_layer(const kv_pool *p, int layer) { return kv_pool_layer_shard(p, 0, layer); }
 
 kv_layer_view kv_pool_layer_shard(const kv_pool *p, int shard, int layer) {
-    size_t off = (size_t)layer * p->block_size * p->kv_dim * p->esize;
+    size_t off = (size_t)layer * p->block_size * p->kv_dim * kv_type_size(p->type);
     const kv_shard *sh = &p->shards[shard];
     return (kv_layer_view){(uint8_t *)sh->k + off, (uint8_t *)sh->v + off, p->block_stride, p->block_size,
                            p->head_dim, p->type};
@@ -256,7 +246,7 @@ int kv_pool_available(const kv_pool *p) { return p->n_free + p->n_idle; }
 
 /* Copies block src's storage (every shard, layer, K and V) to dst. */
 static void copy_block(kv_pool *p, int32_t dst, int32_t src) {
-    size_t bytes = p->block_stride * p->esize, off_d = (size_t)dst * bytes, off_s = (size_t)src * bytes;
+    size_t bytes = p->block_stride * kv_type_size(p->type), off_d = (size_t)dst * bytes, off_s = (size_t)src * bytes;
     for (int r = 0; r < p->n_shards; r++) {
         kv_shard *sh = &p->shards[r];
         uint8_t *k = sh->k, *v = sh->v;
@@ -436,7 +426,7 @@ int kv_seq_move(kv_pool *p, kv_seq *s, const int *dst, const int *src, int n) {
         int32_t b = s->blocks[dst[j] / B];
         if (p->ref[b] != 1 || p->bhash[b] != 0) return -1;
     }
-    size_t es = p->esize, bytes = (size_t)E * es;
+    size_t es = kv_type_size(p->type), bytes = (size_t)E * es;
     for (int j = 0; j < n; j++) {
         size_t bd = (size_t)s->blocks[dst[j] / B] * p->block_stride, bs = (size_t)s->blocks[src[j] / B] * p->block_stride;
         int od = dst[j] % B, os = src[j] % B;

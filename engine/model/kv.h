@@ -51,7 +51,6 @@ typedef struct kv_pool {
     int n_blocks;
     size_t block_stride;   /* elements per block in one shard: n_layer * B * kv_dim */
     kv_type type;          /* KV_F32 or KV_F16 (half the memory; attention reads it back as float) */
-    size_t esize;          /* bytes per element */
     void *k, *v;           /* shard 0's storage (== shards[0].k, .v) */
     backend *be;           /* shard 0's backend (== shards[0].be) */
     int n_shards;          /* 1 unless made by kv_pool_create_sharded */
@@ -99,13 +98,10 @@ kv_pool *kv_pool_create_on(backend *be, int n_layer, int kv_dim, int head_dim, i
  * one shard's width) comes from bes[r], which must outlive the pool. */
 kv_pool *kv_pool_create_sharded(backend *const *bes, int n_shards, int n_layer, int kv_dim, int head_dim,
                                 int block_size, int n_blocks, engine_status *st, char *err, size_t errlen);
-/* The same with elements of `type` (kv_create_sharded and the others make
- * KV_F32 pools). */
+/* The same with elements of `type` (kv_pool_create_sharded and the others
+ * make KV_F32 pools). */
 kv_pool *kv_pool_create_typed(backend *const *bes, int n_shards, kv_type type, int n_layer, int kv_dim, int head_dim,
                               int block_size, int n_blocks, engine_status *st, char *err, size_t errlen);
-/* "f32" / "f16" -> *out; returns 0, or -1 for any other name. */
-int kv_type_parse(const char *name, kv_type *out);
-const char *kv_type_name(kv_type t);
 void kv_pool_destroy(kv_pool *p); /* accepts NULL */
 /* K and V storage of all shards together. */
 size_t kv_pool_bytes(const kv_pool *p);

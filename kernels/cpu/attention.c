@@ -63,12 +63,18 @@ OPS_ALWAYS int att_visible(const attn_seq *s, int i, int p, int lo) {
     return 1;
 }
 
+/* Where head kvh's run of cache block blk starts, in elements (the layout of
+ * kv_layer_view: (Hkv, B, E) per block). */
+OPS_ALWAYS size_t att_run_off(const kv_layer_view *kv, int32_t blk, int kvh) {
+    return (size_t)blk * kv->block_stride + (size_t)kvh * kv->block_size * kv->head_dim;
+}
+
 /* Head kvh's run of the first n positions of cache block blk (K or V at
  * base) as floats: in place in an F32 cache; an F16 cache's halves converted
  * into stage (B * E floats) on path lvl, exactly. */
 OPS_ALWAYS const float *att_run(simd_level lvl, const kv_layer_view *kv, const void *base, int32_t blk, int kvh, int n,
                                 float *stage) {
-    size_t off = (size_t)blk * kv->block_stride + (size_t)kvh * kv->block_size * kv->head_dim;
+    size_t off = att_run_off(kv, blk, kvh);
     if (kv->type != KV_F16) return (const float *)base + off;
     ops_f16_to_f32(lvl, stage, (const uint16_t *)base + off, n * kv->head_dim);
     return stage;
@@ -200,10 +206,9 @@ A512_ALWAYS __m512 att_lde(const void *p, int e, int E, const int NE, __mmask16 
     return e == NE - 1 && E % 16 ? _mm512_maskz_loadu_ps(tail, fp) : _mm512_loadu_ps(fp);
 }
 #define ATT_ES(F16) ((size_t)((F16) ? 2 : 4))
-/* Head kvh's run of cache block p0 / B (K or V at base). */
+/* Head kvh's run of cache block p0 / B (K or V at base), in bytes. */
 #define ATT_RUN(base, kv, s, kvh, p0, F16)                                                                      \
-    ((const char *)(base) + ((size_t)(s)->blocks[(p0) / (kv)->block_size] * (kv)->block_stride +             \
-                             (size_t)(kvh) * (kv)->block_size * (kv)->head_dim) * ATT_ES(F16))
+    ((const char *)(base) + att_run_off(kv, (s)->blocks[(p0) / (kv)->block_size], kvh) * ATT_ES(F16))
 
 /* The first row of a head finds the head's keys and values in DRAM (a decode
  * pass streams the whole model's weights between two visits to a layer), one

@@ -26,8 +26,6 @@ static float frand(void) { /* uniform in [-1, 1) */
 
 /* ---- attention ---------------------------------------------------------- */
 
-static const char *kv_type_name_t(kv_type t) { return t == KV_F16 ? "f16" : "f32"; }
-
 enum { BS = 16, ROW0 = 3, MAX_NEW = 5 };
 
 /* One case's visibility. The new positions form a tree given by parent[]
@@ -179,7 +177,7 @@ static void attention_case(simd_level lvl, kv_type type, int E, int H, int Hkv, 
         }
     CHECKF(worst <= 1e-5,
            "%s %s cache E %d H %d Hkv %d n_past %d n_new %d %s window %d: head %d row %d: error %g of max|ref| %g",
-           simd_name(lvl), kv_type_name_t(type), E, H, Hkv, n_past, n_new, vk->name, window, worst_h, worst_i, worst,
+           simd_name(lvl), kv_type_name(type), E, H, Hkv, n_past, n_new, vk->name, window, worst_h, worst_i, worst,
            worst_mag);
     int untouched = 1;
     for (int m = 0; m < M; m++)
@@ -238,7 +236,7 @@ static int prefill_case(simd_level lvl, kv_type type, int E, int n_past, int n_n
         bad += memcmp(out + off, one + off, sizeof(float) * H * E) != 0;
     }
     CHECKF(bad == 0, "%s %s cache E %d n_past %d n_new %d window %d: %d prefill rows differ from the same row alone",
-           simd_name(lvl), kv_type_name_t(type), E, n_past, n_new, window, bad);
+           simd_name(lvl), kv_type_name(type), E, n_past, n_new, window, bad);
     free(kv.k), free(kv.v), free(kl), free(vl), free(blocks), free(q), free(out), free(one), free(scores), free(stage);
     return 1;
 }

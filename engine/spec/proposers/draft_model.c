@@ -237,8 +237,7 @@ static const drafter_i draft_model_i = {
 };
 
 drafter *draft_model_load(const char *path, backend *be, int max_ctx, kv_type kv, const tokenizer *target_tok,
-                          int n_vocab,
-                          engine_status *st, char *err, size_t errlen) {
+                          int n_vocab, engine_status *st, char *err, size_t errlen) {
     char sub[640];
     draft_model *dm = calloc(1, sizeof(*dm));
     if (!dm) return util_fail_st(st, ENGINE_ERR_OOM, err, errlen, "out of memory: draft drafter"), NULL;

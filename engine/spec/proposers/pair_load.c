@@ -13,8 +13,8 @@ spec_pair *spec_pair_load(const char *target_path, const char *draft_path, backe
     if (!sp) return NULL;
     if (draft_path) { /* its weights before the pools: spec_pair_ready calls its reserve after the target's */
         engine_status dst = ENGINE_OK;
-        drafter *dm = draft_model_load(draft_path, be, sp->target->mp.max_ctx, sp->target->mp.kv, sp->tok, sp->n_vocab, &dst, err,
-                                       errlen);
+        drafter *dm = draft_model_load(draft_path, be, sp->target->mp.max_ctx, sp->target->mp.kv, sp->tok,
+                                       sp->n_vocab, &dst, err, errlen);
         if (dm) {
             spec_pair_set_drafter(sp, SPEC_DRAFTER_MODEL, dm);
         } else if (dst == ENGINE_ERR_OOM) {

@@ -1,6 +1,5 @@
 /* util.c — CLI helpers (see util.h). */
 #include "cli/util.h"
-#include "kernels/backend.h"
 #include "kernels/clock.h"
 
 #include <ctype.h>
@@ -153,8 +152,8 @@ char *read_all_stdin(size_t *len) {
 
 int arg_kv_type(int argc, char **argv, int *i) {
     const char *v = arg_str(argc, argv, i);
-    if (!strcmp(v, kv_type_name(KV_F32))) return KV_F32;
-    if (!strcmp(v, kv_type_name(KV_F16))) return KV_F16;
+    if (!strcmp(v, "f32")) return 0; /* KV_F32 */
+    if (!strcmp(v, "f16")) return 1; /* KV_F16 */
     fprintf(stderr, "specd: bad value for %s: %s (f32 or f16)\n", argv[*i - 1], v);
     exit(2);
 }

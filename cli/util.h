@@ -42,8 +42,9 @@ double arg_double(int argc, char **argv, int *i, double lo, double hi);
 uint64_t arg_u64(int argc, char **argv, int *i);
 /* --backend VALUE: auto | cpu | cuda, as a backend_kind. */
 int arg_backend(int argc, char **argv, int *i);
-/* --kv-type f32|f16: the KV cache's element type (kernels/backend.h's KV_F32 /
- * KV_F16, as engine_config.kv_type holds it). */
+/* --kv-type f32|f16: the KV cache's element type as engine_config.kv_type
+ * holds it, 0 or 1 (kernels/backend.h's KV_F32 / KV_F16; cli/ may not include
+ * that header, tests/check_layers.py). */
 int arg_kv_type(int argc, char **argv, int *i);
 
 /* The last branch of a `specd CMD` option parser: arg is nothing it knows.
